@@ -1,0 +1,1 @@
+"""shipyard steps: one folder per step (logic, thin KFP wrapper, README)."""

@@ -1,0 +1,1 @@
+"""The track step."""

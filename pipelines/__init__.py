@@ -1,0 +1,1 @@
+"""shipyard pipelines (KFP v2)."""

@@ -1,0 +1,37 @@
+"""Shared test fixtures: the tiny model, built once per session in the compress runtime."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _has_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU; this machine has none")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Llama (HF folder) with a locally trained tokenizer."""
+    from shipyard.runtimes import run_in_runtime
+
+    out = tmp_path_factory.mktemp("models") / "tiny-llama"
+    run_in_runtime("compress", "shipyard.tinymodel:build_tiny_model", out_dir=str(out))
+    return out
