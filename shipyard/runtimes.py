@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,14 +153,51 @@ def run_in_runtime(runtime: str, target: str, /, **kwargs: Any) -> Any:
     return payload.get("result")
 
 
+def _kfp_task_dir() -> str | None:
+    """The task folder of the KFP step this process executes (from the executor's arguments)."""
+    argv = sys.argv
+    if "--executor_input" not in argv:
+        return None
+    try:
+        executor_input = json.loads(argv[argv.index("--executor_input") + 1])
+        return str(Path(executor_input["outputs"]["outputFile"]).parent)
+    except (IndexError, KeyError, ValueError):
+        return None
+
+
+def _record_step(runtime: str, target: str, kwargs: dict[str, Any], started: float, error: str | None) -> None:
+    """Append a timing record to ``SHIPYARD_STEP_LOG`` (set by ``shipyard run --local``)."""
+    log = os.environ.get("SHIPYARD_STEP_LOG")
+    if not log:
+        return
+    record = {
+        "task_dir": _kfp_task_dir(),
+        "started": started,
+        "target": target,
+        "runtime": runtime,
+        "seconds": round(time.time() - started, 3),
+        "ok": error is None,
+        "error": error,
+    }
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
 def call_step(runtime: str, target: str, /, **kwargs: Any) -> Any:
     """What a KFP step wrapper calls: like :func:`run_in_runtime`, but a user error ends the
     step with one line on stderr (exit 1) instead of a traceback."""
+    started = time.time()
     try:
-        return run_in_runtime(runtime, target, **kwargs)
+        result = run_in_runtime(runtime, target, **kwargs)
     except ShipyardError as err:
+        _record_step(runtime, target, kwargs, started, str(err))
         print(f"shipyard: {err}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
+    except BaseException as err:
+        _record_step(runtime, target, kwargs, started, f"{type(err).__name__}: {err}")
+        raise
+    _record_step(runtime, target, kwargs, started, None)
+    return result
 
 
 def _child_main(request_path: str, response_path: str) -> int:

@@ -1,0 +1,1 @@
+"""The resolve step: fetch a model by URI into a pipeline artifact."""

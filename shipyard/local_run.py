@@ -1,0 +1,242 @@
+"""``shipyard run --local``: run a pipeline on this machine with ``kfp.local``.
+
+Every step's thin wrapper runs in the base environment (kfp's SubprocessRunner) and hands its
+logic to the step's runtime venv (see :mod:`shipyard.runtimes`). After the run, the task folders
+under ``WORK_DIR/pipeline-root`` and the step timing log are read back into
+``WORK_DIR/run-summary.json``: each step's status, runtime, seconds, metrics and artifact paths.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shipyard.errors import ShipyardError
+from shipyard.fsutil import atomic_write_text
+from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
+
+LOCAL_PARAMS = Path(__file__).resolve().parents[1] / "pipelines" / "local-params.yaml"
+
+
+@dataclass
+class StepSummary:
+    """One task of a local run."""
+
+    task: str
+    status: str
+    runtime: str = ""
+    seconds: float | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class RunSummary:
+    """What ``run-summary.json`` holds."""
+
+    pipeline: str
+    status: str
+    seconds: float
+    run_dir: str
+    parameters: dict[str, Any]
+    steps: list[StepSummary]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """``k=v`` with ``v`` read as YAML (numbers, booleans, ``[a, b]`` lists, strings)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ShipyardError("--param", f"{text!r} is not key=value", "write --param name=value")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def load_params_file(path: str) -> dict[str, Any]:
+    """A YAML or JSON mapping of pipeline parameters."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise ShipyardError("--params-file", f"{path} does not exist", "give an existing YAML/JSON file") from None
+    except yaml.YAMLError:
+        raise ShipyardError("--params-file", f"{path} is not valid YAML/JSON", "fix its syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ShipyardError("--params-file", f"{path} is not a mapping of parameter names to values", "write name: value lines")
+    return data
+
+
+def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
+    """Parameter names of a pipeline and their defaults."""
+    func = getattr(pipeline_func, "pipeline_func", None) or pipeline_func.python_func
+    return {
+        name: (None if p.default is inspect.Parameter.empty else p.default)
+        for name, p in inspect.signature(func).parameters.items()
+    }
+
+
+def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
+    """Merge local defaults < params file < ``--param`` and check every name exists."""
+    known = pipeline_parameters(pipeline_func)
+    merged: dict[str, Any] = {}
+    if local_defaults and LOCAL_PARAMS.exists():
+        merged.update({k: v for k, v in load_params_file(str(LOCAL_PARAMS)).items() if k in known})
+    if params_file:
+        merged.update(load_params_file(params_file))
+    for item in overrides:
+        key, value = parse_param(item)
+        merged[key] = value
+    unknown = sorted(set(merged) - set(known))
+    if unknown:
+        raise ShipyardError(
+            "--param", f"unknown parameter(s) {', '.join(unknown)}", f"use one of: {', '.join(sorted(known))}"
+        )
+    return merged
+
+
+def _component_runtimes(pipeline_func: Any) -> dict[str, str]:
+    """Task folder name -> runtime, read from the compiled pipeline's executor images."""
+    spec = pipeline_func.pipeline_spec
+    images: dict[str, str] = {}
+    deployment = _struct_to_dict(spec.deployment_spec)
+    for name, executor in (deployment.get("executors") or {}).items():
+        images[name] = (executor.get("container") or {}).get("image", "")
+    result = {}
+    for comp_name, comp in spec.components.items():
+        label = comp.executor_label
+        if not label:
+            continue
+        image = images.get(label, "")
+        runtime = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0].removeprefix("shipyard-")
+        result[comp_name.removeprefix("comp-")] = runtime
+    return result
+
+
+def _struct_to_dict(struct: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(struct)
+
+
+def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> list[StepSummary]:
+    """Read each task folder (and the timing log) of a finished local run."""
+    records = []
+    if step_log.exists():
+        records = [json.loads(line) for line in step_log.read_text().splitlines() if line.strip()]
+    steps: list[tuple[float, StepSummary]] = []
+    seen_components: set[str] = set()
+    task_dirs = sorted(
+        p for p in run_dir.rglob("*")
+        if p.is_dir() and p.name.removeprefix("comp-") in runtimes and p.parent.name not in runtimes
+    )
+    for task_dir in task_dirs:
+        rel = task_dir.relative_to(run_dir).as_posix()
+        component = task_dir.name
+        seen_components.add(component)
+        step = StepSummary(task=rel, status="SUCCESS" if (task_dir / "executor_output.json").exists() else "FAILURE",
+                           runtime=runtimes.get(component, ""))
+        if (task_dir / "executor_output.json").exists():
+            out = json.loads((task_dir / "executor_output.json").read_text())
+            for name, group in (out.get("artifacts") or {}).items():
+                for art in group.get("artifacts", []):
+                    uri = art.get("uri", "")
+                    step.artifacts[name] = uri
+                    meta = art.get("metadata") or {}
+                    if name == "metrics" or name.endswith("_metrics"):
+                        step.metrics.update({k: v for k, v in meta.items() if isinstance(v, int | float)})
+            step.parameters = out.get("parameterValues") or {}
+        mine = [r for r in records if r.get("task_dir") == str(task_dir)]
+        if mine:
+            step.seconds = round(sum(r["seconds"] for r in mine), 2)
+            step.runtime = mine[-1]["runtime"]
+            errors = [r["error"] for r in mine if r.get("error")]
+            if errors:
+                step.error = errors[-1]
+                step.status = "FAILURE"
+        step_started = min((r["started"] for r in mine), default=(task_dir / "executor_output.json").stat().st_mtime
+                           if (task_dir / "executor_output.json").exists() else float("inf"))
+        steps.append((step_started, step))
+    steps.sort(key=lambda item: item[0])
+    ordered = [step for _, step in steps]
+    for component in sorted(set(runtimes) - seen_components):
+        ordered.append(StepSummary(task=component, status="NOT RUN", runtime=runtimes[component],
+                                 error="skipped: a gate said no, an upstream step failed, or its condition was false"))
+    return ordered
+
+
+def run_local(
+    pipeline: str = DEFAULT_PIPELINE,
+    work_dir: str = "shipyard-run",
+    params_file: str | None = None,
+    overrides: list[str] | None = None,
+) -> RunSummary:
+    """Run ``pipeline`` with kfp.local in ``work_dir``; write and return the run summary."""
+    from kfp import local
+
+    pipeline_func = get_pipeline(pipeline)
+    params = resolve_params(pipeline_func, params_file, overrides or [])
+    work = Path(work_dir).resolve()
+    root = work / "pipeline-root"
+    root.mkdir(parents=True, exist_ok=True)
+    step_log = work / "steps.jsonl"
+    step_log.unlink(missing_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ["SHIPYARD_STEP_LOG"] = str(step_log)
+    os.environ["SHIPYARD_WORK_DIR"] = str(work)
+    before = {p.name for p in root.iterdir()}
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=False)
+    started = time.perf_counter()
+    pipeline_func(**params)
+    seconds = round(time.perf_counter() - started, 2)
+    new_runs = sorted(p for p in root.iterdir() if p.name not in before and p.is_dir())
+    if not new_runs:
+        raise ShipyardError("pipeline", f"{pipeline} produced no run folder under {root}", "see the log above")
+    run_dir = new_runs[-1]
+    steps = collect_steps(run_dir, step_log, _component_runtimes(pipeline_func))
+    failed = [s for s in steps if s.status == "FAILURE"]
+    summary = RunSummary(
+        pipeline=pipeline,
+        status="FAILURE" if failed else "SUCCESS",
+        seconds=seconds,
+        run_dir=str(run_dir),
+        parameters=params,
+        steps=steps,
+    )
+    atomic_write_text(work / "run-summary.json", json.dumps(summary.to_dict(), indent=2, default=str))
+    return summary
+
+
+def format_summary(summary: RunSummary, work_dir: str) -> str:
+    """The table printed at the end of a local run."""
+    lines = [f"\nshipyard: {summary.pipeline} {summary.status} in {summary.seconds:.1f} s", ""]
+    lines.append(f"{'step':<44} {'status':<9} {'runtime':<9} {'seconds':>8}  key metrics")
+    for step in summary.steps:
+        secs = f"{step.seconds:.1f}" if step.seconds is not None else "-"
+        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(step.metrics.items())[:4])
+        params = ", ".join(f"{k}={v}" for k, v in step.parameters.items())
+        lines.append(f"{step.task:<44} {step.status:<9} {step.runtime:<9} {secs:>8}  {metrics or params}")
+        if step.error:
+            lines.append(f"{'':<44} ! {step.error}")
+    lines.append("\nartifacts:")
+    for step in summary.steps:
+        for name, uri in step.artifacts.items():
+            lines.append(f"  {step.task}/{name}: {uri}")
+    lines.append(f"\nsummary: {Path(work_dir).resolve() / 'run-summary.json'}")
+    return "\n".join(lines)

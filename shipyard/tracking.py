@@ -1,0 +1,469 @@
+"""MLflow tracking: one parent run per pipeline run, one nested run per step.
+
+The client side uses only ``mlflow-skinny`` APIs (:class:`mlflow.MlflowClient`), so the base
+runtime needs no pandas, SQLAlchemy or server code.
+
+Where runs go (:func:`resolve_tracking_uri`):
+
+* an explicit ``tracking_uri`` (``http(s)://`` server, ``file://`` store or a plain folder);
+* else the endpoint of the KFP MLflow plugin (``KFP_MLFLOW_CONFIG``), whose parent run then
+  holds shipyard's pipeline run as a nested run;
+* else ``MLFLOW_TRACKING_URI``;
+* else a local file store ``mlruns`` under the run's work dir (``SHIPYARD_WORK_DIR`` or the
+  current folder), so a local run needs no server (``mlflow ui --backend-store-uri <it>``).
+
+Artifacts go where the server or store puts them: a local file store keeps them next to the
+runs; a tracking server started with ``--artifacts-destination s3://bucket/mlflow`` proxies
+them to S3/MinIO (the server then needs ``MLFLOW_S3_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``; steps need nothing). A server started with
+``--no-serve-artifacts --default-artifact-root s3://...`` makes each step write to S3 itself,
+so the base image's steps then need those three variables as well.
+
+Faults: when the tracking server cannot be reached, every call is retried with exponential
+backoff (``SHIPYARD_MLFLOW_ATTEMPTS``, default 5; ``SHIPYARD_MLFLOW_BACKOFF_S``, default 2 s,
+doubling, capped at 30 s) and then fails with one :class:`~shipyard.errors.ShipyardError`
+line. The step's results stay in its KFP artifacts, and the tracking step writes what it was
+about to log to its own output first, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shipyard.errors import ShipyardError
+
+ENV_KFP_MLFLOW_CONFIG = "KFP_MLFLOW_CONFIG"
+ENV_WORK_DIR = "SHIPYARD_WORK_DIR"
+ENV_ATTEMPTS = "SHIPYARD_MLFLOW_ATTEMPTS"
+ENV_BACKOFF = "SHIPYARD_MLFLOW_BACKOFF_S"
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+TAG_PARENT = "mlflow.parentRunId"
+TAG_RUN_NAME = "mlflow.runName"
+TAG_STEP = "shipyard.step"
+TAG_PIPELINE = "shipyard.pipeline"
+TAG_KFP_RUN = "shipyard.kfp_run_id"
+TAG_KIND = "shipyard.kind"
+
+MAX_PARAM_LEN = 6000
+MAX_KEY_LEN = 250
+BATCH = 100
+METRIC_BATCH = 1000
+_KEY_BAD = re.compile(r"[^A-Za-z0-9_\-. /:]")
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class KfpMlflowConfig:
+    """What the KFP MLflow plugin injects as ``KFP_MLFLOW_CONFIG`` (JSON) into each step."""
+
+    endpoint: str
+    experiment_id: str = ""
+    parent_run_id: str = ""
+    workspace: str = ""
+    workspaces_enabled: bool = False
+    auth_type: str = "none"
+    insecure_skip_verify: bool = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> KfpMlflowConfig | None:
+        """The plugin's config, or None when the variable is unset.
+
+        A malformed value is a user error: the platform promised a parent run we cannot find.
+        """
+        raw = (environ if environ is not None else os.environ).get(ENV_KFP_MLFLOW_CONFIG, "").strip()
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+            endpoint = str(data["endpoint"]).rstrip("/")
+        except (ValueError, KeyError, TypeError) as err:
+            raise ShipyardError(
+                ENV_KFP_MLFLOW_CONFIG,
+                f"is not the KFP MLflow plugin's JSON with an 'endpoint' ({err})",
+                "fix the plugin config or unset the variable",
+            ) from None
+        tls = data.get("tls") or {}
+        return cls(
+            endpoint=endpoint,
+            experiment_id=str(data.get("experimentId") or ""),
+            parent_run_id=str(data.get("parentRunId") or ""),
+            workspace=str(data.get("workspace") or ""),
+            workspaces_enabled=bool(data.get("workspacesEnabled")),
+            auth_type=str(data.get("authType") or "none"),
+            insecure_skip_verify=bool(data.get("insecureSkipVerify") or tls.get("insecureSkipVerify")),
+        )
+
+    def apply_auth(self) -> None:
+        """Export the credentials MLflow's client reads, as the KFP launcher does."""
+        if self.auth_type == "kubernetes" and not os.environ.get("MLFLOW_TRACKING_TOKEN"):
+            token_file = Path(SERVICE_ACCOUNT_TOKEN)
+            if token_file.exists():
+                os.environ["MLFLOW_TRACKING_TOKEN"] = token_file.read_text().strip()
+        # "bearer" and "basic-auth": KFP already set MLFLOW_TRACKING_TOKEN or _USERNAME/_PASSWORD.
+        if self.workspaces_enabled and self.workspace:
+            os.environ.setdefault("MLFLOW_WORKSPACE", self.workspace)
+        if self.insecure_skip_verify:
+            os.environ.setdefault("MLFLOW_TRACKING_INSECURE_TLS", "true")
+
+
+def default_work_dir() -> Path:
+    """The run's work dir: ``SHIPYARD_WORK_DIR`` or the current folder."""
+    return Path(os.environ.get(ENV_WORK_DIR) or os.getcwd()).resolve()
+
+
+def resolve_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str] | None = None) -> str:
+    """The tracking URI to use (see the module docstring for the order)."""
+    uri = (tracking_uri or "").strip()
+    if not uri:
+        kfp = KfpMlflowConfig.from_env()
+        if kfp:
+            return kfp.endpoint
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if not uri:
+        uri = str(Path(work_dir).resolve() if work_dir else default_work_dir()) + "/mlruns"
+    if "://" not in uri:
+        return Path(uri).resolve().as_uri()
+    return uri.rstrip("/")
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def _float_env(name: str, default: float) -> float:
+    try:
+        return max(0.0, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def _is_transient(err: BaseException) -> bool:
+    """A connection problem or a server error worth retrying (not a rejected request)."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(err, MlflowException):
+        code = getattr(err, "error_code", "") or ""
+        return code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or "failed with exception" in str(err)
+    return isinstance(err, (ConnectionError, TimeoutError, urllib.error.URLError, OSError)) and not isinstance(
+        err, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+    )
+
+
+def _short(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    refused = re.search(r"(Connection refused|Name or service not known|timed out|Temporary failure[^'\"]*)", text)
+    if refused:
+        return refused.group(1)
+    return text[:200]
+
+
+# --------------------------------------------------------------------------- payload helpers
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def clean_key(key: str) -> str:
+    """An MLflow-legal key: letters, digits and ``_-. /:``; at most 250 characters."""
+    return _KEY_BAD.sub("_", str(key)).strip("/ ")[:MAX_KEY_LEN] or "_"
+
+
+def to_params(params: Mapping[str, Any]) -> dict[str, str]:
+    """Flattened, stringified params; values longer than MLflow's limit are cut with a marker."""
+    out: dict[str, str] = {}
+    for key, value in flatten(params).items():
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        if len(text) > MAX_PARAM_LEN:
+            text = text[: MAX_PARAM_LEN - 20] + "...[truncated]"
+        out[clean_key(key)] = text
+    return out
+
+
+def to_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Flattened numeric metrics; strings that parse as numbers count; NaN/inf are dropped."""
+    out: dict[str, float] = {}
+    for key, value in flatten(metrics).items():
+        if isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                continue
+        if isinstance(value, (int, float)) and math.isfinite(float(value)):
+            out[clean_key(key)] = float(value)
+    return out
+
+
+def to_tags(tags: Mapping[str, Any]) -> dict[str, str]:
+    """Stringified tags (MLflow tag values may be long; keys follow the key rules)."""
+    return {
+        clean_key(k): (v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str))
+        for k, v in flatten(tags).items()
+        if v is not None
+    }
+
+
+def _chunks(items: list[T], size: int) -> Iterable[list[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+# --------------------------------------------------------------------------- the tracker
+
+
+class Tracker:
+    """An :class:`mlflow.MlflowClient` with retries, one-line errors and shipyard's run tree."""
+
+    def __init__(
+        self,
+        tracking_uri: str = "",
+        *,
+        work_dir: str | os.PathLike[str] | None = None,
+        attempts: int | None = None,
+        backoff_s: float | None = None,
+    ) -> None:
+        self.kfp = KfpMlflowConfig.from_env()
+        self.uri = resolve_tracking_uri(tracking_uri, work_dir)
+        self.attempts = attempts if attempts is not None else _int_env(ENV_ATTEMPTS, 5)
+        self.backoff_s = backoff_s if backoff_s is not None else _float_env(ENV_BACKOFF, 2.0)
+        if self.kfp and self.uri == self.kfp.endpoint:
+            self.kfp.apply_auth()
+        # MLflow's own HTTP retries would wait minutes per call; ours are the outer loop.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+
+    @property
+    def is_remote(self) -> bool:
+        return self.uri.startswith(("http://", "https://"))
+
+    # ---- fault handling
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one MLflow call; retry transient faults with backoff; then one clear line."""
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as err:
+                if not _is_transient(err):
+                    raise
+                if attempt == self.attempts:
+                    raise ShipyardError(
+                        "mlflow",
+                        f"cannot reach the tracking server {self.uri} to {what} after {self.attempts} "
+                        f"attempts ({_short(err)})",
+                        "start the MLflow server or pass a reachable tracking_uri (empty = local file "
+                        "store); the step's results remain in its KFP artifacts",
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    def check_reachable(self) -> None:
+        """Fail fast (after the retries) when an HTTP tracking server is down."""
+        if not self.is_remote:
+            path = Path(self.uri.removeprefix("file://"))
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise ShipyardError("tracking_uri", f"cannot create the local store {path}: {err}") from None
+            return
+
+        def probe() -> None:
+            with urllib.request.urlopen(f"{self.uri}/health", timeout=10) as resp:  # noqa: S310
+                if resp.status >= 500:
+                    raise ConnectionError(f"status code {resp.status}")
+
+        def probe_any() -> None:
+            try:
+                probe()
+            except urllib.error.HTTPError as err:
+                # A proxy may not expose /health, or it wants auth: the server is reachable.
+                if err.code >= 500:
+                    raise ConnectionError(f"status code {err.code}") from None
+
+        self.call("check it is up", probe_any)
+
+    # ---- experiments and runs
+
+    def experiment_id(self, name: str) -> str:
+        """The id of experiment ``name``, created when missing (the KFP plugin's when set)."""
+        if self.kfp and self.kfp.experiment_id and self.uri == self.kfp.endpoint:
+            return self.kfp.experiment_id
+        name = name or "shipyard"
+        exp = self.call("look up the experiment", self.client.get_experiment_by_name, name)
+        if exp is not None:
+            if exp.lifecycle_stage == "deleted":
+                raise ShipyardError("experiment", f"{name!r} is deleted in MLflow", "restore it or pick another name")
+            return exp.experiment_id
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.call("create the experiment", self.client.create_experiment, name)
+        except MlflowException:  # created concurrently by another step
+            exp = self.call("look up the experiment", self.client.get_experiment_by_name, name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def _find_run(self, experiment_id: str, tags: Mapping[str, str]) -> str | None:
+        clauses = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+        runs = self.call(
+            "search runs", self.client.search_runs, [experiment_id], filter_string=clauses, max_results=1
+        )
+        return runs[0].info.run_id if runs else None
+
+    def start_pipeline_run(
+        self,
+        experiment: str,
+        pipeline_name: str,
+        *,
+        kfp_run_id: str = "",
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        run_name: str = "",
+    ) -> str:
+        """Open (or, when this KFP run already has one, reuse) the pipeline's parent run.
+
+        Nested under the KFP plugin's parent run when ``KFP_MLFLOW_CONFIG`` names one.
+        """
+        self.check_reachable()
+        exp_id = self.experiment_id(experiment)
+        all_tags = {TAG_PIPELINE: pipeline_name, TAG_KIND: "pipeline"}
+        if kfp_run_id and not kfp_run_id.startswith("{{"):
+            all_tags[TAG_KFP_RUN] = kfp_run_id
+            existing = self._find_run(exp_id, {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"})
+            if existing:
+                self.log(existing, params=params, tags=tags)
+                return existing
+        if self.kfp and self.kfp.parent_run_id and self.uri == self.kfp.endpoint:
+            all_tags[TAG_PARENT] = self.kfp.parent_run_id
+        all_tags.update(to_tags(tags or {}))
+        name = run_name or (f"{pipeline_name}-{all_tags[TAG_KFP_RUN][:8]}" if TAG_KFP_RUN in all_tags else pipeline_name)
+        run = self.call("create the pipeline run", self.client.create_run, exp_id, tags=all_tags, run_name=name)
+        self.log(run.info.run_id, params=params)
+        return run.info.run_id
+
+    def start_step_run(self, parent_run_id: str, step: str, tags: Mapping[str, Any] | None = None) -> str:
+        """The nested run of ``step`` under ``parent_run_id`` (reused when the step is retried)."""
+        parent = self.call("read the pipeline run", self.client.get_run, parent_run_id)
+        exp_id = parent.info.experiment_id
+        existing = self._find_run(exp_id, {TAG_PARENT: parent_run_id, TAG_STEP: step})
+        if existing:
+            return existing
+        all_tags = {TAG_PARENT: parent_run_id, TAG_STEP: step, TAG_KIND: "step"}
+        for key in (TAG_PIPELINE, TAG_KFP_RUN):
+            if key in parent.data.tags:
+                all_tags[key] = parent.data.tags[key]
+        all_tags.update(to_tags(tags or {}))
+        run = self.call("create the step run", self.client.create_run, exp_id, tags=all_tags, run_name=step)
+        return run.info.run_id
+
+    def log(
+        self,
+        run_id: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        artifacts: Mapping[str, str | os.PathLike[str]] | None = None,
+    ) -> dict[str, int]:
+        """Log params, metrics, tags and artifacts.
+
+        ``artifacts`` maps a destination to a local path: a folder is uploaded under the
+        destination folder; a file goes to the destination itself when its last part is the
+        file's name (``"evaluate/report.md"``), else into the destination folder.
+
+        Returns how many of each were logged.
+        """
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        p = [Param(k, v) for k, v in to_params(params or {}).items()]
+        m = [Metric(k, v, now, 0) for k, v in to_metrics(metrics or {}).items()]
+        t = [RunTag(k, v) for k, v in to_tags(tags or {}).items()]
+        for chunk in _chunks(p, BATCH):
+            self.call("log params", self.client.log_batch, run_id, params=chunk)
+        for chunk in _chunks(m, METRIC_BATCH):
+            self.call("log metrics", self.client.log_batch, run_id, metrics=chunk)
+        for chunk in _chunks(t, BATCH):
+            self.call("set tags", self.client.log_batch, run_id, tags=chunk)
+        n_art = 0
+        for dest, local in (artifacts or {}).items():
+            path = Path(local)
+            if not path.exists():
+                continue
+            dest_dir = dest.strip("/") or None
+            if path.is_dir():
+                if any(path.iterdir()):
+                    self.call("upload artifacts", self.client.log_artifacts, run_id, str(path), dest_dir)
+                    n_art += sum(1 for f in path.rglob("*") if f.is_file())
+            else:
+                if dest_dir and Path(dest_dir).name == path.name:
+                    dest_dir = str(Path(dest_dir).parent) if "/" in dest_dir else None
+                self.call("upload an artifact", self.client.log_artifact, run_id, str(path), dest_dir)
+                n_art += 1
+        return {"params": len(p), "metrics": len(m), "tags": len(t), "artifacts": n_art}
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        """Close a run (``FINISHED``, ``FAILED`` or ``KILLED``)."""
+        self.call("close the run", self.client.set_terminated, run_id, status)
+
+    def log_step(
+        self,
+        parent_run_id: str,
+        step: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        artifacts: Mapping[str, str | os.PathLike[str]] | None = None,
+        status: str = "FINISHED",
+    ) -> tuple[str, dict[str, int]]:
+        """One nested run for ``step`` with everything it produced; returns (run id, counts)."""
+        self.check_reachable()
+        run_id = self.start_step_run(parent_run_id, step)
+        counts = self.log(run_id, params=params, metrics=metrics, tags=tags, artifacts=artifacts)
+        self.finish(run_id, status)
+        return run_id, counts
+
+    def run_url(self, run_id: str) -> str:
+        """Where the run is in the MLflow UI (for HTTP servers), else its store path."""
+        run = self.call("read the run", self.client.get_run, run_id)
+        if self.is_remote:
+            return f"{self.uri}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+        return f"{self.uri} (mlflow ui --backend-store-uri {self.uri}) run {run_id}"
