@@ -481,7 +481,12 @@ def _check_tag(tag: str) -> str:
     return tag
 
 
-def build_modelcar(model_dir: str | os.PathLike[str], layout_dir: str | os.PathLike[str], *, tag: str = "latest",
+def default_tag(model_digest: str) -> str:
+    """The tag used when none is given: ``model-<first 12 hex of the model tree digest>``."""
+    return f"model-{model_digest.removeprefix('sha256:')[:12]}"
+
+
+def build_modelcar(model_dir: str | os.PathLike[str], layout_dir: str | os.PathLike[str], *, tag: str = "",
                    base_image: str = "", annotations: dict[str, Any] | str | None = None, user: str = DEFAULT_USER,
                    compression: str | None = None, insecure_tls: bool = False) -> dict[str, Any]:
     """Build a modelcar image (model files under ``/models``) as an OCI layout at ``layout_dir``.
@@ -489,9 +494,9 @@ def build_modelcar(model_dir: str | os.PathLike[str], layout_dir: str | os.PathL
     ``compression``: ``gzip`` (default, level 1; ``SHIPYARD_OCI_COMPRESSION`` overrides) or
     ``none``. Returns tag, digest (manifest), size, layers, annotations and the layout path.
     """
-    _check_tag(tag)
     files = model_files(model_dir)
     tree_digest, hashes = model_tree_digest(files)
+    tag = _check_tag(tag or default_tag(tree_digest))
     compression = compression or os.environ.get("SHIPYARD_OCI_COMPRESSION", "gzip")
     with atomic_dir(layout_dir) as tmp:
         layout = Layout(tmp).init()
@@ -525,15 +530,15 @@ def build_modelcar(model_dir: str | os.PathLike[str], layout_dir: str | os.PathL
     return result
 
 
-def build_oras_artifact(model_dir: str | os.PathLike[str], layout_dir: str | os.PathLike[str], *, tag: str = "latest",
+def build_oras_artifact(model_dir: str | os.PathLike[str], layout_dir: str | os.PathLike[str], *, tag: str = "",
                         annotations: dict[str, Any] | str | None = None) -> dict[str, Any]:
     """Write the model folder as an ORAS artifact (one titled blob per file) in an OCI layout.
 
     Blobs are hard links to the model files when on the same filesystem, else copies.
     """
-    _check_tag(tag)
     files = model_files(model_dir)
     tree_digest, hashes = model_tree_digest(files)
+    tag = _check_tag(tag or default_tag(tree_digest))
     with atomic_dir(layout_dir) as tmp:
         layout = Layout(tmp).init()
         layers = []
@@ -743,3 +748,17 @@ def pull_model(uri: str, dest: str | os.PathLike[str], *, insecure_tls: bool = F
         info = _materialise(manifest, get_blob, tmp, uri)
     return {"uri": uri, "digest": digest, **info}
 
+
+
+def build_base_layout(layout_dir: str | os.PathLike[str], tag: str = "busybox", busybox: str | None = None,
+                      user: str = DEFAULT_USER) -> dict[str, Any]:
+    """Write the static-busybox base (``sh``, ``ln``, ``sleep``; user ``user``) as an OCI layout."""
+    with atomic_dir(layout_dir) as tmp:
+        layout = Layout(tmp).init()
+        base = busybox_base(layout, busybox, user=user)
+        config = layout.put_bytes(MT_CONFIG, canonical_json(base.config))
+        manifest = {"schemaVersion": 2, "mediaType": MT_MANIFEST, "config": config, "layers": base.layers,
+                    "annotations": build_annotations(None)}
+        result = _finish(layout, manifest, _check_tag(tag))
+    result["layout"] = str(Path(layout_dir))
+    return result

@@ -10,7 +10,9 @@ Where runs go (:func:`resolve_tracking_uri`):
   holds shipyard's pipeline run as a nested run;
 * else ``MLFLOW_TRACKING_URI``;
 * else a local file store ``mlruns`` under the run's work dir (``SHIPYARD_WORK_DIR`` or the
-  current folder), so a local run needs no server (``mlflow ui --backend-store-uri <it>``).
+  current folder), so a local run needs no server. To browse it:
+  ``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri file:///<work dir>/mlruns``
+  (MLflow 3 keeps the file store behind that switch; shipyard sets it for its own calls).
 
 Artifacts go where the server or store puts them: a local file store keeps them next to the
 runs; a tracking server started with ``--artifacts-destination s3://bucket/mlflow`` proxies
@@ -262,6 +264,10 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        if self.uri.startswith("file:"):
+            # MLflow 3 keeps the file store in maintenance mode behind this switch; it is the
+            # only local store mlflow-skinny can write (sqlite needs SQLAlchemy).
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         from mlflow import MlflowClient
 
         self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
@@ -466,4 +472,4 @@ class Tracker:
         run = self.call("read the run", self.client.get_run, run_id)
         if self.is_remote:
             return f"{self.uri}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
-        return f"{self.uri} (mlflow ui --backend-store-uri {self.uri}) run {run_id}"
+        return f"{self.uri} run {run_id} (MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {self.uri})"
