@@ -20,10 +20,14 @@ from shipyard.errors import ShipyardError
 DEFAULT_CLUSTER_CONFIG = Path(__file__).parent / "cluster.yaml"
 
 
-@lru_cache(maxsize=4)
 def load_cluster_config(path: str | None = None) -> dict[str, Any]:
-    """The cluster settings (``SHIPYARD_CLUSTER_CONFIG`` or the shipped defaults)."""
-    chosen = Path(path or os.environ.get("SHIPYARD_CLUSTER_CONFIG") or DEFAULT_CLUSTER_CONFIG)
+    """The cluster settings (``path``, ``SHIPYARD_CLUSTER_CONFIG`` or the shipped defaults)."""
+    return _read_cluster_config(str(path or os.environ.get("SHIPYARD_CLUSTER_CONFIG") or DEFAULT_CLUSTER_CONFIG))
+
+
+@lru_cache(maxsize=8)
+def _read_cluster_config(path: str) -> dict[str, Any]:
+    chosen = Path(path)
     try:
         data = yaml.safe_load(chosen.read_text())
     except FileNotFoundError:

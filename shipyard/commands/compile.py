@@ -3,23 +3,69 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from shipyard.pipelines import PIPELINES, get_pipeline
+from shipyard.runtimes import DEFAULT_IMAGE_REGISTRY
 
 
-def compile_all(out_dir: str, names: list[str] | None = None) -> list[Path]:
+@contextlib.contextmanager
+def _env(name: str, value: str | None) -> Iterator[None]:
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+def retarget_images(path: Path, registry: str) -> None:
+    """Point every shipyard runtime image of a compiled pipeline at ``registry``."""
+    docs = list(yaml.safe_load_all(path.read_text()))
+    current = os.environ.get("SHIPYARD_IMAGE_REGISTRY", DEFAULT_IMAGE_REGISTRY).rstrip("/") + "/shipyard-"
+    for executor in docs[0].get("deploymentSpec", {}).get("executors", {}).values():
+        container = executor.get("container", {})
+        if container.get("image", "").startswith(current):
+            container["image"] = registry.rstrip("/") + "/shipyard-" + container["image"][len(current):]
+    header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+    path.write_text(header + yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def _rebuild(pipeline: Any) -> Any:
+    """Re-run a pipeline's body so platform settings read the cluster config in force now
+    (``@dsl.pipeline`` builds the graph once, at import)."""
+    from kfp import dsl
+
+    return dsl.pipeline(name=pipeline.name, description=pipeline.description)(pipeline.pipeline_func)
+
+
+def compile_all(
+    out_dir: str, names: list[str] | None = None, cluster_config: str | None = None, image_registry: str | None = None
+) -> list[Path]:
     """Compile the named pipelines (default: all) to ``out_dir/<name>.yaml``."""
     from kfp import compiler
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in names or sorted(PIPELINES):
-        path = out / f"{name}.yaml"
-        compiler.Compiler().compile(get_pipeline(name), str(path))
-        written.append(path)
+    with _env("SHIPYARD_CLUSTER_CONFIG", cluster_config):
+        for name in names or sorted(PIPELINES):
+            path = out / f"{name}.yaml"
+            compiler.Compiler().compile(_rebuild(get_pipeline(name)), str(path))
+            if image_registry:
+                retarget_images(path, image_registry)
+            written.append(path)
     return written
 
 
@@ -33,10 +79,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    if args.cluster_config:
-        os.environ["SHIPYARD_CLUSTER_CONFIG"] = args.cluster_config
-    if args.image_registry:
-        os.environ["SHIPYARD_IMAGE_REGISTRY"] = args.image_registry
-    for path in compile_all(args.out, args.pipeline):
+    for path in compile_all(args.out, args.pipeline, args.cluster_config, args.image_registry):
         print(path)
     return 0

@@ -1,0 +1,100 @@
+"""Compiled pipelines: tasks, runtime images and Kubernetes platform settings in the IR."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from kfp import components
+
+from shipyard.cli import main
+from shipyard.commands.compile import compile_all
+from shipyard.pipelines import PIPELINES
+from shipyard.runtimes import runtime_image
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+    out = tmp_path_factory.mktemp("ir")
+    assert main(["compile", "--out", str(out)]) == 0
+    return {name: list(yaml.safe_load_all((out / f"{name}.yaml").read_text())) for name in PIPELINES}
+
+
+def _all_tasks(dag: dict, components_: dict) -> dict[str, str]:
+    """task name -> component name, through nested DAGs (ParallelFor, conditions)."""
+    found = {}
+    for name, task in (dag.get("tasks") or {}).items():
+        comp = task["componentRef"]["name"]
+        found[name] = comp
+        sub = components_.get(comp, {}).get("dag")
+        if sub:
+            found.update(_all_tasks(sub, components_))
+    return found
+
+
+def test_every_pipeline_compiles_and_loads_back(tmp_path: Path) -> None:
+    for path in compile_all(str(tmp_path)):
+        loaded = components.load_component_from_file(str(path))
+        assert loaded.name == path.stem
+
+
+def test_main_pipeline_tasks_and_runtimes(compiled: dict[str, list[dict]]) -> None:
+    spec, platform = compiled["optimize-and-deploy"]
+    tasks = _all_tasks(spec["root"]["dag"], spec["components"])
+    assert {"resolve-model", "compress"} <= set(tasks)
+    executors = spec["deploymentSpec"]["executors"]
+    image_of = {
+        task: executors[spec["components"][comp]["executorLabel"]]["container"]["image"]
+        for task, comp in tasks.items()
+        if "executorLabel" in spec["components"][comp]
+    }
+    assert image_of["compress"] == runtime_image("compress")
+    assert image_of["resolve-model"] == runtime_image("compress")
+    for image in image_of.values():
+        assert image.split("/")[-1].startswith("shipyard-")
+        assert ":latest" not in image
+    for executor in executors.values():
+        command = " ".join(executor["container"]["command"])
+        assert "pip install" not in command, "no pip installs at run time"
+
+
+def test_gpu_steps_carry_accelerator_and_platform_settings(compiled: dict[str, list[dict]]) -> None:
+    spec, platform = compiled["optimize-and-deploy"]
+    executors = spec["deploymentSpec"]["executors"]
+    compress_exec = spec["components"]["comp-compress"]["executorLabel"]
+    resources = executors[compress_exec]["container"]["resources"]
+    assert resources["accelerator"]["resourceType"] == "nvidia.com/gpu"
+    assert int(resources["accelerator"]["resourceCount"]) == 1
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][compress_exec]
+    assert k8s["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in k8s["tolerations"]
+    shm = k8s["emptyDirMounts"][0]
+    assert shm["mountPath"] == "/dev/shm" and shm["medium"] == "Memory"
+    assert any(s["secretName"] == "hf-token" and s["optional"] for s in k8s["secretAsEnv"])
+    resolve_exec = spec["components"]["comp-resolve-model"]["executorLabel"]
+    assert "accelerator" not in executors[resolve_exec]["container"].get("resources", {})
+
+
+def test_parameters_have_descriptions_for_the_ui(compiled: dict[str, list[dict]]) -> None:
+    spec, _ = compiled["optimize-and-deploy"]
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert {"model_uri", "recipes", "num_calibration_samples"} <= set(params)
+    for name, param in params.items():
+        assert param.get("description"), f"parameter {name} has no description"
+
+
+def test_image_registry_override(tmp_path: Path) -> None:
+    assert main(["compile", "--out", str(tmp_path), "--pipeline", "optimize-and-deploy", "--image-registry", "registry.example.com/ml"]) == 0
+    text = (tmp_path / "optimize-and-deploy.yaml").read_text()
+    assert "registry.example.com/ml/shipyard-compress:" in text
+
+
+def test_cluster_config_override(tmp_path: Path) -> None:
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text("gpu:\n  accelerator_type: amd.com/gpu\n  accelerator_count: 2\n  node_selector: {pool: mi300}\n")
+    compile_all(str(tmp_path / "out"), ["optimize-and-deploy"], cluster_config=str(cfg))
+    spec, platform = yaml.safe_load_all((tmp_path / "out" / "optimize-and-deploy.yaml").read_text())
+    label = spec["components"]["comp-compress"]["executorLabel"]
+    assert spec["deploymentSpec"]["executors"][label]["container"]["resources"]["accelerator"]["resourceType"] == "amd.com/gpu"
+    assert platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][label]["nodeSelector"]["labels"] == {"pool": "mi300"}

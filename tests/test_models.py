@@ -1,0 +1,55 @@
+"""Model URIs: parsing, local folders, offline hub, the embedded model's setup check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shipyard.errors import ShipyardError
+from shipyard.models import parse_model_uri
+from shipyard.runtimes import run_in_runtime
+
+
+@pytest.mark.parametrize(
+    ("uri", "scheme", "location", "revision"),
+    [
+        ("hf://HuggingFaceTB/SmolLM2-135M-Instruct@main", "hf", "HuggingFaceTB/SmolLM2-135M-Instruct", "main"),
+        ("s3://models/llama/8b/", "s3", "models/llama/8b", None),
+        ("oci://quay.io/org/model@sha256:" + "a" * 64, "oci", "quay.io/org/model@sha256:" + "a" * 64, None),
+        ("pvc://models-claim/llama", "pvc", "models-claim/llama", None),
+        ("embedded://smollm2-135m-instruct", "embedded", "smollm2-135m-instruct", None),
+        ("/data/model", "file", "/data/model", None),
+    ],
+)
+def test_parse(uri: str, scheme: str, location: str, revision: str | None) -> None:
+    parsed = parse_model_uri(uri)
+    assert (parsed.scheme, parsed.location, parsed.revision) == (scheme, location, revision)
+
+
+def test_unknown_scheme_names_the_field_and_the_choices() -> None:
+    with pytest.raises(ShipyardError) as err:
+        parse_model_uri("ftp://host/model")
+    assert str(err.value).startswith("model_uri: unknown URI scheme 'ftp://'")
+    assert "hf://" in str(err.value)
+
+
+def test_resolve_local_folder_copies_it(tiny_model: Path, tmp_path: Path) -> None:
+    info = run_in_runtime("compress", "shipyard.models:resolve_model", uri=str(tiny_model), out_dir=str(tmp_path / "m"))
+    assert info["architecture"] == "LlamaForCausalLM"
+    assert info["quantized"] is False
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["num_hidden_layers"] == 2
+
+
+def test_resolve_hub_offline_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ShipyardError) as err:
+        run_in_runtime("compress", "shipyard.models:resolve_model", uri="hf://no-such-org/no-such-model", out_dir=str(tmp_path / "m"))
+    assert str(err.value).startswith("model_uri: hf://no-such-org/no-such-model is not in the local Hugging Face cache")
+    assert not (tmp_path / "m").exists()
+
+
+def test_resolve_folder_without_config(tmp_path: Path) -> None:
+    (tmp_path / "bare").mkdir()
+    with pytest.raises(ShipyardError, match="has no config.json"):
+        run_in_runtime("compress", "shipyard.models:resolve_model", uri=str(tmp_path / "bare"), out_dir=str(tmp_path / "m"))
