@@ -40,6 +40,7 @@ import shutil
 import struct
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -648,6 +649,17 @@ class _HashingReader(io.RawIOBase):
 
 def _extract_models(blob: Path, layer: dict[str, Any], dest: Path, where: str) -> int:
     """Extract the ``models/`` entries of one layer into ``dest``, verifying the layer digest."""
+    try:
+        count, reader = _extract_stream(blob, layer, dest, where)
+    except (tarfile.TarError, zlib.error, EOFError, gzip.BadGzipFile) as err:
+        raise ShipyardError(where, f"layer {layer['digest'][:19]} is corrupt ({type(err).__name__})",
+                            "rebuild or re-push the image") from None
+    if "sha256:" + reader.sha.hexdigest() != layer["digest"]:
+        raise ShipyardError(where, f"layer {layer['digest'][:19]} does not match its digest", "rebuild or re-push the image")
+    return count
+
+
+def _extract_stream(blob: Path, layer: dict[str, Any], dest: Path, where: str) -> tuple[int, _HashingReader]:
     count = 0
     with open(blob, "rb") as raw:
         reader = _HashingReader(raw)
@@ -673,9 +685,7 @@ def _extract_models(blob: Path, layer: dict[str, Any], dest: Path, where: str) -
                     count += 1
         while buffered.read(1 << 20):
             pass
-    if "sha256:" + reader.sha.hexdigest() != layer["digest"]:
-        raise ShipyardError(where, f"layer {layer['digest'][:19]} does not match its digest", "rebuild or re-push the image")
-    return count
+    return count, reader
 
 
 def _materialise(manifest: dict[str, Any], get_blob: Any, dest: Path, where: str) -> dict[str, Any]:

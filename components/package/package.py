@@ -1,0 +1,94 @@
+"""Package step: the model folder as a digest-pinned OCI modelcar image or ORAS artifact.
+
+Builds an OCI image layout (no Docker engine), pushes it when a registry is given, and returns
+the digest-pinned reference the deploy step uses. See :mod:`shipyard.oci` for the image format
+and :mod:`shipyard.registry_auth` / :mod:`shipyard.registry_client` for credentials, TLS and
+retries.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from shipyard.errors import ShipyardError
+from shipyard.fsutil import atomic_dir
+
+MODES = ("modelcar", "oras")
+SUMMARY_JSON = "shipyard-package.json"
+SUMMARY_MD = "shipyard-package.md"
+SUMMARY_HTML = "shipyard-package.html"
+
+
+def _markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"# Packaged model ({result['mode']})",
+        "",
+        f"- **Reference (digest-pinned):** `{result['uri']}`",
+        f"- **Tag:** `{result['tag']}`" + (f" (`{result['tag_ref']}`)" if result.get("tag_ref") else ""),
+        f"- **Size:** {result['size_bytes'] / 1e6:.2f} MB in {len(result['layers'])} layers",
+        f"- **Model tree digest:** `{result['model_digest']}`",
+        "",
+        "| layer | media type | size (bytes) |",
+        "|---|---|---:|",
+    ]
+    lines += [f"| `{la['digest']}`{' ' + la['title'] if la.get('title') else ''} | {la['mediaType']} | {la['size']} |"
+              for la in result["layers"]]
+    lines += ["", "## Annotations", "", "| key | value |", "|---|---|"]
+    lines += [f"| {k} | {str(v).replace('|', '/')} |" for k, v in sorted(result["annotations"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def _html(md: str, result: dict[str, Any]) -> str:
+    rows = "".join(f"<tr><td><code>{html.escape(la['digest'])}</code> {html.escape(la.get('title', ''))}</td>"
+                   f"<td>{html.escape(la['mediaType'])}</td><td>{la['size']}</td></tr>" for la in result["layers"])
+    notes = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
+                    for k, v in sorted(result["annotations"].items()))
+    return (f"<html><body><h1>Packaged model ({html.escape(result['mode'])})</h1>"
+            f"<p>Reference: <code>{html.escape(result['uri'])}</code><br>Tag: <code>{html.escape(result['tag'])}</code><br>"
+            f"Size: {result['size_bytes']} bytes</p><table border=1><tr><th>layer</th><th>media type</th><th>size</th></tr>"
+            f"{rows}</table><h2>Annotations</h2><table border=1>{notes}</table></body></html>\n")
+
+
+def package_model(model_dir: str, out_dir: str, registry: str = "", repository: str = "", tag: str = "",
+                  mode: str = "modelcar", base_image: str = "", annotations: str | dict[str, Any] = "",
+                  insecure_tls: bool = False) -> dict[str, Any]:
+    """Build the modelcar (or ORAS artifact) of ``model_dir`` as an OCI layout at ``out_dir``.
+
+    With ``registry`` (``host[:port]``, ``http://host:port`` for plain HTTP) the image is pushed
+    to ``registry/repository:tag`` and ``uri`` is ``oci://REGISTRY/REPO@sha256:...``; with
+    ``registry=""`` the layout on disk is the result and ``uri`` is
+    ``oci:///ABS/OUT_DIR@sha256:...``. ``out_dir`` (layout plus ``shipyard-package.{json,md,html}``)
+    appears only when everything, the push included, succeeded.
+    """
+    from shipyard import oci
+
+    if mode not in MODES:
+        raise ShipyardError("mode", f"unknown mode {mode!r}", f"use one of {', '.join(MODES)}")
+    registry = (registry or "").strip()
+    repository = (repository or "").strip().strip("/")
+    if registry and not repository:
+        raise ShipyardError("repository", "is empty but a registry is given", "name the repository, e.g. team/my-model")
+    out = Path(out_dir)
+    with atomic_dir(out) as stage:
+        if mode == "modelcar":
+            built = oci.build_modelcar(model_dir, stage, tag=tag, base_image=base_image, annotations=annotations,
+                                       insecure_tls=insecure_tls)
+        else:
+            built = oci.build_oras_artifact(model_dir, stage, tag=tag, annotations=annotations)
+        result: dict[str, Any] = {k: built[k] for k in ("mode", "tag", "digest", "size_bytes", "layers", "annotations",
+                                                         "model_digest")}
+        if registry:
+            pushed = oci.push_layout(stage, registry, repository, built["tag"], insecure_tls=insecure_tls)
+            result.update(uri=pushed["uri"], tag_ref=pushed["tag_ref"], bytes_sent=pushed["bytes_sent"], registry=registry)
+        else:
+            result.update(uri=oci.layout_reference(out, built["digest"]), tag_ref="", bytes_sent=0, registry="")
+        result["layout"] = str(out.resolve())
+        result["files"] = built["files"]
+        md = _markdown(result)
+        (stage / SUMMARY_JSON).write_text(json.dumps(result, indent=2, sort_keys=True))
+        (stage / SUMMARY_MD).write_text(md)
+        (stage / SUMMARY_HTML).write_text(_html(md, result))
+    return result

@@ -1,0 +1,337 @@
+"""Modelcar and ORAS packaging against a real registry (Debian docker-registry) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from shipyard import oci
+from shipyard.errors import ShipyardError
+from shipyard.fsutil import sha256_file
+from shipyard.localregistry import LocalRegistry, free_port
+from shipyard.registry_client import RegistryClient
+
+needs_tools = pytest.mark.skipif(
+    not (shutil.which("docker-registry") and Path("/usr/bin/busybox").is_file()),
+    reason="apt-get install -y docker-registry busybox-static",
+)
+pytestmark = needs_tools
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[LocalRegistry]:
+    with LocalRegistry() as reg:
+        yield reg
+
+
+@pytest.fixture(scope="module")
+def auth_registry() -> Iterator[LocalRegistry]:
+    if not shutil.which("htpasswd"):
+        pytest.skip("apt-get install -y apache2-utils (htpasswd)")
+    with LocalRegistry(users={"shipper": "s3cret"}) as reg:
+        yield reg
+
+
+@pytest.fixture(autouse=True)
+def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHIPYARD_REGISTRY_RETRIES", "3")
+    monkeypatch.setenv("SHIPYARD_REGISTRY_BACKOFF", "0.05")
+    for name in ("SHIPYARD_REGISTRY_USERNAME", "SHIPYARD_REGISTRY_PASSWORD", "REGISTRY_AUTH_FILE", "DOCKER_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SHIPYARD_REGISTRY_AUTH_FILE", "/nonexistent/auth.json")
+
+
+@pytest.fixture(scope="module")
+def base_layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A base image layout built from Debian's busybox-static."""
+    out = tmp_path_factory.mktemp("base") / "busybox"
+    oci.build_base_layout(out, tag="1")
+    return out
+
+
+def skopeo(*args: str) -> str:
+    return subprocess.run(["skopeo", *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_modelcar_is_reproducible(tiny_model: Path, tmp_path: Path, base_layout: Path) -> None:
+    notes = {"source_model": "embedded://tiny", "recipe": "w4a16", "eval": {"acc": 0.5}}
+    first = oci.build_modelcar(tiny_model, tmp_path / "a", tag="v1", base_image=str(base_layout), annotations=notes)
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model, copy)  # new inodes, new mtimes, same bytes
+    for p in copy.rglob("*"):
+        os.utime(p, (1_700_000_000, 1_700_000_000))
+    second = oci.build_modelcar(copy, tmp_path / "b", tag="v1", base_image=str(base_layout), annotations=notes)
+    assert first["digest"] == second["digest"]
+    assert first["layers"] == second["layers"] and first["config_digest"] == second["config_digest"]
+    assert first["annotations"]["io.shipyard.model.recipe"] == "w4a16"
+    assert json.loads(first["annotations"]["io.shipyard.eval.summary"]) == {"acc": 0.5}
+
+    base_manifest = oci.Layout(base_layout).read_json(oci.Layout(base_layout).resolve("1")["digest"])
+    assert first["layers"][0]["digest"] == base_manifest["layers"][0]["digest"]  # base reused as is
+
+    # One changed byte changes only the model layer.
+    (copy / "config.json").write_text((copy / "config.json").read_text() + " ")
+    third = oci.build_modelcar(copy, tmp_path / "c", tag="v1", base_image=str(base_layout), annotations=notes)
+    assert third["layers"][0] == first["layers"][0] and third["layers"][1]["digest"] != first["layers"][1]["digest"]
+    assert third["digest"] != first["digest"]
+
+
+def test_push_pull_unpack_modelcar(tiny_model: Path, tmp_path: Path, registry: LocalRegistry, base_layout: Path) -> None:
+    built = oci.build_modelcar(tiny_model, tmp_path / "layout", tag="v1", base_image=str(base_layout),
+                               annotations={"pipeline_run": "run-42"})
+    pushed = oci.push_layout(tmp_path / "layout", registry.address, "team/tiny", "v1")
+    assert pushed["uri"] == f"oci://{registry.address}/team/tiny@{built['digest']}"
+    assert pushed["bytes_sent"] > 0 and pushed["layers"] == built["layers"]
+
+    # The manifest read back from the registry is byte-identical and pinned by the same digest.
+    client = RegistryClient(registry.address, "team/tiny")
+    raw, media = client.get_manifest("v1")
+    assert media == oci.MT_MANIFEST
+    assert raw == (tmp_path / "layout" / "blobs" / "sha256" / built["digest"][7:]).read_bytes()
+    assert json.loads(skopeo("inspect", "--tls-verify=false", f"docker://{registry.address}/team/tiny:v1"))["Digest"] == built["digest"]
+    assert client.tags() == ["v1"]
+
+    # Pushing the same bytes again sends nothing and keeps the digest.
+    again = oci.push_layout(tmp_path / "layout", registry.address, "team/tiny", "v1")
+    assert again["bytes_sent"] == 0 and again["digest"] == built["digest"]
+
+    # Copy back with skopeo, unpack the rootfs with umoci: /models holds the model, the base has sh/ln/sleep.
+    skopeo("copy", "--src-tls-verify=false", f"docker://{registry.address}/team/tiny@{built['digest']}", f"oci:{tmp_path / 'back'}:v1")
+    subprocess.run(["umoci", "unpack", "--rootless", "--image", f"{tmp_path / 'back'}:v1", str(tmp_path / "bundle")],
+                   check=True, capture_output=True)
+    rootfs = tmp_path / "bundle" / "rootfs"
+    assert tree_hashes(rootfs / "models") == tree_hashes(tiny_model)
+    for tool in ("sh", "ln", "sleep"):
+        assert (rootfs / "bin" / tool).is_symlink()
+    config = json.loads((tmp_path / "bundle" / "config.json").read_text())
+    assert config["process"]["user"]["uid"] == 1001
+    labels = json.loads(skopeo("inspect", "--tls-verify=false", "--config", f"docker://{registry.address}/team/tiny:v1"))
+    assert labels["config"]["Labels"]["io.shipyard.pipeline.run"] == "run-42"
+    assert labels["config"]["User"] == "1001"
+    if os.geteuid() == 0 and shutil.which("chroot"):
+        # What KServe's modelcar sidecar does, run with the image's own busybox.
+        out = subprocess.run(["chroot", str(rootfs), "/bin/sh", "-c", "ln -sf /models /tmp/m && ls /tmp/m/ && sleep 0"],
+                             check=True, capture_output=True, text=True).stdout.split()
+        assert "config.json" in out
+
+
+def test_pull_model_and_resolve(tiny_model: Path, tmp_path: Path, registry: LocalRegistry) -> None:
+    from shipyard.models import resolve_model
+
+    built = oci.build_modelcar(tiny_model, tmp_path / "layout")
+    assert built["tag"].startswith("model-")
+    pushed = oci.push_layout(tmp_path / "layout", registry.address, "team/resolve", built["tag"])
+    meta = resolve_model(pushed["uri"], str(tmp_path / "resolved"))
+    assert tree_hashes(tmp_path / "resolved") == tree_hashes(tiny_model)
+    assert meta["uri"] == pushed["uri"]
+
+    # The local-layout reference works too.
+    local = oci.layout_reference(tmp_path / "layout", built["digest"])
+    assert local == f"oci://{(tmp_path / 'layout').resolve()}@{built['digest']}"
+    info = oci.pull_model(local, tmp_path / "from-layout")
+    assert info["mode"] == "modelcar" and tree_hashes(tmp_path / "from-layout") == tree_hashes(tiny_model)
+
+
+def test_base_image_from_registry(tiny_model: Path, tmp_path: Path, registry: LocalRegistry, base_layout: Path) -> None:
+    oci.push_layout(base_layout, registry.address, "base/busybox", "1")
+    from_registry = oci.build_modelcar(tiny_model, tmp_path / "r", tag="v1", base_image=f"{registry.address}/base/busybox:1")
+    from_layout = oci.build_modelcar(tiny_model, tmp_path / "l", tag="v1", base_image=f"oci:{base_layout}:1")
+    assert from_registry["layers"] == from_layout["layers"]
+    assert from_registry["annotations"]["org.opencontainers.image.base.digest"] == \
+        from_layout["annotations"]["org.opencontainers.image.base.digest"]
+
+
+def test_oras_round_trip(tiny_model: Path, tmp_path: Path, registry: LocalRegistry) -> None:
+    import oras.provider
+
+    built = oci.build_oras_artifact(tiny_model, tmp_path / "layout", tag="v1", annotations={"recipe": "none"})
+    assert {la["title"] for la in built["layers"]} == set(tree_hashes(tiny_model))
+    assert oci.build_oras_artifact(tiny_model, tmp_path / "again", tag="v1")["layers"] == built["layers"]
+    pushed = oci.push_layout(tmp_path / "layout", registry.address, "team/tiny-oras", "v1")
+
+    # The oras client pulls it back with the folder tree.
+    client = oras.provider.Registry(hostname=registry.address, insecure=True)
+    manifest = client.get_manifest(f"{registry.address}/team/tiny-oras@{built['digest']}")
+    assert manifest["artifactType"] == oci.ARTIFACT_TYPE
+    client.pull(target=f"{registry.address}/team/tiny-oras:v1", outdir=str(tmp_path / "oras-pull"))
+    assert tree_hashes(tmp_path / "oras-pull") == tree_hashes(tiny_model)
+
+    info = oci.pull_model(pushed["uri"], tmp_path / "shipyard-pull")
+    assert info["mode"] == "oras" and tree_hashes(tmp_path / "shipyard-pull") == tree_hashes(tiny_model)
+
+
+# -- faults -----------------------------------------------------------------------------------
+def test_registry_unreachable(tiny_model: Path, tmp_path: Path) -> None:
+    oci.build_modelcar(tiny_model, tmp_path / "layout", tag="v1")
+    with pytest.raises(ShipyardError, match="unreachable after 3 attempts") as err:
+        oci.push_layout(tmp_path / "layout", f"127.0.0.1:{free_port()}", "team/x", "v1")
+    assert "\n" not in str(err.value) and "Connection refused" in str(err.value)
+    with pytest.raises(ShipyardError, match="unreachable"):
+        oci.pull_model(f"oci://127.0.0.1:{free_port()}/team/x@sha256:{'0' * 64}", tmp_path / "p")
+    assert not (tmp_path / "p").exists()
+
+
+def test_tls_is_verified_by_default() -> None:
+    client = RegistryClient("registry.example.com", "team/x")
+    assert client.session.verify is True and client.schemes == ["https"]
+    assert RegistryClient("registry.example.com", "team/x", insecure_tls=True).session.verify is False
+    with pytest.raises(ShipyardError, match="repository"):
+        RegistryClient("registry.example.com", "Team/X")
+
+
+def test_credentials(tiny_model: Path, tmp_path: Path, auth_registry: LocalRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    oci.build_modelcar(tiny_model, tmp_path / "layout", tag="v1")
+    with pytest.raises(ShipyardError, match="needs credentials") as err:
+        oci.push_layout(tmp_path / "layout", auth_registry.address, "team/secure", "v1")
+    assert "\n" not in str(err.value)
+
+    monkeypatch.setenv("SHIPYARD_REGISTRY_USERNAME", "shipper")
+    monkeypatch.setenv("SHIPYARD_REGISTRY_PASSWORD", "wrong")
+    with pytest.raises(ShipyardError, match="credentials were refused"):
+        oci.push_layout(tmp_path / "layout", auth_registry.address, "team/secure", "v1")
+
+    # A Kubernetes dockerconfigjson secret mounted as a file.
+    monkeypatch.delenv("SHIPYARD_REGISTRY_USERNAME")
+    monkeypatch.delenv("SHIPYARD_REGISTRY_PASSWORD")
+    secret = tmp_path / ".dockerconfigjson"
+    token = base64.b64encode(b"shipper:s3cret").decode()
+    secret.write_text(json.dumps({"auths": {f"http://{auth_registry.address}": {"auth": token}}}))
+    monkeypatch.setenv("SHIPYARD_REGISTRY_AUTH_FILE", str(secret))
+    pushed = oci.push_layout(tmp_path / "layout", auth_registry.address, "team/secure", "v1")
+    info = oci.pull_model(pushed["uri"], tmp_path / "pulled")
+    assert info["mode"] == "modelcar" and tree_hashes(tmp_path / "pulled") == tree_hashes(tiny_model)
+
+
+def test_incomplete_model_folder(tiny_model: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model, broken)
+    weights = sorted(broken.glob("*.safetensors"))
+    assert weights
+    for w in weights:
+        w.unlink()
+    with pytest.raises(ShipyardError, match=r"missing weights") as err:
+        oci.build_modelcar(broken, tmp_path / "out")
+    assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+    with pytest.raises(ShipyardError, match="missing config.json"):
+        shutil.rmtree(broken)
+        broken.mkdir()
+        (broken / "model.safetensors").write_bytes(b"x")
+        (broken / "tokenizer.json").write_text("{}")
+        oci.build_oras_artifact(broken, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_corrupt_layout_blob_is_caught(tiny_model: Path, tmp_path: Path) -> None:
+    built = oci.build_modelcar(tiny_model, tmp_path / "layout", tag="v1")
+    model_layer = tmp_path / "layout" / "blobs" / "sha256" / built["layers"][-1]["digest"][7:]
+    data = bytearray(model_layer.read_bytes())
+    data[-20] ^= 0xFF  # inside the gzip trailer area: bytes change, the digest no longer matches
+    model_layer.write_bytes(bytes(data))
+    with pytest.raises(ShipyardError, match="is corrupt|does not match its digest") as err:
+        oci.pull_model(oci.layout_reference(tmp_path / "layout", built["digest"]), tmp_path / "out")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+class FaultProxy:
+    """A real HTTP proxy in front of the registry that fails requests chosen by ``rule``.
+
+    ``rule(method, path)`` returns None (forward), an HTTP status to answer instead, or
+    "drop" to close the connection without an answer.
+    """
+
+    def __init__(self, upstream: str, rule: Callable[[str, str], int | str | None]) -> None:
+        self.upstream, self.rule, self.seen = upstream, rule, []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _handle(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.seen.append((self.command, self.path))
+                verdict = proxy.rule(self.command, self.path)
+                if verdict == "drop":
+                    self.close_connection = True
+                    return
+                if isinstance(verdict, int):
+                    self.send_response(verdict)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "connection")}
+                resp = requests.request(self.command, f"http://{proxy.upstream}{self.path}", headers=headers,
+                                        data=body, allow_redirects=False, timeout=30)
+                self.send_response(resp.status_code)
+                for k, v in resp.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                payload = b"" if self.command == "HEAD" else resp.content
+                self.send_header("Content-Length", str(len(payload) if self.command != "HEAD" else
+                                                       resp.headers.get("Content-Length", "0")))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_transient_errors_are_retried(tiny_model: Path, tmp_path: Path, registry: LocalRegistry) -> None:
+    built = oci.build_modelcar(tiny_model, tmp_path / "layout", tag="v1")
+    failures = {"left": 2}
+
+    def flaky(method: str, path: str) -> int | None:
+        if method == "PUT" and "/blobs/uploads/" in path and failures["left"] > 0:
+            failures["left"] -= 1
+            return 503
+        return None
+
+    with FaultProxy(registry.address, flaky) as proxy:
+        pushed = oci.push_layout(tmp_path / "layout", proxy.address, "team/flaky", "v1")
+    assert failures["left"] == 0 and pushed["digest"] == built["digest"]
+    assert RegistryClient(registry.address, "team/flaky").get_manifest("v1")[0]
+
+
+def test_interrupted_push_leaves_no_tag(tiny_model: Path, tmp_path: Path, registry: LocalRegistry) -> None:
+    oci.build_modelcar(tiny_model, tmp_path / "layout", tag="v1")
+
+    def cut_after_first_blob(method: str, path: str) -> str | None:
+        puts = [p for m, p in proxy.seen if m == "PUT"]
+        return "drop" if method == "PUT" and len(puts) > 1 else None
+
+    with FaultProxy(registry.address, cut_after_first_blob) as proxy:
+        with pytest.raises(ShipyardError, match="failed after 3 attempts") as err:
+            oci.push_layout(tmp_path / "layout", proxy.address, "team/cut", "v1")
+    assert "\n" not in str(err.value)
+    client = RegistryClient(registry.address, "team/cut")
+    assert client.tags() == []
+    with pytest.raises(ShipyardError, match="has no manifest 'v1'"):
+        client.get_manifest("v1")

@@ -1,0 +1,171 @@
+"""S3 round trips with the real minio client against moto's S3 server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shipyard import s3store
+from shipyard.errors import ShipyardError
+from shipyard.fsutil import sha256_file
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name in ("SHIPYARD_S3_SECRET_DIR", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "SHIPYARD_S3_INSECURE_TLS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SHIPYARD_S3_ENDPOINT", s3_server)
+    monkeypatch.setenv("SHIPYARD_S3_ACCESS_KEY", "testing")
+    monkeypatch.setenv("SHIPYARD_S3_SECRET_KEY", "testing")
+    monkeypatch.setenv("SHIPYARD_S3_REGION", "us-east-1")
+    monkeypatch.setenv("SHIPYARD_S3_BUCKET", "results")
+    return s3_server
+
+
+def _tree_hashes(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _make_bucket(name: str) -> None:
+    mc = s3store.client()
+    if not mc.bucket_exists(name):
+        mc.make_bucket(name)
+
+
+def test_model_upload_download_round_trip(s3_env: str, tiny_model: Path, tmp_path: Path) -> None:
+    _make_bucket("models")
+    up = s3store.upload_dir(tiny_model, "s3://models/tiny/v1")
+    assert up["objects"] == len(_tree_hashes(tiny_model)) and up["size_bytes"] > 0
+
+    dest = tmp_path / "downloaded"
+    down = s3store.download_prefix("s3://models/tiny/v1", dest)
+    assert _tree_hashes(dest) == _tree_hashes(tiny_model)
+    assert down["objects"] == up["objects"] and down["size_bytes"] == up["size_bytes"]
+    assert {f["check"] for f in down["files"]} == {"sha256"}
+    assert not list(tmp_path.glob(".downloaded.partial-*"))
+
+
+def test_resolve_model_from_s3(s3_env: str, tiny_model: Path, tmp_path: Path) -> None:
+    """The lead's resolve_model() goes through download_prefix for s3:// URIs."""
+    from shipyard.models import resolve_model
+
+    _make_bucket("models")
+    s3store.upload_dir(tiny_model, "s3://models/tiny/resolve")
+    meta = resolve_model("s3://models/tiny/resolve", str(tmp_path / "m"))
+    assert meta["uri"] == "s3://models/tiny/resolve"
+    assert _tree_hashes(tmp_path / "m") == _tree_hashes(tiny_model)
+
+
+def test_objects_without_sha_metadata_use_md5_etag(s3_env: str, tmp_path: Path) -> None:
+    _make_bucket("plain")
+    mc = s3store.client()
+    payload = b'{"architectures": ["X"]}'
+    mc.put_object("plain", "m/config.json", io.BytesIO(payload), len(payload))
+    down = s3store.download_prefix("s3://plain/m", tmp_path / "out")
+    assert down["files"][0]["check"] == "md5"
+    assert down["files"][0]["sha256"] == hashlib.sha256(payload).hexdigest()
+
+
+def test_checksum_mismatch_leaves_nothing(s3_env: str, tmp_path: Path) -> None:
+    _make_bucket("corrupt")
+    mc = s3store.client()
+    good = b"fine"
+    bad = b"these bytes are not what the checksum says"
+    mc.put_object("corrupt", "m/a.json", io.BytesIO(good), len(good), metadata={"sha256": hashlib.sha256(good).hexdigest()})
+    mc.put_object("corrupt", "m/b.bin", io.BytesIO(bad), len(bad), metadata={"sha256": "0" * 64})
+    dest = tmp_path / "out"
+    with pytest.raises(ShipyardError) as err:
+        s3store.download_prefix("s3://corrupt/m", dest)
+    assert "s3://corrupt/m/b.bin" in str(err.value) and "sha256 mismatch" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not dest.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_dest_untouched_on_failure(s3_env: str, tmp_path: Path) -> None:
+    dest = tmp_path / "keep"
+    dest.mkdir()
+    (dest / "old.txt").write_text("old")
+    with pytest.raises(ShipyardError, match="NoSuchBucket"):
+        s3store.download_prefix("s3://no-such-bucket/m", dest)
+    assert [p.name for p in dest.iterdir()] == ["old.txt"]
+
+
+def test_missing_bucket_and_empty_prefix(s3_env: str, tmp_path: Path) -> None:
+    with pytest.raises(ShipyardError, match="NoSuchBucket") as err:
+        s3store.download_prefix("s3://no-such-bucket/m", tmp_path / "x")
+    assert "\n" not in str(err.value)
+    _make_bucket("empty")
+    with pytest.raises(ShipyardError, match="no objects under s3://empty/nothing"):
+        s3store.download_prefix("s3://empty/nothing", tmp_path / "y")
+    f = tmp_path / "r.json"
+    f.write_text("{}")
+    with pytest.raises(ShipyardError, match="NoSuchBucket"):
+        s3store.upload_file(f, "s3://no-such-bucket/r.json")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_results_upload_to_configured_bucket(s3_env: str, tmp_path: Path) -> None:
+    _make_bucket("results")
+    results = tmp_path / "results"
+    (results / "reports").mkdir(parents=True)
+    (results / "eval.json").write_text('{"score": 0.5}')
+    (results / "reports" / "report.md").write_text("# report")
+    uri = s3store.results_uri("run-1", "evaluate")
+    assert uri == "s3://results/run-1/evaluate"
+    up = s3store.upload_dir(results, uri)
+    assert up["objects"] == 2
+    stat = s3store.client().stat_object("results", "run-1/evaluate/reports/report.md")
+    assert stat.content_type == "text/markdown"
+    back = s3store.download_prefix(uri, tmp_path / "back")
+    assert _tree_hashes(tmp_path / "back") == _tree_hashes(results) and back["objects"] == 2
+
+
+def test_unreachable_endpoint_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SHIPYARD_S3_ENDPOINT", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("SHIPYARD_S3_ACCESS_KEY", "a")
+    monkeypatch.setenv("SHIPYARD_S3_SECRET_KEY", "b")
+    monkeypatch.setenv("SHIPYARD_S3_REGION", "us-east-1")
+    with pytest.raises(ShipyardError, match="cannot reach S3 at http://127.0.0.1") as err:
+        s3store.download_prefix("s3://models/m", tmp_path / "out")
+    assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_config_from_secret_dir(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "accesskey").write_text("minio\n")
+    (secret / "secretkey").write_text("minio123\n")
+    cfg = s3store.load_config({"SHIPYARD_S3_ENDPOINT": "minio-service.kubeflow:9000", "SHIPYARD_S3_SECRET_DIR": str(secret)})
+    assert (cfg.endpoint, cfg.secure, cfg.access_key, cfg.secret_key, cfg.cert_check) == (
+        "minio-service.kubeflow:9000", True, "minio", "minio123", True)
+    cfg = s3store.load_config({"SHIPYARD_S3_ENDPOINT": "http://m:9000", "SHIPYARD_S3_INSECURE_TLS": "1"})
+    assert (cfg.secure, cfg.cert_check) == (False, False)
+    with pytest.raises(ShipyardError, match="SHIPYARD_S3_ENDPOINT"):
+        s3store.load_config({"SHIPYARD_S3_ENDPOINT": "ftp://x"})
+    with pytest.raises(ShipyardError, match="lacks accesskey"):
+        s3store.load_config({"SHIPYARD_S3_SECRET_DIR": str(tmp_path)})
