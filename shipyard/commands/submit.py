@@ -1,0 +1,47 @@
+"""``shipyard submit PIPELINE --host URL``: upload (or version) a pipeline and start a run on KFP."""
+
+from __future__ import annotations
+
+import argparse
+
+from shipyard.kfp_client import Kfp, compile_to_temp, parse_params
+
+
+def add_kfp_options(p: argparse.ArgumentParser) -> None:
+    """The connection options shared by submit, schedule and runs."""
+    p.add_argument("--host", help="KFP API URL, e.g. http://localhost:8080 (env KF_PIPELINES_ENDPOINT)")
+    p.add_argument("--token", help="bearer token (env KF_PIPELINES_TOKEN)")
+    p.add_argument("--cookie", help="session cookie 'name=value', e.g. authservice_session=... (env KF_PIPELINES_COOKIE)")
+    p.add_argument("--namespace", help="Kubeflow profile namespace (multi-user KFP)")
+    p.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
+
+
+def add_pipeline_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pipeline", metavar="PIPELINE", help="a pipeline name (see `shipyard compile`) or a compiled YAML file")
+    p.add_argument("--experiment", default="shipyard", help="KFP experiment (created if missing; default shipyard)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="pipeline parameter (repeatable); JSON values keep their type")
+
+
+def connect(args: argparse.Namespace) -> Kfp:
+    return Kfp(args.host, args.token, args.cookie, args.namespace, verify_ssl=not args.insecure)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("submit", help="upload a pipeline (or a new version of it) to KFP and start a run")
+    add_pipeline_options(p)
+    add_kfp_options(p)
+    p.add_argument("--run-name", default="", help="display name of the run (default: pipeline-version)")
+    p.set_defaults(func=_submit)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    params = parse_params(args.param)
+    kfp = connect(args)
+    package, tmp = compile_to_temp(args.pipeline)
+    with tmp:
+        result = kfp.submit(package, args.experiment, params, args.run_name)
+    state = "new version" if result["version_created"] else "existing version"
+    print(f"pipeline {package.name} ({state} {package.version_name}) run {result['run_id']}")
+    print(f"run: {result['url']}")
+    return 0

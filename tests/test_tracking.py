@@ -1,0 +1,211 @@
+"""MLflow tracking and registry against a real ``mlflow server`` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from mlflow_server import MlflowServer, free_port, shared_server
+
+from shipyard import registry
+from shipyard.components.track import track
+from shipyard.errors import ShipyardError
+from shipyard.tracking import Tracker, resolve_tracking_uri
+
+
+@pytest.fixture(scope="module")
+def server() -> MlflowServer:
+    return shared_server()
+
+
+@pytest.fixture(autouse=True)
+def _no_kfp_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KFP_MLFLOW_CONFIG", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def _step_files(tmp_path: Path) -> dict[str, str]:
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    (eval_dir / "lm_eval_results.json").write_text(json.dumps({
+        "results": {"arc_easy": {"acc,none": 0.61, "acc_stderr,none": 0.01, "alias": "arc_easy"},
+                    "wikitext": {"word_perplexity,none": 31.5}},
+        "higher_is_better": {"arc_easy": {"acc": True}, "wikitext": {"word_perplexity": False}},
+    }))
+    report = tmp_path / "report.md"
+    report.write_text("# Eval\n| task | acc |\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("quant_stage:\n  scheme: W4A16\n")
+    return {"eval": str(eval_dir), "report": str(report), "recipe": str(recipe)}
+
+
+def test_run_tree_params_metrics_artifacts(server: MlflowServer, tmp_path: Path) -> None:
+    kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
+    started = track.start_tracking(
+        server.url, "tree-test", "optimize-deploy", kfp_run,
+        json.dumps({"model_uri": "hf://org/tiny", "recipe": "w4a16", "vllm_args": ["--max-model-len", "512"]}),
+        json.dumps({"image.base": "sha256:abc"}),
+    )
+    parent = started["parent_run_id"]
+    assert started["tracking_uri"] == server.url
+    assert started["run_url"].startswith(f"{server.url}/#/experiments/")
+
+    files = _step_files(tmp_path)
+    eval_out = track.track_step(
+        server.url, parent, "evaluate", str(tmp_path / "out-eval"),
+        json.dumps({"eval_config": "smoke", "tasks": "arc_easy,wikitext"}), json.dumps({"oci.digest": "sha256:def"}),
+        metrics={"eval_wall_time_s": 12.5}, files={"results": files["eval"], "report": files["report"]},
+    )
+    bench_out = track.track_step(
+        server.url, parent, "benchmark", str(tmp_path / "out-bench"), json.dumps({"profile": "sweep"}), "",
+        metrics={"ttft_p95_ms": 120.0, "itl_p50_ms": 8.0, "throughput_tok_s": 900.0, "nan_is_dropped": float("nan")},
+        files={"recipe": files["recipe"]},
+    )
+    # A retried step reuses its nested run instead of making a second one.
+    again = track.track_step(server.url, parent, "benchmark", str(tmp_path / "out-bench2"), "", "",
+                             metrics={"throughput_tok_s": 900.0})
+    assert again["run_id"] == bench_out["run_id"]
+    assert track.finish_tracking(server.url, parent, "finished", json.dumps({"shipyard.gate": "passed"})) == "FINISHED"
+
+    client = MlflowClient(server.url)
+    prun = client.get_run(parent)
+    assert prun.info.status == "FINISHED"
+    assert prun.data.params["model_uri"] == "hf://org/tiny"
+    assert json.loads(prun.data.params["vllm_args"]) == ["--max-model-len", "512"]
+    assert prun.data.tags["shipyard.kfp_run_id"] == kfp_run
+    assert prun.data.tags["image.base"] == "sha256:abc"
+    assert prun.data.tags["shipyard.gate"] == "passed"
+    children = client.search_runs([prun.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent}'")
+    assert sorted(r.data.tags["shipyard.step"] for r in children) == ["benchmark", "evaluate"]
+    ev = client.get_run(eval_out["run_id"])
+    assert ev.info.status == "FINISHED"
+    assert ev.data.metrics["arc_easy/acc"] == pytest.approx(0.61)
+    assert ev.data.metrics["wikitext/word_perplexity"] == pytest.approx(31.5)
+    assert ev.data.metrics["eval_wall_time_s"] == 12.5
+    assert "arc_easy/acc_stderr" not in ev.data.metrics
+    assert ev.data.params["tasks"] == "arc_easy,wikitext"
+    assert ev.data.tags["oci.digest"] == "sha256:def"
+    listed = {a.path for a in client.list_artifacts(eval_out["run_id"], "evaluate")}
+    assert listed == {"evaluate/results", "evaluate/report.md"}
+    inner = {a.path for a in client.list_artifacts(eval_out["run_id"], "evaluate/results")}
+    assert inner == {"evaluate/results/lm_eval_results.json"}
+    downloaded = client.download_artifacts(eval_out["run_id"], "evaluate/report.md", str(tmp_path / "dl"))
+    assert Path(downloaded).read_text().startswith("# Eval")
+    bn = client.get_run(bench_out["run_id"])
+    assert bn.data.metrics["ttft_p95_ms"] == 120.0 and "nan_is_dropped" not in bn.data.metrics
+    assert {a.path for a in client.list_artifacts(bench_out["run_id"], "benchmark")} == {"benchmark/recipe.yaml"}
+    # The payload each step was about to log stays in its own output.
+    payload = json.loads((tmp_path / "out-eval" / track.PAYLOAD).read_text())
+    assert payload["metrics"]["arc_easy/acc"] == pytest.approx(0.61)
+
+    # The same KFP run id (a retried start step) reuses the parent run.
+    assert track.start_tracking(server.url, "tree-test", "optimize-deploy", kfp_run, "", "")["parent_run_id"] == parent
+
+
+def test_nested_under_kfp_plugin_parent(server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = MlflowClient(server.url)
+    exp_id = client.create_experiment(f"kfp-plugin-{uuid.uuid4().hex[:6]}")
+    kfp_parent = client.create_run(exp_id, run_name="kfp-run").info.run_id
+    monkeypatch.setenv("KFP_MLFLOW_CONFIG", json.dumps({
+        "endpoint": server.url + "/", "experimentId": exp_id, "parentRunId": kfp_parent, "authType": "none",
+    }))
+    started = track.start_tracking("", "ignored-when-plugin-set", "optimize-deploy", "run-xyz", "{}", "")
+    assert started["tracking_uri"] == server.url
+    run = client.get_run(started["parent_run_id"])
+    assert run.info.experiment_id == exp_id
+    assert run.data.tags["mlflow.parentRunId"] == kfp_parent
+    step = track.track_step("", started["parent_run_id"], "compress", "/tmp/unused-" + uuid.uuid4().hex, "", "",
+                            metrics={"size_ratio": 0.3})
+    assert client.get_run(step["run_id"]).data.tags["mlflow.parentRunId"] == started["parent_run_id"]
+
+
+def test_bad_plugin_config_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KFP_MLFLOW_CONFIG", "{not json")
+    with pytest.raises(ShipyardError, match="KFP_MLFLOW_CONFIG"):
+        resolve_tracking_uri("")
+
+
+def test_local_file_store_without_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHIPYARD_WORK_DIR", str(tmp_path))
+    started = track.start_tracking("", "local", "optimize-deploy", "", json.dumps({"recipe": "w8a8"}), "")
+    assert started["tracking_uri"] == (tmp_path / "mlruns").as_uri()
+    files = _step_files(tmp_path)
+    out = track.track_step("", started["parent_run_id"], "evaluate", str(tmp_path / "o"), "", "",
+                           files={"results": files["eval"]})
+    track.finish_tracking("", started["parent_run_id"])
+    client = MlflowClient(started["tracking_uri"])
+    assert client.get_run(out["run_id"]).data.metrics["arc_easy/acc"] == pytest.approx(0.61)
+    assert client.get_run(started["parent_run_id"]).info.status == "FINISHED"
+    assert (tmp_path / "mlruns").is_dir()
+    reg = track.register_model("", "local-model", "oci://registry.local/m@sha256:" + "a" * 64,
+                               started["parent_run_id"], "")
+    assert reg["aliases"] == ["candidate"]
+
+
+def test_registry_versions_aliases_and_rollback(server: MlflowServer) -> None:
+    name = f"tiny-w4a16-{uuid.uuid4().hex[:6]}"
+    parent = track.start_tracking(server.url, "registry", "optimize-deploy", "", "", "")["parent_run_id"]
+    v1 = track.register_model(server.url, name, "oci://reg.local/tiny@sha256:" + "1" * 64, parent,
+                              json.dumps({"oci.digest": "sha256:" + "1" * 64, "base_model": "hf://org/tiny"}))
+    assert v1["version"] == "1" and v1["aliases"] == ["candidate"]
+    # A retried register step reuses the version.
+    assert track.register_model(server.url, name, "oci://reg.local/tiny@sha256:" + "1" * 64, parent, "")["version"] == "1"
+    client = MlflowClient(server.url)
+    mv = client.get_model_version(name, "1")
+    assert mv.source.startswith("oci://") and mv.run_id == parent
+    assert mv.tags["base_model"] == "hf://org/tiny" and mv.tags["shipyard.pipeline_run_id"] == parent
+    assert client.get_run(parent).data.tags["shipyard.registered_version"] == "1"
+
+    assert track.promote_alias(server.url, name, "1") == {"candidate": "1", "production": "1"}
+    parent2 = track.start_tracking(server.url, "registry", "optimize-deploy", "", "", "")["parent_run_id"]
+    v2 = track.register_model(server.url, name, "s3://models/tiny/v2", parent2, "")
+    assert v2["version"] == "2"
+    assert track.promote_alias(server.url, name, "2") == {"candidate": "2", "production": "2", "previous": "1"}
+    v3 = track.register_model(server.url, name, "s3://models/tiny/v3", "", "")["version"]
+    assert track.promote_alias(server.url, name, v3) == {"candidate": "3", "production": "3", "previous": "2"}
+
+    assert track.rollback_alias(server.url, name, "deployment not Ready") == {
+        "candidate": "3", "production": "2", "previous": "1"}
+    assert client.get_model_version(name, "3").tags["shipyard.rollback_reason"] == "deployment not Ready"
+    assert track.rollback_alias(server.url, name) == {"candidate": "3", "production": "1"}
+    with pytest.raises(ShipyardError, match="no earlier production version"):
+        track.rollback_alias(server.url, name)
+    assert client.get_model_version_by_alias(name, "production").version == "1"
+
+
+def test_register_rejects_bad_input(server: MlflowServer) -> None:
+    with pytest.raises(ShipyardError, match="source_uri"):
+        track.register_model(server.url, "m", "/local/folder", "", "")
+    with pytest.raises(ShipyardError, match="model_version"):
+        track.promote_alias(server.url, f"nope-{uuid.uuid4().hex[:6]}", "7")
+    with pytest.raises(ShipyardError, match="params_json"):
+        track.start_tracking(server.url, "x", "p", "", "[1, 2", "")
+
+
+def test_unreachable_server_retries_then_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHIPYARD_MLFLOW_ATTEMPTS", "3")
+    monkeypatch.setenv("SHIPYARD_MLFLOW_BACKOFF_S", "0.05")
+    dead = f"http://127.0.0.1:{free_port()}"
+    files = _step_files(tmp_path)
+    before = Path(files["eval"], "lm_eval_results.json").read_bytes()
+    with pytest.raises(ShipyardError) as err:
+        track.track_step(dead, "0" * 32, "evaluate", str(tmp_path / "out"), '{"a": 1}', "",
+                         metrics={"x": 1.0}, files={"results": files["eval"]})
+    line = str(err.value)
+    assert "\n" not in line
+    assert f"cannot reach the tracking server {dead}" in line and "after 3 attempts" in line
+    assert "Connection refused" in line and "remain in its KFP artifacts" in line
+    # Nothing lost: the inputs are untouched and what was to be logged is in the step's output.
+    assert Path(files["eval"], "lm_eval_results.json").read_bytes() == before
+    payload = json.loads((tmp_path / "out" / track.PAYLOAD).read_text())
+    assert payload["metrics"]["arc_easy/acc"] == pytest.approx(0.61) and payload["params"] == {"a": 1}
+
+
+def test_server_down_mid_call_is_retried_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    tracker = Tracker(dead, attempts=2, backoff_s=0.01)
+    with pytest.raises(ShipyardError, match="to read the registered model after 2 attempts"):
+        registry.aliases(tracker, "m")
