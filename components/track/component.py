@@ -142,7 +142,7 @@ def promotion_gate(
     base_eval: Input[Artifact],
     decision: Output[Artifact],
     decision_report: Output[Markdown],
-) -> NamedTuple("Outputs", [("passed", bool), ("reason", str), ("champion_version", str)]):
+) -> bool:
     """Champion/challenger gate: the candidate vs the base model and vs the 'production' version.
 
     Promotes only if no accuracy metric is worse (recovery >= min_recovery vs base; not below
@@ -161,11 +161,13 @@ def promotion_gate(
         candidate_eval: The candidate's eval output (Metrics, evaluate folder or lm-eval JSON).
         candidate_bench: The candidate's benchmark output (Metrics or JSON of figures).
         base_eval: The base model's eval output.
-        decision: decision.json, decision.md, decision.html.
+        decision: decision.json, decision.md, decision.html; metadata: passed, reason, champion_version.
         decision_report: The decision as Markdown.
-    """
-    from collections import namedtuple
 
+    Returns:
+        True to promote. A single bool so that dsl.If can branch on it (also under kfp.local);
+        the reason is in the decision artifact's metadata, the report and the step log.
+    """
     from shipyard.components.track.track import read_figures
     from shipyard.runtimes import call_step
 
@@ -181,10 +183,10 @@ def promotion_gate(
     with open(f"{decision.path}/decision.md", encoding="utf-8") as src, \
             open(decision_report.path, "w", encoding="utf-8") as dst:
         dst.write(src.read())
-    decision.metadata.update({"passed": out["passed"], "reason": out["reason"]})
+    decision.metadata.update({"passed": out["passed"], "reason": out["reason"],
+                              "champion_version": out["champion_version"]})
     print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"])
-    return namedtuple("Outputs", ["passed", "reason", "champion_version"])(
-        out["passed"], out["reason"], out["champion_version"])
+    return bool(out["passed"])
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
