@@ -46,7 +46,7 @@ def track_local(tracking_uri: str, model_name: str, source_uri: str, slos_json: 
                                 champion_tolerance=0.0, candidate_eval=cand.outputs["metrics"],
                                 candidate_bench=bench.outputs["metrics"], base_eval=base.outputs["metrics"])
     prod = track.set_production(tracking_uri=uri, model_name=model_name, version=reg.outputs["version"],
-                                gate_passed=gate.output)
+                                gate_passed=gate.outputs["Output"])
     track.finish_tracking(tracking_uri=uri, parent_run_id=parent, status="FINISHED",
                           tags_json='{"shipyard.gate": "passed"}').after(prod)
 
