@@ -1,0 +1,90 @@
+"""The deploy step: render -> validate -> write the manifest -> (apply, wait, roll back).
+
+Shared by the KFP component and ``shipyard deploy``. A dry run stops after the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shipyard.components.deploy.config import parse_config
+from shipyard.components.deploy.render import load_model_config, render, to_yaml
+from shipyard.components.deploy.validate import require_valid
+from shipyard.errors import ShipyardError
+from shipyard.fsutil import atomic_write_text
+
+APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": 30.0}
+
+
+def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:
+    """Separate ``deploy_config["apply"]`` (wait/poll/grace/API timeouts) from render parameters."""
+    if isinstance(deploy_config, str):
+        try:
+            data = json.loads(deploy_config) if deploy_config.strip() else {}
+        except json.JSONDecodeError as err:
+            raise ShipyardError("deploy_config", f"is not valid JSON: {err.msg} at char {err.pos}",
+                                "pass a JSON object, e.g. '{\"mode\": \"pd\"}'") from None
+    else:
+        data = dict(deploy_config or {})
+    if not isinstance(data, dict):
+        raise ShipyardError("deploy_config", "must be a JSON object", "pass e.g. '{\"replicas\": 2}'")
+    options = data.pop("apply", None) or {}
+    unknown = sorted(set(options) - set(APPLY_KEYS))
+    if unknown:
+        raise ShipyardError(f"deploy_config.apply.{unknown[0]}", "is not an apply option", f"use {sorted(APPLY_KEYS)}")
+    merged = {k: float(options.get(k, v)) for k, v in APPLY_KEYS.items()}
+    if any(v <= 0 for k, v in merged.items() if k != "false_grace_s"):
+        raise ShipyardError("deploy_config.apply", "timeouts and poll interval must be positive", "use seconds > 0")
+    return data, merged
+
+
+def run_deploy(
+    *,
+    deploy_config: str | dict[str, Any] | None,
+    manifest_path: str,
+    dry_run: bool = True,
+    model_dir: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Render and validate the deployment, write it to ``manifest_path`` and, unless
+    ``dry_run``, apply it and wait. ``overrides`` (name, model_uri, namespace, replicas, ...)
+    win over ``deploy_config``. Returns url, status, name, namespace and the manifest path."""
+    params, options = split_apply_options(deploy_config)
+    cfg = parse_config(params, **overrides)
+    model_config = load_model_config(model_dir) if model_dir else None
+    docs = render(cfg, model_config)
+    require_valid(docs)
+    text = to_yaml(docs)
+    if manifest_path == "-":
+        print(text, end="")
+    else:
+        atomic_write_text(manifest_path, text)
+    result: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "manifest": manifest_path,
+                              "kinds": [d["kind"] for d in docs], "mode": cfg.mode, "url": "", "status": "DryRun",
+                              "planned": model_config is not None}
+    if dry_run:
+        return result
+    from shipyard.components.deploy.apply import Kube, api_client, deploy
+
+    kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
+    try:
+        outcome = deploy(docs, kube, wait_timeout_s=options["wait_timeout_s"], poll_s=options["poll_s"],
+                         false_grace_s=options["false_grace_s"])
+    finally:
+        kube.close()
+    result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
+    return result
+
+
+def manifest_summary(path: str | Path) -> str:
+    """A short Markdown description of a written manifest (for the KFP UI)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    lines = ["| kind | name | namespace |", "| --- | --- | --- |"]
+    lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,72 @@
+"""``shipyard deploy``: render a KServe LLMInferenceService; apply, wait and roll back unless --dry-run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+
+from shipyard.errors import ShipyardError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("deploy", help="render (and apply) a KServe LLMInferenceService with llm-d P/D",
+                       description="Render a validated LLMInferenceService; with a cluster, server-side apply it, "
+                                   "wait for Ready and roll back on failure.")
+    p.add_argument("--name", required=True, help="LLMInferenceService name")
+    p.add_argument("--model-uri", required=True, help="oci://...@sha256:..., hf://, s3:// or pvc://")
+    p.add_argument("--namespace", help="target namespace (default: deploy params, else 'default')")
+    p.add_argument("--prefill-replicas", type=int, help="prefill pods (> 0 selects prefill/decode disaggregation)")
+    p.add_argument("--decode-replicas", type=int, dest="replicas", help="decode (or aggregated) pods")
+    p.add_argument("--tensor-parallel", type=int, help="tensor-parallel size (GPUs per model copy)")
+    p.add_argument("--gpus", type=int, help="GPUs per pod (default: tensor-parallel x data-local)")
+    p.add_argument("--preset", help="a deploy preset from components/deploy/presets (e.g. pd-nixl)")
+    p.add_argument("--params-file", help="YAML/JSON file of deploy parameters (the deploy_config object)")
+    p.add_argument("--model-dir", help="model folder whose config.json sizes vLLM through the memory planner")
+    p.add_argument("--gpu-memory-gib", type=float, help="memory of one GPU in GiB (for the planner)")
+    p.add_argument("--allow-mutable-tag", action="store_true", default=None, help="accept an oci:// tag instead of a digest")
+    p.add_argument("-o", "--output", default="-", help="manifest file (default: stdout)")
+    p.add_argument("--dry-run", action="store_true", help="only render and validate; no cluster needed")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--wait-timeout", type=float, help="seconds to wait for Ready (default 1200)")
+    p.set_defaults(func=_deploy)
+
+
+def _params(path: str | None) -> dict:
+    if not path:
+        return {}
+    file = Path(path)
+    if not file.is_file():
+        raise ShipyardError("--params-file", f"{path} does not exist", "give a YAML or JSON file of deploy parameters")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ShipyardError("--params-file", f"{path} is not valid YAML: {str(err).splitlines()[0]}", "fix the file") from None
+    if not isinstance(data, dict):
+        raise ShipyardError("--params-file", f"{path} must hold a mapping", "write key: value pairs")
+    return data
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from shipyard.components.deploy.step import run_deploy
+
+    params = _params(args.params_file)
+    if args.preset:
+        params["preset"] = args.preset
+    if args.wait_timeout is not None:
+        params.setdefault("apply", {})["wait_timeout_s"] = args.wait_timeout
+    if args.output == "-" and not args.dry_run:
+        raise ShipyardError("--output", "is required when applying to a cluster", "give -o FILE to keep the applied manifest")
+    result = run_deploy(
+        deploy_config=params, manifest_path=args.output, dry_run=args.dry_run, model_dir=args.model_dir,
+        kubeconfig=args.kubeconfig, context=args.context, name=args.name, model_uri=args.model_uri,
+        namespace=args.namespace, prefill_replicas=args.prefill_replicas, replicas=args.replicas,
+        tensor_parallel=args.tensor_parallel, gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib,
+        allow_mutable_tag=args.allow_mutable_tag,
+    )
+    if args.output != "-":
+        print(json.dumps(result))
+    return 0

@@ -1,0 +1,185 @@
+"""Apply / wait / rollback against the HTTP test double of the Kubernetes API (tests/k8s_double.py).
+
+The kubernetes client is the real one (DynamicClient discovery, server-side apply), pointed at
+a real HTTP server on 127.0.0.1 through a kubeconfig; only the server is a double.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from k8s_double import K8sDouble, by_model_uri, fails_with, ready_after
+
+from shipyard.cli import main
+from shipyard.components.deploy.apply import LAST_GOOD, DeployFailed, Kube, api_client, deploy
+from shipyard.components.deploy.config import parse_config
+from shipyard.components.deploy.render import render
+from shipyard.errors import ShipyardError
+
+OLD = "oci://registry.example/models/qwen@sha256:" + "0" * 64
+NEW = "oci://registry.example/models/qwen@sha256:" + "1" * 64
+KEY = ("llminferenceservices", "serving", "llm")
+
+
+@pytest.fixture
+def double():
+    with K8sDouble() as server:
+        yield server
+
+
+@pytest.fixture
+def kube(double, tmp_path):
+    config = double.kubeconfig(tmp_path / "kubeconfig", namespace="serving")
+    client = Kube(api_client(str(config), timeout_s=5), timeout_s=5)
+    yield client
+    client.close()
+
+
+def docs(uri: str = NEW, **params):
+    return render(parse_config({"name": "llm", "namespace": "serving", "model_uri": uri, "prefill_replicas": 1, **params}))
+
+
+def run(kube, manifest, log=None, **kw):
+    lines = [] if log is None else log
+    options = {"wait_timeout_s": 5, "poll_s": 0.01, "false_grace_s": 0, **kw}
+    return deploy(manifest, kube, log=lines.append, **options)
+
+
+def test_first_deploy_waits_for_ready_and_streams_conditions(double, kube):
+    double.script("llm", ready_after(3, url="http://gw.example/serving/llm"))
+    lines: list[str] = []
+    outcome = run(kube, docs(), lines)
+    assert outcome.status == "Ready" and outcome.url == "http://gw.example/serving/llm"
+    stored = double.get(*KEY)
+    assert stored["spec"]["model"]["uri"] == NEW
+    assert stored["metadata"]["managedFields"][0]["manager"] == "shipyard"
+    assert json.loads(stored["metadata"]["annotations"][LAST_GOOD])["spec"]["model"]["uri"] == NEW
+    changes = [line for line in lines if "WorkloadsReady" in line]
+    assert "Unknown (Progressing" in changes[0] and changes[-1].endswith("WorkloadsReady=True")
+    assert ("PATCH", "/apis/serving.kserve.io/v1alpha2/namespaces/serving/llminferenceservices/llm") in double.requests
+    assert ("GET", "/apis") in double.requests  # discovery
+
+
+def test_failed_update_rolls_back_to_the_last_good_spec(double, kube):
+    double.script("llm", by_model_uri({NEW: fails_with("MainWorkloadReady", "CrashLoopBackOff",
+                                                       "vllm exited: CUDA out of memory", after=2)},
+                                      default=ready_after(1)))
+    run(kube, docs(OLD))
+    generation = double.get(*KEY)["metadata"]["generation"]
+    with pytest.raises(DeployFailed) as info:
+        run(kube, docs(NEW))
+    err = info.value
+    assert err.action == "rolled-back"
+    assert "MainWorkloadReady=False CrashLoopBackOff: vllm exited: CUDA out of memory" in str(err)
+    assert "rolled back to the previous spec" in str(err) and "\n" not in str(err)
+    stored = double.get(*KEY)
+    assert stored["spec"]["model"]["uri"] == OLD
+    assert stored["metadata"]["generation"] == generation + 2  # the bad spec, then the restored one
+    assert json.loads(stored["metadata"]["annotations"][LAST_GOOD])["spec"]["model"]["uri"] == OLD
+
+
+def test_failed_first_deploy_is_deleted(double, kube):
+    double.script("llm", fails_with("WorkloadsReady", "ImagePullBackOff", "no such image"))
+    with pytest.raises(DeployFailed) as info:
+        run(kube, docs())
+    assert info.value.action == "deleted" and "ImagePullBackOff" in str(info.value)
+    assert double.get(*KEY) is None
+
+
+def test_presets_combined_false_fails_at_once(double, kube):
+    double.script("llm", fails_with("PresetsCombined", "ConfigNotFound", 'LLMInferenceServiceConfig "nope" not found'))
+    with pytest.raises(DeployFailed, match="PresetsCombined=False ConfigNotFound"):
+        run(kube, docs(base_refs=["nope"]), false_grace_s=3600, wait_timeout_s=60)
+    assert double.get(*KEY) is None
+
+
+def test_false_condition_within_grace_is_waited_out(double, kube):
+    def script(obj, n):
+        return fails_with("WorkloadsReady", "MinimumReplicasUnavailable", "0/1 ready")(obj, n) if n < 3 \
+            else ready_after(0)(obj, n)
+
+    double.script("llm", script)
+    assert run(kube, docs(), false_grace_s=30).status == "Ready"
+
+
+def test_timeout_rolls_back(double, kube):
+    double.script("llm", ready_after(10**9))
+    with pytest.raises(DeployFailed, match=r"not Ready after 0.3s") as info:
+        run(kube, docs(), wait_timeout_s=0.3)
+    assert info.value.action == "deleted" and double.get(*KEY) is None
+
+
+def test_missing_rbac_is_one_line_and_applies_nothing(double, kube):
+    double.forbid("PATCH", "llminferenceservices")
+    with pytest.raises(ShipyardError) as info:
+        run(kube, docs())
+    err = info.value
+    assert err.field == "kubernetes RBAC" and "403" in err.problem and "manifests/base/rbac" in err.fix
+    assert double.get(*KEY) is None and "\n" not in str(err)
+
+
+def test_api_server_timeout_leaves_nothing_half_applied(double, tmp_path):
+    double.script("llm", ready_after(0))
+    double.delay("PATCH", 2.0)  # the double commits the object, then answers too late
+    client = Kube(api_client(str(double.kubeconfig(tmp_path / "kc")), timeout_s=0.5), timeout_s=0.5)
+    try:
+        with pytest.raises(DeployFailed, match="timed out after 0.5s") as info:
+            run(client, docs())
+    finally:
+        client.close()
+    assert info.value.action == "deleted" and double.get(*KEY) is None
+
+
+def test_unreachable_api_server(tmp_path):
+    with K8sDouble() as gone:
+        config = gone.kubeconfig(tmp_path / "kc")
+    client = Kube(api_client(str(config), timeout_s=1), timeout_s=1)
+    with pytest.raises(ShipyardError, match="unreachable") as info:
+        run(client, docs())
+    assert "\n" not in str(info.value)
+
+
+def test_double_rejects_schema_violations_like_an_api_server(double, kube):
+    res = kube.resource("serving.kserve.io/v1alpha2", "LLMInferenceService")
+    bad = docs()[0]
+    bad["spec"]["replicaz"] = 3
+    with pytest.raises(ShipyardError, match=r"rejected the object.*replicaz"):
+        kube.apply(res, bad)
+    assert double.get(*KEY) is None
+
+
+def test_parallelism_size_is_immutable(double, kube):
+    double.script("llm", ready_after(0))
+    run(kube, docs(data_parallel=16, data_local=8, prefill_replicas=0))
+    before = double.get(*KEY)["metadata"]["generation"]
+    with pytest.raises(ShipyardError, match="immutable"):
+        run(kube, docs(data_parallel=8, data_local=8, prefill_replicas=0))
+    assert double.get(*KEY)["metadata"]["generation"] == before
+
+
+def test_keda_scaled_objects_follow_readiness(double, kube):
+    double.script("llm", ready_after(1))
+    run(kube, docs(scaling={"mode": "keda", "max_replicas": 6}))
+    assert double.get("scaledobjects", "serving", "llm-decode")["spec"]["maxReplicaCount"] == 6
+    assert double.get("scaledobjects", "serving", "llm-prefill")["spec"]["scaleTargetRef"]["name"] == "llm-kserve-prefill"
+
+
+def test_missing_keda_crd_is_refused_before_applying(double, kube):
+    double.served_groups.discard("keda.sh")
+    with pytest.raises(ShipyardError, match="does not serve keda.sh/v1alpha1 ScaledObject"):
+        run(kube, docs(scaling={"mode": "keda"}))
+    assert double.get(*KEY) is None
+
+
+def test_cli_deploy_against_a_kubeconfig(double, tmp_path, capsys):
+    double.script("llm", ready_after(1, url="http://gw.example/serving/llm"))
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"namespace": "serving", "apply": {"poll_s": 0.01, "wait_timeout_s": 10}}))
+    out = tmp_path / "applied.yaml"
+    code = main(["deploy", "--name", "llm", "--model-uri", NEW, "--prefill-replicas", "1", "--params-file", str(params),
+                 "--kubeconfig", str(double.kubeconfig(tmp_path / "kc")), "-o", str(out)])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["status"] == "Ready" and result["url"] == "http://gw.example/serving/llm"
+    assert out.is_file() and double.get(*KEY) is not None
