@@ -1,0 +1,103 @@
+"""KFP wrappers of the evaluate step and the accuracy gate (logic in evaluate.py and gate.py)."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Artifact, Input, Markdown, Metrics, Model, Output
+
+from shipyard.runtimes import runtime_image
+
+
+@dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
+def evaluate_hf(
+    model: Input[Model],
+    eval_config: str,
+    results: Output[Artifact],
+    metrics: Output[Metrics],
+    table: Output[Markdown],
+):
+    """Evaluate a model with lm-eval's Hugging Face backend (in-process transformers).
+
+    eval_config: JSON, e.g. {"tasks": ["shipyard_offline"], "limit": 20, "num_fewshot": 0,
+    "batch_size": 8, "apply_chat_template": false, "seed": 1234, "gen_kwargs": {}}. results: a
+    folder with summary.json (config hash, model identity, scores) and lm_eval_results.json.
+    A result for the same model content and config is reused from the cache.
+    """
+    from shipyard.runtimes import call_step
+
+    out = call_step(
+        "compress",
+        "shipyard.components.evaluate.evaluate:evaluate_step",
+        model_dir=model.path,
+        eval_config=eval_config,
+        out_dir=results.path,
+        table_path=table.path,
+        backend="hf",
+    )
+    results.metadata.update(out["metadata"])
+    for key, value in out["metrics"].items():
+        metrics.log_metric(key, value)
+
+
+@dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
+def evaluate_vllm(
+    model: Input[Model],
+    eval_config: str,
+    results: Output[Artifact],
+    metrics: Output[Metrics],
+    table: Output[Markdown],
+):
+    """Evaluate a model through a vLLM OpenAI server (lm-eval local-completions) started from it.
+
+    Same eval_config and outputs as evaluate_hf; the server runs on 127.0.0.1 for the step's
+    duration only. Use the same backend for base and candidate: the gate refuses to compare
+    results of different configs.
+    """
+    from shipyard.runtimes import call_step
+
+    out = call_step(
+        "vllm",
+        "shipyard.components.evaluate.evaluate:evaluate_step",
+        model_dir=model.path,
+        eval_config=eval_config,
+        out_dir=results.path,
+        table_path=table.path,
+        backend="openai",
+    )
+    results.metadata.update(out["metadata"])
+    for key, value in out["metrics"].items():
+        metrics.log_metric(key, value)
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def accuracy_gate(
+    base_results: Input[Artifact],
+    candidate_results: Input[Artifact],
+    thresholds: str,
+    report: Output[Markdown],
+    metrics: Output[Metrics],
+) -> NamedTuple("Outputs", [("passed", bool), ("reason", str)]):
+    """Promote the candidate only if it recovers the base's scores (fails closed).
+
+    thresholds: JSON, e.g. {"min_recovery": 0.99, "stderr_k": 2, "metrics": {"shipyard_prose_ppl:
+    word_perplexity": {"gate": false}, "acc_norm": 0.97}}; empty means 0.99 on every metric.
+    Returns passed (drive dsl.If with it) and the reason, e.g. which metric failed by how much.
+    Missing or unreadable results, or results of different eval configs, give passed=False.
+    """
+    from collections import namedtuple
+
+    from shipyard.runtimes import call_step
+
+    out = call_step(
+        "base",
+        "shipyard.components.evaluate.gate:run_gate",
+        base_results=base_results.path,
+        candidate_results=candidate_results.path,
+        thresholds=thresholds,
+        report_path=report.path,
+    )
+    for key, value in out["metrics"].items():
+        metrics.log_metric(key, value)
+    print(f"accuracy gate: {out['reason']}", flush=True)
+    outputs = namedtuple("Outputs", ["passed", "reason"])
+    return outputs(bool(out["passed"]), str(out["reason"]))

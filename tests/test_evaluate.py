@@ -1,0 +1,230 @@
+"""The evaluate step: real lm-eval on the tiny model (hf in the compress runtime, openai through
+vLLM in the vllm runtime), the results layout, the base-result cache and bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from shipyard.components.evaluate.config import SUITE_DIR, parse_eval_config
+from shipyard.components.evaluate.gate import run_gate
+from shipyard.errors import ShipyardError
+from shipyard.runtimes import run_in_runtime
+
+TARGET = "shipyard.components.evaluate.evaluate:evaluate_model"
+SUITE_TASKS = ["shipyard_arithmetic_mc", "shipyard_capitals_gen", "shipyard_capitals_mc",
+               "shipyard_opposites_mc", "shipyard_prose_ppl"]
+SMALL = {"limit": 4, "tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"]}
+
+
+def evaluate(model: Path, config: dict, out: Path, backend: str = "hf") -> dict:
+    runtime = "compress" if backend == "hf" else "vllm"
+    return run_in_runtime(runtime, TARGET, model_dir=str(model), eval_config=json.dumps(config),
+                          out_dir=str(out), backend=backend)
+
+
+@pytest.fixture(scope="module")
+def eval_cache(tmp_path_factory: pytest.TempPathFactory):
+    """A private shipyard cache for this module (the step's child processes inherit it)."""
+    root = tmp_path_factory.mktemp("shipyard-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHIPYARD_CACHE", str(root))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def base_run(tiny_model: Path, eval_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """The whole offline suite on the tiny model, with samples: evaluated once for the module."""
+    out = tmp_path_factory.mktemp("eval") / "base"
+    return evaluate(tiny_model, {"limit": 4, "log_samples": True}, out), out
+
+
+def test_hf_backend_evaluates_the_offline_suite(base_run: tuple[dict, Path], tiny_model: Path) -> None:
+    summary, out = base_run
+    assert sorted(summary["scores"]) == SUITE_TASKS
+    assert summary["backend"] == "hf" and summary["cached"] is False
+    assert summary["config"]["backend"] == "hf" and summary["config"]["limit"] == 4
+    assert summary["n_samples"] == dict.fromkeys(SUITE_TASKS, 4)
+    mc = summary["scores"]["shipyard_capitals_mc"]["acc,none"]
+    assert 0.0 <= mc["value"] <= 1.0 and mc["stderr"] is not None and mc["higher_is_better"] is True
+    assert summary["scores"]["shipyard_capitals_gen"]["exact_match,contains"]["filter"] == "contains"
+    ppl = summary["scores"]["shipyard_prose_ppl"]
+    assert ppl["word_perplexity,none"]["higher_is_better"] is False and ppl["word_perplexity,none"]["value"] > 1.0
+    assert len(summary["config_hash"]) == 64
+    assert summary["model_identity"]["files"] >= 3
+    # results layout: shipyard's summary, lm-eval's raw JSON, samples per task
+    assert json.loads((out / "summary.json").read_text()) == summary
+    raw = json.loads((out / "lm_eval_results.json").read_text())
+    assert raw["results"]["shipyard_capitals_mc"]["acc,none"] == mc["value"]
+    assert "samples" not in raw
+    assert sorted(p.stem for p in (out / "samples").iterdir()) == SUITE_TASKS
+    rows = [json.loads(line) for line in (out / "samples" / "shipyard_capitals_gen.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r["filter"] == "contains" for r in rows)
+
+
+def test_contains_filter_scores_a_generation_that_contains_the_answer() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("suite_utils", SUITE_DIR / "utils.py")
+    assert spec and spec.loader
+    utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(utils)
+    docs = [{"answer": "Paris"}, {"answer": "Rome", "aliases": ["Roma"]}, {"answer": "Oslo"}]
+    resps = [[" The capital is paris."], ["Roma, of course"], ["Stockholm"]]
+    assert utils.contains_answer(resps, docs) == [["Paris"], ["Rome"], ["Stockholm"]]
+
+
+def test_base_result_is_cached_and_reused(base_run: tuple[dict, Path], tiny_model: Path, eval_cache: Path,
+                                          tmp_path: Path) -> None:
+    first, _ = base_run
+    entry = eval_cache / "eval" / first["cache_key"]
+    assert (entry / "summary.json").is_file()
+    again = evaluate(tiny_model, {"limit": 4, "log_samples": True}, tmp_path / "again")
+    assert again["cached"] is True
+    assert again["evaluated_at"] == first["evaluated_at"]  # not re-run: the first run's record
+    assert again["scores"] == first["scores"] and again["config_hash"] == first["config_hash"]
+    assert (tmp_path / "again" / "lm_eval_results.json").is_file()
+    # "cache": false forces a fresh run; it is not part of the config hash
+    fresh = evaluate(tiny_model, {"limit": 4, "log_samples": True, "cache": False}, tmp_path / "fresh")
+    assert fresh["cached"] is False and fresh["config_hash"] == first["config_hash"]
+    assert fresh["evaluated_at"] >= first["evaluated_at"]
+    assert fresh["scores"] == first["scores"]  # deterministic on CPU
+    # different model content -> different identity -> no cache hit
+    other = tmp_path / "other-model"
+    shutil.copytree(tiny_model, other)
+    (other / "shipyard-model.json").write_text(json.dumps({"source": "edited copy"}))
+    changed = evaluate(other, {"limit": 4, "log_samples": True}, tmp_path / "changed")
+    assert changed["cached"] is False
+    assert changed["model_identity"]["sha256"] != first["model_identity"]["sha256"]
+
+
+def test_gate_on_real_results(base_run: tuple[dict, Path], tmp_path: Path) -> None:
+    _, base_dir = base_run
+    passed = run_gate(str(base_dir), str(base_dir), "", str(tmp_path / "pass.md"))
+    assert passed["passed"] is True, passed["reason"]
+    failed = run_gate(str(base_dir), str(base_dir), json.dumps({"min_recovery": 1.5}), str(tmp_path / "fail.md"))
+    assert failed["passed"] is False
+    assert "recovery 1.0000 < 1.5" in failed["reason"]
+    assert "| shipyard_prose_ppl | word_perplexity ↓ |" in (tmp_path / "fail.md").read_text()
+
+
+def test_different_config_results_are_refused_by_the_gate(base_run: tuple[dict, Path], tiny_model: Path,
+                                                          tmp_path: Path) -> None:
+    _, base_dir = base_run
+    other = evaluate(tiny_model, {"limit": 3, "tasks": ["shipyard_capitals_mc"]}, tmp_path / "other")
+    assert other["config_hash"] != json.loads((base_dir / "summary.json").read_text())["config_hash"]
+    out = run_gate(str(base_dir), str(tmp_path / "other"), "")
+    assert out["passed"] is False
+    assert "different configs" in out["reason"] and "limit" in out["reason"]
+
+
+def test_user_task_folder(tiny_model: Path, eval_cache: Path, tmp_path: Path) -> None:
+    tasks = tmp_path / "my-tasks"
+    tasks.mkdir()
+    shutil.copy(SUITE_DIR / "utils.py", tasks / "utils.py")
+    rows = [{"question": f"Is {n} even?", "choices": ["yes", "no"], "label": n % 2} for n in range(6)]
+    (tasks / "even.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tasks / "even.yaml").write_text(
+        "task: my_even\ncustom_dataset: !function utils.load_jsonl\ndataset_kwargs:\n  data_file: even.jsonl\n"
+        "test_split: test\noutput_type: multiple_choice\ndoc_to_text: \"Question: {{question}}\\nAnswer:\"\n"
+        "doc_to_choice: \"{{choices}}\"\ndoc_to_target: label\nmetric_list:\n  - metric: acc\n"
+    )
+    summary = evaluate(tiny_model, {"tasks": ["my_even", "shipyard_capitals_mc"], "limit": 3, "task_dir": str(tasks)},
+                       tmp_path / "out")
+    assert sorted(summary["scores"]) == ["my_even", "shipyard_capitals_mc"]
+    assert summary["n_samples"]["my_even"] == 3
+    # the task folder's content is part of the config hash
+    before = parse_eval_config({"task_dir": str(tasks)}).config_hash()
+    (tasks / "even.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    assert parse_eval_config({"task_dir": str(tasks)}).config_hash() != before
+
+
+# -- bad input: one line naming the field, and no half-written results folder --------------
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"limit": 0}, "eval_config.limit: must be > 0, got 0"),
+        ({"limit": -3}, "eval_config.limit: must be > 0"),
+        ({"tasks": []}, "eval_config.tasks: must be a non-empty list"),
+        ({"num_fewshot": -1}, "eval_config.num_fewshot: must be a whole number >= 0"),
+        ({"batch_size": 0}, "eval_config.batch_size"),
+        ({"backend": "tgi"}, "eval_config.backend: unknown backend 'tgi'"),
+        ({"task_dir": "/nonexistent/tasks"}, "eval_config.task_dir: /nonexistent/tasks is not a folder"),
+        ({"taskz": ["x"]}, "eval_config: unknown key(s) ['taskz']"),
+        ("{oops", "eval_config: is not valid JSON"),
+    ],
+)
+def test_bad_config_is_one_line(config: dict | str, message: str) -> None:
+    with pytest.raises(ShipyardError) as err:
+        parse_eval_config(config if isinstance(config, str) else json.dumps(config))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_backend_mismatch_is_refused() -> None:
+    with pytest.raises(ShipyardError, match="asks for backend 'openai' but this step runs 'hf'"):
+        parse_eval_config('{"backend": "openai"}').with_backend("hf")
+
+
+def test_unknown_task_names_the_task_and_lists_local_ones(tiny_model: Path, eval_cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(ShipyardError) as err:
+        evaluate(tiny_model, {"tasks": ["shipyard_capitols_mc"], "limit": 2}, tmp_path / "out")
+    text = str(err.value)
+    assert text.startswith("eval_config.tasks: unknown task 'shipyard_capitols_mc'")
+    assert "did you mean ['shipyard_capitals_mc'" in text and "shipyard_offline" in text
+    assert "\n" not in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_invalid_task_yaml_is_one_line(tiny_model: Path, eval_cache: Path, tmp_path: Path) -> None:
+    tasks = tmp_path / "bad-tasks"
+    tasks.mkdir()
+    (tasks / "broken.yaml").write_text("task: broken\ndoc_to_text: [unclosed\n")
+    with pytest.raises(ShipyardError) as err:
+        evaluate(tiny_model, {"tasks": ["shipyard_capitals_mc"], "limit": 2, "task_dir": str(tasks)}, tmp_path / "out")
+    assert str(err.value).startswith("eval_config.task_dir: broken.yaml is not a valid task YAML")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+    (tasks / "broken.yaml").write_text("task: broken\ncustom_dataset: !function helpers.load\n")
+    with pytest.raises(ShipyardError, match="references helpers.load but helpers.py is missing"):
+        evaluate(tiny_model, {"tasks": ["broken"], "limit": 2, "task_dir": str(tasks)}, tmp_path / "out")
+
+
+def test_model_folder_without_config_is_refused(tmp_path: Path, eval_cache: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ShipyardError, match=r"^model: .*has no config.json"):
+        evaluate(tmp_path / "empty", {"limit": 2}, tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_openai_backend_through_vllm(tiny_model: Path, eval_cache: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    summary = evaluate(tiny_model, {"limit": 3, "tasks": ["shipyard_capitals_mc", "shipyard_capitals_gen",
+                                                          "shipyard_prose_ppl"]}, tmp_path / "vllm", "openai")
+    assert summary["backend"] == "openai" and summary["config"]["backend"] == "openai"
+    assert sorted(summary["scores"]) == ["shipyard_capitals_gen", "shipyard_capitals_mc", "shipyard_prose_ppl"]
+    assert summary["n_samples"]["shipyard_capitals_mc"] == 3
+    assert summary["scores"]["shipyard_prose_ppl"]["word_perplexity,none"]["value"] > 1.0
+    assert summary["runtime"]["server_startup_seconds"] > 0
+    # the same config on the hf backend hashes differently: the gate will not mix them
+    hf = parse_eval_config({"limit": 3, "tasks": ["shipyard_capitals_mc", "shipyard_capitals_gen",
+                                                  "shipyard_prose_ppl"]}).with_backend("hf")
+    assert hf.config_hash(summary["lm_eval_version"]) != summary["config_hash"]
+
+
+@pytest.mark.slow
+def test_openai_backend_server_that_never_gets_healthy(tiny_model: Path, eval_cache: Path, tmp_path: Path,
+                                                       monkeypatch) -> None:
+    broken = tmp_path / "broken-model"
+    shutil.copytree(tiny_model, broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.write_bytes(b"not a safetensors file")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    with pytest.raises(ShipyardError) as err:
+        evaluate(broken, {"limit": 2, "tasks": ["shipyard_capitals_mc"]}, tmp_path / "out", "openai")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,199 @@
+"""Recovery math and the accuracy gate (pure Python, base runtime).
+
+The summaries here are written in the evaluate step's format by hand so the math is checked
+against known numbers; tests/test_evaluate.py runs the gate on real lm-eval results.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shipyard.components.evaluate.gate import run_gate
+from shipyard.components.evaluate.recovery import compare, parse_thresholds, recovery
+from shipyard.errors import ShipyardError
+
+
+def score(value: float, stderr: float | None = None, hib: bool = True) -> dict:
+    return {"value": value, "stderr": stderr, "higher_is_better": hib, "metric": "m", "filter": "none"}
+
+
+def summary(scores: dict, config_hash: str = "c0ffee" * 4, sha: str = "ab" * 32) -> dict:
+    return {
+        "format": "shipyard.eval/v1",
+        "config": {"tasks": ["t"], "limit": None},
+        "config_hash": config_hash,
+        "model_identity": {"sha256": sha, "files": 3, "bytes": 10},
+        "backend": "hf",
+        "scores": scores,
+    }
+
+
+def write(tmp_path: Path, name: str, data: dict) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps(data))
+    return str(folder)
+
+
+BASE = {
+    "mc": {"acc,none": score(0.80, 0.04), "acc_norm,none": score(0.70, 0.05)},
+    "ppl": {"word_perplexity,none": score(20.0, None, hib=False), "bits_per_byte,none": score(1.0, None, hib=False)},
+}
+
+
+def test_recovery_higher_is_better() -> None:
+    assert recovery(0.80, 0.76, True) == pytest.approx(0.95)
+    assert recovery(0.80, 0.88, True) == pytest.approx(1.10)
+
+
+def test_recovery_lower_is_better_inverts_the_ratio() -> None:
+    # perplexity 20 -> 25 is worse: recovery 0.8, not 1.25
+    assert recovery(20.0, 25.0, False) == pytest.approx(0.8)
+    assert recovery(20.0, 16.0, False) == pytest.approx(1.25)
+
+
+def test_recovery_zero_denominator() -> None:
+    assert recovery(0.0, 0.0, True) == 1.0
+    assert recovery(0.0, 0.3, True) == 1.0
+    assert recovery(0.5, 0.0, False) == 1.0  # lower is better: 0.5 -> 0 is an improvement
+    assert recovery(0.0, 0.5, False) == 0.0
+    assert recovery(0.0, 0.0, False) == 1.0
+
+
+def test_gate_passes_a_candidate_that_recovers(tmp_path: Path) -> None:
+    cand = {
+        "mc": {"acc,none": score(0.795, 0.04), "acc_norm,none": score(0.71, 0.05)},
+        "ppl": {"word_perplexity,none": score(20.1, None, False), "bits_per_byte,none": score(1.005, None, False)},
+    }
+    report = tmp_path / "report.md"
+    out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", summary(cand)), "", str(report))
+    assert out["passed"] is True, out["reason"]
+    assert out["reason"].startswith("passed: all 4 gated metrics")
+    assert out["metrics"]["gate_passed"] == 1.0
+    assert out["metrics"]["mc/acc/recovery"] == pytest.approx(0.795 / 0.80)
+    assert out["metrics"]["ppl/word_perplexity/recovery"] == pytest.approx(20.0 / 20.1)
+    text = report.read_text()
+    assert "# Accuracy gate: PASS" in text
+    assert "| task | metric | base | candidate | recovery | min | pass/fail | note |" in text
+    assert "| mc | acc ↑ | 0.8000 ± 0.0400 | 0.7950 ± 0.0400 | 0.9938 | 0.99 | pass |" in text
+    assert "| ppl | word_perplexity ↓ |" in text
+
+
+def test_gate_fails_on_a_lower_is_better_regression_and_names_it(tmp_path: Path) -> None:
+    cand = {
+        "mc": {"acc,none": score(0.80, 0.04), "acc_norm,none": score(0.70, 0.05)},
+        "ppl": {"word_perplexity,none": score(30.0, None, False), "bits_per_byte,none": score(1.0, None, False)},
+    }
+    out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", summary(cand)), "", str(tmp_path / "r.md"))
+    assert out["passed"] is False
+    assert "ppl word_perplexity,none: recovery 0.6667 < 0.99 (base 20.0000, candidate 30.0000)" in out["reason"]
+    assert "1 of 4 gated" in out["reason"]
+    failed = [r for r in out["rows"] if not r["passed"]]
+    assert [(r["task"], r["metric"]) for r in failed] == [("ppl", "word_perplexity,none")]
+    assert "**FAIL**" in (tmp_path / "r.md").read_text()
+
+
+def test_overrides_most_specific_wins_and_ungated_metrics_do_not_fail(tmp_path: Path) -> None:
+    cand = {
+        "mc": {"acc,none": score(0.72, 0.04), "acc_norm,none": score(0.56, 0.05)},
+        "ppl": {"word_perplexity,none": score(40.0, None, False), "bits_per_byte,none": score(1.0, None, False)},
+    }
+    thresholds = json.dumps({
+        "min_recovery": 0.99,
+        "metrics": {"acc": 0.5, "mc:acc_norm": {"min_recovery": 0.9}, "ppl:word_perplexity": {"gate": False}},
+    })
+    out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", summary(cand)), thresholds)
+    rows = {(r["task"], r["metric"]): r for r in out["rows"]}
+    assert rows[("mc", "acc,none")]["min_recovery"] == 0.5 and rows[("mc", "acc,none")]["passed"]
+    assert rows[("mc", "acc_norm,none")]["min_recovery"] == 0.9  # 0.56/0.70 = 0.8 < 0.9
+    assert not rows[("mc", "acc_norm,none")]["passed"]
+    assert rows[("ppl", "word_perplexity,none")]["passed"] and not rows[("ppl", "word_perplexity,none")]["gated"]
+    assert out["passed"] is False
+    assert out["reason"].startswith("failed: 1 of 3 gated metrics") and "mc acc_norm,none" in out["reason"]
+
+
+def test_stderr_rule_passes_a_loss_within_k_standard_errors(tmp_path: Path) -> None:
+    base = {"mc": {"acc,none": score(0.80, 0.04)}}
+    cand = {"mc": {"acc,none": score(0.75, 0.045)}}  # loss 0.05, se of the difference 0.0602
+    b, c = write(tmp_path, "b", summary(base)), write(tmp_path, "c", summary(cand))
+    assert run_gate(b, c, "")["passed"] is False
+    out = run_gate(b, c, json.dumps({"stderr_k": 1}))
+    assert out["passed"] is True
+    assert "within 1 stderr" in out["rows"][0]["note"]
+    # a larger loss is outside 1 stderr even with the rule
+    far = write(tmp_path, "far", summary({"mc": {"acc,none": score(0.60, 0.05)}}))
+    assert run_gate(b, far, json.dumps({"stderr_k": 1}))["passed"] is False
+
+
+def test_different_configs_are_refused(tmp_path: Path) -> None:
+    other = summary(BASE, config_hash="deadbeef" * 3)
+    other["config"] = {"tasks": ["t"], "limit": 10}
+    with pytest.raises(ShipyardError, match=r"different configs .*differing keys \['limit'\]"):
+        compare(summary(BASE), other, parse_thresholds(""))
+    out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", other), "", str(tmp_path / "r.md"))
+    assert out["passed"] is False
+    assert out["reason"].startswith("failed closed: eval_config: base and candidate were evaluated with different configs")
+    assert "FAIL" in (tmp_path / "r.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("make_candidate", "expected"),
+    [
+        (lambda tmp: str(tmp / "nowhere"), "failed closed: candidate_results: no evaluation summary"),
+        (lambda tmp: _raw(tmp, "c", "{not json"), "failed closed: candidate_results: cannot read"),
+        (lambda tmp: _raw(tmp, "c", json.dumps({"scores": {}})), "is not an evaluate summary"),
+        (lambda tmp: write(tmp, "c", summary({"mc": {"acc,none": score(0.8, 0.04)}})), "missing in candidate results"),
+    ],
+    ids=["missing", "unreadable", "not-a-summary", "metric-missing"],
+)
+def test_gate_fails_closed(tmp_path: Path, make_candidate, expected: str) -> None:
+    base = write(tmp_path, "b", summary(BASE))
+    out = run_gate(base, make_candidate(tmp_path), "", str(tmp_path / "r.md"))
+    assert out["passed"] is False
+    assert expected in out["reason"]
+    assert out["metrics"]["gate_passed"] == 0.0
+    assert (tmp_path / "r.md").read_text().startswith("# Accuracy gate: FAIL")
+
+
+def _raw(tmp: Path, name: str, text: str) -> str:
+    folder = tmp / name
+    folder.mkdir()
+    (folder / "summary.json").write_text(text)
+    return str(folder)
+
+
+def test_missing_base_fails_closed(tmp_path: Path) -> None:
+    cand = write(tmp_path, "c", summary(BASE))
+    out = run_gate(str(tmp_path / "no-base"), cand, "")
+    assert out["passed"] is False and "base_results: no evaluation summary" in out["reason"]
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "message"),
+    [
+        ("{", "thresholds: is not valid JSON"),
+        ("[1]", "thresholds: must be a JSON object"),
+        ('{"min_recovery": "high"}', "thresholds.min_recovery: must be a number"),
+        ('{"min_recovery": -1}', "thresholds.min_recovery: must be between 0.0 and 10.0"),
+        ('{"recovery": 0.9}', "thresholds: unknown key(s) ['recovery']"),
+        ('{"metrics": {"acc": {"gate": "no"}}}', "thresholds.metrics.acc.gate: must be true or false"),
+    ],
+)
+def test_bad_thresholds_fail_closed_with_one_line(tmp_path: Path, thresholds: str, message: str) -> None:
+    with pytest.raises(ShipyardError) as err:
+        parse_thresholds(thresholds)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    b = write(tmp_path, "b", summary(BASE))
+    out = run_gate(b, b, thresholds)
+    assert out["passed"] is False and message in out["reason"]
+
+
+def test_identical_results_pass(tmp_path: Path) -> None:
+    b = write(tmp_path, "b", summary(BASE))
+    out = run_gate(b, b, "")
+    assert out["passed"] is True
+    assert all(r["recovery"] == 1.0 for r in out["rows"])
+
