@@ -26,7 +26,7 @@ def write(tmp: Path, name: str, scores: dict, config_hash: str = "c0ffee" * 4) -
     return str(folder)
 def _gate_pipeline():
     from kfp import dsl
-    from kfp.dsl import Artifact
+    from kfp.dsl import Artifact, Input, Markdown
 
     from shipyard.components.evaluate.component import accuracy_gate
     from shipyard.runtimes import runtime_image
@@ -39,21 +39,21 @@ def _gate_pipeline():
         Path(marker).write_text("promoted")
 
     @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-    def stop(reason: str, marker: str):
+    def stop(report: Input[Markdown], marker: str):
         """The failing branch: records why the candidate was not promoted."""
         from pathlib import Path
 
-        Path(marker).write_text(reason)
+        Path(marker).write_text(report.metadata["reason"])
 
     @dsl.pipeline(name="gate-test")
     def gate_pipeline(base_dir: str, candidate_dir: str, thresholds: str, promoted: str, stopped: str):
         base = dsl.importer(artifact_uri=base_dir, artifact_class=Artifact, reimport=True)
         cand = dsl.importer(artifact_uri=candidate_dir, artifact_class=Artifact, reimport=True)
         gate = accuracy_gate(base_results=base.output, candidate_results=cand.output, thresholds=thresholds)
-        with dsl.If(gate.outputs["passed"] == True):  # noqa: E712 - KFP condition syntax
+        with dsl.If(gate.outputs["Output"] == True):  # noqa: E712 - KFP condition syntax
             promote(marker=promoted)
         with dsl.Else():
-            stop(reason=gate.outputs["reason"], marker=stopped)
+            stop(report=gate.outputs["report"], marker=stopped)
 
     return gate_pipeline
 
@@ -84,17 +84,17 @@ def test_gate_drives_dsl_if_in_a_local_pipeline(tmp_path: Path, verdict: str) ->
 
 def _eval_pipeline():
     from kfp import dsl
-    from kfp.dsl import Model
+    from kfp.dsl import Input, Markdown, Model
 
     from shipyard.components.evaluate.component import accuracy_gate, evaluate_hf
     from shipyard.runtimes import runtime_image
 
     @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-    def record(reason: str, marker: str):
+    def record(report: Input[Markdown], marker: str):
         """Leaves the gate's reason in a file (stands in for package on pass, for stop on fail)."""
         from pathlib import Path
 
-        Path(marker).write_text(reason)
+        Path(marker).write_text(report.metadata["reason"])
 
     @dsl.pipeline(name="eval-gate-test")
     def eval_pipeline(model_dir: str, eval_config: str, thresholds: str, promoted: str, stopped: str):
@@ -104,10 +104,10 @@ def _eval_pipeline():
         cand.after(base)
         gate = accuracy_gate(base_results=base.outputs["results"], candidate_results=cand.outputs["results"],
                              thresholds=thresholds)
-        with dsl.If(gate.outputs["passed"] == True):  # noqa: E712 - KFP condition syntax
-            record(reason=gate.outputs["reason"], marker=promoted)
+        with dsl.If(gate.outputs["Output"] == True):  # noqa: E712 - KFP condition syntax
+            record(report=gate.outputs["report"], marker=promoted)
         with dsl.Else():
-            record(reason=gate.outputs["reason"], marker=stopped)
+            record(report=gate.outputs["report"], marker=stopped)
 
     return eval_pipeline
 

@@ -1,7 +1,5 @@
 """KFP wrappers of the evaluate step and the accuracy gate (logic in evaluate.py and gate.py)."""
 
-from typing import NamedTuple
-
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Markdown, Metrics, Model, Output
 
@@ -76,16 +74,16 @@ def accuracy_gate(
     thresholds: str,
     report: Output[Markdown],
     metrics: Output[Metrics],
-) -> NamedTuple("Outputs", [("passed", bool), ("reason", str)]):
+) -> bool:
     """Promote the candidate only if it recovers the base's scores (fails closed).
 
     thresholds: JSON, e.g. {"min_recovery": 0.99, "stderr_k": 2, "metrics": {"shipyard_prose_ppl:
     word_perplexity": {"gate": false}, "acc_norm": 0.97}}; empty means 0.99 on every metric.
-    Returns passed (drive dsl.If with it) and the reason, e.g. which metric failed by how much.
+    Returns True to promote: drive dsl.If with gate.outputs["Output"] (one bool output, so the
+    condition also resolves under kfp.local). The reason (e.g. which metric failed by how much)
+    heads the report, is in the report's metadata and the step log.
     Missing or unreadable results, or results of different eval configs, give passed=False.
     """
-    from collections import namedtuple
-
     from shipyard.runtimes import call_step
 
     out = call_step(
@@ -98,6 +96,6 @@ def accuracy_gate(
     )
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
+    report.metadata.update({"passed": bool(out["passed"]), "reason": str(out["reason"])})
     print(f"accuracy gate: {out['reason']}", flush=True)
-    outputs = namedtuple("Outputs", ["passed", "reason"])
-    return outputs(bool(out["passed"]), str(out["reason"]))
+    return bool(out["passed"])
