@@ -18,7 +18,7 @@ from shipyard.components.evaluate.component import accuracy_gate, evaluate_hf, e
 from shipyard.components.package.component import package_model
 from shipyard.components.resolve.component import resolve_model
 from shipyard.components.track.component import (
-    finish_tracking,
+    close_tracking,
     promotion_gate,
     register_model,
     set_production,
@@ -49,10 +49,23 @@ def evaluate(model: Any, eval_config: Any, eval_backend: Any, label: str) -> dic
     }
 
 
-def track(uri: Any, run_id: Any, step: str, **artifacts: Any) -> Any:
+def tracking(tracking_uri: Any, experiment: Any, start: Any) -> dict[str, Any]:
+    """How later steps reach the pipeline's MLflow run: by the KFP run id it is tagged with.
+
+    (Passing start_tracking's parent_run_id into a ParallelFor works on the KFP backend but
+    not under kfp.local 2.17, which resolves such a parameter to the loop item.)
+    """
+    return {"tracking_uri": tracking_uri, "experiment": experiment, "kfp_run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            "_start": start}
+
+
+def track(run: dict[str, Any], step: str, **artifacts: Any) -> Any:
     """Record one step's metrics and reports as a nested MLflow run."""
-    task = track_step(tracking_uri=uri, parent_run_id=run_id, step=step, params_json="{}", tags_json="{}", **artifacts)
-    return on_cpu(task.set_display_name(f"track {step}"))
+    task = track_step(
+        tracking_uri=run["tracking_uri"], parent_run_id="", step=step, params_json="{}", tags_json="{}",
+        kfp_run_id=run["kfp_run_id"], experiment=run["experiment"], **artifacts,
+    )
+    return on_cpu(task.set_display_name(f"track {step}").after(run["_start"]))
 
 
 @dsl.pipeline(
@@ -119,27 +132,27 @@ def optimize_and_deploy(
         registered_model_name: MLflow registered model that gets one version per packaged candidate.
         champion_tolerance: How much worse than the current production version an accuracy metric may be (0 = not worse).
     """
-    start = on_cpu(
-        start_tracking(
-            tracking_uri=tracking_uri,
-            experiment=experiment,
-            pipeline_name=PIPELINE_NAME,
-            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            params_json="{}",
-            tags_json='{"shipyard.model_uri": "see params"}',
-        ).set_display_name("start MLflow run")
-    )
-    uri, run_id = start.outputs["tracking_uri"], start.outputs["parent_run_id"]
-    finish = on_cpu(finish_tracking(tracking_uri=uri, parent_run_id=run_id, status="FINISHED", tags_json="{}"))
-    finish.set_display_name("close MLflow run")
-
+    finish = on_cpu(
+        close_tracking(tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+    ).set_display_name("close MLflow run")
     with dsl.ExitHandler(finish, name="shipyard"):
+        start = on_cpu(
+            start_tracking(
+                tracking_uri=tracking_uri,
+                experiment=experiment,
+                pipeline_name=PIPELINE_NAME,
+                kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                params_json="{}",
+                tags_json="{}",
+            ).set_display_name("start MLflow run")
+        )
+        run = tracking(tracking_uri, experiment, start)
         base = on_cpu(resolve_model(model_uri=model_uri).set_display_name("resolve base model"))
         base_eval = evaluate(base.outputs["model"], eval_config, eval_backend, "evaluate base")
-        track(uri, run_id, "evaluate-base", metrics=base_eval["metrics"], files=base_eval["results"], report=base_eval["table"])
+        track(run, "evaluate-base", metrics=base_eval["metrics"], files=base_eval["results"], report=base_eval["table"])
         base_bench = on_gpu(benchmark(model=base.outputs["model"], benchmark_config=benchmark_config))
         base_bench.set_display_name("benchmark base")
-        track(uri, run_id, "benchmark-base", metrics=base_bench.outputs["metrics"], report=base_bench.outputs["summary"])
+        track(run, "benchmark-base", metrics=base_bench.outputs["metrics"], report=base_bench.outputs["summary"])
 
         with dsl.ParallelFor(items=recipes, name="candidates") as recipe:
             candidate = on_gpu(
@@ -154,14 +167,14 @@ def optimize_and_deploy(
                 ).set_display_name("compress")
             )
             model = candidate.outputs["compressed_model"]
-            track(uri, run_id, "compress", metrics=candidate.outputs["metrics"], report=candidate.outputs["summary"])
+            track(run, "compress", metrics=candidate.outputs["metrics"], report=candidate.outputs["summary"])
             cand_eval = evaluate(model, eval_config, eval_backend, "evaluate candidate")
             accuracy = on_cpu(
                 accuracy_gate(
                     base_results=base_eval["results"], candidate_results=cand_eval["results"], thresholds=accuracy_thresholds
                 ).set_display_name("accuracy gate")
             )
-            track(uri, run_id, "accuracy-gate", metrics=accuracy.outputs["metrics"], files=cand_eval["results"],
+            track(run, "accuracy-gate", metrics=accuracy.outputs["metrics"], files=cand_eval["results"],
                   report=accuracy.outputs["report"])
 
             with dsl.If(accuracy.outputs["Output"] == True, name="accuracy-passed"):  # noqa: E712 - KFP condition
@@ -172,7 +185,7 @@ def optimize_and_deploy(
                         base_results=base_bench.outputs["results"], candidate_results=cand_bench.outputs["results"], slo=slo
                     ).set_display_name("SLO gate")
                 )
-                track(uri, run_id, "slo-gate", metrics=slo_check.outputs["metrics"], report=slo_check.outputs["report"])
+                track(run, "slo-gate", metrics=slo_check.outputs["metrics"], report=slo_check.outputs["report"])
 
                 with dsl.If(slo_check.outputs["Output"] == True, name="slo-passed"):  # noqa: E712
                     package = package_model(
@@ -186,22 +199,26 @@ def optimize_and_deploy(
                         insecure_tls=insecure_registry,
                     ).set_display_name("package modelcar")
                     with_registry_credentials(on_cpu(package))
-                    track(uri, run_id, "package", report=package.outputs["modelcar"])
+                    track(run, "package", report=package.outputs["modelcar"])
                     version = on_cpu(
                         register_model(
-                            tracking_uri=uri,
+                            tracking_uri=tracking_uri,
                             model_name=registered_model_name,
                             source_uri=package.outputs["uri"],
-                            parent_run_id=run_id,
+                            parent_run_id="",
                             tags_json="{}",
+                            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                            experiment=experiment,
                         ).set_display_name("register model version")
                     )
                     promotion = on_cpu(
                         promotion_gate(
-                            tracking_uri=uri,
+                            tracking_uri=tracking_uri,
                             model_name=registered_model_name,
                             candidate_version=version.outputs["version"],
-                            parent_run_id=run_id,
+                            parent_run_id="",
+                            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                            experiment=experiment,
                             slos_json="{}",
                             accuracy_metrics="",
                             min_recovery=0.0,
@@ -222,10 +239,10 @@ def optimize_and_deploy(
                                 model=model,
                             ).set_display_name("deploy LLMInferenceService")
                         )
-                        track(uri, run_id, "deploy", files=rollout.outputs["manifest"])
+                        track(run, "deploy", files=rollout.outputs["manifest"])
                         on_cpu(
                             set_production(
-                                tracking_uri=uri,
+                                tracking_uri=tracking_uri,
                                 model_name=registered_model_name,
                                 version=version.outputs["version"],
                                 gate_passed=promotion.outputs["Output"],

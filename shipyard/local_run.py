@@ -20,6 +20,7 @@ import yaml
 
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
+from shipyard.kfp_local_compat import enable_oneof_artifacts
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 
 LOCAL_PARAMS = Path(__file__).resolve().parents[1] / "pipelines" / "local-params.yaml"
@@ -90,6 +91,12 @@ def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
     }
 
 
+def pipeline_parameter_types(pipeline_func: Any) -> dict[str, Any]:
+    """Parameter names of a pipeline and their annotated Python types."""
+    func = getattr(pipeline_func, "pipeline_func", None) or pipeline_func.python_func
+    return {name: p.annotation for name, p in inspect.signature(func).parameters.items()}
+
+
 def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
     """Merge local defaults < params file < ``--param`` and check every name exists."""
     known = pipeline_parameters(pipeline_func)
@@ -106,6 +113,11 @@ def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[
         raise ShipyardError(
             "--param", f"unknown parameter(s) {', '.join(unknown)}", f"use one of: {', '.join(sorted(known))}"
         )
+    types = pipeline_parameter_types(pipeline_func)
+    for key, value in merged.items():
+        if types.get(key) is str and not isinstance(value, str):
+            # JSON-valued string parameters (eval_config, slo, ...) may be written as YAML mappings.
+            merged[key] = json.dumps(value) if isinstance(value, dict | list) else str(value)
     return merged
 
 
@@ -201,6 +213,7 @@ def run_local(
     os.environ["SHIPYARD_STEP_LOG"] = str(step_log)
     os.environ["SHIPYARD_WORK_DIR"] = str(work)
     before = {p.name for p in root.iterdir()}
+    enable_oneof_artifacts()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=False)
     started = time.perf_counter()
     pipeline_func(**params)

@@ -346,7 +346,21 @@ class Tracker:
                 raise
             return exp.experiment_id
 
-    def _find_run(self, experiment_id: str, tags: Mapping[str, str]) -> str | None:
+    def resolve_parent(self, parent_run_id: str, kfp_run_id: str = "", experiment: str = "") -> str:
+        """``parent_run_id``, or else the pipeline run tagged with ``kfp_run_id`` (steps inside loops
+        and exit handlers find their parent this way); empty when neither is known."""
+        if parent_run_id or not kfp_run_id or kfp_run_id.startswith("{{"):
+            return parent_run_id
+        found = self.find_run(self.experiment_id(experiment), {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"})
+        if found is None:
+            raise ShipyardError(
+                "kfp_run_id", f"no MLflow pipeline run is tagged {TAG_KFP_RUN}={kfp_run_id}",
+                "start_tracking must run first with the same tracking_uri and experiment",
+            )
+        return found
+
+    def find_run(self, experiment_id: str, tags: Mapping[str, str]) -> str | None:
+        """The id of the newest run of ``experiment_id`` carrying all ``tags``, or None."""
         clauses = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
         runs = self.call(
             "search runs", self.client.search_runs, [experiment_id], filter_string=clauses, max_results=1
@@ -372,7 +386,7 @@ class Tracker:
         all_tags = {TAG_PIPELINE: pipeline_name, TAG_KIND: "pipeline"}
         if kfp_run_id and not kfp_run_id.startswith("{{"):
             all_tags[TAG_KFP_RUN] = kfp_run_id
-            existing = self._find_run(exp_id, {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"})
+            existing = self.find_run(exp_id, {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"})
             if existing:
                 self.log(existing, params=params, tags=tags)
                 return existing
@@ -388,7 +402,7 @@ class Tracker:
         """The nested run of ``step`` under ``parent_run_id`` (reused when the step is retried)."""
         parent = self.call("read the pipeline run", self.client.get_run, parent_run_id)
         exp_id = parent.info.experiment_id
-        existing = self._find_run(exp_id, {TAG_PARENT: parent_run_id, TAG_STEP: step})
+        existing = self.find_run(exp_id, {TAG_PARENT: parent_run_id, TAG_STEP: step})
         if existing:
             return existing
         all_tags = {TAG_PARENT: parent_run_id, TAG_STEP: step, TAG_KIND: "step"}

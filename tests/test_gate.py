@@ -73,8 +73,8 @@ def test_gate_passes_a_candidate_that_recovers(tmp_path: Path) -> None:
     assert out["passed"] is True, out["reason"]
     assert out["reason"].startswith("passed: all 4 gated metrics")
     assert out["metrics"]["gate_passed"] == 1.0
-    assert out["metrics"]["mc/acc/recovery"] == pytest.approx(0.795 / 0.80)
-    assert out["metrics"]["ppl/word_perplexity/recovery"] == pytest.approx(20.0 / 20.1)
+    assert out["metrics"]["recovery/mc/acc"] == pytest.approx(0.795 / 0.80)
+    assert out["metrics"]["recovery/ppl/word_perplexity"] == pytest.approx(20.0 / 20.1)
     text = report.read_text()
     assert "# Accuracy gate: PASS" in text
     assert "| task | metric | base | candidate | recovery | min | pass/fail | note |" in text

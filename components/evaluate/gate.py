@@ -102,11 +102,11 @@ def run_gate(base_results: str, candidate_results: str, thresholds: str = "", re
     for r in rows:
         name = f"{r.task}/{r.metric.replace(',none', '')}"
         if r.recovery is not None:
-            metrics[f"{name}/recovery"] = r.recovery
+            metrics[f"recovery/{name}"] = r.recovery
         if r.candidate is not None:
-            metrics[f"{name}/candidate"] = r.candidate
+            metrics[f"candidate/{name}"] = r.candidate
         if r.base is not None:
-            metrics[f"{name}/base"] = r.base
+            metrics[f"base/{name}"] = r.base
     if report_path:
         atomic_write_text(Path(report_path), report_markdown(passed, reason, rows, context))
     return {"passed": passed, "reason": reason, "rows": [r.to_dict() for r in rows], "metrics": metrics}

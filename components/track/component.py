@@ -56,6 +56,8 @@ def track_step(
     metrics: Input[Metrics] = None,
     files: Input[Artifact] = None,
     report: Input[Artifact] = None,
+    kfp_run_id: str = "",
+    experiment: str = "",
 ) -> str:
     """Log one pipeline step as a nested MLflow run: params, metrics, tags, files; returns its run id.
 
@@ -70,6 +72,8 @@ def track_step(
         files: The step's main output (file or folder: eval results, guidellm JSON, recipe...; optional).
             Figures in an evaluate summary.json / lm-eval JSON / metrics JSON are logged as metrics.
         report: The step's Markdown/HTML report or rendered manifest (optional).
+        kfp_run_id: With an empty parent_run_id, find the parent run by this KFP run id (steps in loops).
+        experiment: The experiment to look in with kfp_run_id.
     """
     from shipyard.runtimes import call_step
 
@@ -81,7 +85,7 @@ def track_step(
         paths["report"] = report.path
     out = call_step("base", "shipyard.components.track.track:track_step", tracking_uri=tracking_uri,
                     parent_run_id=parent_run_id, step=step, out_dir=record.path, params_json=params_json,
-                    tags_json=tags_json, metrics=figures, files=paths)
+                    tags_json=tags_json, metrics=figures, files=paths, kfp_run_id=kfp_run_id, experiment=experiment)
     return out["run_id"]
 
 
@@ -102,12 +106,34 @@ def finish_tracking(tracking_uri: str, parent_run_id: str, status: str, tags_jso
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def close_tracking(tracking_uri: str, experiment: str, kfp_run_id: str, status: dsl.PipelineTaskFinalStatus) -> str:
+    """Exit handler: close the pipeline's MLflow run, FINISHED or FAILED with KFP's final state.
+
+    An exit task may not consume other tasks' outputs, so the parent run is found by its
+    shipyard.kfp_run_id tag (written by start_tracking).
+
+    Args:
+        tracking_uri: The pipeline's tracking_uri parameter (resolved the same way start_tracking does).
+        experiment: The pipeline's experiment parameter.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+        status: Filled in by KFP: the pipeline's final state and error.
+    """
+    from shipyard.runtimes import call_step
+
+    return call_step("base", "shipyard.components.track.track:close_pipeline_run", tracking_uri=tracking_uri,
+                     experiment=experiment, kfp_run_id=kfp_run_id, state=status.state,
+                     error=status.error_message or "")
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
 def register_model(
     tracking_uri: str,
     model_name: str,
     source_uri: str,
     parent_run_id: str,
     tags_json: str,
+    kfp_run_id: str = "",
+    experiment: str = "",
 ) -> NamedTuple("Outputs", [("version", str)]):
     """Register a packaged candidate as a new model version with alias 'candidate'.
 
@@ -123,7 +149,8 @@ def register_model(
     from shipyard.runtimes import call_step
 
     out = call_step("base", "shipyard.components.track.track:register_model", tracking_uri=tracking_uri,
-                    model_name=model_name, source_uri=source_uri, parent_run_id=parent_run_id, tags_json=tags_json)
+                    model_name=model_name, source_uri=source_uri, parent_run_id=parent_run_id, tags_json=tags_json,
+                    kfp_run_id=kfp_run_id, experiment=experiment)
     return namedtuple("Outputs", ["version"])(out["version"])
 
 
@@ -142,6 +169,8 @@ def promotion_gate(
     base_eval: Input[Artifact],
     decision: Output[Artifact],
     decision_report: Output[Markdown],
+    kfp_run_id: str = "",
+    experiment: str = "",
 ) -> bool:
     """Champion/challenger gate: the candidate vs the base model and vs the 'production' version.
 
@@ -179,7 +208,8 @@ def promotion_gate(
                     candidate_eval=cand["metrics"], candidate_bench=bench["metrics"], base_eval=base["metrics"],
                     out_dir=decision.path, parent_run_id=parent_run_id, accuracy_metrics=accuracy_metrics,
                     slos=slos_json, min_recovery=min_recovery, champion_tolerance=champion_tolerance,
-                    lower_better=sorted(set(cand["lower_better"]) | set(base["lower_better"])))
+                    lower_better=sorted(set(cand["lower_better"]) | set(base["lower_better"])),
+                    kfp_run_id=kfp_run_id, experiment=experiment)
     with open(f"{decision.path}/decision.md", encoding="utf-8") as src, \
             open(decision_report.path, "w", encoding="utf-8") as dst:
         dst.write(src.read())

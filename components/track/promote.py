@@ -126,8 +126,8 @@ def evaluate_gate(
     lower_better: set[str] | frozenset[str] = frozenset(),
 ) -> Decision:
     """Compare a challenger with the base, the champion (None = no production yet) and the SLOs."""
-    if not 0 < min_recovery <= 1.5:
-        raise ShipyardError("min_recovery", f"{min_recovery} is out of range", "use a fraction such as 0.99")
+    if not 0 <= min_recovery <= 1.5:
+        raise ShipyardError("min_recovery", f"{min_recovery} is out of range", "use a fraction such as 0.99 (0 = no base check)")
     if champion_tolerance < 0:
         raise ShipyardError("champion_tolerance", "must not be negative")
     cand = to_metrics(candidate_eval)
@@ -153,9 +153,11 @@ def evaluate_gate(
         lower = raw_name.startswith("-") or raw_name in lower_better or lower_is_better(raw_name)
         name = raw_name.lstrip("-")
         c = cand.get(name)
-        # vs base
+        # vs base (min_recovery 0: the accuracy gate upstream already compared with the base)
         b = base.get(name)
-        if c is None or b is None:
+        if min_recovery == 0 and c is not None:
+            pass
+        elif c is None or b is None:
             who = "candidate" if c is None else "base"
             checks.append(Check(name, "base", c, b, f"recovery >= {min_recovery}", False, f"{who} figure missing"))
             failures.append(f"{name}: {who} figure missing")
@@ -284,6 +286,8 @@ def run_gate(
     min_recovery: float = 0.99,
     champion_tolerance: float = 0.0,
     lower_better: list[str] | None = None,
+    kfp_run_id: str = "",
+    experiment: str = "",
 ) -> dict[str, Any]:
     """The gate against the registry: read the champion, decide, record, report.
 
@@ -296,6 +300,7 @@ def run_gate(
 
     tracker = Tracker(tracking_uri)
     tracker.check_reachable()
+    parent_run_id = tracker.resolve_parent(parent_run_id, kfp_run_id, experiment)
     candidate = registry.get_version(tracker, model_name, candidate_version)
     champion_info = registry.version_for_alias(tracker, model_name, registry.PRODUCTION)
     if champion_info is not None and champion_info.version == candidate.version:

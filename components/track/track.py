@@ -22,7 +22,7 @@ from typing import Any
 from shipyard import registry
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
-from shipyard.tracking import Tracker, to_metrics
+from shipyard.tracking import TAG_KFP_RUN, TAG_KIND, Tracker, to_metrics
 
 PAYLOAD = "tracking_payload.json"
 
@@ -128,6 +128,8 @@ def track_step(
     metrics: Mapping[str, Any] | None = None,
     files: Mapping[str, str] | None = None,
     status: str = "FINISHED",
+    kfp_run_id: str = "",
+    experiment: str = "",
 ) -> dict[str, Any]:
     """Log one pipeline step as a nested run: params, figures, tags and its files.
 
@@ -136,8 +138,10 @@ def track_step(
     ``metrics``. What is about to be logged is first written to ``out_dir/tracking_payload.json``
     so it survives an unreachable server.
     """
+    if not parent_run_id and kfp_run_id:
+        parent_run_id = Tracker(tracking_uri).resolve_parent("", kfp_run_id, experiment)
     if not parent_run_id:
-        raise ShipyardError("parent_run_id", "is empty", "wire start_tracking's parent_run_id into this step")
+        raise ShipyardError("parent_run_id", "is empty", "wire start_tracking's parent_run_id (or kfp_run_id) into this step")
     params = parse_json_arg("params_json", params_json)
     tags = parse_json_arg("tags_json", tags_json)
     figures = to_metrics(metrics or {})
@@ -177,13 +181,32 @@ def finish_tracking(tracking_uri: str, parent_run_id: str, status: str = "FINISH
     return status
 
 
+def close_pipeline_run(tracking_uri: str, experiment: str, kfp_run_id: str, state: str, error: str = "") -> str:
+    """Close the parent run of KFP run ``kfp_run_id`` (found by its tag) from the pipeline's exit
+    handler: FINISHED when the pipeline succeeded, FAILED otherwise; returns the status."""
+    tracker = Tracker(tracking_uri)
+    tracker.check_reachable()
+    run_id = tracker.find_run(tracker.experiment_id(experiment), {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"})
+    if run_id is None:
+        raise ShipyardError("kfp_run_id", f"no MLflow pipeline run is tagged {TAG_KFP_RUN}={kfp_run_id}",
+                            "start_tracking must run first with the same tracking_uri and experiment")
+    status = "FINISHED" if state.upper() in ("SUCCEEDED", "SUCCESS", "FINISHED") else "FAILED"
+    tags = {"shipyard.kfp_state": state}
+    if error:
+        tags["shipyard.kfp_error"] = error[:5000]
+    tracker.log(run_id, tags=tags)
+    tracker.finish(run_id, status)
+    return status
+
+
 def register_model(
     tracking_uri: str, model_name: str, source_uri: str, parent_run_id: str = "", tags_json: str = "",
-    alias: str = registry.CANDIDATE,
+    alias: str = registry.CANDIDATE, kfp_run_id: str = "", experiment: str = "",
 ) -> dict[str, Any]:
     """Register a packaged candidate (alias ``candidate``); tags: lineage from the parent run."""
     tracker = Tracker(tracking_uri)
     tracker.check_reachable()
+    parent_run_id = tracker.resolve_parent(parent_run_id, kfp_run_id, experiment)
     tags = parse_json_arg("tags_json", tags_json)
     if parent_run_id:
         tags.setdefault("shipyard.pipeline_run_id", parent_run_id)
