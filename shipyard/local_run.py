@@ -32,12 +32,14 @@ class StepSummary:
 
     task: str
     status: str
+    name: str = ""
     runtime: str = ""
     seconds: float | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     parameters: dict[str, Any] = field(default_factory=dict)
     artifacts: dict[str, str] = field(default_factory=dict)
     error: str | None = None
+    decision: str | None = None
 
 
 @dataclass
@@ -139,6 +141,17 @@ def _component_runtimes(pipeline_func: Any) -> dict[str, str]:
     return result
 
 
+def _display_names(pipeline_func: Any) -> dict[str, str]:
+    """Task folder name -> the task's display name (``set_display_name``), through nested DAGs."""
+    spec = pipeline_func.pipeline_spec
+    names: dict[str, str] = {}
+    dags = [spec.root.dag] + [comp.dag for comp in spec.components.values() if comp.HasField("dag")]
+    for dag in dags:
+        for task in dag.tasks.values():
+            names[task.component_ref.name.removeprefix("comp-")] = task.task_info.name
+    return names
+
+
 def _struct_to_dict(struct: Any) -> dict[str, Any]:
     from google.protobuf import json_format
 
@@ -169,6 +182,8 @@ def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> li
                     uri = art.get("uri", "")
                     step.artifacts[name] = uri
                     meta = art.get("metadata") or {}
+                    if isinstance(meta.get("reason"), str):
+                        step.decision = meta["reason"]
                     if name == "metrics" or name.endswith("_metrics"):
                         step.metrics.update({k: v for k, v in meta.items() if isinstance(v, int | float)})
             step.parameters = out.get("parameterValues") or {}
@@ -187,7 +202,7 @@ def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> li
     ordered = [step for _, step in steps]
     for component in sorted(set(runtimes) - seen_components):
         ordered.append(StepSummary(task=component, status="NOT RUN", runtime=runtimes[component],
-                                 error="skipped: a gate said no, an upstream step failed, or its condition was false"))
+                                 error="not run: its condition was false (a gate said no, or another branch was taken) or an upstream step failed"))
     return ordered
 
 
@@ -223,6 +238,9 @@ def run_local(
         raise ShipyardError("pipeline", f"{pipeline} produced no run folder under {root}", "see the log above")
     run_dir = new_runs[-1]
     steps = collect_steps(run_dir, step_log, _component_runtimes(pipeline_func))
+    display = _display_names(pipeline_func)
+    for step in steps:
+        step.name = display.get(step.task.rsplit("/", 1)[-1], "")
     failed = [s for s in steps if s.status == "FAILURE"]
     summary = RunSummary(
         pipeline=pipeline,
@@ -236,17 +254,25 @@ def run_local(
     return summary
 
 
+def _short(value: Any, width: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[: width // 2 - 2] + "..." + text[-(width // 2 - 1):]
+
+
 def format_summary(summary: RunSummary, work_dir: str) -> str:
     """The table printed at the end of a local run."""
     lines = [f"\nshipyard: {summary.pipeline} {summary.status} in {summary.seconds:.1f} s", ""]
-    lines.append(f"{'step':<44} {'status':<9} {'runtime':<9} {'seconds':>8}  key metrics")
+    lines.append(f"{'step':<30} {'task':<36} {'status':<8} {'runtime':<9} {'seconds':>7}  key figures")
     for step in summary.steps:
         secs = f"{step.seconds:.1f}" if step.seconds is not None else "-"
-        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(step.metrics.items())[:4])
-        params = ", ".join(f"{k}={v}" for k, v in step.parameters.items())
-        lines.append(f"{step.task:<44} {step.status:<9} {step.runtime:<9} {secs:>8}  {metrics or params}")
+        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(step.metrics.items())[:3])
+        params = ", ".join(f"{k}={_short(v)}" for k, v in step.parameters.items())
+        task = step.task if len(step.task) <= 36 else "..." + step.task[-33:]
+        lines.append(f"{step.name or '-':<30} {task:<36} {step.status:<8} {step.runtime:<9} {secs:>7}  {metrics or params}")
+        if step.decision:
+            lines.append(f"{'':<30} > {step.decision}")
         if step.error:
-            lines.append(f"{'':<44} ! {step.error}")
+            lines.append(f"{'':<30} ! {step.error}")
     lines.append("\nartifacts:")
     for step in summary.steps:
         for name, uri in step.artifacts.items():

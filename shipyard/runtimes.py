@@ -178,9 +178,10 @@ def _record_step(runtime: str, target: str, kwargs: dict[str, Any], started: flo
         "seconds": round(time.time() - started, 3),
         "ok": error is None,
         "error": error,
+        "kwargs": kwargs,
     }
     with open(log, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
+        fh.write(json.dumps(record, default=str) + "\n")
 
 
 def call_step(runtime: str, target: str, /, **kwargs: Any) -> Any:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from mlflow_server import shared_server
 
 from shipyard.local_run import RunSummary, run_local
-from tests.mlflow_server import shared_server
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,82 @@
+"""Orchestration overhead of a local run: the pipeline through kfp.local vs the same library calls made directly.
+
+1. Runs optimize-and-deploy with ``shipyard run --local`` machinery (kfp.local, one subprocess
+   per task, MLflow tracking steps, the exit handler) in a fresh work dir and cache.
+2. Replays every step's logic call from that run's step log (same targets, same arguments, same
+   runtimes, in the order they started), with paths moved to a second folder and a fresh cache:
+   the "direct" path a user would script by hand, with no KFP.
+3. Prints both wall times, the time spent in tracking steps, and pipeline/direct as a ratio.
+
+    .venvs/base/bin/python benchmarks/pipeline_overhead.py [--model embedded://smollm2-135m-instruct]
+
+Without --model it builds the tiny test model first (seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from shipyard.local_run import run_local
+from shipyard.runtimes import run_in_runtime
+
+
+def _remap(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, dict):
+        return {k: _remap(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_remap(v, old, new) for v in value]
+    return value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="model URI (default: the tiny test model, built now)")
+    parser.add_argument("--param", action="append", default=[], help="extra pipeline parameter k=v")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="shipyard-overhead-"))
+    model = args.model
+    if not model:
+        model = str(root / "tiny-model")
+        run_in_runtime("compress", "shipyard.tinymodel:build_tiny_model", out_dir=model)
+
+    os.environ["SHIPYARD_CACHE"] = str(root / "cache-pipeline")
+    work = root / "pipeline"
+    started = time.perf_counter()
+    summary = run_local("optimize-and-deploy", str(work), overrides=[f"model_uri={model}", *args.param])
+    pipeline_s = time.perf_counter() - started
+    if summary.status != "SUCCESS":
+        raise SystemExit(f"the pipeline run failed; see {work}/run-summary.json")
+    records = [json.loads(line) for line in (work / "steps.jsonl").read_text().splitlines() if line.strip()]
+    records.sort(key=lambda r: r["started"])
+    tracking_s = sum(r["seconds"] for r in records if ".track." in r["target"])
+
+    os.environ["SHIPYARD_CACHE"] = str(root / "cache-direct")
+    os.environ.pop("SHIPYARD_STEP_LOG", None)
+    direct = root / "direct"
+    direct.mkdir()
+    os.environ["SHIPYARD_WORK_DIR"] = str(direct)
+    started = time.perf_counter()
+    for record in records:
+        kwargs = _remap(record["kwargs"], str(work), str(direct))
+        for value in kwargs.values():
+            if isinstance(value, str) and value.startswith(str(direct)):
+                Path(value).parent.mkdir(parents=True, exist_ok=True)
+        run_in_runtime(record["runtime"], record["target"], **kwargs)
+    direct_s = time.perf_counter() - started
+
+    print(f"steps replayed:              {len(records)}")
+    print(f"pipeline (kfp.local) wall:   {pipeline_s:8.1f} s   (of which MLflow tracking steps {tracking_s:.1f} s)")
+    print(f"direct library calls wall:   {direct_s:8.1f} s")
+    print(f"overhead ratio pipeline/direct: {pipeline_s / direct_s:.2f}x  (+{pipeline_s - direct_s:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
