@@ -10,6 +10,8 @@ from shipyard.errors import ShipyardError
 #: pipeline name -> "module:function"
 PIPELINES: dict[str, str] = {
     "optimize-and-deploy": "shipyard.pipelines.optimize_deploy:optimize_and_deploy",
+    "requantize": "shipyard.pipelines.optimize_deploy:requantize",
+    "promote": "shipyard.pipelines.promote:promote",
 }
 DEFAULT_PIPELINE = "optimize-and-deploy"
 

@@ -109,3 +109,34 @@ def test_failing_gate_stops_before_package_and_says_why(
     assert "FAIL" in report.upper()
     for name in ("package-model", "deploy", "benchmark-2"):
         assert name not in steps or steps[name].status == "NOT RUN", name
+
+
+def test_promote_pipeline_gates_and_deploys_a_packaged_candidate(
+    passing_run: tuple[Path, RunSummary], tiny_model: Path, tmp_path: Path, mlflow_url: str
+) -> None:
+    _, first = passing_run
+    uri = next(s for s in first.steps if s.task.endswith("package-model")).parameters["uri"]
+    summary = run_local(
+        "promote",
+        str(tmp_path),
+        overrides=[
+            f"candidate_uri={uri}",
+            f"model_uri={tiny_model}",
+            "eval_backend=hf",
+            f"eval_config={EVAL}",
+            f"benchmark_config={BENCH}",
+            'accuracy_thresholds={"min_recovery": 0.0}',
+            "slo=",
+            "dry_run=true",
+            f"tracking_uri={mlflow_url}",
+            "registered_model_name=tiny-llama",
+        ],
+    )
+    assert summary.status == "SUCCESS", [(s.task, s.status, s.error) for s in summary.steps]
+    steps = _steps(summary)
+    assert steps["resolve-model-2"].status == "SUCCESS"  # the candidate, pulled from its OCI layout
+    assert steps["deploy"].status == "SUCCESS"
+    from mlflow import MlflowClient
+
+    production = MlflowClient(tracking_uri=mlflow_url).get_model_version_by_alias("tiny-llama", "production")
+    assert production.source == uri

@@ -28,6 +28,7 @@ from typing import Any
 
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_dir, atomic_write_text
+from shipyard.jsonarg import json_object
 from shipyard.vllm_server import VLLMServer, has_gpu, vllm_python
 
 PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
@@ -88,17 +89,7 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
     ``request_format``; ``vllm_args`` (list or dict of vLLM flags); ``cpu_kv_cache_gib``;
     ``use_planner_args`` (GPU: fill vLLM flags you did not set from the memory planner).
     """
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raw: dict[str, Any] = {}
-    elif isinstance(value, dict):
-        raw = dict(value)
-    else:
-        try:
-            raw = json.loads(value)
-        except json.JSONDecodeError as err:
-            raise ShipyardError("benchmark_config", f"not valid JSON ({err.msg})", 'pass e.g. {"profile": "concurrent"}') from None
-        if not isinstance(raw, dict):
-            raise ShipyardError("benchmark_config", "must be a JSON object", 'pass e.g. {"profile": "concurrent"}')
+    raw = json_object(value, "benchmark_config", '{"profile": "concurrent"}')
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         raise ShipyardError("benchmark_config", f"unknown keys {unknown}", f"use only {sorted(_KNOWN)}")

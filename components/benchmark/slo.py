@@ -21,13 +21,13 @@ configs, bad SLO thresholds and missing figures all give ``passed = False`` with
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from shipyard.components.benchmark.benchmark import load_results
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
+from shipyard.jsonarg import json_object
 
 #: Used when the slo parameter is empty: generous figures that a CPU run of a small model meets.
 DEFAULT_SLO: dict[str, Any] = {
@@ -45,17 +45,7 @@ _POSITIVE = ("ttft_p99_ms", "itl_p99_ms", "min_output_tokens_per_s")
 
 def parse_slo(value: str | dict[str, Any] | None) -> dict[str, Any]:
     """Validate SLO thresholds (JSON text or dict); missing keys take :data:`DEFAULT_SLO`."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raw: dict[str, Any] = {}
-    elif isinstance(value, dict):
-        raw = dict(value)
-    else:
-        try:
-            raw = json.loads(value)
-        except json.JSONDecodeError as err:
-            raise ShipyardError("slo", f"not valid JSON ({err.msg})", 'pass e.g. {"ttft_p99_ms": 500}') from None
-        if not isinstance(raw, dict):
-            raise ShipyardError("slo", "must be a JSON object", 'pass e.g. {"ttft_p99_ms": 500}')
+    raw = json_object(value, "slo", '{"ttft_p99_ms": 500}')
     unknown = sorted(set(raw) - set(DEFAULT_SLO))
     if unknown:
         raise ShipyardError("slo", f"unknown keys {unknown}", f"use only {sorted(DEFAULT_SLO)}")

@@ -7,7 +7,6 @@ Every check that can be made without a cluster happens here, each failing with a
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import yaml
 
 from shipyard.errors import ShipyardError
+from shipyard.jsonarg import json_object
 
 PRESETS_DIR = Path(__file__).with_name("presets")
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -148,16 +148,7 @@ def load_preset(name: str) -> dict[str, Any]:
 def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployConfig:
     """Build a :class:`DeployConfig` from JSON (or a dict), an optional ``preset`` inside it and
     keyword overrides (CLI flags, component inputs); ``None`` overrides are ignored."""
-    if isinstance(raw, str):
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as err:
-            raise ShipyardError("deploy_config", f"is not valid JSON: {err.msg} at char {err.pos}",
-                                "pass a JSON object, e.g. '{\"mode\": \"pd\"}'") from None
-    else:
-        data = dict(raw or {})
-    if not isinstance(data, dict):
-        raise ShipyardError("deploy_config", "must be a JSON object", "pass e.g. '{\"replicas\": 2}'")
+    data = json_object(raw, "deploy_config", '{"mode": "pd", "replicas": 2}')
     preset = data.pop("preset", None)
     merged = {**(load_preset(preset) if preset else {}), **data}
     merged.update({k: v for k, v in overrides.items() if v is not None})

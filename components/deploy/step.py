@@ -5,7 +5,6 @@ Shared by the KFP component and ``shipyard deploy``. A dry run stops after the m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +13,14 @@ from shipyard.components.deploy.render import load_model_config, render, to_yaml
 from shipyard.components.deploy.validate import require_valid
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
+from shipyard.jsonarg import json_object
 
 APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": 30.0}
 
 
 def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:
     """Separate ``deploy_config["apply"]`` (wait/poll/grace/API timeouts) from render parameters."""
-    if isinstance(deploy_config, str):
-        try:
-            data = json.loads(deploy_config) if deploy_config.strip() else {}
-        except json.JSONDecodeError as err:
-            raise ShipyardError("deploy_config", f"is not valid JSON: {err.msg} at char {err.pos}",
-                                "pass a JSON object, e.g. '{\"mode\": \"pd\"}'") from None
-    else:
-        data = dict(deploy_config or {})
-    if not isinstance(data, dict):
-        raise ShipyardError("deploy_config", "must be a JSON object", "pass e.g. '{\"replicas\": 2}'")
+    data = json_object(deploy_config, "deploy_config", '{"mode": "pd", "replicas": 2}')
     options = data.pop("apply", None) or {}
     unknown = sorted(set(options) - set(APPLY_KEYS))
     if unknown:

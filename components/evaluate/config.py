@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.errors import ShipyardError
+from shipyard.jsonarg import json_object
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 SUITE_TAG = "shipyard_offline"
@@ -106,19 +107,7 @@ def _is_int(value: Any) -> bool:
 
 def parse_eval_config(text: str | dict[str, Any] | None) -> EvalConfig:
     """Parse and validate the ``eval_config`` JSON string (empty means all defaults)."""
-    if text is None or (isinstance(text, str) and not text.strip()):
-        data: Any = {}
-    elif isinstance(text, dict):
-        data = dict(text)
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ShipyardError("eval_config", f"is not valid JSON ({err.msg} at char {err.pos})",
-                                'pass a JSON object, e.g. {"tasks": ["shipyard_offline"], "limit": 20}') from None
-    if not isinstance(data, dict):
-        raise ShipyardError("eval_config", f"must be a JSON object, got {type(data).__name__}",
-                            'pass e.g. {"tasks": ["shipyard_offline"]}')
+    data = json_object(text, "eval_config", '{"tasks": ["shipyard_offline"], "limit": 20}')
     known = set(EvalConfig.__dataclass_fields__)
     unknown = sorted(set(data) - known)
     if unknown:

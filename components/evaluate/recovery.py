@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.errors import ShipyardError
+from shipyard.jsonarg import json_object
 
 DEFAULT_MIN_RECOVERY = 0.99
 SUMMARY_FILE = "summary.json"
@@ -81,18 +82,9 @@ def _check_rule(field: str, rule: Any) -> dict[str, Any]:
 
 def parse_thresholds(text: str | dict[str, Any] | None) -> Thresholds:
     """Parse the gate's ``thresholds`` JSON (empty: 0.99 recovery on every metric)."""
-    if text is None or (isinstance(text, str) and not text.strip()):
+    data = json_object(text, "thresholds", '{"min_recovery": 0.99}')
+    if not data:
         return Thresholds()
-    if isinstance(text, dict):
-        data: Any = text
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ShipyardError("thresholds", f"is not valid JSON ({err.msg} at char {err.pos})",
-                                'pass e.g. {"min_recovery": 0.99}') from None
-    if not isinstance(data, dict):
-        raise ShipyardError("thresholds", f"must be a JSON object, got {type(data).__name__}", 'pass e.g. {"min_recovery": 0.99}')
     unknown = sorted(set(data) - {"min_recovery", "stderr_k", "metrics"})
     if unknown:
         raise ShipyardError("thresholds", f"unknown key(s) {unknown}", "use min_recovery, stderr_k, metrics")

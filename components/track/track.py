@@ -22,6 +22,7 @@ from typing import Any
 from shipyard import registry
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
+from shipyard.jsonarg import json_object
 from shipyard.tracking import TAG_KFP_RUN, TAG_KIND, Tracker, to_metrics
 
 PAYLOAD = "tracking_payload.json"
@@ -29,17 +30,7 @@ PAYLOAD = "tracking_payload.json"
 
 def parse_json_arg(name: str, text: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """A JSON-object argument (empty = ``{}``), with a one-line error when it is not one."""
-    if text is None or text == "":
-        return {}
-    if isinstance(text, Mapping):
-        return dict(text)
-    try:
-        value = json.loads(text)
-    except ValueError as err:
-        raise ShipyardError(name, f"is not JSON ({err})", 'pass a JSON object such as {"key": "value"}') from None
-    if not isinstance(value, dict):
-        raise ShipyardError(name, "must be a JSON object", 'pass e.g. {"key": "value"}')
-    return value
+    return json_object(text, name, '{"key": "value"}')
 
 
 def _lm_eval_figures(raw: Mapping[str, Any]) -> tuple[dict[str, float], set[str]]:
