@@ -18,6 +18,7 @@ from shipyard.components.track.component import (
     close_tracking,
     promotion_gate,
     register_model,
+    run_parameters,
     set_production,
     start_tracking,
     track_step,
@@ -63,13 +64,26 @@ def tracked(p: Params, pipeline_name: str, body: Callable[[dict[str, Any]], None
         close_tracking(tracking_uri=p["tracking_uri"], experiment=p["experiment"], kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
     ).set_display_name("close MLflow run")
     with dsl.ExitHandler(finish, name="shipyard"):
+        described = on_cpu(
+            run_parameters(
+                model_uri=p["model_uri"],
+                recipes=p.get("recipes", []),
+                eval_backend=p["eval_backend"],
+                eval_config=p["eval_config"],
+                accuracy_thresholds=p["accuracy_thresholds"],
+                benchmark_config=p["benchmark_config"],
+                slo=p["slo"],
+                deploy_config=p["deploy_config"],
+                candidate_uri=p.get("candidate_uri", ""),
+            ).set_display_name("collect parameters")
+        )
         start = on_cpu(
             start_tracking(
                 tracking_uri=p["tracking_uri"],
                 experiment=p["experiment"],
                 pipeline_name=pipeline_name,
                 kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                params_json="{}",
+                params_json=described.output,
                 tags_json="{}",
             ).set_display_name("start MLflow run")
         )

@@ -96,6 +96,10 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     )
     steps = {r.data.tags.get("shipyard.step") or r.info.run_name for r in runs}
     assert {"compress", "evaluate-base", "accuracy-gate", "slo-gate", "deploy"} <= steps
+    parent = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
+    assert parent.data.params["recipes"] == "w8a8-int8"
+    assert parent.data.params["model_uri"].endswith("tiny-llama")
+    assert parent.info.status == "FINISHED"
 
 
 def test_failing_gate_stops_before_package_and_says_why(

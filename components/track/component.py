@@ -106,6 +106,39 @@ def finish_tracking(tracking_uri: str, parent_run_id: str, status: str, tags_jso
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def run_parameters(
+    model_uri: str,
+    recipes: list,
+    eval_backend: str,
+    eval_config: str,
+    accuracy_thresholds: str,
+    benchmark_config: str,
+    slo: str,
+    deploy_config: str,
+    candidate_uri: str,
+) -> str:
+    """The pipeline parameters MLflow records on the parent run, as one JSON object.
+
+    (A pipeline cannot build a JSON string from its parameters itself; this step does.)
+    JSON-valued parameters are kept as given; an empty value means the step's defaults.
+    """
+    import json
+
+    params = {
+        "model_uri": model_uri,
+        "recipes": ",".join(str(r) for r in recipes),
+        "eval_backend": eval_backend,
+        "eval_config": eval_config,
+        "accuracy_thresholds": accuracy_thresholds,
+        "benchmark_config": benchmark_config,
+        "slo": slo,
+        "deploy_config": deploy_config,
+        "candidate_uri": candidate_uri,
+    }
+    return json.dumps({k: v for k, v in params.items() if v})
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
 def close_tracking(tracking_uri: str, experiment: str, kfp_run_id: str, status: dsl.PipelineTaskFinalStatus) -> str:
     """Exit handler: close the pipeline's MLflow run, FINISHED or FAILED with KFP's final state.
 
