@@ -68,7 +68,16 @@ def test_bad_gate_settings_are_one_line() -> None:
     with pytest.raises(ShipyardError, match="slos"):
         parse_slos({"ttft": {"below": 3}})
     with pytest.raises(ShipyardError, match="min_recovery"):
-        evaluate_gate({"a/acc": 1}, {}, {"a/acc": 1}, None, min_recovery=0)
+        evaluate_gate({"a/acc": 1}, {}, {"a/acc": 1}, None, min_recovery=-0.5)
+
+
+def test_min_recovery_zero_leaves_the_base_to_the_accuracy_gate() -> None:
+    # the pipeline's accuracy gate already compared with the base (with its own stderr rule)
+    decision = evaluate_gate({"a/acc": 0.5}, {}, {"a/acc": 0.9}, None, min_recovery=0)
+    assert decision.passed, decision.reason
+    assert "accuracy gate compared with the base" in decision.reason
+    champion = {"a/acc": 0.6}
+    assert not evaluate_gate({"a/acc": 0.5}, {}, {"a/acc": 0.9}, champion, min_recovery=0).passed
 
 
 @pytest.fixture(scope="module")

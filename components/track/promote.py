@@ -208,7 +208,10 @@ def evaluate_gate(
 
     if failures:
         return Decision(False, "refused: " + "; ".join(failures), champion_version, checks)
-    against = f"base and production v{champion_version}" if champ is not None else "base (no production version yet)"
+    sides = ([] if min_recovery == 0 else ["base"]) + ([f"production v{champion_version}"] if champ is not None else [])
+    against = " and ".join(sides) if sides else "anything (no production version yet; the accuracy gate compared with the base)"
+    if champ is None and sides:
+        against += " (no production version yet)"
     slo_text = f", {len(bounds)} SLOs met" if bounds else ""
     return Decision(True, f"promoted: {len(names)} accuracy metrics not worse than {against}{slo_text}",
                     champion_version, checks)
