@@ -201,6 +201,17 @@ def call_step(runtime: str, target: str, /, **kwargs: Any) -> Any:
     return result
 
 
+def record_outputs(result: dict[str, Any], metrics: Any = None, artifact: Any = None) -> dict[str, Any]:
+    """In a KFP wrapper: log a step result's ``metrics`` into a ``Metrics`` artifact and copy its
+    ``metadata`` onto ``artifact``; returns ``result`` for further use."""
+    if metrics is not None:
+        for key, value in (result.get("metrics") or {}).items():
+            metrics.log_metric(key, value)
+    if artifact is not None:
+        artifact.metadata.update(result.get("metadata") or {})
+    return result
+
+
 def _child_main(request_path: str, response_path: str) -> int:
     request = json.loads(Path(request_path).read_text())
     try:

@@ -25,7 +25,7 @@ def benchmark(
     per load level; vLLM's memory log lines next to the memory planner's prediction),
     guidellm.json (raw), scenario.json, vllm.log, guidellm.log. The server is always stopped.
     """
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes import call_step, record_outputs
 
     out = call_step(
         "vllm",
@@ -35,9 +35,7 @@ def benchmark(
         out_dir=results.path,
         summary_path=summary.path,
     )
-    results.metadata.update(out["metadata"])
-    for key, value in out["metrics"].items():
-        metrics.log_metric(key, value)
+    record_outputs(out, metrics=metrics, artifact=results)
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -61,7 +59,7 @@ def slo_gate(
     the summary, and is in their metadata and the step log. Unreadable results, different
     benchmark configs or bad thresholds give False.
     """
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes import call_step, record_outputs
 
     out = call_step(
         "base",
@@ -72,8 +70,7 @@ def slo_gate(
         report_path=report.path,
         summary_path=summary.path,
     )
-    for key, value in out["metrics"].items():
-        metrics.log_metric(key, value)
+    record_outputs(out, metrics=metrics)
     for artifact in (report, summary):
         artifact.metadata.update({"passed": bool(out["passed"]), "reason": str(out["reason"])})
     print(f"SLO gate: {out['reason']}", flush=True)

@@ -35,7 +35,7 @@ def compress(
         metrics: Size before/after, compression ratio, wall time.
         summary: A Markdown summary.
     """
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes import call_step, record_outputs
 
     result = call_step(
         "compress",
@@ -50,7 +50,5 @@ def compress(
         seed=seed,
         summary_path=summary.path,
     )
-    for key, value in result["metrics"].items():
-        metrics.log_metric(key, value)
-    compressed_model.metadata.update(result["metadata"])
+    record_outputs(result, metrics=metrics, artifact=compressed_model)
     compressed_model.metadata["base_model"] = base_model.metadata.get("uri", "")

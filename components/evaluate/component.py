@@ -21,7 +21,7 @@ def evaluate_hf(
     folder with summary.json (config hash, model identity, scores) and lm_eval_results.json.
     A result for the same model content and config is reused from the cache.
     """
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes import call_step, record_outputs
 
     out = call_step(
         "compress",
@@ -32,9 +32,7 @@ def evaluate_hf(
         table_path=table.path,
         backend="hf",
     )
-    results.metadata.update(out["metadata"])
-    for key, value in out["metrics"].items():
-        metrics.log_metric(key, value)
+    record_outputs(out, metrics=metrics, artifact=results)
 
 
 @dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
@@ -51,7 +49,7 @@ def evaluate_vllm(
     duration only. Use the same backend for base and candidate: the gate refuses to compare
     results of different configs.
     """
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes import call_step, record_outputs
 
     out = call_step(
         "vllm",
@@ -62,9 +60,7 @@ def evaluate_vllm(
         table_path=table.path,
         backend="openai",
     )
-    results.metadata.update(out["metadata"])
-    for key, value in out["metrics"].items():
-        metrics.log_metric(key, value)
+    record_outputs(out, metrics=metrics, artifact=results)
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -84,7 +80,7 @@ def accuracy_gate(
     heads the report, is in the report's metadata and the step log.
     Missing or unreadable results, or results of different eval configs, give passed=False.
     """
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes import call_step, record_outputs
 
     out = call_step(
         "base",
@@ -94,8 +90,7 @@ def accuracy_gate(
         thresholds=thresholds,
         report_path=report.path,
     )
-    for key, value in out["metrics"].items():
-        metrics.log_metric(key, value)
+    record_outputs(out, metrics=metrics)
     report.metadata.update({"passed": bool(out["passed"]), "reason": str(out["reason"])})
     print(f"accuracy gate: {out['reason']}", flush=True)
     return bool(out["passed"])
