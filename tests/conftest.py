@@ -14,6 +14,23 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def require_tool(present: bool, install: str) -> None:
+    """Skip when a system tool is missing on a workstation; under CI (``CI=true``) fail instead,
+    because ``.ci/setup`` installs it and a skip would hide a broken setup."""
+    if present:
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"missing system tool: {install} (.ci/setup should have installed it)")
+    pytest.skip(f"missing system tool: {install}")
+
+
+@pytest.fixture
+def registry_tools() -> None:
+    """docker-registry and a static busybox (for the modelcar base) are installed."""
+    require_tool(bool(shutil.which("docker-registry")) and os.path.isfile("/usr/bin/busybox"),
+                 "apt-get install -y docker-registry busybox-static")
+
+
 def _has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import require_tool
 
 from shipyard.components.deploy.config import load_preset
 from shipyard.components.deploy.validate import upstream_dir, validate_documents, validate_object
@@ -21,8 +22,7 @@ KUBECTL = shutil.which("kubectl")
 
 
 def build(path: Path) -> list[dict]:
-    if KUBECTL is None:
-        pytest.skip("kubectl (with kustomize) is not installed")
+    require_tool(KUBECTL is not None, "kubectl with kustomize (Debian/Google Cloud SDK kubectl)")
     proc = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]

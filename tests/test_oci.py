@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import require_tool
 
 from shipyard import oci
 from shipyard.errors import ShipyardError
@@ -21,11 +22,7 @@ from shipyard.fsutil import sha256_file
 from shipyard.localregistry import LocalRegistry, free_port
 from shipyard.registry_client import RegistryClient
 
-needs_tools = pytest.mark.skipif(
-    not (shutil.which("docker-registry") and Path("/usr/bin/busybox").is_file()),
-    reason="apt-get install -y docker-registry busybox-static",
-)
-pytestmark = needs_tools
+pytestmark = pytest.mark.usefixtures("registry_tools")
 
 
 def tree_hashes(folder: Path) -> dict[str, str]:
@@ -40,8 +37,7 @@ def registry() -> Iterator[LocalRegistry]:
 
 @pytest.fixture(scope="module")
 def auth_registry() -> Iterator[LocalRegistry]:
-    if not shutil.which("htpasswd"):
-        pytest.skip("apt-get install -y apache2-utils (htpasswd)")
+    require_tool(bool(shutil.which("htpasswd")), "apt-get install -y apache2-utils (htpasswd)")
     with LocalRegistry(users={"shipper": "s3cret"}) as reg:
         yield reg
 

@@ -3,7 +3,6 @@
 # No `from __future__ import annotations`: KFP reads the pipeline function's real annotations.
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +14,7 @@ from shipyard.errors import ShipyardError
 from shipyard.fsutil import sha256_file
 from shipyard.localregistry import LocalRegistry
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("docker-registry") and Path("/usr/bin/busybox").is_file()),
-    reason="apt-get install -y docker-registry busybox-static",
-)
+pytestmark = pytest.mark.usefixtures("registry_tools")
 
 
 def tree_hashes(folder: Path) -> dict[str, str]:
