@@ -84,19 +84,17 @@ def load_params_file(path: str) -> dict[str, Any]:
     return data
 
 
+def _signature(pipeline_func: Any) -> dict[str, inspect.Parameter]:
+    func = getattr(pipeline_func, "pipeline_func", None) or pipeline_func.python_func
+    return dict(inspect.signature(func).parameters)
+
+
 def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
     """Parameter names of a pipeline and their defaults."""
-    func = getattr(pipeline_func, "pipeline_func", None) or pipeline_func.python_func
     return {
         name: (None if p.default is inspect.Parameter.empty else p.default)
-        for name, p in inspect.signature(func).parameters.items()
+        for name, p in _signature(pipeline_func).items()
     }
-
-
-def pipeline_parameter_types(pipeline_func: Any) -> dict[str, Any]:
-    """Parameter names of a pipeline and their annotated Python types."""
-    func = getattr(pipeline_func, "pipeline_func", None) or pipeline_func.python_func
-    return {name: p.annotation for name, p in inspect.signature(func).parameters.items()}
 
 
 def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
@@ -115,9 +113,9 @@ def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[
         raise ShipyardError(
             "--param", f"unknown parameter(s) {', '.join(unknown)}", f"use one of: {', '.join(sorted(known))}"
         )
-    types = pipeline_parameter_types(pipeline_func)
+    signature = _signature(pipeline_func)
     for key, value in merged.items():
-        if types.get(key) is str and not isinstance(value, str):
+        if signature[key].annotation is str and not isinstance(value, str):
             # JSON-valued string parameters (eval_config, slo, ...) may be written as YAML mappings.
             merged[key] = json.dumps(value) if isinstance(value, dict | list) else str(value)
     return merged

@@ -23,7 +23,7 @@ from shipyard import registry
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
 from shipyard.jsonarg import json_object
-from shipyard.tracking import TAG_KFP_RUN, TAG_KIND, Tracker, to_metrics
+from shipyard.tracking import Tracker, to_metrics
 
 PAYLOAD = "tracking_payload.json"
 
@@ -177,10 +177,9 @@ def close_pipeline_run(tracking_uri: str, experiment: str, kfp_run_id: str, stat
     handler: FINISHED when the pipeline succeeded, FAILED otherwise; returns the status."""
     tracker = Tracker(tracking_uri)
     tracker.check_reachable()
-    run_id = tracker.find_run(tracker.experiment_id(experiment), {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"})
-    if run_id is None:
-        raise ShipyardError("kfp_run_id", f"no MLflow pipeline run is tagged {TAG_KFP_RUN}={kfp_run_id}",
-                            "start_tracking must run first with the same tracking_uri and experiment")
+    run_id = tracker.resolve_parent("", kfp_run_id, experiment)
+    if not run_id:
+        raise ShipyardError("kfp_run_id", f"{kfp_run_id!r} is not a KFP run id", "pass dsl.PIPELINE_JOB_ID_PLACEHOLDER")
     status = "FINISHED" if state.upper() in ("SUCCEEDED", "SUCCESS", "FINISHED") else "FAILED"
     tags = {"shipyard.kfp_state": state}
     if error:
