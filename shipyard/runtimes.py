@@ -11,6 +11,7 @@ runtime's venv otherwise (``kfp.local`` runs every wrapper in the base environme
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -24,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import shipyard.runtime_images as _runtime_images
 from shipyard import __version__
 from shipyard.errors import ShipyardError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-IMAGES_DIR = REPO_ROOT / "images"
+#: ``images/`` in a checkout, ``shipyard/runtime_images`` in an installed wheel: the same files.
+IMAGES_DIR = Path(_runtime_images.__file__).resolve().parent
 DEFAULT_IMAGE_REGISTRY = "ghcr.io/shipyard-llm"
 
 
@@ -61,32 +64,101 @@ def lock_file(runtime: str) -> Path:
     return IMAGES_DIR / get_runtime(runtime).name / "requirements.lock"
 
 
-def lock_digest(runtime: str) -> str:
-    """Short content hash of the runtime's lock and Containerfile: the image tag changes with them."""
+#: What goes into every image: the package's code and data, by their path inside the package.
+_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".jsonl", ".json", ".md", ".jinja", ".proto", ".in", ".lock")
+#: Written by an image build; derived from the image, so never part of the tag it is keyed by.
+_NOT_HASHED = ("image-digest",)
+
+
+def _package_roots() -> list[tuple[str, Path]]:
+    """(path prefix inside the installed package, folder) of everything the wheel ships."""
+    import shipyard
+    import shipyard.components
+    import shipyard.pipelines
+
+    return [
+        ("", Path(shipyard.__file__).resolve().parent),
+        ("components/", Path(shipyard.components.__file__).resolve().parent),
+        ("pipelines/", Path(shipyard.pipelines.__file__).resolve().parent),
+        ("runtime_images/", IMAGES_DIR),
+    ]
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """Content hash of the code and data every image installs (the shipyard package).
+
+    The same files hash the same in a checkout and in an installed wheel, so ``shipyard compile``
+    names the same image tags from either; any change to a step's code changes every tag.
+    """
+    nested = {"components", "pipelines", "runtime_images"}
+    files: dict[str, Path] = {}
+    for prefix, root in _package_roots():
+        for path in root.rglob("*"):
+            rel = path.relative_to(root)
+            if not path.is_file() or "__pycache__" in rel.parts or path.name in _NOT_HASHED:
+                continue
+            if not prefix and rel.parts[0] in nested:
+                continue  # inside an installed wheel these are the other roots
+            if path.suffix in _CODE_SUFFIXES or path.name == "Containerfile" or path.name.startswith("LICENSE"):
+                files[prefix + rel.as_posix()] = path
     digest = hashlib.sha256()
-    for name in ("requirements.lock", "Containerfile"):
-        path = IMAGES_DIR / runtime / name
-        if path.exists():
-            digest.update(path.read_bytes())
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def lock_digest(runtime: str) -> str:
+    """Short hash of what an image of ``runtime`` is built from: its lock, its Containerfile and
+    shipyard's own code and data. The image tag changes with any of them, so a node never runs
+    stale code under a tag it already pulled."""
+    digest = hashlib.sha256()
+    folder = IMAGES_DIR / get_runtime(runtime).name
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name not in _NOT_HASHED:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(code_digest().encode())
     return digest.hexdigest()[:12]
 
 
-def runtime_image(runtime: str) -> str:
+FLAVORS = ("gpu", "cpu")
+
+
+def image_flavor() -> str:
+    """Which image flavor steps run in: ``SHIPYARD_IMAGE_FLAVOR`` (``gpu``, the cluster default, or
+    ``cpu`` for container runs on a workstation)."""
+    flavor = os.environ.get("SHIPYARD_IMAGE_FLAVOR", "gpu")
+    if flavor not in FLAVORS:
+        raise ShipyardError("SHIPYARD_IMAGE_FLAVOR", f"unknown flavor {flavor!r}", f"use one of {', '.join(FLAVORS)}")
+    return flavor
+
+
+def image_tag(runtime: str, flavor: str = "gpu") -> str:
+    """The tag of a runtime image: ``<version>-<hash>`` for the cluster (GPU) flavor and
+    ``<version>-<hash>-cpu`` for the CPU flavor built for local container runs."""
+    suffix = "" if flavor == "gpu" else f"-{flavor}"
+    return f"{__version__}-{lock_digest(runtime)}{suffix}"
+
+
+def runtime_image(runtime: str, flavor: str | None = None) -> str:
     """The container image of a runtime, pinned.
 
-    ``images/<runtime>/image-digest`` (written by the image build, ``sha256:...``) pins by
-    digest; without it the tag ``<version>-<lock hash>`` names exactly one lock. The registry
-    comes from ``SHIPYARD_IMAGE_REGISTRY`` (default ``ghcr.io/shipyard-llm``).
+    ``images/<runtime>/image-digest`` (written by a cluster image build as ``<tag> sha256:...``)
+    pins by digest while it was written for the current tag; otherwise the tag
+    ``<version>-<hash>`` names exactly one lock, Containerfile and code. The registry comes from
+    ``SHIPYARD_IMAGE_REGISTRY`` (default ``ghcr.io/shipyard-llm``).
     """
     get_runtime(runtime)
     registry = os.environ.get("SHIPYARD_IMAGE_REGISTRY", DEFAULT_IMAGE_REGISTRY).rstrip("/")
     repo = f"{registry}/shipyard-{runtime}"
+    flavor = flavor or image_flavor()
+    tag = image_tag(runtime, flavor)
     digest_file = IMAGES_DIR / runtime / "image-digest"
-    if digest_file.exists():
-        digest = digest_file.read_text().strip()
-        if digest.startswith("sha256:"):
-            return f"{repo}@{digest}"
-    return f"{repo}:{__version__}-{lock_digest(runtime)}"
+    if flavor == "gpu" and digest_file.exists():
+        recorded_tag, _, digest = digest_file.read_text().strip().partition(" ")
+        if recorded_tag == tag and digest.startswith("sha256:"):
+            return f"{repo}:{tag}@{digest}"
+    return f"{repo}:{tag}"
 
 
 def venvs_dir() -> Path:

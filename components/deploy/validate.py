@@ -1,7 +1,7 @@
 """Validate Kubernetes manifests the way an API server would, without one.
 
 Custom resources (LLMInferenceService, LLMInferenceServiceConfig, InferencePool, HTTPRoute,
-Gateway, LeaderWorkerSet, ...) are checked against the upstream CRDs in ``shared/upstream``:
+Gateway, LeaderWorkerSet, ...) are checked against the upstream CRDs in ``shipyard/schemas``:
 each served version's ``openAPIV3Schema`` becomes a JSON Schema in which unknown fields are
 rejected (``additionalProperties: false`` wherever the schema lists ``properties`` and does
 not say ``x-kubernetes-preserve-unknown-fields``), as a structural schema is pruned/rejected
@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from shipyard.errors import ShipyardError
+from shipyard.schemas import SCHEMAS_DIR
 
 KUBERNETES_VERSION = "1.33"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -49,7 +50,7 @@ DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-# Kinds defined by CRDs whose schemas are not in shared/upstream; checked structurally only.
+# Kinds defined by CRDs whose schemas are not vendored in shipyard/schemas; checked structurally only.
 UNSCHEMED_KINDS = {("keda.sh", "ScaledObject"), ("kustomize.config.k8s.io", "Kustomization")}
 
 
@@ -67,18 +68,9 @@ class Problem:
 
 
 def upstream_dir() -> Path:
-    """Folder of the upstream CRDs: ``SHIPYARD_UPSTREAM_DIR`` when set, else ``shared/upstream``
-    inside or next to the repository."""
-    env = os.environ.get("SHIPYARD_UPSTREAM_DIR")
-    repo = Path(__file__).resolve().parents[2]
-    candidates = [Path(env)] if env else [repo / "shared" / "upstream", repo.parent / "shared" / "upstream"]
-    for path in candidates:
-        if (path / "kserve" / "crd").is_dir():
-            return path
-    raise ShipyardError(
-        "SHIPYARD_UPSTREAM_DIR", f"no upstream CRDs found (looked in {', '.join(map(str, candidates))})",
-        "set SHIPYARD_UPSTREAM_DIR to the folder holding kserve/crd/*.yaml",
-    )
+    """Folder of the vendored upstream definitions (``shipyard/schemas``, shipped in the wheel and
+    every image; ``SOURCES.md`` there names each file's repository, tag, path and license)."""
+    return SCHEMAS_DIR
 
 
 def _load_yaml_all(text: str) -> list[Any]:
@@ -349,7 +341,7 @@ def _core_problems(doc: dict[str, Any]) -> list[tuple[str, str]]:
     except kubernetes_validate.ValidationError as err:
         return [(_path(err.path), err.message)]
     except SchemaNotFoundError:
-        return [("", f"unknown kind {doc.get('apiVersion')}/{doc.get('kind')}: no CRD in shared/upstream "
+        return [("", f"unknown kind {doc.get('apiVersion')}/{doc.get('kind')}: no CRD in shipyard/schemas "
                      "and not a core Kubernetes kind")]
     return []
 
@@ -386,7 +378,7 @@ def validate_object(doc: Any, source: str = "<manifest>") -> list[Problem]:
 
 
 def _structural_problems(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """Minimal checks for KEDA ScaledObject (its CRD is not in shared/upstream)."""
+    """Minimal checks for KEDA ScaledObject (its CRD is not vendored in shipyard/schemas)."""
     if doc.get("kind") != "ScaledObject":
         return []
     out: list[tuple[str, str]] = []
@@ -432,19 +424,8 @@ def validate_file(path: str | os.PathLike[str]) -> list[Problem]:
 def require_valid(docs: list[dict[str, Any]], source: str = "rendered manifest") -> None:
     """Raise a one-line :class:`ShipyardError` naming the first problem (and how many more).
 
-    Where the upstream CRDs are not available (a step image without ``shared/upstream``) only
-    the CEL/webhook rules run, with a warning; the API server still checks the schema."""
-    try:
-        upstream_dir()
-    except ShipyardError as err:
-        import sys
-
-        print(f"shipyard: warning: {err.problem}; checking KServe rules only (the API server checks the schema)",
-              file=sys.stderr)
-        problems = [Problem(source, path, message) for doc in docs if doc.get("kind") == "LLMInferenceService"
-                    for path, message in cel_rules(doc) + webhook_rules(doc)]
-    else:
-        problems = validate_documents(docs, source)
+    The vendored schemas ship with shipyard, so a step image validates exactly as a workstation does."""
+    problems = validate_documents(docs, source)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ShipyardError(problems[0].source, f"{problems[0].path}: {problems[0].message}{more}",
