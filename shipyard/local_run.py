@@ -97,9 +97,16 @@ def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
     }
 
 
-def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
-    """Merge local defaults < params file < ``--param`` and check every name exists."""
-    known = pipeline_parameters(pipeline_func)
+def resolve_params(pipeline: str, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
+    """Merge local defaults < params file < ``--param`` and run the pre-flight checks on them
+    (every name known, every value typed, every JSON parameter and recipe valid), in well under
+    a second and before the pipeline is even built."""
+    from shipyard.components.preflight.preflight import check_parameters
+    from shipyard.pipelines.params import PIPELINE_PARAMS
+
+    if pipeline not in PIPELINE_PARAMS:
+        get_pipeline(pipeline)  # the one-line "unknown pipeline" error
+    known = {p.name for p in PIPELINE_PARAMS[pipeline]}
     merged: dict[str, Any] = {}
     if local_defaults and LOCAL_PARAMS.exists():
         merged.update({k: v for k, v in load_params_file(str(LOCAL_PARAMS)).items() if k in known})
@@ -108,17 +115,7 @@ def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[
     for item in overrides:
         key, value = parse_param(item)
         merged[key] = value
-    unknown = sorted(set(merged) - set(known))
-    if unknown:
-        raise ShipyardError(
-            "--param", f"unknown parameter(s) {', '.join(unknown)}", f"use one of: {', '.join(sorted(known))}"
-        )
-    signature = _signature(pipeline_func)
-    for key, value in merged.items():
-        if signature[key].annotation is str and not isinstance(value, str):
-            # JSON-valued string parameters (eval_config, slo, ...) may be written as YAML mappings.
-            merged[key] = json.dumps(value) if isinstance(value, dict | list) else str(value)
-    return merged
+    return check_parameters(pipeline, merged, fill_defaults=False)
 
 
 def _component_runtimes(pipeline_func: Any) -> dict[str, str]:
@@ -213,8 +210,8 @@ def run_local(
     """Run ``pipeline`` with kfp.local in ``work_dir``; write and return the run summary."""
     from kfp import local
 
+    params = resolve_params(pipeline, params_file, overrides or [])
     pipeline_func = get_pipeline(pipeline)
-    params = resolve_params(pipeline_func, params_file, overrides or [])
     work = Path(work_dir).resolve()
     root = work / "pipeline-root"
     root.mkdir(parents=True, exist_ok=True)

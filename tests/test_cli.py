@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from shipyard.local_run import parse_param, resolve_params
-from shipyard.pipelines import get_pipeline
 
 
 def _shipyard(*args: str) -> subprocess.CompletedProcess[str]:
@@ -40,7 +39,7 @@ def test_params_are_read_as_yaml_and_merged(tmp_path: Path) -> None:
     assert parse_param("num_calibration_samples=8") == ("num_calibration_samples", 8)
     params_file = tmp_path / "p.yaml"
     params_file.write_text("seed: 7\nmax_seq_length: 128\n")
-    merged = resolve_params(get_pipeline("optimize-and-deploy"), str(params_file), ["seed=9"])
+    merged = resolve_params("optimize-and-deploy", str(params_file), ["seed=9"])
     assert merged["seed"] == 9 and merged["max_seq_length"] == 128
     assert merged["model_uri"] == "embedded://smollm2-135m-instruct"
     with pytest.raises(Exception, match="is not key=value"):

@@ -13,6 +13,10 @@ def benchmark(
     results: Output[Artifact],
     metrics: Output[Metrics],
     summary: Output[Markdown],
+    candidate: str = "",
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
 ):
     """Serve the model with vLLM on 127.0.0.1 and load it with guidellm; latency and throughput per load.
 
@@ -24,9 +28,14 @@ def benchmark(
     (TTFT/ITL/TPOT/latency p50/p90/p99, requests/s, output tokens/s, errored/incomplete counts
     per load level; vLLM's memory log lines next to the memory planner's prediction),
     guidellm.json (raw), scenario.json, vllm.log, guidellm.log. The server is always stopped.
+    candidate ("base" or the recipe), tracking_uri, experiment, kfp_run_id: the step logs its
+    config, figures and summary into its MLflow run (see components/track/steprun.py).
     """
+    from shipyard.components.track.steprun import PENDING_KEY, StepRun
     from shipyard.runtimes import call_step, record_outputs
 
+    run = StepRun("benchmark", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                  params={"benchmark_config": benchmark_config})
     out = call_step(
         "vllm",
         "shipyard.components.benchmark.benchmark:benchmark_step",
@@ -36,6 +45,11 @@ def benchmark(
         summary_path=summary.path,
     )
     record_outputs(out, metrics=metrics, artifact=results)
+    run.log(metrics=out.get("metrics"), artifacts={"summary.md": summary.path,
+                                                   "results.json": f"{results.path}/results.json"})
+    run.finish()
+    if run.payload():
+        results.metadata[PENDING_KEY] = run.payload()
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)

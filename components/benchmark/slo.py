@@ -25,60 +25,20 @@ import math
 from typing import Any
 
 from shipyard.components.benchmark.benchmark import load_results
+from shipyard.components.gates.config import SloConfig, slo_config
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
-from shipyard.jsonarg import json_object
 
 #: Used when the slo parameter is empty: generous figures that a CPU run of a small model meets.
-DEFAULT_SLO: dict[str, Any] = {
-    "ttft_p99_ms": 10000.0,
-    "itl_p99_ms": 1000.0,
-    "min_output_tokens_per_s": 1.0,
-    "max_error_rate": 0.0,
-    "min_goodput": None,
-    "require": "base",
-    "min_throughput_ratio": None,
-    "max_latency_ratio": None,
-}
-_POSITIVE = ("ttft_p99_ms", "itl_p99_ms", "min_output_tokens_per_s")
+DEFAULT_SLO: dict[str, Any] = SloConfig().model_dump()
 
 
 def parse_slo(value: str | dict[str, Any] | None) -> dict[str, Any]:
-    """Validate SLO thresholds (JSON text or dict); missing keys take :data:`DEFAULT_SLO`."""
-    raw = json_object(value, "slo", '{"ttft_p99_ms": 500}')
-    unknown = sorted(set(raw) - set(DEFAULT_SLO))
-    if unknown:
-        raise ShipyardError("slo", f"unknown keys {unknown}", f"use only {sorted(DEFAULT_SLO)}")
-    slo = {**DEFAULT_SLO, **raw}
-
-    def number(key: str) -> float | None:
-        val = slo[key]
-        if val is None:
-            return None
-        if isinstance(val, bool) or not isinstance(val, int | float) or not math.isfinite(val):
-            raise ShipyardError(f"slo.{key}", f"must be a number, got {val!r}", "fix the threshold")
-        return float(val)
-
-    for key in _POSITIVE:
-        val = number(key)
-        if val is None or val <= 0:
-            raise ShipyardError(f"slo.{key}", f"must be > 0, got {slo[key]!r}", "set a positive threshold")
-        slo[key] = val
-    err = number("max_error_rate")
-    if err is None or not 0 <= err <= 1:
-        raise ShipyardError("slo.max_error_rate", f"must be in [0, 1], got {slo['max_error_rate']!r}", "e.g. 0.01")
-    slo["max_error_rate"] = err
-    goodput = number("min_goodput")
-    if goodput is not None and not 0 < goodput <= 1:
-        raise ShipyardError("slo.min_goodput", f"must be in (0, 1], got {goodput}", "e.g. 0.9")
-    for key in ("min_throughput_ratio", "max_latency_ratio"):
-        val = number(key)
-        if val is not None and val <= 0:
-            raise ShipyardError(f"slo.{key}", f"must be > 0, got {val}", "e.g. 0.9 / 1.2, or null")
-        slo[key] = val
-    req = slo["require"]
-    if not (req in ("base", "all", "any") or (isinstance(req, int | float) and not isinstance(req, bool) and req > 0)):
-        raise ShipyardError("slo.require", f"must be base, all, any or a load > 0, got {req!r}", 'use "base"')
+    """Validate SLO thresholds (JSON text or dict) with the typed config of
+    :mod:`shipyard.components.gates.config`; missing keys take :data:`DEFAULT_SLO`."""
+    slo = slo_config(value).model_dump()
+    if isinstance(slo["require"], float) and slo["require"].is_integer():
+        slo["require"] = int(slo["require"])
     return slo
 
 

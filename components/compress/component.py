@@ -19,6 +19,9 @@ def compress(
     compressed_model: Output[Model],
     metrics: Output[Metrics],
     summary: Output[Markdown],
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
 ):
     """Compress a model with llmcompressor (one-shot post-training quantization).
 
@@ -33,10 +36,19 @@ def compress(
         seed: Random seed for sample selection.
         compressed_model: The compressed-tensors folder (config.json has quantization_config; recipe.yaml inside).
         metrics: Size before/after, compression ratio, wall time.
-        summary: A Markdown summary.
+        summary: A Markdown summary (metadata model_uri: where compressed_model is).
+        tracking_uri: MLflow tracking URI; the step logs its params, figures and summary into its MLflow run.
+        experiment: MLflow experiment.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER (finds the pipeline's MLflow run).
     """
+    from shipyard.components.track.steprun import PENDING_KEY, StepRun
     from shipyard.runtimes import call_step, record_outputs
 
+    run = StepRun("compress", recipe if len(recipe) <= 64 else recipe[:61] + "...", tracking_uri=tracking_uri,
+                  experiment=experiment, kfp_run_id=kfp_run_id,
+                  params={"recipe": recipe, "calibration_dataset": calibration_dataset,
+                          "num_calibration_samples": num_calibration_samples, "max_seq_length": max_seq_length,
+                          "seed": seed})
     result = call_step(
         "compress",
         "shipyard.components.compress.compress:compress_model",
@@ -52,3 +64,9 @@ def compress(
     )
     record_outputs(result, metrics=metrics, artifact=compressed_model)
     compressed_model.metadata["base_model"] = base_model.metadata.get("uri", "")
+    summary.metadata["model_uri"] = compressed_model.uri
+    run.log(metrics=result.get("metrics"), artifacts={"summary.md": summary.path,
+                                                      "recipe.yaml": f"{compressed_model.path}/recipe.yaml"})
+    run.finish()
+    if run.payload():
+        summary.metadata[PENDING_KEY] = run.payload()

@@ -13,16 +13,25 @@ def evaluate_hf(
     results: Output[Artifact],
     metrics: Output[Metrics],
     table: Output[Markdown],
+    candidate: str = "",
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
 ):
     """Evaluate a model with lm-eval's Hugging Face backend (in-process transformers).
 
     eval_config: JSON, e.g. {"tasks": ["shipyard_offline"], "limit": 20, "num_fewshot": 0,
     "batch_size": 8, "apply_chat_template": false, "seed": 1234, "gen_kwargs": {}}. results: a
     folder with summary.json (config hash, model identity, scores) and lm_eval_results.json.
-    A result for the same model content and config is reused from the cache.
+    A result for the same model content and config is reused from the cache. candidate
+    ("base" or the recipe), tracking_uri, experiment and kfp_run_id: the step logs its config,
+    scores and table into its MLflow run (see components/track/steprun.py).
     """
+    from shipyard.components.track.steprun import PENDING_KEY, StepRun
     from shipyard.runtimes import call_step, record_outputs
 
+    run = StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                  params={"eval_config": eval_config, "backend": "hf"})
     out = call_step(
         "compress",
         "shipyard.components.evaluate.evaluate:evaluate_step",
@@ -33,6 +42,11 @@ def evaluate_hf(
         backend="hf",
     )
     record_outputs(out, metrics=metrics, artifact=results)
+    run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
+                                                   "summary.json": f"{results.path}/summary.json"})
+    run.finish()
+    if run.payload():
+        results.metadata[PENDING_KEY] = run.payload()
 
 
 @dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
@@ -42,15 +56,22 @@ def evaluate_vllm(
     results: Output[Artifact],
     metrics: Output[Metrics],
     table: Output[Markdown],
+    candidate: str = "",
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
 ):
     """Evaluate a model through a vLLM OpenAI server (lm-eval local-completions) started from it.
 
     Same eval_config and outputs as evaluate_hf; the server runs on 127.0.0.1 for the step's
     duration only. Use the same backend for base and candidate: the gate refuses to compare
-    results of different configs.
+    results of different configs. candidate, tracking_uri, experiment, kfp_run_id: as evaluate_hf.
     """
+    from shipyard.components.track.steprun import PENDING_KEY, StepRun
     from shipyard.runtimes import call_step, record_outputs
 
+    run = StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                  params={"eval_config": eval_config, "backend": "vllm"})
     out = call_step(
         "vllm",
         "shipyard.components.evaluate.evaluate:evaluate_step",
@@ -61,6 +82,11 @@ def evaluate_vllm(
         backend="openai",
     )
     record_outputs(out, metrics=metrics, artifact=results)
+    run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
+                                                   "summary.json": f"{results.path}/summary.json"})
+    run.finish()
+    if run.payload():
+        results.metadata[PENDING_KEY] = run.payload()
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)

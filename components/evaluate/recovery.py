@@ -20,10 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from shipyard.components.gates.config import DEFAULT_MIN_RECOVERY, accuracy_config
 from shipyard.errors import ShipyardError
-from shipyard.jsonarg import json_object
 
-DEFAULT_MIN_RECOVERY = 0.99
 SUMMARY_FILE = "summary.json"
 
 
@@ -51,51 +50,14 @@ class Thresholds:
         return rule
 
 
-def _check_number(field: str, value: Any, low: float, high: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ShipyardError(field, f"must be a number, got {value!r}", "use e.g. 0.99")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise ShipyardError(field, f"must be {bound}, got {value!r}", "use e.g. 0.99 for min_recovery, 2 for stderr_k")
-    return float(value)
-
-
-def _check_rule(field: str, rule: Any) -> dict[str, Any]:
-    if isinstance(rule, int | float) and not isinstance(rule, bool):
-        rule = {"min_recovery": rule}
-    if not isinstance(rule, dict):
-        raise ShipyardError(field, f"must be a number or an object, got {rule!r}", 'use 0.95 or {"min_recovery": 0.95}')
-    unknown = sorted(set(rule) - {"min_recovery", "stderr_k", "gate"})
-    if unknown:
-        raise ShipyardError(field, f"unknown key(s) {unknown}", "use min_recovery, stderr_k, gate")
-    out: dict[str, Any] = {}
-    if "min_recovery" in rule:
-        out["min_recovery"] = _check_number(f"{field}.min_recovery", rule["min_recovery"], 0.0, 10.0)
-    if "stderr_k" in rule:
-        out["stderr_k"] = None if rule["stderr_k"] is None else _check_number(f"{field}.stderr_k", rule["stderr_k"], 0.0)
-    if "gate" in rule:
-        if not isinstance(rule["gate"], bool):
-            raise ShipyardError(f"{field}.gate", f"must be true or false, got {rule['gate']!r}", "use a JSON boolean")
-        out["gate"] = rule["gate"]
-    return out
-
-
-def parse_thresholds(text: str | dict[str, Any] | None) -> Thresholds:
-    """Parse the gate's ``thresholds`` JSON (empty: 0.99 recovery on every metric)."""
-    data = json_object(text, "thresholds", '{"min_recovery": 0.99}')
-    if not data:
-        return Thresholds()
-    unknown = sorted(set(data) - {"min_recovery", "stderr_k", "metrics"})
-    if unknown:
-        raise ShipyardError("thresholds", f"unknown key(s) {unknown}", "use min_recovery, stderr_k, metrics")
-    top = _check_rule("thresholds", {k: v for k, v in data.items() if k != "metrics"})
-    metrics = data.get("metrics") or {}
-    if not isinstance(metrics, dict):
-        raise ShipyardError("thresholds.metrics", f"must be an object, got {metrics!r}", 'e.g. {"acc": 0.95}')
+def parse_thresholds(text: str | dict[str, Any] | None, field: str = "thresholds") -> Thresholds:
+    """Parse the gate's ``thresholds`` JSON (empty: 0.99 recovery on every metric) with the typed
+    config of :mod:`shipyard.components.gates.config` (one-line errors)."""
+    cfg = accuracy_config(text, field)
     return Thresholds(
-        min_recovery=top.get("min_recovery", DEFAULT_MIN_RECOVERY),
-        stderr_k=top.get("stderr_k"),
-        metrics={key: _check_rule(f"thresholds.metrics.{key}", rule) for key, rule in metrics.items()},
+        min_recovery=cfg.min_recovery,
+        stderr_k=cfg.stderr_k,
+        metrics={key: rule.model_dump(exclude_unset=True) for key, rule in cfg.metrics.items()},
     )
 
 

@@ -19,6 +19,10 @@ def package_model(
     annotations: str,
     insecure_tls: bool,
     modelcar: Output[Artifact],
+    candidate: str = "",
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
 ) -> NamedTuple("Outputs", [("uri", str), ("digest", str)]):  # noqa: UP014 - KFP reads this form
     """Package the model as a digest-pinned OCI image and push it.
 
@@ -33,11 +37,16 @@ def package_model(
 
     Returns uri: oci://REGISTRY/REPO@sha256:... (or oci:///LAYOUT@sha256:... without a registry)
     and digest: the manifest digest. The modelcar artifact holds the OCI layout and a report.
+    candidate, tracking_uri, experiment, kfp_run_id: the step logs its URI, digest and report
+    (never the layout or the weights) into its MLflow run (see components/track/steprun.py).
     """
     from collections import namedtuple
 
+    from shipyard.components.track.steprun import StepRun
     from shipyard.runtimes import call_step
 
+    run = StepRun("package", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                  params={"registry": registry, "repository": repository, "mode": mode})
     result = call_step(
         "base",
         "shipyard.components.package.package:package_model",
@@ -61,6 +70,11 @@ def package_model(
         "layers": result["layers"],
         "model_digest": result["model_digest"],
     })
+    run.log(params={"uri": result["uri"]}, metrics={"size_bytes": result["size_bytes"]},
+            tags={"shipyard.oci_digest": result["digest"]},
+            artifacts={"package.json": f"{modelcar.path}/shipyard-package.json",
+                       "package.md": f"{modelcar.path}/shipyard-package.md"})
+    run.finish()
     print(f"packaged: {result['uri']}", flush=True)
     outputs = namedtuple("Outputs", ["uri", "digest"])
     return outputs(result["uri"], result["digest"])

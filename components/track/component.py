@@ -311,3 +311,100 @@ def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> s
 
     return json.dumps(call_step("base", "shipyard.components.track.track:set_alias", tracking_uri=tracking_uri,
                                 model_name=model_name, alias=alias, version=version))
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def register_champion(
+    model_name: str,
+    source_uri: str,
+    digest: str,
+    base_model_uri: str,
+    champion_tolerance: float,
+    selection: Input[Artifact],
+    decision: Output[Markdown],
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
+) -> bool:
+    """Register the packaged champion as a model version (alias 'candidate') and gate it against
+    the current 'production' version (champion/challenger).
+
+    The version's tags and description carry the recipe, base model, OCI digest, the selection
+    reason and the eval/benchmark headline; its accuracy figures are recorded on it for the
+    next run's gate. Each accuracy metric may be at most champion_tolerance worse than
+    production's; with no production version yet the champion passes.
+
+    Args:
+        model_name: Registered model name.
+        source_uri: The package step's oci://...@sha256:... URI.
+        digest: The package step's manifest digest.
+        base_model_uri: The base model's URI (lineage).
+        champion_tolerance: How much worse than production an accuracy metric may be (absolute).
+        selection: select_champion's decision (selection.json with the champion's record).
+        decision: The gate's report; metadata: version, passed, reason, recipe, headline.
+        tracking_uri: MLflow tracking URI (the pipeline parameter).
+        experiment: MLflow experiment.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+
+    Returns True to deploy and promote (a single bool so dsl.If resolves under kfp.local).
+    """
+    import json
+
+    from shipyard.components.track.steprun import StepRun
+    from shipyard.runtimes import call_step
+
+    with StepRun("register", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"model_name": model_name, "source_uri": source_uri,
+                         "champion_tolerance": champion_tolerance}) as run:
+        out = call_step("base", "shipyard.components.track.champion:register_champion", tracking_uri=tracking_uri,
+                        experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name, source_uri=source_uri,
+                        digest=digest, selection_dir=selection.path, base_model_uri=base_model_uri,
+                        champion_tolerance=champion_tolerance, report_path=decision.path)
+        decision.metadata.update({"version": out["version"], "passed": out["passed"], "reason": out["reason"],
+                                  "recipe": out["recipe"], "headline": json.dumps(out["headline"])})
+        run.log(params={"version": out["version"], "champion_version": out["champion_version"] or "none"},
+                metrics={"gate.passed": float(out["passed"])},
+                tags={"shipyard.candidate": out["recipe"][:250], "shipyard.gate.reason": out["reason"][:5000]},
+                artifacts={"champion-gate.md": decision.path})
+    print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"], flush=True)
+    return bool(out["passed"])
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def promote_production(
+    model_name: str,
+    decision: Input[Markdown],
+    manifest: Input[Artifact],
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
+) -> str:
+    """Give 'production' to the deployed champion (the old one becomes 'previous'), record the
+    deployment in MLflow and put the champion's headline figures on the pipeline's run.
+
+    Args:
+        model_name: Registered model name.
+        decision: register_champion's decision (its metadata names the version).
+        manifest: The deploy step's rendered manifest.
+        tracking_uri: MLflow tracking URI (the pipeline parameter).
+        experiment: MLflow experiment.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+
+    Returns the aliases afterwards as JSON.
+    """
+    import json
+
+    from shipyard.components.track.steprun import StepRun
+    from shipyard.runtimes import call_step
+
+    version = str(decision.metadata["version"])
+    with StepRun("deploy", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"model_name": model_name, "version": version,
+                         "name": manifest.metadata.get("name", ""), "namespace": manifest.metadata.get("namespace", "")}) as run:
+        run.log(tags={"shipyard.deploy.status": str(manifest.metadata.get("status", ""))},
+                artifacts={"manifest.yaml": manifest.path})
+        out = call_step("base", "shipyard.components.track.champion:promote_production", tracking_uri=tracking_uri,
+                        experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name, version=version,
+                        recipe=str(decision.metadata.get("recipe", "")),
+                        headline_json=str(decision.metadata.get("headline", "{}")))
+    return json.dumps(out["aliases"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shipyard.commands.submit import add_kfp_options, add_pipeline_options, connect
+from shipyard.components.preflight.preflight import check_parameters
 from shipyard.kfp_client import compile_to_temp, parse_duration, parse_params, to_kfp_cron
 
 
@@ -32,7 +33,7 @@ def _schedule(args: argparse.Namespace) -> int:
         print(f"cron (KFP, seconds first): {cron}")
     else:
         print(f"every {parse_duration(args.every)} s")
-    params = parse_params(args.param)
+    params = check_parameters(args.pipeline, parse_params(args.param), fill_defaults=False)  # pre-flight
     kfp = connect(args)
     package, tmp = compile_to_temp(args.pipeline)
     with tmp:

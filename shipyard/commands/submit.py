@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from shipyard.components.preflight.preflight import check_parameters
 from shipyard.kfp_client import Kfp, compile_to_temp, parse_params
 
 
@@ -36,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    params = parse_params(args.param)
+    params = check_parameters(args.pipeline, parse_params(args.param), fill_defaults=False)  # pre-flight
     kfp = connect(args)
     package, tmp = compile_to_temp(args.pipeline)
     with tmp:

@@ -1,0 +1,1 @@
+"""The gates: accuracy, SLO, champion/challenger, and the selection among candidates."""

@@ -1,0 +1,130 @@
+"""KFP wrappers of the gates (runtime: base). Logic: ``candidate.py``, ``selection.py``, ``champion.py``."""
+
+from kfp import dsl
+from kfp.dsl import HTML, Artifact, Input, Markdown, Metrics, Output
+
+from shipyard.runtimes import runtime_image
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def candidate_gates(
+    recipe: str,
+    base_eval: Input[Artifact],
+    candidate_eval: Input[Artifact],
+    base_bench: Input[Artifact],
+    candidate_bench: Input[Artifact],
+    thresholds: str,
+    slo: str,
+    candidate: Output[Artifact],
+    accuracy_report: Output[Markdown],
+    slo_report: Output[HTML],
+    metrics: Output[Metrics],
+    compress_metrics: Input[Metrics] = None,
+    compress_summary: Input[Markdown] = None,
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
+) -> bool:
+    """Accuracy gate (recovery against the base) and SLO gate (latency and throughput under
+    load against the base) for one candidate; both fail closed.
+
+    Args:
+        recipe: The candidate's recipe (its name in reports and MLflow).
+        base_eval: The base model's evaluate results.
+        candidate_eval: The candidate's evaluate results (same eval config).
+        base_bench: The base model's benchmark results.
+        candidate_bench: The candidate's benchmark results (same benchmark config).
+        thresholds: accuracy_thresholds JSON.
+        slo: slo JSON.
+        candidate: candidate.json: everything the candidates report shows for this candidate.
+        accuracy_report: The accuracy gate's table (recovery per metric).
+        slo_report: The SLO gate's HTML report with plots.
+        compress_metrics: The compress step's figures (size before/after); none for a packaged candidate.
+        compress_summary: The compress step's summary (its metadata names the model artifact).
+        tracking_uri: MLflow tracking URI (the pipeline parameter).
+        experiment: MLflow experiment.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+
+    Returns True when the candidate passed both gates (the reason is in candidate's metadata).
+    """
+    import os
+    import shutil
+
+    from shipyard.components.track.steprun import StepRun, apply_pending
+    from shipyard.runtimes import call_step, record_outputs
+
+    with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"accuracy_thresholds": thresholds, "slo": slo}) as run:
+        out = call_step("base", "shipyard.components.gates.candidate:judge_candidate", recipe=recipe,
+                        base_eval=base_eval.path, candidate_eval=candidate_eval.path, base_bench=base_bench.path,
+                        candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, out_dir=candidate.path,
+                        compress_figures=dict(compress_metrics.metadata) if compress_metrics is not None else {},
+                        model_uri=str(compress_summary.metadata.get("model_uri", "")) if compress_summary is not None
+                        else "")
+        shutil.copyfile(os.path.join(candidate.path, "accuracy.md"), accuracy_report.path)
+        shutil.copyfile(os.path.join(candidate.path, "slo.html"), slo_report.path)
+        record_outputs(out, metrics=metrics)
+        candidate.metadata.update({"recipe": recipe, "passed": out["passed"], "reason": out["reason"]})
+        accuracy_report.metadata.update({"reason": out["accuracy_reason"]})
+        slo_report.metadata.update({"reason": out["slo_reason"]})
+        run.log(metrics=out["metrics"], tags={"shipyard.gate.passed": str(out["passed"]).lower()},
+                artifacts={"accuracy.md": os.path.join(candidate.path, "accuracy.md"),
+                           "slo.html": os.path.join(candidate.path, "slo.html"),
+                           "slo.md": os.path.join(candidate.path, "slo.md"),
+                           "candidate.json": os.path.join(candidate.path, "candidate.json")})
+    try:  # payloads of steps whose image has no MLflow client (see track/steprun.py)
+        apply_pending(compress_summary.metadata if compress_summary is not None else {}, candidate_eval.metadata, candidate_bench.metadata,
+                      base_eval.metadata, base_bench.metadata)
+    except Exception as err:  # noqa: BLE001 - tracking never fails the gate
+        print(f"shipyard: deferred tracking not applied: {err}", flush=True)
+    print(f"{recipe}: {out['reason']}", flush=True)
+    return bool(out["passed"])
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def select_champion(
+    candidates: Input[list[Artifact]],
+    selection: str,
+    decision: Output[Artifact],
+    report: Output[Markdown],
+    report_html: Output[HTML],
+    metrics: Output[Metrics],
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
+) -> str:
+    """Fan-in: rank the candidates that passed both gates by the selection objective and pick one
+    champion; write the candidates report (every candidate side by side, Markdown and HTML
+    with a plot) and why each candidate won or lost.
+
+    Args:
+        candidates: Every candidate's candidate.json (dsl.Collected over the recipes).
+        selection: throughput, size, recovery or kv_cache (or JSON with tie-breakers).
+        decision: selection.json: the ranking, the champion's record and every decision.
+        report: The candidates report (Markdown).
+        report_html: The candidates report with a plot (HTML, self-contained).
+        tracking_uri: MLflow tracking URI (the pipeline parameter).
+        experiment: MLflow experiment.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+
+    Returns the champion's model artifact URI, or "" when no candidate passed both gates (the
+    run then ends cleanly: nothing is packaged or deployed).
+    """
+    import os
+
+    from shipyard.components.track.steprun import StepRun
+    from shipyard.runtimes import call_step, record_outputs
+
+    with StepRun("select", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
+        out = call_step("base", "shipyard.components.gates.selection:select_champion",
+                        candidate_dirs=[c.path for c in candidates], selection=selection, out_dir=decision.path,
+                        report_md=report.path, report_html_path=report_html.path)
+        record_outputs(out, metrics=metrics)
+        for artifact in (decision, report, report_html):
+            artifact.metadata.update({"champion": out["winner"], "reason": out["reason"]})
+        run.log(metrics=out["metrics"], tags={"shipyard.champion": out["winner"] or "none"},
+                artifacts={"candidates.md": report.path, "candidates.html": report_html.path,
+                           "selection.json": os.path.join(decision.path, "selection.json")})
+    print(out["reason"], flush=True)
+    return out["winner_model_uri"]

@@ -1,0 +1,1 @@
+"""The pre-flight step: every parameter checked before anything starts."""

@@ -1,0 +1,45 @@
+"""The parameter surface is written once: signature, KFP descriptions, README table and the
+pre-flight component all come from shipyard.pipelines.params."""
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from shipyard.pipelines import PIPELINES, get_pipeline
+from shipyard.pipelines.params import PIPELINE_PARAMS, REQUIRED, render_readme
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_signature_and_descriptions_come_from_the_params(name: str) -> None:
+    pipeline = get_pipeline(name)
+    sig = inspect.signature(pipeline.pipeline_func)
+    spec = {p.name: p for p in PIPELINE_PARAMS[name]}
+    assert set(sig.parameters) == set(spec)
+    inputs = pipeline.component_spec.inputs
+    for pname, param in spec.items():
+        assert sig.parameters[pname].annotation is param.type
+        assert inputs[pname].description == param.help
+        if param.default is REQUIRED:
+            assert not inputs[pname].optional
+        else:
+            assert inputs[pname].default == param.default
+
+
+def test_readme_tables_match_the_params() -> None:
+    text = README.read_text()
+    assert render_readme(text) == text, "run: python -m shipyard.pipelines.params --write README.md"
+    assert "<!-- parameters:optimize-and-deploy" in text and "<!-- parameters:promote" in text
+
+
+def test_preflight_component_takes_every_parameter() -> None:
+    from shipyard.components.preflight.component import preflight
+
+    accepted = set(preflight.component_spec.inputs)
+    for params in PIPELINE_PARAMS.values():
+        for p in params:
+            assert p.name in accepted, p.name
+            assert preflight.component_spec.inputs[p.name].type == {
+                str: "String", int: "Integer", float: "Float", bool: "Boolean", list: "List"}[p.type]

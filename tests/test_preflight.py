@@ -1,0 +1,81 @@
+"""Pre-flight: every bad parameter is one line, names the parameter, and is found in seconds,
+before anything starts (CLI and first pipeline task share check_parameters)."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shipyard.components.preflight.preflight import check_parameters
+from shipyard.errors import ShipyardError
+
+LOCAL = yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines" / "local-params.yaml").read_text())
+
+BAD = [
+    ({"slo": '{"ttft_p99_ms": 800'}, "slo"),
+    ({"slo": '{"ttft_p99_ms": -1}'}, "slo.ttft_p99_ms"),
+    ({"deploy_config": '{"replicaz": 2}'}, "deploy_config.replicaz"),
+    ({"recipes": ["w3a3"]}, "recipes[0]"),
+    ({"recipes": []}, "recipes"),
+    ({"num_calibration_samples": "abc"}, "num_calibration_samples"),
+    ({"max_seq_length": 0}, "max_seq_length"),
+    ({"model_uri": "oci://reg.example/m:latest"}, "model_uri"),
+    ({"model_uri": "ftp://x"}, "model_uri"),
+    ({"registry": "user:hunter2@reg.example"}, "registry"),
+    ({"eval_config": '{"tasks": 3}'}, "eval_config.tasks"),
+    ({"eval_backend": "tgi"}, "eval_backend"),
+    ({"accuracy_thresholds": '{"min_recovery": "high"}'}, "accuracy_thresholds.min_recovery"),
+    ({"accuracy_thresholds": '{"recovery": 1}'}, "accuracy_thresholds"),
+    ({"benchmark_config": '{"output_tokens": -1}'}, "benchmark_config.output_tokens"),
+    ({"selection": "fastest"}, "selection.objective"),
+    ({"package_mode": "zip"}, "package_mode"),
+    ({"champion_tolerance": -0.1}, "champion_tolerance"),
+    ({"dry_run": "maybe"}, "dry_run"),
+    ({"nonsense": 1}, "--param"),
+]
+
+
+def test_local_defaults_pass() -> None:
+    typed = check_parameters("optimize-and-deploy", LOCAL)
+    assert typed["recipes"] == ["w8a8-int8"] and typed["dry_run"] is True
+
+
+@pytest.mark.parametrize(("override", "field"), BAD)
+def test_bad_parameter_is_one_line_naming_it(override: dict, field: str) -> None:
+    with pytest.raises(ShipyardError) as err:
+        check_parameters("optimize-and-deploy", {**LOCAL, **override})
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+def test_natural_spellings_are_accepted() -> None:
+    typed = check_parameters("optimize-and-deploy", {**LOCAL, "recipes": "w8a8-int8, w4a16",
+                                                     "num_calibration_samples": "32", "dry_run": "true"})
+    assert typed["recipes"] == ["w8a8-int8", "w4a16"]
+    assert typed["num_calibration_samples"] == 32 and typed["dry_run"] is True
+
+
+def test_promote_needs_candidate_uri() -> None:
+    with pytest.raises(ShipyardError, match="candidate_uri: is required"):
+        check_parameters("promote", {})
+
+
+def test_run_local_rejects_a_bad_parameter_in_seconds_and_leaves_nothing(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "shipyard.cli", "run", "--local", "--work-dir", str(work),
+         "--param", 'slo={"ttft_p99_ms": 800'],
+        capture_output=True, text=True, timeout=120,
+    )
+    seconds = time.perf_counter() - started
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("shipyard: error: slo: is not valid JSON"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert seconds < 10, seconds
+    assert not work.exists()
