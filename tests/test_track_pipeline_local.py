@@ -1,70 +1,113 @@
-"""The track wrappers in a real local KFP run (kfp.local) against a real MLflow server."""
+"""Tracking inside the steps and the champion's path, in a real local KFP run (kfp.local)
+against a real MLflow server: two candidates fan out, log into their own nested runs (keyed
+by step and candidate), fan back in to one selection, and exactly one version is registered,
+gated against production and given ``production``.
+
+No ``from __future__ import annotations``: KFP reads the components' annotations.
+"""
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
 from kfp import dsl, local
-from kfp.dsl import Artifact, Metrics, Output
+from kfp.dsl import Artifact, Output
 from mlflow import MlflowClient
 from mlflow_server import shared_server
 
-from shipyard.components.track import component as track
+from shipyard.components.gates.component import select_champion
+from shipyard.components.track.component import close_tracking, promote_production, register_champion
+from shipyard.runtimes import runtime_image
 
 
-@dsl.component(base_image="python:3.11")
-def fake_eval(acc: float, metrics: Output[Metrics], results: Output[Artifact]):
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def open_run(tracking_uri: str, experiment: str, kfp_run_id: str) -> str:
+    """Stands in for pre-flight: opens the pipeline's MLflow run."""
+    from shipyard.components.track.track import start_tracking
+
+    return start_tracking(tracking_uri, experiment, "track-local", kfp_run_id, '{"recipes": "a,b"}', "")["parent_run_id"]
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def fake_candidate(recipe: str, candidate: Output[Artifact], tracking_uri: str, experiment: str,
+                   kfp_run_id: str):
+    """Stands in for compress + evaluate + benchmark + gates: logs a step run, writes candidate.json."""
     import json
     import os
 
-    metrics.log_metric("arc_easy/acc", acc)
-    os.makedirs(results.path, exist_ok=True)
-    with open(os.path.join(results.path, "lm_eval_results.json"), "w") as fh:
-        json.dump({"results": {"arc_easy": {"acc,none": acc}}}, fh)
+    from shipyard.components.track.steprun import StepRun
+
+    with StepRun("compress", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"recipe": recipe}) as run:
+        os.makedirs(candidate.path, exist_ok=True)
+        level = {"name": "concurrent@1", "requests_per_s": 2.0, "output_tokens_per_s": 150.0 if recipe == "w4a16" else 100.0, "ttft_p99_ms": 40.0,
+                 "itl_p99_ms": 9.0}
+        record = {"schema": "shipyard.candidate/v1", "recipe": recipe, "model_uri": f"/models/{recipe}",
+                  "passed": True, "reason": "passed both gates", "size_bytes": 1000, "levels": [level],
+                  "base_levels": [level], "planner": {}, "base_planner": {},
+                  "accuracy": {"passed": True, "worst_recovery": 1.0, "rows": [
+                      {"task": "mc", "metric": "acc,none", "higher_is_better": True, "base": 0.5, "candidate": 0.5,
+                       "recovery": 1.0, "min_recovery": 0.99, "gated": True, "passed": True, "note": ""}]},
+                  "slo": {"passed": True, "metrics": {"highest_load_meeting_slo_rps": 2.0}}}
+        with open(os.path.join(candidate.path, "candidate.json"), "w") as fh:
+            json.dump(record, fh)
+        run.log(metrics={"size_bytes": 1000}, artifacts={"summary.md": os.path.join(candidate.path, "candidate.json")})
 
 
-@dsl.component(base_image="python:3.11")
-def fake_bench(metrics: Output[Metrics]):
-    metrics.log_metric("ttft_p95_ms", 120.0)
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def fake_deploy(manifest: Output[Artifact]):
+    """Stands in for deploy: a rendered manifest."""
+    with open(manifest.path, "w") as fh:
+        fh.write("kind: LLMInferenceService\n")
+    manifest.metadata.update({"name": "tiny", "namespace": "shipyard", "status": "DryRun"})
 
 
 @dsl.pipeline(name="track-local")
-def track_local(tracking_uri: str, model_name: str, source_uri: str, slos_json: str):
-    start = track.start_tracking(tracking_uri=tracking_uri, experiment="local-kfp", pipeline_name="track-local",
-                                 kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, params_json='{"recipe": "w4a16"}',
-                                 tags_json="{}")
-    uri, parent = start.outputs["tracking_uri"], start.outputs["parent_run_id"]
-    base = fake_eval(acc=0.60)
-    cand = fake_eval(acc=0.605)
-    bench = fake_bench()
-    track.track_step(tracking_uri=uri, parent_run_id=parent, step="evaluate", params_json="{}", tags_json="{}",
-                     metrics=cand.outputs["metrics"], files=cand.outputs["results"])
-    reg = track.register_model(tracking_uri=uri, model_name=model_name, source_uri=source_uri,
-                               parent_run_id=parent, tags_json='{"recipe": "w4a16"}')
-    gate = track.promotion_gate(tracking_uri=uri, model_name=model_name, candidate_version=reg.outputs["version"],
-                                parent_run_id=parent, slos_json=slos_json, accuracy_metrics="", min_recovery=0.99,
-                                champion_tolerance=0.0, candidate_eval=cand.outputs["metrics"],
-                                candidate_bench=bench.outputs["metrics"], base_eval=base.outputs["metrics"])
-    prod = track.set_production(tracking_uri=uri, model_name=model_name, version=reg.outputs["version"],
-                                gate_passed=gate.outputs["Output"])
-    track.finish_tracking(tracking_uri=uri, parent_run_id=parent, status="FINISHED",
-                          tags_json='{"shipyard.gate": "passed"}').after(prod)
+def track_local(tracking_uri: str, experiment: str, model_name: str, source_uri: str):
+    track = {"tracking_uri": tracking_uri, "experiment": experiment, "kfp_run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER}
+    finish = close_tracking(**track)
+    with dsl.ExitHandler(finish):
+        opened = open_run(**track)
+        with dsl.ParallelFor(items=["w8a8", "w4a16"], parallelism=2) as recipe:
+            cand = fake_candidate(recipe=recipe, **track).after(opened)
+        chosen = select_champion(candidates=dsl.Collected(cand.outputs["candidate"]), selection="throughput", **track)
+        with dsl.If(chosen.outputs["Output"] != ""):
+            reg = register_champion(model_name=model_name, source_uri=source_uri, digest="sha256:" + "9" * 64,
+                                    base_model_uri="embedded://tiny", champion_tolerance=0.0,
+                                    selection=chosen.outputs["decision"], **track)
+            with dsl.If(reg.outputs["Output"] == True):  # noqa: E712 - KFP condition
+                rollout = fake_deploy()
+                promote_production(model_name=model_name, decision=reg.outputs["decision"],
+                                   manifest=rollout.outputs["manifest"], **track)
 
-def test_local_pipeline_run_tree_and_alias(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_fan_in_one_champion_and_runs_per_step_and_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KFP_MLFLOW_CONFIG", raising=False)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     server = shared_server()
+    experiment, name = f"track-local-{uuid.uuid4().hex[:6]}", f"tiny-{uuid.uuid4().hex[:6]}"
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
-    name = "tiny-local"
-    run = track_local(tracking_uri=server.url, model_name=name, source_uri="oci://reg.local/tiny@sha256:" + "9" * 64,
-                      slos_json=json.dumps({"ttft_p95_ms": {"max": 500}}))
-    del run
+    track_local(tracking_uri=server.url, experiment=experiment, model_name=name,
+                source_uri="oci://reg.local/tiny@sha256:" + "9" * 64)
     client = MlflowClient(server.url)
     mv = client.get_model_version_by_alias(name, "production")
     assert mv.version == "1" and set(mv.aliases) == {"candidate", "production"}
-    assert mv.tags["shipyard.gate.passed"] == "true" and mv.tags["recipe"] == "w4a16"
+    assert mv.tags["recipe"] == "w4a16" and mv.tags["oci_digest"].startswith("sha256:")
+    assert "w4a16 of embedded://tiny" in mv.description
+    assert len(client.search_model_versions(f"name = '{name}'")) == 1
     parent = client.get_run(mv.run_id)
-    assert parent.info.status == "FINISHED" and parent.data.params["recipe"] == "w4a16"
+    assert parent.info.status == "FINISHED" and parent.data.tags["shipyard.champion"] == "w4a16"
+    assert parent.data.metrics["champion.output_tokens_per_s_at_slo"] == pytest.approx(150.0)
     children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{mv.run_id}'")
-    steps = {r.data.tags["shipyard.step"]: r for r in children}
-    assert set(steps) == {"evaluate", "promotion-gate"}
-    assert steps["evaluate"].data.metrics["arc_easy/acc"] == pytest.approx(0.605)
+    names = {r.info.run_name: r for r in children}
+    assert {"compress [w8a8]", "compress [w4a16]", "select", "register", "deploy"} <= set(names)
+    assert names["compress [w8a8]"].data.params["recipe"] == "w8a8"
+    assert names["compress [w4a16]"].data.params["recipe"] == "w4a16"
+    assert names["compress [w4a16]"].info.end_time >= names["compress [w4a16]"].info.start_time
+    artifacts = {a.path for a in client.list_artifacts(names["select"].info.run_id)}
+    assert {"candidates.md", "candidates.html", "selection.json"} <= artifacts
+    assert {a.path for a in client.list_artifacts(names["deploy"].info.run_id)} == {"manifest.yaml"}
+    decision = json.loads(Path(client.download_artifacts(names["select"].info.run_id, "selection.json", str(tmp_path)))
+                          .read_text())
+    assert decision["winner"] == "w4a16" and decision["decisions"]["w8a8"].startswith("rank 2")

@@ -4,7 +4,8 @@ lm-eval declares ``higher_is_better`` per metric; that declaration wins whenever
 (the evaluate step keeps it in ``summary.json``). Figures without one (benchmark latencies,
 sizes, figures recorded on a model version) follow their name: perplexity, loss, error rates,
 bits per byte, latencies (``ttft``, ``itl``, ``tpot``, ``latency``, ``*_ms``, ``*_s``) and sizes
-are lower-is-better; everything else (accuracy, throughput, recovery) is higher-is-better.
+are lower-is-better; everything else (accuracy, throughput such as ``*_per_s``, recovery) is
+higher-is-better.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def higher_is_better(name: str, declared: bool | None = None) -> bool:
     lowered = name.lower()
     if any(hint in lowered for hint in LOWER_IS_BETTER_HINTS):
         return False
-    return not lowered.endswith(LOWER_IS_BETTER_SUFFIXES)
+    return "_per_" in lowered or not lowered.endswith(LOWER_IS_BETTER_SUFFIXES)
 
 
 def is_accuracy(name: str) -> bool:

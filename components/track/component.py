@@ -1,141 +1,18 @@
-"""KFP wrappers of the track step (runtime: base). Logic: ``track.py`` and ``promote.py``.
+"""KFP wrappers of the track step (runtime: base). Logic: ``track.py``, ``champion.py``, ``steprun.py``.
 
-Every wrapper takes ``tracking_uri``: an MLflow server URL, or empty for the KFP MLflow
-plugin's endpoint (``KFP_MLFLOW_CONFIG``), else ``MLFLOW_TRACKING_URI``, else a local file
-store ``mlruns`` in the run's work dir. Pass ``start_tracking``'s resolved ``tracking_uri``
-output to the later steps so they all write to the same place.
+There are no tracking-only tasks: every step logs itself into MLflow (``steprun.py``); the
+pre-flight task opens the pipeline's parent run. These wrappers are the champion's path in the
+registry (``register_champion``, ``promote_production``), the exit handler that closes the
+pipeline's run (``close_tracking``) and two operator tools (``rollback_production``,
+``set_alias``). ``tracking_uri``: an MLflow server URL, or empty for the KFP MLflow plugin's
+endpoint (``KFP_MLFLOW_CONFIG``), else ``MLFLOW_TRACKING_URI``, else a local file store
+``mlruns`` in the run's work dir.
 """
 
-from typing import NamedTuple
-
 from kfp import dsl
-from kfp.dsl import Artifact, Input, Markdown, Metrics, Output
+from kfp.dsl import Artifact, Input, Markdown, Output
 
 from shipyard.runtimes import runtime_image
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def start_tracking(
-    tracking_uri: str,
-    experiment: str,
-    pipeline_name: str,
-    kfp_run_id: str,
-    params_json: str,
-    tags_json: str,
-) -> NamedTuple("Outputs", [("parent_run_id", str), ("tracking_uri", str), ("run_url", str)]):
-    """Open the MLflow parent run of this pipeline run (nested under KFP's MLflow run if any).
-
-    Args:
-        tracking_uri: MLflow server URL; empty = KFP plugin endpoint, MLFLOW_TRACKING_URI or ./mlruns.
-        experiment: MLflow experiment (ignored under the KFP MLflow plugin, which chose one).
-        pipeline_name: Recorded as tag shipyard.pipeline.
-        kfp_run_id: KFP run id (dsl.PIPELINE_JOB_ID_PLACEHOLDER); a retried step reuses the run.
-        params_json: The pipeline's parameters as a JSON object (model URI, recipe, eval config...).
-        tags_json: Extra tags as a JSON object (image digests...).
-    """
-    from collections import namedtuple
-
-    from shipyard.runtimes import call_step
-
-    out = call_step("base", "shipyard.components.track.track:start_tracking", tracking_uri=tracking_uri,
-                    experiment=experiment, pipeline_name=pipeline_name, kfp_run_id=kfp_run_id,
-                    params_json=params_json, tags_json=tags_json)
-    print(f"MLflow run: {out['run_url']}")
-    return namedtuple("Outputs", ["parent_run_id", "tracking_uri", "run_url"])(
-        out["parent_run_id"], out["tracking_uri"], out["run_url"])
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def track_step(
-    tracking_uri: str,
-    parent_run_id: str,
-    step: str,
-    params_json: str,
-    tags_json: str,
-    record: Output[Artifact],
-    metrics: Input[Metrics] = None,
-    files: Input[Artifact] = None,
-    report: Input[Artifact] = None,
-    kfp_run_id: str = "",
-    experiment: str = "",
-) -> str:
-    """Log one pipeline step as a nested MLflow run: params, metrics, tags, files; returns its run id.
-
-    Args:
-        tracking_uri: start_tracking's tracking_uri output.
-        parent_run_id: start_tracking's parent_run_id output.
-        step: Name of the step run (compress, evaluate, benchmark, package, deploy...).
-        params_json: The step's parameters as a JSON object.
-        tags_json: Tags as a JSON object (OCI digest, image digest...).
-        record: What was logged (tracking_payload.json), kept even when MLflow is unreachable.
-        metrics: The step's KFP Metrics (optional).
-        files: The step's main output (file or folder: eval results, guidellm JSON, recipe...; optional).
-            Figures in an evaluate summary.json / lm-eval JSON / metrics JSON are logged as metrics.
-        report: The step's Markdown/HTML report or rendered manifest (optional).
-        kfp_run_id: With an empty parent_run_id, find the parent run by this KFP run id (steps in loops).
-        experiment: The experiment to look in with kfp_run_id.
-    """
-    from shipyard.runtimes import call_step
-
-    figures = dict(metrics.metadata) if metrics is not None else {}
-    paths = {}
-    if files is not None:
-        paths["files"] = files.path
-    if report is not None:
-        paths["report"] = report.path
-    out = call_step("base", "shipyard.components.track.track:track_step", tracking_uri=tracking_uri,
-                    parent_run_id=parent_run_id, step=step, out_dir=record.path, params_json=params_json,
-                    tags_json=tags_json, metrics=figures, files=paths, kfp_run_id=kfp_run_id, experiment=experiment)
-    return out["run_id"]
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def finish_tracking(tracking_uri: str, parent_run_id: str, status: str, tags_json: str) -> str:
-    """Close the pipeline's MLflow run (FINISHED, FAILED or KILLED) with final tags.
-
-    Args:
-        tracking_uri: start_tracking's tracking_uri output.
-        parent_run_id: start_tracking's parent_run_id output.
-        status: FINISHED, FAILED or KILLED.
-        tags_json: Final tags as a JSON object (gate decision, deployed URL...).
-    """
-    from shipyard.runtimes import call_step
-
-    return call_step("base", "shipyard.components.track.track:finish_tracking", tracking_uri=tracking_uri,
-                     parent_run_id=parent_run_id, status=status, tags_json=tags_json)
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def run_parameters(
-    model_uri: str,
-    recipes: list,
-    eval_backend: str,
-    eval_config: str,
-    accuracy_thresholds: str,
-    benchmark_config: str,
-    slo: str,
-    deploy_config: str,
-    candidate_uri: str,
-) -> str:
-    """The pipeline parameters MLflow records on the parent run, as one JSON object.
-
-    (A pipeline cannot build a JSON string from its parameters itself; this step does.)
-    JSON-valued parameters are kept as given; an empty value means the step's defaults.
-    """
-    import json
-
-    params = {
-        "model_uri": model_uri,
-        "recipes": ",".join(str(r) for r in recipes),
-        "eval_backend": eval_backend,
-        "eval_config": eval_config,
-        "accuracy_thresholds": accuracy_thresholds,
-        "benchmark_config": benchmark_config,
-        "slo": slo,
-        "deploy_config": deploy_config,
-        "candidate_uri": candidate_uri,
-    }
-    return json.dumps({k: v for k, v in params.items() if v})
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -158,123 +35,6 @@ def close_tracking(tracking_uri: str, experiment: str, kfp_run_id: str, status: 
                      error=status.error_message or "")
 
 
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def register_model(
-    tracking_uri: str,
-    model_name: str,
-    source_uri: str,
-    parent_run_id: str,
-    tags_json: str,
-    kfp_run_id: str = "",
-    experiment: str = "",
-) -> NamedTuple("Outputs", [("version", str)]):
-    """Register a packaged candidate as a new model version with alias 'candidate'.
-
-    Args:
-        tracking_uri: start_tracking's tracking_uri output.
-        model_name: Registered model name.
-        source_uri: Where the packaged model is: oci://...@sha256:... or s3://...
-        parent_run_id: The pipeline's MLflow run (lineage); may be empty.
-        tags_json: Lineage tags as a JSON object (base model, recipe, OCI digest...).
-    """
-    from collections import namedtuple
-
-    from shipyard.runtimes import call_step
-
-    out = call_step("base", "shipyard.components.track.track:register_model", tracking_uri=tracking_uri,
-                    model_name=model_name, source_uri=source_uri, parent_run_id=parent_run_id, tags_json=tags_json,
-                    kfp_run_id=kfp_run_id, experiment=experiment)
-    return namedtuple("Outputs", ["version"])(out["version"])
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def promotion_gate(
-    tracking_uri: str,
-    model_name: str,
-    candidate_version: str,
-    parent_run_id: str,
-    slos_json: str,
-    accuracy_metrics: str,
-    min_recovery: float,
-    champion_tolerance: float,
-    candidate_eval: Input[Artifact],
-    candidate_bench: Input[Artifact],
-    base_eval: Input[Artifact],
-    decision: Output[Artifact],
-    decision_report: Output[Markdown],
-    kfp_run_id: str = "",
-    experiment: str = "",
-) -> bool:
-    """Champion/challenger gate: the candidate vs the base model and vs the 'production' version.
-
-    Promotes only if no accuracy metric is worse (recovery >= min_recovery vs base; not below
-    production's recorded value minus champion_tolerance) and every SLO holds. Fail-closed:
-    missing figures refuse, with the reason.
-
-    Args:
-        tracking_uri: start_tracking's tracking_uri output.
-        model_name: Registered model name.
-        candidate_version: register_model's version output.
-        parent_run_id: The pipeline's MLflow run (the gate logs a nested run); may be empty.
-        slos_json: Bounds on benchmark figures, e.g. {"ttft_p95_ms": {"max": 500}}.
-        accuracy_metrics: Comma-separated metrics to compare (empty: all eval figures; prefix - = lower is better).
-        min_recovery: Fraction of the base score the candidate must keep (e.g. 0.99).
-        champion_tolerance: Absolute drop allowed vs production (0 = not worse).
-        candidate_eval: The candidate's eval output (Metrics, evaluate folder or lm-eval JSON).
-        candidate_bench: The candidate's benchmark output (Metrics or JSON of figures).
-        base_eval: The base model's eval output.
-        decision: decision.json, decision.md, decision.html; metadata: passed, reason, champion_version.
-        decision_report: The decision as Markdown.
-
-    Returns:
-        True to promote. A single bool so that dsl.If can branch on it (also under kfp.local);
-        the reason is in the decision artifact's metadata, the report and the step log.
-    """
-    from shipyard.components.track.track import read_figures
-    from shipyard.runtimes import call_step
-
-    cand = read_figures(candidate_eval.path, candidate_eval.metadata)
-    base = read_figures(base_eval.path, base_eval.metadata)
-    bench = read_figures(candidate_bench.path, candidate_bench.metadata)
-    out = call_step("base", "shipyard.components.track.promote:run_gate", tracking_uri=tracking_uri,
-                    model_name=model_name, candidate_version=candidate_version,
-                    candidate_eval=cand["metrics"], candidate_bench=bench["metrics"], base_eval=base["metrics"],
-                    out_dir=decision.path, parent_run_id=parent_run_id, accuracy_metrics=accuracy_metrics,
-                    slos=slos_json, min_recovery=min_recovery, champion_tolerance=champion_tolerance,
-                    lower_better=sorted(set(cand["lower_better"]) | set(base["lower_better"])),
-                    kfp_run_id=kfp_run_id, experiment=experiment)
-    with open(f"{decision.path}/decision.md", encoding="utf-8") as src, \
-            open(decision_report.path, "w", encoding="utf-8") as dst:
-        dst.write(src.read())
-    decision.metadata.update({"passed": out["passed"], "reason": out["reason"],
-                              "champion_version": out["champion_version"]})
-    print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"])
-    return bool(out["passed"])
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def set_production(tracking_uri: str, model_name: str, version: str, gate_passed: bool = True) -> str:
-    """Give 'production' to a version whose deployment is Ready; the old one becomes 'previous'.
-
-    Args:
-        tracking_uri: start_tracking's tracking_uri output.
-        model_name: Registered model name.
-        version: The deployed version.
-        gate_passed: promotion_gate's passed output; False leaves the aliases as they are (fail-closed).
-
-    Returns the aliases afterwards as JSON.
-    """
-    import json
-
-    from shipyard.runtimes import call_step
-
-    if not gate_passed:
-        print(f"promotion gate refused {model_name} v{version}: 'production' unchanged")
-        return json.dumps(call_step("base", "shipyard.components.track.track:get_aliases",
-                                    tracking_uri=tracking_uri, model_name=model_name))
-    return json.dumps(call_step("base", "shipyard.components.track.track:promote_alias", tracking_uri=tracking_uri,
-                                model_name=model_name, version=version))
-
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
 def rollback_production(tracking_uri: str, model_name: str, reason: str) -> str:
@@ -295,6 +55,7 @@ def rollback_production(tracking_uri: str, model_name: str, reason: str) -> str:
                                 model_name=model_name, reason=reason))
 
 
+
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
 def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> str:
     """Point any alias at a version; returns all aliases as JSON.
@@ -311,6 +72,7 @@ def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> s
 
     return json.dumps(call_step("base", "shipyard.components.track.track:set_alias", tracking_uri=tracking_uri,
                                 model_name=model_name, alias=alias, version=version))
+
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -368,6 +130,7 @@ def register_champion(
                 artifacts={"champion-gate.md": decision.path})
     print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"], flush=True)
     return bool(out["passed"])
+
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)

@@ -1,0 +1,92 @@
+"""Fan-in selection, the candidates report and the champion/challenger gate (pure Python)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shipyard.components.gates.champion import champion_gate
+from shipyard.components.gates.config import ChampionConfig
+from shipyard.components.gates.direction import higher_is_better
+from shipyard.components.gates.selection import report_html, report_markdown, select, select_champion
+
+
+def cand(recipe: str, *, passed: bool = True, tok_s: float = 100.0, size: int = 100_000_000, recovery: float = 0.99,
+         kv: int = 1000, reason: str = "passed both gates") -> dict:
+    level = {"name": "concurrent@1", "nominal_load": 1, "requests_per_s": 2.0, "output_tokens_per_s": tok_s,
+             "ttft_p99_ms": 50.0, "itl_p99_ms": 10.0, "error_rate": 0.0, "total": 8}
+    return {
+        "schema": "shipyard.candidate/v1", "recipe": recipe, "model_uri": f"/models/{recipe}", "passed": passed,
+        "reason": reason, "size_bytes": size, "base_size_bytes": 269_000_000, "compression_ratio": 269e6 / size,
+        "accuracy": {"passed": passed, "reason": "", "worst_recovery": recovery, "rows": [
+            {"task": "mc", "metric": "acc,none", "higher_is_better": True, "base": 0.5, "candidate": 0.5 * recovery,
+             "recovery": recovery, "min_recovery": 0.99, "gated": True, "passed": passed, "note": ""}]},
+        "slo": {"passed": passed, "reason": "", "metrics": {"highest_load_meeting_slo_rps": 2.0}},
+        "levels": [level], "base_levels": [{**level, "output_tokens_per_s": 90.0}],
+        "planner": {"weights_bytes": size, "kv_cache_tokens": kv}, "base_planner": {"kv_cache_tokens": 500},
+    }
+
+
+@pytest.mark.parametrize(("objective", "winner"), [("throughput", "fp8"), ("size", "w4a16"), ("recovery", "w8a8"),
+                                                    ("kv_cache", "w4a16")])
+def test_each_objective_picks_its_champion(objective: str, winner: str) -> None:
+    cands = [cand("w8a8", tok_s=100, size=160_000_000, recovery=1.0, kv=900),
+             cand("fp8", tok_s=120, size=170_000_000, recovery=0.995, kv=800),
+             cand("w4a16", tok_s=90, size=90_000_000, recovery=0.992, kv=1500)]
+    result = select(cands, objective)
+    assert result["winner"]["recipe"] == winner
+    assert result["decisions"][winner].startswith("champion:")
+    assert all(r in result["decisions"] for r in ("w8a8", "fp8", "w4a16"))
+
+
+def test_failed_candidates_are_not_eligible_and_none_passing_ends_cleanly() -> None:
+    cands = [cand("w8a8", passed=False, reason="accuracy gate failed: mc acc 0.9"), cand("fp8", tok_s=10)]
+    result = select(cands, "throughput")
+    assert result["winner"]["recipe"] == "fp8"
+    assert result["decisions"]["w8a8"].startswith("not eligible: accuracy gate failed")
+    none = select([cand("w8a8", passed=False, reason="SLO gate failed")], "")
+    assert none["winner"] is None and none["reason"].startswith("no candidate passed both gates")
+
+
+def test_ties_go_to_the_next_objective_then_the_first_listed() -> None:
+    cands = [cand("a", tok_s=100, size=200), cand("b", tok_s=100, size=100), cand("c", tok_s=100, size=100)]
+    assert select(cands, {"objective": "throughput", "then": ["size"]})["winner"]["recipe"] == "b"
+
+
+def test_report_puts_every_candidate_side_by_side(tmp_path: Path) -> None:
+    cands = [cand("w8a8-int8"), cand("w4a16", passed=False, reason="SLO gate failed: TTFT")]
+    dirs = []
+    for c in cands:
+        d = tmp_path / c["recipe"]
+        d.mkdir()
+        (d / "candidate.json").write_text(json.dumps(c))
+        dirs.append(str(d))
+    out = select_champion(dirs, "size", str(tmp_path / "decision"), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
+    assert out["winner"] == "w8a8-int8" and out["winner_model_uri"] == "/models/w8a8-int8"
+    md = (tmp_path / "r.md").read_text()
+    assert "**champion**" in md and "w4a16" in md and "not eligible: SLO gate failed" in md
+    assert "concurrent@1 TTFT p99 ms" in md and "Accuracy recovery per metric" in md
+    page = (tmp_path / "r.html").read_text()
+    assert "data:image/png;base64," in page and "http://" not in page and "https://" not in page
+    assert json.loads((tmp_path / "decision" / "selection.json").read_text())["winner"] == "w8a8-int8"
+    assert report_html(select(cands, ""), cands, report_markdown(select(cands, ""), cands)).count("<table") == 2
+
+
+def test_direction_rule() -> None:
+    assert higher_is_better("mc/acc") and not higher_is_better("wikitext/word_perplexity")
+    assert not higher_is_better("ttft_p99_ms") and higher_is_better("output_tokens_per_s")
+    assert higher_is_better("custom/loss_like", declared=True)
+
+
+def test_champion_gate_compares_with_production_only() -> None:
+    first = champion_gate({"mc/acc": 0.5}, None)
+    assert first.passed and "first champion" in first.reason
+    worse = champion_gate({"mc/acc": 0.5, "ppl/word_perplexity": 20.0}, {"mc/acc": 0.6, "ppl/word_perplexity": 19.0},
+                          champion_version="3")
+    assert not worse.passed and "2 of 2 metrics worse than production" in worse.reason
+    tolerated = champion_gate({"mc/acc": 0.59}, {"mc/acc": 0.6}, champion_version="3",
+                              config=ChampionConfig(tolerance=0.02))
+    assert tolerated.passed and tolerated.checks[0].margin == pytest.approx(0.01)
+    assert not champion_gate({"mc/acc": 0.5}, {}, champion_version="3").passed  # no figures: fail closed
+    assert not champion_gate({"mc/acc": 0.5}, {"other/acc": 0.1}).passed  # nothing in common: fail closed
+    assert "| mc/acc |" in tolerated.to_markdown() and "<table" in tolerated.to_html()
