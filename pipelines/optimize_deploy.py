@@ -13,7 +13,7 @@ from kfp import dsl
 
 from shipyard.components.compress.component import compress
 from shipyard.components.package.component import package_model
-from shipyard.pipelines.platform import on_cpu, on_gpu, with_registry_credentials
+from shipyard.pipelines.platform import on_cpu, on_gpu
 from shipyard.pipelines.stages import Params, base_reference, gated, release, track, tracked
 
 PIPELINE_NAME = "optimize-and-deploy"
@@ -59,7 +59,7 @@ def build_optimize(p: Params, pipeline_name: str) -> None:
                     annotations="{}",
                     insecure_tls=p["insecure_registry"],
                 ).set_display_name("package modelcar")
-                with_registry_credentials(on_cpu(package))
+                on_cpu(package)
                 track(run, "package", report=package.outputs["modelcar"])
                 release(p, run, package.outputs["uri"], model, cand_eval, cand_bench, base_eval)
 
