@@ -193,19 +193,20 @@ def build_context() -> Path:
     return REPO_ROOT
 
 
-def build_image(runtime: str, flavor: str = "cpu", force: bool = False) -> BuiltImage:
-    """Build one runtime image unless its tag is already in the local store (``force`` rebuilds)."""
+def build_image(runtime: str, flavor: str = "cpu", force: bool = False, no_cache: bool = False) -> BuiltImage:
+    """Build one runtime image unless its tag is already in the local store (``force`` rebuilds;
+    ``no_cache`` also ignores cached layers, as a fresh machine would)."""
     get_runtime(runtime)
     if flavor not in FLAVORS:
         raise ShipyardError("--flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(FLAVORS)}")
     tool = engine()
     ref = runtime_image(runtime, flavor).split("@", 1)[0]
-    if image_exists(ref, tool) and not force:
+    if image_exists(ref, tool) and not (force or no_cache):
         return BuiltImage(runtime, flavor, ref, image_size(ref, tool), 0.0, cached=True)
     context = build_context()
     started = time.perf_counter()
     with pip_build_context() as pip_args:
-        cmd = [tool, "build", "--network", "host", "--layers", "-f", str(IMAGES_DIR / runtime / "Containerfile"),
+        cmd = [tool, "build", "--network", "host", "--layers", *(["--no-cache"] if no_cache else []), "-f", str(IMAGES_DIR / runtime / "Containerfile"),
                "-t", ref, *build_args(runtime, flavor, tool), *pip_args, str(context)]
         print("+", " ".join(cmd), flush=True)
         proc = subprocess.run(cmd, check=False)
@@ -214,9 +215,10 @@ def build_image(runtime: str, flavor: str = "cpu", force: bool = False) -> Built
     return BuiltImage(runtime, flavor, ref, image_size(ref, tool), round(time.perf_counter() - started, 1))
 
 
-def build_images(runtimes: list[str] | None = None, flavor: str = "cpu", force: bool = False) -> list[BuiltImage]:
+def build_images(runtimes: list[str] | None = None, flavor: str = "cpu", force: bool = False,
+                 no_cache: bool = False) -> list[BuiltImage]:
     """Build the named runtimes' images (default: all)."""
-    return [build_image(rt, flavor, force) for rt in (runtimes or list(RUNTIMES))]
+    return [build_image(rt, flavor, force, no_cache) for rt in (runtimes or list(RUNTIMES))]
 
 
 def format_built(images: list[BuiltImage]) -> str:

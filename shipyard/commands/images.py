@@ -15,6 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--flavor", choices=FLAVORS, default="cpu",
                    help="cpu: for local container runs (default); gpu: the cluster images")
     b.add_argument("--force", action="store_true", help="rebuild even when the tag is already in the local store")
+    b.add_argument("--no-cache", action="store_true", help="rebuild every layer (what a fresh machine does)")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.set_defaults(func=_build)
 
@@ -22,6 +23,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _build(args: argparse.Namespace) -> int:
     from shipyard.images import build_images, built_json, format_built
 
-    built = build_images(args.runtime, args.flavor, args.force)
+    built = build_images(args.runtime, args.flavor, args.force, args.no_cache)
     print(built_json(built) if args.json else format_built(built))
     return 0
