@@ -1,11 +1,15 @@
-"""Kubernetes settings for pipeline steps: GPU, node selection, shared memory, secrets.
+"""Kubernetes settings for pipeline steps: GPU, node selection, shared memory, and the cluster
+contract (which step gets which secret, registry credentials, PVCs; caching off for steps with
+side effects).
 
 Loaded from ``pipelines/cluster.yaml`` (or ``SHIPYARD_CLUSTER_CONFIG``) at compile time and
-written into the pipeline's platform spec through kfp-kubernetes. ``kfp.local`` ignores them.
+written into the pipeline's platform spec through kfp-kubernetes. ``kfp.local`` ignores the
+platform spec, so local runs get none of it. See docs/cluster-contract.md.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -15,6 +19,7 @@ import yaml
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
 
+from shipyard.contract import CONTRACT_ANNOTATION, ENV_CONTRACT
 from shipyard.errors import ShipyardError
 
 DEFAULT_CLUSTER_CONFIG = Path(__file__).parent / "cluster.yaml"
@@ -39,6 +44,54 @@ def _read_cluster_config(path: str) -> dict[str, Any]:
     return data
 
 
+#: Steps whose effects live outside their outputs (a registry, MLflow, the cluster): a cache hit
+#: would skip the push, the record or the apply, so they always run.
+SIDE_EFFECT_STEPS = frozenset({
+    "package-model", "deploy", "preflight", "candidate-gates", "select-champion", "register-champion",
+    "promote-production", "close-tracking",
+})
+
+
+def step_name(task: PipelineTask) -> str:
+    """The KFP component name of ``task`` (``comp-<name>`` in the IR): how the contract names steps."""
+    return task.component_spec.name.replace("_", "-")
+
+
+def _gets(section: dict[str, Any], step: str) -> bool:
+    return step in (section.get("steps") or [])
+
+
+def _contract(task: PipelineTask, cfg: dict[str, Any]) -> None:
+    """Secrets, registry credentials, PVCs and the contract annotation of one step."""
+    step = step_name(task)
+    sources: dict[str, str] = {}
+    for secret, entry in (cfg.get("secrets") or {}).items():
+        if not isinstance(entry, dict) or not _gets(entry, step):
+            continue
+        mapping = {str(k): str(v) for k, v in (entry.get("env") or {}).items()}
+        kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env=mapping, optional=True)
+        sources.update({env: f"{secret}/{key}" for key, env in mapping.items()})
+    registry = cfg.get("registry_secret_volume") or {}
+    if registry.get("secret") and _gets(registry, step):
+        kubernetes.use_secret_as_volume(task, secret_name=registry["secret"], mount_path=registry["mount_path"],
+                                        optional=True)
+        env = registry.get("env") or "SHIPYARD_REGISTRY_AUTH_FILE"
+        task.set_env_variable(env, f"{registry['mount_path']}/.dockerconfigjson")
+        sources[env] = f"{registry['secret']}/.dockerconfigjson"
+    pvc = cfg.get("pvc") or {}
+    if _gets(pvc, step):
+        root = str(pvc.get("mount_root") or "/mnt/pvc")
+        for claim in pvc.get("claims") or []:
+            kubernetes.mount_pvc(task, pvc_name=str(claim), mount_path=f"{root}/{claim}")
+    # The annotation tells the step, through the downward API, which secret and key feed each
+    # variable (for its error messages) and that it runs in a cluster (SHIPYARD_CONTRACT set).
+    kubernetes.add_pod_annotation(task, CONTRACT_ANNOTATION, json.dumps({"step": step, "env": sources},
+                                                                        sort_keys=True))
+    kubernetes.use_field_path_as_env(task, ENV_CONTRACT, f"metadata.annotations['{CONTRACT_ANNOTATION}']")
+    if step in SIDE_EFFECT_STEPS:
+        task.set_caching_options(False)
+
+
 def _common(task: PipelineTask, cfg: dict[str, Any], section: dict[str, Any]) -> None:
     if section.get("cpu_request"):
         task.set_cpu_request(str(section["cpu_request"]))
@@ -48,8 +101,7 @@ def _common(task: PipelineTask, cfg: dict[str, Any], section: dict[str, Any]) ->
         task.set_memory_limit(str(section["memory_limit"]))
     if cfg.get("image_pull_policy"):
         kubernetes.set_image_pull_policy(task, cfg["image_pull_policy"])
-    for secret, mapping in (cfg.get("secrets") or {}).items():
-        kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env=dict(mapping), optional=True)
+    _contract(task, cfg)
 
 
 def on_gpu(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
@@ -63,6 +115,10 @@ def on_gpu(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
         kubernetes.add_node_selector(task, label_key=key, label_value=str(value))
     for tol in gpu.get("tolerations") or []:
         kubernetes.add_toleration(task, **tol)
+    pvc = cfg.get("pvc") or {}
+    if pvc.get("workspace"):
+        kubernetes.mount_pvc(task, pvc_name=str(pvc["workspace"]),
+                             mount_path=str(pvc.get("workspace_path") or "/mnt/workspace"))
     if gpu.get("shm_size"):
         kubernetes.empty_dir_mount(task, volume_name="dshm", mount_path="/dev/shm", medium="Memory",
                                    size_limit=str(gpu["shm_size"]))
@@ -73,13 +129,4 @@ def on_cpu(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
     """Run ``task`` on an ordinary node with the configured requests and secrets."""
     cfg = load_cluster_config(config_path)
     _common(task, cfg, cfg.get("cpu") or {})
-    return task
-
-
-def with_registry_credentials(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
-    """Mount the registry's docker config JSON secret (optional) into ``task``."""
-    cfg = load_cluster_config(config_path).get("registry_secret_volume") or {}
-    if cfg.get("secret"):
-        kubernetes.use_secret_as_volume(task, secret_name=cfg["secret"], mount_path=cfg["mount_path"], optional=True)
-        task.set_env_variable("SHIPYARD_REGISTRY_AUTH_FILE", f"{cfg['mount_path']}/.dockerconfigjson")
     return task

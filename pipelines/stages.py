@@ -22,7 +22,7 @@ from shipyard.components.package.component import package_model
 from shipyard.components.preflight.component import preflight
 from shipyard.components.resolve.component import resolve_model
 from shipyard.components.track.component import close_tracking, promote_production, register_champion
-from shipyard.pipelines.platform import load_cluster_config, on_cpu, on_gpu, with_registry_credentials
+from shipyard.pipelines.platform import load_cluster_config, on_cpu, on_gpu
 
 Params = dict[str, Any]
 
@@ -108,11 +108,11 @@ def release(p: Params, selected: Any) -> None:
     with dsl.If(selected.outputs["Output"] != "", name="champion-found"):
         model = dsl.importer(artifact_uri=selected.outputs["Output"], artifact_class=Model, reimport=False)
         model.set_display_name("champion model")
-        package = with_registry_credentials(on_cpu(package_model(
+        package = on_cpu(package_model(
             model=model.output, registry=p["registry"], repository=p["repository"], tag="",
             mode=p["package_mode"], base_image=p["modelcar_base_image"], annotations="{}",
             insecure_tls=p["insecure_registry"], candidate="champion", **tracking(p),
-        ).set_display_name("package modelcar")))
+        ).set_display_name("package modelcar"))
         promote_champion(p, selected.outputs["decision"], model.output, package.outputs["uri"],
                          package.outputs["digest"])
 

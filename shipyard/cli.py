@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from shipyard import __version__, commands
 from shipyard.errors import ShipyardError
+from shipyard.interrupts import sigterm_as_interrupt
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``shipyard`` script."""
+    sigterm_as_interrupt()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -307,13 +307,13 @@ class Kfp:
             return pipeline_id, version.pipeline_version_id, True
 
     def submit(self, package: PipelinePackage, experiment: str, params: dict[str, Any],
-               run_name: str = "") -> dict[str, Any]:
+               run_name: str = "", service_account: str = "") -> dict[str, Any]:
         pipeline_id, version_id, created = self.ensure_pipeline(package)
         exp_id = self.experiment_id(experiment)
         with _api(self.host, "create the run"), self.quiet():
             run = self.client.run_pipeline(
                 experiment_id=exp_id, job_name=run_name or package.version_name, params=params,
-                pipeline_id=pipeline_id, version_id=version_id,
+                pipeline_id=pipeline_id, version_id=version_id, service_account=service_account or None,
             )
         return {"run_id": run.run_id, "pipeline_id": pipeline_id, "version_id": version_id,
                 "version_created": created, "experiment_id": exp_id,
@@ -321,7 +321,7 @@ class Kfp:
 
     def schedule(self, package: PipelinePackage, experiment: str, params: dict[str, Any], *,
                  cron: str | None = None, every: str | None = None, max_concurrency: int = 1,
-                 no_catchup: bool = False, name: str = "") -> dict[str, Any]:
+                 no_catchup: bool = False, name: str = "", service_account: str = "") -> dict[str, Any]:
         if bool(cron) == bool(every):
             raise ShipyardError("schedule", "give exactly one of --cron and --every")
         kfp_cron = to_kfp_cron(cron) if cron else None
@@ -334,7 +334,7 @@ class Kfp:
             rr = self.client.create_recurring_run(
                 experiment_id=exp_id, job_name=name or f"{package.name}-scheduled", cron_expression=kfp_cron,
                 interval_second=interval, max_concurrency=max_concurrency, no_catchup=no_catchup, params=params,
-                pipeline_id=pipeline_id, version_id=version_id,
+                pipeline_id=pipeline_id, version_id=version_id, service_account=service_account or None,
             )
         return {"recurring_run_id": rr.recurring_run_id, "cron": kfp_cron, "interval_second": interval,
                 "pipeline_id": pipeline_id, "version_id": version_id, "version_created": created,

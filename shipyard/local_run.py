@@ -18,12 +18,14 @@ from typing import Any
 
 import yaml
 
+import shipyard.pipelines as _pipelines_pkg
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
 from shipyard.kfp_local_compat import enable_oneof_artifacts
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 
-LOCAL_PARAMS = Path(__file__).resolve().parents[1] / "pipelines" / "local-params.yaml"
+#: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
+LOCAL_PARAMS = Path(_pipelines_pkg.__file__).resolve().parent / "local-params.yaml"
 
 
 @dataclass
@@ -97,18 +99,23 @@ def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
     }
 
 
-def resolve_params(pipeline: str, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
+def resolve_params(pipeline: str | Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
     """Merge local defaults < params file < ``--param`` and run the pre-flight checks on them
     (every name known, every value typed, every JSON parameter and recipe valid), in well under
-    a second and before the pipeline is even built."""
+    a second and before the pipeline is even built. ``pipeline``: its name (or the pipeline)."""
     from shipyard.components.preflight.preflight import check_parameters
     from shipyard.pipelines.params import PIPELINE_PARAMS
 
+    if not isinstance(pipeline, str):
+        pipeline = pipeline.component_spec.name
     if pipeline not in PIPELINE_PARAMS:
         get_pipeline(pipeline)  # the one-line "unknown pipeline" error
     known = {p.name for p in PIPELINE_PARAMS[pipeline]}
     merged: dict[str, Any] = {}
-    if local_defaults and LOCAL_PARAMS.exists():
+    if local_defaults:
+        if not LOCAL_PARAMS.is_file():
+            raise ShipyardError("local-params.yaml", f"{LOCAL_PARAMS} is missing from the installed shipyard",
+                                "reinstall shipyard (the wheel ships it) or pass every parameter with --params-file")
         merged.update({k: v for k, v in load_params_file(str(LOCAL_PARAMS)).items() if k in known})
     if params_file:
         merged.update(load_params_file(params_file))

@@ -114,6 +114,10 @@ def resolve_model(uri: str, out_dir: str) -> dict[str, object]:
         copy_tree(check_model_folder(parsed.location, "model_uri"), out)
     elif parsed.scheme == "pvc":
         claim_path = pvc_root() / parsed.location
+        claim = parsed.location.split("/", 1)[0]
+        if not (pvc_root() / claim).is_dir():
+            raise ShipyardError("model_uri", f"claim {claim!r} is not mounted at {pvc_root() / claim}",
+                                f"add {claim} to pvc.claims in the cluster config (pipelines/cluster.yaml) and compile again")
         copy_tree(check_model_folder(claim_path, "model_uri"), out)
     elif parsed.scheme == "hf":
         with atomic_dir(out) as tmp:

@@ -28,6 +28,7 @@ from typing import Any
 import shipyard.runtime_images as _runtime_images
 from shipyard import __version__
 from shipyard.errors import ShipyardError
+from shipyard.interrupts import sigterm_as_interrupt
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: ``images/`` in a checkout, ``shipyard/runtime_images`` in an installed wheel: the same files.
@@ -258,7 +259,9 @@ def _record_step(runtime: str, target: str, kwargs: dict[str, Any], started: flo
 
 def call_step(runtime: str, target: str, /, **kwargs: Any) -> Any:
     """What a KFP step wrapper calls: like :func:`run_in_runtime`, but a user error ends the
-    step with one line on stderr (exit 1) instead of a traceback."""
+    step with one line on stderr (exit 1) instead of a traceback. SIGTERM (a cancelled KFP run)
+    is raised as an interrupt, so the step's clean-up (servers, rollbacks) runs."""
+    sigterm_as_interrupt()
     started = time.time()
     try:
         result = run_in_runtime(runtime, target, **kwargs)
@@ -285,6 +288,7 @@ def record_outputs(result: dict[str, Any], metrics: Any = None, artifact: Any = 
 
 
 def _child_main(request_path: str, response_path: str) -> int:
+    sigterm_as_interrupt()
     request = json.loads(Path(request_path).read_text())
     try:
         result = _import_target(request["target"])(**request["kwargs"])

@@ -1,12 +1,15 @@
 """MinIO/S3 storage: download models from ``s3://bucket/prefix``, upload step results.
 
-Configuration (first match wins; a local run needs none of it unless it uses ``s3://``):
+Configuration: the cluster contract's names (docs/cluster-contract.md: Secret ``shipyard-s3``
+with keys ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL_S3``, as the AWS
+SDKs name them), first match wins; a local run needs none of it unless it uses ``s3://``:
 
-* ``SHIPYARD_S3_ENDPOINT``: ``http://host:port`` or ``https://host:port`` (a bare
-  ``host:port`` means HTTPS). Falls back to ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``,
-  then ``s3.amazonaws.com``.
-* ``SHIPYARD_S3_ACCESS_KEY`` / ``SHIPYARD_S3_SECRET_KEY`` (falls back to
-  ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``), or a mounted Kubernetes secret folder
+* ``AWS_ENDPOINT_URL_S3`` (or ``AWS_ENDPOINT_URL``, or ``SHIPYARD_S3_ENDPOINT``):
+  ``http://host:port`` or ``https://host:port`` (a bare ``host:port`` means HTTPS). Outside a
+  cluster it defaults to ``https://s3.amazonaws.com``; in a pipeline step in a cluster a missing
+  endpoint or key is an error naming the Secret and key, never a silent default.
+* ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (or ``SHIPYARD_S3_ACCESS_KEY`` /
+  ``SHIPYARD_S3_SECRET_KEY``), or a mounted Kubernetes secret folder
   ``SHIPYARD_S3_SECRET_DIR`` holding files ``accesskey`` and ``secretkey`` (the keys of KFP's
   ``mlpipeline-minio-artifact`` secret; ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` file
   names work too).
@@ -28,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shipyard import contract
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_dir, sha256_file
 
+ENV_ENDPOINT = "AWS_ENDPOINT_URL_S3"
 CHUNK = 1 << 20
 SHA256_META = "sha256"
 
@@ -59,15 +64,18 @@ def _read_secret_file(folder: Path, *names: str) -> str | None:
 def load_config(env: dict[str, str] | None = None) -> S3Config:
     """Read the S3 configuration from the environment (see the module docstring)."""
     env = dict(os.environ if env is None else env)
-    raw = env.get("SHIPYARD_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
-    raw = raw.strip() or "https://s3.amazonaws.com"
+    cluster = contract.in_cluster(env)
+    raw = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or env.get("SHIPYARD_S3_ENDPOINT") or "").strip()
+    if not raw and cluster:
+        raise contract.missing(ENV_ENDPOINT, "s3:// needs the object store's endpoint", env)
+    raw = raw or "https://s3.amazonaws.com"
     if "://" not in raw:
         raw = "https://" + raw
     parsed = urllib.parse.urlparse(raw)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ShipyardError("SHIPYARD_S3_ENDPOINT", f"{raw!r} is not an http(s) endpoint", "write http://host:port or https://host")
-    access = env.get("SHIPYARD_S3_ACCESS_KEY") or env.get("AWS_ACCESS_KEY_ID")
-    secret = env.get("SHIPYARD_S3_SECRET_KEY") or env.get("AWS_SECRET_ACCESS_KEY")
+        raise ShipyardError(ENV_ENDPOINT, f"{raw!r} is not an http(s) endpoint", "write http://host:port or https://host")
+    access = env.get("AWS_ACCESS_KEY_ID") or env.get("SHIPYARD_S3_ACCESS_KEY")
+    secret = env.get("AWS_SECRET_ACCESS_KEY") or env.get("SHIPYARD_S3_SECRET_KEY")
     secret_dir = env.get("SHIPYARD_S3_SECRET_DIR")
     if secret_dir and not (access and secret):
         folder = Path(secret_dir)
@@ -78,6 +86,9 @@ def load_config(env: dict[str, str] | None = None) -> S3Config:
         if not (access and secret):
             raise ShipyardError("SHIPYARD_S3_SECRET_DIR", f"{folder} lacks accesskey/secretkey files",
                                 "mount a secret with keys accesskey and secretkey")
+    if cluster and not (access and secret):
+        raise contract.missing("AWS_SECRET_ACCESS_KEY" if access else "AWS_ACCESS_KEY_ID",
+                               "s3:// needs the object store's credentials", env)
     insecure = env.get("SHIPYARD_S3_INSECURE_TLS", "").lower() in ("1", "true", "yes")
     return S3Config(
         endpoint=parsed.netloc,
@@ -123,15 +134,15 @@ def _s3_error(err: Exception, what: str, config: S3Config) -> ShipyardError:
         fixes = {
             "NoSuchBucket": "create the bucket or fix the URI",
             "NoSuchKey": "check the object key",
-            "AccessDenied": "check the S3 credentials (SHIPYARD_S3_ACCESS_KEY/SECRET_KEY or the mounted secret)",
-            "InvalidAccessKeyId": "check SHIPYARD_S3_ACCESS_KEY or the mounted secret",
-            "SignatureDoesNotMatch": "check SHIPYARD_S3_SECRET_KEY or the mounted secret",
+            "AccessDenied": "check the S3 credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, Secret shipyard-s3)",
+            "InvalidAccessKeyId": "check AWS_ACCESS_KEY_ID (Secret shipyard-s3)",
+            "SignatureDoesNotMatch": "check AWS_SECRET_ACCESS_KEY (Secret shipyard-s3)",
         }
         return ShipyardError(what, f"S3 error {err.code}: {err.message}", fixes.get(err.code, "check the bucket and credentials"))
     scheme = "https" if config.secure else "http"
     first = f"{type(err).__name__}: {err}".splitlines()[0][:300]
     return ShipyardError(what, f"cannot reach S3 at {scheme}://{config.endpoint} ({first})",
-                         "check SHIPYARD_S3_ENDPOINT and that the object store is up")
+                         f"check {ENV_ENDPOINT} (Secret shipyard-s3) and that the object store is up")
 
 
 def _expected_checksum(stat: Any) -> tuple[str, str] | None:

@@ -8,11 +8,13 @@ Where runs go (:func:`resolve_tracking_uri`):
 * an explicit ``tracking_uri`` (``http(s)://`` server, ``file://`` store or a plain folder);
 * else the endpoint of the KFP MLflow plugin (``KFP_MLFLOW_CONFIG``), whose parent run then
   holds shipyard's pipeline run as a nested run;
-* else ``MLFLOW_TRACKING_URI``;
-* else a local file store ``mlruns`` under the run's work dir (``SHIPYARD_WORK_DIR`` or the
+* else ``MLFLOW_TRACKING_URI`` (in a cluster: Secret ``shipyard-mlflow``, see
+  docs/cluster-contract.md);
+* else, outside a cluster only, a local file store ``mlruns`` under the run's work dir (``SHIPYARD_WORK_DIR`` or the
   current folder), so a local run needs no server. To browse it:
   ``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri file:///<work dir>/mlruns``
   (MLflow 3 keeps the file store behind that switch; shipyard sets it for its own calls).
+  In a pipeline pod a file store would die with the pod, so there it is refused.
 
 Artifacts go where the server or store puts them: a local file store keeps them next to the
 runs; a tracking server started with ``--artifacts-destination s3://bucket/mlflow`` proxies
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from shipyard import contract
 from shipyard.errors import ShipyardError
 
 ENV_KFP_MLFLOW_CONFIG = "KFP_MLFLOW_CONFIG"
@@ -136,10 +139,17 @@ def resolve_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str
         if kfp:
             return kfp.endpoint
         uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if not uri and contract.in_cluster():
+        raise contract.missing("MLFLOW_TRACKING_URI", "a pipeline pod has no MLflow server to track to "
+                               "(a file:// store would be lost with the pod)")
     if not uri:
         uri = str(Path(work_dir).resolve() if work_dir else default_work_dir()) + "/mlruns"
     if "://" not in uri:
-        return Path(uri).resolve().as_uri()
+        uri = Path(uri).resolve().as_uri()
+    if uri.startswith("file:") and contract.in_cluster():
+        raise ShipyardError("tracking_uri", f"{uri} is a file store inside a pipeline pod: its records are lost "
+                            "with the pod", "point tracking_uri or MLFLOW_TRACKING_URI (Secret shipyard-mlflow) "
+                            "at an MLflow server")
     return uri.rstrip("/")
 
 

@@ -3,12 +3,12 @@
 What it checks in each request:
 
 * ``POST /apis/v2beta1/recurringruns``: the body against ``v2beta1RecurringRun`` of the
-  upstream ``recurring_run.swagger.json`` (KFP 2.17.0, in ``/work/shared/upstream/kfp/``),
+  upstream ``recurring_run.swagger.json`` (KFP 2.17.0, vendored in ``shipyard/schemas/kfp/``),
   made strict: no unknown fields (grpc-gateway rejects them), proto3-JSON int64 as a string or
   a number, no output-only fields, exactly one trigger, a six-field robfig cron
   (seconds first) or a descriptor, ``max_concurrency`` in [1, 10] and mode ENABLE/DISABLE.
 * ``POST /apis/v2beta1/runs``, ``/experiments``: KFP's run and experiment swaggers are not in
-  ``shared/upstream``, so those bodies are checked against the field names and nested types
+  ``shipyard/schemas``, so those bodies are checked against the field names and nested types
   of the installed ``kfp_server_api`` models (the client generated from those swaggers):
   every key must be a known field, nested objects recursively.
 * ``POST /apis/v2beta1/pipelines/upload`` and ``/upload_version``: a multipart form with one
@@ -33,14 +33,15 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kfp_server_api
 import yaml
 
-SWAGGER = Path("/work/shared/upstream/kfp/recurring_run.swagger.json")
+from shipyard.schemas import SCHEMAS_DIR
+
+SWAGGER = SCHEMAS_DIR / "kfp" / "recurring_run.swagger.json"
 FREE_FORM = {"pipeline_spec", "parameters", "plugins_input", "details"}
 OUTPUT_ONLY = {"recurring_run_id", "created_at", "updated_at", "status", "error"}
 CRON_RANGES = [(0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6)]

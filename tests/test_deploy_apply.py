@@ -1,4 +1,4 @@
-"""Apply / wait / rollback against the HTTP test double of the Kubernetes API (tests/k8s_double.py).
+"""Apply / wait / rollback against the HTTP test double of the Kubernetes API (shipyard/k8s_double.py).
 
 The kubernetes client is the real one (DynamicClient discovery, server-side apply), pointed at
 a real HTTP server on 127.0.0.1 through a kubeconfig; only the server is a double.
@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from k8s_double import K8sDouble, by_model_uri, fails_with, ready_after
 
 from shipyard.cli import main
 from shipyard.components.deploy.apply import LAST_GOOD, DeployFailed, Kube, api_client, deploy
 from shipyard.components.deploy.config import parse_config
 from shipyard.components.deploy.render import render
 from shipyard.errors import ShipyardError
+from shipyard.k8s_double import K8sDouble, by_model_uri, fails_with, ready_after
 
 OLD = "oci://registry.example/models/qwen@sha256:" + "0" * 64
 NEW = "oci://registry.example/models/qwen@sha256:" + "1" * 64

@@ -16,10 +16,11 @@ from shipyard.components.deploy.config import parse_config
 from shipyard.components.deploy.render import render
 from shipyard.components.deploy.validate import validate_documents, validate_file, validate_object
 from shipyard.errors import ShipyardError
+from shipyard.schemas import SCHEMAS_DIR
 
 DIGEST = "sha256:" + "ab" * 32
 URI = f"oci://registry.example/models/qwen@{DIGEST}"
-UPSTREAM_PRESETS = Path(__file__).resolve().parents[2] / "shared" / "upstream" / "kserve" / "llmisvcconfig"
+UPSTREAM_PRESETS = SCHEMAS_DIR / "kserve" / "llmisvcconfig"
 
 
 def rendered(**params):
@@ -336,18 +337,20 @@ def test_component_without_model_artifact(tmp_path):
     assert svc["spec"]["replicas"] == 1
 
 
-def test_without_upstream_schemas_only_the_kserve_rules_run(tmp_path, monkeypatch, capsys):
+def test_schemas_ship_inside_the_package(tmp_path, monkeypatch):
+    """No environment variable and nothing outside the package decides what is validated."""
+    import shipyard
     from shipyard.components.deploy import validate
 
-    require_valid = validate.require_valid
-    monkeypatch.setenv("SHIPYARD_UPSTREAM_DIR", str(tmp_path))
+    monkeypatch.setenv("SHIPYARD_UPSTREAM_DIR", str(tmp_path))  # an old setting: changes nothing now
     validate._crd_index.cache_clear()
     validate._validator.cache_clear()
-    require_valid([_svc(replicas=1)])
-    assert "checking KServe rules only" in capsys.readouterr().err
-    with pytest.raises(ShipyardError, match="pipeline parallelism and data"):
-        require_valid([_svc(parallelism={"pipeline": 2, "data": 2, "dataLocal": 2})])
+    assert validate.upstream_dir().is_relative_to(Path(shipyard.__file__).parent)
+    validate.require_valid([_svc(replicas=1)])
+    bad = _svc(replicas=1)
+    bad["spec"]["replicaz"] = 2
+    with pytest.raises(ShipyardError, match="replicaz"):
+        validate.require_valid([bad])
     manifest = tmp_path / "svc.yaml"
-    manifest.write_text(yaml.safe_dump(_svc()))
-    with pytest.raises(ShipyardError, match="no upstream CRDs"):  # `shipyard validate` needs the schemas
-        validate_file(manifest)
+    manifest.write_text(yaml.safe_dump(bad))
+    assert any("replicaz" in p.message for p in validate_file(manifest))

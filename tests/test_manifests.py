@@ -30,7 +30,7 @@ def build(path: Path) -> list[dict]:
 
 def test_there_are_overlays_and_bases():
     names = {str(p.relative_to(ROOT)) for p in LOCAL_DIRS}
-    assert {"overlays/dev", "overlays/prod", "base/rbac", "base/presets", "base/mlflow", "base/minio-credentials",
+    assert {"overlays/dev", "overlays/prod", "base/rbac", "base/presets", "base/mlflow", "base/secrets",
             "base/keda"} <= names
 
 
@@ -69,7 +69,7 @@ def test_prod_patches_apply():
     mlflow = docs[("Deployment", "mlflow")]["spec"]["template"]["spec"]["containers"][0]
     assert "--artifacts-destination=s3://mlflow-artifacts" in mlflow["args"]
     keys = {e["valueFrom"]["secretKeyRef"]["key"] for e in mlflow["env"]}
-    secret = docs[("Secret", "shipyard-minio-credentials")]
+    secret = docs[("Secret", "shipyard-s3")]
     assert keys <= set(secret["stringData"])
 
 
@@ -90,7 +90,7 @@ def test_validator_catches_a_broken_core_object():
 @pytest.mark.parametrize("path", KFP_DIRS, ids=lambda p: p.parent.name)
 def test_kfp_install_reference_is_pinned_to_the_upstream_version(path):
     """The KFP kustomizations are remote (GitHub); offline we check they are pinned to the
-    release in shared/upstream/SOURCES.md instead of building them."""
+    release in shipyard/schemas/SOURCES.md instead of building them."""
     version = re.search(r"\| kubeflow/pipelines \| ([0-9.]+) \|", (upstream_dir() / "SOURCES.md").read_text()).group(1)
     kustomization = yaml.safe_load(path.read_text())
     (resource,) = kustomization["resources"]

@@ -38,9 +38,9 @@ def s3_server() -> Iterator[str]:
 def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     for name in ("SHIPYARD_S3_SECRET_DIR", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "SHIPYARD_S3_INSECURE_TLS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SHIPYARD_S3_ENDPOINT", s3_server)
-    monkeypatch.setenv("SHIPYARD_S3_ACCESS_KEY", "testing")
-    monkeypatch.setenv("SHIPYARD_S3_SECRET_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("SHIPYARD_S3_REGION", "us-east-1")
     monkeypatch.setenv("SHIPYARD_S3_BUCKET", "results")
     return s3_server
@@ -146,7 +146,7 @@ def test_results_upload_to_configured_bucket(s3_env: str, tmp_path: Path) -> Non
 
 
 def test_unreachable_endpoint_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("SHIPYARD_S3_ENDPOINT", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{_free_port()}")
     monkeypatch.setenv("SHIPYARD_S3_ACCESS_KEY", "a")
     monkeypatch.setenv("SHIPYARD_S3_SECRET_KEY", "b")
     monkeypatch.setenv("SHIPYARD_S3_REGION", "us-east-1")
@@ -165,7 +165,7 @@ def test_config_from_secret_dir(tmp_path: Path) -> None:
         "minio-service.kubeflow:9000", True, "minio", "minio123", True)
     cfg = s3store.load_config({"SHIPYARD_S3_ENDPOINT": "http://m:9000", "SHIPYARD_S3_INSECURE_TLS": "1"})
     assert (cfg.secure, cfg.cert_check) == (False, False)
-    with pytest.raises(ShipyardError, match="SHIPYARD_S3_ENDPOINT"):
+    with pytest.raises(ShipyardError, match="AWS_ENDPOINT_URL_S3"):
         s3store.load_config({"SHIPYARD_S3_ENDPOINT": "ftp://x"})
     with pytest.raises(ShipyardError, match="lacks accesskey"):
         s3store.load_config({"SHIPYARD_S3_SECRET_DIR": str(tmp_path)})

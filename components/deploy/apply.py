@@ -28,6 +28,7 @@ from typing import Any
 
 from shipyard.components.deploy.validate import require_valid
 from shipyard.errors import ShipyardError
+from shipyard.interrupts import shielded, signal_name
 
 FIELD_MANAGER = "shipyard"
 LAST_GOOD = "shipyard.io/last-good"
@@ -327,28 +328,36 @@ def deploy(
     applied_extra: list[tuple[Any, dict[str, Any]]] = []
 
     def rollback(reason: ShipyardError) -> DeployFailed:
-        for extra, doc in reversed(applied_extra):
+        with shielded():  # a second Ctrl-C or SIGTERM must not cut a rollback short
+            for extra, doc in reversed(applied_extra):
+                try:
+                    kube.delete(extra, doc["metadata"]["name"], doc["metadata"]["namespace"])
+                except ShipyardError:
+                    pass
             try:
-                kube.delete(extra, doc["metadata"]["name"], doc["metadata"]["namespace"])
-            except ShipyardError:
-                pass
-        try:
-            if previous is not None:
-                kube.apply(res, _body(svc, previous, last_good))
-                action, done = "rolled-back", "rolled back to the previous spec"
-            else:
-                kube.delete(res, name, ns)
-                action, done = "deleted", "deleted the new service"
-        except ShipyardError as err:
-            action, done = "rollback-failed", f"ROLLBACK FAILED ({err.problem}); check `kubectl get llmisvc -n {ns} {name}`"
-        log(f"{ns}/{name}: {done}")
+                if previous is not None:
+                    kube.apply(res, _body(svc, previous, last_good))
+                    action, done = "rolled-back", "rolled back to the previous spec"
+                else:
+                    kube.delete(res, name, ns)
+                    action, done = "deleted", "deleted the new service"
+            except ShipyardError as err:
+                action, done = "rollback-failed", f"ROLLBACK FAILED ({err.problem}); check `kubectl get llmisvc -n {ns} {name}`"
+            log(f"{ns}/{name}: {done}")
         return DeployFailed(reason.field, f"{reason.problem}; {done}", reason.fix, action=action)
+
+    def interrupted(err: KeyboardInterrupt, during: str) -> DeployFailed:
+        # A cancelled KFP run (SIGTERM) or Ctrl-C: restore the previous state exactly as on a timeout.
+        return rollback(ShipyardError(f"LLMInferenceService {ns}/{name}",
+                                      f"interrupted by {signal_name(err)} during {during}", "run the deploy again"))
 
     try:
         applied = kube.apply(res, _body(svc, new_snapshot, last_good))
     except ShipyardError as err:
         # The request may have reached the server (timeout): restore the previous state.
         raise (rollback(err) if _maybe_applied(err) else err) from None
+    except KeyboardInterrupt as err:
+        raise interrupted(err, "the apply") from None
     generation = int((applied.get("metadata") or {}).get("generation") or 0)
     log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready")
     try:
@@ -361,6 +370,8 @@ def deploy(
             log(f"{ns}/{doc['metadata']['name']}: applied {doc['kind']}")
     except ShipyardError as err:
         raise rollback(err) from None
+    except KeyboardInterrupt as err:
+        raise interrupted(err, "the Ready wait") from None
     url = url_of(obj)
     log(f"{ns}/{name}: Ready at {url or '(no URL reported)'}")
     return Outcome(name, ns, "Ready", url, generation, list(conditions_of(obj).values()), events)

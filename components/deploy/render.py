@@ -246,28 +246,49 @@ def _with_tp(cfg: DeployConfig, tp: int) -> DeployConfig:
     return dataclasses.replace(cfg, tensor_parallel=tp, gpus=gpus)
 
 
+def keda_scale_target(cfg: DeployConfig, suffix: str = "") -> tuple[dict[str, str], str]:
+    """The workload KServe creates for a pool, as a KEDA ``scaleTargetRef``, and a PromQL regex
+    (anchored) matching its pods.
+
+    KServe v0.20 names them in pkg/controller/v1alpha2/llmisvc: a single-node pool is the
+    Deployment ``kmeta.ChildName(name, "-kserve")`` (``-kserve-prefill`` for prefill,
+    workload_single_node.go); a multi-node pool (``spec.worker``) is the LeaderWorkerSet
+    ``kmeta.ChildName(name, "-kserve-mn")`` (``-kserve-mn-prefill``, expectedMainMultiNodeLWS /
+    expectedPrefillMultiNodeLWS in workload_multi_node.go). LeaderWorkerSet has a ``/scale``
+    subresource (its CRD), so KEDA scales replica groups; its pods are ``<lws>-<group>`` (leaders)
+    and ``<lws>-<group>-<worker>``.
+    """
+    if cfg.nodes > 1:
+        name = f"{cfg.name}-kserve-mn{suffix}"
+        return ({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name},
+                f"{name}-[0-9]+(-[0-9]+)?")
+    name = f"{cfg.name}-kserve{suffix}"
+    # Pods of Deployment D are named D-<hash>-<id>.
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, f"{name}-[a-z0-9]+-[a-z0-9]+"
+
+
 def render_scaled_objects(cfg: DeployConfig) -> list[dict[str, Any]]:
     """KEDA ScaledObjects on ``vllm:num_requests_waiting`` (scaling.mode == 'keda')."""
     s = cfg.scaling
     if s is None or s.mode != "keda":
         return []
-    pools = [("decode", f"{cfg.name}-kserve", s.min_replicas, s.max_replicas)]
+    pools = [("decode", "", s.min_replicas, s.max_replicas)]
     if cfg.disaggregated:
-        pools.append(("prefill", f"{cfg.name}-kserve-prefill",
+        pools.append(("prefill", "-prefill",
                       s.prefill_min_replicas if s.prefill_min_replicas is not None else s.min_replicas,
                       s.prefill_max_replicas if s.prefill_max_replicas is not None else s.max_replicas))
     labels, _ = link_metadata(cfg)
     out = []
-    for role, deployment, lo, hi in pools:
-        # Pods of Deployment D are named D-<hash>-<id>; PromQL regexes are anchored.
-        query = (f'sum({s.metric}{{namespace="{cfg.namespace}",pod=~"{deployment}-[a-z0-9]+-[a-z0-9]+"}})')
+    for role, suffix, lo, hi in pools:
+        target, pods = keda_scale_target(cfg, suffix)
+        query = f'sum({s.metric}{{namespace="{cfg.namespace}",pod=~"{pods}"}})'
         out.append({
             "apiVersion": "keda.sh/v1alpha1",
             "kind": "ScaledObject",
             "metadata": {"name": f"{cfg.name}-{role}", "namespace": cfg.namespace,
                          "labels": {**labels, f"{LABEL_PREFIX}/pool": role}},
             "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment},
+                "scaleTargetRef": target,
                 "minReplicaCount": lo,
                 "maxReplicaCount": hi,
                 "pollingInterval": s.polling_interval,

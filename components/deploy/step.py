@@ -31,6 +31,16 @@ def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dic
     return data, merged
 
 
+def refuse_local_layout(model_uri: str) -> None:
+    """An ``oci:///path`` URI names an OCI layout on the pipeline's own disk (``registry`` was
+    empty): the manifest validates, but no KServe node can pull it, so a real apply refuses it."""
+    if model_uri.startswith("oci:///"):
+        raise ShipyardError(
+            "model_uri", f"{model_uri.split('@')[0]} is an OCI layout on the pipeline's disk, which KServe cannot pull",
+            "set the registry parameter so the package step pushes to a registry, or deploy with dry_run=true",
+        )
+
+
 def run_deploy(
     *,
     deploy_config: str | dict[str, Any] | None,
@@ -46,6 +56,8 @@ def run_deploy(
     win over ``deploy_config``. Returns url, status, name, namespace and the manifest path."""
     params, options = split_apply_options(deploy_config)
     cfg = parse_config(params, **overrides)
+    if not dry_run:
+        refuse_local_layout(cfg.model_uri)
     model_config = load_model_config(model_dir) if model_dir else None
     docs = render(cfg, model_config)
     require_valid(docs)

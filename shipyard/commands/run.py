@@ -15,12 +15,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--work-dir", default="shipyard-run", help="where artifacts and run-summary.json go (default ./shipyard-run)")
     p.add_argument("--param", action="append", default=[], metavar="K=V", help="a pipeline parameter (value read as YAML); repeatable")
     p.add_argument("--params-file", help="YAML/JSON mapping of pipeline parameters")
+    p.add_argument("--runner", choices=("subprocess", "container"), default="subprocess",
+                   help="subprocess: steps in the local venvs (default); container: the compiled pipeline's steps in "
+                        "their cpu-flavor images (podman) against a registry, MLflow server, S3 and the API double")
+    p.add_argument("--no-build", action="store_true", help="with --runner container: fail instead of building missing images")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     if not args.local:
         raise ShipyardError("--local", "only local runs are started by `shipyard run`", "add --local, or use `shipyard submit --host URL`")
+    if args.runner == "container":
+        from shipyard.container_run import format_rehearsal, run_container
+
+        summary = run_container(args.pipeline, args.work_dir, args.params_file, args.param, build=not args.no_build)
+        print(format_rehearsal(summary, args.work_dir))
+        return 0 if summary.status == "SUCCESS" else 1
     from shipyard.local_run import format_summary, run_local
 
     summary = run_local(args.pipeline, args.work_dir, args.params_file, args.param)

@@ -38,7 +38,8 @@ def _schedule(args: argparse.Namespace) -> int:
     package, tmp = compile_to_temp(args.pipeline)
     with tmp:
         result = kfp.schedule(package, args.experiment, params, cron=args.cron, every=args.every,
-                              max_concurrency=args.max_concurrency, no_catchup=args.no_catchup, name=args.name)
+                              max_concurrency=args.max_concurrency, no_catchup=args.no_catchup, name=args.name,
+                              service_account=args.service_account)
     print(f"recurring run {result['recurring_run_id']} of {package.name} ({package.version_name}), "
           f"max concurrency {args.max_concurrency}, catchup {'off' if args.no_catchup else 'on'}")
     return 0

@@ -22,6 +22,9 @@ def add_pipeline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment", default="shipyard", help="KFP experiment (created if missing; default shipyard)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="pipeline parameter (repeatable); JSON values keep their type")
+    p.add_argument("--service-account", default="",
+                   help="ServiceAccount the run's pods use (default: KFP's, pipeline-runner); the deploy step "
+                        "needs Role shipyard-deployer in the target namespace (docs/cluster-contract.md)")
 
 
 def connect(args: argparse.Namespace) -> Kfp:
@@ -41,7 +44,7 @@ def _submit(args: argparse.Namespace) -> int:
     kfp = connect(args)
     package, tmp = compile_to_temp(args.pipeline)
     with tmp:
-        result = kfp.submit(package, args.experiment, params, args.run_name)
+        result = kfp.submit(package, args.experiment, params, args.run_name, service_account=args.service_account)
     state = "new version" if result["version_created"] else "existing version"
     print(f"pipeline {package.name} ({state} {package.version_name}) run {result['run_id']}")
     print(f"run: {result['url']}")

@@ -1,5 +1,8 @@
 """An HTTP test double of the Kubernetes API server, enough for ``shipyard deploy``.
 
+Used by the deploy tests and by the container rehearsal (``shipyard run --local --runner
+container``), which applies the deployment to it through a kubeconfig, as a cluster would.
+
 A real HTTP server on 127.0.0.1 that speaks the wire protocol the kubernetes Python client
 uses: discovery (``/version``, ``/api``, ``/apis``, group-version resource lists), server-side
 apply (``PATCH`` with ``application/apply-patch+yaml`` and ``fieldManager``), ``GET`` (with

@@ -1,0 +1,292 @@
+"""The cluster contract: pipelines/cluster.yaml, docs/cluster-contract.md, the Secret templates in
+manifests/base/secrets, the compiled IR and the code all say the same thing."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shipyard import contract, s3store, tracking
+from shipyard.commands.compile import compile_all
+from shipyard.components.deploy.config import parse_config
+from shipyard.components.deploy.render import render
+from shipyard.components.deploy.step import run_deploy
+from shipyard.components.deploy.validate import validate_documents
+from shipyard.errors import ShipyardError
+from shipyard.pipelines import PIPELINES
+from shipyard.pipelines.platform import DEFAULT_CLUSTER_CONFIG, SIDE_EFFECT_STEPS
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "cluster-contract.md"
+SECRET_TEMPLATES = ROOT / "manifests" / "base" / "secrets" / "secret.yaml"
+CLUSTER = yaml.safe_load(DEFAULT_CLUSTER_CONFIG.read_text())
+
+
+def _walk(dag: dict[str, Any], comps: dict[str, Any], out: dict[str, tuple[str, dict[str, Any] | None]]) -> None:
+    for name, task in (dag.get("tasks") or {}).items():
+        comp = task["componentRef"]["name"]
+        out[name] = (comp, task.get("cachingOptions"))
+        if comps.get(comp, {}).get("dag"):
+            _walk(comps[comp]["dag"], comps, out)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    out = tmp_path_factory.mktemp("ir")
+    compile_all(str(out))
+    return {name: tuple(yaml.safe_load_all((out / f"{name}.yaml").read_text())) for name in PIPELINES}
+
+
+def _executors(spec: dict[str, Any], platform: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """executor label -> (step name, its kubernetes executor config)."""
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    out = {}
+    for comp_name, comp in spec["components"].items():
+        label = comp.get("executorLabel")
+        if label:
+            step = re.sub(r"-\d+$", "", comp_name.removeprefix("comp-"))
+            out[label] = (step, k8s.get(label, {}))
+    return out
+
+
+def _doc_secret_rows() -> set[tuple[str, str, str, tuple[str, ...]]]:
+    rows = set()
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] and cells[0] not in ("Secret", "---") and cells[1] != "Source":
+            if cells[0].startswith(("hf-", "shipyard-")) and cells[1].isupper():
+                rows.add((cells[0], cells[1], cells[2], tuple(s.strip() for s in cells[3].split(","))))
+    return rows
+
+
+def _yaml_secret_rows() -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {(secret, key, env, tuple(entry["steps"]))
+            for secret, entry in CLUSTER["secrets"].items() for key, env in entry["env"].items()}
+
+
+def test_contract_table_matches_cluster_yaml() -> None:
+    assert _doc_secret_rows() == _yaml_secret_rows()
+    text = DOC.read_text()
+    registry = CLUSTER["registry_secret_volume"]
+    assert f"Secret `{registry['secret']}`" in text and registry["mount_path"] in text
+    assert ", ".join(registry["steps"]) in text
+    assert CLUSTER["pvc"]["mount_root"] in text and CLUSTER["service_account"]["role"] in text
+    assert ", ".join(sorted(SIDE_EFFECT_STEPS)) == ", ".join(sorted(
+        re.search(r"always run \(`enableCache: false`\): (.*?)\. The rest", text, re.S).group(1)
+        .replace("\n", " ").replace(" (the push)", "").split(", ")))
+
+
+def test_secret_templates_hold_exactly_the_contract_keys() -> None:
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(SECRET_TEMPLATES.read_text()) if d}
+    for secret, entry in CLUSTER["secrets"].items():
+        assert set(docs[secret]["stringData"]) == set(entry["env"]), secret
+    registry = docs[CLUSTER["registry_secret_volume"]["secret"]]
+    assert registry["type"] == "kubernetes.io/dockerconfigjson" and ".dockerconfigjson" in registry["stringData"]
+    # the MLflow server reads the same S3 secret and keys
+    mlflow = yaml.safe_load((ROOT / "manifests" / "base" / "mlflow" / "deployment.yaml").read_text())
+    refs = {e["valueFrom"]["secretKeyRef"]["name"] + "/" + e["valueFrom"]["secretKeyRef"]["key"]
+            for e in mlflow["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert refs <= {f"shipyard-s3/{k}" for k in CLUSTER["secrets"]["shipyard-s3"]["env"]}
+
+
+def test_every_step_gets_only_its_secrets(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    named = {s for e in CLUSTER["secrets"].values() for s in e["steps"]} | set(CLUSTER["registry_secret_volume"]["steps"])
+    seen: set[str] = set()
+    for spec, platform in compiled.values():
+        for step, k8s in _executors(spec, platform).values():
+            seen.add(step)
+            want = {name for name, e in CLUSTER["secrets"].items() if step in e["steps"]}
+            got = {s["secretName"] for s in k8s.get("secretAsEnv", [])}
+            assert got == want, step
+            assert all(s["optional"] for s in k8s.get("secretAsEnv", []))
+            vols = {s["secretName"] for s in k8s.get("secretAsVolume", [])}
+            assert vols == ({"shipyard-registry"} if step in CLUSTER["registry_secret_volume"]["steps"] else set()), step
+            annotation = json.loads(k8s["podMetadata"]["annotations"][contract.CONTRACT_ANNOTATION])
+            assert annotation["step"] == step
+            assert {"name": contract.ENV_CONTRACT,
+                    "fieldPath": f"metadata.annotations['{contract.CONTRACT_ANNOTATION}']"} in k8s["fieldPathAsEnv"]
+    assert named <= seen, f"cluster.yaml names steps no pipeline has: {sorted(named - seen)}"
+    assert SIDE_EFFECT_STEPS <= seen
+
+
+def test_side_effect_steps_are_never_cached(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    for spec, _ in compiled.values():
+        tasks: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        _walk(spec["root"]["dag"], spec["components"], tasks)
+        for comp, caching in tasks.values():
+            step = re.sub(r"-\d+$", "", comp.removeprefix("comp-"))
+            if step in SIDE_EFFECT_STEPS:
+                assert not (caching or {}).get("enableCache"), step
+            elif step in ("compress", "resolve-model"):
+                assert (caching or {}).get("enableCache"), step
+
+
+def test_pvc_claims_and_workspace_are_mounted(tmp_path: Path) -> None:
+    cfg = dict(CLUSTER)
+    cfg["pvc"] = {**CLUSTER["pvc"], "claims": ["models"], "workspace": "scratch"}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    compile_all(str(tmp_path / "out"), ["optimize-and-deploy"], cluster_config=str(path))
+    spec, platform = yaml.safe_load_all((tmp_path / "out" / "optimize-and-deploy.yaml").read_text())
+    execs = _executors(spec, platform)
+    by_step = {step: k8s for step, k8s in execs.values()}
+    mounts = {m["mountPath"] for m in by_step["resolve-model"].get("pvcMount", [])}
+    assert mounts == {"/mnt/pvc/models"}
+    assert {m["mountPath"] for m in by_step["compress"].get("pvcMount", [])} == {"/mnt/workspace"}
+    assert "pvcMount" not in by_step["deploy"]
+
+
+def test_unmounted_pvc_claim_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.models import resolve_model
+
+    monkeypatch.setenv("SHIPYARD_PVC_ROOT", str(tmp_path))
+    with pytest.raises(ShipyardError, match="claim 'models' is not mounted.*pvc.claims"):
+        resolve_model("pvc://models/llama", str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def _in_cluster(step: str, sources: dict[str, str]) -> dict[str, str]:
+    return {contract.ENV_CONTRACT: json.dumps({"step": step, "env": sources})}
+
+
+def test_s3_in_a_cluster_names_the_missing_secret_key() -> None:
+    sources = {env: f"shipyard-s3/{key}" for key, env in CLUSTER["secrets"]["shipyard-s3"]["env"].items()}
+    env = _in_cluster("resolve-model", sources)
+    with pytest.raises(ShipyardError) as err:
+        s3store.load_config(env)
+    line = str(err.value)
+    assert "\n" not in line and "secret shipyard-s3" in line and "AWS_ENDPOINT_URL_S3" in line
+    env["AWS_ENDPOINT_URL_S3"] = "http://minio:9000"
+    with pytest.raises(ShipyardError, match="secret shipyard-s3: key AWS_ACCESS_KEY_ID"):
+        s3store.load_config(env)
+    env.update(AWS_ACCESS_KEY_ID="a", AWS_SECRET_ACCESS_KEY="b")
+    cfg = s3store.load_config(env)
+    assert (cfg.endpoint, cfg.secure, cfg.access_key) == ("minio:9000", False, "a")
+    # outside a cluster the AWS default stays (a workstation with ~/.aws-style env)
+    assert s3store.load_config({}).endpoint == "s3.amazonaws.com"
+
+
+def test_tracking_in_a_cluster_never_uses_a_pod_file_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MLFLOW_TRACKING_URI", tracking.ENV_KFP_MLFLOW_CONFIG):
+        monkeypatch.delenv(name, raising=False)
+    sources = {env: f"shipyard-mlflow/{key}" for key, env in CLUSTER["secrets"]["shipyard-mlflow"]["env"].items()}
+    monkeypatch.setenv(contract.ENV_CONTRACT, json.dumps({"step": "start-tracking", "env": sources}))
+    with pytest.raises(ShipyardError, match="secret shipyard-mlflow: key MLFLOW_TRACKING_URI"):
+        tracking.resolve_tracking_uri("")
+    with pytest.raises(ShipyardError, match="tracking_uri.*file store inside a pipeline pod"):
+        tracking.resolve_tracking_uri("/tmp/mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    assert tracking.resolve_tracking_uri("") == "http://mlflow:5000"
+    monkeypatch.delenv(contract.ENV_CONTRACT)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert tracking.resolve_tracking_uri("", "/tmp/work").startswith("file:///")
+
+
+def test_deploy_refuses_a_layout_uri_unless_dry_run(tmp_path: Path) -> None:
+    uri = "oci:///pipeline-root/package/modelcar@sha256:" + "a" * 64
+    manifest = tmp_path / "manifest.yaml"
+    with pytest.raises(ShipyardError, match="OCI layout on the pipeline's disk.*set the registry parameter"):
+        run_deploy(deploy_config={"preset": "aggregated"}, manifest_path=str(manifest), dry_run=False,
+                   name="llm", namespace="ns", model_uri=uri)
+    assert not manifest.exists()
+    result = run_deploy(deploy_config={"preset": "aggregated"}, manifest_path=str(manifest), dry_run=True,
+                        name="llm", namespace="ns", model_uri=uri)
+    assert result["status"] == "DryRun" and manifest.exists()
+
+
+def test_keda_scales_the_leaderworkerset_of_a_multi_node_deployment() -> None:
+    base = {"preset": "pd-nixl", "scaling": {"mode": "keda", "min_replicas": 1, "max_replicas": 4}}
+    uri = "oci://r.example.com/m@sha256:" + "b" * 64
+    single = render(parse_config(base, name="llm", namespace="ns", model_uri=uri))
+    multi = render(parse_config({**base, "preset": "dp-ep-multinode"}, name="llm", namespace="ns", model_uri=uri))
+    targets = {d["metadata"]["name"]: d["spec"]["scaleTargetRef"] for d in single if d["kind"] == "ScaledObject"}
+    assert targets["llm-decode"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm-kserve"}
+    assert targets["llm-prefill"]["name"] == "llm-kserve-prefill"
+    scaled = [d for d in multi if d["kind"] == "ScaledObject"]
+    assert scaled, "dp-ep-multinode with keda renders ScaledObjects"
+    for obj in scaled:
+        ref = obj["spec"]["scaleTargetRef"]
+        assert ref["apiVersion"] == "leaderworkerset.x-k8s.io/v1" and ref["kind"] == "LeaderWorkerSet"
+        assert ref["name"] in ("llm-kserve-mn", "llm-kserve-mn-prefill")
+        assert ref["name"] in obj["spec"]["triggers"][0]["metadata"]["query"]
+    assert validate_documents(multi, "multi") == []
+
+
+def _restricted_problems(pod: dict[str, Any]) -> list[str]:
+    """The Pod Security Standards "restricted" rules (v1.30), plus CPU and memory limits."""
+    problems = []
+    psc = pod.get("securityContext") or {}
+    if pod.get("hostNetwork") or pod.get("hostPID") or pod.get("hostIPC"):
+        problems.append("host namespaces")
+    allowed = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+    for vol in pod.get("volumes") or []:
+        kinds = set(vol) - {"name"}
+        if not kinds <= allowed:
+            problems.append(f"volume type {kinds - allowed}")
+    for c in (pod.get("containers") or []) + (pod.get("initContainers") or []):
+        sc = c.get("securityContext") or {}
+        if sc.get("privileged"):
+            problems.append(f"{c['name']}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{c['name']}: allowPrivilegeEscalation must be false")
+        if not (sc.get("runAsNonRoot") or psc.get("runAsNonRoot")):
+            problems.append(f"{c['name']}: runAsNonRoot")
+        if (sc.get("runAsUser") or psc.get("runAsUser")) == 0:
+            problems.append(f"{c['name']}: runAsUser 0")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{c['name']}: seccompProfile")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []) or set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            problems.append(f"{c['name']}: capabilities")
+        limits = (c.get("resources") or {}).get("limits") or {}
+        if not {"cpu", "memory"} <= set(limits):
+            problems.append(f"{c['name']}: CPU and memory limits")
+    return problems
+
+
+def test_mlflow_deployment_passes_restricted_pod_security() -> None:
+    deployment = yaml.safe_load((ROOT / "manifests" / "base" / "mlflow" / "deployment.yaml").read_text())
+    assert _restricted_problems(deployment["spec"]["template"]["spec"]) == []
+    # the checker itself catches what the old manifest lacked
+    old = {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+           "containers": [{"name": "mlflow", "resources": {"limits": {"memory": "2Gi"}},
+                           "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}
+    assert _restricted_problems(old) == ["mlflow: seccompProfile", "mlflow: CPU and memory limits"]
+
+
+def test_image_tags_change_with_the_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from shipyard import runtimes
+
+    roots = runtimes._package_roots()
+    copies = []
+    for prefix, root in roots:
+        dest = tmp_path / (prefix or "shipyard/")
+        shutil.copytree(root, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        copies.append((prefix, dest))
+    monkeypatch.setattr(runtimes, "_package_roots", lambda: copies)
+    monkeypatch.setattr(runtimes, "IMAGES_DIR", copies[-1][1])
+    runtimes.code_digest.cache_clear()
+    try:
+        before = runtimes.image_tag("base")
+        digest_file = copies[-1][1] / "base" / "image-digest"
+        digest_file.write_text(f"{before} sha256:{'c' * 64}\n")
+        assert runtimes.runtime_image("base", "gpu").endswith(f":{before}@sha256:{'c' * 64}")
+        assert before == runtimes.image_tag("base"), "the digest a build records is not part of the tag"
+        step = copies[1][1] / "deploy" / "step.py"
+        step.write_text(step.read_text() + "\n# a change\n")
+        runtimes.code_digest.cache_clear()
+        after = runtimes.image_tag("base")
+        assert after != before and after.startswith(before.split("-")[0] + "-")
+        # a digest recorded for the old code no longer pins the new tag
+        assert runtimes.runtime_image("base", "gpu").endswith(f":{after}")
+        assert runtimes.runtime_image("base", "cpu").endswith(f":{runtimes.image_tag('base', 'cpu')}")
+    finally:
+        runtimes.code_digest.cache_clear()
