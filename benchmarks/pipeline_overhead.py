@@ -5,11 +5,15 @@
 2. Replays every step's logic call from that run's step log (same targets, same arguments, same
    runtimes, in the order they started), with paths moved to a second folder and a fresh cache:
    the "direct" path a user would script by hand, with no KFP.
-3. Prints both wall times, the time spent in tracking steps, and pipeline/direct as a ratio.
+3. Prints both wall times, the tasks the run executed, the time spent in tracking-only steps
+   (none since pipeline v2: each step logs itself), pipeline/direct as a ratio, and the seconds
+   ``shipyard run --local`` takes to reject a bad parameter; ``--json FILE`` writes the figures.
 
     .venvs/base/bin/python benchmarks/pipeline_overhead.py [--model embedded://smollm2-135m-instruct]
 
-Without --model it builds the tiny test model first (seconds).
+Without --model it builds the tiny test model first (seconds). The script uses only
+``run_local`` and ``run_in_runtime``, so it also measures an older checkout: run it with that
+checkout's venv from that checkout's folder (``--skip-direct`` for the wall time alone).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +46,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="model URI (default: the tiny test model, built now)")
     parser.add_argument("--param", action="append", default=[], help="extra pipeline parameter k=v")
+    parser.add_argument("--skip-direct", action="store_true", help="measure the pipeline run only")
+    parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args()
+    figures: dict[str, Any] = {"bad_param_reject_s": bad_param_seconds()}
     root = Path(tempfile.mkdtemp(prefix="shipyard-overhead-"))
     model = args.model
     if not model:
@@ -56,7 +65,17 @@ def main() -> None:
         raise SystemExit(f"the pipeline run failed; see {work}/run-summary.json")
     records = [json.loads(line) for line in (work / "steps.jsonl").read_text().splitlines() if line.strip()]
     records.sort(key=lambda r: r["started"])
-    tracking_s = sum(r["seconds"] for r in records if ".track." in r["target"])
+    tracking_s = sum(r["seconds"] for r in records if ".track.track:" in r["target"])
+    executed = [s for s in summary.steps if s.status != "NOT RUN"]
+    figures.update(pipeline_s=round(pipeline_s, 1), tasks_executed=len(executed), tracking_only_s=round(tracking_s, 1),
+                   tasks=[s.task for s in executed], steps_replayed=len(records))
+    print(f"tasks executed:              {len(executed)}")
+    print(f"pipeline (kfp.local) wall:   {pipeline_s:8.1f} s   (of which tracking-only steps {tracking_s:.1f} s)")
+    rejected = figures["bad_param_reject_s"]
+    print("bad parameter rejected in:   " + (f"{rejected:8.2f} s" if rejected >= 0 else "not rejected within 60 s"))
+    if args.skip_direct:
+        _write(args.json, figures)
+        return
 
     os.environ["SHIPYARD_CACHE"] = str(root / "cache-direct")
     os.environ.pop("SHIPYARD_STEP_LOG", None)
@@ -72,10 +91,32 @@ def main() -> None:
         run_in_runtime(record["runtime"], record["target"], **kwargs)
     direct_s = time.perf_counter() - started
 
+    figures.update(direct_s=round(direct_s, 1), overhead_ratio=round(pipeline_s / direct_s, 3))
     print(f"steps replayed:              {len(records)}")
-    print(f"pipeline (kfp.local) wall:   {pipeline_s:8.1f} s   (of which MLflow tracking steps {tracking_s:.1f} s)")
     print(f"direct library calls wall:   {direct_s:8.1f} s")
     print(f"overhead ratio pipeline/direct: {pipeline_s / direct_s:.2f}x  (+{pipeline_s - direct_s:.1f} s)")
+    _write(args.json, figures)
+
+
+def bad_param_seconds() -> float:
+    """Seconds from the start of ``shipyard run --local`` to its rejection of a malformed ``slo``."""
+    with tempfile.TemporaryDirectory(prefix="shipyard-badparam-") as tmp:
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "shipyard.cli", "run", "--local", "--work-dir", f"{tmp}/w",
+                                   "--param", 'slo={"ttft_p99_ms": 800'], capture_output=True, text=True,
+                                  check=False, timeout=60)
+        except subprocess.TimeoutExpired:
+            return -1.0  # still running after 60 s: not rejected up front
+        seconds = time.perf_counter() - started
+    if proc.returncode == 0:
+        return -1.0  # accepted
+    return round(seconds, 2)
+
+
+def _write(path: str | None, figures: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

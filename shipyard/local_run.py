@@ -54,9 +54,38 @@ class RunSummary:
     run_dir: str
     parameters: dict[str, Any]
     steps: list[StepSummary]
+    champion: str = ""
+    promoted: bool = False
+    model_uri: str = ""
+    mlflow_run: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
+    """The run's answer: the champion (if any), whether it was promoted, where it is, the MLflow run."""
+    def last(component: str) -> StepSummary | None:
+        found = [s for s in steps if s.task.rsplit("/", 1)[-1] == component and s.status == "SUCCESS"]
+        return found[-1] if found else None
+
+    out: dict[str, Any] = {"champion": "", "promoted": False, "model_uri": "", "mlflow_run": ""}
+    if (check := last("preflight")) is not None:
+        out["mlflow_run"] = str(check.parameters.get("Output", ""))
+    select = last("select-champion")
+    if select is not None and select.artifacts.get("decision"):
+        try:
+            out["champion"] = json.loads((Path(select.artifacts["decision"]) / "selection.json").read_text())["winner"]
+        except (OSError, ValueError, KeyError):
+            pass
+    elif (gates := last("candidate-gates")) is not None and gates.parameters.get("Output") is True:
+        out["champion"] = "candidate"
+    out["promoted"] = last("promote-production") is not None
+    if (package := last("package-model")) is not None:
+        out["model_uri"] = str(package.parameters.get("uri", ""))
+    elif out["champion"] and params.get("candidate_uri"):
+        out["model_uri"] = str(params["candidate_uri"])
+    return out
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -251,6 +280,7 @@ def run_local(
         run_dir=str(run_dir),
         parameters=params,
         steps=steps,
+        **outcome(steps, params),
     )
     atomic_write_text(work / "run-summary.json", json.dumps(summary.to_dict(), indent=2, default=str))
     return summary
@@ -264,6 +294,9 @@ def _short(value: Any, width: int = 60) -> str:
 def format_summary(summary: RunSummary, work_dir: str) -> str:
     """The table printed at the end of a local run."""
     lines = [f"\nshipyard: {summary.pipeline} {summary.status} in {summary.seconds:.1f} s", ""]
+    if summary.champion:
+        lines += [f"champion: {summary.champion} ({'promoted to production' if summary.promoted else 'not promoted'})"
+                  + (f", {summary.model_uri}" if summary.model_uri else ""), ""]
     lines.append(f"{'step':<30} {'task':<36} {'status':<8} {'runtime':<9} {'seconds':>7}  key figures")
     for step in summary.steps:
         secs = f"{step.seconds:.1f}" if step.seconds is not None else "-"

@@ -48,7 +48,7 @@ def _executors(spec: dict[str, Any], platform: dict[str, Any]) -> dict[str, tupl
     out = {}
     for comp_name, comp in spec["components"].items():
         label = comp.get("executorLabel")
-        if label:
+        if label and "importer" not in spec["deploymentSpec"]["executors"][label]:  # importers run no step code
             step = re.sub(r"-\d+$", "", comp_name.removeprefix("comp-"))
             out[label] = (step, k8s.get(label, {}))
     return out

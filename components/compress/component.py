@@ -44,7 +44,7 @@ def compress(
     from shipyard.components.track.steprun import PENDING_KEY, StepRun
     from shipyard.runtimes import call_step, record_outputs
 
-    run = StepRun("compress", recipe if len(recipe) <= 64 else recipe[:61] + "...", tracking_uri=tracking_uri,
+    run = StepRun("compress", recipe, tracking_uri=tracking_uri,
                   experiment=experiment, kfp_run_id=kfp_run_id,
                   params={"recipe": recipe, "calibration_dataset": calibration_dataset,
                           "num_calibration_samples": num_calibration_samples, "max_seq_length": max_seq_length,

@@ -64,3 +64,14 @@ def load_recipe(spec: str, field: str = "recipe") -> Recipe:
         raise ShipyardError(field, "recipe YAML is not a mapping of stages", "write llmcompressor recipe stages")
     name = path.stem if looks_like_path else "custom"
     return _from_mapping(name, data, field)
+
+
+def recipe_label(spec: str) -> str:
+    """A short name for a recipe in reports and MLflow: the preset's name, a file's stem, or
+    ``recipe-<8 hex of its text>`` for inline YAML."""
+    import hashlib
+
+    text = (spec or "").strip()
+    if "\n" not in text and len(text) <= 64:
+        return Path(text).stem if text.endswith((".yaml", ".yml")) else text
+    return "recipe-" + hashlib.sha256(text.encode()).hexdigest()[:8]

@@ -74,9 +74,12 @@ def judge_candidate(
     else:
         reason = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo))
                            if not r["passed"])
+    from shipyard.components.compress.recipes import recipe_label
+
     record = {
         "schema": SCHEMA,
-        "recipe": recipe,
+        "recipe": recipe_label(recipe),
+        "recipe_text": recipe,
         "model_uri": model_uri,
         "passed": passed,
         "reason": reason,

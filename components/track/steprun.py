@@ -40,8 +40,10 @@ class StepRun:
 
     def __init__(self, step: str, candidate: str = "", *, tracking_uri: str = "", experiment: str = "",
                  kfp_run_id: str = "", params: dict[str, Any] | None = None) -> None:
+        from shipyard.components.compress.recipes import recipe_label
+
         self.data: dict[str, Any] = {
-            "step": step, "candidate": candidate or "", "tracking_uri": tracking_uri, "experiment": experiment,
+            "step": step, "candidate": recipe_label(candidate) if candidate else "", "tracking_uri": tracking_uri, "experiment": experiment,
             "kfp_run_id": kfp_run_id, "params": dict(params or {}), "metrics": {}, "tags": {}, "artifacts": {},
             "started_ms": int(time.time() * 1000), "ended_ms": None, "status": "RUNNING",
         }
