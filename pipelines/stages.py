@@ -13,10 +13,10 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import Model
 
-from shipyard.components.benchmark.component import benchmark
+from shipyard.components.benchmark.component import benchmark, measure_vllm
 from shipyard.components.compress.component import compress
 from shipyard.components.deploy.component import deploy
-from shipyard.components.evaluate.component import evaluate_hf, evaluate_vllm
+from shipyard.components.evaluate.component import evaluate_hf
 from shipyard.components.gates.component import candidate_gates, select_champion
 from shipyard.components.package.component import package_model
 from shipyard.components.preflight.component import preflight
@@ -49,18 +49,21 @@ def checked(p: Params, pipeline_name: str, body: Callable[[Any], None]) -> None:
 
 
 def measure(p: Params, model: Any, candidate: Any, label: str) -> tuple[Any, Any]:
-    """Evaluate (hf or vLLM backend) and benchmark ``model``; returns (eval results, benchmark results)."""
+    """Evaluate and benchmark ``model``: with the vLLM backend one server does both (one model
+    load); with hf, lm-eval in-process and then a vLLM server for the benchmark. Returns
+    (eval results, benchmark results)."""
     track = tracking(p)
-    with dsl.If(p["eval_backend"] == "vllm", name=f"{label}-eval-on-vllm"):
-        on_vllm = on_gpu(evaluate_vllm(model=model, eval_config=p["eval_config"], candidate=candidate, **track))
-        on_vllm.set_display_name(f"evaluate {label} (vLLM)")
-    with dsl.Else(name=f"{label}-eval-on-hf"):
+    with dsl.If(p["eval_backend"] == "vllm", name=f"{label}-on-vllm"):
+        both = on_gpu(measure_vllm(model=model, eval_config=p["eval_config"], benchmark_config=p["benchmark_config"],
+                                   candidate=candidate, **track))
+        both.set_display_name(f"evaluate + benchmark {label} (one vLLM server)")
+    with dsl.Else(name=f"{label}-on-hf"):
         on_hf = on_gpu(evaluate_hf(model=model, eval_config=p["eval_config"], candidate=candidate, **track))
         on_hf.set_display_name(f"evaluate {label} (hf)")
-    results = dsl.OneOf(on_vllm.outputs["results"], on_hf.outputs["results"])
-    bench = on_gpu(benchmark(model=model, benchmark_config=p["benchmark_config"], candidate=candidate, **track))
-    bench.set_display_name(f"benchmark {label}")
-    return results, bench.outputs["results"]
+        bench = on_gpu(benchmark(model=model, benchmark_config=p["benchmark_config"], candidate=candidate, **track))
+        bench.set_display_name(f"benchmark {label}")
+    return (dsl.OneOf(both.outputs["eval_results"], on_hf.outputs["results"]),
+            dsl.OneOf(both.outputs["results"], bench.outputs["results"]))
 
 
 def base_reference(p: Params, after: Any) -> tuple[Any, Any, Any]:

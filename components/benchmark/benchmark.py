@@ -19,6 +19,7 @@ always stopped and ``out_dir`` is written whole or not at all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -521,11 +522,14 @@ def benchmark_step(
     if not (Path(model_dir) / "config.json").is_file():
         raise ShipyardError("model", f"{model_dir} has no config.json", "pass a Hugging Face model folder")
     plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
-    name = model_name or Path(model_dir).name or "model"
+    from shipyard.components.benchmark.measure import shared_server
+
+    shared = shared_server()
+    name = shared.served_model_name if shared else (model_name or Path(model_dir).name or "model")
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
     with atomic_dir(out_dir) as tmp:
         json_path = tmp / "guidellm.json"
-        server = VLLMServer(
+        server = shared or VLLMServer(
             model_dir,
             served_model_name=name,
             extra_args=vllm_args,
@@ -534,7 +538,7 @@ def benchmark_step(
             log_path=tmp / "vllm.log",
             env=env,
         )
-        with server:
+        with contextlib.nullcontext(server) if shared else server:
             scenario = build_scenario(
                 cfg, target=server.url, model_name=name, tokenizer=str(model_dir), json_path=str(json_path)
             )
@@ -554,6 +558,8 @@ def benchmark_step(
             server.check_alive("vLLM server")
             memory = server.memory_report()
             startup = server.startup_seconds
+            if shared:  # the server is the measure step's: keep a copy of its log with the results
+                (tmp / "vllm.log").write_text(server.log_text())
         if not json_path.is_file():
             raise ShipyardError("guidellm", "wrote no JSON report", "see guidellm.log")
         report = json.loads(json_path.read_text())

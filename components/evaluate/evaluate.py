@@ -118,13 +118,19 @@ def _run_hf(cfg: EvalConfig, model_dir: Path, manager: Any) -> tuple[dict[str, A
 
 
 def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    import contextlib
+
+    from shipyard.components.benchmark.measure import shared_server
     from shipyard.vllm_server import VLLMServer
 
     batch = cfg.batch_size if isinstance(cfg.batch_size, int) else 1
     extra = json.loads(os.environ.get("SHIPYARD_EVAL_VLLM_ARGS", "[]"))
-    with VLLMServer(model_dir, served_model_name=SERVED_NAME, extra_args=extra) as server:
+    shared = shared_server()  # one server for eval and benchmark (the measure step)
+    serving = contextlib.nullcontext(shared) if shared else VLLMServer(model_dir, served_model_name=SERVED_NAME,
+                                                                       extra_args=extra)
+    with serving as server:
         args = {
-            "model": SERVED_NAME,
+            "model": server.served_model_name,
             "base_url": f"{server.base_url}/completions",
             "tokenizer": str(model_dir),
             "tokenizer_backend": "huggingface",
