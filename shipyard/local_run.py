@@ -167,6 +167,8 @@ def _component_runtimes(pipeline_func: Any) -> dict[str, str]:
         if not label:
             continue
         image = images.get(label, "")
+        if not image:
+            continue  # an importer (the champion's model): no step code of its own
         runtime = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0].removeprefix("shipyard-")
         result[comp_name.removeprefix("comp-")] = runtime
     return result

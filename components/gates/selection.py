@@ -97,7 +97,7 @@ def select(candidates: list[dict[str, Any]], selection: str | SelectionConfig = 
     if winner is None:
         reason = "no candidate passed both gates: " + "; ".join(f"{c['recipe']}: {c.get('reason', '')}" for c in candidates)
     else:
-        reason = f"champion {winner['recipe']} by {cfg.objective}: {decisions[winner['recipe']]}"
+        reason = f"champion {winner['recipe']} by {cfg.objective}: {decisions[winner['recipe']].removeprefix('champion: ')}"
     return {
         "objective": cfg.objective,
         "order": order,
