@@ -58,7 +58,7 @@ def main() -> None:
         model = str(root / "tiny-model")
         run_in_runtime("compress", "shipyard.tinymodel:build_tiny_model", out_dir=model)
 
-    os.environ["SHIPYARD_CACHE"] = str(root / "cache-pipeline")
+    os.environ["SHIPYARD_CACHE"] = fresh_cache(root / "cache-pipeline")
     work = root / "pipeline"
     started = time.perf_counter()
     summary = run_local("optimize-and-deploy", str(work), overrides=[f"model_uri={model}", *args.param])
@@ -80,7 +80,7 @@ def main() -> None:
         _write(args.json, figures)
         return
 
-    os.environ["SHIPYARD_CACHE"] = str(root / "cache-direct")
+    os.environ["SHIPYARD_CACHE"] = fresh_cache(root / "cache-direct")
     os.environ.pop("SHIPYARD_STEP_LOG", None)
     direct = root / "direct"
     direct.mkdir()
@@ -99,6 +99,16 @@ def main() -> None:
     print(f"direct library calls wall:   {direct_s:8.1f} s")
     print(f"overhead ratio pipeline/direct: {pipeline_s / direct_s:.2f}x  (+{pipeline_s - direct_s:.1f} s)")
     _write(args.json, figures)
+
+
+def fresh_cache(path: Path) -> str:
+    """An empty eval cache (nothing reused between the two passes) that still has the embedded model."""
+    default = Path(os.environ.get("SHIPYARD_CACHE_SOURCE", Path.home() / ".cache" / "shipyard"))
+    path.mkdir(parents=True, exist_ok=True)
+    for name in ("gguf", "models"):
+        if (default / name).exists() and not (path / name).exists():
+            (path / name).symlink_to(default / name)
+    return str(path)
 
 
 def bad_param_seconds() -> float:
