@@ -272,6 +272,16 @@ def _body(template: dict[str, Any], snapshot: dict[str, Any], last_good: str | N
             "spec": snapshot["spec"]}
 
 
+def _last_good(annotation: str | None) -> dict[str, Any] | None:
+    """The snapshot in the last-good annotation, or None when it is absent or was edited out of shape."""
+    try:
+        snap = json.loads(annotation) if annotation else None
+    except ValueError:
+        return None
+    ok = isinstance(snap, dict) and {"labels", "annotations", "spec"} <= set(snap)
+    return snap if ok else None
+
+
 def _size(spec: dict[str, Any] | None) -> int:
     par = (spec or {}).get("parallelism") or {}
     if par.get("data") or par.get("dataLocal"):
@@ -318,8 +328,10 @@ def deploy(
     if existing is not None:
         _check_immutable(existing, svc)
         last_good = ((existing.get("metadata") or {}).get("annotations") or {}).get(LAST_GOOD)
-        previous = json.loads(last_good) if last_good else _snapshot(existing)
-        last_good = last_good or json.dumps(previous, sort_keys=True, separators=(",", ":"))
+        previous = _last_good(last_good)
+        if previous is None:
+            previous = _snapshot(existing)
+            last_good = json.dumps(previous, sort_keys=True, separators=(",", ":"))
         log(f"{ns}/{name}: updating (generation {existing['metadata'].get('generation')}); "
             "the last good spec is kept for rollback")
     else:
