@@ -100,7 +100,10 @@ def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
 
 
 def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
-    """Merge local defaults < params file < ``--param`` and check every name exists."""
+    """Merge local defaults < params file < ``--param``, then check and type them
+    (:func:`shipyard.params.coerce_params`: names, required parameters, types, URIs)."""
+    from shipyard.params import coerce_params, split_param
+
     known = pipeline_parameters(pipeline_func)
     merged: dict[str, Any] = {}
     if local_defaults:
@@ -111,19 +114,9 @@ def resolve_params(pipeline_func: Any, params_file: str | None, overrides: list[
     if params_file:
         merged.update(load_params_file(params_file))
     for item in overrides:
-        key, value = parse_param(item)
+        key, value = split_param(item)
         merged[key] = value
-    unknown = sorted(set(merged) - set(known))
-    if unknown:
-        raise ShipyardError(
-            "--param", f"unknown parameter(s) {', '.join(unknown)}", f"use one of: {', '.join(sorted(known))}"
-        )
-    signature = _signature(pipeline_func)
-    for key, value in merged.items():
-        if signature[key].annotation is str and not isinstance(value, str):
-            # JSON-valued string parameters (eval_config, slo, ...) may be written as YAML mappings.
-            merged[key] = json.dumps(value) if isinstance(value, dict | list) else str(value)
-    return merged
+    return coerce_params(pipeline_func, merged, name=getattr(pipeline_func, "name", ""))
 
 
 def _component_runtimes(pipeline_func: Any) -> dict[str, str]:

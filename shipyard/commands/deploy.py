@@ -1,14 +1,25 @@
-"""``shipyard deploy``: render a KServe LLMInferenceService; apply, wait and roll back unless --dry-run."""
+"""``shipyard deploy``: render a KServe LLMInferenceService; apply, wait and roll back unless --dry-run.
+
+Output (see :mod:`shipyard.output`): without ``--out-file`` the rendered manifest goes to
+stdout, as YAML (default) or ``-o json``; with ``--out-file PATH`` the manifest is written there
+(atomically, mode 0644) and the result (name, namespace, status, url) is printed as text or
+``-o json|yaml``. Applying to a cluster needs ``--out-file`` (the applied manifest is kept).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+import io
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from shipyard.argtypes import number, positive_float, positive_int
 from shipyard.errors import ShipyardError
+from shipyard.fsutil import ensure_writable_dir
+from shipyard.output import add_out_file_option, add_output_option, emit, render
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,20 +29,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", required=True, help="LLMInferenceService name")
     p.add_argument("--model-uri", required=True, help="oci://...@sha256:..., hf://, s3:// or pvc://")
     p.add_argument("--namespace", help="target namespace (default: deploy params, else 'default')")
-    p.add_argument("--prefill-replicas", type=int, help="prefill pods (> 0 selects prefill/decode disaggregation)")
-    p.add_argument("--decode-replicas", type=int, dest="replicas", help="decode (or aggregated) pods")
-    p.add_argument("--tensor-parallel", type=int, help="tensor-parallel size (GPUs per model copy)")
-    p.add_argument("--gpus", type=int, help="GPUs per pod (default: tensor-parallel x data-local)")
+    p.add_argument("--prefill-replicas", type=number(int, minimum=0, example="2"),
+                   help="prefill pods (> 0 selects prefill/decode disaggregation)")
+    p.add_argument("--decode-replicas", type=number(int, minimum=0, example="1"), dest="replicas",
+                   help="decode (or aggregated) pods")
+    p.add_argument("--tensor-parallel", type=positive_int("2"), help="tensor-parallel size (GPUs per model copy)")
+    p.add_argument("--gpus", type=positive_int("2"), help="GPUs per pod (default: tensor-parallel x data-local)")
     p.add_argument("--preset", help="a deploy preset from components/deploy/presets (e.g. pd-nixl)")
     p.add_argument("--params-file", help="YAML/JSON file of deploy parameters (the deploy_config object)")
     p.add_argument("--model-dir", help="model folder whose config.json sizes vLLM through the memory planner")
-    p.add_argument("--gpu-memory-gib", type=float, help="memory of one GPU in GiB (for the planner)")
+    p.add_argument("--gpu-memory-gib", type=positive_float("80"), help="memory of one GPU in GiB (for the planner)")
     p.add_argument("--allow-mutable-tag", action="store_true", default=None, help="accept an oci:// tag instead of a digest")
-    p.add_argument("-o", "--output", default="-", help="manifest file (default: stdout)")
+    add_output_option(p, default_help="the manifest as YAML; with --out-file a one-line result")
+    add_out_file_option(p, "the manifest (YAML)")
     p.add_argument("--dry-run", action="store_true", help="only render and validate; no cluster needed")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--wait-timeout", type=float, help="seconds to wait for Ready (default 1200)")
+    p.add_argument("--wait-timeout", type=positive_float("1200"), help="seconds to wait for Ready (default 1200)")
     p.set_defaults(func=_deploy)
 
 
@@ -45,9 +59,16 @@ def _params(path: str | None) -> dict:
         data = yaml.safe_load(file.read_text()) or {}
     except yaml.YAMLError as err:
         raise ShipyardError("--params-file", f"{path} is not valid YAML: {str(err).splitlines()[0]}", "fix the file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ShipyardError("--params-file", f"cannot read {path}: {err}", "give a readable YAML or JSON file") from None
     if not isinstance(data, dict):
         raise ShipyardError("--params-file", f"{path} must hold a mapping", "write key: value pairs")
     return data
+
+
+def _as_objects(manifest: str) -> Any:
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    return docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
 
 
 def _deploy(args: argparse.Namespace) -> int:
@@ -58,15 +79,25 @@ def _deploy(args: argparse.Namespace) -> int:
         params["preset"] = args.preset
     if args.wait_timeout is not None:
         params.setdefault("apply", {})["wait_timeout_s"] = args.wait_timeout
-    if args.output == "-" and not args.dry_run:
-        raise ShipyardError("--output", "is required when applying to a cluster", "give -o FILE to keep the applied manifest")
-    result = run_deploy(
-        deploy_config=params, manifest_path=args.output, dry_run=args.dry_run, model_dir=args.model_dir,
-        kubeconfig=args.kubeconfig, context=args.context, name=args.name, model_uri=args.model_uri,
-        namespace=args.namespace, prefill_replicas=args.prefill_replicas, replicas=args.replicas,
-        tensor_parallel=args.tensor_parallel, gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib,
-        allow_mutable_tag=args.allow_mutable_tag,
-    )
-    if args.output != "-":
-        print(json.dumps(result))
+    if not args.out_file and not args.dry_run:
+        raise ShipyardError("--out-file", "is required when applying to a cluster",
+                            "give --out-file FILE to keep the applied manifest, or add --dry-run")
+    if args.out_file:
+        ensure_writable_dir(Path(args.out_file).absolute().parent, "--out-file")
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout) if not args.out_file else contextlib.nullcontext():
+        result = run_deploy(
+            deploy_config=params, manifest_path=args.out_file or "-", dry_run=args.dry_run, model_dir=args.model_dir,
+            kubeconfig=args.kubeconfig, context=args.context, name=args.name, model_uri=args.model_uri,
+            namespace=args.namespace, prefill_replicas=args.prefill_replicas, replicas=args.replicas,
+            tensor_parallel=args.tensor_parallel, gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib,
+            allow_mutable_tag=args.allow_mutable_tag,
+        )
+    if not args.out_file:
+        manifest = stdout.getvalue()
+        print(render(_as_objects(manifest), args.output) if args.output else manifest, end="")
+        return 0
+    emit(result, args.output, lambda: (
+        f"{result['status']}: {', '.join(result['kinds'])} {result['namespace']}/{result['name']} "
+        f"({result['mode']}) -> {args.out_file}" + (f" {result['url']}" if result.get("url") else "")))
     return 0

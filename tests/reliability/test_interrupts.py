@@ -35,7 +35,7 @@ def _deploy(double: K8sDouble, tmp_path: Path) -> subprocess.Popen[str]:
     params.write_text(json.dumps({"namespace": "serving", "apply": {"poll_s": 0.05, "wait_timeout_s": 600}}))
     cmd = [sys.executable, "-m", "shipyard.cli", "deploy", "--name", "llm", "--model-uri", NEW,
            "--prefill-replicas", "1", "--params-file", str(params),
-           "--kubeconfig", str(double.kubeconfig(tmp_path / "kc")), "-o", str(tmp_path / "applied.yaml")]
+           "--kubeconfig", str(double.kubeconfig(tmp_path / "kc")), "--out-file", str(tmp_path / "applied.yaml")]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
