@@ -147,3 +147,28 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(tiny_model: Path) -> No
             assert task_dir.stat().st_uid == 1001
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_docker_runner_reports_the_real_exit_status(tmp_path: Path) -> None:
+    """kfp 2.17 assumed 0 for a container it had already removed (a failed compress "succeeded")."""
+    require_tool(shutil.which("podman") is not None and shutil.which("mmdebstrap") is not None,
+                 "bash .ci/podman-setup")
+    import docker
+    from kfp.local import docker_task_handler
+
+    from shipyard.container_run import exact_exit_codes
+    from shipyard.images import ensure_python_base
+    from shipyard.services import PodmanSocket
+
+    image = ensure_python_base()
+    exact_exit_codes()
+    with PodmanSocket(tmp_path / "podman") as podman:
+        client = docker.DockerClient(base_url=podman.docker_host)
+        try:
+            for code in (0, 3):
+                assert docker_task_handler.run_docker_container(
+                    client, image, ["sh", "-c", f"echo step; exit {code}"], volumes={}) == code
+            assert not client.containers.list(all=True, filters={"ancestor": image})  # nothing left behind
+        finally:
+            client.close()
