@@ -120,7 +120,11 @@ def file_error(err: OSError, field: str = "", path: str | os.PathLike[str] | Non
     """
     target = str(path if path is not None else (err.filename or ""))
     reason = os.strerror(err.errno) if err.errno else (str(err) or type(err).__name__)
-    if err.errno == errno.ENOSPC:
+    if not target:
+        problem = (reason or "error").lower() if err.errno else f"cannot {action} a file: {reason}"
+        if err.errno == errno.ENOSPC:
+            problem = "no space left on the device"
+    elif err.errno == errno.ENOSPC:
         problem = f"no space left on the device to {action} {target}"
     elif err.errno == errno.EROFS:
         problem = f"cannot {action} {target}: read-only file system"

@@ -23,6 +23,16 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 ALLOW_MUTABLE_TAG_ENV = "SHIPYARD_ALLOW_MUTABLE_TAG"
 
 
+def refuse_credentials(uri: str, field: str = "model_uri") -> None:
+    """Refuse ``scheme://user:password@host/...``: credentials never go in a URI (nor into an error)."""
+    scheme, sep, rest = (uri or "").strip().partition("://")
+    if sep and "@" in rest.split("/", 1)[0] and not rest.startswith("/"):
+        host = rest.split("/", 1)[0].rsplit("@", 1)[1]
+        raise ShipyardError(field, f"{scheme}://...@{host}/... carries credentials in the URI",
+                            "drop the user and password before the @ and give them through the Secret or environment "
+                            "the scheme uses (HF_TOKEN, shipyard-s3, shipyard-registry)")
+
+
 def check_oci_pinned(location: str, field: str = "model_uri", allow_mutable_tag: bool | None = None) -> None:
     """Refuse an ``oci://`` registry reference that is not pinned by a sha256 digest.
 
@@ -33,9 +43,7 @@ def check_oci_pinned(location: str, field: str = "model_uri", allow_mutable_tag:
     """
     if location.startswith("/"):
         return
-    if "@" in location.split("/", 1)[0]:
-        raise ShipyardError(field, f"oci://{location} carries credentials in the URI",
-                            "remove user:password@ and put them in the registry auth file (shipyard-registry Secret)")
+    refuse_credentials(f"oci://{location}", field)
     _, at, digest = location.partition("@")
     if at:
         if not DIGEST_RE.match(digest):
@@ -75,6 +83,7 @@ def parse_model_uri(uri: str, field: str = "model_uri", allow_mutable_tag: bool 
         raise ShipyardError(field, "is empty", f"give a local folder or one of {', '.join(s + '://' for s in SCHEMES)}")
     if "://" not in uri:
         return ModelURI("file", str(Path(uri).expanduser()))
+    refuse_credentials(uri, field)
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if scheme not in SCHEMES:

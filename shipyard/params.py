@@ -274,7 +274,7 @@ def check_model_uris(specs: Mapping[str, ParamSpec], params: dict[str, Any]) -> 
 
     for name in MODEL_URI_PARAMS:
         value = params.get(name)
-        if name in specs and isinstance(value, str) and value.strip():
+        if name in specs and isinstance(value, str):
             parse_model_uri(value, field=name)
 
 

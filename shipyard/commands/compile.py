@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from shipyard.errors import FileError, file_error
 from shipyard.fsutil import atomic_write_text, ensure_writable_dir
 from shipyard.pipelines import PIPELINES, get_pipeline
 from shipyard.runtimes import DEFAULT_IMAGE_REGISTRY
@@ -79,6 +80,14 @@ def compile_all(
                 path = out / f"{name}.yaml"
                 atomic_write_text(path, staged.read_text(), field="--out")
                 written.append(path)
+    except OSError as err:
+        if created:
+            import shutil
+
+            shutil.rmtree(out, ignore_errors=True)
+        if isinstance(err, FileError):
+            raise
+        raise file_error(err, "--out", out) from None
     except BaseException:
         if created:
             import shutil

@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from shipyard.argtypes import number, positive_float, positive_int
-from shipyard.errors import ShipyardError
+from shipyard.errors import FileError, ShipyardError
 from shipyard.fsutil import ensure_writable_dir
 from shipyard.output import add_out_file_option, add_output_option, emit, render
 
@@ -66,6 +67,15 @@ def _params(path: str | None) -> dict:
     return data
 
 
+@contextlib.contextmanager
+def _out_file_errors() -> Iterator[None]:
+    """The deploy step writes the manifest; a write that fails (disk full) names ``--out-file``."""
+    try:
+        yield
+    except FileError as err:
+        raise FileError("--out-file", err.problem, err.fix, err_no=err.errno, filename=err.filename) from None
+
+
 def _as_objects(manifest: str) -> Any:
     docs = [d for d in yaml.safe_load_all(manifest) if d]
     return docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
@@ -73,7 +83,9 @@ def _as_objects(manifest: str) -> Any:
 
 def _deploy(args: argparse.Namespace) -> int:
     from shipyard.components.deploy.step import run_deploy
+    from shipyard.models import refuse_credentials
 
+    refuse_credentials(args.model_uri, "--model-uri")
     params = _params(args.params_file)
     if args.preset:
         params["preset"] = args.preset
@@ -85,7 +97,7 @@ def _deploy(args: argparse.Namespace) -> int:
     if args.out_file:
         ensure_writable_dir(Path(args.out_file).absolute().parent, "--out-file")
     stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout) if not args.out_file else contextlib.nullcontext():
+    with contextlib.redirect_stdout(stdout) if not args.out_file else contextlib.nullcontext(), _out_file_errors():
         result = run_deploy(
             deploy_config=params, manifest_path=args.out_file or "-", dry_run=args.dry_run, model_dir=args.model_dir,
             kubeconfig=args.kubeconfig, context=args.context, name=args.name, model_uri=args.model_uri,
