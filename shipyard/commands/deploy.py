@@ -76,6 +76,26 @@ def _out_file_errors() -> Iterator[None]:
         raise FileError("--out-file", err.problem, err.fix, err_no=err.errno, filename=err.filename) from None
 
 
+@contextlib.contextmanager
+def _keep_out_file_on_success(out_file: str | None) -> Iterator[None]:
+    """``--out-file`` keeps the manifest that was applied: when the deploy fails or is interrupted
+    (nothing applied, or rolled back), the file is put back as it was (removed if it was new)."""
+    path = Path(out_file) if out_file else None
+    before = path.read_bytes() if path is not None and path.is_file() else None
+    try:
+        yield
+    except BaseException:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                if before is None:
+                    path.unlink(missing_ok=True)
+                elif path.read_bytes() != before:
+                    from shipyard.fsutil import atomic_write_text
+
+                    atomic_write_text(path, before.decode("utf-8"), field="--out-file")
+        raise
+
+
 def _as_objects(manifest: str) -> Any:
     docs = [d for d in yaml.safe_load_all(manifest) if d]
     return docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
@@ -97,7 +117,8 @@ def _deploy(args: argparse.Namespace) -> int:
     if args.out_file:
         ensure_writable_dir(Path(args.out_file).absolute().parent, "--out-file")
     stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout) if not args.out_file else contextlib.nullcontext(), _out_file_errors():
+    with contextlib.redirect_stdout(stdout) if not args.out_file else contextlib.nullcontext(), \
+            _out_file_errors(), _keep_out_file_on_success(args.out_file):
         result = run_deploy(
             deploy_config=params, manifest_path=args.out_file or "-", dry_run=args.dry_run, model_dir=args.model_dir,
             kubeconfig=args.kubeconfig, context=args.context, name=args.name, model_uri=args.model_uri,

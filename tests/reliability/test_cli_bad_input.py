@@ -130,6 +130,16 @@ ROWS: list[Row] = [
     row("deploy-no-name", "deploy", "--dry-run", "--model-uri", URI, field="--name"),
     row("deploy-model-dir-missing", *deploy("--model-dir", "missing"), field="model: "),
     row("deploy-apply-without-out-file", "deploy", "--name", "llm", "--model-uri", URI, field="--out-file"),
+    row("deploy-kubeconfig-missing", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
+        "--kubeconfig", "missing-kubeconfig", field="kubeconfig"),
+    row("deploy-kubeconfig-not-one", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
+        "--kubeconfig", "config.json", field="kubeconfig"),
+    row("deploy-kubeconfig-context", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
+        "--kubeconfig", "kubeconfig", "--context", "nope", field="kubeconfig"),
+    row("deploy-api-unreachable", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
+        "--kubeconfig", "kubeconfig", field="unreachable"),
+    row("deploy-api-unreachable-keeps-old-file", "deploy", "--name", "llm", "--model-uri", URI,
+        "--out-file", "list.yaml", "--kubeconfig", "kubeconfig", field="unreachable"),
     # --- validate -----------------------------------------------------------------------------------
     row("validate-missing", "validate", "missing.yaml", field="missing.yaml"),
     row("validate-folder", "validate", "emptydir", field="emptydir"),
@@ -258,6 +268,9 @@ def _files() -> dict[str, str]:
         "samples-list.yaml": "num_calibration_samples: [1, 2]\n",
         "null.yaml": "dry_run:\n",
         "recipes-mapping.yaml": "recipes: {scheme: W8A8}\n",
+        "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                      "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+                      "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
     }
 
 
