@@ -142,7 +142,7 @@ def test_installed_wheel_is_a_working_cli(installed: tuple[Path, Path], tmp_path
 
     manifest = tmp_path / "llmisvc.yaml"
     deployed = _run(installed, "deploy", "--dry-run", "--name", "llm", "--namespace", "ns", "--model-uri",
-                    "oci://registry.example.com/m@sha256:" + "a" * 64, "--preset", "pd-nixl", "-o", str(manifest))
+                    "oci://registry.example.com/m@sha256:" + "a" * 64, "--preset", "pd-nixl", "--out-file", str(manifest))
     assert deployed.returncode == 0, deployed.stderr
     validated = _run(installed, "validate", str(manifest))
     assert validated.returncode == 0, validated.stdout + validated.stderr
