@@ -248,3 +248,26 @@ def test_redact_never_echoes_passwords() -> None:
     assert redact("https://u:p4ss@host/x and oci://quay.io/org/m:v1@sha256:ab") == \
         "https://u:***@host/x and oci://quay.io/org/m:v1@sha256:ab"
     assert "s3cr3t" not in str(ShipyardError("x", "cannot reach 'bob:s3cr3t@quay.io'"))
+
+
+def test_minus_o_means_a_format_everywhere() -> None:
+    """One convention: every ``-o`` takes json/yaml only; a command that prints objects has it."""
+    import argparse
+
+    from shipyard.cli import build_parser
+
+    def commands(parser: argparse.ArgumentParser, path: str = "") -> dict[str, argparse.ArgumentParser]:
+        found = {path: parser}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found.update(commands(sub, f"{path} {name}".strip()))
+        return found
+
+    every = commands(build_parser())
+    for path, parser in every.items():
+        for action in parser._actions:
+            if "-o" in action.option_strings:
+                assert action.option_strings == ["-o", "--output"] and set(action.choices) <= {"json", "yaml"}, path
+    for path in ("plan", "deploy", "validate", "runs"):
+        assert any("-o" in a.option_strings for a in every[path]._actions), path
