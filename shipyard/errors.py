@@ -10,8 +10,8 @@ code meaning
      manifest is invalid
 2    bad input or usage: a :class:`ShipyardError`, an unknown flag, a file that
      cannot be read or written
-3    an external service is unreachable (KFP, a registry, MLflow, the cluster):
-     a :class:`UnreachableError`
+3    an external service is unreachable (the KFP host, the Kubernetes API, a
+     registry): a :class:`UnreachableError`
 70   an internal error (a bug): one line; ``SHIPYARD_DEBUG=1`` shows the traceback
 130  interrupted (Ctrl-C)
 141  stdout was closed early (``shipyard plan -o json | head -1``), as a process

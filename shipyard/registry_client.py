@@ -25,7 +25,7 @@ from typing import Any
 
 import requests
 
-from shipyard.errors import ShipyardError
+from shipyard.errors import ShipyardError, UnreachableError
 from shipyard.registry_auth import find_credentials
 
 MANIFEST_TYPES = (
@@ -143,7 +143,7 @@ class RegistryClient:
                 return
             if attempt + 1 < self.attempts:
                 time.sleep(min(30.0, self.backoff * 2**attempt))
-        raise ShipyardError(f"registry {self.host}", f"unreachable after {self.attempts} attempts ({_first_line(last)})"
+        raise UnreachableError(f"registry {self.host}", f"unreachable after {self.attempts} attempts ({_first_line(last)})"
                             if last else "unreachable", "check the registry address, that it runs, and the network")
 
     def _authenticate(self, resp: requests.Response) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.components.deploy.validate import require_valid
-from shipyard.errors import ShipyardError
+from shipyard.errors import ShipyardError, UnreachableError
 from shipyard.interrupts import shielded, signal_name
 
 FIELD_MANAGER = "shipyard"
@@ -181,7 +181,7 @@ class Kube:
                     and not isinstance(reason, urllib3.exceptions.NewConnectionError):
                 raise ShipyardError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to "
                                     f"{what}", "check the API server's health and retry") from None
-            raise ShipyardError(f"kubernetes API {self.host}", f"unreachable while trying to {what}: "
+            raise UnreachableError(f"kubernetes API {self.host}", f"unreachable while trying to {what}: "
                                 f"{type(reason).__name__}", "check the kubeconfig server address and network") from None
 
 

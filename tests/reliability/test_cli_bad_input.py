@@ -137,9 +137,9 @@ ROWS: list[Row] = [
     row("deploy-kubeconfig-context", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
         "--kubeconfig", "kubeconfig", "--context", "nope", field="kubeconfig"),
     row("deploy-api-unreachable", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
-        "--kubeconfig", "kubeconfig", field="unreachable"),
+        "--kubeconfig", "kubeconfig", field="unreachable", code=3),
     row("deploy-api-unreachable-keeps-old-file", "deploy", "--name", "llm", "--model-uri", URI,
-        "--out-file", "list.yaml", "--kubeconfig", "kubeconfig", field="unreachable"),
+        "--out-file", "list.yaml", "--kubeconfig", "kubeconfig", field="unreachable", code=3),
     # --- validate -----------------------------------------------------------------------------------
     row("validate-missing", "validate", "missing.yaml", field="missing.yaml"),
     row("validate-folder", "validate", "emptydir", field="emptydir"),
