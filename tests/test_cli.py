@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 
 from shipyard.local_run import parse_param, resolve_params
 from shipyard.pipelines import get_pipeline
@@ -193,7 +194,7 @@ def test_zsh_completion_through_bashcompinit(tmp_path: Path) -> None:
     import shutil
 
     if not shutil.which("zsh"):
-        pytest.skip("zsh is not installed (apt-get install zsh)")
+        require_tool(False, "apt-get install -y zsh")
     script = tmp_path / "shipyard.zsh"
     script.write_text(_in(tmp_path, "completion", "zsh").stdout)
     program = f"""source {script}
