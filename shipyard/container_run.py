@@ -242,7 +242,9 @@ def exact_exit_codes() -> None:
     kfp 2.17 runs each container with ``auto_remove=True`` and, when the container is already
     gone as it asks for the exit status, assumes 0: a failed step "succeeds" with no outputs
     (seen here: a compress step that exited 1 was reported SUCCESS). This keeps the container
-    until its status is read, then removes it.
+    until its status is read, then removes it. It also looks the step's image up by name instead
+    of inspecting every image in the store (which failed when another image was removed meanwhile),
+    and never pulls: the rehearsal's images are built here.
     """
     from kfp.local import docker_task_handler
 
@@ -251,9 +253,14 @@ def exact_exit_codes() -> None:
 
     def run_docker_container(client: Any, image: str, command: list[str], volumes: dict[str, Any],
                              **run_args: Any) -> int:
+        import docker
+
         image = docker_task_handler.add_latest_tag_if_not_present(image=image)
-        if not any(image in (i.tags + i.attrs.get("RepoDigests", [])) for i in client.images.list()):
-            raise ShipyardError(f"image {image}", "is not in the local image store", "shipyard images build --flavor cpu")
+        try:  # one lookup (kfp lists and inspects every image, which fails when one goes meanwhile)
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            raise ShipyardError(f"image {image}", "is not in the local image store",
+                                "shipyard images build --flavor cpu") from None
         run_args.pop("auto_remove", None)
         container = client.containers.run(image=image, command=command, detach=True, stdout=True, stderr=True,
                                           volumes=volumes, auto_remove=False, **run_args)

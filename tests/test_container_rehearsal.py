@@ -170,5 +170,18 @@ def test_docker_runner_reports_the_real_exit_status(tmp_path: Path) -> None:
                 assert docker_task_handler.run_docker_container(
                     client, image, ["sh", "-c", f"echo step; exit {code}"], volumes={}) == code
             assert not client.containers.list(all=True, filters={"ancestor": image})  # nothing left behind
+            with pytest.raises(ShipyardError, match="not in the local image store"):
+                docker_task_handler.run_docker_container(client, "localhost/shipyard/none:0", ["true"], volumes={})
         finally:
             client.close()
+
+
+def test_image_names_must_start_with_a_registry_host() -> None:
+    """podman files ``team/img`` under ``localhost/team/img``: the step image would not be found."""
+    from shipyard.images import _check_qualified
+
+    for ok in ("ghcr.io/shipyard-llm/shipyard-base:t", "localhost/shipyard/shipyard-base:t",
+               "127.0.0.1:5000/t/shipyard-base:t"):
+        _check_qualified(ok)
+    with pytest.raises(ShipyardError, match="registry host"):
+        _check_qualified("team/shipyard-base:t")
