@@ -114,6 +114,15 @@ def params_for(pipeline: str) -> list[Param]:
     return PIPELINE_PARAMS[pipeline]
 
 
+def param_specs_for(pipeline: str) -> dict[str, Any]:
+    """``pipeline``'s parameters as :class:`shipyard.params.ParamSpec` (for ``coerce_params``),
+    without building the pipeline."""
+    from shipyard.params import ParamSpec
+
+    return {p.name: ParamSpec(p.name, p.type.__name__, p.default is REQUIRED, None if p.default is REQUIRED else p.default)
+            for p in params_for(pipeline)}
+
+
 def signature(params: list[Param]) -> inspect.Signature:
     """The pipeline function's signature (required parameters first)."""
     ordered = [p for p in params if p.default is REQUIRED] + [p for p in params if p.default is not REQUIRED]

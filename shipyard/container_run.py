@@ -45,6 +45,7 @@ from shipyard.local_run import (
     format_summary,
     load_params_file,
     parse_param,
+    pipeline_parameters,
     resolve_params,
 )
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
@@ -82,6 +83,10 @@ def pipeline_images(compiled: Path) -> dict[str, str]:
     return images
 
 
+class _TagDrift(Exception):
+    """The checkout changed between compiling and building (the tags hash the code)."""
+
+
 def ensure_images(images: dict[str, str], build: bool) -> list[Any]:
     """Check (or build) every image the compiled pipeline names; returns the builds."""
     from shipyard.images import build_image, image_exists
@@ -94,11 +99,25 @@ def ensure_images(images: dict[str, str], build: bool) -> list[Any]:
             raise ShipyardError(f"image {image}", "is not in the local image store",
                                 f"run `shipyard images build --runtime {runtime} --flavor cpu`")
         result = build_image(runtime, "cpu")
-        if result.ref != image:
-            raise ShipyardError(f"image {image}", f"the build tagged {result.ref} instead",
-                                "run the compile and the build from the same checkout")
         built.append(result)
+        if result.ref != image:
+            raise _TagDrift(result.ref)
     return built
+
+
+def compile_with_images(pipeline: str, out_dir: Path, build: bool, attempts: int = 3) -> tuple[Path, list[Any]]:
+    """Compile, then make sure every image it names exists (building the missing ones). An edit
+    to the checkout during a build changes the tags, so compile again until they agree."""
+    built: list[Any] = []
+    for _ in range(attempts):
+        compiled = compile_for_containers(pipeline, out_dir)
+        try:
+            built += ensure_images(pipeline_images(compiled), build)
+            return compiled, built
+        except _TagDrift as drift:
+            print(f"shipyard: the checkout changed during the build of {drift}; compiling again", flush=True)
+    raise ShipyardError("images", f"the checkout kept changing while the images were built ({attempts} tries)",
+                        "run again when the source tree is not being edited")
 
 
 def check_traversable(path: Path) -> None:
@@ -217,6 +236,45 @@ def mlflow_runs(url: str, experiment: str) -> list[dict[str, str]]:
              "url": f"{url}/#/experiments/{exp.experiment_id}/runs/{r.info.run_id}"} for r in runs]
 
 
+def exact_exit_codes() -> None:
+    """Make kfp.local's DockerRunner report a step's real exit status (idempotent).
+
+    kfp 2.17 runs each container with ``auto_remove=True`` and, when the container is already
+    gone as it asks for the exit status, assumes 0: a failed step "succeeds" with no outputs
+    (seen here: a compress step that exited 1 was reported SUCCESS). This keeps the container
+    until its status is read, then removes it. It also looks the step's image up by name instead
+    of inspecting every image in the store (which failed when another image was removed meanwhile),
+    and never pulls: the rehearsal's images are built here.
+    """
+    from kfp.local import docker_task_handler
+
+    if getattr(docker_task_handler.run_docker_container, "_shipyard", False):
+        return
+
+    def run_docker_container(client: Any, image: str, command: list[str], volumes: dict[str, Any],
+                             **run_args: Any) -> int:
+        import docker
+
+        image = docker_task_handler.add_latest_tag_if_not_present(image=image)
+        try:  # one lookup (kfp lists and inspects every image, which fails when one goes meanwhile)
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            raise ShipyardError(f"image {image}", "is not in the local image store",
+                                "shipyard images build --flavor cpu") from None
+        run_args.pop("auto_remove", None)
+        container = client.containers.run(image=image, command=command, detach=True, stdout=True, stderr=True,
+                                          volumes=volumes, auto_remove=False, **run_args)
+        try:
+            for line in container.logs(stream=True, follow=True):
+                print(line.decode(errors="replace"), end="")
+            return int(container.wait()["StatusCode"])
+        finally:
+            container.remove(force=True)
+
+    run_docker_container._shipyard = True  # type: ignore[attr-defined]
+    docker_task_handler.run_docker_container = run_docker_container
+
+
 def _runner(services: dict[str, Any], step_log: Path, secrets: Path) -> Any:
     from docker.types import Mount
     from kfp import local
@@ -249,10 +307,11 @@ def run_container(
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o777)  # the steps run as uid 1001 and create the run folders
     check_traversable(root)
-    params = resolve_params(get_pipeline(pipeline), params_file, overrides)
+    pipeline_func = get_pipeline(pipeline)
+    params = resolve_params(pipeline_func, params_file, overrides)
+    defaults = {k: v for k, v in pipeline_parameters(pipeline_func).items() if v is not None}
     explicit = _user_keys(params_file, overrides)
-    compiled = compile_for_containers(pipeline, work / "compiled")
-    built = ensure_images(pipeline_images(compiled), build)
+    compiled, built = compile_with_images(pipeline, work / "compiled", build)
     step_log = root / "shipyard-steps.jsonl"
     step_log.write_text("")
     step_log.chmod(0o666)
@@ -265,20 +324,21 @@ def run_container(
         services = {"podman": podman, "s3": s3, "mlflow": mlflow, "registry": registry, "kube": kube}
         os.environ.update(s3.env)
         s3.make_bucket(BUCKET)
-        staged = stage_inputs(params, work, explicit)
+        staged = stage_inputs({**defaults, **params}, work, explicit)
         rehearsal = {"registry": registry.address, "dry_run": False, "tracking_uri": ""}
         params.update({k: v for k, v in {**rehearsal, **staged}.items() if k not in explicit or k in staged})
-        kube.expect(str(params["deploy_name"]), str(params["namespace"]))
+        kube.expect(str({**defaults, **params}["deploy_name"]), str({**defaults, **params}["namespace"]))
         write_secrets(secrets, registry.address, kube.kubeconfig)
         os.environ["DOCKER_HOST"] = podman.docker_host
         before = {p.name for p in root.iterdir()}
         enable_oneof_artifacts()
+        exact_exit_codes()
         local.init(runner=_runner(services, step_log, secrets), pipeline_root=str(root), raise_on_error=False)
         run_started = time.perf_counter()
         components.load_component_from_file(str(compiled))(**params)
         seconds = round(time.perf_counter() - run_started, 2)
         summary = _summarise(pipeline, compiled, root, before, step_log, params, seconds)
-        checks = verify(summary, params, services)
+        checks = verify(summary, {**defaults, **params}, services)
     checks.update(services={"registry": registry.address, "mlflow": mlflow.url, "s3": s3.endpoint,
                             "kubernetes": kube.double.url},
                   wall_seconds=round(time.perf_counter() - started, 2),

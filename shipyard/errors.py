@@ -1,6 +1,46 @@
-"""One error type for bad input and faults: a single line naming the field and the fix."""
+"""One error type for bad input and faults: a single line naming the field and the fix.
+
+The command line maps errors to these exit codes (README, "CLI"):
+
+==== ===========================================================================
+code meaning
+==== ===========================================================================
+0    success
+1    the command ran and said no: a run or gate failed, a plan does not fit, a
+     manifest is invalid
+2    bad input or usage: a :class:`ShipyardError`, an unknown flag, a file that
+     cannot be read or written
+3    an external service is unreachable (the KFP host, the Kubernetes API, a
+     registry): a :class:`UnreachableError`
+70   an internal error (a bug): one line; ``SHIPYARD_DEBUG=1`` shows the traceback
+130  interrupted (Ctrl-C)
+141  stdout was closed early (``shipyard plan -o json | head -1``), as a process
+     killed by SIGPIPE reports it in a shell
+==== ===========================================================================
+"""
 
 from __future__ import annotations
+
+import errno
+import os
+import re
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+# ``user:password@`` right after a scheme (``https://``), at the start of a word, or after
+# ``=``, a quote or a parenthesis: the userinfo of a URL or a registry reference.
+_USERINFO = re.compile(r"(^|[\s'\"(=,]|://)([^\s/:@'\"(),=]+):([^\s/@'\"]+)@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every ``user:password@host`` replaced by ``***``."""
+    return _USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@", text)
 
 
 class ShipyardError(Exception):
@@ -8,7 +48,11 @@ class ShipyardError(Exception):
 
     ``field`` names the parameter, file or service at fault and ``fix`` says what to do.
     The CLI and the KFP step wrappers print ``str(err)`` as one line, never a traceback.
+    Credentials written as ``user:password@host`` are never echoed (see :func:`redact`).
     """
+
+    #: the CLI's exit status for this error (see the module docstring)
+    exit_code = EXIT_USAGE
 
     def __init__(self, field: str, problem: str, fix: str = "") -> None:
         self.field = field
@@ -27,4 +71,67 @@ class ShipyardError(Exception):
         text = f"{self.field}: {self.problem}"
         if self.fix:
             text += f" (fix: {self.fix})"
-        return " ".join(text.split())
+        return redact(" ".join(text.split()))
+
+
+class UnreachableError(ShipyardError):
+    """An external service (KFP, a registry, MLflow, the Kubernetes API) cannot be reached: exit 3."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+class FileError(ShipyardError, OSError):
+    """A file or folder that cannot be read or written, as one line.
+
+    It is also an :class:`OSError` (with ``errno`` and ``filename``), so code that catches
+    ``OSError`` around a write keeps working.
+    """
+
+    def __init__(self, field: str, problem: str, fix: str = "", *, err_no: int | None = None,
+                 filename: str | None = None) -> None:
+        super().__init__(field, problem, fix)
+        self.errno = err_no
+        self.filename = filename
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+
+_FIXES = {
+    errno.ENOSPC: "free space on that filesystem or choose another folder",
+    errno.EDQUOT: "free space within your quota or choose another folder",
+    errno.EROFS: "the filesystem is read-only: choose a writable folder",
+    errno.EACCES: "choose a folder you can write to, or fix its permissions",
+    errno.EPERM: "choose a folder you can write to, or fix its permissions",
+    errno.ENOENT: "create the parent folder first or fix the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: fix the path",
+    errno.EISDIR: "the path is a folder: give a file name",
+    errno.EEXIST: "remove it or choose another path",
+    errno.ENAMETOOLONG: "use a shorter path",
+}
+
+
+def file_error(err: OSError, field: str = "", path: str | os.PathLike[str] | None = None,
+               action: str = "write") -> FileError:
+    """An :class:`OSError` from the filesystem as a one-line :class:`FileError`.
+
+    ``field`` names the option or parameter that gave the path (``--out-file``); by default the
+    path itself is the field. Disk full (``ENOSPC``) and read-only filesystems say so plainly.
+    """
+    target = str(path if path is not None else (err.filename or ""))
+    reason = os.strerror(err.errno) if err.errno else (str(err) or type(err).__name__)
+    if not target:
+        problem = (reason or "error").lower() if err.errno else f"cannot {action} a file: {reason}"
+        if err.errno == errno.ENOSPC:
+            problem = "no space left on the device"
+    elif err.errno == errno.ENOSPC:
+        problem = f"no space left on the device to {action} {target}"
+    elif err.errno == errno.EROFS:
+        problem = f"cannot {action} {target}: read-only file system"
+    else:
+        problem = f"cannot {action} {target}: {reason.lower() if reason else 'error'}"
+        failing = err.filename and str(err.filename) != target
+        if failing:
+            problem += f" ({err.filename})"
+    return FileError(field or target or "file", problem, _FIXES.get(err.errno or 0, "check the path"),
+                     err_no=err.errno, filename=target or None)

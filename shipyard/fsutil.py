@@ -1,8 +1,10 @@
-"""Filesystem helpers: outputs appear whole or not at all."""
+"""Filesystem helpers: outputs appear whole or not at all, with normal modes, and a failed
+write (read-only folder, disk full) is one line naming the path and the fix."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -10,47 +12,149 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from shipyard.errors import FileError, file_error
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (``/proc``), else the usual 022."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def _os_errors(target: Path, field: str, action: str = "write") -> contextlib.AbstractContextManager[None]:
+    """Turn an :class:`OSError` raised inside the block into a one-line :class:`FileError`."""
+
+    @contextlib.contextmanager
+    def block() -> Iterator[None]:
+        try:
+            yield
+        except FileError:
+            raise
+        except shutil.Error as err:
+            raise _copy_error(err, target, field) from None
+        except OSError as err:
+            raise file_error(err, field, target, action) from None
+
+    return block()
+
+
+def _copy_error(err: shutil.Error, target: Path, field: str) -> FileError:
+    """``shutil.copytree``'s list of (src, dst, reason) as one line: the first reason, the count."""
+    failures = [e for e in (err.args[0] if err.args and isinstance(err.args[0], list) else []) if len(e) == 3]
+    if not failures:
+        return FileError(field or str(target), f"cannot copy into {target}: {err}", "check the paths and free space")
+    src, dst, why = failures[0]
+    more = f" and {len(failures) - 1} more file(s)" if len(failures) > 1 else ""
+    text = str(why)
+    if "No space left" in text or f"[Errno {errno.ENOSPC}]" in text:
+        return FileError(field or str(target), f"no space left on the device to write {target} (copying {src}{more})",
+                         "free space on that filesystem or choose another folder", err_no=errno.ENOSPC,
+                         filename=str(target))
+    return FileError(field or str(target), f"cannot copy {src} to {dst}: {text}{more}", "check the paths and permissions",
+                     filename=str(target))
+
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_dir(target: str | os.PathLike[str], field: str = "") -> Iterator[Path]:
     """Yield a temporary sibling folder; rename it to ``target`` only if the block succeeds.
 
     On any exception the temporary folder is removed and ``target`` is left as it was,
-    so a failed step never leaves a half-written model or report behind.
+    so a failed step never leaves a half-written model or report behind. A folder that cannot
+    be created (read-only, disk full) raises a one-line :class:`~shipyard.errors.FileError`
+    naming ``field`` (default: the path).
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    tmp.chmod(0o755)
+    with _os_errors(target, field, "create"):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+        tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        if target.is_dir() and not target.is_symlink():
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-            return
-        target.unlink()
-    tmp.rename(target)
-
-
-def atomic_write_text(target: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``target`` through a temporary file and a rename."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
+        with _os_errors(target, field):
+            if target.exists():
+                old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                if target.is_dir() and not target.is_symlink():
+                    target.rename(old)
+                    tmp.rename(target)
+                    shutil.rmtree(old, ignore_errors=True)
+                    return
+                target.unlink()
+            tmp.rename(target)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def atomic_write_text(target: str | os.PathLike[str], text: str, field: str = "", mode: int | None = None) -> None:
+    """Write ``text`` to ``target`` through a temporary file and a rename.
+
+    The file gets ``mode`` (default: an existing target's mode, else 0666 less the umask, so
+    0644 usually; never the 0600 of a temporary file). A failure (read-only folder, disk full,
+    a path through a file) raises a one-line :class:`~shipyard.errors.FileError` naming
+    ``field`` (default: the path) and leaves nothing behind.
+    """
+    target = Path(target)
+    if mode is None:
+        try:
+            mode = target.stat().st_mode & 0o7777 if target.is_file() else 0o666 & ~_umask()
+        except OSError:
+            mode = 0o666 & ~_umask()
+    with _os_errors(target, field):
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fchmod(fh.fileno(), mode)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+def ensure_writable_dir(path: str | os.PathLike[str], field: str) -> Path:
+    """Check that ``path`` is (or can become) a folder this process can write, before any work.
+
+    Nothing is left behind: an existing folder gets a probe file that is removed at once; a
+    missing one is checked through its nearest existing parent (created and removed again).
+    Read-only filesystems are caught too, where permission bits say nothing (root).
+    """
+    target = Path(path).expanduser().absolute()
+    if target.exists() and not target.is_dir():
+        raise FileError(field, f"{target} is a file, not a folder", "give a folder path", err_no=errno.ENOTDIR,
+                        filename=str(target))
+    created: list[Path] = []
+    probe_dir = target
+    with _os_errors(target, field):
+        missing = []
+        while not probe_dir.exists():
+            missing.append(probe_dir)
+            probe_dir = probe_dir.parent
+        if not probe_dir.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(probe_dir))
+        try:
+            for folder in reversed(missing):
+                folder.mkdir()
+                created.append(folder)
+            fd, probe = tempfile.mkstemp(prefix=".shipyard-write-probe-", dir=target)
+            os.close(fd)
+            os.unlink(probe)
+        finally:
+            for folder in reversed(created):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+    return target
 
 
 def dir_size(path: str | os.PathLike[str]) -> int:
@@ -70,10 +174,15 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def copy_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """Copy a folder (or a single file) to ``dst``, replacing ``dst`` atomically."""
+def copy_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], field: str = "") -> None:
+    """Copy a folder (or a single file) to ``dst``, replacing ``dst`` atomically.
+
+    Disk full, a read-only destination or an unreadable source is one line naming the path
+    (``shutil``'s list of per-file errors is summarised), and ``dst`` is left as it was.
+    """
     src = Path(src)
-    with atomic_dir(dst) as tmp:
+    dst = Path(dst)
+    with atomic_dir(dst, field) as tmp, _os_errors(dst, field):
         if src.is_dir():
             shutil.copytree(src, tmp, dirs_exist_ok=True, symlinks=False)
         else:

@@ -15,10 +15,10 @@ wheels are not downloaded twice. Nothing of either stays in the image.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -90,10 +90,10 @@ def ensure_python_base(tool: str | None = None, rebuild: bool = False) -> str:
                             "run `bash .ci/podman-setup`, or set SHIPYARD_PYTHON_BASE to a bookworm python:3.11 image")
     with tempfile.TemporaryDirectory(prefix="shipyard-base-") as tmp:
         tar = Path(tmp) / "base.tar"
-        print(f"shipyard: building {PYTHON_BASE} with mmdebstrap", flush=True)
+        print(f"shipyard: building {PYTHON_BASE} with mmdebstrap", file=sys.stderr, flush=True)
         subprocess.run([mmdebstrap, "--quiet", "--variant=apt", "--include=" + ",".join(PYTHON_BASE_PACKAGES),
                         "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
-                        "--dpkgopt=path-exclude=/usr/share/locale/*", "bookworm", str(tar)], check=True)
+                        "--dpkgopt=path-exclude=/usr/share/locale/*", "bookworm", str(tar)], check=True, stdout=sys.stderr)
         subprocess.run([tool, "import", "--change", 'CMD ["/bin/bash"]', str(tar), PYTHON_BASE],
                        check=True, stdout=subprocess.DEVNULL)
     return PYTHON_BASE
@@ -118,8 +118,6 @@ def _host_pip_settings() -> dict[str, str]:
 
 
 def _host_python() -> Path:
-    import sys
-
     return Path(sys.executable)
 
 
@@ -193,6 +191,15 @@ def build_context() -> Path:
     return REPO_ROOT
 
 
+def _check_qualified(ref: str) -> None:
+    """podman files ``team/img`` as ``localhost/team/img``; the compiled pipeline would then name an
+    image the store lists under another name, so the registry part must be a host."""
+    first = ref.split("/", 1)[0]
+    if "/" not in ref or not ("." in first or ":" in first or first == "localhost"):
+        raise ShipyardError("SHIPYARD_IMAGE_REGISTRY", f"{ref} does not start with a registry host",
+                            "use a host such as localhost/shipyard, registry.example.com/team or 127.0.0.1:5000/team")
+
+
 def build_image(runtime: str, flavor: str = "cpu", force: bool = False, no_cache: bool = False) -> BuiltImage:
     """Build one runtime image unless its tag is already in the local store (``force`` rebuilds;
     ``no_cache`` also ignores cached layers, as a fresh machine would)."""
@@ -201,6 +208,7 @@ def build_image(runtime: str, flavor: str = "cpu", force: bool = False, no_cache
         raise ShipyardError("--flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(FLAVORS)}")
     tool = engine()
     ref = runtime_image(runtime, flavor).split("@", 1)[0]
+    _check_qualified(ref)
     if image_exists(ref, tool) and not (force or no_cache):
         return BuiltImage(runtime, flavor, ref, image_size(ref, tool), 0.0, cached=True)
     context = build_context()
@@ -208,8 +216,8 @@ def build_image(runtime: str, flavor: str = "cpu", force: bool = False, no_cache
     with pip_build_context() as pip_args:
         cmd = [tool, "build", "--network", "host", "--layers", *(["--no-cache"] if no_cache else []), "-f", str(IMAGES_DIR / runtime / "Containerfile"),
                "-t", ref, *build_args(runtime, flavor, tool), *pip_args, str(context)]
-        print("+", " ".join(cmd), flush=True)
-        proc = subprocess.run(cmd, check=False)
+        print("+", " ".join(cmd), file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, check=False, stdout=sys.stderr)  # stdout is for the result (-o json)
     if proc.returncode != 0:
         raise ShipyardError(f"image {ref}", f"build failed (exit {proc.returncode})", "see the build log above")
     return BuiltImage(runtime, flavor, ref, image_size(ref, tool), round(time.perf_counter() - started, 1))
@@ -228,8 +236,3 @@ def format_built(images: list[BuiltImage]) -> str:
         secs = "cached" if img.cached else f"{img.seconds:.1f}"
         lines.append(f"{img.runtime:<9} {img.flavor:<6} {img.size_bytes / 1e6:>7.0f}MB {secs:>8}  {img.ref}")
     return "\n".join(lines)
-
-
-def built_json(images: list[BuiltImage]) -> str:
-    """The same as JSON (for benchmarks and scripts)."""
-    return json.dumps([img.__dict__ for img in images], indent=2)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shipyard.errors import ShipyardError
+from shipyard.errors import ShipyardError, UnreachableError
 
 CRON_FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
 CRON_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
@@ -180,18 +180,24 @@ def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str]) -> PipelinePa
     return PipelinePackage(out, name, hashlib.sha256(out.read_bytes()).hexdigest())
 
 
-def parse_params(items: list[str] | None) -> dict[str, Any]:
-    """``k=v`` pairs; values that parse as JSON (numbers, booleans, lists) keep their type."""
-    params: dict[str, Any] = {}
+def parse_params(items: list[str] | None) -> dict[str, str]:
+    """``k=v`` pairs as text; :func:`shipyard.params.coerce_params` types them by the pipeline's
+    parameter types (so ``namespace=007`` stays text and ``recipes=w8a8-int8`` becomes a list)."""
+    from shipyard.params import split_param
+
+    params: dict[str, str] = {}
     for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ShipyardError("--param", f"{item!r} is not key=value", "e.g. --param model_uri=hf://org/model")
-        try:
-            params[key.strip()] = json.loads(value)
-        except ValueError:
-            params[key.strip()] = value
+        key, value = split_param(item)
+        params[key] = value
     return params
+
+
+def check_params(package: PipelinePackage, raw: dict[str, Any]) -> dict[str, Any]:
+    """``--param`` values (from :func:`parse_params`) for a compiled pipeline, checked and typed
+    before anything is sent."""
+    from shipyard.params import coerce_params, param_specs
+
+    return coerce_params(param_specs(package.path), raw, name=package.name)
 
 
 # --------------------------------------------------------------------------- the client
@@ -209,9 +215,10 @@ def _api_error(err: Exception, host: str, what: str) -> ShipyardError:
             "--host", f"{host} refused the credentials ({status} {message or getattr(err, 'reason', '')})".strip(),
             "pass a valid --token (KF_PIPELINES_TOKEN) or --cookie (KF_PIPELINES_COOKIE)",
         )
-    if status is None:
-        return ShipyardError("--host", f"cannot reach {host} to {what} ({str(err).splitlines()[0][:200]})",
-                             "check the URL and that the KFP API is reachable (kubectl port-forward ...)")
+    if status is None or status in (502, 503, 504):
+        reason = str(err).splitlines()[0][:200] if status is None else f"{status} {message}".strip()
+        return UnreachableError("--host", f"cannot reach {host} to {what} ({reason})",
+                                "check the URL and that the KFP API is reachable (kubectl port-forward ...)")
     return ShipyardError("kfp", f"{host} rejected the request to {what}: {status} {message}".strip(),
                          "see the message; check the pipeline and parameters")
 

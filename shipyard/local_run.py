@@ -128,18 +128,23 @@ def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
     }
 
 
-def resolve_params(pipeline: str | Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
-    """Merge local defaults < params file < ``--param`` and run the pre-flight checks on them
-    (every name known, every value typed, every JSON parameter and recipe valid), in well under
-    a second and before the pipeline is even built. ``pipeline``: its name (or the pipeline)."""
-    from shipyard.components.preflight.preflight import check_parameters
-    from shipyard.pipelines.params import PIPELINE_PARAMS
+def resolve_params(pipeline: Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
+    """Merge local defaults < params file < ``--param``, then check and type them
+    (:func:`shipyard.params.coerce_params`: names, required parameters, types, URIs, and the
+    pre-flight checks of every JSON parameter and recipe). ``pipeline``: its name (checked in
+    well under a second, before the pipeline is built) or the pipeline function."""
+    from shipyard.params import coerce_params, split_param
 
-    if not isinstance(pipeline, str):
-        pipeline = pipeline.component_spec.name
-    if pipeline not in PIPELINE_PARAMS:
-        get_pipeline(pipeline)  # the one-line "unknown pipeline" error
-    known = {p.name for p in PIPELINE_PARAMS[pipeline]}
+    if isinstance(pipeline, str):
+        from shipyard.pipelines.params import PIPELINE_PARAMS, param_specs_for
+
+        if pipeline not in PIPELINE_PARAMS:
+            get_pipeline(pipeline)  # the one-line "unknown pipeline" error
+        specs, name = param_specs_for(pipeline), pipeline
+        known = dict.fromkeys(specs)
+    else:
+        specs, name = pipeline, getattr(pipeline, "name", "")
+        known = pipeline_parameters(pipeline)
     merged: dict[str, Any] = {}
     if local_defaults:
         if not LOCAL_PARAMS.is_file():
@@ -149,9 +154,9 @@ def resolve_params(pipeline: str | Any, params_file: str | None, overrides: list
     if params_file:
         merged.update(load_params_file(params_file))
     for item in overrides:
-        key, value = parse_param(item)
+        key, value = split_param(item)
         merged[key] = value
-    return check_parameters(pipeline, merged, fill_defaults=False)
+    return coerce_params(specs, merged, name=name)
 
 
 def _component_runtimes(pipeline_func: Any) -> dict[str, str]:
@@ -248,7 +253,7 @@ def run_local(
     """Run ``pipeline`` with kfp.local in ``work_dir``; write and return the run summary."""
     from kfp import local
 
-    params = resolve_params(pipeline, params_file, overrides or [])
+    params = resolve_params(pipeline, params_file, overrides or [])  # pre-flight, before anything is built
     pipeline_func = get_pipeline(pipeline)
     work = Path(work_dir).resolve()
     root = work / "pipeline-root"

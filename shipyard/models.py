@@ -7,6 +7,7 @@ weights + tokenizer). It runs in the ``compress`` runtime, which has transformer
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,46 @@ from shipyard.fsutil import atomic_dir, copy_tree, dir_size
 
 EMBEDDED_DEFAULT = "embedded://smollm2-135m-instruct"
 SCHEMES = ("hf", "s3", "oci", "pvc", "embedded", "file")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+#: set to 1 to accept ``oci://REGISTRY/REPO:tag`` model URIs (a tag can move: runs stop being reproducible)
+ALLOW_MUTABLE_TAG_ENV = "SHIPYARD_ALLOW_MUTABLE_TAG"
+
+
+def refuse_credentials(uri: str, field: str = "model_uri") -> None:
+    """Refuse ``scheme://user:password@host/...``: credentials never go in a URI (nor into an error)."""
+    scheme, sep, rest = (uri or "").strip().partition("://")
+    if sep and "@" in rest.split("/", 1)[0] and not rest.startswith("/"):
+        host = rest.split("/", 1)[0].rsplit("@", 1)[1]
+        raise ShipyardError(field, f"{scheme}://...@{host}/... carries credentials in the URI",
+                            "drop the user and password before the @ and give them through the Secret or environment "
+                            "the scheme uses (HF_TOKEN, shipyard-s3, shipyard-registry)")
+
+
+def check_oci_pinned(location: str, field: str = "model_uri", allow_mutable_tag: bool | None = None) -> None:
+    """Refuse an ``oci://`` registry reference that is not pinned by a sha256 digest.
+
+    A tag (``:v1``, or none, which means ``:latest``) can point at other weights tomorrow, so a
+    run could evaluate one model and deploy another. ``allow_mutable_tag`` (default: the
+    ``SHIPYARD_ALLOW_MUTABLE_TAG=1`` environment variable) accepts it. OCI layouts on disk
+    (``oci:///path``) are left to the package step's own rules.
+    """
+    if location.startswith("/"):
+        return
+    refuse_credentials(f"oci://{location}", field)
+    _, at, digest = location.partition("@")
+    if at:
+        if not DIGEST_RE.match(digest):
+            raise ShipyardError(field, f"{digest!r} is not a sha256 digest", "write oci://REGISTRY/REPO@sha256:<64 hex>")
+        return
+    if allow_mutable_tag is None:
+        allow_mutable_tag = os.environ.get(ALLOW_MUTABLE_TAG_ENV, "").lower() in ("1", "true", "yes")
+    if not allow_mutable_tag:
+        tag = location.rpartition("/")[2].partition(":")[2] or "latest"
+        raise ShipyardError(
+            field, f"oci://{location} uses the mutable tag {tag!r}: the weights behind it can change between runs",
+            "pin the digest (oci://REGISTRY/REPO@sha256:..., `skopeo inspect` prints it), "
+            f"or set {ALLOW_MUTABLE_TAG_ENV}=1 to accept tags",
+        )
 
 
 @dataclass(frozen=True)
@@ -34,13 +75,15 @@ class ModelURI:
         return f"{self.scheme}://{self.location}{rev}"
 
 
-def parse_model_uri(uri: str, field: str = "model_uri") -> ModelURI:
-    """Parse ``uri``; unknown schemes and empty locations are refused with the list of schemes."""
+def parse_model_uri(uri: str, field: str = "model_uri", allow_mutable_tag: bool | None = None) -> ModelURI:
+    """Parse ``uri``; unknown schemes and empty locations are refused with the list of schemes, and
+    ``oci://`` references must be pinned by digest (see :func:`check_oci_pinned`)."""
     uri = (uri or "").strip()
     if not uri:
         raise ShipyardError(field, "is empty", f"give a local folder or one of {', '.join(s + '://' for s in SCHEMES)}")
     if "://" not in uri:
         return ModelURI("file", str(Path(uri).expanduser()))
+    refuse_credentials(uri, field)
     parsed = urlparse(uri)
     scheme = parsed.scheme.lower()
     if scheme not in SCHEMES:
@@ -52,6 +95,8 @@ def parse_model_uri(uri: str, field: str = "model_uri") -> ModelURI:
         return ModelURI("file", location)
     if not location.strip("/"):
         raise ShipyardError(field, f"{uri!r} names no model", f"write {scheme}://<location>")
+    if scheme == "oci":
+        check_oci_pinned(location, field, allow_mutable_tag)
     revision = None
     if scheme == "hf" and "@" in location:
         location, revision = location.split("@", 1)

@@ -58,6 +58,18 @@ _DTYPE_BYTES = {
 }
 # Architectures whose MLP has no gate projection (2 matrices instead of 3).
 _UNGATED = {"gpt2", "gpt_neox", "gpt_bigcode", "falcon", "opt", "bloom", "phi", "starcoder2", "mpt", "gptj"}
+# Decoder families whose layout the formulas above describe (dense or MoE, GQA/MQA/MLA, sliding
+# windows). Anything else is planned with the same generic formulas and flagged as estimated.
+KNOWN_MODEL_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "phi3", "deepseek_v2", "deepseek_v3", "granite", "granitemoe", "olmo", "olmo2", "cohere",
+    "starcoder2", "gpt_bigcode", "gpt_neox", "gpt2", "gptj", "falcon", "opt", "bloom", "phi", "mpt",
+})
+# ``architectures`` class name prefixes -> model type, for configs without ``model_type``.
+_ARCH_PREFIXES = {"Llama": "llama", "Mistral": "mistral", "Mixtral": "mixtral", "Qwen2Moe": "qwen2_moe",
+                  "Qwen2": "qwen2", "Qwen3Moe": "qwen3_moe", "Qwen3": "qwen3", "Gemma3": "gemma3", "Gemma2": "gemma2",
+                  "Gemma": "gemma", "Phi3": "phi3", "DeepseekV3": "deepseek_v3", "DeepseekV2": "deepseek_v2",
+                  "Granite": "granite", "GPTNeoX": "gpt_neox", "GPT2": "gpt2", "Falcon": "falcon"}
 
 
 @dataclass
@@ -112,6 +124,10 @@ class MemoryPlan:
     vllm_args: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     tp_options: list[dict[str, Any]] = field(default_factory=list)
+    #: True when the architecture is not one of :data:`KNOWN_MODEL_TYPES`: the figures come from
+    #: the generic decoder formulas and may be off (``estimated_reason`` says why)
+    estimated: bool = False
+    estimated_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of every figure (what ``shipyard plan --json`` prints)."""
@@ -226,6 +242,28 @@ def _sliding_layers(cfg: dict[str, Any], layers: int) -> tuple[int | None, int]:
     return window, layers
 
 
+def _type_from_architectures(config: dict[str, Any]) -> str:
+    """``model_type`` from ``architectures`` (``LlamaForCausalLM`` -> ``llama``), else ``unknown``."""
+    names = config.get("architectures") or []
+    name = str(names[0]) if isinstance(names, list) and names else ""
+    for prefix, model_type in _ARCH_PREFIXES.items():
+        if name.startswith(prefix):
+            return model_type
+    return "unknown"
+
+
+def estimated_reason(config: dict[str, Any]) -> str:
+    """Why a plan for ``config`` is only an estimate (an architecture the planner does not know), or ''."""
+    cfg = _text_config(config)
+    model_type = str(cfg.get("model_type") or config.get("model_type") or _type_from_architectures(config))
+    if model_type in KNOWN_MODEL_TYPES:
+        return ""
+    names = config.get("architectures") or []
+    shown = model_type if model_type != "unknown" else (str(names[0]) if isinstance(names, list) and names else "unknown")
+    return (f"architecture {shown!r} is not one the planner knows; the figures are ESTIMATED from the generic "
+            "decoder formulas (check them against vLLM's own 'KV cache size' log line)")
+
+
 def _arch(config: dict[str, Any]) -> _Arch:
     cfg = _text_config(config)
     hidden = _require_int(cfg, "hidden_size", "n_embd", "d_model")
@@ -257,7 +295,7 @@ def _arch(config: dict[str, Any]) -> _Arch:
     max_position = int(
         _get(cfg, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", default=2048)
     )
-    model_type = str(cfg.get("model_type") or config.get("model_type") or "unknown")
+    model_type = str(cfg.get("model_type") or config.get("model_type") or _type_from_architectures(config))
     return _Arch(
         model_type=model_type,
         hidden=hidden,
@@ -480,8 +518,12 @@ def default_max_num_batched_tokens(gpu_memory_gib: float) -> int:
 
 
 def _positive(name: str, value: float | None, fix: str) -> None:
-    if value is not None and not value > 0:
-        raise ShipyardError(name, f"must be > 0, got {value}", fix)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ShipyardError(name, f"must be a number, got {value!r}", fix)
+    if not math.isfinite(value) or not value > 0:
+        raise ShipyardError(name, f"must be a finite number > 0, got {value}", fix)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -516,7 +558,7 @@ def plan_memory(
     _positive("max_model_len", max_model_len, "pass a positive context length or none")
     _positive("wanted_concurrency", wanted_concurrency, "pass 1 or more concurrent sequences or none")
     _positive("max_num_batched_tokens", max_num_batched_tokens, "pass a positive token count or none")
-    if not 0 < gpu_memory_utilization <= 1:
+    if not isinstance(gpu_memory_utilization, int | float) or not 0 < gpu_memory_utilization <= 1:
         raise ShipyardError(
             "gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}", "use e.g. 0.9"
         )
@@ -615,6 +657,9 @@ def plan_memory(
             )
         else:
             notes.append(f"the KV cache holds {chosen['max_concurrency']}x, less than the wanted {wanted}x")
+    estimated = estimated_reason(config)
+    if estimated:
+        notes.append(estimated)
     if kv_cache_dtype == "auto" and isinstance(_text_config(config).get("quantization_config"), dict):
         qcfg = _text_config(config)["quantization_config"]
         if qcfg.get("kv_cache_scheme"):
@@ -677,6 +722,8 @@ def plan_memory(
         vllm_args=vllm_args,
         notes=notes,
         tp_options=options,
+        estimated=bool(estimated),
+        estimated_reason=estimated,
     )
 
 

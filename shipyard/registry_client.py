@@ -25,7 +25,7 @@ from typing import Any
 
 import requests
 
-from shipyard.errors import ShipyardError
+from shipyard.errors import ShipyardError, UnreachableError
 from shipyard.registry_auth import find_credentials
 
 MANIFEST_TYPES = (
@@ -63,16 +63,33 @@ def _first_line(err: BaseException) -> str:
     return reason.group(1) if reason else text.splitlines()[0][:200]
 
 
+def check_registry(registry: str, field: str = "registry") -> str:
+    """``host[:port]`` (or ``http(s)://host[:port]``), stripped; refused without echoing any credentials.
+
+    ``user:password@host`` is refused and the error never repeats the password (or the user):
+    credentials belong in the registry auth file (the ``shipyard-registry`` Secret locally
+    ``REGISTRY_AUTH_FILE``/``~/.docker/config.json``).
+    """
+    registry = (registry or "").strip().rstrip("/")
+    host = re.sub(r"^https?://", "", registry)
+    if "@" in host.split("/", 1)[0]:
+        shown = host.rsplit("@", 1)[1]
+        raise ShipyardError(field, f"carries credentials (...@{shown}); they are never put in a parameter",
+                            "give only host[:port] and put the credentials in the registry auth file "
+                            "(Secret shipyard-registry; locally REGISTRY_AUTH_FILE or ~/.docker/config.json)")
+    if not host or "/" in host or any(c.isspace() for c in host):
+        raise ShipyardError(field, f"{registry!r} is not host[:port]", "write e.g. quay.io or 127.0.0.1:5000")
+    return registry
+
+
 class RegistryClient:
     """Talks to one repository in one registry."""
 
     def __init__(self, registry: str, repository: str, *, insecure_tls: bool = False,
                  credentials: tuple[str, str] | None = None, timeout: float = 60.0) -> None:
-        registry = registry.strip().rstrip("/")
+        registry = check_registry(registry)
         forced_http = registry.startswith("http://")
         host = re.sub(r"^https?://", "", registry)
-        if not host or "/" in host:
-            raise ShipyardError("registry", f"{registry!r} is not host[:port]", "write e.g. quay.io or 127.0.0.1:5000")
         if not re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*", repository or ""):
             raise ShipyardError("repository", f"{repository!r} is not a valid repository name",
                                 "use lowercase letters, digits, '.', '_', '-' and '/' (e.g. team/model)")
@@ -126,7 +143,7 @@ class RegistryClient:
                 return
             if attempt + 1 < self.attempts:
                 time.sleep(min(30.0, self.backoff * 2**attempt))
-        raise ShipyardError(f"registry {self.host}", f"unreachable after {self.attempts} attempts ({_first_line(last)})"
+        raise UnreachableError(f"registry {self.host}", f"unreachable after {self.attempts} attempts ({_first_line(last)})"
                             if last else "unreachable", "check the registry address, that it runs, and the network")
 
     def _authenticate(self, resp: requests.Response) -> bool:

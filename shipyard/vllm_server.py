@@ -38,6 +38,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from shipyard.errors import ShipyardError
+from shipyard.procgroup import own_session_with_parent_death, stop_group
 
 HOST = "127.0.0.1"
 DEFAULT_CPU_KVCACHE_GIB = "1"
@@ -140,16 +141,6 @@ def _log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
     errors = [r for r in rows if re.search(r"Error|error:|ERROR|Exception", r)]
     picked = errors[-3:] if errors else rows[-lines:]
     return " | ".join(r[-300:] for r in picked)
-
-
-def _set_parent_death_signal() -> None:
-    """Runs in the child before exec: its own session, and SIGKILL if the parent dies (Linux)."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class VLLMServer:
@@ -306,7 +297,7 @@ class VLLMServer:
                 stdout=self._log_fh,
                 stderr=subprocess.STDOUT,
                 env=self.build_env(),
-                preexec_fn=_set_parent_death_signal,  # setsid + parent-death signal
+                preexec_fn=own_session_with_parent_death,
             )
             self._wait_healthy(started)
             self.startup_seconds = round(time.monotonic() - started, 2)
@@ -336,36 +327,13 @@ class VLLMServer:
 
     def stop(self) -> None:
         """Stop the server and every process it started: SIGTERM, then SIGKILL after a grace period."""
-        proc = self.process
-        if proc is not None:
-            # the child called setsid(): its process group id is its pid, and vLLM's engine
-            # and worker processes are in that group too, even after the leader has exited
-            self._signal_group(proc.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=STOP_GRACE_SECONDS)
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while self._group_alive(proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            self._signal_group(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        # the child called setsid(): its process group id is its pid, and vLLM's engine and
+        # worker processes are in that group too, even after the leader has exited
+        stop_group(self.process, STOP_GRACE_SECONDS)
         if self._log_fh is not None:
             self._log_fh.close()
             self._log_fh = None
         self._restore_sigterm_handler()
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-
-    @staticmethod
-    def _group_alive(pgid: int) -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
 
     def _install_sigterm_handler(self) -> None:
         """Turn SIGTERM (a KFP/Kubernetes stop) into SystemExit so ``with`` blocks unwind."""

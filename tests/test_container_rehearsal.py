@@ -147,3 +147,41 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(tiny_model: Path) -> No
             assert task_dir.stat().st_uid == 1001
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_docker_runner_reports_the_real_exit_status(tmp_path: Path) -> None:
+    """kfp 2.17 assumed 0 for a container it had already removed (a failed compress "succeeded")."""
+    require_tool(shutil.which("podman") is not None and shutil.which("mmdebstrap") is not None,
+                 "bash .ci/podman-setup")
+    import docker
+    from kfp.local import docker_task_handler
+
+    from shipyard.container_run import exact_exit_codes
+    from shipyard.images import ensure_python_base
+    from shipyard.services import PodmanSocket
+
+    image = ensure_python_base()
+    exact_exit_codes()
+    with PodmanSocket(tmp_path / "podman") as podman:
+        client = docker.DockerClient(base_url=podman.docker_host)
+        try:
+            for code in (0, 3):
+                assert docker_task_handler.run_docker_container(
+                    client, image, ["sh", "-c", f"echo step; exit {code}"], volumes={}) == code
+            assert not client.containers.list(all=True, filters={"ancestor": image})  # nothing left behind
+            with pytest.raises(ShipyardError, match="not in the local image store"):
+                docker_task_handler.run_docker_container(client, "localhost/shipyard/none:0", ["true"], volumes={})
+        finally:
+            client.close()
+
+
+def test_image_names_must_start_with_a_registry_host() -> None:
+    """podman files ``team/img`` under ``localhost/team/img``: the step image would not be found."""
+    from shipyard.images import _check_qualified
+
+    for ok in ("ghcr.io/shipyard-llm/shipyard-base:t", "localhost/shipyard/shipyard-base:t",
+               "127.0.0.1:5000/t/shipyard-base:t"):
+        _check_qualified(ok)
+    with pytest.raises(ShipyardError, match="registry host"):
+        _check_qualified("team/shipyard-base:t")

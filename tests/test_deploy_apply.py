@@ -178,8 +178,9 @@ def test_cli_deploy_against_a_kubeconfig(double, tmp_path, capsys):
     params.write_text(json.dumps({"namespace": "serving", "apply": {"poll_s": 0.01, "wait_timeout_s": 10}}))
     out = tmp_path / "applied.yaml"
     code = main(["deploy", "--name", "llm", "--model-uri", NEW, "--prefill-replicas", "1", "--params-file", str(params),
-                 "--kubeconfig", str(double.kubeconfig(tmp_path / "kc")), "-o", str(out)])
+                 "--kubeconfig", str(double.kubeconfig(tmp_path / "kc")), "--out-file", str(out), "-o", "json"])
     assert code == 0
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    text = capsys.readouterr().out
+    result = json.loads(text[text.rindex("\n{") + 1:])  # progress lines, then the result (-o json)
     assert result["status"] == "Ready" and result["url"] == "http://gw.example/serving/llm"
     assert out.is_file() and double.get(*KEY) is not None

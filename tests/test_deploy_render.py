@@ -259,7 +259,8 @@ def test_cli_dry_run_writes_a_valid_pd_manifest(tmp_path, capsys):
                                       "mlflow_model_version": "3"}))
     out = tmp_path / "llm.yaml"
     code = main(["deploy", "--dry-run", "--name", "llm", "--model-uri", URI, "--prefill-replicas", "2",
-                 "--decode-replicas", "1", "--tensor-parallel", "2", "--params-file", str(params), "-o", str(out)])
+                 "--decode-replicas", "1", "--tensor-parallel", "2", "--params-file", str(params), "--out-file", str(out),
+                 "-o", "json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["status"] == "DryRun" and result["mode"] == "pd"
@@ -271,7 +272,7 @@ def test_cli_dry_run_writes_a_valid_pd_manifest(tmp_path, capsys):
 
 def test_cli_bad_input_writes_nothing(tmp_path, capsys):
     out = tmp_path / "llm.yaml"
-    code = main(["deploy", "--dry-run", "--name", "llm", "--model-uri", "oci://r.example/m:latest", "-o", str(out)])
+    code = main(["deploy", "--dry-run", "--name", "llm", "--model-uri", "oci://r.example/m:latest", "--out-file", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and not out.exists()
     assert err.count("\n") == 1 and "mutable tag" in err

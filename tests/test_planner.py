@@ -188,3 +188,19 @@ def test_reads_the_tiny_model_folder(tiny_model: Path) -> None:
     plan = plan_memory(load_model_config(tiny_model), gpu_memory_gib=2, kv_cache_memory_bytes=GIB)
     assert plan.parameters == 1_431_808
     assert plan.kv_cache_tokens == 1_048_576
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, 0.0])
+def test_gpu_memory_must_be_finite_and_positive(value: float) -> None:
+    with pytest.raises(ShipyardError, match="gpu_memory_gib: must be a finite number > 0"):
+        plan_memory(LLAMA3_8B, gpu_memory_gib=value)
+
+
+def test_unknown_architectures_are_flagged_as_estimates() -> None:
+    assert plan_memory(LLAMA3_8B, gpu_memory_gib=80).estimated is False
+    unknown = plan_memory({**LLAMA3_8B, "model_type": "frobnicator"}, gpu_memory_gib=80)
+    assert unknown.estimated is True and "ESTIMATED" in unknown.estimated_reason
+    assert unknown.estimated_reason in unknown.notes and "note: architecture 'frobnicator'" in unknown.summary()
+    from_class = {k: v for k, v in LLAMA3_8B.items() if k != "model_type"}
+    assert plan_memory({**from_class, "architectures": ["MistralForCausalLM"]}, gpu_memory_gib=80).estimated is False
+    assert plan_memory({**from_class, "architectures": ["FrobForCausalLM"]}, gpu_memory_gib=80).estimated is True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -142,7 +143,7 @@ def test_installed_wheel_is_a_working_cli(installed: tuple[Path, Path], tmp_path
 
     manifest = tmp_path / "llmisvc.yaml"
     deployed = _run(installed, "deploy", "--dry-run", "--name", "llm", "--namespace", "ns", "--model-uri",
-                    "oci://registry.example.com/m@sha256:" + "a" * 64, "--preset", "pd-nixl", "-o", str(manifest))
+                    "oci://registry.example.com/m@sha256:" + "a" * 64, "--preset", "pd-nixl", "--out-file", str(manifest))
     assert deployed.returncode == 0, deployed.stderr
     validated = _run(installed, "validate", str(manifest))
     assert validated.returncode == 0, validated.stdout + validated.stderr
@@ -158,3 +159,34 @@ def test_installed_wheel_is_a_working_cli(installed: tuple[Path, Path], tmp_path
     planned = _run(installed, "plan", str(config), "--gpu-memory-gib", "24", "--json")
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout)["fits"] is True
+
+
+def test_nothing_reads_outside_the_repository() -> None:
+    """A user's clone has no ../shared: neither the product nor its tests may look there."""
+    tracked = subprocess.run(["git", "ls-files", "*.py", "*.sh", ".ci/*", "*.toml", "*.cfg"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    offenders = [p for p in tracked if p != "tests/test_wheel.py"
+                 and any(s in (ROOT / p).read_text() for s in ("shared/upstream", "SHIPYARD_UPSTREAM_DIR", "../shared"))
+                 and p != "tests/test_deploy_render.py"]
+    assert offenders == []
+
+
+def test_no_image_build_resolves_versions() -> None:
+    """Every pip install in a Containerfile installs pinned locks (or shipyard itself) with --no-deps,
+    or one exact ``name==version`` pin. The one such pin is the GPU flavor's CUDA torch from
+    TORCH_INDEX: its CUDA libraries are pinned (==) by torch's own metadata, and their wheels are on
+    no index this project can reach to lock them by hand."""
+    for containerfile in IMAGES_DIR.glob("*/Containerfile"):
+        text = containerfile.read_text().replace("\\\n", " ")
+        installs = [cmd.strip() for line in text.splitlines() if not line.lstrip().startswith("#")
+                    for cmd in re.split(r"&&|;|\|\|", line) if "pip install" in cmd]
+        assert installs, containerfile
+        for cmd in installs:
+            args = cmd.split("pip install", 1)[1].split()
+            targets = [t for i, t in enumerate(args) if not t.startswith("-")
+                       and not (i and args[i - 1] in ("--index-url", "-r"))]
+            locks = [args[i + 1] for i, t in enumerate(args) if t == "-r"]
+            if "--no-deps" in args:
+                assert all(t.endswith(".lock") or t.endswith((".rest", "/src")) for t in locks + targets), cmd
+            else:
+                assert not locks and len(targets) == 1 and "==" in targets[0], f"{containerfile}: {cmd}"

@@ -30,6 +30,7 @@ from typing import Any
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_dir, atomic_write_text
 from shipyard.jsonarg import json_object
+from shipyard.procgroup import own_session_with_parent_death, stop_group
 from shipyard.vllm_server import VLLMServer, has_gpu, vllm_python
 
 PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
@@ -336,7 +337,9 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
     """Run ``guidellm run -c scenario`` while watching the server; one-line errors on failure."""
     cmd = [vllm_python(), "-m", "guidellm", "run", "-c", str(scenario_path), "--disable-console-interactive"]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_guidellm_env())
+        # its own process group: guidellm's worker processes stop with it (stop_group)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_guidellm_env(),
+                                preexec_fn=own_session_with_parent_death)
         deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None:
@@ -352,13 +355,7 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
                     )
                 time.sleep(0.5)
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_group(proc, grace=15)
     if proc.returncode != 0:
         from shipyard.vllm_server import _log_tail
 

@@ -28,6 +28,37 @@ def _read_rows(path: Path, field: str) -> list[dict[str, Any]]:
     return rows
 
 
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def _download_s3(source: str, dest: Path, field: str) -> list[Path]:
+    """The calibration files of ``s3://bucket/key.jsonl`` (that one object) or of
+    ``s3://bucket/prefix`` (every data file under it), downloaded into ``dest`` and checked."""
+    from shipyard.s3store import download_prefix, parse_s3_uri
+
+    bucket, key = parse_s3_uri(source, field)
+    if not key.endswith(DATA_SUFFIXES):
+        download_prefix(source, dest / "data")
+        return sorted(p for p in (dest / "data").rglob("*") if p.suffix in DATA_SUFFIXES)
+    from shipyard.fsutil import sha256_file
+    from shipyard.s3store import client, load_config
+
+    target = dest / Path(key).name
+    try:
+        mc = client(load_config())
+        stat = mc.stat_object(bucket, key)
+        mc.fget_object(bucket, key, str(target))
+    except Exception as err:  # minio S3Error, urllib3 errors: one line naming the object
+        raise ShipyardError(field, f"cannot read {source}: {type(err).__name__}: {err}".splitlines()[0],
+                            "check the bucket, the key and the shipyard-s3 credentials") from None
+    meta = {k.lower(): v for k, v in (stat.metadata or {}).items()}
+    want = str(meta.get("x-amz-meta-sha256", "")).strip().lower()
+    if target.stat().st_size != stat.size or (want and sha256_file(target) != want):
+        target.unlink(missing_ok=True)
+        raise ShipyardError(field, f"{source} changed or arrived damaged (size/sha256 mismatch)", "upload it again")
+    return [target]
+
+
 def load_calibration_texts(
     source: str, *, text_column: str, num_samples: int, seed: int, tokenizer: Any, field: str = "calibration_dataset"
 ) -> list[str]:
@@ -36,11 +67,7 @@ def load_calibration_texts(
         raise ShipyardError("num_calibration_samples", f"must be > 0, got {num_samples}", "use e.g. 512 on a GPU, 16 on a CPU")
     source = (source or DEFAULT_CALIBRATION).strip()
     if source.startswith("s3://"):
-        from shipyard.s3store import download_prefix
-
-        tmp = Path(tempfile.mkdtemp(prefix="shipyard-calib-"))
-        download_prefix(source, tmp / "data")
-        files = sorted(p for p in (tmp / "data").rglob("*") if p.suffix in (".jsonl", ".json", ".parquet"))
+        files = _download_s3(source, Path(tempfile.mkdtemp(prefix="shipyard-calib-")), field)
         if not files:
             raise ShipyardError(field, f"{source} holds no .jsonl or .parquet file", "point at a JSONL or Parquet object")
         rows = [r for f in files for r in _read_rows(f, field)]

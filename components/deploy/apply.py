@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.components.deploy.validate import require_valid
-from shipyard.errors import ShipyardError
+from shipyard.errors import ShipyardError, UnreachableError
 from shipyard.interrupts import shielded, signal_name
 
 FIELD_MANAGER = "shipyard"
@@ -181,7 +181,7 @@ class Kube:
                     and not isinstance(reason, urllib3.exceptions.NewConnectionError):
                 raise ShipyardError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to "
                                     f"{what}", "check the API server's health and retry") from None
-            raise ShipyardError(f"kubernetes API {self.host}", f"unreachable while trying to {what}: "
+            raise UnreachableError(f"kubernetes API {self.host}", f"unreachable while trying to {what}: "
                                 f"{type(reason).__name__}", "check the kubeconfig server address and network") from None
 
 
@@ -272,6 +272,16 @@ def _body(template: dict[str, Any], snapshot: dict[str, Any], last_good: str | N
             "spec": snapshot["spec"]}
 
 
+def _last_good(annotation: str | None) -> dict[str, Any] | None:
+    """The snapshot in the last-good annotation, or None when it is absent or was edited out of shape."""
+    try:
+        snap = json.loads(annotation) if annotation else None
+    except ValueError:
+        return None
+    ok = isinstance(snap, dict) and {"labels", "annotations", "spec"} <= set(snap)
+    return snap if ok else None
+
+
 def _size(spec: dict[str, Any] | None) -> int:
     par = (spec or {}).get("parallelism") or {}
     if par.get("data") or par.get("dataLocal"):
@@ -318,8 +328,10 @@ def deploy(
     if existing is not None:
         _check_immutable(existing, svc)
         last_good = ((existing.get("metadata") or {}).get("annotations") or {}).get(LAST_GOOD)
-        previous = json.loads(last_good) if last_good else _snapshot(existing)
-        last_good = last_good or json.dumps(previous, sort_keys=True, separators=(",", ":"))
+        previous = _last_good(last_good)
+        if previous is None:
+            previous = _snapshot(existing)
+            last_good = json.dumps(previous, sort_keys=True, separators=(",", ":"))
         log(f"{ns}/{name}: updating (generation {existing['metadata'].get('generation')}); "
             "the last good spec is kept for rollback")
     else:

@@ -21,64 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from shipyard.errors import ShipyardError
-from shipyard.pipelines.params import BY_NAME, REQUIRED, params_for
+from shipyard.pipelines.params import BY_NAME
 
-_CREDENTIALS = re.compile(r"^[^/@]+:[^/@]*@")
 _PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
-
-
-def coerce(name: str, value: Any) -> Any:
-    """``value`` as parameter ``name``'s type; natural spellings are accepted where unambiguous
-    (``recipes=w8a8-int8`` is a one-item list, ``"16"`` an int, ``"true"`` a bool)."""
-    kind = BY_NAME[name].type
-    if kind is list:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                try:
-                    value = json.loads(text)
-                except ValueError:
-                    raise ShipyardError(name, "is not a valid JSON list", 'write ["w8a8-int8", "w4a16"]') from None
-            else:
-                value = [v.strip() for v in text.split(",") if v.strip()] if "\n" not in text else [text]
-        if not isinstance(value, list | tuple):
-            raise ShipyardError(name, f"must be a list, got {type(value).__name__}", 'write ["w8a8-int8", "w4a16"]')
-        return list(value)
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.strip().lower() in ("true", "yes", "1")
-        raise ShipyardError(name, f"must be true or false, got {value!r}", f"write {name}=true or {name}=false")
-    if kind is int:
-        if isinstance(value, bool):
-            raise ShipyardError(name, f"must be a whole number, got {value!r}", f"write e.g. {name}={BY_NAME[name].default}")
-        try:
-            number = int(value) if not isinstance(value, float) or value.is_integer() else None
-        except (TypeError, ValueError):
-            number = None
-        if number is None:
-            raise ShipyardError(name, f"must be a whole number, got {value!r}", f"write e.g. {name}={BY_NAME[name].default}")
-        return number
-    if kind is float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ShipyardError(name, f"must be a number, got {value!r}", f"write e.g. {name}=0.0") from None
-        if isinstance(value, bool) or number != number or number in (float("inf"), float("-inf")):
-            raise ShipyardError(name, f"must be a finite number, got {value!r}", f"write e.g. {name}=0.0")
-        return number
-    if isinstance(value, Mapping | list):
-        return json.dumps(value)
-    return "" if value is None else str(value)
-
-
-def _model_uri(name: str, uri: str) -> None:
-    from shipyard.models import parse_model_uri
-
-    parsed = parse_model_uri(uri, name)
-    if parsed.scheme == "oci" and "@sha256:" not in uri:
-        raise ShipyardError(name, f"{uri!r} uses a mutable tag", "pin it by digest: oci://registry/repo@sha256:<64 hex>")
 
 
 def _positive(name: str, value: int) -> None:
@@ -87,9 +32,7 @@ def _positive(name: str, value: int) -> None:
 
 
 def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
-    if name in ("model_uri", "candidate_uri"):
-        _model_uri(name, value)
-    elif name == "recipes":
+    if name == "recipes":
         from shipyard.components.compress.recipes import load_recipe
 
         if not value:
@@ -131,10 +74,6 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
     elif name == "package_mode":
         if value not in ("modelcar", "oras"):
             raise ShipyardError(name, f"unknown mode {value!r}", "use modelcar or oras")
-    elif name == "registry":
-        if _CREDENTIALS.match(value):
-            raise ShipyardError(name, "holds credentials (user:password@host)",
-                                "give host[:port] only; credentials come from the shipyard-registry secret")
     elif name == "registered_model_name":
         if not value.strip() or "/" in value or len(value) > 256:
             raise ShipyardError(name, f"{value!r} is not a registered model name", "use a short name like 'llama-3-8b-w4a16'")
@@ -146,28 +85,28 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
             raise ShipyardError(name, f"{value!r} is not an MLflow tracking URI", "use http(s)://host:port or leave empty")
 
 
+def check_values(params: Mapping[str, Any]) -> None:
+    """The pre-flight checks of typed values (what ``shipyard.params`` registers as a validator):
+    recipes, selection, eval/benchmark/deploy configs, thresholds, SLO, names and numbers."""
+    for name, value in params.items():
+        _check(name, value, params)
+
+
 def check_parameters(pipeline: str, params: Mapping[str, Any], *, fill_defaults: bool = True) -> dict[str, Any]:
-    """Type and check every parameter of ``pipeline``; returns them typed (defaults filled in).
+    """Type and check every parameter of ``pipeline`` (:func:`shipyard.params.coerce_params` with
+    its validators, this module's among them); returns them typed (defaults filled in).
 
     Unknown names, missing required ones, wrong types and bad JSON parameters raise the first
     problem as one ShipyardError line.
     """
-    spec = params_for(pipeline)
-    known = {p.name for p in spec}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ShipyardError("--param", f"unknown parameter(s) {', '.join(unknown)} for {pipeline}",
-                            f"use one of: {', '.join(sorted(known))}")
-    typed: dict[str, Any] = {}
-    for p in spec:
-        if p.name in params:
-            typed[p.name] = coerce(p.name, params[p.name])
-        elif p.default is REQUIRED:
-            raise ShipyardError(p.name, f"is required by {pipeline}", f"pass --param {p.name}=...")
-        elif fill_defaults:
-            typed[p.name] = p.default
-    for name, value in typed.items():
-        _check(name, value, typed)
+    from shipyard.params import coerce_params
+    from shipyard.pipelines.params import REQUIRED, param_specs_for, params_for
+
+    typed = coerce_params(param_specs_for(pipeline), params, name=pipeline)
+    if fill_defaults:
+        for p in params_for(pipeline):
+            if p.name not in typed and p.default is not REQUIRED:
+                typed[p.name] = p.default
     return typed
 
 

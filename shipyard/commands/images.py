@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from shipyard.output import add_output_option
 from shipyard.runtimes import FLAVORS, RUNTIMES
 
 
@@ -14,15 +15,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--runtime", action="append", choices=sorted(RUNTIMES), help="only these runtimes (repeatable)")
     b.add_argument("--flavor", choices=FLAVORS, default="cpu",
                    help="cpu: for local container runs (default); gpu: the cluster images")
+    b.add_argument("--image-registry", help="registry of the image names, as for `shipyard compile` "
+                   "(default $SHIPYARD_IMAGE_REGISTRY or ghcr.io/shipyard-llm)")
     b.add_argument("--force", action="store_true", help="rebuild even when the tag is already in the local store")
     b.add_argument("--no-cache", action="store_true", help="rebuild every layer (what a fresh machine does)")
-    b.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_output_option(b, default_help="a table of tags, sizes and build seconds")
     b.set_defaults(func=_build)
 
 
 def _build(args: argparse.Namespace) -> int:
-    from shipyard.images import build_images, built_json, format_built
+    import os
+
+    from shipyard.images import build_images, format_built
+    from shipyard.output import emit
+
+    if args.image_registry:
+        os.environ["SHIPYARD_IMAGE_REGISTRY"] = args.image_registry
 
     built = build_images(args.runtime, args.flavor, args.force, args.no_cache)
-    print(built_json(built) if args.json else format_built(built))
+    emit([img.__dict__ for img in built], args.output, lambda: format_built(built))
     return 0

@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     if not args.local:
         raise ShipyardError("--local", "only local runs are started by `shipyard run`", "add --local, or use `shipyard submit --host URL`")
+    from shipyard.fsutil import ensure_writable_dir
+
+    ensure_writable_dir(args.work_dir, "--work-dir")  # a read-only or bad work dir fails before any work
     if args.runner == "container":
         from shipyard.container_run import format_rehearsal, run_container
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from shipyard.argtypes import number
 from shipyard.commands.submit import add_kfp_options, add_pipeline_options, connect
-from shipyard.components.preflight.preflight import check_parameters
-from shipyard.kfp_client import compile_to_temp, parse_duration, parse_params, to_kfp_cron
+from shipyard.kfp_client import check_params, compile_to_temp, parse_duration, parse_params, to_kfp_cron
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--cron", help="cron expression: five fields ('0 3 * * *'), six with seconds first, or @daily")
     when.add_argument("--every", help="interval: 30m, 6h, 1d, 1w, 1h30m or seconds")
-    p.add_argument("--max-concurrency", type=int, default=1, help="runs allowed at once, 1-10 (default 1)")
+    p.add_argument("--max-concurrency", type=number(int, minimum=1, maximum=10, example="1"), default=1, help="runs allowed at once, 1-10 (default 1)")
     p.add_argument("--no-catchup", action="store_true", help="do not backfill missed intervals after a pause")
     p.add_argument("--name", default="", help="display name of the recurring run")
     p.set_defaults(func=_schedule)
@@ -33,10 +33,11 @@ def _schedule(args: argparse.Namespace) -> int:
         print(f"cron (KFP, seconds first): {cron}")
     else:
         print(f"every {parse_duration(args.every)} s")
-    params = check_parameters(args.pipeline, parse_params(args.param), fill_defaults=False)  # pre-flight
-    kfp = connect(args)
+    raw = parse_params(args.param)
     package, tmp = compile_to_temp(args.pipeline)
     with tmp:
+        params = check_params(package, raw)
+        kfp = connect(args)
         result = kfp.schedule(package, args.experiment, params, cron=args.cron, every=args.every,
                               max_concurrency=args.max_concurrency, no_catchup=args.no_catchup, name=args.name,
                               service_account=args.service_account)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shipyard.components.preflight.preflight import check_parameters
-from shipyard.kfp_client import Kfp, compile_to_temp, parse_params
+from shipyard.kfp_client import Kfp, check_params, compile_to_temp, parse_params
 
 
 def add_kfp_options(p: argparse.ArgumentParser) -> None:
@@ -40,10 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    params = check_parameters(args.pipeline, parse_params(args.param), fill_defaults=False)  # pre-flight
-    kfp = connect(args)
+    # Everything local first (compile, parameters), so bad input never reaches the host.
+    raw = parse_params(args.param)
     package, tmp = compile_to_temp(args.pipeline)
     with tmp:
+        params = check_params(package, raw)
+        kfp = connect(args)
         result = kfp.submit(package, args.experiment, params, args.run_name, service_account=args.service_account)
     state = "new version" if result["version_created"] else "existing version"
     print(f"pipeline {package.name} ({state} {package.version_name}) run {result['run_id']}")

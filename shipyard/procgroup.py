@@ -1,0 +1,59 @@
+"""Child processes that never outlive shipyard: own session, parent-death signal, group stop.
+
+vLLM, guidellm and lm-eval start worker processes of their own. Killing only the process shipyard
+started leaves those workers running (guidellm's were found alive 17 minutes after an
+interrupt). So every long-lived child starts in its own session (its process group id is its
+pid, and every worker it forks joins that group) with ``PR_SET_PDEATHSIG`` (SIGKILL when
+shipyard itself dies), and :func:`stop_group` stops the whole group: SIGTERM, a grace period,
+then SIGKILL for whatever is left, leader gone or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def own_session_with_parent_death() -> None:
+    """``preexec_fn`` for Popen: a new session, and SIGKILL if the parent dies (Linux)."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to process group ``pgid`` (gone already: nothing to do)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of group ``pgid`` exists."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def stop_group(proc: subprocess.Popen[bytes] | None, grace: float = 15.0) -> None:
+    """Stop ``proc`` (started with :func:`own_session_with_parent_death`) and every process of
+    its group: SIGTERM, up to ``grace`` seconds, then SIGKILL."""
+    if proc is None:
+        return
+    signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    deadline = time.monotonic() + grace
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    signal_group(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)

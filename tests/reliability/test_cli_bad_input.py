@@ -1,0 +1,393 @@
+"""Bad input at the command line: one table, one row per real mistake.
+
+Each row runs the real ``shipyard`` CLI in a subprocess and asserts what a user sees: exactly one
+line on stderr starting with ``shipyard: error:``, naming the field; no traceback (the CLI's
+catch-all for bugs is switched off with ``SHIPYARD_DEBUG=1``, so a bug shows as a traceback
+and fails the row); the documented exit code; nothing left behind in the working folder (which
+holds every out/work dir the rows name); no secret echoed; and pipeline-parameter rows rejected
+in under 10 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+DIGEST = "sha256:" + "a" * 64
+URI = f"oci://quay.io/org/model@{DIGEST}"
+DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens
+SECRET = "hunter2pw"
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
+         "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One bad input: the arguments, what the error line must contain, the exit code."""
+
+    id: str
+    argv: tuple[str, ...]
+    field: str
+    code: int = 2
+    params: bool = False  # a pipeline-parameter row: rejected in under 10 s
+    needs: frozenset[str] = field(default_factory=frozenset)  # "ro" / "full" mounts
+
+
+def row(id: str, *argv: str, field: str, code: int = 2, params: bool = False, needs: str = "") -> Row:
+    return Row(id, argv, field, code, params, frozenset(needs.split()) if needs else frozenset())
+
+
+def run_local(*args: str) -> tuple[str, ...]:
+    return ("run", "--local", "--work-dir", "work", *args)
+
+
+def submit(*args: str, pipeline: str = "optimize-and-deploy") -> tuple[str, ...]:
+    return ("submit", pipeline, "--host", DEAD, *args)
+
+
+def schedule(*args: str) -> tuple[str, ...]:
+    return ("schedule", "requantize", "--host", DEAD, *args)
+
+
+def deploy(*args: str, uri: str = URI) -> tuple[str, ...]:
+    return ("deploy", "--dry-run", "--name", "llm", "--model-uri", uri, *args)
+
+
+ROWS: list[Row] = [
+    # --- plan: numbers, files, output flags ------------------------------------------------------
+    row("plan-gpu-mem-inf", "plan", "config.json", "--gpu-memory-gib", "inf", field="--gpu-memory-gib"),
+    row("plan-gpu-mem-nan", "plan", "config.json", "--gpu-memory-gib", "nan", field="--gpu-memory-gib"),
+    row("plan-gpu-mem-negative", "plan", "config.json", "--gpu-memory-gib", "-1", field="--gpu-memory-gib"),
+    row("plan-gpu-mem-zero", "plan", "config.json", "--gpu-memory-gib", "0", field="--gpu-memory-gib"),
+    row("plan-gpu-mem-text", "plan", "config.json", "--gpu-memory-gib", "80GiB", field="--gpu-memory-gib"),
+    row("plan-gpu-mem-overflow", "plan", "config.json", "--gpu-memory-gib", "1e400", field="--gpu-memory-gib"),
+    row("plan-gpu-count-zero", "plan", "config.json", "--gpu-count", "0", field="--gpu-count"),
+    row("plan-gpu-count-fraction", "plan", "config.json", "--gpu-count", "1.5", field="--gpu-count"),
+    row("plan-util-above-1", "plan", "config.json", "--gpu-memory-utilization", "1.5", field="--gpu-memory-utilization"),
+    row("plan-util-zero", "plan", "config.json", "--gpu-memory-utilization", "0", field="--gpu-memory-utilization"),
+    row("plan-util-nan", "plan", "config.json", "--gpu-memory-utilization", "nan", field="--gpu-memory-utilization"),
+    row("plan-max-model-len-negative", "plan", "config.json", "--max-model-len", "-5", field="--max-model-len"),
+    row("plan-max-num-seqs-zero", "plan", "config.json", "--max-num-seqs", "0", field="--max-num-seqs"),
+    row("plan-batched-tokens-zero", "plan", "config.json", "--max-num-batched-tokens", "0",
+        field="--max-num-batched-tokens"),
+    row("plan-concurrency-zero", "plan", "config.json", "--concurrency", "0", field="--concurrency"),
+    row("plan-tp-above-gpus", "plan", "config.json", "--tensor-parallel-size", "4", "--gpu-count", "2",
+        field="tensor_parallel_size"),
+    row("plan-kv-dtype", "plan", "config.json", "--kv-cache-dtype", "int4", field="--kv-cache-dtype"),
+    row("plan-dtype", "plan", "config.json", "--dtype", "int3", field="dtype"),
+    row("plan-missing-model", "plan", "missing.json", field="model: "),
+    row("plan-empty-folder", "plan", "emptydir", field="model: "),
+    row("plan-bad-json", "plan", "bad.json", field="not valid JSON"),
+    row("plan-json-list", "plan", "list.json", field="not a JSON object"),
+    row("plan-no-hidden-size", "plan", "noarch.json", field="hidden_size"),
+    row("plan-no-model-arg", "plan", field="MODEL"),
+    row("plan-unknown-flag", "plan", "config.json", "--bogus", field="--bogus"),
+    row("plan-o-path", "plan", "config.json", "-o", "plan.json", field="--out-file plan.json"),
+    row("plan-o-unknown-format", "plan", "config.json", "-o", "xml", field="-o/--output"),
+    row("plan-out-file-readonly", "plan", "config.json", "--out-file", "ro/plan.json", field="--out-file", needs="ro"),
+    row("plan-out-file-through-file", "plan", "config.json", "--out-file", "file.txt/plan.json", field="--out-file"),
+    row("plan-out-file-is-folder", "plan", "config.json", "--out-file", "emptydir", field="--out-file"),
+    row("plan-out-file-disk-full", "plan", "config.json", "--out-file", "full/plan.json", field="--out-file: no space left",
+        needs="full"),
+    # --- deploy: output flags, paths, URIs, numbers -----------------------------------------------
+    row("deploy-o-path", *deploy("-o", "manifest.yaml"), field="--out-file manifest.yaml"),
+    row("deploy-o-yaml-file-name", *deploy("-o", "out.yaml"), field="--out-file"),
+    row("deploy-out-file-readonly", *deploy("--out-file", "ro/m.yaml"), field="--out-file", needs="ro"),
+    row("deploy-out-file-through-file", *deploy("--out-file", "file.txt/m.yaml"), field="--out-file"),
+    row("deploy-out-file-is-folder", *deploy("--out-file", "emptydir"), field="emptydir"),
+    row("deploy-out-file-disk-full", *deploy("--out-file", "full/m.yaml"), field="--out-file: no space left",
+        needs="full"),
+    row("deploy-mutable-tag", *deploy(uri="oci://quay.io/org/model:v1"), field="mutable tag"),
+    row("deploy-latest-tag", *deploy(uri="oci://quay.io/org/model"), field="mutable tag 'latest'"),
+    row("deploy-bad-digest", *deploy(uri="oci://quay.io/org/model@sha256:abc"), field="model_uri"),
+    row("deploy-empty-uri", *deploy(uri=""), field="model_uri"),
+    row("deploy-unknown-scheme", *deploy(uri="ftp://host/model"), field="model_uri"),
+    row("deploy-credentials-in-uri", *deploy(uri=f"oci://bob:{SECRET}@quay.io/org/model@{DIGEST}"),
+        field="--model-uri: "),
+    row("deploy-credentials-in-hf-uri", *deploy(uri=f"hf://bob:{SECRET}@org/model"), field="--model-uri: "),
+    row("deploy-gpu-mem-inf", *deploy("--gpu-memory-gib", "inf"), field="--gpu-memory-gib"),
+    row("deploy-tp-zero", *deploy("--tensor-parallel", "0"), field="--tensor-parallel"),
+    row("deploy-gpus-zero", *deploy("--gpus", "0"), field="--gpus"),
+    row("deploy-prefill-negative", *deploy("--prefill-replicas", "-1"), field="--prefill-replicas"),
+    row("deploy-decode-text", *deploy("--decode-replicas", "two"), field="--decode-replicas"),
+    row("deploy-wait-nan", *deploy("--wait-timeout", "nan"), field="--wait-timeout"),
+    row("deploy-params-missing", *deploy("--params-file", "missing.yaml"), field="--params-file"),
+    row("deploy-params-list", *deploy("--params-file", "list.yaml"), field="--params-file"),
+    row("deploy-params-bad-yaml", *deploy("--params-file", "bad.yaml"), field="--params-file"),
+    row("deploy-params-typo", *deploy("--params-file", "typo.yaml"), field="replicaz"),
+    row("deploy-unknown-preset", *deploy("--preset", "nope"), field="preset"),
+    row("deploy-bad-name", "deploy", "--dry-run", "--name", "Bad_Name", "--model-uri", URI, field="name"),
+    row("deploy-no-name", "deploy", "--dry-run", "--model-uri", URI, field="--name"),
+    row("deploy-model-dir-missing", *deploy("--model-dir", "missing"), field="model: "),
+    row("deploy-apply-without-out-file", "deploy", "--name", "llm", "--model-uri", URI, field="--out-file"),
+    row("deploy-kubeconfig-missing", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
+        "--kubeconfig", "missing-kubeconfig", field="kubeconfig"),
+    row("deploy-kubeconfig-not-one", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
+        "--kubeconfig", "config.json", field="kubeconfig"),
+    row("deploy-kubeconfig-context", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
+        "--kubeconfig", "kubeconfig", "--context", "nope", field="kubeconfig"),
+    row("deploy-api-unreachable", "deploy", "--name", "llm", "--model-uri", URI, "--out-file", "applied.yaml",
+        "--kubeconfig", "kubeconfig", field="unreachable", code=3),
+    row("deploy-api-unreachable-keeps-old-file", "deploy", "--name", "llm", "--model-uri", URI,
+        "--out-file", "list.yaml", "--kubeconfig", "kubeconfig", field="unreachable", code=3),
+    # --- validate -----------------------------------------------------------------------------------
+    row("validate-missing", "validate", "missing.yaml", field="missing.yaml"),
+    row("validate-folder", "validate", "emptydir", field="emptydir"),
+    row("validate-no-files", "validate", field="FILE"),
+    row("validate-o-format", "validate", "-o", "report.json", "list.yaml", field="--out-file"),
+    # --- compile ------------------------------------------------------------------------------------
+    row("compile-out-readonly", "compile", "--out", "ro/compiled", field="--out", needs="ro"),
+    row("compile-out-is-file", "compile", "--out", "file.txt", field="--out"),
+    row("compile-out-through-file", "compile", "--out", "file.txt/compiled", field="--out"),
+    row("compile-out-disk-full", "compile", "--out", "full/compiled", "--pipeline", "promote", field="--out: no space left",
+        needs="full"),
+    row("compile-no-out", "compile", field="--out"),
+    row("compile-unknown-pipeline", "compile", "--out", "compiled", "--pipeline", "nope", field="--pipeline"),
+    row("compile-cluster-config-missing", "compile", "--out", "compiled", "--cluster-config", "missing.yaml",
+        field="cluster_config"),
+    # --- run --local: pipeline parameters, checked before any work --------------------------------
+    row("run-int-text", *run_local("--param", "num_calibration_samples=abc"), field="num_calibration_samples",
+        params=True),
+    row("run-int-fraction", *run_local("--param", "num_calibration_samples=1.5"), field="num_calibration_samples",
+        params=True),
+    row("run-int-bool", *run_local("--param", "max_seq_length=true"), field="max_seq_length", params=True),
+    row("run-int-empty", *run_local("--param", "max_seq_length="), field="max_seq_length", params=True),
+    row("run-int-overflow", *run_local("--param", "seed=1e400"), field="seed", params=True),
+    row("run-float-text", *run_local("--param", "champion_tolerance=abc"), field="champion_tolerance", params=True),
+    row("run-float-nan", *run_local("--param", "champion_tolerance=nan"), field="champion_tolerance", params=True),
+    row("run-float-inf", *run_local("--param", "champion_tolerance=inf"), field="champion_tolerance", params=True),
+    row("run-bool-text", *run_local("--param", "dry_run=maybe"), field="dry_run", params=True),
+    row("run-bool-two", *run_local("--param", "dry_run=2"), field="dry_run", params=True),
+    row("run-bool-typo", *run_local("--param", "insecure_registry=yess"), field="insecure_registry", params=True),
+    row("run-list-empty", *run_local("--param", "recipes="), field="recipes", params=True),
+    row("run-list-unclosed", *run_local("--param", "recipes=[w8a8-int8"), field="recipes", params=True),
+    row("run-unknown-param", *run_local("--param", "no_such_param=1"), field="--param: unknown parameter(s) no_such_param",
+        params=True),
+    row("run-param-no-equals", *run_local("--param", "novalue"), field="--param", params=True),
+    row("run-param-no-key", *run_local("--param", "=5"), field="--param", params=True),
+    row("run-model-uri-tag", *run_local("--param", "model_uri=oci://quay.io/org/m:v1"), field="model_uri", params=True),
+    row("run-model-uri-latest", *run_local("--param", "model_uri=oci://quay.io/org/m"), field="'latest'", params=True),
+    row("run-model-uri-bad-digest", *run_local("--param", "model_uri=oci://quay.io/org/m@sha256:abc"),
+        field="model_uri", params=True),
+    row("run-model-uri-scheme", *run_local("--param", "model_uri=ftp://host/m"), field="model_uri", params=True),
+    row("run-model-uri-empty", *run_local("--param", "model_uri="), field="model_uri", params=True),
+    row("run-model-uri-credentials", *run_local("--param", f"model_uri=s3://key:{SECRET}@bucket/model"),
+        field="model_uri", params=True),
+    row("run-registry-credentials", *run_local("--param", f"registry=bob:{SECRET}@quay.io"), field="registry",
+        params=True),
+    row("run-registry-url-credentials", *run_local("--param", f"registry=https://bob:{SECRET}@quay.io"),
+        field="registry", params=True),
+    row("run-registry-with-path", *run_local("--param", "registry=quay.io/org"), field="registry", params=True),
+    row("run-promote-no-candidate", "run", "--local", "promote", "--work-dir", "work", field="candidate_uri",
+        params=True),
+    row("run-promote-candidate-tag", "run", "--local", "promote", "--work-dir", "work",
+        "--param", "candidate_uri=oci://quay.io/org/m:v2", field="candidate_uri", params=True),
+    row("run-unknown-pipeline", "run", "--local", "nope", "--work-dir", "work", field="pipeline", params=True),
+    row("run-params-file-missing", *run_local("--params-file", "missing.yaml"), field="--params-file", params=True),
+    row("run-params-file-list", *run_local("--params-file", "list.yaml"), field="--params-file", params=True),
+    row("run-params-file-bad-yaml", *run_local("--params-file", "bad.yaml"), field="--params-file", params=True),
+    row("run-params-file-folder", *run_local("--params-file", "emptydir"), field="emptydir", params=True),
+    row("run-params-file-int-text", *run_local("--params-file", "seed-text.yaml"), field="seed", params=True),
+    row("run-params-file-int-list", *run_local("--params-file", "samples-list.yaml"), field="num_calibration_samples",
+        params=True),
+    row("run-params-file-null", *run_local("--params-file", "null.yaml"), field="dry_run", params=True),
+    row("run-params-file-list-mapping", *run_local("--params-file", "recipes-mapping.yaml"), field="recipes",
+        params=True),
+    row("run-work-dir-readonly", "run", "--local", "--work-dir", "ro/work", field="--work-dir", needs="ro"),
+    row("run-work-dir-is-file", "run", "--local", "--work-dir", "file.txt", field="--work-dir"),
+    row("run-work-dir-through-file", "run", "--local", "--work-dir", "file.txt/work", field="--work-dir"),
+    row("run-without-local", "run", "--work-dir", "work", field="--local"),
+    row("run-unknown-runner", *run_local("--runner", "docker"), field="--runner"),
+    # --- submit / schedule: bad parameters fail before the (dead) host is contacted -----------------
+    row("submit-int-text", *submit("--param", "num_calibration_samples=abc"), field="num_calibration_samples",
+        params=True),
+    row("submit-unknown-param", *submit("--param", "replicaz=2"), field="--param: unknown", params=True),
+    row("submit-bool-text", *submit("--param", "dry_run=maybe"), field="dry_run", params=True),
+    row("submit-list-unclosed", *submit("--param", "recipes=[w4a16"), field="recipes", params=True),
+    row("submit-promote-no-candidate", *submit(pipeline="promote"), field="candidate_uri", params=True),
+    row("submit-registry-credentials", *submit("--param", f"registry=bob:{SECRET}@quay.io"), field="registry",
+        params=True),
+    row("submit-model-uri-tag", *submit("--param", "model_uri=oci://quay.io/org/m:v1"), field="model_uri",
+        params=True),
+    row("submit-param-no-equals", *submit("--param", "novalue"), field="--param", params=True),
+    row("submit-unknown-pipeline", "submit", "nope", "--host", DEAD, field="PIPELINE"),
+    row("submit-missing-file", "submit", "missing.yaml", "--host", DEAD, field="PIPELINE"),
+    row("submit-not-a-pipeline-file", "submit", "list.yaml", "--host", DEAD, field="PIPELINE"),
+    row("submit-no-host", "submit", "optimize-and-deploy", field="--host"),
+    row("submit-host-not-http", "submit", "optimize-and-deploy", "--host", "ftp://kfp", field="--host"),
+    row("submit-host-unreachable", *submit(), field="--host: cannot reach", code=3),
+    row("schedule-int-text", *schedule("--cron", "@daily", "--param", "seed=abc"), field="seed", params=True),
+    row("schedule-float-text", *schedule("--every", "1d", "--param", "champion_tolerance=x"),
+        field="champion_tolerance", params=True),
+    row("schedule-cron-range", *schedule("--cron", "61 * * * *"), field="--cron"),
+    row("schedule-cron-fields", *schedule("--cron", "* * *"), field="--cron"),
+    row("schedule-cron-descriptor", *schedule("--cron", "@sometimes"), field="--cron"),
+    row("schedule-cron-sunday-7", *schedule("--cron", "0 3 * * 7"), field="day-of-week 7"),
+    row("schedule-every-zero", *schedule("--every", "0"), field="--every"),
+    row("schedule-every-unit", *schedule("--every", "5x"), field="--every"),
+    row("schedule-cron-and-every", *schedule("--cron", "@daily", "--every", "1d"), field="--every"),
+    row("schedule-no-trigger", *schedule(), field="--cron"),
+    row("schedule-concurrency-11", *schedule("--cron", "@daily", "--max-concurrency", "11"),
+        field="--max-concurrency"),
+    row("schedule-host-unreachable", *schedule("--cron", "@daily"), field="--host: cannot reach", code=3),
+    # --- runs, completion, images, setup, top level -------------------------------------------------
+    row("runs-host-unreachable", "runs", "--host", DEAD, field="--host: cannot reach", code=3),
+    row("runs-no-host", "runs", field="--host"),
+    row("runs-limit-zero", "runs", "--host", DEAD, "--limit", "0", field="--limit"),
+    row("runs-o-format", "runs", "--host", DEAD, "-o", "table.txt", field="--out-file"),
+    row("completion-fish", "completion", "fish", field="shell"),
+    row("completion-no-shell", "completion", field="shell"),
+    row("images-flavor", "images", "build", "--flavor", "tpu", field="--flavor"),
+    row("setup-runtime", "setup", "--runtime", "cuda", field="--runtime"),
+    row("unknown-command", "deplyo", field="deplyo"),
+    row("unknown-top-flag", "--verbose", field="--verbose"),
+]
+
+
+def _files() -> dict[str, str]:
+    return {
+        "config.json": json.dumps(LLAMA),
+        "bad.json": '{"hidden_size": ',
+        "list.json": "[1, 2]",
+        "noarch.json": '{"model_type": "llama"}',
+        "file.txt": "a file, not a folder\n",
+        "list.yaml": "- just\n- a list\n",
+        "bad.yaml": "key: [unclosed\n",
+        "typo.yaml": "replicaz: 2\n",
+        "seed-text.yaml": "seed: abc\n",
+        "samples-list.yaml": "num_calibration_samples: [1, 2]\n",
+        "null.yaml": "dry_run:\n",
+        "recipes-mapping.yaml": "recipes: {scheme: W8A8}\n",
+        "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                      "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+                      "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
+    }
+
+
+def _mount(target: Path, options: str) -> bool:
+    if os.geteuid() != 0:
+        return False
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, set[str]]]:
+    """The folder every row runs in: input files, an empty folder, a read-only mount and a full disk."""
+    base = tmp_path_factory.mktemp("bad-input")
+    for name, text in _files().items():
+        (base / name).write_text(text)
+    (base / "emptydir").mkdir()
+    mounts, have = [], set()
+    ro, full = base / "ro", base / "full"
+    ro.mkdir()
+    full.mkdir()
+    if _mount(ro, "ro,size=64k"):
+        mounts.append(ro)
+        have.add("ro")
+    elif os.geteuid() != 0:
+        ro.chmod(0o555)  # a non-root user cannot write there either
+        have.add("ro")
+    if _mount(full, "size=64k"):
+        mounts.append(full)
+        with contextlib.suppress(OSError), open(full / "filler", "wb") as fh:
+            while True:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+        have.add("full")
+    try:
+        yield base, have
+    finally:
+        for mount in mounts:
+            subprocess.run(["umount", str(mount)], check=False)
+        ro.chmod(0o755)
+
+
+def _snapshot(base: Path) -> dict[str, int]:
+    return {str(p.relative_to(base)): (p.stat().st_size if p.is_file() else -1) for p in base.rglob("*")}
+
+
+def shipyard(cwd: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the CLI as a user does; SHIPYARD_DEBUG=1 lets an unexpected exception show its traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KF_PIPELINES_")}
+    env.update(SHIPYARD_DEBUG="1", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
+    env.pop(ALLOW_ENV, None)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    return proc, time.monotonic() - started
+
+
+ALLOW_ENV = "SHIPYARD_ALLOW_MUTABLE_TAG"
+
+
+def test_rows_are_distinct() -> None:
+    assert len({r.id for r in ROWS}) == len(ROWS)
+    assert len({r.argv for r in ROWS}) == len(ROWS)
+    assert len(ROWS) >= 120
+
+
+@pytest.mark.parametrize("case", ROWS, ids=[r.id for r in ROWS])
+def test_bad_input_is_one_line(case: Row, workspace: tuple[Path, set[str]]) -> None:
+    base, have = workspace
+    missing = case.needs - have
+    if missing:
+        pytest.skip(f"needs a tmpfs mount ({', '.join(sorted(missing))}): run as root")
+    before = _snapshot(base)
+    proc, seconds = shipyard(base, *case.argv)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("shipyard: error: "), lines[0]
+    assert case.field in lines[0], lines[0]
+    assert proc.returncode == case.code, (proc.returncode, lines[0])
+    assert SECRET not in proc.stderr + proc.stdout
+    assert _snapshot(base) == before, "the command left files behind"
+    if case.params:
+        assert seconds < 10, f"a bad parameter took {seconds:.1f} s to be rejected"
+
+
+def test_copy_tree_on_a_full_disk_is_one_line_and_leaves_nothing(workspace: tuple[Path, set[str]],
+                                                                 tmp_path: Path) -> None:
+    """Where models are copied (resolve, the eval cache): ENOSPC names the path and the fix, not a
+    list of shutil errors, and no partial folder stays."""
+    from shipyard.errors import ShipyardError
+    from shipyard.fsutil import copy_tree
+
+    base, have = workspace
+    if "full" not in have:
+        pytest.skip("needs a tmpfs mount: run as root")
+    src = tmp_path / "model"
+    src.mkdir()
+    for i in range(3):
+        (src / f"shard-{i}.safetensors").write_bytes(os.urandom(40_000))
+    before = _snapshot(base)
+    with pytest.raises(ShipyardError) as err:
+        copy_tree(src, base / "full" / "model", field="model_uri")
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("model_uri: no space left on the device to write ")
+    assert "free space" in line and "shard-" in line
+    assert isinstance(err.value, OSError) and err.value.errno == 28
+    assert _snapshot(base) == before
+
+
+def test_mutable_tags_need_an_explicit_yes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.errors import ShipyardError
+    from shipyard.models import parse_model_uri
+
+    with pytest.raises(ShipyardError, match="mutable tag 'v1'"):
+        parse_model_uri("oci://quay.io/org/m:v1")
+    assert parse_model_uri("oci://quay.io/org/m:v1", allow_mutable_tag=True).location == "quay.io/org/m:v1"
+    monkeypatch.setenv(ALLOW_ENV, "1")
+    assert parse_model_uri("oci://quay.io/org/m:v1").scheme == "oci"
+    assert parse_model_uri(f"oci:///abs/layout@{DIGEST}").location == f"/abs/layout@{DIGEST}"

