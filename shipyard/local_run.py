@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,8 +22,10 @@ import yaml
 import shipyard.pipelines as _pipelines_pkg
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
+from shipyard.interrupts import shielded, signal_name
 from shipyard.kfp_local_compat import enable_oneof_artifacts
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
+from shipyard.procgroup import interrupt_children
 
 #: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
 LOCAL_PARAMS = Path(_pipelines_pkg.__file__).resolve().parent / "local-params.yaml"
@@ -58,6 +61,7 @@ class RunSummary:
     promoted: bool = False
     model_uri: str = ""
     mlflow_run: str = ""
+    interrupted_by: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -269,10 +273,17 @@ def run_local(
     enable_oneof_artifacts()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=False)
     started = time.perf_counter()
-    pipeline_func(**params)
+    interrupted: KeyboardInterrupt | None = None
+    try:
+        pipeline_func(**params)
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM (shipyard.interrupts)
+        interrupted = err
+        interrupt_children()  # the running step unwinds: servers stopped, partial folders removed
     seconds = round(time.perf_counter() - started, 2)
     new_runs = sorted(p for p in root.iterdir() if p.name not in before and p.is_dir())
     if not new_runs:
+        if interrupted is not None:
+            raise interrupted
         raise ShipyardError("pipeline", f"{pipeline} produced no run folder under {root}", "see the log above")
     run_dir = new_runs[-1]
     steps = collect_steps(run_dir, step_log, _component_runtimes(pipeline_func))
@@ -282,15 +293,33 @@ def run_local(
     failed = [s for s in steps if s.status == "FAILURE"]
     summary = RunSummary(
         pipeline=pipeline,
-        status="FAILURE" if failed else "SUCCESS",
+        status="INTERRUPTED" if interrupted is not None else "FAILURE" if failed else "SUCCESS",
         seconds=seconds,
         run_dir=str(run_dir),
         parameters=params,
         steps=steps,
         **outcome(steps, params),
     )
+    if interrupted is not None:
+        summary.interrupted_by = signal_name(interrupted)
+        _kill_mlflow_run(summary.mlflow_run, params, work)
     atomic_write_text(work / "run-summary.json", json.dumps(summary.to_dict(), indent=2, default=str))
+    if interrupted is not None:
+        raise interrupted
     return summary
+
+
+def _kill_mlflow_run(run_id: str, params: dict[str, Any], work: Path) -> None:
+    """End an interrupted run's MLflow parent run as KILLED (never left RUNNING)."""
+    if not run_id:
+        return
+    from shipyard.tracking import Tracker
+
+    try:
+        with shielded():
+            Tracker(str(params.get("tracking_uri") or ""), work_dir=work, attempts=2, backoff_s=0.5).finish(run_id, "KILLED")
+    except ShipyardError as err:
+        print(f"shipyard: warning: MLflow run {run_id} could not be marked KILLED: {err}", file=sys.stderr)
 
 
 def _short(value: Any, width: int = 60) -> str:

@@ -57,3 +57,43 @@ def stop_group(proc: subprocess.Popen[bytes] | None, grace: float = 15.0) -> Non
     signal_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
+
+
+def _children_of(pid: int) -> list[int]:
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def interrupt_children(grace: float = 60.0) -> None:
+    """SIGINT every direct child of this process and wait up to ``grace`` seconds for them to
+    end, so that each unwinds as on Ctrl-C (its servers stopped, its partial folders removed)
+    even when only this process got the signal (a SIGTERM). Stragglers get SIGKILL."""
+    children = _children_of(os.getpid()) if os.path.isdir("/proc") else []
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + grace
+    while children and time.monotonic() < deadline:
+        children = [pid for pid in children if not _ended(pid)]
+        time.sleep(0.2)
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _ended(pid: int) -> bool:
+    """True once ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

@@ -63,6 +63,9 @@ class StepRun:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is not None and issubclass(kind, KeyboardInterrupt):  # Ctrl-C or SIGTERM (a cancelled run)
+            self.finish("KILLED")
+            return
         self.finish("FAILED" if kind is not None and not issubclass(kind, SystemExit) or
                     (kind is SystemExit and getattr(exc, "code", 0) not in (0, None)) else "FINISHED")
 

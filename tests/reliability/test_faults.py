@@ -119,3 +119,55 @@ def test_vllm_killed_mid_benchmark_is_one_line_and_leaves_nothing(tiny_model: Pa
     assert proc.returncode != 0
     assert "vLLM server: died during the benchmark" in err and "Traceback" not in err.split("shipyard")[-1]
     assert not out.exists()
+
+
+def _compress_step(family: set[int]) -> int | None:
+    """The process running the compress step's logic (the compress runtime's child)."""
+    for pid in family:
+        cmd = _cmdline(pid)
+        if "shipyard.runtimes" in cmd and "compress" in cmd.split()[0]:
+            request = Path(cmd.split()[-2])
+            try:
+                if "compress_model" in request.read_text():
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_compress_ends_the_run_interrupted(tiny_model: Path, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the foreground process group) while llmcompressor runs: the run ends
+    INTERRUPTED in run-summary.json, its MLflow parent run KILLED, no process and no partial
+    folder left."""
+    import sys
+
+    from shipyard.tracking import Tracker
+
+    work = tmp_path / "run"
+    evaluation = json.dumps({"tasks": ["shipyard_capitals_mc"], "limit": 4, "batch_size": 4})
+    bench = json.dumps({"loads": [1], "max_requests": 2, "prompt_tokens": 16, "output_tokens": 4})
+    cmd = [sys.executable, "-m", "shipyard.cli", "run", "--local", "--work-dir", str(work),
+           "--param", f"model_uri={tiny_model}", "--param", "num_calibration_samples=512",
+           "--param", "max_seq_length=64", "--param", f"eval_config={evaluation}",
+           "--param", f"benchmark_config={bench}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.monotonic() + 900
+    target = None
+    while target is None:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "compress never started"
+        target = _compress_step(_descendants(proc.pid))
+        time.sleep(0.5)
+    time.sleep(5)  # inside llmcompressor's calibration
+    family = _descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    err = _finish(proc, family)
+    assert proc.returncode == 130, err[-2000:]
+    summary = json.loads((work / "run-summary.json").read_text())
+    assert summary["status"] == "INTERRUPTED" and summary["interrupted_by"] == "SIGINT"
+    assert summary["mlflow_run"], "the pre-flight opened the parent run before compress"
+    run = Tracker(work_dir=work).client.get_run(summary["mlflow_run"])
+    assert run.info.status == "KILLED"
+    assert not list(work.rglob("*.partial-*")), "no partial folder left"
