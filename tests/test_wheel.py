@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -54,7 +55,16 @@ def test_declared_dependencies_admit_the_base_lock() -> None:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
+    # Build from the files git knows (tracked, or new and not ignored), as a clean clone would:
+    # a stale build/ folder in the checkout would otherwise leak deleted modules into the wheel.
+    src = tmp_path_factory.mktemp("src")
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
                           cwd=out, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (whl,) = out.glob("shipyard-*.whl")
