@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from typing import Any
 
 from shipyard.errors import ShipyardError
 from shipyard.localregistry import free_port
+from shipyard.procgroup import stop_group
 
 
 def _wait(what: str, check: Any, proc: subprocess.Popen[bytes] | None, log: Path | None, timeout: float) -> None:
@@ -36,20 +36,6 @@ def _wait(what: str, check: Any, proc: subprocess.Popen[bytes] | None, log: Path
             pass
         time.sleep(0.2)
     raise ShipyardError(what, f"not ready within {timeout:.0f} s", f"see {log}" if log else "check the service")
-
-
-def _stop_group(proc: subprocess.Popen[bytes] | None, grace: float = 15.0) -> None:
-    """SIGTERM the process group of ``proc``; SIGKILL after ``grace`` seconds."""
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
 
 
 def _http_ok(url: str) -> bool:
@@ -91,7 +77,7 @@ class PodmanSocket:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _stop_group(self.proc)
+        stop_group(self.proc)
         self.socket.unlink(missing_ok=True)
 
 
@@ -122,7 +108,7 @@ class MlflowServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _stop_group(self.proc, grace=20)
+        stop_group(self.proc, grace=20)
 
 
 class MotoS3:
