@@ -77,9 +77,13 @@ def test_gate_passes_a_candidate_that_recovers(tmp_path: Path) -> None:
     assert out["metrics"]["recovery/ppl/word_perplexity"] == pytest.approx(20.0 / 20.1)
     text = report.read_text()
     assert "# Accuracy gate: PASS" in text
-    assert "| task | metric | base | candidate | recovery | min | pass/fail | note |" in text
-    assert "| mc | acc ↑ | 0.8000 ± 0.0400 | 0.7950 ± 0.0400 | 0.9938 | 0.99 | pass |" in text
+    assert ("| task | metric | base ± stderr | candidate ± stderr | recovery | min recovery | margin | stderr rule "
+            "| decided by | result |") in text
+    assert "| mc | acc ↑ | 0.8000 ± 0.0400 | 0.7950 ± 0.0400 | 0.9938 | 0.99 | +0.0038 | off | recovery >= min | pass |" in text
     assert "| ppl | word_perplexity ↓ |" in text
+    assert "| min_recovery (default) | 0.99 |" in text and "| stderr_k (default) | off |" in text
+    assert "4 metrics compared, 4 gated: 4 recovered, 0 passed by the stderr rule, 0 failed; 0 not gated" in text
+    assert "None" not in text and "{'" not in text
 
 
 def test_gate_fails_on_a_lower_is_better_regression_and_names_it(tmp_path: Path) -> None:
@@ -120,9 +124,18 @@ def test_stderr_rule_passes_a_loss_within_k_standard_errors(tmp_path: Path) -> N
     cand = {"mc": {"acc,none": score(0.75, 0.045)}}  # loss 0.05, se of the difference 0.0602
     b, c = write(tmp_path, "b", summary(base)), write(tmp_path, "c", summary(cand))
     assert run_gate(b, c, "")["passed"] is False
-    out = run_gate(b, c, json.dumps({"stderr_k": 1}))
+    report = tmp_path / "r.md"
+    out = run_gate(b, c, json.dumps({"stderr_k": 1}), str(report))
     assert out["passed"] is True
-    assert "within 1 stderr" in out["rows"][0]["note"]
+    assert "passed by the stderr rule: loss 0.05 <= 1 x stderr 0.06021" in out["rows"][0]["note"]
+    assert out["rows"][0]["decided_by"] == "stderr rule"
+    # the decision and the report say the metric passed below min_recovery, with the stderr and k
+    assert "1 of them below min_recovery, passed by the stderr rule: mc acc,none recovery 0.9375 < 0.99" in out["reason"]
+    text = report.read_text()
+    assert ("**Warning:** mc acc passed below min_recovery 0.99 (recovery 0.9375) only because of the stderr rule: "
+            "loss 0.05 <= 1 x 0.06021 = 0.06021 (k = 1, stderr of the difference from base 0.0400 and candidate 0.0450)") in text
+    assert "| 0.9375 | 0.99 | -0.0525 | loss 0.05 <= 1 x 0.06021 = 0.06021 | stderr rule | pass |" in text
+    assert "1 passed by the stderr rule" in text
     # a larger loss is outside 1 stderr even with the rule
     far = write(tmp_path, "far", summary({"mc": {"acc,none": score(0.60, 0.05)}}))
     assert run_gate(b, far, json.dumps({"stderr_k": 1}))["passed"] is False

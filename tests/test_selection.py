@@ -64,12 +64,16 @@ def test_report_puts_every_candidate_side_by_side(tmp_path: Path) -> None:
     out = select_champion(dirs, "size", str(tmp_path / "decision"), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
     assert out["winner"] == "w8a8-int8" and out["winner_model_uri"] == "/models/w8a8-int8"
     md = (tmp_path / "r.md").read_text()
-    assert "**champion**" in md and "w4a16" in md and "not eligible: SLO gate failed" in md
-    assert "concurrent@1 TTFT p99 ms" in md and "Accuracy recovery per metric" in md
+    assert "| champion |" in md and "size on disk (smaller is better) 100.0 MB" in md and "w4a16" in md and "not eligible: SLO gate failed" in md
+    assert "## Per load level" in md and "| w8a8-int8 | concurrent@1 | 8 (< 100) | 100 | – | 50 | 10 | 0 |" in md
+    assert "Accuracy recovery per metric" in md
+    assert "| 1 | w8a8-int8 | champion | 100.0 MB |" in md  # size objective: the champion's figure
+    assert "None" not in md and "{'" not in md
     page = (tmp_path / "r.html").read_text()
     assert "data:image/png;base64," in page and "http://" not in page and "https://" not in page
     assert json.loads((tmp_path / "decision" / "selection.json").read_text())["winner"] == "w8a8-int8"
-    assert report_html(select(cands, ""), cands, report_markdown(select(cands, ""), cands)).count("<table") == 2
+    assert page.count("<img ") == 3 and page.count("<table") == 4  # ranking, gates, levels, metrics
+    assert report_html(select(cands, ""), cands).count("<table") == 4 and "Rule:" in report_markdown(select(cands, ""), cands)
 
 
 def test_direction_rule() -> None:
@@ -83,10 +87,19 @@ def test_champion_gate_compares_with_production_only() -> None:
     assert first.passed and "first champion" in first.reason
     worse = champion_gate({"mc/acc": 0.5, "ppl/word_perplexity": 20.0}, {"mc/acc": 0.6, "ppl/word_perplexity": 19.0},
                           champion_version="3")
-    assert not worse.passed and "2 of 2 metrics worse than production" in worse.reason
+    assert not worse.passed and "2 of 2 metrics worse than production v3" in worse.reason
+    md = worse.to_markdown()
+    # the counts in the decision and the rows of the table agree
+    assert "**Checks:** 2 compared: 0 pass, 2 fail." in md and md.count("| **FAIL** |") == 2
+    assert "| mc/acc | 0.5 | 0.6 | >= 0.6 (production v3 0.6 - 0) | -0.1 | higher is better: worse by at most 0 | **FAIL** |" in md
     tolerated = champion_gate({"mc/acc": 0.59}, {"mc/acc": 0.6}, champion_version="3",
                               config=ChampionConfig(tolerance=0.02))
     assert tolerated.passed and tolerated.checks[0].margin == pytest.approx(0.01)
     assert not champion_gate({"mc/acc": 0.5}, {}, champion_version="3").passed  # no figures: fail closed
     assert not champion_gate({"mc/acc": 0.5}, {"other/acc": 0.1}).passed  # nothing in common: fail closed
     assert "| mc/acc |" in tolerated.to_markdown() and "<table" in tolerated.to_html()
+    assert tolerated.reason == "passed: 1 of 1 accuracy metrics within 0.02 of production v3 (smallest margin 0.01 on mc/acc)"
+    partial = champion_gate({"mc/acc": 0.6, "x/acc": 0.3}, {"mc/acc": 0.6}, champion_version="4")
+    assert partial.passed and "1 of 1 accuracy metrics" in partial.reason and "1 not compared" in partial.reason
+    assert "**Checks:** 1 compared: 1 pass, 0 fail; 1 not compared." in partial.to_markdown()
+    assert "no production version yet" in first.to_markdown() and "| tolerance (absolute) | 0 |" in first.to_markdown()

@@ -1,16 +1,34 @@
-"""The benchmark report: one self-contained HTML page (plots inline) and a Markdown summary.
+"""The benchmark report: one self-contained HTML page (plots inline) and the same content as Markdown.
 
-Plots (matplotlib, PNG embedded as base64 so the KFP UI shows them without extra files):
-TTFT p50/p99, ITL p50/p99 and output tokens/s against load (achieved requests/s) for base vs
-candidate, with the SLO thresholds drawn in, and goodput per load level.
+Plots (matplotlib, PNG embedded as ``data:`` URLs so the KFP UI shows them without extra files
+and nothing loads from the network), base and candidate on the same axes:
+
+* TTFT p50/p99 against achieved output tokens/s, with the SLO's TTFT p99 line;
+* ITL p50/p99 against achieved output tokens/s, with the SLO's ITL p99 line;
+* output tokens/s against the load level (concurrency, or offered requests/s), with the SLO minimum;
+* goodput per load level.
+
+Each point is labelled with its load level; a hollow marker means its percentiles rest on fewer
+than :data:`~shipyard.components.gates.report.MIN_SAMPLES` requests, and the report says so in a
+warning per level. The decision names the worst regression and the best gain; every SLO check
+is a row with the measured value, the threshold and the margin; the SLO and the benchmark config
+are tables.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import io
+import math
 from typing import Any
+
+from shipyard.components.gates.report import (
+    MIN_SAMPLES,
+    Doc,
+    cell,
+    config_rows,
+    sample_count,
+    sample_warnings,
+)
 
 BASE_COLOR = "#1f77b4"
 CAND_COLOR = "#d62728"
@@ -24,10 +42,7 @@ def _f(v: Any, digits: int = 4) -> str:
     return str(v)
 
 
-def plot_png(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None) -> bytes | None:
-    """The four-panel comparison figure as PNG bytes (None without matplotlib or data)."""
-    if not base and not cand:
-        return None
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -35,62 +50,10 @@ def plot_png(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[s
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    slo = decision.get("slo") or {}
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    panels = [
-        (axes[0][0], "ttft_ms", "TTFT (ms)", slo.get("ttft_p99_ms")),
-        (axes[0][1], "itl_ms", "inter-token latency (ms)", slo.get("itl_p99_ms")),
-    ]
-    series = [(base, "base", BASE_COLOR), (cand, "candidate", CAND_COLOR)]
-    for ax, key, label, limit in panels:
-        for res, name, color in series:
-            if not res:
-                continue
-            lv = sorted(res["levels"], key=lambda x: x["requests_per_s"])
-            xs = [x["requests_per_s"] for x in lv]
-            for q, style in (("p99", "-o"), ("p50", "--.")):
-                ys = [x[key][q] for x in lv]
-                if any(y is not None for y in ys):
-                    ax.plot(xs, [float("nan") if y is None else y for y in ys], style, color=color, label=f"{name} {q}")
-        if limit:
-            ax.axhline(limit, color="black", linestyle=":", label=f"SLO p99 {limit:g}")
-        ax.set_yscale("log")  # the SLO line and the measured figures can be orders apart
-        ax.set_xlabel("load (requests/s)")
-        ax.set_ylabel(label)
-        ax.set_title(f"{label} vs load")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax = axes[1][0]
-    for res, name, color in series:
-        if not res:
-            continue
-        lv = sorted(res["levels"], key=lambda x: x["requests_per_s"])
-        ax.plot([x["requests_per_s"] for x in lv], [x["output_tokens_per_s"] for x in lv], "-o", color=color, label=name)
-    if slo.get("min_output_tokens_per_s"):
-        ax.axhline(slo["min_output_tokens_per_s"], color="black", linestyle=":", label="SLO min tok/s")
-    ax.set_xlabel("load (requests/s)")
-    ax.set_ylabel("output tokens/s")
-    ax.set_title("throughput vs load")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax = axes[1][1]
-    bver = decision.get("base_levels") or []
-    cver = decision.get("candidate_levels") or []
-    names = [v["name"] for v in (cver or bver)]
-    width = 0.4
-    idx = list(range(len(names)))
-    if bver:
-        ax.bar([i - width / 2 for i in idx[: len(bver)]], [v["goodput"] for v in bver][: len(idx)], width, color=BASE_COLOR, label="base")
-    if cver:
-        ax.bar([i + width / 2 for i in idx], [v["goodput"] for v in cver], width, color=CAND_COLOR, label="candidate")
-    if slo.get("min_goodput"):
-        ax.axhline(slo["min_goodput"], color="black", linestyle=":", label="SLO min goodput")
-    ax.set_xticks(idx, names, rotation=20, fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("goodput (share of requests meeting the SLO)")
-    ax.set_title("goodput per load level")
-    if bver or cver:
-        ax.legend(fontsize=8)
+    return plt
+
+
+def _png(fig: Any, plt: Any) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
@@ -98,12 +61,166 @@ def plot_png(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[s
     return buf.getvalue()
 
 
+def _short(level: dict[str, Any]) -> str:
+    name = str(level.get("name") or "?")
+    kind, _, load = name.partition("@")
+    return {"concurrent": f"c={load}", "constant": f"{load}/s", "poisson": f"{load}/s"}.get(kind, name[:6]) if load else name[:6]
+
+
+def _series(base: dict[str, Any] | None, cand: dict[str, Any] | None) -> list[tuple[list[dict[str, Any]], str, str]]:
+    return [(res["levels"], name, color) for res, name, color in ((base, "base", BASE_COLOR), (cand, "candidate", CAND_COLOR))
+            if res and res.get("levels")]
+
+
+def _few(level: dict[str, Any]) -> bool:
+    n = sample_count(level)
+    return n is not None and n < MIN_SAMPLES
+
+
+def _maybe_log(ax: Any, values: list[float]) -> None:
+    positive = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if positive and max(positive) / min(positive) > 30:
+        ax.set_yscale("log")  # the SLO line and the measured figures can be orders apart
+
+
+def latency_plot(key: str, label: str, limit: float | None, base: dict[str, Any] | None,
+                 cand: dict[str, Any] | None) -> bytes | None:
+    """``key`` (``ttft_ms`` or ``itl_ms``) p50 and p99 against achieved output tok/s, base and
+    candidate on the same axes, the SLO p99 line drawn in (PNG bytes; None without data)."""
+    plt = _pyplot()
+    series = _series(base, cand)
+    if plt is None or not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ys: list[float] = []
+    few = False
+    for levels, name, color in series:
+        lv = sorted(levels, key=lambda x: x["output_tokens_per_s"])
+        xs = [x["output_tokens_per_s"] for x in lv]
+        for q, style in (("p99", "-"), ("p50", "--")):
+            vals = [x[key][q] for x in lv]
+            if all(v is None for v in vals):
+                continue
+            ax.plot(xs, [math.nan if v is None else v for v in vals], style, color=color, label=f"{name} {q}")
+            for x, v, level in zip(xs, vals, lv, strict=True):
+                if v is None:
+                    continue
+                hollow = _few(level)
+                few = few or hollow
+                ax.plot([x], [v], "o" if q == "p99" else "s", color=color, markersize=6 if q == "p99" else 4,
+                        markerfacecolor="white" if hollow else color)
+                ys.append(v)
+                if q == "p99":
+                    ax.annotate(_short(level), (x, v), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+    if limit:
+        ax.axhline(limit, color="black", linestyle=":", label=f"SLO p99 <= {limit:g} ms")
+        ys.append(limit)
+    _maybe_log(ax, ys)
+    ax.set_xlabel("achieved output tokens/s")
+    ax.set_ylabel(f"{label} (ms)")
+    ax.set_title(f"{label} vs achieved throughput" + (f"\nhollow: < {MIN_SAMPLES} requests" if few else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig, plt)
+
+
+def _load_x(level: dict[str, Any]) -> float:
+    for key in ("nominal_load", "concurrency_mean", "requests_per_s"):
+        if level.get(key) is not None:
+            return float(level[key])
+    return 0.0
+
+
+def _load_axis(levels: list[dict[str, Any]]) -> str:
+    kinds = {str(lv.get("strategy") or str(lv.get("name", "")).partition("@")[0]) for lv in levels}
+    if kinds <= {"concurrent", "synchronous"}:
+        return "concurrency (streams)"
+    if kinds <= {"constant", "poisson"}:
+        return "offered load (requests/s)"
+    return "load level"
+
+
+def throughput_plot(minimum: float | None, base: dict[str, Any] | None, cand: dict[str, Any] | None) -> bytes | None:
+    """Achieved output tok/s against the load level (concurrency or offered req/s), base and
+    candidate, the SLO minimum drawn in (PNG bytes; None without data)."""
+    plt = _pyplot()
+    series = _series(base, cand)
+    if plt is None or not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for levels, name, color in series:
+        lv = sorted(levels, key=_load_x)
+        ax.plot([_load_x(x) for x in lv], [x["output_tokens_per_s"] for x in lv], "-o", color=color, label=name)
+        for level in lv:
+            if _few(level):
+                ax.plot([_load_x(level)], [level["output_tokens_per_s"]], "o", color=color, markerfacecolor="white")
+    if minimum:
+        ax.axhline(minimum, color="black", linestyle=":", label=f"SLO min {minimum:g} tok/s")
+    ax.set_xlabel(_load_axis([lv for levels, _, _ in series for lv in levels]))
+    ax.set_ylabel("achieved output tokens/s")
+    ax.set_title("throughput vs load", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig, plt)
+
+
+def goodput_plot(decision: dict[str, Any]) -> bytes | None:
+    """Goodput per load level (share of all requests meeting the TTFT and ITL SLO)."""
+    bver = decision.get("base_levels") or []
+    cver = decision.get("candidate_levels") or []
+    plt = _pyplot()
+    if plt is None or not (bver or cver):
+        return None
+    slo = decision.get("slo") or {}
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    names = [v["name"] for v in (cver or bver)]
+    width = 0.4
+    idx = list(range(len(names)))
+    if bver:
+        ax.bar([i - width / 2 for i in idx[: len(bver)]], [v["goodput"] for v in bver][: len(idx)], width,
+               color=BASE_COLOR, label="base")
+    if cver:
+        ax.bar([i + width / 2 for i in idx], [v["goodput"] for v in cver], width, color=CAND_COLOR, label="candidate")
+    if slo.get("min_goodput"):
+        ax.axhline(slo["min_goodput"], color="black", linestyle=":", label=f"SLO min goodput {slo['min_goodput']:g}")
+    ax.set_xticks(idx, names, rotation=20, fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share of requests meeting the SLO")
+    ax.set_title("goodput per load level", fontsize=10)
+    ax.legend(fontsize=7)
+    return _png(fig, plt)
+
+
+def plots(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None) -> list[tuple[str, bytes]]:
+    """Every plot of the report as ``(alt text, PNG)``."""
+    slo = decision.get("slo") or {}
+    out = [
+        ("TTFT p50 and p99 vs achieved output tokens/s, base and candidate, SLO line",
+         latency_plot("ttft_ms", "TTFT", slo.get("ttft_p99_ms"), base, cand)),
+        ("ITL p50 and p99 vs achieved output tokens/s, base and candidate, SLO line",
+         latency_plot("itl_ms", "ITL", slo.get("itl_p99_ms"), base, cand)),
+        ("output tokens/s vs load level, base and candidate, SLO minimum",
+         throughput_plot(slo.get("min_output_tokens_per_s"), base, cand)),
+        ("goodput per load level", goodput_plot(decision)),
+    ]
+    return [(alt, png) for alt, png in out if png]
+
+
+# --------------------------------------------------------------------------- tables
+
+_LEVEL_HEAD = ["load", "requests (percentiles from)", "req/s", "out tok/s", "TTFT p50/p90/p99 ms", "ITL p50/p90/p99 ms",
+               "TPOT p50/p99 ms", "latency p50/p99 s", "ok/err/incomplete", "goodput", "SLO"]
+
+
 def _level_rows(res: dict[str, Any], verdicts: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for i, lv in enumerate(res["levels"]):
         v = verdicts[i] if i < len(verdicts) else {}
+        n = sample_count(lv)
         rows.append([
-            lv["name"], _f(lv["requests_per_s"]), _f(lv["output_tokens_per_s"]),
+            lv["name"], "–" if n is None else f"{n}" + (f" (< {MIN_SAMPLES})" if n < MIN_SAMPLES else ""),
+            _f(lv["requests_per_s"]), _f(lv["output_tokens_per_s"]),
             f"{_f(lv['ttft_ms']['p50'])} / {_f(lv['ttft_ms']['p90'])} / {_f(lv['ttft_ms']['p99'])}",
             f"{_f(lv['itl_ms']['p50'])} / {_f(lv['itl_ms']['p90'])} / {_f(lv['itl_ms']['p99'])}",
             f"{_f(lv['tpot_ms']['p50'])} / {_f(lv['tpot_ms']['p99'])}",
@@ -115,15 +232,16 @@ def _level_rows(res: dict[str, Any], verdicts: list[dict[str, Any]]) -> list[lis
     return rows
 
 
-_LEVEL_HEAD = ["load", "req/s", "out tok/s", "TTFT p50/p90/p99 ms", "ITL p50/p90/p99 ms", "TPOT p50/p99 ms",
-               "latency p50/p99 s", "ok/err/incomplete", "goodput", "SLO"]
-
-
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
-    out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
-    for r in rows:
-        out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>")
-    return "\n".join(out) + "</table>"
+def _check_rows(decision: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for who, key in (("candidate", "candidate_levels"), ("base", "base_levels")):
+        for v in decision.get(key) or []:
+            n = v.get("samples")
+            for c in v.get("checks") or []:
+                rows.append([who, v["name"], "–" if n is None else str(n), c["check"], _f(c["measured"]),
+                             c["threshold"], "–" if c["margin"] is None else f"{c['margin']:+.4g}",
+                             "pass" if c["passed"] else "FAIL", c.get("note", "")])
+    return rows
 
 
 def _memory_rows(res: dict[str, Any] | None) -> list[list[str]]:
@@ -141,87 +259,109 @@ def _memory_rows(res: dict[str, Any] | None) -> list[list[str]]:
     ]
 
 
-def html_report(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None) -> str:
-    """The gate's HTML artifact: decision, plots, per-level tables, ratios, memory, configs."""
+SLO_MEANING = {
+    "ttft_p99_ms": "time to first token, p99, per level (ms, at most)",
+    "itl_p99_ms": "inter-token latency, p99, per level (ms, at most)",
+    "min_output_tokens_per_s": "achieved output tokens/s per level (at least)",
+    "max_error_rate": "errored + incomplete requests / all requests (at most)",
+    "min_goodput": "share of requests meeting the TTFT and ITL SLO (at least)",
+    "require": "which levels must meet the SLO",
+    "min_throughput_ratio": "candidate / base output tok/s per level (at least)",
+    "max_latency_ratio": "candidate / base TTFT p99 and ITL p99 per level (at most)",
+}
+
+
+def _change_row(kind: str, change: dict[str, Any] | None) -> list[str]:
+    if not change:
+        return [kind, "none", "–", "–", "–", "–", "–"]
+    return [kind, change["figure"], change["load"], f"{change['candidate']:.4g} {change['unit']}",
+            f"{change['base']:.4g} {change['unit']}", f"x{change['ratio']:.3g}",
+            str(change["samples"]) + (f" (< {MIN_SAMPLES})" if change["samples"] < MIN_SAMPLES else "")]
+
+
+def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None,
+               with_plots: bool = True) -> Doc:
+    """The SLO gate's (and benchmark's) report as a :class:`Doc`."""
     passed = bool(decision.get("passed"))
-    png = plot_png(decision, base, cand)
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>shipyard SLO gate</title><style>",
-        "body{font-family:sans-serif;margin:1.5em;max-width:1200px}table{border-collapse:collapse;margin:.5em 0 1.5em}"
-        "td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;text-align:right}th{background:#f4f4f4}"
-        "td:first-child{text-align:left}.pass{color:#17803d}.fail{color:#b3261e}code{background:#f4f4f4}",
-        "</style></head><body>",
-        f"<h1 class='{'pass' if passed else 'fail'}'>SLO gate: {'PASS' if passed else 'FAIL'}</h1>",
-        f"<p><b>Decision:</b> {'promote' if passed else 'do not promote'}. {html.escape(str(decision.get('reason')))}</p>",
-    ]
+    verdict = "PASS" if passed else "FAIL"
+    doc = Doc(f"shipyard SLO gate: {verdict}").h(1, f"SLO gate: {verdict}", "pass" if passed else "fail")
+    doc.p(f"{'promote' if passed else 'do not promote'}. {decision.get('reason')}", "Decision:")
+    if decision.get("rule"):
+        doc.p(str(decision["rule"]), "Rule:")
+    warnings = sample_warnings((cand or {}).get("levels") or [], "candidate") + sample_warnings(
+        (base or {}).get("levels") or [], "base")
+    for text in warnings:
+        doc.warn(text)
+    if "worst_regression" in decision:
+        doc.h(2, "Candidate vs base: worst regression and best gain")
+        doc.table(["", "figure", "load", "candidate", "base", "candidate / base", "requests"],
+                  [_change_row("worst regression", decision.get("worst_regression")),
+                   _change_row("best gain", decision.get("best_gain"))])
     slo = decision.get("slo")
     if slo:
-        parts.append("<p><b>SLO:</b> <code>" + html.escape(str(slo)) + "</code></p>")
-    for key, label in (("candidate_highest_load", "candidate"), ("base_highest_load", "base")):
-        best = decision.get(key)
-        if key in decision:
-            parts.append(
-                f"<p>Highest load meeting the SLO ({label}): "
-                + (html.escape(f"{best['name']} at {best['requests_per_s']:.4g} requests/s") if best else "none")
-                + "</p>"
-            )
-    if png:
-        parts.append("<img alt='latency and throughput vs load' src='data:image/png;base64,"
-                     + base64.b64encode(png).decode() + "'/>")
+        doc.h(2, "SLO")
+        doc.table(["threshold", "value", "meaning"],
+                  [[k, cell(v), SLO_MEANING.get(k, "")] for k, v in slo.items()])
+    if "candidate_highest_load" in decision:
+        cb, bb = decision.get("candidate_highest_load"), decision.get("base_highest_load")
+        doc.table(["highest load meeting the SLO", "level", "req/s"],
+                  [[who, best["name"] if best else "none", _f(best["requests_per_s"]) if best else "–"]
+                   for who, best in (("candidate", cb), ("base", bb))])
+    if with_plots:
+        for alt, png in plots(decision, base, cand):
+            doc.image(alt, png)
+    checks = _check_rows(decision)
+    if checks:
+        doc.h(2, "SLO checks per load level")
+        doc.p("margin = threshold - measured for an upper bound, measured - threshold for a lower bound; "
+              "negative means the check failed.")
+        doc.table(["model", "load", "requests", "check", "measured", "threshold", "margin", "result", "note"], checks)
     for res, label, key in ((cand, "Candidate", "candidate_levels"), (base, "Base", "base_levels")):
         if res:
-            parts.append(f"<h2>{label}: {html.escape(str(res.get('model_name')))}</h2>")
-            parts.append(_html_table(_LEVEL_HEAD, _level_rows(res, decision.get(key) or [])))
+            doc.h(2, f"{label}: {res.get('model_name')}")
+            doc.table(_LEVEL_HEAD, _level_rows(res, decision.get(key) or []))
     pairs = decision.get("pairs") or []
     if pairs:
-        parts.append("<h2>Candidate / base</h2>")
-        parts.append(_html_table(
-            ["load", "out tok/s", "req/s", "TTFT p99", "ITL p99", "latency p99"],
-            [[p["name"], _f(p["output_tokens_per_s_ratio"]), _f(p["requests_per_s_ratio"]), _f(p["ttft_p99_ratio"]),
-              _f(p["itl_p99_ratio"]), _f(p["latency_p99_ratio"])] for p in pairs],
-        ))
+        doc.h(2, "Candidate / base per level")
+        tmin, lmax = (slo or {}).get("min_throughput_ratio"), (slo or {}).get("max_latency_ratio")
+        doc.table(["load", "out tok/s", "req/s", "TTFT p99", "ITL p99", "latency p99", "ratio thresholds"],
+                  [[p["name"], _f(p["output_tokens_per_s_ratio"]), _f(p["requests_per_s_ratio"]), _f(p["ttft_p99_ratio"]),
+                    _f(p["itl_p99_ratio"]), _f(p["latency_p99_ratio"]),
+                    ", ".join(t for t in ((f"out tok/s >= {tmin:g}" if tmin is not None else ""),
+                                          (f"TTFT/ITL p99 <= {lmax:g}" if lmax is not None else "")) if t) or "none set"]
+                   for p in pairs])
     if base or cand:
-        parts.append("<h2>Memory: vLLM's log vs the planner</h2>")
+        doc.h(2, "Memory: vLLM's log vs the planner")
         for res, label in ((cand, "candidate"), (base, "base")):
             if res:
-                parts.append(f"<h3>{label}</h3>" + _html_table(["figure", "vLLM log", "planner"], _memory_rows(res)))
-        cfg = (cand or base or {}).get("config")
-        parts.append("<h2>Benchmark config</h2><p><code>" + html.escape(str(cfg)) + "</code></p>")
-        parts.append("<p>Raw guidellm JSON: <code>guidellm.json</code> in each benchmark results artifact.</p>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+                doc.h(3, label).table(["figure", "vLLM log", "planner"], _memory_rows(res))
+        cfg = (cand or base or {}).get("config") or {}
+        doc.h(2, "Benchmark config").table(["setting", "value"], config_rows(cfg))
+        doc.p("guidellm.json in each benchmark results artifact.", "Raw guidellm JSON:")
+    return doc
+
+
+def html_report(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None) -> str:
+    """The gate's HTML artifact: decision, warnings, SLO table, plots, checks, per-level tables, configs."""
+    return report_doc(decision, base, cand).to_html()
 
 
 def markdown_summary(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None) -> str:
-    """The gate's Markdown summary: decision, per-level table of the candidate, ratios."""
-    passed = bool(decision.get("passed"))
-    lines = [
-        f"# SLO gate: {'PASS' if passed else 'FAIL'}",
-        "",
-        f"**Decision:** {'promote' if passed else 'do not promote'}. {decision.get('reason')}",
-        "",
-    ]
-    if "candidate_highest_load" in decision:
-        cb, bb = decision.get("candidate_highest_load"), decision.get("base_highest_load")
-        lines += [
-            "Highest load meeting the SLO: candidate "
-            + (f"{cb['name']} ({cb['requests_per_s']:.4g} req/s)" if cb else "none")
-            + ", base "
-            + (f"{bb['name']} ({bb['requests_per_s']:.4g} req/s)" if bb else "none"),
-            "",
-        ]
-    for res, label, key in ((cand, "candidate", "candidate_levels"), (base, "base", "base_levels")):
-        if not res:
-            continue
-        lines += [f"## {label}: {res.get('model_name')}", "",
-                  "| " + " | ".join(_LEVEL_HEAD) + " |", "|" + "---|" * len(_LEVEL_HEAD)]
-        for row in _level_rows(res, decision.get(key) or []):
-            lines.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
-        lines.append("")
-    pairs = decision.get("pairs") or []
-    if pairs:
-        lines += ["## candidate / base", "", "| load | out tok/s | TTFT p99 | ITL p99 |", "|---|---:|---:|---:|"]
-        for p in pairs:
-            lines.append(f"| {p['name']} | {_f(p['output_tokens_per_s_ratio'])} | {_f(p['ttft_p99_ratio'])} | "
-                         f"{_f(p['itl_p99_ratio'])} |")
-    return "\n".join(lines) + "\n"
+    """The gate's Markdown summary: the same decisions, warnings and tables as the HTML (no plots)."""
+    return report_doc(decision, base, cand, with_plots=False).to_markdown()
+
+
+def benchmark_markdown(results: dict[str, Any]) -> str:
+    """One model's benchmark (no gate) as Markdown: sample warnings, per-level table, memory,
+    config as a table (a drop-in for the benchmark step's summary)."""
+    doc = Doc(f"Benchmark: {results.get('model_name')}").h(1, f"Benchmark: {results.get('model_name')}")
+    for text in sample_warnings(results.get("levels") or [], "this model"):
+        doc.warn(text)
+    doc.table(_LEVEL_HEAD[:-2], [row[:-2] for row in _level_rows(results, [])])
+    doc.h(2, "Memory: vLLM's log vs the planner").table(["figure", "vLLM log", "planner"], _memory_rows(results))
+    timing = {k: results.get(k) for k in ("server_startup_seconds", "benchmark_seconds", "wall_seconds", "device",
+                                          "guidellm_version") if k in results}
+    if timing:
+        doc.h(2, "Run").config(timing)
+    doc.h(2, "Benchmark config").config(results.get("config") or {})
+    return doc.to_markdown()

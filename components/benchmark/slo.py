@@ -26,6 +26,7 @@ from typing import Any
 
 from shipyard.components.benchmark.benchmark import load_results
 from shipyard.components.gates.config import SloConfig, slo_config
+from shipyard.components.gates.report import change_text, level_label, sample_count
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
 
@@ -60,8 +61,20 @@ def goodput(level: dict[str, Any], slo: dict[str, Any]) -> float:
     return round(min(1.0, good / total), 4)
 
 
+def _check(name: str, measured: float | None, op: str, limit: float, unit: str) -> dict[str, Any]:
+    """One SLO check of a level: the measured value against the threshold, with the margin
+    (positive: room to spare) and the verdict."""
+    if measured is None:
+        return {"check": name, "measured": None, "threshold": f"{op} {limit:g} {unit}".strip(), "margin": None,
+                "unit": unit, "passed": name == "ITL p99", "note": "no figure" + (" (one-token outputs)" if name == "ITL p99" else "")}
+    margin = limit - measured if op == "<=" else measured - limit
+    return {"check": name, "measured": measured, "threshold": f"{op} {limit:g} {unit}".strip(),
+            "margin": round(margin, 6), "unit": unit, "passed": margin >= 0, "note": ""}
+
+
 def check_level(level: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
-    """The SLO verdict of one load level: ``meets``, ``goodput`` and the failed checks."""
+    """The SLO verdict of one load level: ``meets``, ``goodput``, the failed checks (text) and
+    every check (``checks``: measured, threshold, margin, verdict)."""
     failures = []
     ttft, itl = level["ttft_ms"]["p99"], level["itl_ms"]["p99"]
     if ttft is None:
@@ -80,7 +93,68 @@ def check_level(level: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
     gp = goodput(level, slo)
     if slo.get("min_goodput") is not None and gp < slo["min_goodput"]:
         failures.append(f"goodput {gp:.3g} < {slo['min_goodput']:g}")
-    return {"name": level["name"], "meets": not failures, "goodput": gp, "failures": failures}
+    checks = [
+        _check("TTFT p99", ttft, "<=", slo["ttft_p99_ms"], "ms"),
+        _check("ITL p99", itl, "<=", slo["itl_p99_ms"], "ms"),
+        _check("output tok/s", level["output_tokens_per_s"], ">=", slo["min_output_tokens_per_s"], "tok/s"),
+        _check("error rate", level["error_rate"], "<=", slo["max_error_rate"], ""),
+    ]
+    if slo.get("min_goodput") is not None:
+        checks.append(_check("goodput", gp, ">=", slo["min_goodput"], ""))
+    return {"name": level["name"], "meets": not failures, "goodput": gp, "failures": failures, "checks": checks,
+            "samples": sample_count(level)}
+
+
+#: Figures compared between candidate and base per level: (key, percentile, label, unit, lower is better).
+CHANGE_FIGURES = (("ttft_ms", "p99", "TTFT p99", "ms", True), ("itl_ms", "p99", "ITL p99", "ms", True),
+                  ("output_tokens_per_s", None, "output tok/s", "tok/s", False))
+
+
+def changes(base_levels: list[dict[str, Any]], cand_levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Candidate against base per level and figure: the ratio and how much worse (``worse`` > 1)
+    or better (< 1) the candidate is, whichever way the figure is better."""
+    out = []
+    for b, c in zip(base_levels, cand_levels, strict=False):
+        for key, pct, label, unit, lower in CHANGE_FIGURES:
+            cv = c[key][pct] if pct else c.get(key)
+            bv = b[key][pct] if pct else b.get(key)
+            if cv is None or bv is None or cv <= 0 or bv <= 0:
+                continue
+            ratio = cv / bv
+            out.append({"figure": label, "level": c["name"], "load": level_label(c), "candidate": cv, "base": bv,
+                        "unit": unit, "ratio": round(ratio, 4), "worse": ratio if lower else 1 / ratio,
+                        "samples": min(n for n in (sample_count(c), sample_count(b), 10**9) if n is not None)})
+    return out
+
+
+def worst_and_best(found: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The worst regression (largest ``worse`` > 1) and the best gain (smallest ``worse`` < 1)."""
+    worse = [c for c in found if c["worse"] > 1 + 1e-9]
+    better = [c for c in found if c["worse"] < 1 - 1e-9]
+    return (max(worse, key=lambda c: c["worse"]) if worse else None,
+            min(better, key=lambda c: c["worse"]) if better else None)
+
+
+def rule_text(slo: dict[str, Any]) -> str:
+    """The SLO gate's rule in words, with every threshold."""
+    level = (f"a load level meets the SLO when TTFT p99 <= {slo['ttft_p99_ms']:g} ms, ITL p99 <= "
+             f"{slo['itl_p99_ms']:g} ms, output >= {slo['min_output_tokens_per_s']:g} tok/s and error rate <= "
+             f"{slo['max_error_rate']:g}" + (f" and goodput >= {slo['min_goodput']:g}" if slo.get("min_goodput") is not None else ""))
+    req = slo["require"]
+    if req == "base":
+        gate = "require=base: the candidate meets it at every level where the base does, and at one level at least"
+    elif req == "all":
+        gate = "require=all: the candidate meets it at every level"
+    elif req == "any":
+        gate = "require=any: the candidate meets it at one level at least"
+    else:
+        gate = f"require={req:g}: the candidate meets it at the level with nominal load {req:g}"
+    extra = []
+    if slo.get("min_throughput_ratio") is not None:
+        extra.append(f"output tok/s >= {slo['min_throughput_ratio']:g} x the base's at every level")
+    if slo.get("max_latency_ratio") is not None:
+        extra.append(f"TTFT p99 and ITL p99 <= {slo['max_latency_ratio']:g} x the base's at every level")
+    return f"{level}; {gate}" + ("; and " + "; ".join(extra) if extra else "")
 
 
 def highest_load(levels: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -154,18 +228,19 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any]) -> 
     passed = not reasons
     cbest, bbest = highest_load(clev, cver), highest_load(blev, bver)
     met = sum(v["meets"] for v in cver)
+    worst, gain = worst_and_best(changes(blev, clev))
+    versus = f"worst regression: {change_text(worst)}; best gain: {change_text(gain)}"
     if passed:
         best = f"{cbest['name']} at {cbest['requests_per_s']:.3g} req/s" if cbest else "none"
         bbest_txt = f"{bbest['name']} at {bbest['requests_per_s']:.3g} req/s" if bbest else "none"
-        tput = [p["output_tokens_per_s_ratio"] for p in pairs if p["output_tokens_per_s_ratio"] is not None]
-        reason = (
-            f"passed: the candidate meets the SLO at {met} of {len(cver)} load levels; highest load meeting it "
-            f"{best} (base: {bbest_txt})"
-            + (f"; output tok/s x{min(tput):.3g}-{max(tput):.3g} of the base" if tput else "")
-        )
+        reason = (f"passed: the candidate meets the SLO at {met} of {len(cver)} load levels; highest load meeting it "
+                  f"{best} (base: {bbest_txt}); {versus}")
     else:
-        reason = "failed: " + "; ".join(reasons)
+        reason = "failed: " + "; ".join(reasons) + f"; {versus}"
     return {
+        "rule": rule_text(slo),
+        "worst_regression": worst,
+        "best_gain": gain,
         "passed": passed,
         "reason": reason,
         "reasons": reasons,
@@ -186,6 +261,9 @@ def gate_metrics(decision: dict[str, Any]) -> dict[str, float]:
     out["levels"] = float(len(cver))
     for v in cver:
         out[f"{v['name']}.goodput"] = v["goodput"]
+    worst = decision.get("worst_regression")
+    if worst:
+        out["worst_regression_factor"] = round(float(worst["worse"]), 4)
     best = decision.get("candidate_highest_load")
     out["highest_load_meeting_slo_rps"] = float(best["requests_per_s"]) if best else 0.0
     for p in decision.get("pairs") or []:
@@ -210,6 +288,7 @@ def run_slo_gate(
     from shipyard.components.benchmark.report import html_report, markdown_summary
 
     base = cand = None
+    parsed: dict[str, Any] | None = None
     try:
         parsed = parse_slo(slo)
         base = load_results(base_results)
@@ -219,6 +298,8 @@ def run_slo_gate(
         decision = {"passed": False, "reason": f"failed: {err}", "reasons": [str(err)]}
     except Exception as err:  # fail closed on anything unexpected, with the reason
         decision = {"passed": False, "reason": f"failed: {type(err).__name__}: {err}", "reasons": [str(err)]}
+    if parsed is not None and "slo" not in decision:
+        decision["slo"], decision["rule"] = parsed, rule_text(parsed)
     try:
         atomic_write_text(report_path, html_report(decision, base, cand))
     except Exception as err:  # the decision stands; the report says what broke
@@ -226,4 +307,6 @@ def run_slo_gate(
         decision = {**decision, "passed": False, "reason": f"failed: report could not be written ({err})"}
     if summary_path:
         atomic_write_text(summary_path, markdown_summary(decision, base, cand))
-    return {"passed": bool(decision["passed"]), "reason": decision["reason"], "metrics": gate_metrics(decision)}
+    return {"passed": bool(decision["passed"]), "reason": decision["reason"], "metrics": gate_metrics(decision),
+            "slo": decision.get("slo"), "rule": decision.get("rule"), "worst_regression": decision.get("worst_regression"),
+            "best_gain": decision.get("best_gain")}

@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from shipyard.components.evaluate.recovery import Row, compare, load_summary, parse_thresholds
+from shipyard.components.evaluate.recovery import Row, Thresholds, compare, load_summary, parse_thresholds
+from shipyard.components.gates.report import Doc
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
 
@@ -26,11 +27,51 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}f}"
 
 
+def _stderr_of_difference(row: Row) -> float | None:
+    if row.base_stderr is None or row.candidate_stderr is None:
+        return None
+    return math.sqrt(row.base_stderr**2 + row.candidate_stderr**2)
+
+
+def decided_by(row: Row) -> str:
+    """The rule that decided a row: "recovery >= min", "stderr rule", "recovery < min", "missing"."""
+    if row.candidate is None or row.recovery is None:
+        return "missing"
+    if row.recovery >= row.min_recovery:
+        return "recovery >= min"
+    if row.passed and row.gated:
+        return "stderr rule"
+    return "recovery < min"
+
+
+def stderr_text(row: Row) -> str:
+    """The stderr rule's figures for a row: off, no stderr, or ``loss L vs k x se = bound``."""
+    if row.stderr_k is None:
+        return "off"
+    se = _stderr_of_difference(row)
+    if se is None or row.candidate is None or row.base is None:
+        return f"k={row.stderr_k:g}, no stderr"
+    loss = abs(row.candidate - row.base)
+    return f"loss {loss:.4g} {'<=' if loss <= row.stderr_k * se else '>'} {row.stderr_k:g} x {se:.4g} = {row.stderr_k * se:.4g}"
+
+
+def stderr_passes(rows: list[Row]) -> list[Row]:
+    """Gated rows that passed below their ``min_recovery`` because of the stderr rule."""
+    return [r for r in rows if r.gated and decided_by(r) == "stderr rule"]
+
+
 def _reason(rows: list[Row]) -> str:
     failed = [r for r in rows if not r.passed]
     gated = [r for r in rows if r.gated]
     if not failed:
-        return f"passed: all {len(gated)} gated metrics recovered (of {len(rows)} compared)"
+        lenient = stderr_passes(rows)
+        extra = ""
+        if lenient:
+            extra = (f"; {len(lenient)} of them below min_recovery, passed by the stderr rule: "
+                     + ", ".join(f"{r.task} {r.metric} recovery {r.recovery:.4f} < {r.min_recovery:g} "
+                                 f"(loss within {r.stderr_k:g} x stderr {_stderr_of_difference(r):.4g})"
+                                 for r in lenient))
+        return f"passed: all {len(gated)} gated metrics recovered (of {len(rows)} compared){extra}"
     parts = []
     for r in failed:
         if r.candidate is None:
@@ -43,32 +84,58 @@ def _reason(rows: list[Row]) -> str:
     return f"failed: {len(failed)} of {len(gated)} gated metrics below threshold: " + "; ".join(parts)
 
 
-def report_markdown(passed: bool, reason: str, rows: list[Row], context: dict[str, Any]) -> str:
-    """The gate report the KFP UI renders: decision, reason and the recovery table."""
-    lines = [
-        f"# Accuracy gate: {'PASS' if passed else 'FAIL'}",
-        "",
-        f"**Decision:** {'promote' if passed else 'do not promote'}. {reason}",
-        "",
-    ]
-    for key, value in context.items():
-        lines.append(f"- {key}: `{value}`")
+ROW_HEAD = ["task", "metric", "base ± stderr", "candidate ± stderr", "recovery", "min recovery", "margin",
+            "stderr rule", "decided by", "result"]
+
+
+def report_doc(passed: bool, reason: str, rows: list[Row], context: dict[str, Any],
+               rules: Thresholds | None = None) -> Doc:
+    """The accuracy gate's report: decision, rules, counts, the stderr-rule warnings, every metric."""
+    verdict = "PASS" if passed else "FAIL"
+    doc = Doc(f"Accuracy gate: {verdict}").h(1, f"Accuracy gate: {verdict}", "pass" if passed else "fail")
+    doc.p(f"{'promote' if passed else 'do not promote'}. {reason}", "Decision:")
+    doc.p("recovery = candidate / base (base / candidate when lower is better, ↓); a gated metric passes when "
+          "recovery >= its min recovery, or, with stderr_k set, when |candidate - base| <= k x "
+          "sqrt(stderr_base² + stderr_candidate²). margin = recovery - min recovery.", "Rule:")
+    if rules is not None:
+        settings: dict[str, Any] = {"min_recovery (default)": rules.min_recovery,
+                                    "stderr_k (default)": "off" if rules.stderr_k is None else rules.stderr_k}
+        for key, override in (rules.metrics or {}).items():
+            for name, value in override.items():
+                settings[f"metrics.{key}.{name}"] = value
+        doc.h(2, "Thresholds").config(settings)
+    for r in stderr_passes(rows):
+        doc.warn(f"{r.task} {r.metric.replace(',none', '')} passed below min_recovery {r.min_recovery:g} "
+                 f"(recovery {r.recovery:.4f}) only because of the stderr rule: {stderr_text(r)} "
+                 f"(k = {r.stderr_k:g}, stderr of the difference from base {_fmt(r.base_stderr)} and candidate "
+                 f"{_fmt(r.candidate_stderr)}).")
     if rows:
-        lines += [
-            "",
-            "| task | metric | base | candidate | recovery | min | pass/fail | note |",
-            "|---|---|---:|---:|---:|---:|---|---|",
-        ]
+        gated = [r for r in rows if r.gated]
+        by_rule = {k: sum(decided_by(r) == k for r in gated) for k in ("recovery >= min", "stderr rule")}
+        failed = sum(not r.passed for r in gated)
+        doc.p(f"{len(rows)} metrics compared, {len(gated)} gated: {by_rule['recovery >= min']} recovered, "
+              f"{by_rule['stderr rule']} passed by the stderr rule, {failed} failed; "
+              f"{len(rows) - len(gated)} not gated.", "Counts:")
+        table = []
         for r in rows:
             base = _fmt(r.base) + (f" ± {_fmt(r.base_stderr)}" if r.base_stderr is not None else "")
             cand = _fmt(r.candidate) + (f" ± {_fmt(r.candidate_stderr)}" if r.candidate_stderr is not None else "")
             arrow = "↑" if r.higher_is_better else "↓"
-            verdict = ("pass" if r.passed else "**FAIL**") if r.gated else "not gated"
-            lines.append(
-                f"| {r.task} | {r.metric.replace(',none', '')} {arrow} | {base} | {cand} | {_fmt(r.recovery)} "
-                f"| {r.min_recovery:g} | {verdict} | {r.note} |"
-            )
-    return "\n".join(lines) + "\n"
+            verdict_cell = ("pass" if r.passed else "FAIL") if r.gated else "not gated"
+            margin = None if r.recovery is None else r.recovery - r.min_recovery
+            table.append([r.task, f"{r.metric.replace(',none', '')} {arrow}", base, cand, _fmt(r.recovery),
+                          f"{r.min_recovery:g}", "–" if margin is None else f"{margin:+.4f}", stderr_text(r),
+                          decided_by(r) + ("" if r.gated else " (not gated)"), verdict_cell])
+        doc.h(2, "Metrics").table(ROW_HEAD, table)
+    if context:
+        doc.h(2, "Inputs").config(context)
+    return doc
+
+
+def report_markdown(passed: bool, reason: str, rows: list[Row], context: dict[str, Any],
+                    rules: Thresholds | None = None) -> str:
+    """The gate report the KFP UI renders: decision, thresholds, counts and the recovery table."""
+    return report_doc(passed, reason, rows, context, rules).to_markdown()
 
 
 def run_gate(base_results: str, candidate_results: str, thresholds: str = "", report_path: str | None = None) -> dict[str, Any]:
@@ -79,6 +146,7 @@ def run_gate(base_results: str, candidate_results: str, thresholds: str = "", re
     """
     rows: list[Row] = []
     context: dict[str, Any] = {}
+    rules: Thresholds | None = None
     try:
         rules = parse_thresholds(thresholds)
         base = load_summary(base_results, "base_results")
@@ -88,8 +156,6 @@ def run_gate(base_results: str, candidate_results: str, thresholds: str = "", re
             "backend": base.get("backend"),
             "base model sha256": str(base.get("model_identity", {}).get("sha256", ""))[:16],
             "candidate model sha256": str(cand.get("model_identity", {}).get("sha256", ""))[:16],
-            "default min recovery": rules.min_recovery,
-            "stderr rule k": rules.stderr_k,
         }
         rows = compare(base, cand, rules)
         passed = all(r.passed for r in rows)
@@ -108,5 +174,8 @@ def run_gate(base_results: str, candidate_results: str, thresholds: str = "", re
         if r.base is not None:
             metrics[f"base/{name}"] = r.base
     if report_path:
-        atomic_write_text(Path(report_path), report_markdown(passed, reason, rows, context))
-    return {"passed": passed, "reason": reason, "rows": [r.to_dict() for r in rows], "metrics": metrics}
+        atomic_write_text(Path(report_path), report_markdown(passed, reason, rows, context, rules))
+    thresholds_used = None if rules is None else {"min_recovery": rules.min_recovery, "stderr_k": rules.stderr_k,
+                                                  "metrics": rules.metrics or {}}
+    return {"passed": passed, "reason": reason, "metrics": metrics, "thresholds": thresholds_used,
+            "rows": [{**r.to_dict(), "decided_by": decided_by(r), "stderr_rule": stderr_text(r)} for r in rows]}

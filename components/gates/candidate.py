@@ -17,6 +17,7 @@ from typing import Any
 from shipyard.components.benchmark.benchmark import load_results
 from shipyard.components.benchmark.slo import run_slo_gate
 from shipyard.components.evaluate.gate import run_gate
+from shipyard.components.gates.report import sample_count
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
 
@@ -31,13 +32,17 @@ def _levels(bench_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return [], {}
     levels = [{
         "name": lv["name"],
+        "strategy": lv.get("strategy"),
         "nominal_load": lv.get("nominal_load"),
         "requests_per_s": lv.get("requests_per_s"),
         "output_tokens_per_s": lv.get("output_tokens_per_s"),
+        "ttft_p50_ms": (lv.get("ttft_ms") or {}).get("p50"),
         "ttft_p99_ms": (lv.get("ttft_ms") or {}).get("p99"),
+        "itl_p50_ms": (lv.get("itl_ms") or {}).get("p50"),
         "itl_p99_ms": (lv.get("itl_ms") or {}).get("p99"),
         "error_rate": lv.get("error_rate"),
         "total": lv.get("total"),
+        "samples": sample_count(lv),
     } for lv in results.get("levels") or []]
     planner = ((results.get("memory") or {}).get("planner")) or {}
     return levels, {k: planner.get(k) for k in ("weights_bytes", "kv_cache_tokens", "max_concurrency", "fits")}
@@ -90,10 +95,15 @@ def judge_candidate(
             "passed": bool(accuracy["passed"]),
             "reason": accuracy["reason"],
             "worst_recovery": min((r["recovery"] for r in gated), default=None),
-            "rows": [{k: r[k] for k in ("task", "metric", "higher_is_better", "base", "candidate", "recovery",
-                                        "min_recovery", "gated", "passed", "note")} for r in accuracy["rows"]],
+            "thresholds": accuracy.get("thresholds"),
+            "rows": [{k: r.get(k) for k in ("task", "metric", "higher_is_better", "base", "candidate", "recovery",
+                                            "min_recovery", "gated", "passed", "note", "base_stderr",
+                                            "candidate_stderr", "stderr_k", "decided_by", "stderr_rule")}
+                     for r in accuracy["rows"]],
         },
-        "slo": {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"]},
+        "slo": {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
+                "thresholds": slo.get("slo"), "rule": slo.get("rule"),
+                "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain")},
         "levels": levels,
         "base_levels": base_levels,
         "planner": planner,

@@ -1,17 +1,213 @@
 """One report format for every gate: a decision, the rule that decided, and one row per check
-with the measured value, the threshold and the margin (Markdown for the KFP UI, HTML, JSON)."""
+with the measured value, the threshold, the margin and the rule (Markdown for the KFP UI, HTML, JSON).
+
+:class:`Doc` is the small document model every report is written in (the accuracy gate, the SLO
+gate and benchmark report, the candidates report, the champion/challenger gate): headings,
+paragraphs, warnings, tables and inline PNG images, rendered to Markdown (the KFP UI, MLflow) and
+to one self-contained HTML page (styles inline, images as ``data:`` URLs: nothing is loaded from
+the network). Configs are shown as two-column tables (:func:`config_rows`), never as Python reprs.
+"""
 
 from __future__ import annotations
 
+import base64
 import html
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+#: Percentiles drawn from fewer requests than this get a warning in every report.
+MIN_SAMPLES = 100
+
+CSS = (
+    "body{font-family:sans-serif;margin:1.5em;max-width:1300px;color:#222}"
+    "table{border-collapse:collapse;margin:.4em 0 1.4em}"
+    "td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;text-align:left;vertical-align:top}"
+    "th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    ".pass{color:#17803d;font-weight:bold}.fail{color:#b3261e;font-weight:bold}"
+    ".warn{background:#fff4e5;border-left:5px solid #ef6c00;padding:.5em .9em;margin:.6em 0}"
+    ".note{background:#e8f0fe;border-left:5px solid #1a73e8;padding:.5em .9em;margin:.6em 0}"
+    "img{max-width:100%;border:1px solid #eee;margin:.3em .3em 1em 0}code{background:#f4f4f4}"
+)
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """A number for a report: '–' when missing, short otherwise; other values via :func:`cell`."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return cell(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1e5:
+        return f"{value:.4g}"
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def cell(value: Any) -> str:
+    """Any config value as table text: ``None`` is "not set", lists are comma-joined, mappings
+    ``key=value``; never a Python repr."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return fmt(value)
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}={cell(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, list | tuple | set):
+        return ", ".join(cell(v) for v in value) or "none"
+    return str(value)
+
+
+def config_rows(config: Mapping[str, Any] | None, prefix: str = "") -> list[list[str]]:
+    """A (nested) config as ``[key, value]`` rows, nested keys joined with dots."""
+    rows: list[list[str]] = []
+    for key, value in (config or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            rows += config_rows(value, f"{name}.")
+        else:
+            rows.append([name, cell(value)])
+    return rows
+
+
+def png_data_url(png: bytes) -> str:
+    """A PNG as a ``data:`` URL (the report stays one file, nothing loads from the network)."""
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def _md_cell(text: str) -> str:
+    value = str(text).replace("|", "\\|").replace("\n", " ")
+    return "**FAIL**" if value == "FAIL" else value
+
+
+def _html_cell(text: str, tag: str = "td") -> str:
+    value = str(text)
+    cls = ""
+    if tag == "td":
+        if value == "pass" or value.startswith("pass ("):
+            cls = " class='pass'"
+        elif value.startswith("FAIL") or value.startswith("**FAIL"):
+            cls = " class='fail'"
+            value = value.replace("**", "")
+        elif value and (value[0].isdigit() or value[0] in "-+–x") and len(value) < 24 and " " not in value.strip():
+            cls = " class='num'"
+    return f"<{tag}{cls}>{html.escape(value)}</{tag}>"
+
+
+@dataclass
+class Doc:
+    """A report as a list of blocks, rendered to Markdown or to one self-contained HTML page."""
+
+    title: str
+    blocks: list[tuple[str, Any]] = field(default_factory=list)
+
+    def h(self, level: int, text: str, css: str = "") -> Doc:
+        """A heading (level 1 to 3); ``css`` colours it in HTML (pass/fail)."""
+        self.blocks.append(("h", (level, text, css)))
+        return self
+
+    def p(self, text: str, bold_lead: str = "") -> Doc:
+        """A paragraph, optionally led by a bold label ("Decision:")."""
+        self.blocks.append(("p", (bold_lead, text)))
+        return self
+
+    def warn(self, text: str) -> Doc:
+        """A warning box (HTML) / quoted warning (Markdown)."""
+        self.blocks.append(("warn", text))
+        return self
+
+    def note(self, text: str) -> Doc:
+        """An information box (HTML) / quoted note (Markdown)."""
+        self.blocks.append(("note", text))
+        return self
+
+    def items(self, lines: Iterable[str]) -> Doc:
+        """A bullet list."""
+        self.blocks.append(("ul", list(lines)))
+        return self
+
+    def table(self, head: Sequence[str], rows: Iterable[Sequence[Any]]) -> Doc:
+        """A table; cells are turned into text with :func:`cell` unless they are strings already."""
+        body = [[c if isinstance(c, str) else cell(c) for c in row] for row in rows]
+        self.blocks.append(("table", (list(head), body)))
+        return self
+
+    def config(self, config: Mapping[str, Any] | None, head: Sequence[str] = ("setting", "value")) -> Doc:
+        """A config mapping as a two-column table (nested keys dotted, ``None`` as "not set")."""
+        return self.table(head, config_rows(config))
+
+    def image(self, alt: str, png: bytes | None) -> Doc:
+        """An inline PNG (HTML only; Markdown says where to find it)."""
+        if png:
+            self.blocks.append(("img", (alt, png)))
+        return self
+
+    def to_markdown(self) -> str:
+        """The report as Markdown (images are left to the HTML report)."""
+        out: list[str] = []
+        images = 0
+        for kind, data in self.blocks:
+            if kind == "h":
+                out += ["#" * data[0] + " " + data[1], ""]
+            elif kind == "p":
+                out += [(f"**{data[0]}** " if data[0] else "") + data[1], ""]
+            elif kind == "warn":
+                out += [f"> **Warning:** {data}", ""]
+            elif kind == "note":
+                out += [f"> **Note:** {data}", ""]
+            elif kind == "ul":
+                out += [f"- {line}" for line in data] + [""]
+            elif kind == "table":
+                head, rows = data
+                out.append("| " + " | ".join(_md_cell(h) for h in head) + " |")
+                out.append("|" + "---|" * len(head))
+                out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+                if not rows:
+                    out.append("| " + " | ".join(["(none)"] + [""] * (len(head) - 1)) + " |")
+                out.append("")
+            elif kind == "img":
+                images += 1
+        if images:
+            out += [f"_{images} plot(s) in the HTML report._", ""]
+        return "\n".join(out).rstrip() + "\n"
+
+    def to_html(self) -> str:
+        """The report as one HTML page: inline CSS and PNGs, no script, no external URL."""
+        out = ["<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(self.title)
+               + "</title><style>" + CSS + "</style></head><body>"]
+        for kind, data in self.blocks:
+            if kind == "h":
+                level, text, css = data
+                out.append(f"<h{level}{f' class={css!r}' if css else ''}>{html.escape(text)}</h{level}>")
+            elif kind == "p":
+                out.append("<p>" + (f"<b>{html.escape(data[0])}</b> " if data[0] else "") + html.escape(data[1]) + "</p>")
+            elif kind == "warn":
+                out.append(f"<div class='warn'><b>Warning:</b> {html.escape(data)}</div>")
+            elif kind == "note":
+                out.append(f"<div class='note'><b>Note:</b> {html.escape(data)}</div>")
+            elif kind == "ul":
+                out.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in data) + "</ul>")
+            elif kind == "table":
+                head, rows = data
+                out.append("<table><tr>" + "".join(_html_cell(h, "th") for h in head) + "</tr>")
+                out += ["<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in rows]
+                if not rows:
+                    out.append(f"<tr><td colspan='{len(head)}'>(none)</td></tr>")
+                out.append("</table>")
+            elif kind == "img":
+                alt, png = data
+                out.append(f"<img alt='{html.escape(alt, quote=True)}' src='{png_data_url(png)}'>")
+        out.append("</body></html>")
+        return "\n".join(out) + "\n"
 
 
 @dataclass
 class Check:
-    """One comparison a gate made."""
+    """One comparison a gate made: the measured value, the reference it was compared with, the
+    threshold, the margin (positive: room to spare), the rule that decided, and the verdict."""
 
     name: str
     measured: float | None
@@ -21,6 +217,10 @@ class Check:
     passed: bool
     rule: str = ""
     note: str = ""
+    compared: bool = True
+
+
+CHECK_HEAD = ["check", "measured", "reference", "threshold", "margin", "rule that decided", "result", "note"]
 
 
 @dataclass
@@ -35,52 +235,91 @@ class GateReport:
     context: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """Everything as JSON-able data."""
         return asdict(self)
 
-    def to_markdown(self) -> str:
-        lines = [f"# {self.gate}: {'PASS' if self.passed else 'FAIL'}", "", f"**Decision:** {self.reason}", ""]
+    def counts(self) -> dict[str, int]:
+        """How many checks were compared, passed, failed and not compared (the reason's numbers)."""
+        compared = [c for c in self.checks if c.compared]
+        return {"compared": len(compared), "passed": sum(c.passed for c in compared),
+                "failed": sum(not c.passed for c in compared), "not_compared": len(self.checks) - len(compared)}
+
+    def doc(self) -> Doc:
+        """The report as a :class:`Doc`."""
+        verdict = "PASS" if self.passed else "FAIL"
+        doc = Doc(f"{self.gate}: {verdict}").h(1, f"{self.gate}: {verdict}", "pass" if self.passed else "fail")
+        doc.p(self.reason, "Decision:")
         if self.rule:
-            lines += [f"**Rule:** {self.rule}", ""]
-        for key, value in self.context.items():
-            lines.append(f"- {key}: `{value}`")
+            doc.p(self.rule, "Rule:")
+        if self.context:
+            doc.table(["setting", "value"], config_rows(self.context))
         if self.checks:
-            lines += ["", "| check | measured | reference | threshold | margin | result | note |",
-                      "|---|---:|---:|---|---:|---|---|"]
-            for c in self.checks:
-                lines.append(f"| {c.name} | {fmt(c.measured)} | {fmt(c.reference)} | {c.threshold} | {fmt(c.margin)} "
-                             f"| {'pass' if c.passed else '**FAIL**'} | {c.note} |")
-        return "\n".join(lines) + "\n"
+            n = self.counts()
+            doc.p(f"{n['compared']} compared: {n['passed']} pass, {n['failed']} fail"
+                  + (f"; {n['not_compared']} not compared" if n["not_compared"] else "") + ".", "Checks:")
+            doc.table(CHECK_HEAD, [[c.name, fmt(c.measured), fmt(c.reference), c.threshold, fmt(c.margin), c.rule,
+                                    ("pass" if c.passed else "FAIL") if c.compared else "not compared", c.note]
+                                   for c in self.checks])
+        else:
+            doc.p("none: " + self.reason, "Checks:")
+        return doc
+
+    def to_markdown(self) -> str:
+        """The report as Markdown (KFP UI, MLflow)."""
+        return self.doc().to_markdown()
 
     def to_html(self) -> str:
-        color = "#2e7d32" if self.passed else "#c62828"
-        rows = "".join(
-            f"<tr style='background:{'#e8f5e9' if c.passed else '#ffebee'}'>"
-            + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
-                c.name, fmt(c.measured), fmt(c.reference), c.threshold, fmt(c.margin), "pass" if c.passed else "FAIL",
-                c.note))
-            + "</tr>"
-            for c in self.checks
-        )
-        context = "".join(f"<li>{html.escape(str(k))}: <code>{html.escape(str(v))}</code></li>" for k, v in self.context.items())
-        return (
-            "<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(self.gate) + "</title></head>"
-            "<body style='font-family:sans-serif'>"
-            f"<h1>{html.escape(self.gate)}: <span style='color:{color}'>{'PASS' if self.passed else 'FAIL'}</span></h1>"
-            f"<p><b>Decision:</b> {html.escape(self.reason)}</p>"
-            + (f"<p><b>Rule:</b> {html.escape(self.rule)}</p>" if self.rule else "")
-            + (f"<ul>{context}</ul>" if context else "")
-            + "<table border='1' cellpadding='4' style='border-collapse:collapse'><tr><th>check</th><th>measured</th>"
-            "<th>reference</th><th>threshold</th><th>margin</th><th>result</th><th>note</th></tr>"
-            f"{rows}</table></body></html>"
-        )
+        """The report as a self-contained HTML page."""
+        return self.doc().to_html()
 
 
-def fmt(value: float | None, digits: int = 4) -> str:
-    """A number for a report: '–' when missing, short otherwise."""
-    if value is None:
-        return "–"
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if abs(value) >= 1e5:
-        return f"{value:.4g}"
-    return f"{value:.{digits}f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+def sample_warnings(levels: Iterable[Mapping[str, Any]], who: str) -> list[str]:
+    """A warning (one per model) naming every load level whose latency percentiles rest on fewer
+    than :data:`MIN_SAMPLES` requests, with the count of each.
+
+    A level is a benchmark level (``successful`` and ``samples``) or a candidate record's level
+    (``samples`` as a count, or ``successful``/``total``).
+    """
+    few = []
+    for lv in levels:
+        n = sample_count(lv)
+        if n is not None and n < MIN_SAMPLES:
+            few.append(f"{level_label(lv)}: {n} request{'s' if n != 1 else ''}")
+    if not few:
+        return []
+    return [f"{who}: the TTFT/ITL percentiles rest on fewer than {MIN_SAMPLES} requests at {len(few)} load "
+            f"level{'s' if len(few) != 1 else ''} ({'; '.join(few)}). With so few samples the p99 is about the slowest "
+            "request and p90 and p99 may coincide: raise max_requests (and max_seconds) for percentiles that mean something."]
+
+
+def sample_count(level: Mapping[str, Any]) -> int | None:
+    """How many successful requests a level's latency percentiles come from (None: unknown)."""
+    samples = level.get("samples")
+    if isinstance(samples, Mapping) and isinstance(samples.get("ttft_ms"), list):
+        return sum(1 for v in samples["ttft_ms"] if v is not None)
+    if isinstance(samples, int) and not isinstance(samples, bool):
+        return samples
+    for key in ("successful", "total"):
+        if isinstance(level.get(key), int):
+            return int(level[key])
+    return None
+
+
+def level_label(level: Mapping[str, Any]) -> str:
+    """A load level for people: "concurrency 4", "2 req/s (constant)", "synchronous"."""
+    name = str(level.get("name") or "?")
+    kind, _, load = name.partition("@")
+    if kind == "concurrent" and load:
+        return f"concurrency {load}"
+    if kind in ("constant", "poisson") and load:
+        return f"{load} req/s ({kind})"
+    return name
+
+
+def change_text(change: dict[str, Any] | None) -> str:
+    """"TTFT p99 x5.4 at concurrency 1 (312 vs 57.8 ms)", with the sample count when it is small."""
+    if change is None:
+        return "none"
+    few = f"; p99 of {change['samples']} requests" if change["figure"].endswith("p99") and change["samples"] < MIN_SAMPLES else ""
+    return (f"{change['figure']} x{change['ratio']:.3g} at {change['load']} ({change['candidate']:.4g} vs "
+            f"{change['base']:.4g} {change['unit']} base{few})")
