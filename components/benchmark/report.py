@@ -156,6 +156,7 @@ def throughput_plot(minimum: float | None, base: dict[str, Any] | None, cand: di
                 ax.plot([_load_x(level)], [level["output_tokens_per_s"]], "o", color=color, markerfacecolor="white")
     if minimum:
         ax.axhline(minimum, color="black", linestyle=":", label=f"SLO min {minimum:g} tok/s")
+    ax.set_xticks(sorted({_load_x(lv) for levels, _, _ in series for lv in levels}))
     ax.set_xlabel(_load_axis([lv for levels, _, _ in series for lv in levels]))
     ax.set_ylabel("achieved output tokens/s")
     ax.set_title("throughput vs load", fontsize=10)

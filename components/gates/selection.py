@@ -228,7 +228,7 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
             table.append([metric, fmt(base_value), fmt(minimum)] + cells)
         doc.table(head, table)
         doc.p("candidate score (recovery = candidate / base, or base / candidate when lower is better; "
-              "'stderr rule': passed below min recovery, within k standard errors).", "Cells:")
+              "stderr rule = passed below min recovery, within k standard errors).", "Cells:")
     acc_cfg = _first(candidates, "accuracy", "thresholds")
     if acc_cfg:
         doc.h(2, "Accuracy thresholds").config(acc_cfg)
@@ -304,6 +304,7 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     if slo.get("min_output_tokens_per_s"):
         ax.axhline(slo["min_output_tokens_per_s"], color="black", linestyle=":",
                    label=f"SLO min {slo['min_output_tokens_per_s']:g} tok/s")
+    ax.set_xticks(sorted({_load_x(x) for _, levels in series for x in levels}))
     ax.set_xlabel("load level (concurrency, or offered requests/s)")
     ax.set_ylabel("achieved output tokens/s")
     ax.set_ylim(bottom=0)
@@ -318,10 +319,14 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     axes[0].bar(names, [float(v or 0) / 1e6 for v in sizes], color="tab:gray")
     axes[0].set_title("size on disk (MB)", fontsize=10)
     recov = ([1.0] if candidates else []) + [(c.get("accuracy") or {}).get("worst_recovery") for c in candidates]
-    axes[1].bar(names, [float(v or 0) for v in recov], color="tab:green")
+    heights = [float(v or 0) for v in recov]
+    bars = axes[1].bar(names, heights, color="tab:green")
+    axes[1].bar_label(bars, [fmt(v, 3) for v in heights], fontsize=7)
+    floor = min([v for v in heights if v > 0] + [float(acc.get("min_recovery") or 1.0)])
+    axes[1].set_ylim(max(0.0, floor - 0.1), max(heights + [1.0]) + 0.05)  # small differences stay visible
     if acc.get("min_recovery"):
         axes[1].axhline(acc["min_recovery"], color="black", linestyle=":", label=f"min recovery {acc['min_recovery']:g}")
-        axes[1].legend(fontsize=7, loc="lower right")
+        axes[1].legend(fontsize=7, loc="upper right")
     axes[1].set_title("worst accuracy recovery vs base", fontsize=10)
     for ax in axes:
         ax.tick_params(axis="x", labelrotation=20, labelsize=7)
