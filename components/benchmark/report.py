@@ -277,6 +277,7 @@ def _change_row(kind: str, change: dict[str, Any] | None) -> list[str]:
         return [kind, "none", "–", "–", "–", "–", "–"]
     return [kind, change["figure"], change["load"], f"{change['candidate']:.4g} {change['unit']}",
             f"{change['base']:.4g} {change['unit']}", f"x{change['ratio']:.3g}",
+            "–" if change.get("samples") is None else
             str(change["samples"]) + (f" (< {MIN_SAMPLES})" if change["samples"] < MIN_SAMPLES else "")]
 
 

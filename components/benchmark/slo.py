@@ -123,7 +123,7 @@ def changes(base_levels: list[dict[str, Any]], cand_levels: list[dict[str, Any]]
             ratio = cv / bv
             out.append({"figure": label, "level": c["name"], "load": level_label(c), "candidate": cv, "base": bv,
                         "unit": unit, "ratio": round(ratio, 4), "worse": ratio if lower else 1 / ratio,
-                        "samples": min(n for n in (sample_count(c), sample_count(b), 10**9) if n is not None)})
+                        "samples": min((n for n in (sample_count(c), sample_count(b)) if n is not None), default=None)})
     return out
 
 

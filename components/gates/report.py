@@ -317,9 +317,10 @@ def level_label(level: Mapping[str, Any]) -> str:
 
 
 def change_text(change: dict[str, Any] | None) -> str:
-    """"TTFT p99 x5.4 at concurrency 1 (312 vs 57.8 ms)", with the sample count when it is small."""
+    """A change as text, e.g. "TTFT p99 x5.4 at concurrency 1 (312 vs 57.8 ms base; p99 of 8 requests)"."""
     if change is None:
         return "none"
-    few = f"; p99 of {change['samples']} requests" if change["figure"].endswith("p99") and change["samples"] < MIN_SAMPLES else ""
+    n = change.get("samples")
+    few = f"; p99 of {n} requests" if change["figure"].endswith("p99") and n is not None and n < MIN_SAMPLES else ""
     return (f"{change['figure']} x{change['ratio']:.3g} at {change['load']} ({change['candidate']:.4g} vs "
             f"{change['base']:.4g} {change['unit']} base{few})")
