@@ -7,8 +7,8 @@ script appended to a copy (the reports themselves carry no script): it reads eve
 ``naturalWidth`` after the load event, every ``src``/``href`` and the resource-timing entries,
 and writes them into the DOM that ``--dump-dom`` prints. Chromium's own net log then lists every
 URL request the page made: only ``file:`` and ``data:`` are allowed (a control page with an
-``http://`` image shows the check sees network loads). Screenshots go to ``tmp_path``, and also
-to ``$SHIPYARD_SCREENSHOTS`` when set.
+``http://`` image shows the check sees network loads). The same Chromium run takes a screenshot,
+checked not to be blank, kept in ``tmp_path`` and copied to ``$SHIPYARD_SCREENSHOTS`` when set.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ window.addEventListener('load', () => {
   const resources = performance.getEntriesByType('resource').map(r => r.name);
   const pre = document.createElement('pre');
   pre.id = 'shipyard-probe';
+  pre.style.display = 'none';
   pre.textContent = JSON.stringify({imgs, urls, resources, tables: document.querySelectorAll('table').length});
   document.body.appendChild(pre);
 });
@@ -72,28 +73,23 @@ def page_requests(net_log: Path) -> list[str]:
     return urls
 
 
-def render(page: Path, tmp: Path) -> tuple[dict[str, Any], list[str], str]:
-    """Open ``page`` (a copy with the probe) in Chromium: the probe's findings, the URLs requested
-    (net log) and the DOM text."""
+def render(page: Path, tmp: Path) -> tuple[dict[str, Any], list[str], str, Path]:
+    """Open ``page`` (a copy with the probe, hidden) in Chromium once: the probe's findings, the URLs
+    requested (net log), the DOM text and a screenshot (copied to ``$SHIPYARD_SCREENSHOTS`` when set)."""
     probed = tmp / f"probed-{page.name}"
     probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
     net_log = tmp / f"{page.stem}.netlog.json"
-    dom = _chromium(tmp, "--virtual-time-budget=5000", f"--log-net-log={net_log}", "--dump-dom", probed.as_uri())
-    found = re.search(r"<pre id=\"shipyard-probe\">(.*?)</pre>", dom, re.S)
+    shot = tmp / f"{page.stem}.png"
+    dom = _chromium(tmp, "--virtual-time-budget=5000", f"--log-net-log={net_log}", "--window-size=1300,2600",
+                    f"--screenshot={shot}", "--dump-dom", probed.as_uri())
+    found = re.search(r"<pre id=\"shipyard-probe\"[^>]*>(.*?)</pre>", dom, re.S)
     assert found, "the probe did not run: " + dom[-500:]
     probe = json.loads(html.unescape(found.group(1)))
-    return probe, page_requests(net_log), html.unescape(re.sub(r"<[^>]+>", " ", dom[: found.start()]))
-
-
-def screenshot(page: Path, tmp: Path) -> Path:
-    """A full-width PNG of ``page``; copied to ``$SHIPYARD_SCREENSHOTS`` when that is set."""
-    shot = tmp / f"{page.stem}.png"
-    _chromium(tmp, "--window-size=1300,2600", f"--screenshot={shot}", page.as_uri())
     if os.environ.get("SHIPYARD_SCREENSHOTS"):
         out = Path(os.environ["SHIPYARD_SCREENSHOTS"])
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, out / shot.name)
-    return shot
+    return probe, page_requests(net_log), html.unescape(re.sub(r"<[^>]+>", " ", dom[: found.start()])), shot
 
 
 def _not_blank(shot: Path) -> None:
@@ -129,7 +125,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_slo_report_in_chromium(reports: dict[str, Path], tmp_path: Path) -> None:
-    probe, requested, text = render(reports["slo"], tmp_path)
+    probe, requested, text, shot = render(reports["slo"], tmp_path)
     alts = [i["alt"] for i in probe["imgs"]]
     assert alts[:3] == ["TTFT p50 and p99 vs achieved output tokens/s, base and candidate, SLO line",
                         "ITL p50 and p99 vs achieved output tokens/s, base and candidate, SLO line",
@@ -142,11 +138,11 @@ def test_slo_report_in_chromium(reports: dict[str, Path], tmp_path: Path) -> Non
                    "ttft_p99_ms", "not set", "SLO checks per load level", "Benchmark config"):
         assert needle in text, needle
     _assert_offline(reports["slo"], probe, requested)
-    _not_blank(screenshot(reports["slo"], tmp_path))
+    _not_blank(shot)
 
 
 def test_candidates_report_in_chromium(reports: dict[str, Path], tmp_path: Path) -> None:
-    probe, requested, text = render(reports["candidates"], tmp_path)
+    probe, requested, text, shot = render(reports["candidates"], tmp_path)
     assert len(probe["imgs"]) == 3
     assert all(i["complete"] and i["w"] > 300 and i["h"] > 200 and i["scheme"] == "data" for i in probe["imgs"])
     assert probe["tables"] >= 6
@@ -155,14 +151,14 @@ def test_candidates_report_in_chromium(reports: dict[str, Path], tmp_path: Path)
                    "TTFT p99 x7.31 at concurrency 2", "fewer than 100 requests", "Accuracy thresholds", "ttft_p99_ms"):
         assert needle in text, needle
     _assert_offline(reports["candidates"], probe, requested)
-    _not_blank(screenshot(reports["candidates"], tmp_path))
+    _not_blank(shot)
 
 
 def test_the_network_check_sees_a_network_load(tmp_path: Path) -> None:
     """Control: a page that loads an http:// image is caught by the probe and by the net log."""
     page = tmp_path / "leaky.html"
     page.write_text("<!doctype html><html><body><img alt='x' src='http://127.0.0.1:9/x.png'></body></html>")
-    probe, requested, _ = render(page, tmp_path)
+    probe, requested, _, _ = render(page, tmp_path)
     assert probe["imgs"][0]["w"] == 0
     assert "http://127.0.0.1:9/x.png" in requested
     with pytest.raises(AssertionError):
