@@ -20,12 +20,14 @@ from typing import Any
 import yaml
 
 import shipyard.pipelines as _pipelines_pkg
+from shipyard.components.track.pending import after_local_run
 from shipyard.errors import ShipyardError
 from shipyard.fsutil import atomic_write_text
 from shipyard.interrupts import shielded, signal_name
 from shipyard.kfp_local_compat import enable_oneof_artifacts
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.procgroup import interrupt_children
+from shipyard.tracking import check_tracking_uri
 
 #: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
 LOCAL_PARAMS = Path(_pipelines_pkg.__file__).resolve().parent / "local-params.yaml"
@@ -260,6 +262,7 @@ def run_local(
     params = resolve_params(pipeline, params_file, overrides or [])  # pre-flight, before anything is built
     pipeline_func = get_pipeline(pipeline)
     work = Path(work_dir).resolve()
+    check_tracking_uri(str(params.get("tracking_uri") or ""), work)  # MLflow answers, before anything is written
     root = work / "pipeline-root"
     root.mkdir(parents=True, exist_ok=True)
     step_log = work / "steps.jsonl"
@@ -304,6 +307,7 @@ def run_local(
         summary.interrupted_by = signal_name(interrupted)
         _kill_mlflow_run(summary.mlflow_run, params, work)
     atomic_write_text(work / "run-summary.json", json.dumps(summary.to_dict(), indent=2, default=str))
+    after_local_run(work)  # tracking kept during an MLflow outage: replayed now, or the replay command said
     if interrupted is not None:
         raise interrupted
     return summary

@@ -25,9 +25,19 @@ so the base image's steps then need those three variables as well.
 
 Faults: when the tracking server cannot be reached, every call is retried with exponential
 backoff (``SHIPYARD_MLFLOW_ATTEMPTS``, default 5; ``SHIPYARD_MLFLOW_BACKOFF_S``, default 2 s,
-doubling, capped at 30 s) and then fails with one :class:`~shipyard.errors.ShipyardError`
-line. The step's results stay in its KFP artifacts, and the tracking step writes what it was
-about to log to its own output first, so nothing is lost.
+doubling, capped at 30 s) and then fails with one :class:`~shipyard.errors.UnreachableError`
+line (exit status 3). A tracker that has seen the server down fails every later call at once
+(no second retry budget). :meth:`Tracker.probe` asks ``/health`` once without importing
+MLflow, so a step can keep its payload in milliseconds when the server is down (see
+``components/track/steprun.py`` and ``components/track/pending.py``).
+
+Cost: the MLflow client is imported only when a call is made (:attr:`Tracker.client`), params,
+metrics and tags go in one ``log_batch``, and a local run's steps find the pipeline's parent
+run in a small cache file beside the pipeline root (``<work dir>/tracking/``, written by the
+pre-flight task) instead of a tag search.
+
+Experiments are created as classic ML experiments (tag ``mlflow.experimentKind`` =
+``custom_model_development``, the value MLflow 3's UI reads), not in the GenAI view.
 """
 
 from __future__ import annotations
@@ -39,13 +49,13 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from shipyard import contract
-from shipyard.errors import ShipyardError
+from shipyard.errors import ShipyardError, UnreachableError
 
 ENV_KFP_MLFLOW_CONFIG = "KFP_MLFLOW_CONFIG"
 ENV_WORK_DIR = "SHIPYARD_WORK_DIR"
@@ -59,11 +69,17 @@ TAG_STEP = "shipyard.step"
 TAG_PIPELINE = "shipyard.pipeline"
 TAG_KFP_RUN = "shipyard.kfp_run_id"
 TAG_KIND = "shipyard.kind"
+#: MLflow 3's experiment type tag, read by its UI (mlflow/server/js: ``mlflow.experimentKind``);
+#: ``custom_model_development`` opens the classic ML (runs) view instead of GenAI traces.
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_CLASSIC = "custom_model_development"
+#: Where a local run keeps its parent run ids (``<work dir>/tracking/parent-<kfp run id>.json``).
+CACHE_DIR = "tracking"
 
 MAX_PARAM_LEN = 6000
 MAX_KEY_LEN = 250
-BATCH = 100
-METRIC_BATCH = 1000
+BATCH = 100  # params or tags per log_batch (MLflow's limit)
+METRIC_BATCH = 1000  # entries per log_batch in all (MLflow's limit)
 _KEY_BAD = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
 T = TypeVar("T")
@@ -131,6 +147,61 @@ def default_work_dir() -> Path:
     return Path(os.environ.get(ENV_WORK_DIR) or os.getcwd()).resolve()
 
 
+def local_work_dir() -> Path | None:
+    """The work dir of a local run (``SHIPYARD_WORK_DIR``, set by ``shipyard run --local``), else None.
+
+    Only a local run has a folder that outlives its steps; a pipeline pod has none.
+    """
+    raw = os.environ.get(ENV_WORK_DIR, "").strip()
+    if not raw or contract.in_cluster():
+        return None
+    return Path(raw).resolve()
+
+
+def _cache_name(kfp_run_id: str) -> str:
+    return "parent-" + re.sub(r"[^A-Za-z0-9_.-]", "_", kfp_run_id)[:200] + ".json"
+
+
+def write_parent_cache(kfp_run_id: str, record: Mapping[str, Any], work_dir: Path | None = None) -> Path | None:
+    """Remember a local run's parent run (id, experiment, tags, tracking URI) for its steps."""
+    work = work_dir or local_work_dir()
+    if work is None or not kfp_run_id or kfp_run_id.startswith("{{"):
+        return None
+    from shipyard.fsutil import atomic_write_text
+
+    path = work / CACHE_DIR / _cache_name(kfp_run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(dict(record), sort_keys=True))
+    return path
+
+
+def read_parent_cache(kfp_run_id: str, uri: str, work_dir: Path | None = None) -> dict[str, Any] | None:
+    """The cached parent run of ``kfp_run_id`` when it was opened on ``uri`` (None: not cached)."""
+    work = work_dir or local_work_dir()
+    if work is None or not kfp_run_id:
+        return None
+    try:
+        record = json.loads((work / CACHE_DIR / _cache_name(kfp_run_id)).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("tracking_uri") != uri or not record.get("run_id"):
+        return None
+    return record
+
+
+def parent_caches(work_dir: Path) -> list[dict[str, Any]]:
+    """Every parent run a local run in ``work_dir`` opened (for the replay)."""
+    out = []
+    for path in sorted((Path(work_dir) / CACHE_DIR).glob("parent-*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("run_id"):
+            out.append(record)
+    return out
+
+
 def resolve_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str] | None = None) -> str:
     """The tracking URI to use (see the module docstring for the order)."""
     uri = (tracking_uri or "").strip()
@@ -151,6 +222,28 @@ def resolve_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str
                             "with the pod", "point tracking_uri or MLFLOW_TRACKING_URI (Secret shipyard-mlflow) "
                             "at an MLflow server")
     return uri.rstrip("/")
+
+
+def check_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str] | None = None, *,
+                       attempts: int = 2, timeout_s: float = 3.0) -> str:
+    """The pre-flight check of MLflow: an HTTP(S) tracking server must answer within seconds.
+
+    Returns the resolved URI; raises one :class:`~shipyard.errors.UnreachableError` line (exit
+    status 3) naming ``tracking_uri`` and the fix. A file store is not touched (nothing is
+    written before the run starts).
+    """
+    tracker = Tracker(tracking_uri, work_dir=work_dir, attempts=attempts, backoff_s=0.5)
+    if not tracker.is_remote:
+        return tracker.uri
+    try:
+        tracker.check_reachable(timeout_s=timeout_s)
+    except UnreachableError:
+        raise UnreachableError(
+            "tracking_uri", f"the MLflow server {tracker.uri} does not answer ({tracker.down})",
+            "start the MLflow server or point tracking_uri at one that answers (empty: MLFLOW_TRACKING_URI, "
+            "or in a local run a file store in the work dir)",
+        ) from None
+    return tracker.uri
 
 
 def _int_env(name: str, default: int) -> int:
@@ -177,6 +270,19 @@ def _is_transient(err: BaseException) -> bool:
     return isinstance(err, (ConnectionError, TimeoutError, urllib.error.URLError, OSError)) and not isinstance(
         err, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
     )
+
+
+def _batches(params: list[Any], metrics: list[Any], tags: list[Any]) -> list[dict[str, list[Any]]]:
+    """Greedy ``log_batch`` payloads within MLflow's limits (100 params, 100 tags, 1000 entries)."""
+    out: list[dict[str, list[Any]]] = []
+    p, m, t = list(params), list(metrics), list(tags)
+    while p or m or t:
+        bp, p = p[:BATCH], p[BATCH:]
+        bt, t = t[:BATCH], t[BATCH:]
+        room = METRIC_BATCH - len(bp) - len(bt)
+        bm, m = m[:room], m[room:]
+        out.append({"params": bp, "metrics": bm, "tags": bt})
+    return out
 
 
 def _short(err: BaseException) -> str:
@@ -245,11 +351,6 @@ def to_tags(tags: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def _chunks(items: list[T], size: int) -> Iterable[list[T]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
 # --------------------------------------------------------------------------- the tracker
 
 
@@ -266,6 +367,8 @@ class Tracker:
     ) -> None:
         self.kfp = KfpMlflowConfig.from_env()
         self.uri = resolve_tracking_uri(tracking_uri, work_dir)
+        #: a local run's work dir (its parent-run cache); None in a pipeline pod
+        self.work_dir: Path | None = Path(work_dir).resolve() if work_dir else local_work_dir()
         self.attempts = attempts if attempts is not None else _int_env(ENV_ATTEMPTS, 5)
         self.backoff_s = backoff_s if backoff_s is not None else _float_env(ENV_BACKOFF, 2.0)
         if self.kfp and self.uri == self.kfp.endpoint:
@@ -274,13 +377,26 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        # Each set_terminated would read the run back only to print its URL to the step log, and
+        # the client's usage telemetry would phone home from every step process.
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         if self.uri.startswith("file:"):
             # MLflow 3 keeps the file store in maintenance mode behind this switch; it is the
             # only local store mlflow-skinny can write (sqlite needs SQLAlchemy).
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        from mlflow import MlflowClient
+        #: set once the server was seen down: every later call fails at once
+        self.down: str = ""
+        self._client: Any = None
 
-        self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+    @property
+    def client(self) -> Any:
+        """The :class:`mlflow.MlflowClient` (imported on first use: the import costs seconds)."""
+        if self._client is None:
+            from mlflow import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+        return self._client
 
     @property
     def is_remote(self) -> bool:
@@ -288,8 +404,22 @@ class Tracker:
 
     # ---- fault handling
 
+    def _unreachable(self, what: str, detail: str, attempts: int) -> UnreachableError:
+        return UnreachableError(
+            "mlflow",
+            f"cannot reach the tracking server {self.uri} to {what} after {attempts} attempt"
+            f"{'s' if attempts != 1 else ''} ({detail})",
+            "start the MLflow server or pass a reachable tracking_uri (empty = local file "
+            "store); the step's results remain in its KFP artifacts",
+        )
+
     def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one MLflow call; retry transient faults with backoff; then one clear line."""
+        """Run one MLflow call; retry transient faults with backoff; then one clear line.
+
+        Once the server was seen down (here or by :meth:`probe`), calls fail at once.
+        """
+        if self.down:
+            raise self._unreachable(what, f"seen down: {self.down}", 0)
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:
@@ -298,19 +428,38 @@ class Tracker:
                 if not _is_transient(err):
                     raise
                 if attempt == self.attempts:
-                    raise ShipyardError(
-                        "mlflow",
-                        f"cannot reach the tracking server {self.uri} to {what} after {self.attempts} "
-                        f"attempts ({_short(err)})",
-                        "start the MLflow server or pass a reachable tracking_uri (empty = local file "
-                        "store); the step's results remain in its KFP artifacts",
-                    ) from None
+                    if self.is_remote:
+                        self.down = _short(err)
+                    raise self._unreachable(what, _short(err), self.attempts) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 30.0)
         raise AssertionError("unreachable")
 
-    def check_reachable(self) -> None:
-        """Fail fast (after the retries) when an HTTP tracking server is down."""
+    def probe(self, timeout_s: float = 3.0) -> str:
+        """Ask an HTTP server's ``/health`` once, without importing MLflow.
+
+        Returns "" when it answers (or for a file store), else why not; a failed probe marks
+        the tracker down.
+        """
+        if not self.is_remote:
+            return ""
+        if self.down:
+            return self.down
+        try:
+            with urllib.request.urlopen(f"{self.uri}/health", timeout=timeout_s) as resp:  # noqa: S310
+                if resp.status >= 500:
+                    self.down = f"status code {resp.status}"
+        except urllib.error.HTTPError as err:
+            # A proxy may not expose /health, or it wants auth: the server is reachable.
+            if err.code >= 500:
+                self.down = f"status code {err.code}"
+        except (OSError, ValueError) as err:
+            self.down = _short(err)
+        return self.down
+
+    def check_reachable(self, attempts: int | None = None, timeout_s: float = 10.0) -> None:
+        """Fail (after ``attempts`` probes, default the tracker's) when an HTTP tracking server is
+        down, with one :class:`~shipyard.errors.UnreachableError` line; a file store must be creatable."""
         if not self.is_remote:
             path = Path(self.uri.removeprefix("file://"))
             try:
@@ -318,26 +467,26 @@ class Tracker:
             except OSError as err:
                 raise ShipyardError("tracking_uri", f"cannot create the local store {path}: {err}") from None
             return
-
-        def probe() -> None:
-            with urllib.request.urlopen(f"{self.uri}/health", timeout=10) as resp:  # noqa: S310
-                if resp.status >= 500:
-                    raise ConnectionError(f"status code {resp.status}")
-
-        def probe_any() -> None:
-            try:
-                probe()
-            except urllib.error.HTTPError as err:
-                # A proxy may not expose /health, or it wants auth: the server is reachable.
-                if err.code >= 500:
-                    raise ConnectionError(f"status code {err.code}") from None
-
-        self.call("check it is up", probe_any)
+        tries = attempts if attempts is not None else self.attempts
+        delay = self.backoff_s
+        for attempt in range(1, tries + 1):
+            self.down = ""
+            reason = self.probe(timeout_s)
+            if not reason:
+                return
+            if attempt < tries:
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        raise self._unreachable("check it is up", reason, tries)
 
     # ---- experiments and runs
 
-    def experiment_id(self, name: str) -> str:
-        """The id of experiment ``name``, created when missing (the KFP plugin's when set)."""
+    def experiment_id(self, name: str, *, classic: bool = False) -> str:
+        """The id of experiment ``name``, created when missing (the KFP plugin's when set).
+
+        shipyard creates its experiments as classic ML experiments (:data:`TAG_EXPERIMENT_KIND`);
+        with ``classic`` an existing experiment without that tag gets it too.
+        """
         if self.kfp and self.kfp.experiment_id and self.uri == self.kfp.endpoint:
             return self.kfp.experiment_id
         name = name or "shipyard"
@@ -345,22 +494,44 @@ class Tracker:
         if exp is not None:
             if exp.lifecycle_stage == "deleted":
                 raise ShipyardError("experiment", f"{name!r} is deleted in MLflow", "restore it or pick another name")
+            if classic and TAG_EXPERIMENT_KIND not in (exp.tags or {}):
+                self.call("tag the experiment", self.client.set_experiment_tag, exp.experiment_id,
+                          TAG_EXPERIMENT_KIND, EXPERIMENT_KIND_CLASSIC)
             return exp.experiment_id
         from mlflow.exceptions import MlflowException
 
         try:
-            return self.call("create the experiment", self.client.create_experiment, name)
+            return self.call("create the experiment", self.client.create_experiment, name,
+                             tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND_CLASSIC})
         except MlflowException:  # created concurrently by another step
             exp = self.call("look up the experiment", self.client.get_experiment_by_name, name)
             if exp is None:
                 raise
             return exp.experiment_id
 
+    def parent_record(self, kfp_run_id: str, experiment: str = "") -> dict[str, Any]:
+        """The pipeline's parent run of ``kfp_run_id``: ``{"run_id", "experiment_id", "tags"}``.
+
+        A local run's cache file answers without a call; else the run is found by its tag (one
+        experiment lookup and one search) and read once.
+        """
+        cached = read_parent_cache(kfp_run_id, self.uri, self.work_dir)
+        if cached is not None:
+            return {**cached, "cached": True}
+        run_id = self.resolve_parent("", kfp_run_id, experiment)
+        run = self.call("read the pipeline run", self.client.get_run, run_id)
+        return {"run_id": run_id, "experiment_id": run.info.experiment_id, "tracking_uri": self.uri,
+                "tags": {k: v for k, v in run.data.tags.items() if k in (TAG_PIPELINE, TAG_KFP_RUN)}}
+
     def resolve_parent(self, parent_run_id: str, kfp_run_id: str = "", experiment: str = "") -> str:
         """``parent_run_id``, or else the pipeline run tagged with ``kfp_run_id`` (steps inside loops
-        and exit handlers find their parent this way); empty when neither is known."""
+        and exit handlers find their parent this way: a local run's cache file, else a tag
+        search); empty when neither is known."""
         if parent_run_id or not kfp_run_id or kfp_run_id.startswith("{{"):
             return parent_run_id
+        cached = read_parent_cache(kfp_run_id, self.uri, self.work_dir)
+        if cached is not None:
+            return str(cached["run_id"])
         found = self.find_run(self.experiment_id(experiment), {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"})
         if found is None:
             raise ShipyardError(
@@ -392,21 +563,30 @@ class Tracker:
         Nested under the KFP plugin's parent run when ``KFP_MLFLOW_CONFIG`` names one.
         """
         self.check_reachable()
-        exp_id = self.experiment_id(experiment)
+        exp_id = self.experiment_id(experiment, classic=True)
         all_tags = {TAG_PIPELINE: pipeline_name, TAG_KIND: "pipeline"}
+        run_id = ""
         if kfp_run_id and not kfp_run_id.startswith("{{"):
             all_tags[TAG_KFP_RUN] = kfp_run_id
             existing = self.find_run(exp_id, {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"})
             if existing:
                 self.log(existing, params=params, tags=tags)
-                return existing
-        if self.kfp and self.kfp.parent_run_id and self.uri == self.kfp.endpoint:
-            all_tags[TAG_PARENT] = self.kfp.parent_run_id
-        all_tags.update(to_tags(tags or {}))
-        name = run_name or (f"{pipeline_name}-{all_tags[TAG_KFP_RUN][:8]}" if TAG_KFP_RUN in all_tags else pipeline_name)
-        run = self.call("create the pipeline run", self.client.create_run, exp_id, tags=all_tags, run_name=name)
-        self.log(run.info.run_id, params=params)
-        return run.info.run_id
+                run_id = existing
+        if not run_id:
+            if self.kfp and self.kfp.parent_run_id and self.uri == self.kfp.endpoint:
+                all_tags[TAG_PARENT] = self.kfp.parent_run_id
+            all_tags.update(to_tags(tags or {}))
+            name = run_name or (f"{pipeline_name}-{all_tags[TAG_KFP_RUN][:8]}" if TAG_KFP_RUN in all_tags
+                                else pipeline_name)
+            run = self.call("create the pipeline run", self.client.create_run, exp_id, tags=all_tags, run_name=name)
+            run_id = run.info.run_id
+            self.log(run_id, params=params)
+        if TAG_KFP_RUN in all_tags:
+            write_parent_cache(kfp_run_id, work_dir=self.work_dir, record={
+                "run_id": run_id, "experiment_id": exp_id, "tracking_uri": self.uri, "experiment": experiment,
+                "kfp_run_id": kfp_run_id,
+                "tags": {TAG_PIPELINE: pipeline_name, TAG_KFP_RUN: kfp_run_id}})
+        return run_id
 
     def start_step_run(self, parent_run_id: str, step: str, tags: Mapping[str, Any] | None = None) -> str:
         """The nested run of ``step`` under ``parent_run_id`` (reused when the step is retried)."""
@@ -431,8 +611,9 @@ class Tracker:
         metrics: Mapping[str, Any] | None = None,
         tags: Mapping[str, Any] | None = None,
         artifacts: Mapping[str, str | os.PathLike[str]] | None = None,
+        timestamp_ms: int | None = None,
     ) -> dict[str, int]:
-        """Log params, metrics, tags and artifacts.
+        """Log params, metrics, tags and artifacts (metrics at ``timestamp_ms``, default now).
 
         ``artifacts`` maps a destination to a local path: a folder is uploaded under the
         destination folder; a file goes to the destination itself when its last part is the
@@ -442,16 +623,12 @@ class Tracker:
         """
         from mlflow.entities import Metric, Param, RunTag
 
-        now = int(time.time() * 1000)
+        now = timestamp_ms or int(time.time() * 1000)
         p = [Param(k, v) for k, v in to_params(params or {}).items()]
         m = [Metric(k, v, now, 0) for k, v in to_metrics(metrics or {}).items()]
         t = [RunTag(k, v) for k, v in to_tags(tags or {}).items()]
-        for chunk in _chunks(p, BATCH):
-            self.call("log params", self.client.log_batch, run_id, params=chunk)
-        for chunk in _chunks(m, METRIC_BATCH):
-            self.call("log metrics", self.client.log_batch, run_id, metrics=chunk)
-        for chunk in _chunks(t, BATCH):
-            self.call("set tags", self.client.log_batch, run_id, tags=chunk)
+        for batch in _batches(p, m, t):  # one call for a step's params, metrics and tags
+            self.call("log params, metrics and tags", self.client.log_batch, run_id, **batch)
         n_art = 0
         for dest, local in (artifacts or {}).items():
             path = Path(local)

@@ -6,8 +6,9 @@ recipes, model URIs), and raises the first problem as one
 :class:`~shipyard.errors.ShipyardError` line naming the parameter and the fix. It runs:
 
 * in ``shipyard run --local``, ``submit`` and ``schedule`` before anything starts or is sent;
-* as the first task of every pipeline (the ``preflight`` component), which then opens the
-  pipeline's MLflow run with the parameters.
+* as the first task of every pipeline (the ``preflight`` component), which then checks that the
+  MLflow tracking server answers (:func:`shipyard.tracking.check_tracking_uri`: one line within
+  seconds when it does not) and opens the pipeline's MLflow run with the parameters.
 
 Pure Python (base runtime); checks that need a network or a model (hub datasets, eval tasks
 from lm-eval's registry) are left to the steps.
@@ -121,9 +122,14 @@ def record_for_mlflow(params: Mapping[str, Any]) -> dict[str, str]:
 
 
 def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, experiment: str, kfp_run_id: str) -> dict[str, Any]:
-    """The pipeline's first task: check everything, then open the MLflow parent run with the parameters."""
+    """The pipeline's first task: check everything and that MLflow answers (one line within
+    seconds, exit status 3, when it does not), then open the MLflow parent run with the
+    parameters."""
     typed = check_parameters(pipeline, params, fill_defaults=False)
     from shipyard.components.track.track import start_tracking
+    from shipyard.tracking import check_tracking_uri
+
+    check_tracking_uri(tracking_uri)
 
     run = start_tracking(tracking_uri=tracking_uri, experiment=experiment, pipeline_name=pipeline,
                          kfp_run_id=kfp_run_id, params_json=json.dumps(record_for_mlflow(typed)), tags_json="{}")

@@ -5,6 +5,8 @@
   ``candidate``) whose tags and description carry the recipe, base model, OCI digest and the
   eval/benchmark headline; records its accuracy figures on the version (the next run's
   champion figures); runs the champion/challenger gate of :mod:`shipyard.components.gates.champion`.
+  When MLflow is down it keeps the registration request (``tracking-pending/`` in a local run,
+  ``pending`` in its result) for ``shipyard track replay`` and fails the gate closed (no deploy).
 * :func:`promote_production` moves ``production`` to it (the old one becomes ``previous``) and
   puts the champion's headline figures on the pipeline's parent run.
 """
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from shipyard import registry
 from shipyard.components.gates.champion import champion_gate
 from shipyard.components.gates.config import ChampionConfig
 from shipyard.components.gates.selection import objective_value
-from shipyard.errors import ShipyardError
+from shipyard.errors import ShipyardError, UnreachableError
 from shipyard.fsutil import atomic_write_text
 
 
@@ -80,9 +83,6 @@ def register_champion(
     champion = doc["champion"]
     figures, declared = accuracy_figures(champion)
     head = headline(champion)
-    tracker = Tracker(tracking_uri)
-    tracker.check_reachable()
-    parent = tracker.resolve_parent("", kfp_run_id, experiment)
     tags = {
         "recipe": champion["recipe"][:5000],
         "base_model": base_model_uri,
@@ -94,8 +94,28 @@ def register_champion(
     description = (f"{champion['recipe'][:200]} of {base_model_uri}, packaged as {source_uri}. "
                    f"Chosen by {doc.get('objective', '')}: {doc.get('decisions', {}).get(champion['recipe'], '')}. "
                    + ", ".join(f"{k} {v:.4g}" for k, v in head.items()))
-    info = registry.register_candidate(tracker, model_name, source_uri, run_id=parent, tags=tags,
-                                       description=description)
+    tracker = Tracker(tracking_uri)
+    request = {"kind": "register", "tracking_uri": tracking_uri, "resolved_uri": tracker.uri,
+               "experiment": experiment, "kfp_run_id": kfp_run_id, "model_name": model_name,
+               "source_uri": source_uri, "digest": digest, "tags": tags, "description": description,
+               "alias": registry.CANDIDATE, "aliases": [], "metrics": {**figures, **head}}
+    down = tracker.probe()
+    if not down:
+        try:
+            return _register_and_gate(tracker, request, champion, figures, declared, head, champion_tolerance,
+                                      report_path)
+        except UnreachableError as err:
+            down = str(err)
+    return _deferred(request, down, champion, head, figures, report_path)
+
+
+def _register_and_gate(tracker: Any, request: dict[str, Any], champion: dict[str, Any], figures: dict[str, float],
+                       declared: dict[str, bool], head: dict[str, float], champion_tolerance: float,
+                       report_path: str) -> dict[str, Any]:
+    model_name = request["model_name"]
+    parent = tracker.resolve_parent("", request["kfp_run_id"], request["experiment"])
+    info = registry.register_candidate(tracker, model_name, request["source_uri"], run_id=parent,
+                                       tags=request["tags"], description=request["description"])
     holder = registry.version_for_alias(tracker, model_name, registry.PRODUCTION)
     if holder is not None and holder.version == info.version:
         holder = None
@@ -112,6 +132,27 @@ def register_champion(
     return {"passed": report.passed, "reason": report.reason, "version": info.version,
             "champion_version": holder.version if holder else "", "recipe": champion["recipe"], "headline": head,
             "figures": figures}
+
+
+def _deferred(request: dict[str, Any], down: str, champion: dict[str, Any], head: dict[str, float],
+              figures: dict[str, float], report_path: str) -> dict[str, Any]:
+    """MLflow is down: keep the registration request (``tracking-pending/`` in a local run, and
+    the returned ``pending``) and fail the gate closed: nothing is deployed unregistered."""
+    from shipyard.components.track.pending import keep, replay_hint
+
+    reason = (f"registration deferred: MLflow {request['resolved_uri']} is unreachable ({down}); the champion "
+              "could not be registered or gated against production, so nothing is deployed")
+    request["version_tags"] = {"shipyard.gate.passed": "false", "shipyard.gate.reason": reason[:5000],
+                               "shipyard.registration": "replayed"}
+    kept = keep(request)
+    where = f"the request is kept in {kept}; {replay_hint(kept)}" if kept else \
+        "the request is kept in this step's output (pending)"
+    reason = f"{reason}; {where}"
+    atomic_write_text(report_path, f"# Champion/challenger gate: not run\n\n{reason}\n\n"
+                      f"Registration request:\n\n```json\n{json.dumps(request, indent=2, sort_keys=True)}\n```\n")
+    print(f"shipyard: {reason}", file=sys.stderr, flush=True)
+    return {"passed": False, "reason": reason, "version": "", "champion_version": "", "recipe": champion["recipe"],
+            "headline": head, "figures": figures, "pending": request}
 
 
 def promote_production(tracking_uri: str, experiment: str, kfp_run_id: str, model_name: str, version: str,

@@ -13,13 +13,20 @@ them. Only reports and small JSON files are logged, never model weights.
 
 Tracking never fails the step's own work: when MLflow cannot be reached (or the image has no
 MLflow client) the payload is returned by :meth:`StepRun.payload` so the step can keep it in
-its outputs (artifact metadata ``shipyard.tracking``), and a later base step applies it with
-:func:`apply_payload`.
+its outputs (artifact metadata ``shipyard.tracking``), a local run also keeps it in
+``<work dir>/tracking-pending/``, and a later base step (:func:`apply_pending`) or
+``shipyard track replay WORK_DIR`` (:mod:`shipyard.components.track.pending`) applies it.
+
+Cost per step: a server seen down costs one ``/health`` probe (no MLflow import); otherwise the
+MLflow client is imported once, params and metrics go in one ``log_batch`` (tags with the new
+run), the artifacts in one ``log_artifacts``, and a local run's steps read the parent run from
+the pre-flight's cache file instead of searching for it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -70,13 +77,18 @@ class StepRun:
                     (kind is SystemExit and getattr(exc, "code", 0) not in (0, None)) else "FINISHED")
 
     def finish(self, status: str = "FINISHED") -> str | None:
-        """Log everything now (once); returns the MLflow run id, or None when it was kept as a payload."""
+        """Log everything now (once); returns the MLflow run id, or None when it was kept as a payload.
+
+        A server seen down costs one quick probe (no MLflow import, no retries); the payload is
+        then kept: in the step's output metadata by the wrapper (:meth:`payload`) and, in a local
+        run, in ``<work dir>/tracking-pending/`` for ``shipyard track replay``.
+        """
         if self.data["ended_ms"] is not None:
             return self.run_id
         self.data["ended_ms"] = int(time.time() * 1000)
         self.data["status"] = status
         try:
-            self.run_id = apply_payload(self.data)
+            self.run_id = apply_payload(self.data, quick=True)
         except ImportError:
             self.error = "no MLflow client in this image; the payload is kept for the next step"
         except ShipyardError as err:
@@ -84,7 +96,12 @@ class StepRun:
         except Exception as err:  # noqa: BLE001 - tracking must not fail the step's work
             self.error = f"{type(err).__name__}: {err}".splitlines()[0]
         if self.error:
-            print(f"shipyard: tracking of {self.data['step']} deferred: {self.error}", file=sys.stderr, flush=True)
+            from shipyard.components.track.pending import keep, replay_hint
+
+            kept = keep(self.data) if not self.error.startswith("no MLflow client") else None
+            where = f"kept in {kept}; {replay_hint(kept)}" if kept else "kept in the step's outputs"
+            print(f"shipyard: tracking of {self.data['step']} deferred: {self.error}; {where}",
+                  file=sys.stderr, flush=True)
         return self.run_id
 
     def payload(self) -> dict[str, Any] | None:
@@ -97,73 +114,150 @@ def _run_name(step: str, candidate: str) -> str:
 
 
 def _upload(tracker: Any, run_id: str, artifacts: dict[str, str]) -> int:
-    """Upload each artifact under its own name (with its extension); skips anything too large."""
+    """Upload every artifact under its own name (with its extension) in one ``log_artifacts``
+    call; skips anything too large (reports and JSON only, never weights)."""
     count = 0
     with tempfile.TemporaryDirectory(prefix="shipyard-track-") as tmp:
+        root = Path(tmp).resolve()
         for dest, local in artifacts.items():
             path = Path(local)
-            if not path.exists():
+            target = (root / dest.strip("/")).resolve()
+            if not path.exists() or root not in target.parents:
                 continue
             if path.is_file():
                 if path.stat().st_size > _MAX_ARTIFACT_BYTES:
                     continue
-                named = Path(tmp) / str(count) / Path(dest).name
-                named.parent.mkdir(parents=True)
-                shutil.copyfile(path, named)
-                parent = str(Path(dest).parent) if "/" in dest else None
-                tracker.call("upload an artifact", tracker.client.log_artifact, run_id, str(named), parent)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
                 count += 1
             elif path.is_dir():
                 size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
                 if size and size <= _MAX_ARTIFACT_BYTES:
-                    tracker.call("upload artifacts", tracker.client.log_artifacts, run_id, str(path), dest)
+                    shutil.copytree(path, target, dirs_exist_ok=True)
                     count += 1
+        if count:
+            tracker.call("upload artifacts", tracker.client.log_artifacts, run_id, str(root))
     return count
 
 
-def apply_payload(data: dict[str, Any]) -> str | None:
-    """Log a step payload into MLflow (see the module doc); returns the run id (None: no pipeline run)."""
-    from shipyard.tracking import TAG_KFP_RUN, TAG_KIND, TAG_PARENT, TAG_PIPELINE, TAG_STEP, Tracker
+def _marker(tracker: Any, kfp_run_id: str, step: str, candidate: str) -> Path | None:
+    """Where a local run remembers the step run it created (a retry or replay reuses it)."""
+    if tracker.work_dir is None:
+        return None
+    from shipyard.tracking import CACHE_DIR
+
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{kfp_run_id}--{step}--{candidate or '-'}")[:240]
+    return tracker.work_dir / CACHE_DIR / "steps" / f"{name}.run"
+
+
+def _tracker(data: dict[str, Any], uri: str, quick: bool, work_dir: str | Path | None = None) -> Any:
+    """A tracker for ``uri`` (recorded in ``data`` as ``resolved_uri`` for a replay); ``quick``:
+    probe once and fail at once when the server is down."""
+    from shipyard.tracking import Tracker
+
+    tracker = Tracker(uri, work_dir=work_dir, attempts=2 if quick else None, backoff_s=0.5 if quick else None)
+    data["resolved_uri"] = tracker.uri
+    if quick:
+        reason = tracker.probe()
+        if reason:
+            raise tracker._unreachable("log the step", reason, 1)
+    return tracker
+
+
+def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = False,
+                  work_dir: str | Path | None = None) -> str | None:
+    """Log a step payload into MLflow (see the module doc); returns the run id (None: no pipeline run).
+
+    ``quick``: one ``/health`` probe first and a short retry budget (a step that finds the server
+    down keeps its payload in milliseconds). ``replay``: applied later by ``shipyard track
+    replay``; idempotent: a step run already terminated is left alone, params and metrics already
+    there are not logged again.
+    """
+    from shipyard.tracking import TAG_KIND, TAG_PARENT, TAG_STEP, to_metrics, to_params, to_tags
 
     step, candidate = data["step"], data.get("candidate", "")
-    kfp_run = os.environ.get("MLFLOW_RUN_ID", "")
-    if kfp_run:
-        tracker = Tracker(os.environ.get("MLFLOW_TRACKING_URI", "") or data.get("tracking_uri", ""))
-        tracker.log(kfp_run, params=data["params"], metrics=data["metrics"],
+    kfp_run = data.get("mlflow_run_id", "") if replay else os.environ.get("MLFLOW_RUN_ID", "")
+    if kfp_run:  # KFP's own run for this task (KFP closes it)
+        uri = data.get("resolved_uri") or os.environ.get("MLFLOW_TRACKING_URI", "") or data.get("tracking_uri", "")
+        data["mlflow_run_id"] = kfp_run
+        tracker = _tracker(data, uri, quick, work_dir)
+        params, metrics = _unlogged(tracker, kfp_run, data) if replay else (data["params"], data["metrics"])
+        tracker.log(kfp_run, params=params, metrics=metrics, timestamp_ms=data.get("ended_ms"),
                     tags={**data["tags"], TAG_STEP: step, TAG_CANDIDATE: candidate})
         _upload(tracker, kfp_run, data["artifacts"])
         return kfp_run
     kfp_run_id = data.get("kfp_run_id", "")
     if not kfp_run_id or kfp_run_id.startswith("{{"):
         return None
-    tracker = Tracker(data.get("tracking_uri", ""))
-    parent_id = tracker.resolve_parent("", kfp_run_id, data.get("experiment", ""))
-    parent = tracker.call("read the pipeline run", tracker.client.get_run, parent_id)
-    exp_id = parent.info.experiment_id
+    tracker = _tracker(data, data.get("resolved_uri") or data.get("tracking_uri", ""), quick, work_dir)
+    parent = tracker.parent_record(kfp_run_id, data.get("experiment", ""))
+    parent_id, exp_id = parent["run_id"], parent["experiment_id"]
     keys = {TAG_PARENT: parent_id, TAG_STEP: step, TAG_CANDIDATE: candidate}
-    run_id = tracker.find_run(exp_id, keys)
+    marker = _marker(tracker, kfp_run_id, step, candidate)
+    run_id = data.get("run_id") or (marker.read_text().strip() if marker and marker.is_file() else None)
+    if not run_id and (replay or not parent.get("cached")):  # a local run's first attempt needs no search
+        run_id = tracker.find_run(exp_id, keys)
     if run_id is None:
-        tags = {**keys, TAG_KIND: "step"}
-        for key in (TAG_PIPELINE, TAG_KFP_RUN):
-            if key in parent.data.tags:
-                tags[key] = parent.data.tags[key]
+        tags = {**keys, TAG_KIND: "step", **parent.get("tags", {}), **to_tags(data["tags"])}
         run = tracker.call("create the step run", tracker.client.create_run, exp_id,
                            start_time=data["started_ms"], tags=tags, run_name=_run_name(step, candidate))
         run_id = run.info.run_id
-    tracker.log(run_id, params=data["params"], metrics=data["metrics"], tags=data["tags"])
+        data["run_id"] = run_id
+        if marker is not None:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(run_id)
+        tracker.log(run_id, params=data["params"], metrics=data["metrics"], timestamp_ms=data.get("ended_ms"))
+    else:
+        data["run_id"] = run_id
+        if replay:
+            run = tracker.call("read the step run", tracker.client.get_run, run_id)
+            if run.info.status != "RUNNING":
+                return run_id  # already terminated: left alone
+            params = {k: v for k, v in to_params(data["params"]).items() if k not in run.data.params}
+            metrics = {k: v for k, v in to_metrics(data["metrics"]).items() if run.data.metrics.get(k) != v}
+        else:
+            params, metrics = data["params"], data["metrics"]
+        tracker.log(run_id, params=params, metrics=metrics, tags=data["tags"], timestamp_ms=data.get("ended_ms"))
     _upload(tracker, run_id, data["artifacts"])
     tracker.call("close the step run", tracker.client.set_terminated, run_id, data.get("status") or "FINISHED",
                  data.get("ended_ms"))
     return run_id
 
 
+def _unlogged(tracker: Any, run_id: str, data: dict[str, Any]) -> tuple[dict[str, str], dict[str, float]]:
+    """The params and metrics of ``data`` that run ``run_id`` does not hold yet."""
+    from shipyard.tracking import to_metrics, to_params
+
+    run = tracker.call("read the run", tracker.client.get_run, run_id)
+    return ({k: v for k, v in to_params(data["params"]).items() if k not in run.data.params},
+            {k: v for k, v in to_metrics(data["metrics"]).items() if run.data.metrics.get(k) != v})
+
+
 def apply_pending(*metadatas: dict[str, Any] | None) -> list[str]:
-    """Apply payloads that earlier steps kept in their artifacts' metadata; returns the run ids."""
-    done = []
+    """Apply payloads that earlier steps kept in their artifacts' metadata; returns the run ids.
+
+    A payload that cannot be applied now (MLflow down) is kept (``tracking-pending/`` in a local
+    run) and does not fail the calling step; once the server is seen down the rest are kept
+    without another try.
+    """
+    from shipyard.components.track.pending import keep
+
+    done: list[str] = []
+    down = ""
     for meta in metadatas:
         pending = (meta or {}).get(PENDING_KEY)
-        if isinstance(pending, dict) and pending.get("step"):
-            run_id = apply_payload(pending)
-            if run_id:
-                done.append(run_id)
+        if not (isinstance(pending, dict) and pending.get("step")):
+            continue
+        if not down:
+            try:
+                run_id = apply_payload(pending, quick=True)
+            except ShipyardError as err:
+                down = str(err)
+            else:
+                if run_id:
+                    done.append(run_id)
+                continue
+        kept = keep(pending)
+        print(f"shipyard: tracking of {pending['step']} still deferred: {down}; kept in "
+              f"{kept or 'its step outputs'}", file=sys.stderr, flush=True)
     return done

@@ -174,13 +174,27 @@ def finish_tracking(tracking_uri: str, parent_run_id: str, status: str = "FINISH
 
 def close_pipeline_run(tracking_uri: str, experiment: str, kfp_run_id: str, state: str, error: str = "") -> str:
     """Close the parent run of KFP run ``kfp_run_id`` (found by its tag) from the pipeline's exit
-    handler: FINISHED when the pipeline succeeded, FAILED otherwise; returns the status."""
+    handler: FINISHED when the pipeline succeeded, FAILED otherwise; returns the status.
+
+    When MLflow does not answer (one quick probe) the final state is kept as a ``close`` payload
+    (``tracking-pending/`` in a local run) for ``shipyard track replay``, and ``PENDING`` is
+    returned: the exit handler does not spend its retries on a server seen down.
+    """
+    status = "FINISHED" if state.upper() in ("SUCCEEDED", "SUCCESS", "FINISHED") else "FAILED"
     tracker = Tracker(tracking_uri)
-    tracker.check_reachable()
+    down = tracker.probe()
+    if down:
+        from shipyard.components.track.pending import keep, replay_hint
+
+        kept = keep({"kind": "close", "tracking_uri": tracking_uri, "resolved_uri": tracker.uri,
+                     "experiment": experiment, "kfp_run_id": kfp_run_id, "state": state, "status": status,
+                     "error": error[:5000]})
+        print(f"shipyard: MLflow {tracker.uri} does not answer ({down}): the pipeline run stays RUNNING until "
+              f"its final state {status} is replayed; kept in {kept or 'this log'}. {replay_hint(kept)}", flush=True)
+        return "PENDING"
     run_id = tracker.resolve_parent("", kfp_run_id, experiment)
     if not run_id:
         raise ShipyardError("kfp_run_id", f"{kfp_run_id!r} is not a KFP run id", "pass dsl.PIPELINE_JOB_ID_PLACEHOLDER")
-    status = "FINISHED" if state.upper() in ("SUCCEEDED", "SUCCESS", "FINISHED") else "FAILED"
     tags = {"shipyard.kfp_state": state}
     if error:
         tags["shipyard.kfp_error"] = error[:5000]
