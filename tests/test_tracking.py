@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
+import mlflow
 import pytest
 from mlflow import MlflowClient
 from mlflow_server import MlflowServer, free_port, shared_server
 
 from shipyard import registry
 from shipyard.components.track import track
+from shipyard.components.track.steprun import StepRun
 from shipyard.errors import ShipyardError
-from shipyard.tracking import Tracker, resolve_tracking_uri
+from shipyard.tracking import EXPERIMENT_KIND_CLASSIC, TAG_EXPERIMENT_KIND, Tracker, resolve_tracking_uri
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +214,59 @@ def test_server_down_mid_call_is_retried_too(monkeypatch: pytest.MonkeyPatch) ->
     tracker = Tracker(dead, attempts=2, backoff_s=0.01)
     with pytest.raises(ShipyardError, match="to read the registered model after 2 attempts"):
         registry.aliases(tracker, "m")
+
+
+def test_experiments_are_classic_ml(server: MlflowServer) -> None:
+    """MLflow 3 opens an experiment without a kind in the GenAI view; shipyard's are classic ML."""
+    # The tag and value are the ones the installed MLflow UI reads (its JS bundle), not a guess.
+    bundle = Path(mlflow.__file__).parent / "server" / "js" / "build" / "static" / "js"
+    text = "".join(p.read_text(errors="ignore") for p in bundle.glob("main.*.js"))
+    assert f'"{TAG_EXPERIMENT_KIND}"' in text and f'CUSTOM_MODEL_DEVELOPMENT="{EXPERIMENT_KIND_CLASSIC}"' in text
+    client = MlflowClient(server.url)
+    name = f"classic-{uuid.uuid4().hex[:6]}"
+    track.start_tracking(server.url, name, "optimize-deploy", "", "", "")
+    assert client.get_experiment_by_name(name).tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND_CLASSIC
+    older = f"older-{uuid.uuid4().hex[:6]}"  # made before shipyard set the kind
+    client.create_experiment(older)
+    track.start_tracking(server.url, older, "optimize-deploy", "", "", "")
+    assert client.get_experiment_by_name(older).tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND_CLASSIC
+
+
+def test_local_steps_find_the_parent_without_a_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHIPYARD_WORK_DIR", str(tmp_path))
+    kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
+    parent = track.start_tracking("", "cached", "optimize-deploy", kfp_run, "", "")["parent_run_id"]
+    assert len(list((tmp_path / "tracking").glob("parent-*.json"))) == 1
+    # The step names another experiment: a tag search would look there and fail; the cache answers.
+    with StepRun("compress", "w8a8-int8", experiment="elsewhere", kfp_run_id=kfp_run) as run:
+        run.log(params={"recipe": "w8a8-int8"}, metrics={"size_ratio": 0.6})
+    assert run.error is None and run.run_id
+    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    logged = client.get_run(run.run_id)
+    assert logged.data.tags["mlflow.parentRunId"] == parent and logged.data.metrics["size_ratio"] == 0.6
+    assert logged.data.tags["shipyard.kfp_run_id"] == kfp_run and logged.info.status == "FINISHED"
+    for cache in (tmp_path / "tracking").rglob("*"):
+        if cache.is_file():
+            cache.unlink()
+    with StepRun("evaluate", "w8a8-int8", experiment="elsewhere", kfp_run_id=kfp_run) as run:
+        run.log(metrics={"acc": 0.5})
+    assert run.run_id is None and "no MLflow pipeline run is tagged" in (run.error or "")
+
+
+def test_a_step_with_the_server_down_pays_one_probe_and_no_import(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    code = (
+        "import sys, time\n"
+        "from shipyard.components.track.steprun import StepRun\n"
+        f"run = StepRun('evaluate', 'w8a8-int8', tracking_uri={dead!r}, kfp_run_id='kfp-1')\n"
+        "run.log(metrics={'acc': 0.5})\n"
+        "t = time.perf_counter(); run.finish(); t = time.perf_counter() - t\n"
+        "print(t, 'mlflow' in sys.modules, run.payload() is not None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "SHIPYARD_WORK_DIR": str(tmp_path)})
+    seconds, imported, kept = out.stdout.split()
+    assert float(seconds) < 2 and imported == "False" and kept == "True"
+    assert "tracking of evaluate deferred" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    payload = json.loads(next((tmp_path / "tracking-pending").glob("step-evaluate-*.json")).read_text())
+    assert payload["metrics"] == {"acc": 0.5} and payload["resolved_uri"] == dead
