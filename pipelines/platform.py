@@ -47,8 +47,8 @@ def _read_cluster_config(path: str) -> dict[str, Any]:
 #: Steps whose effects live outside their outputs (a registry, MLflow, the cluster): a cache hit
 #: would skip the push, the record or the apply, so they always run.
 SIDE_EFFECT_STEPS = frozenset({
-    "package-model", "deploy", "preflight", "candidate-gates", "select-champion", "register-champion",
-    "promote-production", "close-tracking",
+    "package-champion", "deploy", "preflight", "candidate-gates", "select-champion", "register-champion",
+    "close-tracking",
 })
 
 

@@ -3,8 +3,8 @@
 ``checked`` runs the pre-flight first and closes the MLflow run in an exit handler;
 ``measure`` evaluates and benchmarks one model with the chosen eval backend;
 ``candidates`` fans the recipes out (compress, measure, gates) and back in to one selection;
-``release`` is the one path for the champion: package, register, champion/challenger gate,
-deploy and the ``production`` alias. Every step logs itself into MLflow (no tracking tasks).
+``release`` is the one path for the champion: package + register + champion/challenger gate in
+one task, then deploy + the ``production`` alias in another. Every step logs itself into MLflow (no tracking tasks).
 """
 
 from collections.abc import Callable
@@ -18,10 +18,10 @@ from shipyard.components.compress.component import compress
 from shipyard.components.deploy.component import deploy
 from shipyard.components.evaluate.component import evaluate_hf
 from shipyard.components.gates.component import candidate_gates, select_champion
-from shipyard.components.package.component import package_model
+from shipyard.components.package.component import package_champion
 from shipyard.components.preflight.component import preflight
 from shipyard.components.resolve.component import resolve_model
-from shipyard.components.track.component import close_tracking, promote_production, register_champion
+from shipyard.components.track.component import close_tracking, register_champion
 from shipyard.pipelines.platform import load_cluster_config, on_cpu, on_gpu
 
 Params = dict[str, Any]
@@ -106,34 +106,37 @@ def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any) -> Any:
 
 
 def release(p: Params, selected: Any) -> None:
-    """The one path of the champion: package it, then :func:`promote_champion`. Nothing runs when
-    no candidate passed both gates (the selection returned no model)."""
+    """The one path of the champion: package, register and gate it against production in one task,
+    then :func:`rollout`. Nothing runs when no candidate passed both gates (the selection returned
+    no model)."""
     with dsl.If(selected.outputs["Output"] != "", name="champion-found"):
         model = dsl.importer(artifact_uri=selected.outputs["Output"], artifact_class=Model, reimport=False)
         model.set_display_name("champion model")
-        package = on_cpu(package_model(
-            model=model.output, registry=p["registry"], repository=p["repository"], tag="",
-            mode=p["package_mode"], base_image=p["modelcar_base_image"], annotations="{}",
-            insecure_tls=p["insecure_registry"], candidate="champion", **tracking(p),
-        ).set_display_name("package modelcar"))
-        promote_champion(p, selected.outputs["decision"], model.output, package.outputs["uri"],
-                         package.outputs["digest"])
+        packaged = on_cpu(package_champion(
+            model=model.output, selection=selected.outputs["decision"], registry=p["registry"],
+            repository=p["repository"], mode=p["package_mode"], base_image=p["modelcar_base_image"],
+            insecure_tls=p["insecure_registry"], model_name=p["registered_model_name"], base_model_uri=p["model_uri"],
+            champion_tolerance=p["champion_tolerance"], **tracking(p),
+        ).set_display_name("package + register + champion/challenger gate"))
+        rollout(p, packaged, model.output)
 
 
 def promote_champion(p: Params, selection: Any, model: Any, source_uri: Any, digest: Any) -> None:
-    """Register the packaged champion, gate it against production, deploy it and move
-    ``production`` to it."""
-    track = tracking(p)
+    """For a candidate packaged earlier (the promote pipeline): register it, gate it against
+    production, then :func:`rollout`."""
     registered = on_cpu(register_champion(
         model_name=p["registered_model_name"], source_uri=source_uri, digest=digest,
-        base_model_uri=p["model_uri"], champion_tolerance=p["champion_tolerance"], selection=selection, **track,
+        base_model_uri=p["model_uri"], champion_tolerance=p["champion_tolerance"], selection=selection, **tracking(p),
     ).set_display_name("register + champion/challenger gate"))
-    with dsl.If(registered.outputs["Output"] == True, name="beats-production"):  # noqa: E712 - KFP condition
-        rollout = on_cpu(deploy(
-            model_uri=source_uri, name=p["deploy_name"], namespace=p["namespace"],
-            deploy_config=p["deploy_config"], dry_run=p["dry_run"], model=model,
-        ).set_display_name("deploy LLMInferenceService"))
-        on_cpu(promote_production(
-            model_name=p["registered_model_name"], decision=registered.outputs["decision"],
-            manifest=rollout.outputs["manifest"], **track,
-        ).set_display_name("alias production"))
+    rollout(p, registered, model)
+
+
+def rollout(p: Params, gated: Any, model: Any) -> None:
+    """When the champion beats production: deploy it and, in the same task once it is Ready (or
+    rendered, on a dry run), move ``production`` to it."""
+    with dsl.If(gated.outputs["Output"] == True, name="beats-production"):  # noqa: E712 - KFP condition
+        on_cpu(deploy(
+            model_uri="", name=p["deploy_name"], namespace=p["namespace"], deploy_config=p["deploy_config"],
+            dry_run=p["dry_run"], model=model, decision=gated.outputs["decision"],
+            model_name=p["registered_model_name"], **tracking(p),
+        ).set_display_name("deploy LLMInferenceService + alias production"))

@@ -192,7 +192,7 @@ def verify(summary: RunSummary, params: dict[str, Any], services: dict[str, Any]
 
     problems: list[str] = []
     out: dict[str, Any] = {}
-    uri = _find_param(summary, "package-model", "uri")
+    uri = _find_param(summary, "package-champion", "uri")
     out["registry_reference"] = uri
     if not uri.startswith(f"oci://{services['registry'].address}/") or "@sha256:" not in uri:
         problems.append(f"package pushed no registry reference (uri={uri!r})")

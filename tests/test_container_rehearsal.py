@@ -141,7 +141,7 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(tiny_model: Path) -> No
         assert rehearsal["applied_object"]["model_uri"] == ref and rehearsal["applied_object"]["ready"] is True
         assert rehearsal["mlflow_runs"]
         ran = {s["task"].rsplit("/", 1)[-1] for s in on_disk["steps"] if s["status"] == "SUCCESS"}
-        assert {"resolve-model", "compress", "package-model", "deploy"} <= ran
+        assert {"resolve-model", "compress", "package-champion", "deploy"} <= ran
         # every step ran in its image, as the image's user, and wrote its outputs there
         for task_dir in Path(on_disk["run_dir"]).rglob("executor_output.json"):
             assert task_dir.stat().st_uid == 1001

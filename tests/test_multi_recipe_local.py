@@ -33,7 +33,7 @@ def test_two_passing_recipes_one_champion_one_deploy(tiny_model: Path, tmp_path:
     assert len([s for s in steps_named(summary, "compress") if s.status == "SUCCESS"]) == 2
     gates = [s for s in steps_named(summary, "candidate-gates") if s.status == "SUCCESS"]
     assert len(gates) == 2 and all(s.parameters["Output"] is True for s in gates)
-    for component in ("select-champion", "package-model", "register-champion", "deploy", "promote-production"):
+    for component in ("select-champion", "package-champion", "deploy"):
         assert one(summary, component).status == "SUCCESS", component
     report = Path(one(summary, "select-champion").artifacts["report"]).read_text()
     assert all(label in report for label in labels) and report.count("**champion**") == 1
@@ -49,6 +49,6 @@ def test_two_passing_recipes_one_champion_one_deploy(tiny_model: Path, tmp_path:
     run_names = {r.info.run_name for r in runs}
     for label in labels:
         assert {f"compress [{label}]", f"gates [{label}]", f"evaluate [{label}]", f"benchmark [{label}]"} <= run_names
-    assert sum(r.info.run_name == "deploy" for r in runs) == 1
+    assert sum(r.info.run_name.startswith("deploy") for r in runs) == 1
     summary_json = json.loads((tmp_path / "run-summary.json").read_text())
     assert summary_json["promoted"] is True and summary_json["champion"] == production.tags["recipe"]

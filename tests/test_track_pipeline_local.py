@@ -1,7 +1,7 @@
 """Tracking inside the steps and the champion's path, in a real local KFP run (kfp.local)
 against a real MLflow server: two candidates fan out, log into their own nested runs (keyed
 by step and candidate), fan back in to one selection, and exactly one version is registered,
-gated against production and given ``production``.
+gated against production and given ``production`` by the (dry-run) deploy step.
 
 No ``from __future__ import annotations``: KFP reads the components' annotations.
 """
@@ -16,8 +16,9 @@ from kfp.dsl import Artifact, Output
 from mlflow import MlflowClient
 from mlflow_server import shared_server
 
+from shipyard.components.deploy.component import deploy
 from shipyard.components.gates.component import select_champion
-from shipyard.components.track.component import close_tracking, promote_production, register_champion
+from shipyard.components.track.component import close_tracking, register_champion
 from shipyard.runtimes import runtime_image
 
 
@@ -55,14 +56,6 @@ def fake_candidate(recipe: str, candidate: Output[Artifact], tracking_uri: str, 
         run.log(metrics={"size_bytes": 1000}, artifacts={"summary.md": os.path.join(candidate.path, "candidate.json")})
 
 
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def fake_deploy(manifest: Output[Artifact]):
-    """Stands in for deploy: a rendered manifest."""
-    with open(manifest.path, "w") as fh:
-        fh.write("kind: LLMInferenceService\n")
-    manifest.metadata.update({"name": "tiny", "namespace": "shipyard", "status": "DryRun"})
-
-
 @dsl.pipeline(name="track-local")
 def track_local(tracking_uri: str, experiment: str, model_name: str, source_uri: str):
     track = {"tracking_uri": tracking_uri, "experiment": experiment, "kfp_run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER}
@@ -77,9 +70,8 @@ def track_local(tracking_uri: str, experiment: str, model_name: str, source_uri:
                                     base_model_uri="embedded://tiny", champion_tolerance=0.0,
                                     selection=chosen.outputs["decision"], **track)
             with dsl.If(reg.outputs["Output"] == True):  # noqa: E712 - KFP condition
-                rollout = fake_deploy()
-                promote_production(model_name=model_name, decision=reg.outputs["decision"],
-                                   manifest=rollout.outputs["manifest"], **track)
+                deploy(model_uri="", name="tiny", namespace="shipyard", deploy_config='{"gpu_memory_gib": 80}',
+                       dry_run=True, decision=reg.outputs["decision"], model_name=model_name, **track)
 
 
 def test_fan_in_one_champion_and_runs_per_step_and_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,13 +93,14 @@ def test_fan_in_one_champion_and_runs_per_step_and_candidate(tmp_path: Path, mon
     assert parent.data.metrics["champion.output_tokens_per_s_at_slo"] == pytest.approx(150.0)
     children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{mv.run_id}'")
     names = {r.info.run_name: r for r in children}
-    assert {"compress [w8a8]", "compress [w4a16]", "select", "register", "deploy"} <= set(names)
+    assert {"compress [w8a8]", "compress [w4a16]", "select", "register", "deploy [w4a16]"} <= set(names)
     assert names["compress [w8a8]"].data.params["recipe"] == "w8a8"
     assert names["compress [w4a16]"].data.params["recipe"] == "w4a16"
     assert names["compress [w4a16]"].info.end_time >= names["compress [w4a16]"].info.start_time
     artifacts = {a.path for a in client.list_artifacts(names["select"].info.run_id)}
     assert {"candidates.md", "candidates.html", "selection.json"} <= artifacts
-    assert {a.path for a in client.list_artifacts(names["deploy"].info.run_id)} == {"manifest.yaml"}
+    assert {a.path for a in client.list_artifacts(names["deploy [w4a16]"].info.run_id)} == {"manifest.yaml", "deploy.md"}
+    assert names["deploy [w4a16]"].data.params["model_uri"] == "oci://reg.local/tiny@sha256:" + "9" * 64
     decision = json.loads(Path(client.download_artifacts(names["select"].info.run_id, "selection.json", str(tmp_path)))
                           .read_text())
     assert decision["winner"] == "w4a16" and decision["decisions"]["w8a8"].startswith("rank 2")

@@ -3,7 +3,7 @@
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Artifact, Input, Model, Output
+from kfp.dsl import Artifact, Input, Markdown, Model, Output
 
 from shipyard.runtimes import runtime_image
 
@@ -16,13 +16,20 @@ def deploy(
     deploy_config: str,
     dry_run: bool,
     manifest: Output[Artifact],
+    summary: Output[Markdown],
     model: Input[Model] = None,
+    decision: Input[Markdown] = None,
+    model_name: str = "",
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
 ) -> NamedTuple("Outputs", [("url", str), ("status", str)]):
-    """Deploy the model as a KServe LLMInferenceService (llm-d prefill/decode), or write the manifest only.
+    """Deploy the model as a KServe LLMInferenceService (llm-d prefill/decode), or write the manifest
+    only; with a champion's decision, then give its model version 'production' in MLflow.
 
     Args:
-        model_uri: The model KServe loads: the digest-pinned oci://REGISTRY/REPO@sha256:... from the
-            package step (mutable tags are refused unless deploy_config sets allow_mutable_tag), or
+        model_uri: The model KServe loads ("" = the decision's uri): the digest-pinned
+            oci://REGISTRY/REPO@sha256:... from the package step (mutable tags are refused unless deploy_config sets allow_mutable_tag), or
             hf://, s3://, pvc://.
         name: Name of the LLMInferenceService (DNS-1035 label, at most 42 characters).
         namespace: Target namespace (the deploy ServiceAccount needs the shipyard-deployer Role there).
@@ -32,28 +39,54 @@ def deploy(
             apply {wait_timeout_s, poll_s, false_grace_s, api_timeout_s}. See components/deploy/README.md.
         dry_run: Only render and validate the manifest (no cluster needed; the default for local runs).
         manifest: The rendered, validated manifest (multi-document YAML).
+        summary: What was deployed (objects, status, URL and the manifest), shown inline by the KFP UI.
         model: Optional model folder; its config.json sizes vLLM through the memory planner.
+        decision: Optional champion/challenger decision (metadata: uri, version, recipe, headline); when
+            given with model_name, the version gets 'production' (the old one 'previous') once the
+            deployment is Ready (or rendered, on a dry run), and the pipeline's MLflow run the
+            champion's headline figures.
+        model_name: Registered model name in MLflow (with decision).
+        tracking_uri: MLflow tracking URI (the pipeline parameter).
+        experiment: MLflow experiment.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
 
     Returns:
         url: status.url of the Ready service ('' on a dry run).
         status: Ready, or DryRun.
     """
+    import json
     from collections import namedtuple
 
+    from shipyard.components.track.steprun import StepRun
     from shipyard.runtimes import call_step
 
+    champion = dict(decision.metadata) if decision is not None else {}
+    model_uri = model_uri or str(champion.get("uri", ""))
     model_dir = model.path if model is not None else None
-    result = call_step(
-        "base",
-        "shipyard.components.deploy.step:run_deploy",
-        deploy_config=deploy_config,
-        manifest_path=manifest.path,
-        dry_run=dry_run,
-        model_dir=model_dir,
-        name=name,
-        model_uri=model_uri,
-        namespace=namespace,
-    )
-    manifest.metadata.update({k: result[k] for k in ("name", "namespace", "kinds", "mode", "status", "planned")})
+    with StepRun("deploy", str(champion.get("recipe", "")), tracking_uri=tracking_uri, experiment=experiment,
+                 kfp_run_id=kfp_run_id if champion else "",
+                 params={"name": name, "namespace": namespace, "model_uri": model_uri, "dry_run": dry_run,
+                         "model_name": model_name, "version": str(champion.get("version", ""))}) as run:
+        result = call_step(
+            "base",
+            "shipyard.components.deploy.step:run_deploy",
+            deploy_config=deploy_config,
+            manifest_path=manifest.path,
+            dry_run=dry_run,
+            model_dir=model_dir,
+            name=name,
+            model_uri=model_uri,
+            namespace=namespace,
+            summary_path=summary.path,
+        )
+        manifest.metadata.update({k: result[k] for k in ("name", "namespace", "kinds", "mode", "status", "planned")})
+        run.log(tags={"shipyard.deploy.status": result["status"]},
+                artifacts={"manifest.yaml": manifest.path, "deploy.md": summary.path})
+        if champion and model_name:
+            out = call_step("base", "shipyard.components.track.champion:promote_production", tracking_uri=tracking_uri,
+                            experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
+                            version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
+                            headline_json=str(champion.get("headline", "{}")))
+            print(f"production: {json.dumps(out['aliases'])}", flush=True)
     outputs = namedtuple("Outputs", ["url", "status"])
     return outputs(result["url"], result["status"])

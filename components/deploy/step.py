@@ -49,11 +49,13 @@ def run_deploy(
     model_dir: str | None = None,
     kubeconfig: str | None = None,
     context: str | None = None,
+    summary_path: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Render and validate the deployment, write it to ``manifest_path`` and, unless
     ``dry_run``, apply it and wait. ``overrides`` (name, model_uri, namespace, replicas, ...)
-    win over ``deploy_config``. Returns url, status, name, namespace and the manifest path."""
+    win over ``deploy_config``. ``summary_path``: also write a Markdown summary (objects, status,
+    URL, the manifest) for the KFP UI. Returns url, status, name, namespace and the manifest path."""
     params, options = split_apply_options(deploy_config)
     cfg = parse_config(params, **overrides)
     if not dry_run:
@@ -70,6 +72,8 @@ def run_deploy(
                               "kinds": [d["kind"] for d in docs], "mode": cfg.mode, "url": "", "status": "DryRun",
                               "planned": model_config is not None}
     if dry_run:
+        if summary_path:
+            atomic_write_text(summary_path, deployment_markdown(result, docs, text))
         return result
     from shipyard.components.deploy.apply import Kube, api_client, deploy
 
@@ -80,7 +84,33 @@ def run_deploy(
     finally:
         kube.close()
     result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
+    if summary_path:
+        atomic_write_text(summary_path, deployment_markdown(result, docs, text))
     return result
+
+
+def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
+    """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
+    and the manifest itself (the KFP UI renders it inline)."""
+    status = result["status"]
+    head = ("Rendered and validated only (dry run): nothing was applied." if status == "DryRun"
+            else f"Applied and **{status}**" + (f" at {result['url']}" if result.get("url") else "") + ".")
+    lines = [f"# LLMInferenceService {result['namespace']}/{result['name']}", "", head, "",
+             "| | |", "| --- | --- |", f"| mode | {result['mode']} |",
+             f"| sized by the memory planner | {'yes' if result.get('planned') else 'no (no model config)'} |"]
+    for doc in docs:
+        spec = doc.get("spec") or {}
+        if doc.get("kind") == "LLMInferenceService":
+            model = spec.get("model") or {}
+            lines.append(f"| model | `{model.get('uri', '')}` |")
+            lines.append(f"| replicas (decode) | {spec.get('replicas', 1)} |")
+            prefill = spec.get("prefill") or {}
+            if prefill:
+                lines.append(f"| replicas (prefill) | {prefill.get('replicas', 1)} |")
+    lines += ["", "| kind | name | namespace |", "| --- | --- | --- |"]
+    lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
+    lines += ["", "```yaml", text.rstrip(), "```", ""]
+    return "\n".join(lines)
 
 
 def manifest_summary(path: str | Path) -> str:

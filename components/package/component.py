@@ -3,7 +3,7 @@
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Artifact, Input, Model, Output
+from kfp.dsl import Artifact, Input, Markdown, Model, Output
 
 from shipyard.runtimes import runtime_image
 
@@ -78,3 +78,85 @@ def package_model(
     print(f"packaged: {result['uri']}", flush=True)
     outputs = namedtuple("Outputs", ["uri", "digest"])
     return outputs(result["uri"], result["digest"])
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def package_champion(
+    model: Input[Model],
+    selection: Input[Artifact],
+    registry: str,
+    repository: str,
+    mode: str,
+    base_image: str,
+    insecure_tls: bool,
+    model_name: str,
+    base_model_uri: str,
+    champion_tolerance: float,
+    modelcar: Output[Artifact],
+    package_summary: Output[Markdown],
+    decision: Output[Markdown],
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
+) -> bool:
+    """Package the selected champion as a digest-pinned OCI modelcar, register it in MLflow and
+    gate it against the current 'production' version (champion/challenger), in one task.
+
+    Args:
+        model: The champion's model folder (select_champion's winner).
+        selection: select_champion's decision (selection.json): the champion's record and why it won.
+        registry: host[:port] to push to ("" keeps an OCI layout in the modelcar artifact only).
+        repository: Repository in the registry, e.g. team/my-model.
+        mode: modelcar (an image with the model under /models, for KServe oci:// URIs) or oras.
+        base_image: "" (built-in static busybox), an OCI layout path or a registry reference.
+        insecure_tls: Skip TLS verification (test registries only).
+        model_name: Registered model name in MLflow.
+        base_model_uri: The base model's URI (lineage on the model version).
+        champion_tolerance: How much worse than production an accuracy metric may be (absolute).
+        modelcar: The OCI layout (weights stay here; they are never copied into MLflow).
+        package_summary: What was pushed (reference, digest, layers, annotations), shown inline by the KFP UI.
+        decision: The champion/challenger report; metadata: uri, digest, version, passed, reason, recipe, headline.
+        tracking_uri: MLflow tracking URI (the pipeline parameter).
+        experiment: MLflow experiment.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+
+    Returns True to deploy the champion and give it 'production'.
+    """
+    import json
+    import shutil
+
+    from shipyard.components.compress.recipes import recipe_label
+    from shipyard.components.track.champion import load_selection
+    from shipyard.components.track.steprun import StepRun
+    from shipyard.runtimes import call_step
+
+    recipe = load_selection(selection.path)["champion"]["recipe"]
+    annotations = json.dumps({"recipe": recipe_label(recipe), "source_model": base_model_uri,
+                              "pipeline_run": kfp_run_id})
+    with StepRun("package", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"registry": registry, "repository": repository, "mode": mode, "model_name": model_name,
+                         "champion_tolerance": champion_tolerance}) as run:
+        packed = call_step("base", "shipyard.components.package.package:package_model", model_dir=model.path,
+                           out_dir=modelcar.path, registry=registry, repository=repository, tag="", mode=mode,
+                           base_image=base_image, annotations=annotations, insecure_tls=insecure_tls)
+        modelcar.metadata.update({k: packed[k] for k in ("uri", "digest", "tag", "tag_ref", "mode", "size_bytes",
+                                                         "layers", "model_digest")})
+        shutil.copyfile(f"{modelcar.path}/shipyard-package.md", package_summary.path)
+        package_summary.metadata.update({"uri": packed["uri"], "digest": packed["digest"]})
+        print(f"packaged: {packed['uri']}", flush=True)
+        run.log(params={"uri": packed["uri"]}, metrics={"size_bytes": packed["size_bytes"]},
+                tags={"shipyard.oci_digest": packed["digest"]},
+                artifacts={"package.json": f"{modelcar.path}/shipyard-package.json", "package.md": package_summary.path})
+        out = call_step("base", "shipyard.components.track.champion:register_champion", tracking_uri=tracking_uri,
+                        experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
+                        source_uri=packed["uri"], digest=packed["digest"], selection_dir=selection.path,
+                        base_model_uri=base_model_uri, champion_tolerance=champion_tolerance,
+                        report_path=decision.path)
+        decision.metadata.update({"uri": packed["uri"], "digest": packed["digest"], "version": out["version"],
+                                  "passed": out["passed"], "reason": out["reason"], "recipe": out["recipe"],
+                                  "headline": json.dumps(out["headline"])})
+        run.log(params={"version": out["version"], "champion_version": out["champion_version"] or "none"},
+                metrics={"gate.passed": float(out["passed"])},
+                tags={"shipyard.gate.reason": out["reason"][:5000]}, artifacts={"champion-gate.md": decision.path})
+    print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"], flush=True)
+    return bool(out["passed"])

@@ -2,7 +2,8 @@
 
 There are no tracking-only tasks: every step logs itself into MLflow (``steprun.py``); the
 pre-flight task opens the pipeline's parent run. These wrappers are the champion's path in the
-registry (``register_champion``, ``promote_production``), the exit handler that closes the
+registry (``register_champion`` for an already packaged candidate: the promote pipeline; the
+deploy step gives the deployed champion ``production``), the exit handler that closes the
 pipeline's run (``close_tracking``) and two operator tools (``rollback_production``,
 ``set_alias``). ``tracking_uri``: an MLflow server URL, or empty for the KFP MLflow plugin's
 endpoint (``KFP_MLFLOW_CONFIG``), else ``MLFLOW_TRACKING_URI``, else a local file store
@@ -122,7 +123,8 @@ def register_champion(
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name, source_uri=source_uri,
                         digest=digest, selection_dir=selection.path, base_model_uri=base_model_uri,
                         champion_tolerance=champion_tolerance, report_path=decision.path)
-        decision.metadata.update({"version": out["version"], "passed": out["passed"], "reason": out["reason"],
+        decision.metadata.update({"uri": source_uri, "digest": digest, "version": out["version"],
+                                  "passed": out["passed"], "reason": out["reason"],
                                   "recipe": out["recipe"], "headline": json.dumps(out["headline"])})
         run.log(params={"version": out["version"], "champion_version": out["champion_version"] or "none"},
                 metrics={"gate.passed": float(out["passed"])},
@@ -130,44 +132,3 @@ def register_champion(
                 artifacts={"champion-gate.md": decision.path})
     print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"], flush=True)
     return bool(out["passed"])
-
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def promote_production(
-    model_name: str,
-    decision: Input[Markdown],
-    manifest: Input[Artifact],
-    tracking_uri: str = "",
-    experiment: str = "",
-    kfp_run_id: str = "",
-) -> str:
-    """Give 'production' to the deployed champion (the old one becomes 'previous'), record the
-    deployment in MLflow and put the champion's headline figures on the pipeline's run.
-
-    Args:
-        model_name: Registered model name.
-        decision: register_champion's decision (its metadata names the version).
-        manifest: The deploy step's rendered manifest.
-        tracking_uri: MLflow tracking URI (the pipeline parameter).
-        experiment: MLflow experiment.
-        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
-
-    Returns the aliases afterwards as JSON.
-    """
-    import json
-
-    from shipyard.components.track.steprun import StepRun
-    from shipyard.runtimes import call_step
-
-    version = str(decision.metadata["version"])
-    with StepRun("deploy", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
-                 params={"model_name": model_name, "version": version,
-                         "name": manifest.metadata.get("name", ""), "namespace": manifest.metadata.get("namespace", "")}) as run:
-        run.log(tags={"shipyard.deploy.status": str(manifest.metadata.get("status", ""))},
-                artifacts={"manifest.yaml": manifest.path})
-        out = call_step("base", "shipyard.components.track.champion:promote_production", tracking_uri=tracking_uri,
-                        experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name, version=version,
-                        recipe=str(decision.metadata.get("recipe", "")),
-                        headline_json=str(decision.metadata.get("headline", "{}")))
-    return json.dumps(out["aliases"])
