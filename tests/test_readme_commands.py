@@ -1,0 +1,138 @@
+"""Every command the README shows is exercised, so the README cannot drift.
+
+Each command of the README's ``bash`` blocks must appear in :data:`EXERCISED`, which says how it
+is exercised:
+
+* ``here``: this test runs it verbatim through bash (the KFP host ``https://kfp.example.com`` is
+  swapped for a schema-checking KFP double on 127.0.0.1, and ``my-cluster.yaml`` is the shipped
+  ``pipelines/cluster.yaml``);
+* ``ci:FILE``: the CI scripts run it (the test checks that FILE contains the command);
+* ``test:FILE::NAME``: that test runs the same command (the function it calls) with test-sized
+  parameters: the tiny model instead of SmolLM2 (checked to exist);
+* several, joined by `` + ``: ``bash .ci/setup`` in CI, the run in a test;
+* ``cluster:...``: it needs a Kubernetes cluster, a GPU or your own registry; the reason is given
+  and the test checks the part that can run here.
+
+A command added to the README without an entry fails :func:`test_every_readme_command_is_exercised`.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from kfp_double import KfpDouble
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = REPO / ".venvs" / "base" / "bin"
+
+EXERCISED: dict[str, str] = {
+    "bash .ci/setup && .venvs/base/bin/shipyard run --local --work-dir shipyard-run": (
+        "ci:.ci/run + test:tests/test_local_pipeline.py::test_passing_run_goes_all_the_way"),
+    ".venvs/base/bin/pytest": "ci:.ci/run",
+    "kubectl kustomize manifests/overlays/prod | shipyard validate -": "here",
+    "kubectl apply -k manifests/overlays/prod": (
+        "cluster: needs a Kubernetes API; what it applies is built by `kubectl kustomize` and validated "
+        "against the vendored CRDs by the command above and tests/test_manifests.py"),
+    "shipyard images build --flavor gpu": (
+        "cluster: the gpu flavor pulls CUDA base images this machine cannot reach; the same build code "
+        "runs in CI for the cpu flavor (.ci/setup) and tests/test_container_rehearsal.py checks the tags"),
+    "podman push ghcr.io/shipyard-llm/shipyard-base:<tag>": "cluster: needs your registry and its credentials",
+    "shipyard compile --out compiled/ --image-registry quay.io/your-org --cluster-config my-cluster.yaml": "here",
+    (
+        "shipyard submit optimize-and-deploy --host https://kfp.example.com --param registry=quay.io "
+        "--param repository=your-org/models"
+    ): "here",
+    'shipyard schedule requantize --host https://kfp.example.com --cron "0 3 * * 1"': "here",
+    "bash .ci/podman-setup": "ci:.ci/setup",
+    ".venvs/base/bin/shipyard images build --flavor cpu": "ci:.ci/setup",
+    ".venvs/base/bin/shipyard run --local --runner container --work-dir rehearsal":
+        "test:tests/test_container_rehearsal.py::test_rehearsal_runs_the_whole_pipeline_in_containers",
+}
+
+
+def readme_commands() -> list[str]:
+    """The commands of the README's ``bash`` blocks, without comments."""
+    text = (REPO / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = re.sub(r"\s+#\s.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def test_every_readme_command_is_exercised() -> None:
+    commands = readme_commands()
+    assert len(commands) >= 10
+    missing = [c for c in commands if c not in EXERCISED]
+    assert not missing, f"README commands with no test or CI step: add them to EXERCISED: {missing}"
+    stale = [c for c in EXERCISED if c not in commands]
+    assert not stale, f"EXERCISED lists commands the README no longer shows: {stale}"
+
+
+_CALLS = {"--runner container": "run_container(", "run --local": "run_local("}
+
+
+@pytest.mark.parametrize("command", [c for c, how in EXERCISED.items() if how.startswith(("ci:", "test:"))])
+def test_ci_and_test_references_hold(command: str) -> None:
+    hows = EXERCISED[command].split(" + ")
+    parts = [p.strip().replace(".venvs/base/bin/", "") for p in command.split("&&")]
+    for part in parts:
+        covered = []
+        for how in hows:
+            if how.startswith("ci:"):
+                script = (REPO / how.removeprefix("ci:")).read_text()
+                covered.append(any(all(w in line for w in part.split()) for line in script.splitlines()))
+            else:
+                path, _, name = how.removeprefix("test:").partition("::")
+                source = (REPO / path).read_text()
+                assert f"def {name}(" in source, how
+                call = next((c for flag, c in _CALLS.items() if flag in part), None)
+                covered.append(call is not None and call in source)
+        assert any(covered), f"{part!r} is run by none of {hows}"
+
+
+@pytest.fixture()
+def kfp_host() -> KfpDouble:
+    double = KfpDouble().start()
+    yield double
+    double.stop()
+
+
+def _bash(command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", HF_HUB_OFFLINE="1")
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_validate_the_kustomized_prod_overlay() -> None:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl (with kustomize) is not installed")
+    command = next(c for c, how in EXERCISED.items() if how == "here" and c.startswith("kubectl kustomize"))
+    proc = _bash(command, REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("ok"), proc.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_compile_submit_and_schedule_as_the_readme_shows(tmp_path: Path, kfp_host: KfpDouble) -> None:
+    shutil.copyfile(REPO / "pipelines" / "cluster.yaml", tmp_path / "my-cluster.yaml")
+    here = [c for c, how in EXERCISED.items() if how == "here" and c.startswith("shipyard ")]
+    assert len(here) == 3
+    for command in here:
+        proc = _bash(command.replace("https://kfp.example.com", kfp_host.url), tmp_path)
+        assert proc.returncode == 0, (command, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr
+    compiled = sorted(p.name for p in (tmp_path / "compiled").glob("*.yaml"))
+    assert {"optimize-and-deploy.yaml", "requantize.yaml", "promote.yaml"} <= set(compiled)
+    assert "quay.io/your-org/shipyard-" in (tmp_path / "compiled" / "optimize-and-deploy.yaml").read_text()
+    assert kfp_host.runs, "submit created no run"
+    run = next(iter(kfp_host.runs.values()))
+    assert run["runtime_config"]["parameters"]["registry"] == "quay.io"
+    assert run["runtime_config"]["parameters"]["repository"] == "your-org/models"
+    assert kfp_host.recurring_runs, "schedule created no recurring run"
+    assert not kfp_host.rejected, kfp_host.rejected
