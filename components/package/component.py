@@ -42,6 +42,7 @@ def package_model(
     """
     from collections import namedtuple
 
+    from shipyard.components.package.package import artifact_metadata
     from shipyard.components.track.steprun import StepRun
     from shipyard.runtimes import call_step
 
@@ -60,16 +61,7 @@ def package_model(
         annotations=annotations,
         insecure_tls=insecure_tls,
     )
-    modelcar.metadata.update({
-        "uri": result["uri"],
-        "digest": result["digest"],
-        "tag": result["tag"],
-        "tag_ref": result["tag_ref"],
-        "mode": result["mode"],
-        "size_bytes": result["size_bytes"],
-        "layers": result["layers"],
-        "model_digest": result["model_digest"],
-    })
+    modelcar.metadata.update(artifact_metadata(result))
     run.log(params={"uri": result["uri"]}, metrics={"size_bytes": result["size_bytes"]},
             tags={"shipyard.oci_digest": result["digest"]},
             artifacts={"package.json": f"{modelcar.path}/shipyard-package.json",
@@ -126,6 +118,7 @@ def package_champion(
     import shutil
 
     from shipyard.components.compress.recipes import recipe_label
+    from shipyard.components.package.package import artifact_metadata
     from shipyard.components.track.champion import load_selection
     from shipyard.components.track.steprun import StepRun
     from shipyard.runtimes import call_step
@@ -139,8 +132,7 @@ def package_champion(
         packed = call_step("base", "shipyard.components.package.package:package_model", model_dir=model.path,
                            out_dir=modelcar.path, registry=registry, repository=repository, tag="", mode=mode,
                            base_image=base_image, annotations=annotations, insecure_tls=insecure_tls)
-        modelcar.metadata.update({k: packed[k] for k in ("uri", "digest", "tag", "tag_ref", "mode", "size_bytes",
-                                                         "layers", "model_digest")})
+        modelcar.metadata.update(artifact_metadata(packed))
         shutil.copyfile(f"{modelcar.path}/shipyard-package.md", package_summary.path)
         package_summary.metadata.update({"uri": packed["uri"], "digest": packed["digest"]})
         print(f"packaged: {packed['uri']}", flush=True)

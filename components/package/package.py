@@ -22,6 +22,15 @@ SUMMARY_MD = "shipyard-package.md"
 SUMMARY_HTML = "shipyard-package.html"
 
 
+#: What a package result puts on the KFP artifact's metadata (everything but the annotations).
+ARTIFACT_KEYS = ("uri", "digest", "tag", "tag_ref", "mode", "size_bytes", "layers", "model_digest")
+
+
+def artifact_metadata(result: dict[str, Any]) -> dict[str, Any]:
+    """The metadata the package wrappers put on their modelcar artifact."""
+    return {k: result[k] for k in ARTIFACT_KEYS}
+
+
 def _markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# Packaged model ({result['mode']})",
