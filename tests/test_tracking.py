@@ -234,6 +234,7 @@ def test_experiments_are_classic_ml(server: MlflowServer) -> None:
 
 def test_local_steps_find_the_parent_without_a_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHIPYARD_WORK_DIR", str(tmp_path))
+    monkeypatch.setenv("SHIPYARD_TRACK_FILE_STORE_AT_END", "0")  # the step logs itself
     kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
     parent = track.start_tracking("", "cached", "optimize-deploy", kfp_run, "", "")["parent_run_id"]
     assert len(list((tmp_path / "tracking").glob("parent-*.json"))) == 1
@@ -270,3 +271,40 @@ def test_a_step_with_the_server_down_pays_one_probe_and_no_import(tmp_path: Path
     assert "tracking of evaluate deferred" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     payload = json.loads(next((tmp_path / "tracking-pending").glob("step-evaluate-*.json")).read_text())
     assert payload["metrics"] == {"acc": 0.5} and payload["resolved_uri"] == dead
+
+
+def test_local_file_store_is_logged_by_the_runner_at_the_end(tmp_path: Path) -> None:
+    """A local run's steps keep their file store payloads (no mlflow import in the step); the
+    runner's end-of-run replay logs them with each step's own times and status."""
+    from shipyard.components.track import pending
+
+    kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "SHIPYARD_WORK_DIR": str(tmp_path)}
+    opened = subprocess.run([sys.executable, "-c", "import sys\nfrom shipyard.components.track.track import "
+                             "start_tracking\nprint(start_tracking('', 'at-end', 'p', sys.argv[1], '', '')"
+                             "['parent_run_id'])", kfp_run], capture_output=True, text=True, check=True, env=env)
+    parent = opened.stdout.split()[-1]
+    code = (
+        "import sys, time\n"
+        "from shipyard.components.track.steprun import StepRun\n"
+        f"run = StepRun('compress', 'w8a8-int8', experiment='at-end', kfp_run_id={kfp_run!r})\n"
+        "run.log(params={'recipe': 'w8a8-int8'}, metrics={'size_ratio': 0.6})\n"
+        "t = time.perf_counter(); run.finish('FAILED'); t = time.perf_counter() - t\n"
+        "print(t, 'mlflow' in sys.modules, run.run_id)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    seconds, imported, run_id = out.stdout.split()
+    assert float(seconds) < 1 and imported == "False" and run_id == "None" and out.stderr == ""
+    kept = json.loads(next((tmp_path / "tracking-pending").glob("step-compress-*.json")).read_text())
+    (tmp_path / "run-summary.json").write_text(json.dumps({"status": "FAILURE", "mlflow_run": parent}))
+    note = pending.after_local_run(tmp_path)
+    assert len(note["replayed"]) == 2 and note["pending"] == [] and not (tmp_path / "tracking-pending").exists()
+    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    exp = client.get_experiment_by_name("at-end").experiment_id
+    runs = client.search_runs([exp], "tags.`shipyard.step` = 'compress'")
+    assert len(runs) == 1 and runs[0].data.tags["mlflow.parentRunId"] == parent
+    assert runs[0].info.status == "FAILED" and runs[0].info.start_time == kept["started_ms"]
+    assert runs[0].info.end_time == kept["ended_ms"] and runs[0].data.metrics["size_ratio"] == 0.6
+    # the parent was left RUNNING (no exit handler here): closed with the run's final state
+    assert client.get_run(parent).info.status == "FAILED"
+    assert pending.after_local_run(tmp_path) == {}

@@ -9,6 +9,10 @@ payload, each with its ``kind``:
   version tags and description, the figures to record, the alias to set);
 * ``close``: the pipeline's final state for its parent run (the exit handler's).
 
+A local run that tracks into a file store keeps every step's payload here by design
+(:func:`shipyard.components.track.steprun.at_end_of_run`): the runner logs them all at the end
+in one process instead of importing MLflow in every step.
+
 :func:`replay` applies them once the server answers, idempotently: a step run already
 terminated is left alone, params and metrics already logged are not logged again, a version
 with the same source and pipeline run is reused. A file is removed once applied, so a second
@@ -248,12 +252,15 @@ def after_local_run(work_dir: str | Path) -> dict[str, Any]:
         return {}
     applied: list[str] = []
     uris = {p.get("resolved_uri") or p.get("tracking_uri", "") for _, p in items}
+    outage = sum(1 for _, p in items if not p.get("at_end_of_run"))
     if all(not Tracker(uri, work_dir=work).probe() for uri in uris):
         try:
-            applied = replay(work, echo=lambda line: print(f"shipyard: tracking replayed: {line}", file=sys.stderr,
-                                                           flush=True))["applied"]
+            applied = replay(work, echo=lambda line: None)["applied"]
         except ShipyardError as err:
             print(f"shipyard: warning: tracking replay stopped: {err}", file=sys.stderr, flush=True)
+        if applied:
+            print(f"shipyard: MLflow: {len(applied)} record(s) logged into {', '.join(sorted(uris))} at the end of "
+                  f"the run" + (f" ({outage} kept while it was down)" if outage else ""), file=sys.stderr, flush=True)
     left = load(work)
     note: dict[str, Any] = {"replayed": applied, "pending": [describe(p) for _, p in left],
                             "files": [str(p) for p, _ in left], "replay": replay_command(work) if left else ""}

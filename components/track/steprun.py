@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,6 +40,7 @@ from shipyard.errors import ShipyardError
 
 TAG_CANDIDATE = "shipyard.candidate"
 PENDING_KEY = "shipyard.tracking"
+ENV_AT_END = "SHIPYARD_TRACK_FILE_STORE_AT_END"
 _MAX_ARTIFACT_BYTES = 50 * 1024 * 1024  # reports and JSON, never weights
 
 
@@ -81,12 +83,15 @@ class StepRun:
 
         A server seen down costs one quick probe (no MLflow import, no retries); the payload is
         then kept: in the step's output metadata by the wrapper (:meth:`payload`) and, in a local
-        run, in ``<work dir>/tracking-pending/`` for ``shipyard track replay``.
+        run, in ``<work dir>/tracking-pending/`` for ``shipyard track replay``. A local run's file
+        store is written by the runner at the end of the run (:func:`at_end_of_run`).
         """
         if self.data["ended_ms"] is not None:
             return self.run_id
         self.data["ended_ms"] = int(time.time() * 1000)
         self.data["status"] = status
+        if at_end_of_run(self.data):  # a local run's file store: the runner logs it, with the others
+            return None
         try:
             self.run_id = apply_payload(self.data, quick=True)
         except ImportError:
@@ -109,33 +114,74 @@ class StepRun:
         return None if self.run_id else dict(self.data)
 
 
+def at_end_of_run(data: dict[str, Any]) -> bool:
+    """In a local run tracking into a file store, keep the payload for the runner and say True.
+
+    ``import mlflow`` costs a step process 1.5-4 s on a loaded 2-core machine, ~100 times the file
+    store calls themselves; ``shipyard run --local`` applies every kept payload at its end in one
+    process (:func:`shipyard.components.track.pending.after_local_run`: one import per run, not
+    one per step), with each step's own start and end time and status. A server is logged live
+    by the step itself (:class:`shipyard.tracking.RestLogger`: no import). Off with
+    ``SHIPYARD_TRACK_FILE_STORE_AT_END=0``.
+    """
+    from shipyard.tracking import local_work_dir, resolve_tracking_uri
+
+    kfp_run_id = data.get("kfp_run_id", "")
+    if (os.environ.get(ENV_AT_END, "1") == "0" or os.environ.get("MLFLOW_RUN_ID") or not kfp_run_id
+            or kfp_run_id.startswith("{{")):
+        return False
+    work = local_work_dir()
+    if work is None:
+        return False
+    try:
+        uri = resolve_tracking_uri(data.get("resolved_uri") or data.get("tracking_uri", ""), work)
+    except ShipyardError:
+        return False
+    if not uri.startswith("file:"):
+        return False
+    from shipyard.components.track.pending import keep
+
+    data["resolved_uri"] = uri
+    data["at_end_of_run"] = True
+    return keep(data, work) is not None
+
+
 def _run_name(step: str, candidate: str) -> str:
     return f"{step} [{candidate}]" if candidate else step
 
 
-def _upload(tracker: Any, run_id: str, artifacts: dict[str, str]) -> int:
-    """Upload every artifact under its own name (with its extension) in one ``log_artifacts``
-    call; skips anything too large (reports and JSON only, never weights)."""
+def _stage(artifacts: dict[str, str], root: Path) -> int:
+    """Copy every artifact under ``root`` at its destination name (with its extension); skips
+    anything too large (reports and JSON only, never weights). Returns how many were staged."""
     count = 0
+    for dest, local in artifacts.items():
+        path = Path(local)
+        target = (root / dest.strip("/")).resolve()
+        if not path.exists() or root not in target.parents:
+            continue
+        if path.is_file():
+            if path.stat().st_size > _MAX_ARTIFACT_BYTES:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            count += 1
+        elif path.is_dir():
+            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            if size and size <= _MAX_ARTIFACT_BYTES:
+                shutil.copytree(path, target, dirs_exist_ok=True)
+                count += 1
+    return count
+
+
+def _upload(tracker: Any, run_id: str, artifacts: dict[str, str], rest: Any = None, artifact_uri: str = "") -> int:
+    """Upload every artifact in one go: the REST fast path's PUTs when the server proxies the
+    run's artifacts, else one ``log_artifacts`` call of the MLflow client."""
     with tempfile.TemporaryDirectory(prefix="shipyard-track-") as tmp:
         root = Path(tmp).resolve()
-        for dest, local in artifacts.items():
-            path = Path(local)
-            target = (root / dest.strip("/")).resolve()
-            if not path.exists() or root not in target.parents:
-                continue
-            if path.is_file():
-                if path.stat().st_size > _MAX_ARTIFACT_BYTES:
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
-                count += 1
-            elif path.is_dir():
-                size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-                if size and size <= _MAX_ARTIFACT_BYTES:
-                    shutil.copytree(path, target, dirs_exist_ok=True)
-                    count += 1
-        if count:
+        count = _stage(artifacts, root)
+        if count and rest is not None and rest.can_upload(artifact_uri):
+            rest.upload(artifact_uri, root)
+        elif count:
             tracker.call("upload artifacts", tracker.client.log_artifacts, run_id, str(root))
     return count
 
@@ -173,7 +219,7 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
     replay``; idempotent: a step run already terminated is left alone, params and metrics already
     there are not logged again.
     """
-    from shipyard.tracking import TAG_KIND, TAG_PARENT, TAG_STEP, to_metrics, to_params, to_tags
+    from shipyard.tracking import TAG_KIND, TAG_PARENT, TAG_STEP, RestLogger, to_metrics, to_params, to_tags
 
     step, candidate = data["step"], data.get("candidate", "")
     kfp_run = data.get("mlflow_run_id", "") if replay else os.environ.get("MLFLOW_RUN_ID", "")
@@ -181,6 +227,8 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
         uri = data.get("resolved_uri") or os.environ.get("MLFLOW_TRACKING_URI", "") or data.get("tracking_uri", "")
         data["mlflow_run_id"] = kfp_run
         tracker = _tracker(data, uri, quick, work_dir)
+        if not replay and RestLogger.usable(tracker):
+            return _apply_rest(data, tracker, RestLogger(tracker), kfp_run)
         params, metrics = _unlogged(tracker, kfp_run, data) if replay else (data["params"], data["metrics"])
         tracker.log(kfp_run, params=params, metrics=metrics, timestamp_ms=data.get("ended_ms"),
                     tags={**data["tags"], TAG_STEP: step, TAG_CANDIDATE: candidate})
@@ -190,6 +238,8 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
     if not kfp_run_id or kfp_run_id.startswith("{{"):
         return None
     tracker = _tracker(data, data.get("resolved_uri") or data.get("tracking_uri", ""), quick, work_dir)
+    if not replay and RestLogger.usable(tracker):
+        return _apply_rest(data, tracker, RestLogger(tracker))
     parent = tracker.parent_record(kfp_run_id, data.get("experiment", ""))
     parent_id, exp_id = parent["run_id"], parent["experiment_id"]
     keys = {TAG_PARENT: parent_id, TAG_STEP: step, TAG_CANDIDATE: candidate}
@@ -224,6 +274,69 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
     return run_id
 
 
+def _rest_parent(tracker: Any, rest: Any, kfp_run_id: str, experiment: str) -> dict[str, Any]:
+    """The pipeline's parent run through the REST fast path (the local cache first)."""
+    from shipyard.tracking import TAG_KFP_RUN, TAG_KIND, TAG_PIPELINE, read_parent_cache
+
+    cached = read_parent_cache(kfp_run_id, tracker.uri, tracker.work_dir)
+    if cached is not None:
+        return {**cached, "cached": True}
+    if tracker.kfp and tracker.kfp.experiment_id and tracker.uri == tracker.kfp.endpoint:
+        exp_ids = [tracker.kfp.experiment_id]
+    else:
+        try:
+            exp = rest.call("look up the experiment", "GET", "/api/2.0/mlflow/experiments/get-by-name?"
+                            + urllib.parse.urlencode({"experiment_name": experiment or "shipyard"}))
+            exp_ids = [exp["experiment"]["experiment_id"]]
+        except ShipyardError:
+            exp_ids = []
+    run_id = rest.find_run(exp_ids[0], {TAG_KFP_RUN: kfp_run_id, TAG_KIND: "pipeline"}) if exp_ids else None
+    if run_id is None:
+        raise ShipyardError("kfp_run_id", f"no MLflow pipeline run is tagged {TAG_KFP_RUN}={kfp_run_id}",
+                            "start_tracking must run first with the same tracking_uri and experiment")
+    run = rest.get_run(run_id)
+    return {"run_id": run_id, "experiment_id": run["info"]["experiment_id"],
+            "tags": {k: v for k, v in run["data"]["tags"].items() if k in (TAG_PIPELINE, TAG_KFP_RUN)}}
+
+
+def _apply_rest(data: dict[str, Any], tracker: Any, rest: Any, kfp_run: str = "") -> str:
+    """:func:`apply_payload` through MLflow's REST API (no MLflow import; see
+    :class:`shipyard.tracking.RestLogger`): a local run's step makes 4 calls (create, log-batch,
+    one PUT per report, update)."""
+    from shipyard.tracking import TAG_KIND, TAG_PARENT, TAG_STEP, to_tags
+
+    step, candidate = data["step"], data.get("candidate", "")
+    if kfp_run:
+        rest.log(kfp_run, data["params"], data["metrics"], {**data["tags"], TAG_STEP: step, TAG_CANDIDATE: candidate},
+                 data.get("ended_ms"))
+        if data["artifacts"]:
+            _upload(tracker, kfp_run, data["artifacts"], rest, rest.get_run(kfp_run)["info"].get("artifact_uri", ""))
+        return kfp_run
+    kfp_run_id = data["kfp_run_id"]
+    parent = _rest_parent(tracker, rest, kfp_run_id, data.get("experiment", ""))
+    parent_id, exp_id = parent["run_id"], parent["experiment_id"]
+    keys = {TAG_PARENT: parent_id, TAG_STEP: step, TAG_CANDIDATE: candidate}
+    marker = _marker(tracker, kfp_run_id, step, candidate)
+    run_id = data.get("run_id") or (marker.read_text().strip() if marker and marker.is_file() else None)
+    if not run_id and not parent.get("cached"):  # a local run's first attempt needs no search
+        run_id = rest.find_run(exp_id, keys)
+    if run_id is None:
+        tags = {**keys, TAG_KIND: "step", **parent.get("tags", {}), **to_tags(data["tags"])}
+        info = rest.create_run(exp_id, data["started_ms"], to_tags(tags), _run_name(step, candidate))
+        run_id = data["run_id"] = info["run_id"]
+        if marker is not None:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(run_id)
+        rest.log(run_id, data["params"], data["metrics"], {}, data.get("ended_ms"))
+    else:
+        data["run_id"] = run_id
+        info = rest.get_run(run_id)["info"]
+        rest.log(run_id, data["params"], data["metrics"], data["tags"], data.get("ended_ms"))
+    _upload(tracker, run_id, data["artifacts"], rest, info.get("artifact_uri", ""))
+    rest.terminate(run_id, data.get("status") or "FINISHED", data.get("ended_ms"))
+    return run_id
+
+
 def _unlogged(tracker: Any, run_id: str, data: dict[str, Any]) -> tuple[dict[str, str], dict[str, float]]:
     """The params and metrics of ``data`` that run ``run_id`` does not hold yet."""
     from shipyard.tracking import to_metrics, to_params
@@ -247,6 +360,8 @@ def apply_pending(*metadatas: dict[str, Any] | None) -> list[str]:
     for meta in metadatas:
         pending = (meta or {}).get(PENDING_KEY)
         if not (isinstance(pending, dict) and pending.get("step")):
+            continue
+        if at_end_of_run(pending):
             continue
         if not down:
             try:
