@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from shipyard.errors import EXIT_FAILED
+from shipyard.errors import EXIT_FAILED, ShipyardError
 from shipyard.output import add_output_option, emit
 
 
@@ -20,12 +19,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     replay.add_argument("work_dir", metavar="WORK_DIR", help="the --work-dir of a `shipyard run --local`")
     add_output_option(replay, default_help="one line per payload applied")
     replay.set_defaults(func=_replay)
-    p.set_defaults(func=lambda args: _usage(p))
+    p.set_defaults(func=_usage)
 
 
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
+def _usage(args: argparse.Namespace) -> int:
+    raise ShipyardError("track", "needs a subcommand", "run `shipyard track replay WORK_DIR`; see `shipyard track --help`")
 
 
 def _replay(args: argparse.Namespace) -> int:
