@@ -1,5 +1,9 @@
 """Filesystem helpers: outputs appear whole or not at all, with normal modes, and a failed
-write (read-only folder, disk full) is one line naming the path and the fix."""
+write (read-only folder, disk full) is one line naming the path and the fix.
+
+A step that fails keeps the logs a user needs (``vllm.log``, ``guidellm.log``, ``lm-eval.log``)
+in ``<output>.failed-logs/`` beside the output it did not write (:func:`atomic_dir`'s
+``keep_on_failure``, :func:`keep_failed_logs`), and its one-line error names that folder."""
 
 from __future__ import annotations
 
@@ -8,11 +12,15 @@ import errno
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from shipyard.errors import FileError, file_error
+from shipyard.errors import FileError, ShipyardError, file_error
+
+#: ``<output>.failed-logs``: where a failed step's logs are kept, beside the output it did not write.
+FAILED_LOGS_SUFFIX = ".failed-logs"
 
 
 def _umask() -> int:
@@ -57,25 +65,78 @@ def _copy_error(err: shutil.Error, target: Path, field: str) -> FileError:
                      filename=str(target))
 
 
+def failed_logs_dir(target: str | os.PathLike[str]) -> Path:
+    """Where the logs of a step that failed to write ``target`` are kept: ``<target>.failed-logs``."""
+    target = Path(target)
+    return target.with_name(target.name + FAILED_LOGS_SUFFIX)
+
+
+def keep_failed_logs(src_dir: str | os.PathLike[str], target: str | os.PathLike[str],
+                     names: Iterable[str]) -> Path | None:
+    """Move the files ``names`` that exist in ``src_dir`` to :func:`failed_logs_dir` of ``target``.
+
+    Returns that folder, or None when there was nothing to keep (or it cannot be written: keeping
+    logs never hides the error that made the step fail).
+    """
+    src = Path(src_dir)
+    found = [src / name for name in names if (src / name).is_file()]
+    if not found:
+        return None
+    kept = failed_logs_dir(target)
+    try:
+        kept.mkdir(parents=True, exist_ok=True)
+        for path in found:
+            shutil.move(str(path), kept / path.name)
+    except OSError:
+        return None
+    return kept
+
+
+def point_at_kept_logs(err: BaseException, kept: Path | None) -> None:
+    """Add "logs kept in DIR (files)" to a :class:`ShipyardError`'s fix, in place; for any other
+    error (a bug, an interrupt) say it on stderr."""
+    if kept is None:
+        return
+    try:
+        names = ", ".join(sorted(p.name for p in kept.iterdir() if p.is_file()))
+    except OSError:
+        return
+    note = f"logs kept in {kept}/ ({names})"
+    if not isinstance(err, ShipyardError):
+        print(f"shipyard: {note}", file=sys.stderr, flush=True)
+    elif note not in err.fix:
+        err.fix = f"{err.fix}; {note}" if err.fix else note
+        err.args = (err.one_line(),)
+
+
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike[str], field: str = "") -> Iterator[Path]:
+def atomic_dir(target: str | os.PathLike[str], field: str = "", keep_on_failure: Iterable[str] = ()) -> Iterator[Path]:
     """Yield a temporary sibling folder; rename it to ``target`` only if the block succeeds.
 
     On any exception the temporary folder is removed and ``target`` is left as it was,
     so a failed step never leaves a half-written model or report behind. A folder that cannot
     be created (read-only, disk full) raises a one-line :class:`~shipyard.errors.FileError`
     naming ``field`` (default: the path).
+
+    ``keep_on_failure``: file names in the temporary folder (logs) that are moved to
+    ``<target>.failed-logs/`` when the block fails; a :class:`ShipyardError` then names that
+    folder. A later success removes a stale ``<target>.failed-logs/``.
     """
     target = Path(target)
+    keep = list(keep_on_failure)
     with _os_errors(target, field, "create"):
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
         tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
-    except BaseException:
+    except BaseException as err:
+        if keep:
+            point_at_kept_logs(err, keep_failed_logs(tmp, target, keep))
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if keep:
+        shutil.rmtree(failed_logs_dir(target), ignore_errors=True)
     try:
         with _os_errors(target, field):
             if target.exists():

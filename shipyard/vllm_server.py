@@ -14,6 +14,11 @@ given. Without a GPU it adds ``--enforce-eager`` and sets ``VLLM_CPU_KVCACHE_SPA
 default 1, override with the environment variable or ``env=``). The server and every process
 it starts run in their own process group; leaving the ``with`` block (normally, on an
 exception, on Ctrl-C or on SIGTERM) sends SIGTERM to the group and SIGKILL after a grace period.
+
+While it waits for ``/health`` it follows the server log and prints the lines a user wants in the
+step log (what the KFP UI shows), prefixed ``vllm:``: the command's arguments, the model loaded,
+the KV cache size and "ready after N s", with a "still starting" line when vLLM is quiet
+(``progress=False`` turns this off). :class:`LogFollower` does the same for any log file.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ HOST = "127.0.0.1"
 DEFAULT_CPU_KVCACHE_GIB = "1"
 STOP_GRACE_SECONDS = 20.0
 LOG_TAIL_LINES = 12
+#: start-up progress: at most this many log lines per poll, and a "still starting" line after this much quiet
+PROGRESS_LINES_PER_POLL = 4
+PROGRESS_QUIET_SECONDS = 15.0
 
 _GIB = r"([0-9]+(?:\.[0-9]+)?)"
 # vLLM's own log lines (vllm 0.32: v1/worker/gpu_model_runner.py, gpu_worker.py, cpu_worker.py,
@@ -143,6 +151,94 @@ def _log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
     return " | ".join(r[-300:] for r in picked)
 
 
+# vLLM's own line prefix: "(EngineCore pid=7) INFO 11-30 09:43:52 [kv_cache_utils.py:2327] message"
+_VLLM_PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+                          r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] (?P<msg>.*)$")
+# the start-up milestones worth a line in the step log (vllm 0.32's wording)
+_STARTUP_LINES = re.compile(
+    r"Resolved architecture|Using max model len|Starting to load model|Loading weights took|Model loading took"
+    r"|GiB for KV cache|Available KV cache memory|KV cache size:|init engine .* took|Graph capturing finished"
+    r"|Starting vLLM (?:API )?server"
+)
+
+
+def startup_line(line: str) -> str | None:
+    """The part of a vLLM log line worth showing during start-up, or None.
+
+    Milestones (model loaded, KV cache, engine ready) and errors are kept, without vLLM's
+    process/time prefix and with long paths cut.
+    """
+    text = line.strip()
+    if not text:
+        return None
+    m = _VLLM_PREFIX.match(text)
+    level, msg = (m.group("level"), m.group("msg").strip()) if m else ("", text)
+    if level in ("ERROR", "CRITICAL") or (not m and re.match(r"^(\w+Error|Traceback|RuntimeError|ValueError)\b", msg)):
+        return _cut(msg, 300)
+    if m and _STARTUP_LINES.search(msg):
+        return _cut(msg, 200)
+    return None
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+class LogFollower:
+    """Read what a process appends to its log file, line by line, from where the last call stopped.
+
+    ``poll()`` returns the new complete lines; ``emit()`` prints lines to stdout (the step log)
+    with ``prefix``, at most ``max_per_poll`` of them each call and never the same text twice,
+    so a chatty process cannot flood the log.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, prefix: str, max_per_poll: int = PROGRESS_LINES_PER_POLL) -> None:
+        self.path = Path(path) if path else None
+        self.prefix = prefix
+        self.max_per_poll = max_per_poll
+        self.offset = 0
+        self.partial = ""
+        self.seen: set[str] = set()
+        self.last_emit = time.monotonic()
+
+    def poll(self) -> list[str]:
+        """The complete lines written since the last call (carriage-return frames count as lines)."""
+        if self.path is None:
+            return []
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        text = self.partial + data.decode("utf-8", errors="replace")
+        rows = re.split(r"\r\n|\r|\n", text)
+        self.partial = rows.pop()
+        return rows
+
+    def emit(self, lines: list[str]) -> None:
+        """Print ``lines`` (already chosen) as ``<prefix>: line``; rate-limited as described above."""
+        shown = 0
+        for line in lines:
+            if shown == self.max_per_poll:
+                break
+            if line in self.seen:
+                continue
+            self.seen.add(line)
+            self.say(line)
+            shown += 1
+
+    def say(self, text: str) -> None:
+        """Print one line with the prefix, now."""
+        print(f"{self.prefix}: {text}", flush=True)
+        self.last_emit = time.monotonic()
+
+    def quiet_for(self) -> float:
+        """Seconds since the last line printed."""
+        return time.monotonic() - self.last_emit
+
+
 class VLLMServer:
     """A vLLM OpenAI-compatible server for ``model_dir`` on 127.0.0.1, as a context manager.
 
@@ -154,6 +250,7 @@ class VLLMServer:
         startup_timeout: seconds to wait for ``/health`` before giving up.
         log_path: where the server log goes (default: a temporary file, removed on exit).
         env: extra environment variables for the server.
+        progress: print start-up progress (``vllm: ...`` lines) to stdout while waiting.
 
     Attributes after ``__enter__``: ``base_url`` (``http://127.0.0.1:PORT/v1``), ``url``
     (without ``/v1``), ``port``, ``served_model_name``, ``command``, ``startup_seconds``.
@@ -169,6 +266,7 @@ class VLLMServer:
         startup_timeout: float = 300,
         log_path: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        progress: bool = True,
     ) -> None:
         self.model_dir = str(model_dir)
         self.served_model_name = served_model_name or Path(self.model_dir).name or "model"
@@ -185,6 +283,7 @@ class VLLMServer:
         self._log_fh: Any = None
         self._old_sigterm: Any = None
         self._final_log: str | None = None
+        self.progress = progress
 
     # -- public surface -------------------------------------------------------------------
     @property
@@ -309,11 +408,22 @@ class VLLMServer:
 
     def _wait_healthy(self, started: float) -> None:
         deadline = started + self.startup_timeout
+        follower = LogFollower(self.log_path, "vllm") if self.progress else None
+        if follower is not None:
+            args = " ".join(self.command[self.command.index("--served-model-name") + 2:])
+            follower.say(f"starting {self.model_dir} as {self.served_model_name!r} on {HOST}:{self.port}"
+                         + (f" with {args}" if args else ""))
         while True:
+            if follower is not None:
+                follower.emit([t for t in map(startup_line, follower.poll()) if t])
+                if follower.quiet_for() >= PROGRESS_QUIET_SECONDS:
+                    follower.say(f"still starting ({time.monotonic() - started:.0f} s)")
             self.check_alive("model")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
                     if resp.status == 200:
+                        if follower is not None:
+                            self._say_ready(follower, time.monotonic() - started)
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
@@ -324,6 +434,16 @@ class VLLMServer:
                     "raise startup_timeout or check the vLLM log",
                 )
             time.sleep(0.5)
+
+    def _say_ready(self, follower: LogFollower, seconds: float) -> None:
+        follower.emit([t for t in map(startup_line, follower.poll()) if t])
+        mem = self.memory_report()
+        figures = []
+        if mem.get("kv_cache_tokens"):
+            figures.append(f"KV cache {mem['kv_cache_tokens']:,} tokens")
+        if mem.get("max_concurrency"):
+            figures.append(f"max concurrency {mem['max_concurrency']:g}x at {mem.get('max_model_len', '?')} tokens")
+        follower.say(f"ready after {seconds:.1f} s on {self.url}" + (f" ({', '.join(figures)})" if figures else ""))
 
     def stop(self) -> None:
         """Stop the server and every process it started: SIGTERM, then SIGKILL after a grace period."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from shipyard.components.benchmark.benchmark import (
     CLUSTER_DEFAULTS,
+    GuidellmProgress,
     build_scenario,
     comparable_key,
     load_results,
@@ -25,7 +27,8 @@ from shipyard.runtimes import run_in_runtime
 def test_config_defaults_are_small_and_local() -> None:
     cfg = parse_benchmark_config("")
     assert cfg["profile"] == "concurrent" and cfg["loads"] == [1, 4]
-    assert cfg["max_requests"] <= 10 and cfg["output_tokens"] <= 32
+    # a small token budget per level (a CPU decodes ~10 tokens/s), as many requests as it allows
+    assert cfg["max_requests"] * cfg["output_tokens"] <= 256 and cfg["max_requests"] >= 20
 
 
 @pytest.mark.parametrize(
@@ -77,6 +80,29 @@ def test_scenario_validates_against_guidellm(config: dict[str, Any], tiny_model:
         assert spec["profile"]["max_concurrency"] == cfg["max_concurrency"]  # always capped
     if cfg["profile"] == "concurrent":
         assert resolved["benchmarks"] == [{"profile.streams": s} for s in cfg["loads"]]
+
+
+# --------------------------------------------------------------------------- live progress
+GUIDELLM_LOG = """\
+26-11-30 09:44:07|INFO     |guidellm.benchmark.benchmarker:run:116 - Starting benchmark for strategy: concurrent@1
+26-11-30 09:44:07|INFO     |guidellm.benchmark.progress:_log_update:420 - Benchmark 1 (concurrent@1): started | elapsed=0.0s | successful=0 errored=0 incomplete=0 | requests/s=0.00 output_tokens/s=0.00
+26-11-30 09:44:17|INFO     |guidellm.benchmark.progress:_log_update:420 - Benchmark 1 (concurrent@1): active | elapsed=10.5s | successful=5 errored=0 incomplete=0 | requests/s=0.59 output_tokens/s=9.42
+26-11-30 09:44:18|INFO     |guidellm.benchmark.progress:_log_update:420 - Benchmark 1 (concurrent@1): active | elapsed=11.5s | successful=6 errored=0 incomplete=0 | requests/s=0.60 output_tokens/s=9.50
+26-11-30 09:44:23|INFO     |guidellm.benchmark.progress:_log_update:420 - Benchmark 1 (concurrent@1): compile | elapsed=16.4s | successful=5 errored=0 incomplete=0 | requests/s=0.59 output_tokens/s=9.42
+26-11-30 09:44:23|INFO     |guidellm.benchmark.progress:_log_update:420 - Benchmark 1 (concurrent@1): completed | elapsed=16.5s | successful=7 errored=1 incomplete=0 | requests/s=0.58 output_tokens/s=9.23
+"""
+
+
+def test_guidellm_progress_is_one_line_per_level_and_update(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "guidellm.log"
+    log.write_text(GUIDELLM_LOG)
+    GuidellmProgress(log, levels=2, requests_per_level=8).poll()
+    assert capsys.readouterr().out.splitlines() == [
+        "guidellm: concurrent@1 [1/2] started: 0/8 requests (0 errored) 0.00 req/s 0.0 out tok/s, 0.0 s",
+        "guidellm: concurrent@1 [1/2] 5/8 requests (0 errored) 0.59 req/s 9.4 out tok/s, 10.5 s",
+        # the update 1 s later is skipped (at most one every few seconds); compile is not shown
+        "guidellm: concurrent@1 [1/2] completed: 8/8 requests (1 errored) 0.58 req/s 9.2 out tok/s, 16.5 s",
+    ]
 
 
 # --------------------------------------------------------------------------- SLO gate logic
@@ -237,3 +263,63 @@ def test_every_request_erroring_is_one_line_error(tiny_model: Path, tmp_path: Pa
     assert "\n" not in str(info.value)
     assert "requests failed" in str(info.value) or "guidellm" in str(info.value)
     assert not (tmp_path / "out").exists()
+    # the logs a user needs are kept beside the output it did not write, and the error says where
+    kept = tmp_path / "out.failed-logs"
+    assert f"logs kept in {kept}/ (guidellm.log, vllm.log)" in str(info.value)
+    assert "max-model-len" in (kept / "vllm.log").read_text() or (kept / "vllm.log").stat().st_size > 0
+    assert (kept / "guidellm.log").stat().st_size > 0
+
+
+def _vllm_server_pid(port: str) -> int | None:
+    """The vLLM server listening on ``port`` (its process group holds the engine and workers)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"vllm.entrypoints.openai.api_server" in args and port.encode() in args:
+                return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_vllm_killed_mid_benchmark_keeps_both_logs_and_names_them(tiny_model: Path, tmp_path: Path) -> None:
+    """A crash mid-run: the step log showed vLLM starting and guidellm's progress; the one-line
+    error points at the kept vllm.log and guidellm.log (the results folder is never written)."""
+    import os
+    import signal
+    import subprocess
+
+    from shipyard.runtimes import venv_python
+
+    out = tmp_path / "results"
+    config = {"loads": [1], "max_requests": 5000, "max_seconds": 120, "server_warmup_requests": 0}
+    code = ("from shipyard.components.benchmark.benchmark import benchmark_step\n"
+            f"benchmark_step(model_dir={str(tiny_model)!r}, benchmark_config={json.dumps(json.dumps(config))},"
+            f" out_dir={str(out)!r})\n")
+    env = dict(os.environ, SHIPYARD_RUNTIME="vllm", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([str(venv_python("vllm")), "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        shown, port = [], ""
+        for line in proc.stdout:  # the step log, live
+            shown.append(line.rstrip())
+            if m := re.match(r"vllm: starting .* on 127\.0\.0\.1:(\d+)", line):
+                port = m.group(1)
+            if line.startswith("guidellm: concurrent@1 [1/1] started"):
+                break
+        assert port and any(s.startswith("vllm: ready after") for s in shown), shown
+        server = _vllm_server_pid(port)
+        assert server is not None
+        os.killpg(server, signal.SIGKILL)  # the server, its engine and workers crash
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    kept = tmp_path / "results.failed-logs"
+    assert proc.returncode != 0 and not out.exists()
+    line = next((x for x in err.splitlines() if "vLLM server: died during the benchmark" in x), err[-2000:])
+    assert f"logs kept in {kept}/ (guidellm.log, vllm.log)" in line, line
+    assert "Starting benchmark for strategy: concurrent@1" in (kept / "guidellm.log").read_text()
+    assert "KV cache size" in (kept / "vllm.log").read_text()

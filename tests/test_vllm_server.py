@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import urllib.request
@@ -14,7 +15,7 @@ import pytest
 from shipyard.errors import ShipyardError
 from shipyard.planner import GIB, load_model_config, plan_memory
 from shipyard.runtimes import venv_python
-from shipyard.vllm_server import VLLMServer, free_port, parse_memory_lines
+from shipyard.vllm_server import LogFollower, VLLMServer, free_port, parse_memory_lines, startup_line
 
 # Lines as vLLM 0.32 formats them (gpu_model_runner.py, gpu_worker.py, kv_cache_utils.py, cpu_worker.py).
 GPU_LOG = """\
@@ -40,6 +41,38 @@ def test_parse_memory_lines_gpu_and_cpu() -> None:
         "kv_cache_tokens": 1048576, "max_model_len": 2048, "max_concurrency": 512.0,
     }
     assert parse_memory_lines("nothing here") == {}
+
+
+def test_startup_lines_keep_milestones_and_errors_without_vllms_prefix() -> None:
+    shown = [t for t in map(startup_line, (CPU_LOG + GPU_LOG).splitlines()) if t]
+    assert shown == [
+        "Loading weights took 0.01 seconds",
+        "Explicitly set (1.0/11.59) GiB for KV cache on node 0.",
+        "CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 2,048 tokens per request: 512.00x",
+        "Model loading took 14.99 GiB memory and 4.213 seconds",
+        "Available KV cache memory: 54.37 GiB",
+        "GPU KV cache size: 445,392 tokens, Maximum concurrency for 131,072 tokens per request: 3.40x",
+    ]
+    assert startup_line("(APIServer pid=1) ERROR 11-30 09:43:25 [core.py:1] EngineCore failed to start.") == (
+        "EngineCore failed to start.")
+    assert startup_line("(APIServer pid=1) INFO 11-30 09:43:25 [launcher.py:195] Route: /docs, Methods: GET") is None
+    assert startup_line("Loading safetensors checkpoint shards: 100% Completed | 1/1") is None
+
+
+def test_log_follower_reads_only_new_complete_lines_and_limits_each_poll(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("one\ntw")
+    follower = LogFollower(log, "vllm", max_per_poll=2)
+    assert follower.poll() == ["one"]
+    with open(log, "a") as fh:
+        fh.write("o\rthree\nfour\n")
+    assert follower.poll() == ["two", "three", "four"]
+    assert follower.poll() == []
+    follower.emit(["a", "a", "b", "c"])  # the same text once, at most 2 lines per poll
+    assert capsys.readouterr().out == "vllm: a\nvllm: b\n"
+    assert LogFollower(tmp_path / "missing.log", "x").poll() == []
 
 
 def test_port_in_use_is_refused_before_starting(tiny_model: Path) -> None:
@@ -75,8 +108,9 @@ def _group_alive(pgid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_serves_tiny_model_and_always_stops(tiny_model: Path) -> None:
+def test_serves_tiny_model_and_always_stops(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with VLLMServer(tiny_model, served_model_name="tiny") as server:
+        progress = capsys.readouterr().out.splitlines()  # what the step log shows while vLLM starts
         assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
         request = urllib.request.Request(
             f"{server.base_url}/completions",
@@ -96,6 +130,11 @@ def test_serves_tiny_model_and_always_stops(tiny_model: Path) -> None:
     assert memory["kv_device"] == "CPU"
     assert memory["kv_cache_tokens"] == plan.kv_cache_tokens == 1_048_576
     assert memory["max_concurrency"] == plan.max_concurrency
+    # start-up streamed as a few lines: the command, the milestones, ready after N s
+    assert progress[0].startswith(f"vllm: starting {tiny_model} as 'tiny' on 127.0.0.1:") and "--enforce-eager" in progress[0]
+    assert any(line.startswith("vllm: CPU KV cache size: 1,048,576 tokens") for line in progress), progress
+    assert re.match(r"vllm: ready after [0-9.]+ s on http://127\.0\.0\.1:\d+ \(KV cache 1,048,576 tokens", progress[-1])
+    assert 3 <= len(progress) <= 25, progress
 
 
 @pytest.mark.slow

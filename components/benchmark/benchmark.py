@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -312,6 +314,17 @@ def _guidellm_env() -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def _shared_log_copy(shared: VLLMServer | None, path: Path) -> Iterator[None]:
+    """With the measure step's shared server: copy its log to ``path`` when the block ends, failed or not."""
+    try:
+        yield
+    finally:
+        if shared is not None:
+            with contextlib.suppress(OSError):
+                path.write_text(shared.log_text())
+
+
 def warm_up_server(server: VLLMServer, cfg: dict[str, Any], count: int) -> None:
     """Send ``count`` short completions so the first measured requests do not pay vLLM's warm-up."""
     import urllib.error
@@ -333,9 +346,63 @@ def warm_up_server(server: VLLMServer, cfg: dict[str, Any], count: int) -> None:
 GUIDELLM_RACE = "No measurement start or end times available"
 
 
-def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeout: float) -> None:
-    """Run ``guidellm run -c scenario`` while watching the server; one-line errors on failure."""
+#: guidellm 0.8's progress record (benchmark/progress.py, every 10 s and at each level's start and end)
+_PROGRESS = re.compile(
+    r"Benchmark (?P<index>\d+) \((?P<level>[^)]*)\): (?P<status>\w+) \| elapsed=(?P<elapsed>[0-9.]+)s \| "
+    r"successful=(?P<ok>\d+) errored=(?P<err>\d+) incomplete=(?P<inc>\d+) \| "
+    r"requests/s=(?P<rps>[0-9.]+) output_tokens/s=(?P<tps>[0-9.]+)"
+)
+#: at most one progress line per load level this often (a level's start and end always get one)
+PROGRESS_INTERVAL_S = 5.0
+
+
+class GuidellmProgress:
+    """Turn guidellm's progress records in its log into one short line per load level and update.
+
+    ``guidellm: concurrent@4 [2/2] 5/8 requests (0 errored) 0.74 req/s 11.9 out tok/s, 11.9 s``,
+    printed to stdout (the step log) at most every :data:`PROGRESS_INTERVAL_S` per level.
+    """
+
+    def __init__(self, log_path: Path, levels: int | None = None, requests_per_level: int | None = None) -> None:
+        from shipyard.vllm_server import LogFollower
+
+        self.follower = LogFollower(log_path, "guidellm")
+        self.levels = levels
+        self.total = requests_per_level
+        self.last: dict[str, float] = {}
+
+    def format(self, m: re.Match[str]) -> str:
+        """One progress record as a line."""
+        done = int(m["ok"]) + int(m["err"]) + int(m["inc"])
+        of = f"/{self.total}" if self.total else ""
+        where = f" [{m['index']}/{self.levels}]" if self.levels else f" [{m['index']}]"
+        state = "" if m["status"] == "active" else f" {m['status']}:"
+        return (f"{m['level']}{where}{state} {done}{of} requests ({m['err']} errored) "
+                f"{float(m['rps']):.2f} req/s {float(m['tps']):.1f} out tok/s, {float(m['elapsed']):.1f} s")
+
+    def poll(self) -> None:
+        """Print the lines due since the last call (spaced by guidellm's own elapsed time per level)."""
+        for line in self.follower.poll():
+            m = _PROGRESS.search(line)
+            if m is None or m["status"] == "compile":
+                continue
+            key, elapsed = m["index"], float(m["elapsed"])
+            edge = m["status"] in ("started", "completed")
+            if edge or elapsed - self.last.get(key, -PROGRESS_INTERVAL_S) >= PROGRESS_INTERVAL_S:
+                self.follower.say(self.format(m))
+                self.last[key] = elapsed
+
+
+def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeout: float,
+                 levels: int | None = None, requests_per_level: int | None = None) -> None:
+    """Run ``guidellm run -c scenario`` while watching the server; one-line errors on failure.
+
+    While it runs, guidellm's progress (requests done of ``requests_per_level``, current req/s per
+    load level) is printed to stdout as ``guidellm:`` lines (:class:`GuidellmProgress`).
+    """
     cmd = [vllm_python(), "-m", "guidellm", "run", "-c", str(scenario_path), "--disable-console-interactive"]
+    progress = GuidellmProgress(log_path, levels, requests_per_level)
+    started = time.monotonic()
     with open(log_path, "wb") as log:
         # its own process group: guidellm's worker processes stop with it (stop_group)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_guidellm_env(),
@@ -343,11 +410,12 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
         deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None:
+                progress.poll()
                 if not server.is_running():
                     raise ShipyardError(
                         "vLLM server",
                         f"died during the benchmark: {server.log_tail()}",
-                        "read the vLLM log; lower the load or check memory",
+                        "read vllm.log; lower the load or check memory",
                     )
                 if time.monotonic() > deadline:
                     raise ShipyardError(
@@ -356,13 +424,15 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
                 time.sleep(0.5)
         finally:
             stop_group(proc, grace=15)
+    progress.poll()
     if proc.returncode != 0:
         from shipyard.vllm_server import _log_tail
 
         text = log_path.read_text(encoding="utf-8", errors="replace")
         raise ShipyardError(
-            "guidellm", f"exited with status {proc.returncode}: {_log_tail(text, 6)}", "see guidellm.log in the results"
+            "guidellm", f"exited with status {proc.returncode}: {_log_tail(text, 6)}", "see guidellm.log"
         )
+    progress.follower.say(f"done in {time.monotonic() - started:.1f} s")
 
 
 def _gpu_inventory() -> tuple[float, int] | None:
@@ -524,7 +594,8 @@ def benchmark_step(
     shared = shared_server()
     name = shared.served_model_name if shared else (model_name or Path(model_dir).name or "model")
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
-    with atomic_dir(out_dir) as tmp:
+    # on failure vllm.log and guidellm.log stay in <out_dir>.failed-logs/, and the error names it
+    with atomic_dir(out_dir, keep_on_failure=("vllm.log", "guidellm.log")) as tmp:
         json_path = tmp / "guidellm.json"
         server = shared or VLLMServer(
             model_dir,
@@ -535,7 +606,7 @@ def benchmark_step(
             log_path=tmp / "vllm.log",
             env=env,
         )
-        with contextlib.nullcontext(server) if shared else server:
+        with contextlib.nullcontext(server) if shared else server, _shared_log_copy(shared, tmp / "vllm.log"):
             scenario = build_scenario(
                 cfg, target=server.url, model_name=name, tokenizer=str(model_dir), json_path=str(json_path)
             )
@@ -544,19 +615,20 @@ def benchmark_step(
             per_level = float(cfg.get("max_seconds") or 600) + float(cfg["request_timeout"])
             warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
             bench_started = time.monotonic()
+            progress = {"levels": n_levels, "requests_per_level": int(cfg["max_requests"]) if cfg.get("max_requests") else None}
             try:
-                run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300)
+                run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300,
+                             **progress)
             except ShipyardError as err:
                 if GUIDELLM_RACE not in str(err):
                     raise
                 # guidellm 0.8.1 sometimes finds no measurement window on very short levels: run again once
-                run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300)
+                run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300,
+                             **progress)
             bench_seconds = round(time.monotonic() - bench_started, 2)
             server.check_alive("vLLM server")
             memory = server.memory_report()
             startup = server.startup_seconds
-            if shared:  # the server is the measure step's: keep a copy of its log with the results
-                (tmp / "vllm.log").write_text(server.log_text())
         if not json_path.is_file():
             raise ShipyardError("guidellm", "wrote no JSON report", "see guidellm.log")
         report = json.loads(json_path.read_text())

@@ -8,29 +8,145 @@ from the model folder, vllm runtime). It writes a results folder (layout in READ
 
 Results are cached by model content + config hash, so the base model is evaluated once per
 config and reused for every candidate.
+
+Progress: lm-eval's progress bars become one line every few seconds in a step log that is not a
+terminal (``eval: Requesting API 12/40 (30%) ...``), and the vLLM backend's server start-up is
+streamed as ``vllm:`` lines. A failed evaluation keeps ``lm-eval.log`` (and ``vllm.log``) in
+``<out_dir>.failed-logs/``, and its one-line error names that folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import logging
 import math
 import os
+import re
+import shutil
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from shipyard.components.evaluate import cache
 from shipyard.components.evaluate.config import EvalConfig, parse_eval_config
 from shipyard.errors import ShipyardError
-from shipyard.fsutil import atomic_dir
+from shipyard.fsutil import atomic_dir, failed_logs_dir, keep_failed_logs, point_at_kept_logs
 from shipyard.models import check_model_folder
 
 SUMMARY_FORMAT = "shipyard.eval/v1"
 RAW_RESULTS = "lm_eval_results.json"
 SERVED_NAME = "shipyard-eval"
+#: the logs a failed evaluation keeps in ``<out_dir>.failed-logs/``
+EVAL_LOG = "lm-eval.log"
+VLLM_LOG = "vllm.log"
+#: one progress line per bar this often when stderr is not a terminal
+PROGRESS_INTERVAL_S = 5.0
 log = logging.getLogger("shipyard.evaluate")
+
+# a tqdm frame: "Requesting API:  50%|#####     | 4/8 [00:01<00:01,  3.20it/s]"
+_TQDM = re.compile(r"^(?P<desc>.*?):?\s*(?P<pct>\d+)%\|[^|]*\|\s*(?P<n>[0-9.]+[kMG]?)/(?P<total>[0-9.]+[kMG]?)"
+                   r"\s*(?:\[(?P<times>[^\]]*)\])?")
+
+
+class ProgressLines:
+    """A stand-in for stderr that turns tqdm's carriage-return frames into a line every few seconds.
+
+    A step log (kfp.local, the KFP UI) is not a terminal: tqdm's in-place updates would arrive as
+    one endless line at the end. Each bar prints ``eval: <desc> n/total (pct%) [elapsed<left, rate]``
+    at most every ``interval`` seconds, and once when it reaches its total. Everything else passes
+    through unchanged.
+    """
+
+    def __init__(self, stream: TextIO, prefix: str = "eval", interval: float = PROGRESS_INTERVAL_S) -> None:
+        self.stream = stream
+        self.prefix = prefix
+        self.interval = interval
+        self.last: dict[str, float] = {}
+        self.finished: set[str] = set()
+        self.after_frame = False
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        if "\r" not in text:
+            if not (self.after_frame and not text.strip()):  # tqdm's closing newline
+                self.stream.write(text)
+                self.after_frame = False
+            return len(text)
+        for frame in text.split("\r"):
+            frame = frame.strip()
+            if frame:
+                self._frame(frame)
+        self.after_frame = True
+        return len(text)
+
+    def _frame(self, frame: str) -> None:
+        m = _TQDM.match(frame)
+        key = m["desc"].strip() if m else frame[:24]
+        done = bool(m) and m["n"] == m["total"]
+        if key in self.finished:
+            if not done:
+                self.finished.discard(key)  # a new bar with the same name
+            else:
+                return
+        now = time.monotonic()
+        if not done and now - self.last.get(key, -self.interval) < self.interval:
+            return
+        self.last[key] = now
+        if done:
+            self.finished.add(key)
+        if m:
+            times = f" [{m['times'].strip()}]" if m["times"] else ""
+            line = f"{key or 'progress'} {m['n']}/{m['total']} ({m['pct']}%){times}"
+        else:
+            line = frame
+        self.stream.write(f"{self.prefix}: {line}\n")
+        self.stream.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def progress_lines() -> Iterator[None]:
+    """Wrap stderr in :class:`ProgressLines` for the block unless it is a terminal (bars stay bars there)."""
+    stream = sys.stderr
+    if stream is None or stream.isatty():
+        yield
+        return
+    sys.stderr = ProgressLines(stream)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stderr = stream
+
+
+@contextlib.contextmanager
+def eval_logs(folder: Path) -> Iterator[None]:
+    """Copy lm-eval's own log records into ``folder/lm-eval.log`` while the block runs."""
+    handler = logging.FileHandler(folder / EVAL_LOG, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] %(message)s"))
+    logger = logging.getLogger("lm_eval")
+    level = logger.level
+    logger.addHandler(handler)
+    if level == logging.NOTSET or level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
 
 
 def lm_eval_version() -> str | None:
@@ -86,7 +202,16 @@ def _simple_evaluate(cfg: EvalConfig, manager: Any, model: str, model_args: dict
                      device: str | None) -> dict[str, Any]:
     import lm_eval
 
-    raw = lm_eval.simple_evaluate(
+    with progress_lines():
+        raw = _call_simple_evaluate(lm_eval, cfg, manager, model, model_args, batch_size, device)
+    if raw is None:  # only non-zero ranks return None
+        raise ShipyardError("evaluate", "lm-eval returned no results", "run on a single process")
+    return dict(raw)
+
+
+def _call_simple_evaluate(lm_eval: Any, cfg: EvalConfig, manager: Any, model: str, model_args: dict[str, Any],
+                          batch_size: Any, device: str | None) -> Any:
+    return lm_eval.simple_evaluate(
         model=model,
         model_args=model_args,
         tasks=list(cfg.tasks),
@@ -105,21 +230,16 @@ def _simple_evaluate(cfg: EvalConfig, manager: Any, model: str, model_args: dict
         torch_random_seed=cfg.seed,
         fewshot_random_seed=cfg.seed,
     )
-    if raw is None:  # only non-zero ranks return None
-        raise ShipyardError("evaluate", "lm-eval returned no results", "run on a single process")
-    return dict(raw)
 
 
-def _run_hf(cfg: EvalConfig, model_dir: Path, manager: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _run_hf(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     device, dtype = _device()
     args = {"pretrained": str(model_dir), "dtype": dtype}
     raw = _simple_evaluate(cfg, manager, "hf", args, cfg.batch_size, device)
     return raw, {"device": device, "dtype": dtype}
 
 
-def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    import contextlib
-
+def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     from shipyard.components.benchmark.measure import shared_server
     from shipyard.vllm_server import VLLMServer
 
@@ -127,21 +247,31 @@ def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any) -> tuple[dict[st
     extra = json.loads(os.environ.get("SHIPYARD_EVAL_VLLM_ARGS", "[]"))
     shared = shared_server()  # one server for eval and benchmark (the measure step)
     serving = contextlib.nullcontext(shared) if shared else VLLMServer(model_dir, served_model_name=SERVED_NAME,
-                                                                       extra_args=extra)
-    with serving as server:
-        args = {
-            "model": server.served_model_name,
-            "base_url": f"{server.base_url}/completions",
-            "tokenizer": str(model_dir),
-            "tokenizer_backend": "huggingface",
-            "tokenized_requests": True,
-            "num_concurrent": int(os.environ.get("SHIPYARD_EVAL_CONCURRENCY", "4")),
-            "max_retries": 3,
-            "seed": cfg.seed,
-        }
-        raw = _simple_evaluate(cfg, manager, "local-completions", args, batch, None)
-        runtime = {"device": "vllm", "server_startup_seconds": server.startup_seconds}
-    return raw, runtime
+                                                                       extra_args=extra, log_path=logs / VLLM_LOG)
+    try:
+        with serving as server:
+            return _evaluate_served(cfg, model_dir, manager, server, batch)
+    finally:
+        if shared is not None:  # the measure step's server: a copy of its log, for a failure
+            with contextlib.suppress(OSError):
+                (logs / VLLM_LOG).write_text(shared.log_text())
+
+
+def _evaluate_served(cfg: EvalConfig, model_dir: Path, manager: Any, server: Any,
+                     batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lm-eval's ``local-completions`` against a running vLLM server."""
+    args = {
+        "model": server.served_model_name,
+        "base_url": f"{server.base_url}/completions",
+        "tokenizer": str(model_dir),
+        "tokenizer_backend": "huggingface",
+        "tokenized_requests": True,
+        "num_concurrent": int(os.environ.get("SHIPYARD_EVAL_CONCURRENCY", "4")),
+        "max_retries": 3,
+        "seed": cfg.seed,
+    }
+    raw = _simple_evaluate(cfg, manager, "local-completions", args, batch, None)
+    return raw, {"device": "vllm", "server_startup_seconds": server.startup_seconds}
 
 
 def _write_results(tmp: Path, raw: dict[str, Any], summary: dict[str, Any]) -> None:
@@ -187,7 +317,17 @@ def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str 
     manager = task_manager_for(cfg)
     start = time.perf_counter()
     runner = _run_hf if cfg.backend == "hf" else _run_openai
-    raw, runtime = runner(cfg, model, manager)
+    logs = Path(tempfile.mkdtemp(prefix="shipyard-eval-logs-"))
+    try:
+        with eval_logs(logs):
+            raw, runtime = runner(cfg, model, manager, logs)
+    except BaseException as err:
+        # lm-eval's log (and vLLM's) stay in <out_dir>.failed-logs/, and the one-line error says where
+        point_at_kept_logs(err, keep_failed_logs(logs, out, (EVAL_LOG, VLLM_LOG)))
+        raise
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
+    shutil.rmtree(failed_logs_dir(out), ignore_errors=True)  # a stale copy from an earlier failure
     wall = time.perf_counter() - start
     scores = summarize_scores(raw)
     if not scores:
