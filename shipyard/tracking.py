@@ -409,10 +409,11 @@ class Tracker:
     # ---- fault handling
 
     def _unreachable(self, what: str, detail: str, attempts: int) -> UnreachableError:
+        tried = (f"after {attempts} attempt{'s' if attempts != 1 else ''} ({detail})" if attempts
+                 else f"(seen down earlier: {detail})")
         return UnreachableError(
             "mlflow",
-            f"cannot reach the tracking server {self.uri} to {what} after {attempts} attempt"
-            f"{'s' if attempts != 1 else ''} ({detail})",
+            f"cannot reach the tracking server {self.uri} to {what} {tried}",
             "start the MLflow server or pass a reachable tracking_uri (empty = local file "
             "store); the step's results remain in its KFP artifacts",
         )
@@ -423,7 +424,7 @@ class Tracker:
         Once the server was seen down (here or by :meth:`probe`), calls fail at once.
         """
         if self.down:
-            raise self._unreachable(what, f"seen down: {self.down}", 0)
+            raise self._unreachable(what, self.down, 0)
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:

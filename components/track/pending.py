@@ -26,6 +26,7 @@ on the console and in ``run-summary.json`` (``tracking_pending``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -65,8 +66,8 @@ def keep(payload: dict[str, Any], work_dir: str | Path | None = None) -> Path | 
         return None
     kind = payload.get("kind", "step")
     what = payload.get("step") or payload.get("model_name") or "pipeline"
-    name = "-".join(_slug(x) for x in (kind, what, payload.get("candidate") or "", payload.get("kfp_run_id", "")[:8])
-                    if x)
+    run = hashlib.sha256(str(payload.get("kfp_run_id", "")).encode()).hexdigest()[:8]  # one file per run and step
+    name = "-".join(_slug(x) for x in (kind, what, payload.get("candidate") or "", run) if x)
     path = work / PENDING_DIR / f"{name}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
