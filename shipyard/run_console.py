@@ -1,0 +1,228 @@
+"""The console of ``shipyard run --local``: one line per task as it starts and ends, the rest in a log.
+
+kfp.local prints a lot: its own INFO/WARNING records, every task's full executor input, the
+outputs of every task and each step's whole stdout/stderr. While a local run executes,
+:func:`quiet_kfp` sends all of that to ``<work dir>/kfp-local.log`` and the console gets
+only one line when a task starts and one when it ends::
+
+    10:46:01  started  benchmark base                 benchmark
+    10:47:39  SUCCESS  benchmark base                 benchmark                 97.8 s  max out tok/s 18.47
+    10:48:10  FAILURE  compress                       compress                  12.0 s  compress: ... (fix: ...)
+
+The end line has the time, the status, the seconds and one key figure (or, for a failure, the
+step's one-line error from the step timing log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+#: the log file in the work dir that takes kfp.local's output and every step's stdout/stderr
+KFP_LOG = "kfp-local.log"
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_START = re.compile(r"Executing task '([^']+)'")
+_END = re.compile(r"Task '([^']+)' finished with status (\w+)")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes."""
+    return _ANSI.sub("", text)
+
+
+def read_executor_output(task_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, dict[str, Any]]]:
+    """(parameter outputs, numeric metrics, artifact name -> metadata) of a finished task folder."""
+    try:
+        out = json.loads((task_dir / "executor_output.json").read_text())
+    except (OSError, ValueError):
+        return {}, {}, {}
+    metrics: dict[str, Any] = {}
+    artifacts: dict[str, dict[str, Any]] = {}
+    for name, group in (out.get("artifacts") or {}).items():
+        for art in group.get("artifacts", []):
+            meta = art.get("metadata") or {}
+            artifacts[name] = meta
+            if name == "metrics" or name.endswith("_metrics"):
+                metrics.update({k: v for k, v in meta.items() if isinstance(v, int | float) and not isinstance(v, bool)})
+    return out.get("parameterValues") or {}, metrics, artifacts
+
+
+def component_of(task: str) -> str:
+    """The component of a task path without KFP's ``-2`` suffix: ``for-loop-5-iteration-0/benchmark-2`` -> ``benchmark``."""
+    return re.sub(r"-\d+$", "", task.rsplit("/", 1)[-1])
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artifacts: dict[str, dict[str, Any]]) -> str:
+    """The one figure that says how a task went (a step's headline metric or output)."""
+    component = component_of(task)
+    yes_no = {True: "pass", False: "FAIL"}  # 1 and 1.0 hash as True, 0 and 0.0 as False
+    if component == "compress" and "compression_ratio" in metrics:
+        return f"compression x{metrics['compression_ratio']:.3g}"
+    if component in ("benchmark", "measure-vllm") and "max_output_tokens_per_s" in metrics:
+        return f"max out tok/s {metrics['max_output_tokens_per_s']:.4g}"
+    if component == "candidate-gates" and "passed" in metrics:
+        parts = [f"{label} {yes_no.get(metrics[key], metrics[key])}" for key, label in
+                 (("accuracy_passed", "accuracy"), ("slo_passed", "SLO")) if key in metrics]
+        recipe = (artifacts.get("candidate") or {}).get("recipe")
+        return (f"{recipe}: " if recipe else "") + ", ".join(parts or [f"gates {yes_no.get(metrics['passed'])}"])
+    if component == "select-champion":
+        winner = (artifacts.get("decision") or {}).get("winner") or (artifacts.get("decision") or {}).get("champion")
+        if "candidates" in metrics:
+            text = f"{int(metrics.get('passed', 0))} of {int(metrics['candidates'])} candidates passed"
+            return text + (f", champion {winner}" if winner else "")
+    if component in ("package-champion", "register-champion") and (decision := artifacts.get("decision")):
+        passed = decision.get("passed")
+        return f"champion gate {yes_no.get(passed, passed)}" + (f", version {decision['version']}" if decision.get("version") else "")
+    if component == "deploy" and "status" in params:
+        return f"status {params['status']}"
+    if component == "preflight" and params.get("Output"):
+        return f"MLflow run {str(params['Output'])[:12]}"
+    evals = [k for k in metrics if "/acc" in k or "exact_match" in k]
+    if evals:
+        return f"{evals[0]} {_num(metrics[evals[0]])}"
+    for key, value in metrics.items():
+        if not key.endswith(("wall_seconds", "wall_time_s")):
+            return f"{key} {_num(value)}"
+    for key, value in params.items():
+        text = str(value)
+        return f"{key}={text if len(text) <= 48 else text[:22] + '...' + text[-23:]}"
+    return ""
+
+
+class RunConsole:
+    """Watches kfp.local's output (all of it goes to the log) and prints task start and end lines."""
+
+    def __init__(self, console: TextIO, log: TextIO, root: Path, before: set[str], step_log: Path,
+                 display: dict[str, str]) -> None:
+        self.console = console
+        self.log = log
+        self.root = root
+        self.before = before
+        self.step_log = step_log
+        self.display = display
+        self.lock = threading.RLock()
+        self.started: dict[str, list[float]] = {}
+        self.reported: set[Path] = set()
+        self.failures: list[tuple[str, str]] = []
+
+    def feed(self, text: str) -> None:
+        """Everything kfp.local writes: to the log; task starts and ends also to the console."""
+        with self.lock:
+            self.log.write(text)
+            if "Executing task" not in text and "finished with status" not in text:
+                return
+            plain = strip_ansi(text)
+            for m in _START.finditer(plain):
+                self._start(m.group(1))
+            for m in _END.finditer(plain):
+                self._end(m.group(1), m.group(2))
+
+    def say(self, line: str) -> None:
+        """One console line."""
+        self.console.write(line + "\n")
+        self.console.flush()
+
+    def _name(self, task: str) -> str:
+        return self.display.get(task.rsplit("/", 1)[-1], "") or task
+
+    def _start(self, task: str) -> None:
+        self.started.setdefault(task, []).append(time.monotonic())
+        self.say(f"{time.strftime('%H:%M:%S')}  started  {self._name(task)[:34]:<34} {task}")
+
+    def _end(self, task: str, status: str) -> None:
+        starts = self.started.get(task) or []
+        seconds = time.monotonic() - starts.pop(0) if starts else None
+        run_dir = self._run_dir()
+        task_dir = self._task_dir(run_dir, task, status == "SUCCESS")
+        label = task_dir.relative_to(run_dir).as_posix() if task_dir is not None and run_dir is not None else task
+        if status == "SUCCESS":
+            figure = key_figure(label, *read_executor_output(task_dir)) if task_dir is not None else ""
+        else:
+            figure = self._error(task_dir, task) or f"see {getattr(self.log, 'name', KFP_LOG)}"
+            self.failures.append((label, figure))
+        secs = f"{seconds:6.1f} s" if seconds is not None else "      -"
+        self.say(f"{time.strftime('%H:%M:%S')}  {status:<8} {self._name(task)[:34]:<34} {label[:34]:<34} {secs}  {figure}")
+
+    def _run_dir(self) -> Path | None:
+        try:
+            runs = sorted(p for p in self.root.iterdir() if p.is_dir() and p.name not in self.before)
+        except OSError:
+            return None
+        return runs[-1] if runs else None
+
+    def _task_dir(self, run_dir: Path | None, task: str, finished: bool) -> Path | None:
+        """The folder of the task that just ended (the newest one of that name not reported yet)."""
+        if run_dir is None:
+            return None
+        name = task.rsplit("/", 1)[-1]
+        found = [p for p in run_dir.rglob(name) if p.is_dir() and p not in self.reported]
+        if finished:
+            found = [p for p in found if (p / "executor_output.json").exists()] or found
+        if not found:
+            return None
+
+        def mtime(p: Path) -> float:
+            target = p / "executor_output.json"
+            try:
+                return (target if target.exists() else p).stat().st_mtime
+            except OSError:
+                return 0.0
+
+        chosen = max(found, key=mtime)
+        self.reported.add(chosen)
+        return chosen
+
+    def _error(self, task_dir: Path | None, task: str) -> str:
+        """The step's one-line error from the step timing log (``steps.jsonl``)."""
+        try:
+            records = [json.loads(line) for line in self.step_log.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return ""
+        name = task.rsplit("/", 1)[-1]
+        for record in reversed(records):
+            where = str(record.get("task_dir") or "")
+            if record.get("error") and ((task_dir is not None and where == str(task_dir)) or Path(where).name == name):
+                return str(record["error"])
+        return ""
+
+
+class _Tap(io.TextIOBase):
+    """A text stream that hands every write to a :class:`RunConsole`."""
+
+    def __init__(self, console: RunConsole) -> None:
+        self.run_console = console
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.run_console.feed(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.run_console.log.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def quiet_kfp(console: RunConsole) -> Iterator[RunConsole]:
+    """Send everything written to ``sys.stdout``/``sys.stderr`` (kfp.local's logging and warnings,
+    every step's streamed output) through ``console`` while the block runs."""
+    tap = _Tap(console)
+    with contextlib.redirect_stdout(tap), contextlib.redirect_stderr(tap):  # type: ignore[type-var]
+        yield console
+
