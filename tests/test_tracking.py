@@ -308,3 +308,29 @@ def test_local_file_store_is_logged_by_the_runner_at_the_end(tmp_path: Path) -> 
     # the parent was left RUNNING (no exit handler here): closed with the run's final state
     assert client.get_run(parent).info.status == "FAILED"
     assert pending.after_local_run(tmp_path) == {}
+
+
+def test_replayed_file_store_registration_writes_nothing_outside_the_work_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.components.track import pending
+
+    work, cwd = tmp_path / "work", tmp_path / "cwd"
+    work.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("SHIPYARD_WORK_DIR", str(work))
+    kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
+    parent = track.start_tracking("", "replay-reg", "p", kfp_run, "", "")["parent_run_id"]
+    source = "oci://127.0.0.1:5000/m@sha256:" + "d" * 64
+    pending.keep({"kind": "register", "tracking_uri": "", "resolved_uri": (work / "mlruns").as_uri(),
+                  "experiment": "replay-reg", "kfp_run_id": kfp_run, "model_name": "replayed", "source_uri": source,
+                  "digest": "sha256:" + "d" * 64, "tags": {"recipe": "w8a8-int8"}, "description": "d",
+                  "alias": "candidate", "aliases": [], "metrics": {"acc": 0.5}})
+    env = {k: v for k, v in os.environ.items() if k not in ("SHIPYARD_WORK_DIR", "MLFLOW_TRACKING_URI")}
+    out = subprocess.run([str(Path(sys.executable).with_name("shipyard")), "track", "replay", str(work)], cwd=cwd,
+                         capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"registered replayed version 1 ({source}), aliases candidate=1"
+    assert list(cwd.iterdir()) == [], "no mlflow.db in the current folder"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (work / "mlruns").as_uri())  # this reader's own file-store quirk
+    mv = MlflowClient().get_model_version("replayed", "1")
+    assert mv.run_id == parent and mv.tags["shipyard.metric.acc"] == "0.5"

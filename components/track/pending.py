@@ -26,11 +26,13 @@ on the console and in ``run-summary.json`` (``tracking_pending``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,10 +118,29 @@ def _parent(tracker: Any, payload: dict[str, Any]) -> str:
     return str(tracker.parent_record(kfp_run_id, payload.get("experiment", ""))["run_id"])
 
 
+@contextlib.contextmanager
+def _default_store(uri: str) -> Iterator[None]:
+    """MLflow's file-store registry reads versions through ``MlflowClient()`` without a URI
+    (the default ``sqlite:///mlflow.db`` in the current folder): point the default at the store."""
+    if not uri.startswith("file:") or os.environ.get("MLFLOW_TRACKING_URI"):
+        yield
+        return
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        yield
+    finally:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
 def _apply_register(payload: dict[str, Any], work: Path) -> str:
+    tracker = _tracker(payload, work)
+    with _default_store(tracker.uri):
+        return _register(tracker, payload)
+
+
+def _register(tracker: Any, payload: dict[str, Any]) -> str:
     from shipyard import registry
 
-    tracker = _tracker(payload, work)
     parent = _parent(tracker, payload)
     name, source = payload["model_name"], payload["source_uri"]
     info = registry.register_candidate(tracker, name, source, run_id=parent, tags=payload.get("tags") or {},
