@@ -518,12 +518,6 @@ def summary_markdown(results: dict[str, Any]) -> str:
     return benchmark_markdown(results)
 
 
-def _f(v: float | None) -> str:
-    if v is None:
-        return "–"
-    return f"{v:.4g}"
-
-
 def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
     """KFP metrics: per-level figures keyed ``<level>.<figure>`` plus totals and memory figures."""
     out: dict[str, float] = {}
