@@ -628,7 +628,7 @@ class Tracker:
         """
         from mlflow.entities import Metric, Param, RunTag
 
-        now = timestamp_ms or int(time.time() * 1000)
+        now = int(timestamp_ms or time.time() * 1000)
         p = [Param(k, v) for k, v in to_params(params or {}).items()]
         m = [Metric(k, v, now, 0) for k, v in to_metrics(metrics or {}).items()]
         t = [RunTag(k, v) for k, v in to_tags(tags or {}).items()]
@@ -773,14 +773,14 @@ class RestLogger:
     def create_run(self, experiment_id: str, start_ms: int, tags: Mapping[str, str], run_name: str) -> dict[str, Any]:
         """Create a run; returns its ``info`` (``run_id``, ``artifact_uri``)."""
         out = self.call("create the step run", "POST", "/api/2.0/mlflow/runs/create", {
-            "experiment_id": experiment_id, "start_time": start_ms, "run_name": run_name,
+            "experiment_id": experiment_id, "start_time": int(start_ms), "run_name": run_name,
             "tags": [{"key": k, "value": v} for k, v in {**tags, TAG_RUN_NAME: run_name}.items()]})
         return out["run"]["info"]
 
     def log(self, run_id: str, params: Mapping[str, Any], metrics: Mapping[str, Any], tags: Mapping[str, Any],
             timestamp_ms: int | None = None) -> None:
         """Params, metrics and tags in as few ``log-batch`` calls as MLflow's limits allow (one, usually)."""
-        now = timestamp_ms or int(time.time() * 1000)
+        now = int(timestamp_ms or time.time() * 1000)
         p = [{"key": k, "value": v} for k, v in to_params(params).items()]
         m = [{"key": k, "value": v, "timestamp": now, "step": 0} for k, v in to_metrics(metrics).items()]
         t = [{"key": k, "value": v} for k, v in to_tags(tags).items()]
@@ -791,7 +791,7 @@ class RestLogger:
     def terminate(self, run_id: str, status: str, end_ms: int | None) -> None:
         """Close a run with ``status`` at ``end_ms``."""
         self.call("close the step run", "POST", "/api/2.0/mlflow/runs/update",
-                  {"run_id": run_id, "status": status, "end_time": end_ms or int(time.time() * 1000)})
+                  {"run_id": run_id, "status": status, "end_time": int(end_ms or time.time() * 1000)})
 
     def can_upload(self, artifact_uri: str) -> bool:
         """Whether the server proxies this run's artifacts (``mlflow-artifacts:/...``)."""

@@ -245,9 +245,11 @@ def replay(work_dir: str | Path, echo: Callable[[str], None] = print) -> dict[st
     for path, payload in sorted(items, key=lambda item: order.get(item[1].get("kind", "step"), 0)):
         try:
             line = apply(payload, work)
-        except ShipyardError as err:
-            errors.append(f"{describe(payload)}: {err}")
-            echo(f"not applied: {describe(payload)}: {err}")
+        except Exception as err:  # noqa: BLE001 - one payload's problem is reported, the others still go
+            text = str(err) if isinstance(err, ShipyardError) else \
+                f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}"
+            errors.append(f"{describe(payload)} ({path.name}): {text}")
+            echo(f"not applied: {describe(payload)} ({path.name}): {text}")
             if isinstance(err, UnreachableError):
                 break
             continue
@@ -265,7 +267,21 @@ def replay(work_dir: str | Path, echo: Callable[[str], None] = print) -> dict[st
 
 def after_local_run(work_dir: str | Path) -> dict[str, Any]:
     """End of ``shipyard run --local``: replay pending payloads when the server answers, else
-    say what is pending and the replay command (console and ``run-summary.json``)."""
+    say what is pending and the replay command (console and ``run-summary.json``).
+
+    Never fails the run: whatever goes wrong leaves the payloads pending and says so.
+    """
+    try:
+        return _after_local_run(work_dir)
+    except Exception as err:  # noqa: BLE001 - the run's own outcome stands; the payloads stay kept
+        first = (str(err).splitlines() or [""])[0][:300]
+        print(f"shipyard: warning: tracking records kept in {Path(work_dir).resolve() / PENDING_DIR} were not "
+              f"logged ({type(err).__name__}: {first}); retry with: {replay_command(work_dir)}",
+              file=sys.stderr, flush=True)
+        return {"error": f"{type(err).__name__}: {first}"}
+
+
+def _after_local_run(work_dir: str | Path) -> dict[str, Any]:
     from shipyard.tracking import Tracker
 
     work = Path(work_dir).resolve()

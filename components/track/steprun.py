@@ -143,7 +143,16 @@ def at_end_of_run(data: dict[str, Any]) -> bool:
 
     data["resolved_uri"] = uri
     data["at_end_of_run"] = True
-    return keep(data, work) is not None
+    return keep(_normalize(data), work) is not None
+
+
+def _normalize(data: dict[str, Any]) -> dict[str, Any]:
+    """Times back to integer milliseconds: a payload that crossed KFP's artifact metadata (a
+    protobuf Struct) comes back with every number a float, which MLflow's stores refuse."""
+    for key in ("started_ms", "ended_ms"):
+        if isinstance(data.get(key), float):
+            data[key] = int(data[key])
+    return data
 
 
 def _run_name(step: str, candidate: str) -> str:
@@ -221,6 +230,7 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
     """
     from shipyard.tracking import TAG_KIND, TAG_PARENT, TAG_STEP, RestLogger, to_metrics, to_params, to_tags
 
+    _normalize(data)
     step, candidate = data["step"], data.get("candidate", "")
     kfp_run = data.get("mlflow_run_id", "") if replay else os.environ.get("MLFLOW_RUN_ID", "")
     if kfp_run:  # KFP's own run for this task (KFP closes it)
