@@ -59,8 +59,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "-"
 
 
-def keep(payload: dict[str, Any], work_dir: str | Path | None = None) -> Path | None:
-    """Write ``payload`` to ``<work dir>/tracking-pending/`` (a local run only); returns the file."""
+def keep(payload: dict[str, Any], work_dir: str | Path | None = None, *, overwrite: bool = True) -> Path | None:
+    """Write ``payload`` to ``<work dir>/tracking-pending/`` (a local run only); returns the file.
+
+    ``overwrite=False`` keeps a file already there (the step's own copy beats one handed on
+    through KFP metadata, whose numbers all came back as floats).
+    """
     from shipyard.tracking import local_work_dir
 
     work = Path(work_dir) if work_dir else local_work_dir()
@@ -71,6 +75,8 @@ def keep(payload: dict[str, Any], work_dir: str | Path | None = None) -> Path | 
     run = hashlib.sha256(str(payload.get("kfp_run_id", "")).encode()).hexdigest()[:8]  # one file per run and step
     name = "-".join(_slug(x) for x in (kind, what, payload.get("candidate") or "", run) if x)
     path = work / PENDING_DIR / f"{name}.json"
+    if not overwrite and path.exists():
+        return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps({**payload, "kind": kind}, indent=1, sort_keys=True, default=str))

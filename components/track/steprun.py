@@ -114,7 +114,7 @@ class StepRun:
         return None if self.run_id else dict(self.data)
 
 
-def at_end_of_run(data: dict[str, Any]) -> bool:
+def at_end_of_run(data: dict[str, Any], *, handed_on: bool = False) -> bool:
     """In a local run tracking into a file store, keep the payload for the runner and say True.
 
     ``import mlflow`` costs a step process 1.5-4 s on a loaded 2-core machine, ~100 times the file
@@ -122,7 +122,8 @@ def at_end_of_run(data: dict[str, Any]) -> bool:
     process (:func:`shipyard.components.track.pending.after_local_run`: one import per run, not
     one per step), with each step's own start and end time and status. A server is logged live
     by the step itself (:class:`shipyard.tracking.RestLogger`: no import). Off with
-    ``SHIPYARD_TRACK_FILE_STORE_AT_END=0``.
+    ``SHIPYARD_TRACK_FILE_STORE_AT_END=0``. ``handed_on``: the payload came through another
+    step's metadata (the step's own kept copy, if any, wins).
     """
     from shipyard.tracking import local_work_dir, resolve_tracking_uri
 
@@ -143,7 +144,7 @@ def at_end_of_run(data: dict[str, Any]) -> bool:
 
     data["resolved_uri"] = uri
     data["at_end_of_run"] = True
-    return keep(_normalize(data), work) is not None
+    return keep(_normalize(data), work, overwrite=not handed_on) is not None
 
 
 def _normalize(data: dict[str, Any]) -> dict[str, Any]:
@@ -371,7 +372,7 @@ def apply_pending(*metadatas: dict[str, Any] | None) -> list[str]:
         pending = (meta or {}).get(PENDING_KEY)
         if not (isinstance(pending, dict) and pending.get("step")):
             continue
-        if at_end_of_run(pending):
+        if at_end_of_run(pending, handed_on=True):
             continue
         if not down:
             try:
@@ -382,7 +383,7 @@ def apply_pending(*metadatas: dict[str, Any] | None) -> list[str]:
                 if run_id:
                     done.append(run_id)
                 continue
-        kept = keep(pending)
+        kept = keep(pending, overwrite=False)
         print(f"shipyard: tracking of {pending['step']} still deferred: {down}; kept in "
               f"{kept or 'its step outputs'}", file=sys.stderr, flush=True)
     return done
