@@ -158,14 +158,41 @@ def _deferred(request: dict[str, Any], down: str, champion: dict[str, Any], head
 def promote_production(tracking_uri: str, experiment: str, kfp_run_id: str, model_name: str, version: str,
                        recipe: str, headline_json: str = "{}") -> dict[str, Any]:
     """``production`` -> ``version`` (its deployment is Ready or was rendered in a dry run); the
-    parent run gets the champion's headline figures. Returns the aliases."""
+    parent run gets the champion's headline figures. Returns the aliases.
+
+    When MLflow is down (one probe, or a call that fails after its retries) the deployment
+    stands and the alias request is kept (a ``promote`` payload, ``tracking-pending/`` in a local
+    run) for ``shipyard track replay``; the result then has ``pending`` and no aliases.
+    """
     from shipyard.tracking import Tracker
 
     tracker = Tracker(tracking_uri)
-    aliases = registry.promote(tracker, model_name, version)
-    parent = tracker.resolve_parent("", kfp_run_id, experiment)
+    request = {"kind": "promote", "tracking_uri": tracking_uri, "resolved_uri": tracker.uri, "experiment": experiment,
+               "kfp_run_id": kfp_run_id, "model_name": model_name, "version": str(version), "recipe": recipe,
+               "headline": json.loads(headline_json or "{}")}
+    down = tracker.probe()
+    if not down:
+        try:
+            return {"aliases": apply_promotion(tracker, request)}
+        except UnreachableError as err:
+            down = str(err)
+    from shipyard.components.track.pending import keep, replay_hint
+
+    kept = keep(request)
+    print(f"shipyard: MLflow {tracker.uri} is unreachable ({down}): the deployment stands, but version {version} "
+          f"of {model_name} is not yet 'production'; the request is kept in {kept or 'this log: ' + json.dumps(request)}"
+          f". {replay_hint(kept)}", file=sys.stderr, flush=True)
+    return {"aliases": {}, "pending": request}
+
+
+def apply_promotion(tracker: Any, request: dict[str, Any]) -> dict[str, str]:
+    """Give ``request["version"]`` the alias ``production`` and the parent run the headline
+    figures (idempotent: a version already production stays so); returns the aliases."""
+    aliases = registry.promote(tracker, request["model_name"], request["version"])
+    parent = tracker.resolve_parent("", request.get("kfp_run_id", ""), request.get("experiment", ""))
     if parent:
-        head = json.loads(headline_json or "{}")
+        head = request.get("headline") or {}
         tracker.log(parent, metrics={f"champion.{k}": v for k, v in head.items()},
-                    tags={"shipyard.champion": recipe[:5000], "shipyard.production_version": version})
-    return {"aliases": aliases}
+                    tags={"shipyard.champion": str(request.get("recipe", ""))[:5000],
+                          "shipyard.production_version": request["version"]})
+    return aliases

@@ -7,6 +7,8 @@ payload, each with its ``kind``:
   :class:`~shipyard.components.track.steprun.StepRun` payload);
 * ``register``: the champion's registration request (model name, source OCI URI, digest,
   version tags and description, the figures to record, the alias to set);
+* ``promote``: ``production`` for the deployed champion's version (the deployment stood while
+  MLflow was down), with the headline figures for the parent run;
 * ``close``: the pipeline's final state for its parent run (the exit handler's).
 
 A local run that tracks into a file store keeps every step's payload here by design
@@ -107,6 +109,8 @@ def describe(payload: dict[str, Any]) -> str:
         return f"registration of {payload.get('model_name')} ({payload.get('source_uri')})"
     if kind == "close":
         return f"closing the pipeline run ({payload.get('state')})"
+    if kind == "promote":
+        return f"'production' for {payload.get('model_name')} version {payload.get('version')}"
     cand = payload.get("candidate") or ""
     return f"step {payload.get('step')}" + (f" [{cand}]" if cand else "")
 
@@ -185,11 +189,22 @@ def _apply_close(payload: dict[str, Any], work: Path) -> str:
     return f"pipeline run {run_id} was already closed"
 
 
+def _apply_promote(payload: dict[str, Any], work: Path) -> str:
+    from shipyard.components.track.champion import apply_promotion
+
+    tracker = _tracker(payload, work)
+    with _default_store(tracker.uri):
+        aliases = apply_promotion(tracker, payload)
+    return f"{payload['model_name']} version {payload['version']} is production (aliases {json.dumps(aliases)})"
+
+
 def apply(payload: dict[str, Any], work: Path) -> str:
     """Apply one payload (idempotent); returns the line to print."""
     kind = payload.get("kind", "step")
     if kind == "register":
         return _apply_register(payload, work)
+    if kind == "promote":
+        return _apply_promote(payload, work)
     if kind == "close":
         return _apply_close(payload, work)
     from shipyard.components.track.steprun import apply_payload
@@ -247,7 +262,7 @@ def replay(work_dir: str | Path, echo: Callable[[str], None] = print) -> dict[st
                                    f"start the server, then run `{replay_command(work)}` again")
     applied, errors = [], []
     # steps first, then registrations, then closing: a run's records land before its final state
-    order = {"step": 0, "register": 1, "close": 2}
+    order = {"step": 0, "register": 1, "promote": 2, "close": 3}
     for path, payload in sorted(items, key=lambda item: order.get(item[1].get("kind", "step"), 0)):
         try:
             line = apply(payload, work)

@@ -113,6 +113,8 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         parent = started["parent_run_id"]
         compress, _ = _step("compress", "w8a8-int8", url, kfp_run_id, report)
         assert compress.run_id and compress.error is None
+        deployed = f"deployed-{uuid.uuid4().hex[:6]}"  # a version registered before the outage
+        assert track.register_model(url, deployed, source, parent, "")["version"] == "1"
 
         _kill(server)
         # Each later step keeps its payload at once: one quick probe, no retries, no MLflow import.
@@ -137,20 +139,25 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         assert out["passed"] is False and out["version"] == "" and "registration deferred" in out["reason"]
         assert out["pending"]["source_uri"] == source and out["pending"]["alias"] == "candidate"
         assert "shipyard track replay" in (tmp_path / "decision.md").read_text()
+        # A deployment that became Ready during the outage stands; its 'production' alias is kept.
+        t0 = time.monotonic()
+        promoted = champion.promote_production(url, "outage", kfp_run_id, deployed, "1", "w8a8-int8",
+                                               json.dumps({"size_bytes": 163e6}))
+        assert promoted["aliases"] == {} and promoted["pending"]["version"] == "1" and time.monotonic() - t0 < 3
         # The exit handler keeps the run's final state instead of failing after its retries.
         t0 = time.monotonic()
         assert track.close_pipeline_run(url, "outage", kfp_run_id, "SUCCEEDED") == "PENDING"
         assert time.monotonic() - t0 < 3
         kept = sorted(p.name for p in (work / pending.PENDING_DIR).iterdir())
-        assert len(kept) == 5, kept
+        assert len(kept) == 6, kept
         kinds = sorted(json.loads((work / pending.PENDING_DIR / n).read_text())["kind"] for n in kept)
-        assert kinds == ["close", "register", "step", "step", "step"]
+        assert kinds == ["close", "promote", "register", "step", "step", "step"]
 
         # End of the local run with the server still down: the console and run-summary.json say
         # what is pending and the exact replay command.
         (work / "run-summary.json").write_text(json.dumps({"status": "SUCCESS", "mlflow_run": parent}))
         note = pending.after_local_run(work)
-        assert len(note["pending"]) == 5 and note["replay"] == f"shipyard track replay {work.resolve()}"
+        assert len(note["pending"]) == 6 and note["replay"] == f"shipyard track replay {work.resolve()}"
         assert json.loads((work / "run-summary.json").read_text())["tracking_pending"]["replay"] == note["replay"]
 
         replay = _replay(work)
@@ -165,7 +172,7 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         replay = _replay(work)
         assert replay.returncode == 0, replay.stderr
         lines = replay.stdout.strip().splitlines()
-        assert len(lines) == 5, replay.stdout
+        assert len(lines) == 6, replay.stdout
         assert any(line.startswith(f"registered {model} version 1") for line in lines)
         assert any(line == f"closed pipeline run {parent} FINISHED" for line in lines)
         assert not (work / pending.PENDING_DIR).exists()
@@ -190,6 +197,9 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         assert mv.tags["shipyard.gate.passed"] == "false" and mv.tags["shipyard.metric.arc_easy/acc"] == "0.61"
         assert client.get_registered_model(model).aliases == {"candidate": "1"}
         assert client.get_run(parent).data.tags["shipyard.registered_version"] == "1"
+        assert client.get_registered_model(deployed).aliases == {"candidate": "1", "production": "1"}
+        assert client.get_run(parent).data.tags["shipyard.production_version"] == "1"
+        assert client.get_run(parent).data.metrics["champion.size_bytes"] == 163e6
 
         # A second replay, and the same step payload applied again, change nothing.
         before = _state(client, exp_id, model)
