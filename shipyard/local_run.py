@@ -362,7 +362,7 @@ def run_local(
         summary.interrupted_by = signal_name(interrupted)
         _kill_mlflow_run(summary.mlflow_run, params, work)
     atomic_write_text(work / "run-summary.json", json.dumps(summary.to_dict(), indent=2, default=str))
-    after_local_run(work)  # tracking kept during an MLflow outage: replayed now, or the replay command said
+    after_local_run(work)  # MLflow records kept for the end (file store) or in an outage: logged now, or said
     if interrupted is not None:
         raise interrupted
     return summary
