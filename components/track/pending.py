@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
@@ -253,6 +254,7 @@ def replay(work_dir: str | Path, echo: Callable[[str], None] = print) -> dict[st
     work = Path(work_dir).resolve()
     if not work.is_dir():
         raise ShipyardError("WORK_DIR", f"{work} is not a folder", "give the --work-dir of a local run")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # one line per payload, not MLflow's INFO chatter
     items = load(work)
     for uri in sorted({p.get("resolved_uri") or p.get("tracking_uri", "") for _, p in items}):
         tracker = Tracker(uri, work_dir=work)
