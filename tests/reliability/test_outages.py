@@ -1,8 +1,10 @@
 """Outages of the services a run talks to, with real servers on 127.0.0.1.
 
 * MLflow killed mid-run: the steps keep their payloads in a second, the run's work goes on,
-  the champion is not deployed unregistered, and ``shipyard track replay`` (after the server
-  is back) leaves no run RUNNING, logs every step, registers the model version, and changes
+  the champion is not deployed unregistered (its registration request is kept), a deployment
+  that became Ready keeps its ``production`` request, the exit handler keeps the run's final
+  state, and ``shipyard track replay`` (after the server is back) leaves no run RUNNING, logs
+  every step with its own times, registers the model version, sets the aliases, and changes
   nothing when run again.
 * MLflow unreachable at the start: ``shipyard run --local`` ends with one line and exit status 3
   before anything is written; the pre-flight task fails the same way within seconds.
