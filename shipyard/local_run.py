@@ -452,11 +452,9 @@ def format_summary(summary: RunSummary, work_dir: str) -> str:
     if not_run:
         lines.append(f"not run ({NOT_RUN_WHY}): " + ", ".join(s.name or s.task for s in not_run))
     run_dir = Path(summary.run_dir)
-    lines.append(f"\nartifacts under {run_dir}:")
-    for step in ran:
-        for uri in step.artifacts.values():
-            if uri and Path(uri).exists():
-                lines.append(f"  {_where(uri, run_dir)}")
+    kept = [uri for step in ran for uri in step.artifacts.values() if uri and Path(uri).exists()]
+    lines.append(f"\nartifacts under {run_dir}:" + ("" if kept else " none"))
+    lines += [f"  {_where(uri, run_dir)}" for uri in kept]
     lines.append(f"\nlog: {summary.log or work / KFP_LOG} (kfp.local and every step's output)")
     lines.append(f"summary: {work / 'run-summary.json'}")
     return "\n".join(lines)

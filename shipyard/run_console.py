@@ -5,9 +5,9 @@ outputs of every task and each step's whole stdout/stderr. While a local run exe
 :func:`quiet_kfp` sends all of that to ``<work dir>/kfp-local.log`` and the console gets
 only one line when a task starts and one when it ends::
 
-    10:46:01  started  benchmark base                 benchmark
-    10:47:39  SUCCESS  benchmark base                 benchmark                 97.8 s  max out tok/s 18.47
-    10:48:10  FAILURE  compress                       compress                  12.0 s  compress: ... (fix: ...)
+    11:08:47  started  benchmark base                           benchmark
+    11:10:02  SUCCESS  benchmark base                           benchmark                             74.8 s  max out tok/s 102.4
+    11:10:38  FAILURE  compress                                 for-loop-5-iteration-0/compress       35.9 s  compress: ... (fix: ...)
 
 The end line has the time, the status, the seconds and one key figure (or, for a failure, the
 step's one-line error from the step timing log).
@@ -139,7 +139,7 @@ class RunConsole:
 
     def _start(self, task: str) -> None:
         self.started.setdefault(task, []).append(time.monotonic())
-        self.say(f"{time.strftime('%H:%M:%S')}  started  {self._name(task)[:34]:<34} {task}")
+        self.say(f"{time.strftime('%H:%M:%S')}  started  {self._name(task)[:40]:<40} {task}")
 
     def _end(self, task: str, status: str) -> None:
         starts = self.started.get(task) or []
@@ -153,7 +153,7 @@ class RunConsole:
             figure = self._error(task_dir, task) or f"see {getattr(self.log, 'name', KFP_LOG)}"
             self.failures.append((label, figure))
         secs = f"{seconds:6.1f} s" if seconds is not None else "      -"
-        self.say(f"{time.strftime('%H:%M:%S')}  {status:<8} {self._name(task)[:34]:<34} {label[:34]:<34} {secs}  {figure}")
+        self.say(f"{time.strftime('%H:%M:%S')}  {status:<8} {self._name(task)[:40]:<40} {label[-36:]:<36} {secs}  {figure}")
 
     def _run_dir(self) -> Path | None:
         try:
