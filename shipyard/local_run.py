@@ -98,8 +98,8 @@ def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
             pass
     elif (gates := last("candidate-gates")) is not None and gates.parameters.get("Output") is True:
         out["champion"] = "candidate"
-    out["promoted"] = last("promote-production") is not None
-    if (package := last("package-model")) is not None:
+    out["promoted"] = last("deploy") is not None  # deploy runs only for a champion that beat production
+    if (package := last("package-champion")) is not None:
         out["model_uri"] = str(package.parameters.get("uri", ""))
     elif out["champion"] and params.get("candidate_uri"):
         out["model_uri"] = str(params["candidate_uri"])
@@ -267,6 +267,7 @@ def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> li
                            runtime=runtimes.get(component, ""))
         if (task_dir / "executor_output.json").exists():
             out = json.loads((task_dir / "executor_output.json").read_text())
+            step.parameters = dict(out.get("parameterValues") or {})
             for name, group in (out.get("artifacts") or {}).items():
                 for art in group.get("artifacts", []):
                     uri = art.get("uri", "")
@@ -274,9 +275,11 @@ def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> li
                     meta = art.get("metadata") or {}
                     if isinstance(meta.get("reason"), str):
                         step.decision = meta["reason"]
+                    for key in ("uri", "digest"):  # the champion's package reference (package-champion)
+                        if name == "package_summary" and isinstance(meta.get(key), str):
+                            step.parameters.setdefault(key, meta[key])
                     if name == "metrics" or name.endswith("_metrics"):
                         step.metrics.update({k: v for k, v in meta.items() if isinstance(v, int | float)})
-            step.parameters = out.get("parameterValues") or {}
         mine = [r for r in records if r.get("task_dir") == str(task_dir)]
         if mine:
             step.seconds = round(sum(r["seconds"] for r in mine), 2)

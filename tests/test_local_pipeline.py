@@ -111,8 +111,8 @@ def passing_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, mlfl
 def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> None:
     work, summary = passing_run
     assert summary.status == "SUCCESS", [(s.task, s.status, s.error) for s in summary.steps]
-    for name in ("preflight", "resolve-model", "compress", "candidate-gates", "select-champion", "package-model",
-                 "register-champion", "deploy", "promote-production", "close-tracking"):
+    for name in ("preflight", "resolve-model", "compress", "candidate-gates", "select-champion", "package-champion",
+                 "deploy", "close-tracking"):
         assert one(summary, name).status == "SUCCESS", name
     assert one(summary, "evaluate-hf").status == one(summary, "evaluate-hf-2").status == "SUCCESS"  # base, candidate
     assert not [s for s in summary.steps if s.task.rsplit("/", 1)[-1] in ("track-step", "start-tracking")]
@@ -162,13 +162,17 @@ def test_file_store_registration_writes_nothing_in_the_current_folder(tmp_path: 
 
 def test_passing_run_ends_with_a_validated_pd_manifest_for_the_digest(passing_run: tuple[Path, RunSummary]) -> None:
     _, summary = passing_run
-    uri = one(summary, "package-model").parameters["uri"]
+    uri = one(summary, "package-champion").parameters["uri"]
     assert uri.startswith("oci://") and "@sha256:" in uri
     docs = list(yaml.safe_load_all(Path(one(summary, "deploy").artifacts["manifest"]).read_text()))
     llmisvc = next(d for d in docs if d and d["kind"] == "LLMInferenceService")
     assert llmisvc["apiVersion"] == "serving.kserve.io/v1alpha2"
     assert llmisvc["spec"]["model"]["uri"] == uri
     assert "prefill" in llmisvc["spec"]
+    # what the KFP UI shows inline (Markdown artifacts): the deployment and the package
+    deployed = Path(one(summary, "deploy").artifacts["summary"]).read_text()
+    assert uri in deployed and "dry run" in deployed and "```yaml" in deployed and "LLMInferenceService" in deployed
+    assert uri in Path(one(summary, "package-champion").artifacts["package_summary"]).read_text()
     from shipyard.components.deploy.validate import validate_object
 
     assert not validate_object(llmisvc)
@@ -188,15 +192,22 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     runs = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     by_name = {r.info.run_name: r for r in runs}
     assert {"compress [w8a8-int8]", "evaluate [base]", "evaluate [w8a8-int8]", "benchmark [base]",
-            "benchmark [w8a8-int8]", "gates [w8a8-int8]", "select", "package [champion]", "register",
-            "deploy"} <= set(by_name)
+            "benchmark [w8a8-int8]", "gates [w8a8-int8]", "select", "package [w8a8-int8]",
+            "deploy [w8a8-int8]"} <= set(by_name)
     compress_run = by_name["compress [w8a8-int8]"]
     assert compress_run.data.params["recipe"] == "w8a8-int8"
     assert compress_run.info.end_time - compress_run.info.start_time > 1000  # the step's real duration
     names = {a.path for a in client.list_artifacts(by_name["gates [w8a8-int8]"].info.run_id)}
     assert {"accuracy.md", "slo.html"} <= names
-    package_files = {a.path for a in client.list_artifacts(by_name["package [champion]"].info.run_id)}
-    assert package_files == {"package.json", "package.md"}  # never the layout or the weights
+    package_files = {a.path for a in client.list_artifacts(by_name["package [w8a8-int8]"].info.run_id)}
+    assert package_files == {"package.json", "package.md", "champion-gate.md"}  # never the layout or the weights
+    deploy_files = {a.path for a in client.list_artifacts(by_name["deploy [w8a8-int8]"].info.run_id)}
+    assert deploy_files == {"manifest.yaml", "deploy.md"}
+    # every report has an extension MLflow's UI previews (its artifact viewer's text/markdown/html sets)
+    previewable = {".md", ".html", ".json", ".yaml", ".yml", ".txt", ".log", ".png"}
+    for run in runs:
+        for art in client.list_artifacts(run.info.run_id):
+            assert art.is_dir or Path(art.path).suffix in previewable, (run.info.run_name, art.path)
 
 
 def test_failing_gate_ends_cleanly_after_the_selection(tiny_model: Path, tmp_path: Path, mlflow_url: str) -> None:
@@ -208,7 +219,7 @@ def test_failing_gate_ends_cleanly_after_the_selection(tiny_model: Path, tmp_pat
     select = one(summary, "select-champion")
     assert select.parameters["Output"] == ""
     assert "no candidate passed both gates" in Path(select.artifacts["report"]).read_text()
-    for name in ("package-model", "register-champion", "deploy", "promote-production"):
+    for name in ("package-champion", "deploy"):
         assert all(s.status == "NOT RUN" for s in steps_named(summary, name)), name
     on_disk = json.loads((tmp_path / "run-summary.json").read_text())
     assert on_disk["promoted"] is False and on_disk["champion"] == ""
@@ -223,7 +234,7 @@ def test_promote_pipeline_gates_and_deploys_a_packaged_candidate(
     passing_run: tuple[Path, RunSummary], tiny_model: Path, tmp_path: Path, mlflow_url: str
 ) -> None:
     _, first = passing_run
-    uri = one(first, "package-model").parameters["uri"]
+    uri = one(first, "package-champion").parameters["uri"]
     summary = run_tiny(tmp_path, tiny_model, mlflow_url, f"candidate_uri={uri}", "eval_backend=hf",
                        'accuracy_thresholds={"min_recovery": 0.0}', "slo=", "dry_run=true",
                        "registered_model_name=tiny-llama", "champion_tolerance=1.0", pipeline="promote")
