@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -268,58 +267,3 @@ def test_every_request_erroring_is_one_line_error(tiny_model: Path, tmp_path: Pa
     assert f"logs kept in {kept}/ (guidellm.log, vllm.log)" in str(info.value)
     assert "max-model-len" in (kept / "vllm.log").read_text() or (kept / "vllm.log").stat().st_size > 0
     assert (kept / "guidellm.log").stat().st_size > 0
-
-
-def _vllm_server_pid(port: str) -> int | None:
-    """The vLLM server listening on ``port`` (its process group holds the engine and workers)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                args = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"vllm.entrypoints.openai.api_server" in args and port.encode() in args:
-                return int(entry.name)
-    return None
-
-
-@pytest.mark.slow
-def test_vllm_killed_mid_benchmark_keeps_both_logs_and_names_them(tiny_model: Path, tmp_path: Path) -> None:
-    """A crash mid-run: the step log showed vLLM starting and guidellm's progress; the one-line
-    error points at the kept vllm.log and guidellm.log (the results folder is never written)."""
-    import os
-    import signal
-    import subprocess
-
-    from shipyard.runtimes import venv_python
-
-    out = tmp_path / "results"
-    config = {"loads": [1], "max_requests": 5000, "max_seconds": 120, "server_warmup_requests": 0}
-    code = ("from shipyard.components.benchmark.benchmark import benchmark_step\n"
-            f"benchmark_step(model_dir={str(tiny_model)!r}, benchmark_config={json.dumps(json.dumps(config))},"
-            f" out_dir={str(out)!r})\n")
-    env = dict(os.environ, SHIPYARD_RUNTIME="vllm", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([str(venv_python("vllm")), "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
-    try:
-        shown, port = [], ""
-        for line in proc.stdout:  # the step log, live
-            shown.append(line.rstrip())
-            if m := re.match(r"vllm: starting .* on 127\.0\.0\.1:(\d+)", line):
-                port = m.group(1)
-            if line.startswith("guidellm: concurrent@1 [1/1] started"):
-                break
-        assert port and any(s.startswith("vllm: ready after") for s in shown), shown
-        server = _vllm_server_pid(port)
-        assert server is not None
-        os.killpg(server, signal.SIGKILL)  # the server, its engine and workers crash
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    kept = tmp_path / "results.failed-logs"
-    assert proc.returncode != 0 and not out.exists()
-    line = next((x for x in err.splitlines() if "vLLM server: died during the benchmark" in x), err[-2000:])
-    assert f"logs kept in {kept}/ (guidellm.log, vllm.log)" in line, line
-    assert "Starting benchmark for strategy: concurrent@1" in (kept / "guidellm.log").read_text()
-    assert "KV cache size" in (kept / "vllm.log").read_text()

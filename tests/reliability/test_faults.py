@@ -118,7 +118,13 @@ def test_vllm_killed_mid_benchmark_is_one_line_and_leaves_nothing(tiny_model: Pa
     err = _finish(proc, family)
     assert proc.returncode != 0
     assert "vLLM server: died during the benchmark" in err and "Traceback" not in err.split("shipyard")[-1]
-    assert not out.exists()
+    assert not out.exists()  # the results folder is written whole or not at all
+    # the logs a user needs are kept beside it, and the one-line error points at them
+    kept = tmp_path / "results.failed-logs"
+    line = next((x for x in err.splitlines() if "vLLM server: died during the benchmark" in x), err[-2000:])
+    assert f"logs kept in {kept}/ (guidellm.log, vllm.log)" in line, line
+    assert "Starting benchmark for strategy: concurrent@1" in (kept / "guidellm.log").read_text()
+    assert "KV cache size" in (kept / "vllm.log").read_text()
 
 
 def _compress_step(family: set[int]) -> int | None:
