@@ -15,6 +15,7 @@ then :func:`format_summary`. kfp.local's own logging and every step's stdout/std
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import inspect
 import json
@@ -332,12 +333,17 @@ def run_local(
     interrupted: KeyboardInterrupt | None = None
     with open(log_path, "a", encoding="utf-8", buffering=1) as log, _mlflow_default_store(params, work):
         watcher = RunConsole(console, log, root, before, step_log, _display_names(pipeline_func))
+        print_before = builtins.print
         try:
             with quiet_kfp(watcher):
                 pipeline_func(**params)
         except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM (shipyard.interrupts)
             interrupted = err
             interrupt_children()  # the running step unwinds: servers stopped, partial folders removed
+        finally:
+            # kfp.local indents output by swapping builtins.print per task; two loop iterations
+            # running in parallel threads restore each other's swap and leave print indented
+            builtins.print = print_before
     seconds = round(time.perf_counter() - started, 2)
     new_runs = sorted(p for p in root.iterdir() if p.name not in before and p.is_dir())
     if not new_runs:

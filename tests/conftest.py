@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("models") / "tiny-llama"
     run_in_runtime("compress", "shipyard.tinymodel:build_tiny_model", out_dir=str(out))
     return out
+
+
+@pytest.fixture(autouse=True)
+def _print_restored() -> Iterator[None]:
+    """kfp.local swaps ``builtins.print`` per task to indent step output, and parallel loop
+    iterations can leave it swapped (see shipyard.local_run); no test inherits that from another."""
+    import builtins
+
+    before = builtins.print
+    yield
+    builtins.print = before
