@@ -16,13 +16,11 @@ then :func:`format_summary`. kfp.local's own logging and every step's stdout/std
 from __future__ import annotations
 
 import builtins
-import contextlib
 import inspect
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from shipyard.kfp_local_compat import enable_oneof_artifacts
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.procgroup import interrupt_children
 from shipyard.run_console import KFP_LOG, RunConsole, component_of, quiet_kfp, read_executor_output
-from shipyard.tracking import check_tracking_uri
+from shipyard.tracking import check_tracking_uri, default_store, resolve_tracking_uri
 
 #: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
 LOCAL_PARAMS = Path(_pipelines_pkg.__file__).resolve().parent / "local-params.yaml"
@@ -331,7 +329,7 @@ def run_local(
           file=console, flush=True)
     started = time.perf_counter()
     interrupted: KeyboardInterrupt | None = None
-    with open(log_path, "a", encoding="utf-8", buffering=1) as log, _mlflow_default_store(params, work):
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log, default_store(resolve_tracking_uri(str(params.get("tracking_uri") or ""), work)):
         watcher = RunConsole(console, log, root, before, step_log, _display_names(pipeline_func))
         print_before = builtins.print
         try:
@@ -375,30 +373,6 @@ def run_local(
     if interrupted is not None:
         raise interrupted
     return summary
-
-
-@contextlib.contextmanager
-def _mlflow_default_store(params: dict[str, Any], work: Path) -> Iterator[None]:
-    """Point MLflow's *default* tracking URI at the run's own store while the steps run.
-
-    MLflow's file-store model registry reads a model version through ``MlflowClient()`` without
-    a URI (mlflow/store/model_registry/file_store.py, ``_get_file_model_version_from_dir``), so
-    every registration in a local file store opened the default ``sqlite:///mlflow.db`` in the
-    current folder. With ``MLFLOW_TRACKING_URI`` set to the store the steps track to (the same
-    one :func:`shipyard.tracking.resolve_tracking_uri` picks), nothing is written outside the
-    work dir. An ``MLFLOW_TRACKING_URI`` or a KFP MLflow plugin config already set is kept.
-    """
-    from shipyard.tracking import ENV_KFP_MLFLOW_CONFIG, resolve_tracking_uri
-
-    name = "MLFLOW_TRACKING_URI"
-    if os.environ.get(name) or os.environ.get(ENV_KFP_MLFLOW_CONFIG):
-        yield
-        return
-    os.environ[name] = resolve_tracking_uri(str(params.get("tracking_uri") or ""), work)
-    try:
-        yield
-    finally:
-        os.environ.pop(name, None)
 
 
 def _kill_mlflow_run(run_id: str, params: dict[str, Any], work: Path) -> None:

@@ -44,6 +44,7 @@ Experiments are created as classic ML experiments (tag ``mlflow.experimentKind``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -54,7 +55,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -227,6 +228,28 @@ def resolve_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str
                             "with the pod", "point tracking_uri or MLFLOW_TRACKING_URI (Secret shipyard-mlflow) "
                             "at an MLflow server")
     return uri.rstrip("/")
+
+
+@contextlib.contextmanager
+def default_store(uri: str) -> Iterator[None]:
+    """Point MLflow's *default* tracking URI at the file store ``uri`` while the block runs (and
+    for the processes it starts).
+
+    MLflow's file-store model registry reads a model version back through ``MlflowClient()``
+    without a URI (mlflow/store/model_registry/file_store.py, ``_get_file_model_version_from_dir``),
+    which opens the default ``sqlite:///mlflow.db`` in the current folder. With the default set to
+    the store itself nothing is written outside the work dir. A server URI, an
+    ``MLFLOW_TRACKING_URI`` or a KFP MLflow plugin config already set are left alone.
+    """
+    name = "MLFLOW_TRACKING_URI"
+    if not uri.startswith("file:") or os.environ.get(name) or os.environ.get(ENV_KFP_MLFLOW_CONFIG):
+        yield
+        return
+    os.environ[name] = uri
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def check_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str] | None = None, *,

@@ -24,7 +24,8 @@ import pytest
 import yaml
 from mlflow_server import shared_server
 
-from shipyard.local_run import RunSummary, StepSummary, _mlflow_default_store, format_summary, run_local
+from shipyard.local_run import RunSummary, StepSummary, format_summary, run_local
+from shipyard.tracking import default_store, resolve_tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +155,7 @@ def test_file_store_registration_writes_nothing_in_the_current_folder(tmp_path: 
             "run = t.client.create_run(t.experiment_id('local'))\n"
             "registry.register_candidate(t, 'm', 'oci://r.local/m@sha256:' + 'a' * 64, run_id=run.info.run_id,"
             " alias='candidate')\n")
-    with _mlflow_default_store({}, work):
+    with default_store(resolve_tracking_uri("", work)):
         subprocess.run([sys.executable, "-c", code], cwd=cwd, check=True, timeout=120)
     assert list(cwd.iterdir()) == []
     assert (work / "mlruns" / "models" / "m").is_dir()

@@ -28,14 +28,12 @@ on the console and in ``run-summary.json`` (``tracking_pending``).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,23 +127,11 @@ def _parent(tracker: Any, payload: dict[str, Any]) -> str:
     return str(tracker.parent_record(kfp_run_id, payload.get("experiment", ""))["run_id"])
 
 
-@contextlib.contextmanager
-def _default_store(uri: str) -> Iterator[None]:
-    """MLflow's file-store registry reads versions through ``MlflowClient()`` without a URI
-    (the default ``sqlite:///mlflow.db`` in the current folder): point the default at the store."""
-    if not uri.startswith("file:") or os.environ.get("MLFLOW_TRACKING_URI"):
-        yield
-        return
-    os.environ["MLFLOW_TRACKING_URI"] = uri
-    try:
-        yield
-    finally:
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-
-
 def _apply_register(payload: dict[str, Any], work: Path) -> str:
+    from shipyard.tracking import default_store
+
     tracker = _tracker(payload, work)
-    with _default_store(tracker.uri):
+    with default_store(tracker.uri):
         return _register(tracker, payload)
 
 
@@ -192,9 +178,10 @@ def _apply_close(payload: dict[str, Any], work: Path) -> str:
 
 def _apply_promote(payload: dict[str, Any], work: Path) -> str:
     from shipyard.components.track.champion import apply_promotion
+    from shipyard.tracking import default_store
 
     tracker = _tracker(payload, work)
-    with _default_store(tracker.uri):
+    with default_store(tracker.uri):
         aliases = apply_promotion(tracker, payload)
     return f"{payload['model_name']} version {payload['version']} is production (aliases {json.dumps(aliases)})"
 
