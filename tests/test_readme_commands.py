@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 from kfp_double import KfpDouble
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,8 +111,7 @@ def _bash(command: str, cwd: Path, timeout: float = 300) -> subprocess.Completed
 
 
 def test_validate_the_kustomized_prod_overlay() -> None:
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl (with kustomize) is not installed")
+    require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize (Debian/Google Cloud SDK kubectl)")
     command = next(c for c, how in EXERCISED.items() if how == "here" and c.startswith("kubectl kustomize"))
     proc = _bash(command, REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
