@@ -453,7 +453,8 @@ class Tracker:
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:
-                return fn(*args, **kwargs)
+                with default_store(self.uri):  # a file store's registry reads back through MlflowClient()
+                    return fn(*args, **kwargs)
             except Exception as err:
                 if not _is_transient(err):
                     raise

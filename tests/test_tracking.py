@@ -135,6 +135,10 @@ def test_bad_plugin_config_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_local_file_store_without_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHIPYARD_WORK_DIR", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)  # the registry of a file store must not open ./mlflow.db (MLflow's default)
     started = track.start_tracking("", "local", "optimize-deploy", "", json.dumps({"recipe": "w8a8"}), "")
     assert started["tracking_uri"] == (tmp_path / "mlruns").as_uri()
     files = _step_files(tmp_path)
@@ -148,6 +152,7 @@ def test_local_file_store_without_server(tmp_path: Path, monkeypatch: pytest.Mon
     reg = track.register_model("", "local-model", "oci://registry.local/m@sha256:" + "a" * 64,
                                started["parent_run_id"], "")
     assert reg["aliases"] == ["candidate"]
+    assert list(cwd.iterdir()) == []
 
 
 def test_registry_versions_aliases_and_rollback(server: MlflowServer) -> None:
