@@ -8,9 +8,9 @@ and at the top the answer (``champion``, ``promoted``, ``model_uri``, ``mlflow_r
 
 The console stays short (:mod:`shipyard.run_console`): one line per task as it starts and ends,
 then :func:`format_summary`. kfp.local's own logging and every step's stdout/stderr go to
-``WORK_DIR/kfp-local.log``. Nothing is written outside the work dir: MLflow's default store (a
-``mlflow.db`` in the current folder, which MLflow's file-store registry opens through a
-``MlflowClient()`` without a URI) is pointed at the run's own tracking store.
+``WORK_DIR/kfp-local.log``. Nothing is written outside the work dir: every MLflow call on a file
+store points MLflow's default store at it (:func:`shipyard.tracking.default_store`, in
+``Tracker.call``), so the file-store registry never opens a ``mlflow.db`` in the current folder.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from shipyard.kfp_local_compat import enable_oneof_artifacts
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.procgroup import interrupt_children
 from shipyard.run_console import KFP_LOG, RunConsole, component_of, quiet_kfp, read_executor_output
-from shipyard.tracking import check_tracking_uri, default_store, resolve_tracking_uri
+from shipyard.tracking import check_tracking_uri
 
 #: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
 LOCAL_PARAMS = Path(_pipelines_pkg.__file__).resolve().parent / "local-params.yaml"
@@ -329,7 +329,7 @@ def run_local(
           file=console, flush=True)
     started = time.perf_counter()
     interrupted: KeyboardInterrupt | None = None
-    with open(log_path, "a", encoding="utf-8", buffering=1) as log, default_store(resolve_tracking_uri(str(params.get("tracking_uri") or ""), work)):
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
         watcher = RunConsole(console, log, root, before, step_log, _display_names(pipeline_func))
         print_before = builtins.print
         try:

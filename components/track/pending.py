@@ -128,11 +128,7 @@ def _parent(tracker: Any, payload: dict[str, Any]) -> str:
 
 
 def _apply_register(payload: dict[str, Any], work: Path) -> str:
-    from shipyard.tracking import default_store
-
-    tracker = _tracker(payload, work)
-    with default_store(tracker.uri):
-        return _register(tracker, payload)
+    return _register(_tracker(payload, work), payload)
 
 
 def _register(tracker: Any, payload: dict[str, Any]) -> str:
@@ -178,11 +174,8 @@ def _apply_close(payload: dict[str, Any], work: Path) -> str:
 
 def _apply_promote(payload: dict[str, Any], work: Path) -> str:
     from shipyard.components.track.champion import apply_promotion
-    from shipyard.tracking import default_store
 
-    tracker = _tracker(payload, work)
-    with default_store(tracker.uri):
-        aliases = apply_promotion(tracker, payload)
+    aliases = apply_promotion(_tracker(payload, work), payload)
     return f"{payload['model_name']} version {payload['version']} is production (aliases {json.dumps(aliases)})"
 
 
