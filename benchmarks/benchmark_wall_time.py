@@ -17,15 +17,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from shipyard.components.benchmark.benchmark import load_results
-from shipyard.components.benchmark.slo import run_slo_gate
-from shipyard.runtimes import run_in_runtime
+from shipyard.benchmarking.guidellm import load_results
+from shipyard.gates.slo import run_slo_gate
+from shipyard.runtimes.runtime import run_in_runtime
 
 
 def bench(model: str, config: str, out: Path) -> tuple[dict, float]:
     """One benchmark step in the vllm runtime; returns its results.json and the step wall time."""
     start = time.perf_counter()
-    run_in_runtime("vllm", "shipyard.components.benchmark.benchmark:benchmark_step",
+    run_in_runtime("vllm", "shipyard.benchmarking.guidellm:benchmark_step",
                    model_dir=model, benchmark_config=config, out_dir=str(out))
     return load_results(out), time.perf_counter() - start
 

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from shipyard.components.evaluate.gate import run_gate
-from shipyard.runtimes import run_in_runtime
+from shipyard.gates.accuracy import run_gate
+from shipyard.runtimes.runtime import run_in_runtime
 
 
 def evaluate(model: str, config: dict, out: Path, backend: str) -> tuple[dict, float]:
@@ -24,7 +24,7 @@ def evaluate(model: str, config: dict, out: Path, backend: str) -> tuple[dict, f
     start = time.perf_counter()
     summary = run_in_runtime(
         "compress" if backend == "hf" else "vllm",
-        "shipyard.components.evaluate.evaluate:evaluate_model",
+        "shipyard.evaluation.lmeval:evaluate_model",
         model_dir=model, eval_config=json.dumps(config), out_dir=str(out), backend=backend,
     )
     return summary, time.perf_counter() - start

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shipyard.local_run import run_local
-from shipyard.runtimes import run_in_runtime
+from shipyard.run.local import run_local
+from shipyard.runtimes.runtime import run_in_runtime
 
 
 def _remap(value: Any, old: str, new: str) -> Any:
@@ -56,7 +56,7 @@ def main() -> None:
     model = args.model
     if not model:
         model = str(root / "tiny-model")
-        run_in_runtime("compress", "shipyard.tinymodel:build_tiny_model", out_dir=model)
+        run_in_runtime("compress", "shipyard.testing.tinymodel:build_tiny_model", out_dir=model)
 
     os.environ["SHIPYARD_CACHE"] = fresh_cache(root / "cache-pipeline")
     work = root / "pipeline"
@@ -116,7 +116,7 @@ def bad_param_seconds() -> float:
     with tempfile.TemporaryDirectory(prefix="shipyard-badparam-") as tmp:
         started = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, "-m", "shipyard.cli", "run", "--local", "--work-dir", f"{tmp}/w",
+            proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", "run", "--local", "--work-dir", f"{tmp}/w",
                                    "--param", 'slo={"ttft_p99_ms": 800'], capture_output=True, text=True,
                                   check=False, timeout=60)
         except subprocess.TimeoutExpired:

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from shipyard import oci
-from shipyard.localregistry import LocalRegistry
+from shipyard.oci import image as oci
+from shipyard.testing.registry import LocalRegistry
 
 
 def synthetic_model(folder: Path, size_mb: int) -> Path:

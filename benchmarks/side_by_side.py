@@ -26,12 +26,12 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="shipyard-side-by-side-"))
     model = root / "tiny-llama"
     subprocess.run([str(checkouts[-1] / ".venvs/base/bin/python"), "-c",
-                    "from shipyard.runtimes import run_in_runtime; run_in_runtime('compress', "
-                    f"'shipyard.tinymodel:build_tiny_model', out_dir='{model}')"], cwd=checkouts[-1], check=True)
+                    "from shipyard.runtimes.runtime import run_in_runtime; run_in_runtime('compress', "
+                    f"'shipyard.testing.tinymodel:build_tiny_model', out_dir='{model}')"], cwd=checkouts[-1], check=True)
     procs = []
     for i, checkout in enumerate(checkouts):
         env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", SHIPYARD_CACHE=str(root / f"cache-{i}"))
-        cmd = [str(checkout / ".venvs/base/bin/python"), "-m", "shipyard.cli", "run", "--local", "--work-dir",
+        cmd = [str(checkout / ".venvs/base/bin/python"), "-m", "shipyard.cli.main", "run", "--local", "--work-dir",
                str(root / f"run-{i}"), "--param", f"model_uri={model}", "--param", "num_calibration_samples=8",
                "--param", "max_seq_length=64", "--param", f"eval_config={EVAL}", "--param", f"benchmark_config={BENCH}",
                "--param", 'accuracy_thresholds={"min_recovery": 0.0}', "--param", f"registered_model_name=tiny-{i}"]

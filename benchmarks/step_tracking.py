@@ -5,7 +5,7 @@ client plus every call it makes. For each store (a local file store in a work di
 ``mlflow server`` with a sqlite backend on 127.0.0.1) this script:
 
 1. opens a pipeline's parent run the way the pre-flight task does
-   (:func:`shipyard.components.track.track.start_tracking`), after ``--prior-runs`` earlier
+   (:func:`shipyard.tracking.pipeline_runs.start_tracking`), after ``--prior-runs`` earlier
    step runs in the same experiment (an experiment that has seen a few pipeline runs);
 2. starts ``--reps`` fresh processes, each a step that records 8 params, 24 metrics, 3 tags and
    two small report files, and times ``StepRun.finish()`` (import of mlflow included: what a
@@ -38,7 +38,7 @@ from typing import Any
 STEP = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from shipyard.components.track.steprun import StepRun
+from shipyard.tracking.steprun import StepRun
 cfg = json.loads(sys.argv[1])
 
 
@@ -77,8 +77,8 @@ def _step(cfg: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
 
 def measure(uri: str, work: Path, reps: int, prior_runs: int) -> dict[str, Any]:
     """Median seconds per StepRun.finish (and per step process) against ``uri`` ("" = file store in ``work``)."""
-    from shipyard.components.track.track import start_tracking
-    from shipyard.tracking import Tracker
+    from shipyard.tracking.pipeline_runs import start_tracking
+    from shipyard.tracking.tracker import Tracker
 
     env = dict(os.environ, SHIPYARD_WORK_DIR=str(work))
     os.environ["SHIPYARD_WORK_DIR"] = str(work)
@@ -103,7 +103,7 @@ def measure(uri: str, work: Path, reps: int, prior_runs: int) -> dict[str, Any]:
     runner_s = 0.0
     if kept:  # a local run's file store: the runner logs every kept step at the end, in one process
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import sys\nfrom shipyard.components.track.pending import replay\n"
+        subprocess.run([sys.executable, "-c", "import sys\nfrom shipyard.tracking.pending import replay\n"
                         "replay(sys.argv[1], echo=lambda line: None)", str(work)], check=True, env=env)
         runner_s = time.perf_counter() - started
         left = list((work / "tracking-pending").glob("*.json")) if (work / "tracking-pending").exists() else []
@@ -143,7 +143,7 @@ def main() -> None:
         figures["file_store"] = measure("", work, args.reps, args.prior_runs)
         _show("file store   ", figures["file_store"])
         if not args.no_server:
-            from shipyard.services import MlflowServer
+            from shipyard.testing.services import MlflowServer
 
             with MlflowServer(Path(tmp, "server")) as server:
                 work = Path(tmp, "server-work")

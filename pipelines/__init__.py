@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from shipyard.errors import ShipyardError
+from shipyard.core.errors import ShipyardError
 
 #: pipeline name -> "module:function"
 PIPELINES: dict[str, str] = {

@@ -15,7 +15,7 @@ from typing import Any
 
 from kfp import dsl
 
-from shipyard.pipelines.params import (  # noqa: F401 - the cluster defaults, re-exported
+from shipyard.params.pipeline import (  # noqa: F401 - the cluster defaults, re-exported
     CLUSTER_BENCHMARK,
     CLUSTER_DEPLOY,
     CLUSTER_EVAL,

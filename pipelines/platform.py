@@ -19,10 +19,11 @@ import yaml
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
 
-from shipyard.contract import CONTRACT_ANNOTATION, ENV_CONTRACT
-from shipyard.errors import ShipyardError
+from shipyard.core.contract import CONTRACT_ANNOTATION, ENV_CONTRACT
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import package_dir
 
-DEFAULT_CLUSTER_CONFIG = Path(__file__).parent / "cluster.yaml"
+DEFAULT_CLUSTER_CONFIG = package_dir("shipyard.pipelines") / "cluster.yaml"
 
 
 def load_cluster_config(path: str | None = None) -> dict[str, Any]:

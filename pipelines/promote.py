@@ -14,7 +14,7 @@ from typing import Any
 from kfp import dsl
 
 from shipyard.components.resolve.component import resolve_model
-from shipyard.pipelines.params import pipeline_function
+from shipyard.params.pipeline import pipeline_function
 from shipyard.pipelines.platform import on_cpu
 from shipyard.pipelines.stages import base_reference, checked, gates, measure, promote_champion
 

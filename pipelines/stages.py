@@ -13,11 +13,12 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import Model
 
-from shipyard.components.benchmark.component import benchmark, measure_vllm
+from shipyard.components.benchmark.component import benchmark
 from shipyard.components.compress.component import compress
 from shipyard.components.deploy.component import deploy
 from shipyard.components.evaluate.component import evaluate_hf
 from shipyard.components.gates.component import candidate_gates, select_champion
+from shipyard.components.measure.component import measure_vllm
 from shipyard.components.package.component import package_champion
 from shipyard.components.preflight.component import preflight
 from shipyard.components.resolve.component import resolve_model

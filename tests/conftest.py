@@ -48,17 +48,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight Llama (HF folder) with a locally trained tokenizer."""
-    from shipyard.runtimes import run_in_runtime
+    from shipyard.runtimes.runtime import run_in_runtime
 
     out = tmp_path_factory.mktemp("models") / "tiny-llama"
-    run_in_runtime("compress", "shipyard.tinymodel:build_tiny_model", out_dir=str(out))
+    run_in_runtime("compress", "shipyard.testing.tinymodel:build_tiny_model", out_dir=str(out))
     return out
 
 
 @pytest.fixture(autouse=True)
 def _print_restored() -> Iterator[None]:
     """kfp.local swaps ``builtins.print`` per task to indent step output, and parallel loop
-    iterations can leave it swapped (see shipyard.local_run); no test inherits that from another."""
+    iterations can leave it swapped (see shipyard.run.local); no test inherits that from another."""
     import builtins
 
     before = builtins.print

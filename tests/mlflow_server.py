@@ -1,6 +1,6 @@
 """The test session's ``mlflow server`` (sqlite backend, proxied artifacts) on 127.0.0.1.
 
-:func:`shared_server` starts one :class:`shipyard.services.MlflowServer` (the server the
+:func:`shared_server` starts one :class:`shipyard.testing.services.MlflowServer` (the server the
 container rehearsal uses too) however many modules ask for it, and stops it when the session ends.
 """
 
@@ -11,8 +11,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from shipyard.localregistry import free_port  # noqa: F401 - re-exported for the tests
-from shipyard.services import MlflowServer
+from shipyard.testing.registry import free_port  # noqa: F401 - re-exported for the tests
+from shipyard.testing.services import MlflowServer
 
 _SERVER: MlflowServer | None = None
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shipyard.components.benchmark.benchmark import (
+from shipyard.benchmarking.guidellm import (
     CLUSTER_DEFAULTS,
     GuidellmProgress,
     build_scenario,
@@ -17,9 +17,9 @@ from shipyard.components.benchmark.benchmark import (
     load_results,
     parse_benchmark_config,
 )
-from shipyard.components.benchmark.slo import check_level, compare, goodput, parse_slo, run_slo_gate
-from shipyard.errors import ShipyardError
-from shipyard.runtimes import run_in_runtime
+from shipyard.core.errors import ShipyardError
+from shipyard.gates.slo import check_level, compare, goodput, parse_slo, run_slo_gate
+from shipyard.runtimes.runtime import run_in_runtime
 
 
 # --------------------------------------------------------------------------- config and scenario
@@ -70,7 +70,7 @@ def test_scenario_validates_against_guidellm(config: dict[str, Any], tiny_model:
     cfg = parse_benchmark_config(config)
     scenario = build_scenario(cfg, target="http://127.0.0.1:9", model_name="m", tokenizer=str(tiny_model),
                               json_path="/tmp/x.json")
-    resolved = run_in_runtime("vllm", "shipyard.components.benchmark.benchmark:validate_scenario", scenario=scenario)
+    resolved = run_in_runtime("vllm", "shipyard.benchmarking.guidellm:validate_scenario", scenario=scenario)
     spec = resolved["spec"]
     assert spec["profile"]["kind"] == cfg["profile"]
     assert spec["tokenizer"]["model"] == str(tiny_model)  # always a local tokenizer
@@ -227,7 +227,7 @@ def test_report_has_plots_tables_and_slo_lines(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_real_benchmark_of_tiny_model_and_gate(tiny_model: Path, tmp_path: Path) -> None:
     out = run_in_runtime(
-        "vllm", "shipyard.components.benchmark.benchmark:benchmark_step",
+        "vllm", "shipyard.benchmarking.guidellm:benchmark_step",
         model_dir=str(tiny_model), benchmark_config='{"loads": [1, 2], "max_requests": 6}',
         out_dir=str(tmp_path / "base"), summary_path=str(tmp_path / "base.md"),
     )
@@ -257,7 +257,7 @@ def test_every_request_erroring_is_one_line_error(tiny_model: Path, tmp_path: Pa
     config = {"loads": [1], "max_requests": 3, "prompt_tokens": 64, "output_tokens": 8, "warmup_requests": None,
               "vllm_args": ["--max-model-len", "32"]}
     with pytest.raises(ShipyardError) as info:
-        run_in_runtime("vllm", "shipyard.components.benchmark.benchmark:benchmark_step", model_dir=str(tiny_model),
+        run_in_runtime("vllm", "shipyard.benchmarking.guidellm:benchmark_step", model_dir=str(tiny_model),
                        benchmark_config=json.dumps(config), out_dir=str(tmp_path / "out"))
     assert "\n" not in str(info.value)
     assert "requests failed" in str(info.value) or "guidellm" in str(info.value)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.components.compress.calibration import load_calibration_texts
-from shipyard.errors import ShipyardError
-from shipyard.services import MotoS3
+from shipyard.compression.calibration import load_calibration_texts
+from shipyard.core.errors import ShipyardError
+from shipyard.testing.services import MotoS3
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def s3_env(s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
 
 
 def _upload(tmp_path: Path, key: str, texts: list[str]) -> str:
-    from shipyard.s3store import upload_file
+    from shipyard.models.s3 import upload_file
 
     path = tmp_path / Path(key).name
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))

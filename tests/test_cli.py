@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from conftest import require_tool
 
-from shipyard.local_run import parse_param, resolve_params
 from shipyard.pipelines import get_pipeline
+from shipyard.run.local import parse_param, resolve_params
 
 
 def _shipyard(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shipyard.cli", *args], capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-m", "shipyard.cli.main", *args], capture_output=True, text=True, check=False)
 
 
 def test_unknown_pipeline_parameter_is_one_line(tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ DIGEST_URI = "oci://registry.example/models/qwen@sha256:" + "a" * 64
 
 
 def _in(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shipyard.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "shipyard.cli.main", *args], cwd=cwd, capture_output=True, text=True,
                           check=False, env=env)
 
 
@@ -108,21 +108,20 @@ def test_closed_pipe_is_quiet_with_exit_141(tmp_path: Path) -> None:
     import json
 
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
-    proc = subprocess.Popen([sys.executable, "-m", "shipyard.cli", "plan", "config.json", "-o", "json"], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "shipyard.cli.main", "plan", "config.json", "-o", "json"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before shipyard writes, as with `| head -1` on a long output
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
     assert err == ""
-    shell = subprocess.run(["bash", "-c", f"{sys.executable} -m shipyard.cli plan config.json -o yaml | head -1"],
+    shell = subprocess.run(["bash", "-c", f"{sys.executable} -m shipyard.cli.main plan config.json -o yaml | head -1"],
                            cwd=tmp_path, capture_output=True, text=True, check=False)
     assert shell.returncode == 0 and shell.stdout == "model_type: llama\n" and "Traceback" not in shell.stderr
 
 
 def test_exit_code_table_in_readme_matches_the_code() -> None:
-    from shipyard import errors
-
+    from shipyard.core import errors
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme.split("## CLI", 1)[1].split("\n## ", 1)[0]
     codes = {name: value for name, value in vars(errors).items() if name.startswith("EXIT_")}
@@ -157,12 +156,12 @@ def _complete(script: str, *words: str) -> list[str]:
 
 
 def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
-    from shipyard.cli import build_parser
-    from shipyard.commands.completion import walk
+    from shipyard.cli.commands.completion import walk
+    from shipyard.cli.main import build_parser
     from shipyard.pipelines import PIPELINES
 
     registered = subprocess.run(
-        ["bash", "--norc", "-c", f"source <({sys.executable} -m shipyard.cli completion bash); complete -p shipyard"],
+        ["bash", "--norc", "-c", f"source <({sys.executable} -m shipyard.cli.main completion bash); complete -p shipyard"],
         capture_output=True, text=True, check=True)
     assert registered.stdout.strip() == "complete -F _shipyard shipyard"
     script = _in(tmp_path, "completion", "bash").stdout
@@ -215,7 +214,7 @@ t shipyard images build --flavor ""
 
 
 def test_natural_spellings_are_typed_by_the_pipeline() -> None:
-    from shipyard.params import coerce_params
+    from shipyard.params.specs import coerce_params
 
     pipeline = get_pipeline("optimize-and-deploy")
     typed = coerce_params(pipeline, {"recipes": "w8a8-int8", "num_calibration_samples": "8", "dry_run": "yes",
@@ -231,8 +230,8 @@ def test_natural_spellings_are_typed_by_the_pipeline() -> None:
 
 
 def test_compiled_and_python_pipelines_declare_the_same_parameters(tmp_path: Path) -> None:
-    from shipyard.commands.compile import compile_all
-    from shipyard.params import param_specs
+    from shipyard.cli.commands.compile import compile_all
+    from shipyard.params.specs import param_specs
 
     for path in compile_all(str(tmp_path)):
         from_ir = param_specs(path)
@@ -243,7 +242,7 @@ def test_compiled_and_python_pipelines_declare_the_same_parameters(tmp_path: Pat
 
 
 def test_redact_never_echoes_passwords() -> None:
-    from shipyard.errors import ShipyardError, redact
+    from shipyard.core.errors import ShipyardError, redact
 
     assert redact("registry=bob:s3cr3t@quay.io") == "registry=bob:***@quay.io"
     assert redact("https://u:p4ss@host/x and oci://quay.io/org/m:v1@sha256:ab") == \
@@ -255,7 +254,7 @@ def test_minus_o_means_a_format_everywhere() -> None:
     """One convention: every ``-o`` takes json/yaml only; a command that prints objects has it."""
     import argparse
 
-    from shipyard.cli import build_parser
+    from shipyard.cli.main import build_parser
 
     def commands(parser: argparse.ArgumentParser, path: str = "") -> dict[str, argparse.ArgumentParser]:
         found = {path: parser}

@@ -8,10 +8,10 @@ import pytest
 import yaml
 from kfp import components
 
-from shipyard.cli import main
-from shipyard.commands.compile import compile_all
+from shipyard.cli.commands.compile import compile_all
+from shipyard.cli.main import main
 from shipyard.pipelines import PIPELINES
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @pytest.fixture(scope="module")

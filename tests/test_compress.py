@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.errors import ShipyardError
-from shipyard.runtimes import run_in_runtime
+from shipyard.core.errors import ShipyardError
+from shipyard.runtimes.runtime import run_in_runtime
 
 TARGET = "shipyard.components.compress.compress:compress_model"
 
@@ -47,7 +47,7 @@ def test_w8a8_writes_compressed_tensors_folder(w8a8: tuple[Path, dict]) -> None:
 
 def test_compressed_model_reloads_and_generates(w8a8: tuple[Path, dict]) -> None:
     out, _ = w8a8
-    text = run_in_runtime("compress", "shipyard.embedded:answer", model_dir=str(out), prompt="the capital", max_new_tokens=5)
+    text = run_in_runtime("compress", "shipyard.models.embedded:answer", model_dir=str(out), prompt="the capital", max_new_tokens=5)
     assert isinstance(text, str) and text.strip()
 
 

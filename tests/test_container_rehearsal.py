@@ -13,11 +13,11 @@ import pytest
 import yaml
 from conftest import require_tool
 
-from shipyard.container_run import SECRETS_MOUNT, check_traversable, pipeline_images, step_env
-from shipyard.errors import ShipyardError
-from shipyard.images import BuiltImage, _local_paths, build_args, format_built
-from shipyard.runtimes import REPO_ROOT, runtime_image
-from shipyard.services import KubeAPI, MotoS3, private_dir
+from shipyard.core.errors import ShipyardError
+from shipyard.run.container import SECRETS_MOUNT, check_traversable, pipeline_images, step_env
+from shipyard.runtimes.images import BuiltImage, _local_paths, build_args, format_built
+from shipyard.runtimes.runtime import REPO_ROOT, runtime_image
+from shipyard.testing.services import KubeAPI, MotoS3, private_dir
 
 EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_arithmetic_mc"], "limit": 8, "batch_size": 4})
 BENCH = json.dumps({"profile": "concurrent", "loads": [1], "prompt_tokens": 16, "output_tokens": 8, "max_requests": 4})
@@ -120,7 +120,7 @@ def test_pipeline_images_reads_the_compiled_executors(tmp_path: Path) -> None:
 def test_rehearsal_runs_the_whole_pipeline_in_containers(tiny_model: Path) -> None:
     require_tool(shutil.which("podman") is not None and shutil.which("mmdebstrap") is not None,
                  "bash .ci/podman-setup")
-    from shipyard.container_run import run_container
+    from shipyard.run.container import run_container
 
     work = private_dir("shipyard-rehearsal-")
     try:
@@ -157,9 +157,9 @@ def test_docker_runner_reports_the_real_exit_status(tmp_path: Path) -> None:
     import docker
     from kfp.local import docker_task_handler
 
-    from shipyard.container_run import exact_exit_codes
-    from shipyard.images import ensure_python_base
-    from shipyard.services import PodmanSocket
+    from shipyard.run.container import exact_exit_codes
+    from shipyard.runtimes.images import ensure_python_base
+    from shipyard.testing.services import PodmanSocket
 
     image = ensure_python_base()
     exact_exit_codes()
@@ -178,7 +178,7 @@ def test_docker_runner_reports_the_real_exit_status(tmp_path: Path) -> None:
 
 def test_image_names_must_start_with_a_registry_host() -> None:
     """podman files ``team/img`` under ``localhost/team/img``: the step image would not be found."""
-    from shipyard.images import _check_qualified
+    from shipyard.runtimes.images import _check_qualified
 
     for ok in ("ghcr.io/shipyard-llm/shipyard-base:t", "localhost/shipyard/shipyard-base:t",
                "127.0.0.1:5000/t/shipyard-base:t"):

@@ -11,15 +11,17 @@ from typing import Any
 import pytest
 import yaml
 
-from shipyard import contract, s3store, tracking
-from shipyard.commands.compile import compile_all
-from shipyard.components.deploy.config import parse_config
-from shipyard.components.deploy.render import render
-from shipyard.components.deploy.step import run_deploy
-from shipyard.components.deploy.validate import validate_documents
-from shipyard.errors import ShipyardError
+from shipyard.cli.commands.compile import compile_all
+from shipyard.components.deploy.deploy import run_deploy
+from shipyard.core import contract
+from shipyard.core.errors import ShipyardError
+from shipyard.models import s3 as s3store
 from shipyard.pipelines import PIPELINES
 from shipyard.pipelines.platform import DEFAULT_CLUSTER_CONFIG, SIDE_EFFECT_STEPS
+from shipyard.serving.kserve.config import parse_config
+from shipyard.serving.kserve.render import render
+from shipyard.serving.kserve.validate import validate_documents
+from shipyard.tracking import tracker as tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "cluster-contract.md"
@@ -142,7 +144,7 @@ def test_pvc_claims_and_workspace_are_mounted(tmp_path: Path) -> None:
 
 
 def test_unmounted_pvc_claim_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shipyard.models import resolve_model
+    from shipyard.models.resolve import resolve_model
 
     monkeypatch.setenv("SHIPYARD_PVC_ROOT", str(tmp_path))
     with pytest.raises(ShipyardError, match="claim 'models' is not mounted.*pvc.claims"):
@@ -263,8 +265,7 @@ def test_mlflow_deployment_passes_restricted_pod_security() -> None:
 def test_image_tags_change_with_the_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    from shipyard import runtimes
-
+    from shipyard.runtimes import runtime as runtimes
     roots = runtimes._package_roots()
     copies = []
     for prefix, root in roots:

@@ -1,4 +1,4 @@
-"""Apply / wait / rollback against the HTTP test double of the Kubernetes API (shipyard/k8s_double.py).
+"""Apply / wait / rollback against the HTTP test double of the Kubernetes API (shipyard/testing/k8s_double.py).
 
 The kubernetes client is the real one (DynamicClient discovery, server-side apply), pointed at
 a real HTTP server on 127.0.0.1 through a kubeconfig; only the server is a double.
@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from shipyard.cli import main
-from shipyard.components.deploy.apply import LAST_GOOD, DeployFailed, Kube, api_client, deploy
-from shipyard.components.deploy.config import parse_config
-from shipyard.components.deploy.render import render
-from shipyard.errors import ShipyardError
-from shipyard.k8s_double import K8sDouble, by_model_uri, fails_with, ready_after
+from shipyard.cli.main import main
+from shipyard.core.errors import ShipyardError
+from shipyard.serving.kserve.apply import LAST_GOOD, DeployFailed, Kube, api_client, deploy
+from shipyard.serving.kserve.config import parse_config
+from shipyard.serving.kserve.render import render
+from shipyard.testing.k8s_double import K8sDouble, by_model_uri, fails_with, ready_after
 
 OLD = "oci://registry.example/models/qwen@sha256:" + "0" * 64
 NEW = "oci://registry.example/models/qwen@sha256:" + "1" * 64

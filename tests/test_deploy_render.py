@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shipyard.cli import main
-from shipyard.components.deploy.config import parse_config
-from shipyard.components.deploy.render import render
-from shipyard.components.deploy.validate import validate_documents, validate_file, validate_object
-from shipyard.errors import ShipyardError
+from shipyard.cli.main import main
+from shipyard.core.errors import ShipyardError
 from shipyard.schemas import SCHEMAS_DIR
+from shipyard.serving.kserve.config import parse_config
+from shipyard.serving.kserve.render import render
+from shipyard.serving.kserve.validate import validate_documents, validate_file, validate_object
 
 DIGEST = "sha256:" + "ab" * 32
 URI = f"oci://registry.example/models/qwen@{DIGEST}"
@@ -111,7 +111,7 @@ def test_multi_node_data_expert_parallel():
 
 
 def test_planner_sizes_vllm(tmp_path):
-    from shipyard.planner import plan_memory
+    from shipyard.serving.planner import plan_memory
 
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
               "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -341,8 +341,7 @@ def test_component_without_model_artifact(tmp_path):
 def test_schemas_ship_inside_the_package(tmp_path, monkeypatch):
     """No environment variable and nothing outside the package decides what is validated."""
     import shipyard
-    from shipyard.components.deploy import validate
-
+    from shipyard.serving.kserve import validate
     monkeypatch.setenv("SHIPYARD_UPSTREAM_DIR", str(tmp_path))  # an old setting: changes nothing now
     validate._crd_index.cache_clear()
     validate._validator.cache_clear()

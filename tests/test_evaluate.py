@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.components.evaluate.config import SUITE_DIR, parse_eval_config
-from shipyard.components.evaluate.gate import run_gate
-from shipyard.errors import ShipyardError
-from shipyard.runtimes import run_in_runtime
+from shipyard.core.errors import ShipyardError
+from shipyard.evaluation.config import SUITE_DIR, parse_eval_config
+from shipyard.gates.accuracy import run_gate
+from shipyard.runtimes.runtime import run_in_runtime
 
-TARGET = "shipyard.components.evaluate.evaluate:evaluate_model"
+TARGET = "shipyard.evaluation.lmeval:evaluate_model"
 SUITE_TASKS = ["shipyard_arithmetic_mc", "shipyard_capitals_gen", "shipyard_capitals_mc",
                "shipyard_opposites_mc", "shipyard_prose_ppl"]
 SMALL = {"limit": 4, "tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"]}

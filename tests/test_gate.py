@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.components.evaluate.gate import run_gate
-from shipyard.components.evaluate.recovery import compare, parse_thresholds, recovery
-from shipyard.errors import ShipyardError
+from shipyard.core.errors import ShipyardError
+from shipyard.gates.accuracy import run_gate
+from shipyard.gates.recovery import compare, parse_thresholds, recovery
 
 
 def score(value: float, stderr: float | None = None, hib: bool = True) -> dict:

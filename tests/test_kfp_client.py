@@ -9,9 +9,9 @@ import pytest
 from kfp import compiler, dsl
 from kfp_double import KfpDouble, validate_cron
 
-from shipyard.cli import main
-from shipyard.errors import ShipyardError
-from shipyard.kfp_client import parse_duration, to_kfp_cron
+from shipyard.cli.main import main
+from shipyard.core.errors import ShipyardError
+from shipyard.run.kfp_client import parse_duration, to_kfp_cron
 
 TOKEN = "s3cret-token"
 

@@ -24,8 +24,8 @@ import pytest
 import yaml
 from mlflow_server import shared_server
 
-from shipyard.local_run import RunSummary, StepSummary, format_summary, run_local
-from shipyard.tracking import default_store, resolve_tracking_uri
+from shipyard.run.local import RunSummary, StepSummary, format_summary, run_local
+from shipyard.tracking.tracker import default_store, resolve_tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -149,7 +149,7 @@ def test_file_store_registration_writes_nothing_in_the_current_folder(tmp_path: 
     store. A step is its own process, as under kfp.local."""
     cwd, work = tmp_path / "cwd", tmp_path / "work"
     cwd.mkdir()
-    code = ("from shipyard.tracking import Tracker\n"
+    code = ("from shipyard.tracking.tracker import Tracker\n"
             "from shipyard import registry\n"
             f"t = Tracker('', work_dir={str(work)!r})\n"
             "run = t.client.create_run(t.experiment_id('local'))\n"
@@ -174,7 +174,7 @@ def test_passing_run_ends_with_a_validated_pd_manifest_for_the_digest(passing_ru
     deployed = Path(one(summary, "deploy").artifacts["summary"]).read_text()
     assert uri in deployed and "dry run" in deployed and "```yaml" in deployed and "LLMInferenceService" in deployed
     assert uri in Path(one(summary, "package-champion").artifacts["package_summary"]).read_text()
-    from shipyard.components.deploy.validate import validate_object
+    from shipyard.serving.kserve.validate import validate_object
 
     assert not validate_object(llmisvc)
 

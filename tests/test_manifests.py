@@ -12,8 +12,8 @@ import pytest
 import yaml
 from conftest import require_tool
 
-from shipyard.components.deploy.config import load_preset
-from shipyard.components.deploy.validate import upstream_dir, validate_documents, validate_object
+from shipyard.serving.kserve.config import load_preset
+from shipyard.serving.kserve.validate import upstream_dir, validate_documents, validate_object
 
 ROOT = Path(__file__).resolve().parents[1] / "manifests"
 KFP_DIRS = sorted((ROOT / "kfp").glob("*/kustomization.yaml"))

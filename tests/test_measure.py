@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.runtimes import run_in_runtime
+from shipyard.runtimes.runtime import run_in_runtime
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 def test_eval_and_benchmark_share_one_server(tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
     out = run_in_runtime(
-        "vllm", "shipyard.components.benchmark.measure:measure_step", model_dir=str(tiny_model),
+        "vllm", "shipyard.components.measure.measure:measure_step", model_dir=str(tiny_model),
         eval_config=json.dumps({"tasks": ["shipyard_capitals_mc"], "limit": 4}),
         benchmark_config=json.dumps({"loads": [1], "max_requests": 3, "prompt_tokens": 16, "output_tokens": 4}),
         eval_out=str(tmp_path / "eval"), table_path=str(tmp_path / "table.md"), bench_out=str(tmp_path / "bench"),

@@ -21,7 +21,7 @@ GPTQ_ONLY = "quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      targets:
 def test_two_passing_recipes_one_champion_one_deploy(tiny_model: Path, tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
-    from shipyard.components.compress.recipes import recipe_label
+    from shipyard.compression.recipes import recipe_label
 
     url = shared_server().url
     name = f"tiny-multi-{uuid.uuid4().hex[:6]}"

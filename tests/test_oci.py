@@ -16,11 +16,11 @@ import pytest
 import requests
 from conftest import require_tool
 
-from shipyard import oci
-from shipyard.errors import ShipyardError
-from shipyard.fsutil import sha256_file
-from shipyard.localregistry import LocalRegistry, free_port
-from shipyard.registry_client import RegistryClient
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import sha256_file
+from shipyard.oci import image as oci
+from shipyard.oci.client import RegistryClient
+from shipyard.testing.registry import LocalRegistry, free_port
 
 pytestmark = pytest.mark.usefixtures("registry_tools")
 
@@ -126,7 +126,7 @@ def test_push_pull_unpack_modelcar(tiny_model: Path, tmp_path: Path, registry: L
 
 
 def test_pull_model_and_resolve(tiny_model: Path, tmp_path: Path, registry: LocalRegistry) -> None:
-    from shipyard.models import resolve_model
+    from shipyard.models.resolve import resolve_model
 
     built = oci.build_modelcar(tiny_model, tmp_path / "layout")
     assert built["tag"].startswith("model-")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from shipyard import oci
 from shipyard.components.package.package import package_model
-from shipyard.errors import ShipyardError
-from shipyard.fsutil import sha256_file
-from shipyard.localregistry import LocalRegistry
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import sha256_file
+from shipyard.oci import image as oci
+from shipyard.testing.registry import LocalRegistry
 
 pytestmark = pytest.mark.usefixtures("registry_tools")
 

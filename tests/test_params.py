@@ -1,13 +1,13 @@
 """The parameter surface is written once: signature, KFP descriptions, README table and the
-pre-flight component all come from shipyard.pipelines.params."""
+pre-flight component all come from shipyard.params.pipeline."""
 
 import inspect
 from pathlib import Path
 
 import pytest
 
+from shipyard.params.pipeline import PIPELINE_PARAMS, REQUIRED, render_readme
 from shipyard.pipelines import PIPELINES, get_pipeline
-from shipyard.pipelines.params import PIPELINE_PARAMS, REQUIRED, render_readme
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -30,7 +30,7 @@ def test_signature_and_descriptions_come_from_the_params(name: str) -> None:
 
 def test_readme_tables_match_the_params() -> None:
     text = README.read_text()
-    assert render_readme(text) == text, "run: python -m shipyard.pipelines.params --write README.md"
+    assert render_readme(text) == text, "run: python -m shipyard.params.pipeline --write README.md"
     assert "<!-- parameters:optimize-and-deploy" in text and "<!-- parameters:promote" in text
 
 

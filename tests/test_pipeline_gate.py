@@ -29,7 +29,7 @@ def _gate_pipeline():
     from kfp.dsl import Artifact, Input, Markdown
 
     from shipyard.components.evaluate.component import accuracy_gate
-    from shipyard.runtimes import runtime_image
+    from shipyard.runtimes.runtime import runtime_image
 
     @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
     def promote(marker: str):
@@ -87,7 +87,7 @@ def _eval_pipeline():
     from kfp.dsl import Input, Markdown, Model
 
     from shipyard.components.evaluate.component import accuracy_gate, evaluate_hf
-    from shipyard.runtimes import runtime_image
+    from shipyard.runtimes.runtime import runtime_image
 
     @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
     def record(report: Input[Markdown], marker: str):

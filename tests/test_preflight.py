@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shipyard.components.preflight.preflight import check_parameters
-from shipyard.errors import ShipyardError
+from shipyard.core.errors import ShipyardError
+from shipyard.params.checks import check_parameters
 
 LOCAL = yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines" / "local-params.yaml").read_text())
 
@@ -68,7 +68,7 @@ def test_run_local_rejects_a_bad_parameter_in_seconds_and_leaves_nothing(tmp_pat
     work = tmp_path / "work"
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "shipyard.cli", "run", "--local", "--work-dir", str(work),
+        [sys.executable, "-m", "shipyard.cli.main", "run", "--local", "--work-dir", str(work),
          "--param", 'slo={"ttft_p99_ms": 800'],
         capture_output=True, text=True, timeout=120,
     )

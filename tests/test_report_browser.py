@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import report_fixtures as fx
 
-from shipyard.components.gates.selection import select_champion
+from shipyard.gates.selection import select_champion
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import report_fixtures as fx
 
-from shipyard.components.benchmark.report import benchmark_markdown
-from shipyard.components.benchmark.slo import run_slo_gate
-from shipyard.components.gates.champion import champion_gate
-from shipyard.components.gates.config import ChampionConfig
-from shipyard.components.gates.selection import select_champion
+from shipyard.benchmarking.report import benchmark_markdown
+from shipyard.gates.champion import champion_gate
+from shipyard.gates.config import ChampionConfig
+from shipyard.gates.selection import select_champion
+from shipyard.gates.slo import run_slo_gate
 
 REPR = re.compile(r"\bNone\b|\{'|\['|': ")
 

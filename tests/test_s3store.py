@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from shipyard import s3store
-from shipyard.errors import ShipyardError
-from shipyard.fsutil import sha256_file
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import sha256_file
+from shipyard.models import s3 as s3store
 
 
 def _free_port() -> int:
@@ -71,7 +71,7 @@ def test_model_upload_download_round_trip(s3_env: str, tiny_model: Path, tmp_pat
 
 def test_resolve_model_from_s3(s3_env: str, tiny_model: Path, tmp_path: Path) -> None:
     """The lead's resolve_model() goes through download_prefix for s3:// URIs."""
-    from shipyard.models import resolve_model
+    from shipyard.models.resolve import resolve_model
 
     _make_bucket("models")
     s3store.upload_dir(tiny_model, "s3://models/tiny/resolve")

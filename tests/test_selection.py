@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.components.gates.champion import champion_gate
-from shipyard.components.gates.config import ChampionConfig
-from shipyard.components.gates.direction import higher_is_better
-from shipyard.components.gates.selection import report_html, report_markdown, select, select_champion
+from shipyard.gates.champion import champion_gate
+from shipyard.gates.config import ChampionConfig
+from shipyard.gates.direction import higher_is_better
+from shipyard.gates.selection import report_html, report_markdown, select, select_champion
 
 
 def cand(recipe: str, *, passed: bool = True, tok_s: float = 100.0, size: int = 100_000_000, recovery: float = 0.99,

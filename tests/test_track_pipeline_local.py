@@ -19,13 +19,13 @@ from mlflow_server import shared_server
 from shipyard.components.deploy.component import deploy
 from shipyard.components.gates.component import select_champion
 from shipyard.components.track.component import close_tracking, register_champion
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
 def open_run(tracking_uri: str, experiment: str, kfp_run_id: str) -> str:
     """Stands in for pre-flight: opens the pipeline's MLflow run."""
-    from shipyard.components.track.track import start_tracking
+    from shipyard.tracking.pipeline_runs import start_tracking
 
     return start_tracking(tracking_uri, experiment, "track-local", kfp_run_id, '{"recipes": "a,b"}', "")["parent_run_id"]
 
@@ -37,7 +37,7 @@ def fake_candidate(recipe: str, candidate: Output[Artifact], tracking_uri: str, 
     import json
     import os
 
-    from shipyard.components.track.steprun import StepRun
+    from shipyard.tracking.steprun import StepRun
 
     with StepRun("compress", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"recipe": recipe}) as run:

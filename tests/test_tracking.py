@@ -14,11 +14,16 @@ import pytest
 from mlflow import MlflowClient
 from mlflow_server import MlflowServer, free_port, shared_server
 
-from shipyard import registry
-from shipyard.components.track import track
-from shipyard.components.track.steprun import StepRun
-from shipyard.errors import ShipyardError
-from shipyard.tracking import EXPERIMENT_KIND_CLASSIC, TAG_EXPERIMENT_KIND, Tracker, resolve_tracking_uri
+from shipyard.core.errors import ShipyardError
+from shipyard.tracking import model_registry as registry
+from shipyard.tracking import pipeline_runs as track
+from shipyard.tracking.steprun import StepRun
+from shipyard.tracking.tracker import (
+    EXPERIMENT_KIND_CLASSIC,
+    TAG_EXPERIMENT_KIND,
+    Tracker,
+    resolve_tracking_uri,
+)
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +268,7 @@ def test_a_step_with_the_server_down_pays_one_probe_and_no_import(tmp_path: Path
     dead = f"http://127.0.0.1:{free_port()}"
     code = (
         "import sys, time\n"
-        "from shipyard.components.track.steprun import StepRun\n"
+        "from shipyard.tracking.steprun import StepRun\n"
         f"run = StepRun('evaluate', 'w8a8-int8', tracking_uri={dead!r}, kfp_run_id='kfp-1')\n"
         "run.log(metrics={'acc': 0.5})\n"
         "t = time.perf_counter(); run.finish(); t = time.perf_counter() - t\n"
@@ -281,17 +286,16 @@ def test_a_step_with_the_server_down_pays_one_probe_and_no_import(tmp_path: Path
 def test_local_file_store_is_logged_by_the_runner_at_the_end(tmp_path: Path) -> None:
     """A local run's steps keep their file store payloads (no mlflow import in the step); the
     runner's end-of-run replay logs them with each step's own times and status."""
-    from shipyard.components.track import pending
-
+    from shipyard.tracking import pending
     kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "SHIPYARD_WORK_DIR": str(tmp_path)}
-    opened = subprocess.run([sys.executable, "-c", "import sys\nfrom shipyard.components.track.track import "
+    opened = subprocess.run([sys.executable, "-c", "import sys\nfrom shipyard.tracking.pipeline_runs import "
                              "start_tracking\nprint(start_tracking('', 'at-end', 'p', sys.argv[1], '', '')"
                              "['parent_run_id'])", kfp_run], capture_output=True, text=True, check=True, env=env)
     parent = opened.stdout.split()[-1]
     code = (
         "import sys, time\n"
-        "from shipyard.components.track.steprun import StepRun\n"
+        "from shipyard.tracking.steprun import StepRun\n"
         f"run = StepRun('compress', 'w8a8-int8', experiment='at-end', kfp_run_id={kfp_run!r})\n"
         "run.log(params={'recipe': 'w8a8-int8'}, metrics={'size_ratio': 0.6})\n"
         "t = time.perf_counter(); run.finish('FAILED'); t = time.perf_counter() - t\n"
@@ -321,8 +325,7 @@ def test_local_file_store_is_logged_by_the_runner_at_the_end(tmp_path: Path) -> 
 
 def test_replayed_file_store_registration_writes_nothing_outside_the_work_dir(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shipyard.components.track import pending
-
+    from shipyard.tracking import outbox
     work, cwd = tmp_path / "work", tmp_path / "cwd"
     work.mkdir()
     cwd.mkdir()
@@ -330,7 +333,7 @@ def test_replayed_file_store_registration_writes_nothing_outside_the_work_dir(
     kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
     parent = track.start_tracking("", "replay-reg", "p", kfp_run, "", "")["parent_run_id"]
     source = "oci://127.0.0.1:5000/m@sha256:" + "d" * 64
-    pending.keep({"kind": "register", "tracking_uri": "", "resolved_uri": (work / "mlruns").as_uri(),
+    outbox.keep({"kind": "register", "tracking_uri": "", "resolved_uri": (work / "mlruns").as_uri(),
                   "experiment": "replay-reg", "kfp_run_id": kfp_run, "model_name": "replayed", "source_uri": source,
                   "digest": "sha256:" + "d" * 64, "tags": {"recipe": "w8a8-int8"}, "description": "d",
                   "alias": "candidate", "aliases": [], "metrics": {"acc": 0.5}})

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.errors import ShipyardError
-from shipyard.planner import GIB, load_model_config, plan_memory
-from shipyard.runtimes import venv_python
-from shipyard.vllm_server import LogFollower, VLLMServer, free_port, parse_memory_lines, startup_line
+from shipyard.core.errors import ShipyardError
+from shipyard.runtimes.runtime import venv_python
+from shipyard.serving.planner import GIB, load_model_config, plan_memory
+from shipyard.serving.vllm_server import LogFollower, VLLMServer, free_port, parse_memory_lines, startup_line
 
 # Lines as vLLM 0.32 formats them (gpu_model_runner.py, gpu_worker.py, kv_cache_utils.py, cpu_worker.py).
 GPU_LOG = """\

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from shipyard.runtimes import IMAGES_DIR, RUNTIMES, runtime_image
+from shipyard.runtimes.runtime import IMAGES_DIR, RUNTIMES, runtime_image
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,11 +127,11 @@ def test_installed_wheel_is_a_working_cli(installed: tuple[Path, Path], tmp_path
     probe = _run(installed, code=(
         "import json\n"
         "from pathlib import Path\n"
-        "from shipyard.components.compress.recipes import load_recipe, preset_names\n"
-        "from shipyard.components.compress.calibration import DEFAULT_CALIBRATION\n"
-        "from shipyard.local_run import resolve_params\n"
+        "from shipyard.compression.recipes import load_recipe, preset_names\n"
+        "from shipyard.compression.calibration import DEFAULT_CALIBRATION\n"
+        "from shipyard.run.local import resolve_params\n"
         "from shipyard.pipelines import get_pipeline\n"
-        "from shipyard.runtimes import runtime_image\n"
+        "from shipyard.runtimes.runtime import runtime_image\n"
         "recipes = {name: bool(load_recipe(name)) for name in preset_names()}\n"
         "local = resolve_params(get_pipeline('optimize-and-deploy'), None, [])\n"
         "print(json.dumps({'recipes': recipes, 'calibration': Path(DEFAULT_CALIBRATION).is_file(),\n"

@@ -4,7 +4,7 @@
 from kfp import dsl
 from kfp.dsl import Input, Markdown, Metrics, Model, Output
 
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
@@ -41,8 +41,8 @@ def compress(
         experiment: MLflow experiment.
         kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER (finds the pipeline's MLflow run).
     """
-    from shipyard.components.track.steprun import PENDING_KEY, StepRun
-    from shipyard.runtimes import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.tracking.steprun import PENDING_KEY, StepRun
 
     run = StepRun("compress", recipe, tracking_uri=tracking_uri,
                   experiment=experiment, kfp_run_id=kfp_run_id,

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shipyard.components.compress.calibration import load_calibration_texts
-from shipyard.components.compress.recipes import load_recipe
-from shipyard.errors import ShipyardError
-from shipyard.fsutil import atomic_dir, atomic_write_text, dir_size
-from shipyard.models import check_model_folder
+from shipyard.compression.calibration import load_calibration_texts
+from shipyard.compression.recipes import load_recipe
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_dir, atomic_write_text, dir_size
+from shipyard.models.resolve import check_model_folder
 
 
 def _weights_size(folder: Path) -> int:
@@ -92,7 +92,7 @@ def compress_model(
             "base_model": str(source),
             "recipe": resolved.name,
             "recipe_description": resolved.description,
-            "calibration_dataset": calibration_dataset or "shipyard default (components/compress/calibration/default.jsonl)",
+            "calibration_dataset": calibration_dataset or "shipyard default (shipyard/compression/calibration/default.jsonl)",
             "num_calibration_samples": samples,
             "max_seq_length": max_seq_length,
             "seed": seed,

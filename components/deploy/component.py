@@ -5,7 +5,7 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Markdown, Model, Output
 
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -57,8 +57,8 @@ def deploy(
     import json
     from collections import namedtuple
 
-    from shipyard.components.track.steprun import StepRun
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.tracking.steprun import StepRun
 
     champion = dict(decision.metadata) if decision is not None else {}
     model_uri = model_uri or str(champion.get("uri", ""))
@@ -69,7 +69,7 @@ def deploy(
                          "model_name": model_name, "version": str(champion.get("version", ""))}) as run:
         result = call_step(
             "base",
-            "shipyard.components.deploy.step:run_deploy",
+            "shipyard.components.deploy.deploy:run_deploy",
             deploy_config=deploy_config,
             manifest_path=manifest.path,
             dry_run=dry_run,
@@ -83,7 +83,7 @@ def deploy(
         run.log(tags={"shipyard.deploy.status": result["status"]},
                 artifacts={"manifest.yaml": manifest.path, "deploy.md": summary.path})
         if champion and model_name:
-            out = call_step("base", "shipyard.components.track.champion:promote_production", tracking_uri=tracking_uri,
+            out = call_step("base", "shipyard.tracking.promotion:promote_production", tracking_uri=tracking_uri,
                             experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                             version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
                             headline_json=str(champion.get("headline", "{}")))

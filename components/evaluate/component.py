@@ -1,9 +1,9 @@
-"""KFP wrappers of the evaluate step and the accuracy gate (logic in evaluate.py and gate.py)."""
+"""KFP wrappers of the evaluate step and the standalone accuracy gate (logic: shipyard.evaluation.lmeval, shipyard.gates.accuracy)."""
 
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Markdown, Metrics, Model, Output
 
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
@@ -25,61 +25,21 @@ def evaluate_hf(
     folder with summary.json (config hash, model identity, scores) and lm_eval_results.json.
     A result for the same model content and config is reused from the cache. candidate
     ("base" or the recipe), tracking_uri, experiment and kfp_run_id: the step logs its config,
-    scores and table into its MLflow run (see components/track/steprun.py).
+    scores and table into its MLflow run (see shipyard/tracking/steprun.py).
     """
-    from shipyard.components.track.steprun import PENDING_KEY, StepRun
-    from shipyard.runtimes import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.tracking.steprun import PENDING_KEY, StepRun
 
     run = StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                   params={"eval_config": eval_config, "backend": "hf"})
     out = call_step(
         "compress",
-        "shipyard.components.evaluate.evaluate:evaluate_step",
+        "shipyard.evaluation.lmeval:evaluate_step",
         model_dir=model.path,
         eval_config=eval_config,
         out_dir=results.path,
         table_path=table.path,
         backend="hf",
-    )
-    record_outputs(out, metrics=metrics, artifact=results)
-    run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
-                                                   "summary.json": f"{results.path}/summary.json"})
-    run.finish()
-    if run.payload():
-        results.metadata[PENDING_KEY] = run.payload()
-
-
-@dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
-def evaluate_vllm(
-    model: Input[Model],
-    eval_config: str,
-    results: Output[Artifact],
-    metrics: Output[Metrics],
-    table: Output[Markdown],
-    candidate: str = "",
-    tracking_uri: str = "",
-    experiment: str = "",
-    kfp_run_id: str = "",
-):
-    """Evaluate a model through a vLLM OpenAI server (lm-eval local-completions) started from it.
-
-    Same eval_config and outputs as evaluate_hf; the server runs on 127.0.0.1 for the step's
-    duration only. Use the same backend for base and candidate: the gate refuses to compare
-    results of different configs. candidate, tracking_uri, experiment, kfp_run_id: as evaluate_hf.
-    """
-    from shipyard.components.track.steprun import PENDING_KEY, StepRun
-    from shipyard.runtimes import call_step, record_outputs
-
-    run = StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
-                  params={"eval_config": eval_config, "backend": "vllm"})
-    out = call_step(
-        "vllm",
-        "shipyard.components.evaluate.evaluate:evaluate_step",
-        model_dir=model.path,
-        eval_config=eval_config,
-        out_dir=results.path,
-        table_path=table.path,
-        backend="openai",
     )
     record_outputs(out, metrics=metrics, artifact=results)
     run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
@@ -106,11 +66,11 @@ def accuracy_gate(
     heads the report, is in the report's metadata and the step log.
     Missing or unreadable results, or results of different eval configs, give passed=False.
     """
-    from shipyard.runtimes import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, record_outputs
 
     out = call_step(
         "base",
-        "shipyard.components.evaluate.gate:run_gate",
+        "shipyard.gates.accuracy:run_gate",
         base_results=base_results.path,
         candidate_results=candidate_results.path,
         thresholds=thresholds,

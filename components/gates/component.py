@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Input, Markdown, Metrics, Output
 
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -50,12 +50,12 @@ def candidate_gates(
     import os
     import shutil
 
-    from shipyard.components.track.steprun import StepRun, apply_pending
-    from shipyard.runtimes import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.tracking.steprun import StepRun, apply_pending
 
     with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"accuracy_thresholds": thresholds, "slo": slo}) as run:
-        out = call_step("base", "shipyard.components.gates.candidate:judge_candidate", recipe=recipe,
+        out = call_step("base", "shipyard.gates.candidate:judge_candidate", recipe=recipe,
                         base_eval=base_eval.path, candidate_eval=candidate_eval.path, base_bench=base_bench.path,
                         candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, out_dir=candidate.path,
                         compress_figures=dict(compress_metrics.metadata) if compress_metrics is not None else {},
@@ -112,12 +112,12 @@ def select_champion(
     """
     import os
 
-    from shipyard.components.track.steprun import StepRun
-    from shipyard.runtimes import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.tracking.steprun import StepRun
 
     with StepRun("select", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
-        out = call_step("base", "shipyard.components.gates.selection:select_champion",
+        out = call_step("base", "shipyard.gates.selection:select_champion",
                         candidate_dirs=[c.path for c in candidates], selection=selection, out_dir=decision.path,
                         report_md=report.path, report_html_path=report_html.path)
         record_outputs(out, metrics=metrics)

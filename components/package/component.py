@@ -5,7 +5,7 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Markdown, Model, Output
 
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -38,13 +38,13 @@ def package_model(
     Returns uri: oci://REGISTRY/REPO@sha256:... (or oci:///LAYOUT@sha256:... without a registry)
     and digest: the manifest digest. The modelcar artifact holds the OCI layout and a report.
     candidate, tracking_uri, experiment, kfp_run_id: the step logs its URI, digest and report
-    (never the layout or the weights) into its MLflow run (see components/track/steprun.py).
+    (never the layout or the weights) into its MLflow run (see shipyard/tracking/steprun.py).
     """
     from collections import namedtuple
 
     from shipyard.components.package.package import artifact_metadata
-    from shipyard.components.track.steprun import StepRun
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.tracking.steprun import StepRun
 
     run = StepRun("package", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                   params={"registry": registry, "repository": repository, "mode": mode})
@@ -117,11 +117,11 @@ def package_champion(
     import json
     import shutil
 
-    from shipyard.components.compress.recipes import recipe_label
     from shipyard.components.package.package import artifact_metadata
-    from shipyard.components.track.champion import load_selection
-    from shipyard.components.track.steprun import StepRun
-    from shipyard.runtimes import call_step
+    from shipyard.compression.recipes import recipe_label
+    from shipyard.gates.registration import load_selection
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.tracking.steprun import StepRun
 
     recipe = load_selection(selection.path)["champion"]["recipe"]
     annotations = json.dumps({"recipe": recipe_label(recipe), "source_model": base_model_uri,
@@ -139,7 +139,7 @@ def package_champion(
         run.log(params={"uri": packed["uri"]}, metrics={"size_bytes": packed["size_bytes"]},
                 tags={"shipyard.oci_digest": packed["digest"]},
                 artifacts={"package.json": f"{modelcar.path}/shipyard-package.json", "package.md": package_summary.path})
-        out = call_step("base", "shipyard.components.track.champion:register_champion", tracking_uri=tracking_uri,
+        out = call_step("base", "shipyard.gates.registration:register_champion", tracking_uri=tracking_uri,
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                         source_uri=packed["uri"], digest=packed["digest"], selection_dir=selection.path,
                         base_model_uri=base_model_uri, champion_tolerance=champion_tolerance,

@@ -1,8 +1,8 @@
 """Package step: the model folder as a digest-pinned OCI modelcar image or ORAS artifact.
 
 Builds an OCI image layout (no Docker engine), pushes it when a registry is given, and returns
-the digest-pinned reference the deploy step uses. See :mod:`shipyard.oci` for the image format
-and :mod:`shipyard.registry_auth` / :mod:`shipyard.registry_client` for credentials, TLS and
+the digest-pinned reference the deploy step uses. See :mod:`shipyard.oci.image` for the image format
+and :mod:`shipyard.oci.auth` / :mod:`shipyard.oci.client` for credentials, TLS and
 retries.
 """
 
@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shipyard.errors import ShipyardError
-from shipyard.fsutil import atomic_dir
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_dir
 
 MODES = ("modelcar", "oras")
 SUMMARY_JSON = "shipyard-package.json"
@@ -72,8 +72,7 @@ def package_model(model_dir: str, out_dir: str, registry: str = "", repository: 
     ``oci:///ABS/OUT_DIR@sha256:...``. ``out_dir`` (layout plus ``shipyard-package.{json,md,html}``)
     appears only when everything, the push included, succeeded.
     """
-    from shipyard import oci
-
+    from shipyard.oci import image as oci
     if mode not in MODES:
         raise ShipyardError("mode", f"unknown mode {mode!r}", f"use one of {', '.join(MODES)}")
     registry = (registry or "").strip()

@@ -2,7 +2,7 @@
 
 from kfp import dsl
 
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -47,8 +47,8 @@ def preflight(
 
     Returns the MLflow parent run id.
     """
-    from shipyard.pipelines.params import params_for
-    from shipyard.runtimes import call_step
+    from shipyard.params.pipeline import params_for
+    from shipyard.runtimes.runtime import call_step
 
     given = dict(locals())
     params = {p.name: given[p.name] for p in params_for(pipeline)}

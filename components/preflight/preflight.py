@@ -1,124 +1,12 @@
-"""Pre-flight: check every pipeline parameter before any model is loaded.
-
-:func:`check_parameters` types each value, parses every JSON parameter and recipe with the
-same validators the steps use (gates configs, eval config, benchmark config, deploy config,
-recipes, model URIs), and raises the first problem as one
-:class:`~shipyard.errors.ShipyardError` line naming the parameter and the fix. It runs:
-
-* in ``shipyard run --local``, ``submit`` and ``schedule`` before anything starts or is sent;
-* as the first task of every pipeline (the ``preflight`` component), which then checks that the
-  MLflow tracking server answers (:func:`shipyard.tracking.check_tracking_uri`: one line within
-  seconds when it does not) and opens the pipeline's MLflow run with the parameters.
-
-Pure Python (base runtime); checks that need a network or a model (hub datasets, eval tasks
-from lm-eval's registry) are left to the steps.
-"""
+"""The pre-flight step: every parameter checked (:mod:`shipyard.params.checks`), MLflow reachable,
+the MLflow parent run opened. The pipeline's first task, so bad input fails before any GPU work."""
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping
 from typing import Any
 
-from shipyard.errors import ShipyardError
-from shipyard.pipelines.params import BY_NAME
-
-_PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
-
-
-def _positive(name: str, value: int) -> None:
-    if value <= 0:
-        raise ShipyardError(name, f"must be > 0, got {value}", f"write e.g. {name}={BY_NAME[name].default}")
-
-
-def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
-    if name == "recipes":
-        from shipyard.components.compress.recipes import load_recipe
-
-        if not value:
-            raise ShipyardError("recipes", "is empty", "name at least one recipe, e.g. [w8a8-int8]")
-        for i, recipe in enumerate(value):
-            load_recipe(str(recipe), f"recipes[{i}]")
-        if len(set(map(str, value))) != len(value):
-            raise ShipyardError("recipes", "names the same recipe twice", "list each recipe once")
-    elif name == "selection":
-        from shipyard.components.gates.config import selection_config
-
-        selection_config(value)
-    elif name in ("num_calibration_samples", "max_seq_length"):
-        _positive(name, value)
-    elif name == "eval_backend":
-        if value not in ("vllm", "hf"):
-            raise ShipyardError(name, f"unknown backend {value!r}", "use vllm or hf")
-    elif name == "eval_config":
-        from shipyard.components.evaluate.config import parse_eval_config
-
-        backend = {"vllm": "openai", "hf": "hf"}.get(params.get("eval_backend", "hf"), "hf")
-        parse_eval_config(value).with_backend(backend)
-    elif name == "accuracy_thresholds":
-        from shipyard.components.gates.config import accuracy_config
-
-        accuracy_config(value, name)
-    elif name == "benchmark_config":
-        from shipyard.components.benchmark.benchmark import parse_benchmark_config
-
-        parse_benchmark_config(value)
-    elif name == "slo":
-        from shipyard.components.gates.config import slo_config
-
-        slo_config(value, name)
-    elif name == "deploy_config":
-        from shipyard.components.deploy.config import parse_config
-
-        parse_config(value, name=params.get("deploy_name") or "shipyard-llm", model_uri=_PLACEHOLDER_OCI)
-    elif name == "package_mode":
-        if value not in ("modelcar", "oras"):
-            raise ShipyardError(name, f"unknown mode {value!r}", "use modelcar or oras")
-    elif name == "registered_model_name":
-        if not value.strip() or "/" in value or len(value) > 256:
-            raise ShipyardError(name, f"{value!r} is not a registered model name", "use a short name like 'llama-3-8b-w4a16'")
-    elif name == "champion_tolerance":
-        if value < 0:
-            raise ShipyardError(name, f"must not be negative, got {value}", "use 0.0 (not worse) or e.g. 0.01")
-    elif name == "tracking_uri":
-        if value and not re.match(r"^(https?|file)://", value) and not value.startswith("/"):
-            raise ShipyardError(name, f"{value!r} is not an MLflow tracking URI", "use http(s)://host:port or leave empty")
-
-
-def check_values(params: Mapping[str, Any]) -> None:
-    """The pre-flight checks of typed values (what ``shipyard.params`` registers as a validator):
-    recipes, selection, eval/benchmark/deploy configs, thresholds, SLO, names and numbers."""
-    for name, value in params.items():
-        _check(name, value, params)
-
-
-def check_parameters(pipeline: str, params: Mapping[str, Any], *, fill_defaults: bool = True) -> dict[str, Any]:
-    """Type and check every parameter of ``pipeline`` (:func:`shipyard.params.coerce_params` with
-    its validators, this module's among them); returns them typed (defaults filled in).
-
-    Unknown names, missing required ones, wrong types and bad JSON parameters raise the first
-    problem as one ShipyardError line.
-    """
-    from shipyard.params import coerce_params
-    from shipyard.pipelines.params import REQUIRED, param_specs_for, params_for
-
-    typed = coerce_params(param_specs_for(pipeline), params, name=pipeline)
-    if fill_defaults:
-        for p in params_for(pipeline):
-            if p.name not in typed and p.default is not REQUIRED:
-                typed[p.name] = p.default
-    return typed
-
-
-def record_for_mlflow(params: Mapping[str, Any]) -> dict[str, str]:
-    """The parameters as the MLflow parent run records them (lists joined, empty values left out)."""
-    out = {}
-    for key, value in params.items():
-        if value in ("", None, []):
-            continue
-        out[key] = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-    return out
+from shipyard.params.checks import check_parameters, record_for_mlflow
 
 
 def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, experiment: str, kfp_run_id: str) -> dict[str, Any]:
@@ -126,8 +14,8 @@ def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, exp
     seconds, exit status 3, when it does not), then open the MLflow parent run with the
     parameters."""
     typed = check_parameters(pipeline, params, fill_defaults=False)
-    from shipyard.components.track.track import start_tracking
-    from shipyard.tracking import check_tracking_uri
+    from shipyard.tracking.pipeline_runs import start_tracking
+    from shipyard.tracking.tracker import check_tracking_uri
 
     check_tracking_uri(tracking_uri)
 

@@ -4,7 +4,7 @@
 from kfp import dsl
 from kfp.dsl import Model, Output
 
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
@@ -16,7 +16,7 @@ def resolve_model(model_uri: str, model: Output[Model]):
             pvc://claim/path, a local folder, or embedded://smollm2-135m-instruct (the default local model).
         model: The model as a Hugging Face folder (config.json, weights, tokenizer).
     """
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes.runtime import call_step
 
-    info = call_step("compress", "shipyard.models:resolve_model", uri=model_uri, out_dir=model.path)
+    info = call_step("compress", "shipyard.models.resolve:resolve_model", uri=model_uri, out_dir=model.path)
     model.metadata.update(info)

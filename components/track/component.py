@@ -13,7 +13,7 @@ endpoint (``KFP_MLFLOW_CONFIG``), else ``MLFLOW_TRACKING_URI``, else a local fil
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Markdown, Output
 
-from shipyard.runtimes import runtime_image
+from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
@@ -29,50 +29,11 @@ def close_tracking(tracking_uri: str, experiment: str, kfp_run_id: str, status: 
         kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
         status: Filled in by KFP: the pipeline's final state and error.
     """
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes.runtime import call_step
 
-    return call_step("base", "shipyard.components.track.track:close_pipeline_run", tracking_uri=tracking_uri,
+    return call_step("base", "shipyard.tracking.pipeline_runs:close_pipeline_run", tracking_uri=tracking_uri,
                      experiment=experiment, kfp_run_id=kfp_run_id, state=status.state,
                      error=status.error_message or "")
-
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def rollback_production(tracking_uri: str, model_name: str, reason: str) -> str:
-    """Move 'production' back to the version before it (after a deployment rollback).
-
-    Args:
-        tracking_uri: start_tracking's tracking_uri output.
-        model_name: Registered model name.
-        reason: Why (recorded on the rolled-back version).
-
-    Returns the aliases afterwards as JSON.
-    """
-    import json
-
-    from shipyard.runtimes import call_step
-
-    return json.dumps(call_step("base", "shipyard.components.track.track:rollback_alias", tracking_uri=tracking_uri,
-                                model_name=model_name, reason=reason))
-
-
-
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
-def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> str:
-    """Point any alias at a version; returns all aliases as JSON.
-
-    Args:
-        tracking_uri: start_tracking's tracking_uri output.
-        model_name: Registered model name.
-        alias: The alias (e.g. candidate).
-        version: The version.
-    """
-    import json
-
-    from shipyard.runtimes import call_step
-
-    return json.dumps(call_step("base", "shipyard.components.track.track:set_alias", tracking_uri=tracking_uri,
-                                model_name=model_name, alias=alias, version=version))
 
 
 
@@ -113,13 +74,13 @@ def register_champion(
     """
     import json
 
-    from shipyard.components.track.steprun import StepRun
-    from shipyard.runtimes import call_step
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.tracking.steprun import StepRun
 
     with StepRun("register", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"model_name": model_name, "source_uri": source_uri,
                          "champion_tolerance": champion_tolerance}) as run:
-        out = call_step("base", "shipyard.components.track.champion:register_champion", tracking_uri=tracking_uri,
+        out = call_step("base", "shipyard.gates.registration:register_champion", tracking_uri=tracking_uri,
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name, source_uri=source_uri,
                         digest=digest, selection_dir=selection.path, base_model_uri=base_model_uri,
                         champion_tolerance=champion_tolerance, report_path=decision.path)

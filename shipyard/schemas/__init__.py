@@ -6,6 +6,8 @@ Gateway and HTTPRoute, and the KFP pipeline spec and recurring-run API. They shi
 wheel and every runtime image, so validation never depends on anything outside the package.
 """
 
-from pathlib import Path
 
-SCHEMAS_DIR = Path(__file__).resolve().parent
+
+from shipyard.core.files import package_dir
+
+SCHEMAS_DIR = package_dir("shipyard.schemas")

@@ -323,7 +323,7 @@ def shipyard(cwd: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], f
     env.update(SHIPYARD_DEBUG="1", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
     env.pop(ALLOW_ENV, None)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "shipyard.cli", *argv], cwd=cwd, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     return proc, time.monotonic() - started
 
@@ -361,8 +361,8 @@ def test_copy_tree_on_a_full_disk_is_one_line_and_leaves_nothing(workspace: tupl
                                                                  tmp_path: Path) -> None:
     """Where models are copied (resolve, the eval cache): ENOSPC names the path and the fix, not a
     list of shutil errors, and no partial folder stays."""
-    from shipyard.errors import ShipyardError
-    from shipyard.fsutil import copy_tree
+    from shipyard.core.errors import ShipyardError
+    from shipyard.core.files import copy_tree
 
     base, have = workspace
     if "full" not in have:
@@ -382,8 +382,8 @@ def test_copy_tree_on_a_full_disk_is_one_line_and_leaves_nothing(workspace: tupl
 
 
 def test_mutable_tags_need_an_explicit_yes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shipyard.errors import ShipyardError
-    from shipyard.models import parse_model_uri
+    from shipyard.core.errors import ShipyardError
+    from shipyard.models.resolve import parse_model_uri
 
     with pytest.raises(ShipyardError, match="mutable tag 'v1'"):
         parse_model_uri("oci://quay.io/org/m:v1")

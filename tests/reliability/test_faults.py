@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.runtimes import venv_python
+from shipyard.runtimes.runtime import venv_python
 
 CONFIG = {"loads": [1], "max_requests": 5000, "max_seconds": 120, "warmup_requests": None}
 
@@ -63,7 +63,7 @@ def _alive(pids: set[int]) -> set[int]:
 
 
 def _start(tiny_model: Path, out: Path) -> subprocess.Popen[str]:
-    code = ("from shipyard.components.benchmark.benchmark import benchmark_step\n"
+    code = ("from shipyard.benchmarking.guidellm import benchmark_step\n"
             f"benchmark_step(model_dir={str(tiny_model)!r}, benchmark_config={json.dumps(json.dumps(CONFIG))},"
             f" out_dir={str(out)!r})\n")
     env = dict(os.environ, SHIPYARD_RUNTIME="vllm", PYTHONUNBUFFERED="1")
@@ -99,7 +99,7 @@ def test_sigint_during_the_benchmark_stops_vllm_guidellm_and_its_workers(tiny_mo
     proc = _start(tiny_model, out)
     family = _wait_for_guidellm(proc)
     assert len(family) >= 3, "vLLM, guidellm and guidellm's workers"
-    # the step's own process only (SIGTERM takes the same path: shipyard.interrupts): its
+    # the step's own process only (SIGTERM takes the same path: shipyard.core.interrupts): its
     # children are in sessions of their own and must follow
     os.kill(proc.pid, signal.SIGINT)
     _finish(proc, family)
@@ -131,7 +131,7 @@ def _compress_step(family: set[int]) -> int | None:
     """The process running the compress step's logic (the compress runtime's child)."""
     for pid in family:
         cmd = _cmdline(pid)
-        if "shipyard.runtimes" in cmd and "compress" in cmd.split()[0]:
+        if "shipyard.runtimes.runtime" in cmd and "compress" in cmd.split()[0]:
             request = Path(cmd.split()[-2])
             try:
                 if "compress_model" in request.read_text():
@@ -148,12 +148,12 @@ def test_ctrl_c_during_compress_ends_the_run_interrupted(tiny_model: Path, tmp_p
     folder left."""
     import sys
 
-    from shipyard.tracking import Tracker
+    from shipyard.tracking.tracker import Tracker
 
     work = tmp_path / "run"
     evaluation = json.dumps({"tasks": ["shipyard_capitals_mc"], "limit": 4, "batch_size": 4})
     bench = json.dumps({"loads": [1], "max_requests": 2, "prompt_tokens": 16, "output_tokens": 4})
-    cmd = [sys.executable, "-m", "shipyard.cli", "run", "--local", "--work-dir", str(work),
+    cmd = [sys.executable, "-m", "shipyard.cli.main", "run", "--local", "--work-dir", str(work),
            "--param", f"model_uri={tiny_model}", "--param", "num_calibration_samples=512",
            "--param", "max_seq_length=64", "--param", f"eval_config={evaluation}",
            "--param", f"benchmark_config={bench}"]

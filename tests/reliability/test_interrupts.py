@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.components.deploy.apply import LAST_GOOD
-from shipyard.components.deploy.config import parse_config
-from shipyard.components.deploy.render import render
-from shipyard.k8s_double import K8sDouble, condition, ready_after
+from shipyard.serving.kserve.apply import LAST_GOOD
+from shipyard.serving.kserve.config import parse_config
+from shipyard.serving.kserve.render import render
+from shipyard.testing.k8s_double import K8sDouble, condition, ready_after
 
 OLD = "oci://registry.example/models/qwen@sha256:" + "0" * 64
 NEW = "oci://registry.example/models/qwen@sha256:" + "1" * 64
@@ -33,7 +33,7 @@ def never_ready(obj: dict, n: int) -> dict:
 def _deploy(double: K8sDouble, tmp_path: Path) -> subprocess.Popen[str]:
     params = tmp_path / "params.json"
     params.write_text(json.dumps({"namespace": "serving", "apply": {"poll_s": 0.05, "wait_timeout_s": 600}}))
-    cmd = [sys.executable, "-m", "shipyard.cli", "deploy", "--name", "llm", "--model-uri", NEW,
+    cmd = [sys.executable, "-m", "shipyard.cli.main", "deploy", "--name", "llm", "--model-uri", NEW,
            "--prefill-replicas", "1", "--params-file", str(params),
            "--kubeconfig", str(double.kubeconfig(tmp_path / "kc")), "--out-file", str(tmp_path / "applied.yaml")]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

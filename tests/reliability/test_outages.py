@@ -35,11 +35,13 @@ import yaml
 from conftest import require_tool
 from mlflow import MlflowClient
 
-from shipyard.components.track import champion, pending, track
-from shipyard.components.track.steprun import PENDING_KEY, StepRun, apply_pending
-from shipyard.errors import UnreachableError
-from shipyard.localregistry import LocalRegistry, free_port
-from shipyard.services import MlflowServer
+from shipyard.core.errors import UnreachableError
+from shipyard.gates import promotion as champion
+from shipyard.testing.registry import LocalRegistry, free_port
+from shipyard.testing.services import MlflowServer
+from shipyard.tracking import outbox, pending
+from shipyard.tracking import pipeline_runs as track
+from shipyard.tracking.steprun import PENDING_KEY, StepRun, apply_pending
 
 pytestmark = pytest.mark.slow
 
@@ -150,9 +152,9 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         t0 = time.monotonic()
         assert track.close_pipeline_run(url, "outage", kfp_run_id, "SUCCEEDED") == "PENDING"
         assert time.monotonic() - t0 < 3
-        kept = sorted(p.name for p in (work / pending.PENDING_DIR).iterdir())
+        kept = sorted(p.name for p in (work / outbox.PENDING_DIR).iterdir())
         assert len(kept) == 6, kept
-        kinds = sorted(json.loads((work / pending.PENDING_DIR / n).read_text())["kind"] for n in kept)
+        kinds = sorted(json.loads((work / outbox.PENDING_DIR / n).read_text())["kind"] for n in kept)
         assert kinds == ["close", "promote", "register", "step", "step", "step"]
 
         # End of the local run with the server still down: the console and run-summary.json say
@@ -170,14 +172,14 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         restarted = MlflowServer(tmp_path / "mlflow")
         restarted.port, restarted.url = server.port, server.url
         server = restarted.__enter__()
-        kept_evaluate = json.loads(next((work / pending.PENDING_DIR).glob("step-evaluate-w8a8-int8*")).read_text())
+        kept_evaluate = json.loads(next((work / outbox.PENDING_DIR).glob("step-evaluate-w8a8-int8*")).read_text())
         replay = _replay(work)
         assert replay.returncode == 0, replay.stderr
         lines = replay.stdout.strip().splitlines()
         assert len(lines) == 6, replay.stdout
         assert any(line.startswith(f"registered {model} version 1") for line in lines)
         assert any(line == f"closed pipeline run {parent} FINISHED" for line in lines)
-        assert not (work / pending.PENDING_DIR).exists()
+        assert not (work / outbox.PENDING_DIR).exists()
 
         client = MlflowClient(url)
         exp_id = client.get_run(parent).info.experiment_id
@@ -243,7 +245,7 @@ def test_registry_killed_mid_push(tiny_model: Path, tmp_path: Path, monkeypatch:
     monkeypatch.setenv("SHIPYARD_REGISTRY_RETRIES", "2")
     monkeypatch.setenv("SHIPYARD_REGISTRY_BACKOFF", "0.05")
     from shipyard.components.package.package import package_model
-    from shipyard.registry_client import RegistryClient
+    from shipyard.oci.client import RegistryClient
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)

@@ -1,0 +1,123 @@
+"""The deploy step: render -> validate -> write the manifest -> (apply, wait, roll back).
+
+Shared by the KFP component and ``shipyard deploy``. A dry run stops after the manifest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_write_text
+from shipyard.core.jsonargs import json_object
+from shipyard.serving.kserve.config import parse_config
+from shipyard.serving.kserve.render import load_model_config, render, to_yaml
+from shipyard.serving.kserve.validate import require_valid
+
+APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": 30.0}
+
+
+def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:
+    """Separate ``deploy_config["apply"]`` (wait/poll/grace/API timeouts) from render parameters."""
+    data = json_object(deploy_config, "deploy_config", '{"mode": "pd", "replicas": 2}')
+    options = data.pop("apply", None) or {}
+    unknown = sorted(set(options) - set(APPLY_KEYS))
+    if unknown:
+        raise ShipyardError(f"deploy_config.apply.{unknown[0]}", "is not an apply option", f"use {sorted(APPLY_KEYS)}")
+    merged = {k: float(options.get(k, v)) for k, v in APPLY_KEYS.items()}
+    if any(v <= 0 for k, v in merged.items() if k != "false_grace_s"):
+        raise ShipyardError("deploy_config.apply", "timeouts and poll interval must be positive", "use seconds > 0")
+    return data, merged
+
+
+def refuse_local_layout(model_uri: str) -> None:
+    """An ``oci:///path`` URI names an OCI layout on the pipeline's own disk (``registry`` was
+    empty): the manifest validates, but no KServe node can pull it, so a real apply refuses it."""
+    if model_uri.startswith("oci:///"):
+        raise ShipyardError(
+            "model_uri", f"{model_uri.split('@')[0]} is an OCI layout on the pipeline's disk, which KServe cannot pull",
+            "set the registry parameter so the package step pushes to a registry, or deploy with dry_run=true",
+        )
+
+
+def run_deploy(
+    *,
+    deploy_config: str | dict[str, Any] | None,
+    manifest_path: str,
+    dry_run: bool = True,
+    model_dir: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    summary_path: str | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Render and validate the deployment, write it to ``manifest_path`` and, unless
+    ``dry_run``, apply it and wait. ``overrides`` (name, model_uri, namespace, replicas, ...)
+    win over ``deploy_config``. ``summary_path``: also write a Markdown summary (objects, status,
+    URL, the manifest) for the KFP UI. Returns url, status, name, namespace and the manifest path."""
+    params, options = split_apply_options(deploy_config)
+    cfg = parse_config(params, **overrides)
+    if not dry_run:
+        refuse_local_layout(cfg.model_uri)
+    model_config = load_model_config(model_dir) if model_dir else None
+    docs = render(cfg, model_config)
+    require_valid(docs)
+    text = to_yaml(docs)
+    if manifest_path == "-":
+        print(text, end="")
+    else:
+        atomic_write_text(manifest_path, text)
+    result: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "manifest": manifest_path,
+                              "kinds": [d["kind"] for d in docs], "mode": cfg.mode, "url": "", "status": "DryRun",
+                              "planned": model_config is not None}
+    if dry_run:
+        if summary_path:
+            atomic_write_text(summary_path, deployment_markdown(result, docs, text))
+        return result
+    from shipyard.serving.kserve.apply import Kube, api_client, deploy
+
+    kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
+    try:
+        outcome = deploy(docs, kube, wait_timeout_s=options["wait_timeout_s"], poll_s=options["poll_s"],
+                         false_grace_s=options["false_grace_s"])
+    finally:
+        kube.close()
+    result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
+    if summary_path:
+        atomic_write_text(summary_path, deployment_markdown(result, docs, text))
+    return result
+
+
+def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
+    """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
+    and the manifest itself (the KFP UI renders it inline)."""
+    status = result["status"]
+    head = ("Rendered and validated only (dry run): nothing was applied." if status == "DryRun"
+            else f"Applied and **{status}**" + (f" at {result['url']}" if result.get("url") else "") + ".")
+    lines = [f"# LLMInferenceService {result['namespace']}/{result['name']}", "", head, "",
+             "| | |", "| --- | --- |", f"| mode | {result['mode']} |",
+             f"| sized by the memory planner | {'yes' if result.get('planned') else 'no (no model config)'} |"]
+    for doc in docs:
+        spec = doc.get("spec") or {}
+        if doc.get("kind") == "LLMInferenceService":
+            model = spec.get("model") or {}
+            lines.append(f"| model | `{model.get('uri', '')}` |")
+            lines.append(f"| replicas (decode) | {spec.get('replicas', 1)} |")
+            prefill = spec.get("prefill") or {}
+            if prefill:
+                lines.append(f"| replicas (prefill) | {prefill.get('replicas', 1)} |")
+    lines += ["", "| kind | name | namespace |", "| --- | --- | --- |"]
+    lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
+    lines += ["", "```yaml", text.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def manifest_summary(path: str | Path) -> str:
+    """A short Markdown description of a written manifest (for the KFP UI)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    lines = ["| kind | name | namespace |", "| --- | --- | --- |"]
+    lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
+    return "\n".join(lines) + "\n"

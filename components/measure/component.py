@@ -1,0 +1,64 @@
+"""KFP wrapper of the measure step: one vLLM server per model for lm-eval and guidellm (logic in measure.py)."""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Input, Markdown, Metrics, Model, Output
+
+from shipyard.runtimes.runtime import runtime_image
+
+
+@dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
+def measure_vllm(
+    model: Input[Model],
+    eval_config: str,
+    benchmark_config: str,
+    eval_results: Output[Artifact],
+    eval_metrics: Output[Metrics],
+    eval_table: Output[Markdown],
+    results: Output[Artifact],
+    metrics: Output[Metrics],
+    summary: Output[Markdown],
+    candidate: str = "",
+    tracking_uri: str = "",
+    experiment: str = "",
+    kfp_run_id: str = "",
+):
+    """Serve the model once with vLLM and run both lm-eval (local-completions) and guidellm against
+    that one server: one model load and one GPU pod per model instead of two.
+
+    Args:
+        model: The model folder.
+        eval_config: lm-eval config as JSON (as evaluate_vllm).
+        benchmark_config: guidellm load as JSON (as benchmark); its vLLM settings start the server.
+        eval_results: As evaluate_vllm's results (summary.json, lm_eval_results.json).
+        eval_metrics: The eval scores.
+        eval_table: The eval scores as Markdown.
+        results: As benchmark's results (results.json, guidellm.json, vllm.log, ...).
+        metrics: The benchmark figures.
+        summary: The benchmark summary as Markdown.
+        candidate: "base" or the recipe (its MLflow runs are keyed by it).
+        tracking_uri: MLflow tracking URI (the pipeline parameter).
+        experiment: MLflow experiment.
+        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+    """
+    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.tracking.steprun import PENDING_KEY, StepRun
+
+    track = {"tracking_uri": tracking_uri, "experiment": experiment, "kfp_run_id": kfp_run_id}
+    eval_run = StepRun("evaluate", candidate, params={"eval_config": eval_config, "backend": "vllm"}, **track)
+    bench_run = StepRun("benchmark", candidate, params={"benchmark_config": benchmark_config}, **track)
+    out = call_step("vllm", "shipyard.components.measure.measure:measure_step", model_dir=model.path,
+                    eval_config=eval_config, benchmark_config=benchmark_config, eval_out=eval_results.path,
+                    table_path=eval_table.path, bench_out=results.path, summary_path=summary.path)
+    record_outputs(out["eval"], metrics=eval_metrics, artifact=eval_results)
+    record_outputs(out["bench"], metrics=metrics, artifact=results)
+    print(f"one vLLM server for eval and benchmark: started in {out['server']['startup_seconds']} s", flush=True)
+    for run, artifact, figures, files in (
+        (eval_run, eval_results, out["eval"]["metrics"], {"table.md": eval_table.path,
+                                                          "summary.json": f"{eval_results.path}/summary.json"}),
+        (bench_run, results, out["bench"]["metrics"], {"summary.md": summary.path,
+                                                       "results.json": f"{results.path}/results.json"}),
+    ):
+        run.log(metrics=figures, params={"shared_server": True}, artifacts=files)
+        run.finish()
+        if run.payload():
+            artifact.metadata[PENDING_KEY] = run.payload()

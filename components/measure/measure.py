@@ -1,0 +1,53 @@
+"""One vLLM server per model: evaluate (lm-eval) and benchmark (guidellm) against the same server.
+
+With the vLLM eval backend, evaluating and benchmarking a model used to start two servers, and
+so load the model twice (two GPU pods in a cluster). :func:`measure_step` starts one server
+with the benchmark's settings (memory planner flags, KV cache) and hands it to
+:func:`~shipyard.evaluation.lmeval.evaluate_step` (backend ``openai``) and
+:func:`~shipyard.benchmarking.guidellm.benchmark_step`. Outputs are the same as the two steps'. Runs in
+the ``vllm`` runtime.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from shipyard.serving.vllm_server import VLLMServer
+
+
+def measure_step(
+    model_dir: str,
+    eval_config: str,
+    benchmark_config: str,
+    eval_out: str,
+    table_path: str,
+    bench_out: str,
+    summary_path: str,
+) -> dict[str, Any]:
+    """Serve ``model_dir`` once; evaluate and benchmark it; returns ``{"eval", "bench", "server"}``
+    (the two steps' results and the shared server's start-up seconds)."""
+    from shipyard.benchmarking.guidellm import (
+        benchmark_step,
+        parse_benchmark_config,
+        plan_for_server,
+    )
+    from shipyard.evaluation.lmeval import evaluate_step
+    from shipyard.serving.vllm_server import has_gpu
+
+    cfg = parse_benchmark_config(benchmark_config)
+    _, vllm_args, _ = plan_for_server(model_dir, cfg)
+    env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="shipyard-measure-") as tmp:
+        server = VLLMServer(model_dir, served_model_name=Path(model_dir).name or "model", extra_args=vllm_args,
+                            port=cfg.get("port"), startup_timeout=float(cfg["startup_timeout"]),
+                            log_path=Path(tmp) / "vllm.log", env=env)
+        with server:
+            evaluated = evaluate_step(model_dir, eval_config, eval_out, table_path, backend="openai", server=server)
+            benched = benchmark_step(model_dir, benchmark_config, bench_out, summary_path, shared=server)
+            startup = server.startup_seconds
+    return {"eval": evaluated, "bench": benched,
+            "server": {"startup_seconds": startup, "wall_seconds": round(time.monotonic() - started, 2)}}

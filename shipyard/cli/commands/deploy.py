@@ -1,0 +1,136 @@
+"""``shipyard deploy``: render a KServe LLMInferenceService; apply, wait and roll back unless --dry-run.
+
+Output (see :mod:`shipyard.cli.output`): without ``--out-file`` the rendered manifest goes to
+stdout, as YAML (default) or ``-o json``; with ``--out-file PATH`` the manifest is written there
+(atomically, mode 0644) and the result (name, namespace, status, url) is printed as text or
+``-o json|yaml``. Applying to a cluster needs ``--out-file`` (the applied manifest is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shipyard.cli.output import add_out_file_option, add_output_option, emit, render
+from shipyard.core.errors import FileError, ShipyardError
+from shipyard.core.files import ensure_writable_dir
+from shipyard.core.numbers import number, positive_float, positive_int
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("deploy", help="render (and apply) a KServe LLMInferenceService with llm-d P/D",
+                       description="Render a validated LLMInferenceService; with a cluster, server-side apply it, "
+                                   "wait for Ready and roll back on failure.")
+    p.add_argument("--name", required=True, help="LLMInferenceService name")
+    p.add_argument("--model-uri", required=True, help="oci://...@sha256:..., hf://, s3:// or pvc://")
+    p.add_argument("--namespace", help="target namespace (default: deploy params, else 'default')")
+    p.add_argument("--prefill-replicas", type=number(int, minimum=0, example="2"),
+                   help="prefill pods (> 0 selects prefill/decode disaggregation)")
+    p.add_argument("--decode-replicas", type=number(int, minimum=0, example="1"), dest="replicas",
+                   help="decode (or aggregated) pods")
+    p.add_argument("--tensor-parallel", type=positive_int("2"), help="tensor-parallel size (GPUs per model copy)")
+    p.add_argument("--gpus", type=positive_int("2"), help="GPUs per pod (default: tensor-parallel x data-local)")
+    p.add_argument("--preset", help="a deploy preset from shipyard/serving/kserve/presets (e.g. pd-nixl)")
+    p.add_argument("--params-file", help="YAML/JSON file of deploy parameters (the deploy_config object)")
+    p.add_argument("--model-dir", help="model folder whose config.json sizes vLLM through the memory planner")
+    p.add_argument("--gpu-memory-gib", type=positive_float("80"), help="memory of one GPU in GiB (for the planner)")
+    p.add_argument("--allow-mutable-tag", action="store_true", default=None, help="accept an oci:// tag instead of a digest")
+    add_output_option(p, default_help="the manifest as YAML; with --out-file a one-line result")
+    add_out_file_option(p, "the manifest (YAML)")
+    p.add_argument("--dry-run", action="store_true", help="only render and validate; no cluster needed")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--wait-timeout", type=positive_float("1200"), help="seconds to wait for Ready (default 1200)")
+    p.set_defaults(func=_deploy)
+
+
+def _params(path: str | None) -> dict:
+    if not path:
+        return {}
+    file = Path(path)
+    if not file.is_file():
+        raise ShipyardError("--params-file", f"{path} does not exist", "give a YAML or JSON file of deploy parameters")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ShipyardError("--params-file", f"{path} is not valid YAML: {str(err).splitlines()[0]}", "fix the file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ShipyardError("--params-file", f"cannot read {path}: {err}", "give a readable YAML or JSON file") from None
+    if not isinstance(data, dict):
+        raise ShipyardError("--params-file", f"{path} must hold a mapping", "write key: value pairs")
+    return data
+
+
+@contextlib.contextmanager
+def _out_file_errors() -> Iterator[None]:
+    """The deploy step writes the manifest; a write that fails (disk full) names ``--out-file``."""
+    try:
+        yield
+    except FileError as err:
+        raise FileError("--out-file", err.problem, err.fix, err_no=err.errno, filename=err.filename) from None
+
+
+@contextlib.contextmanager
+def _keep_out_file_on_success(out_file: str | None) -> Iterator[None]:
+    """``--out-file`` keeps the manifest that was applied: when the deploy fails or is interrupted
+    (nothing applied, or rolled back), the file is put back as it was (removed if it was new)."""
+    path = Path(out_file) if out_file else None
+    before = path.read_bytes() if path is not None and path.is_file() else None
+    try:
+        yield
+    except BaseException:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                if before is None:
+                    path.unlink(missing_ok=True)
+                elif path.read_bytes() != before:
+                    from shipyard.core.files import atomic_write_text
+
+                    atomic_write_text(path, before.decode("utf-8"), field="--out-file")
+        raise
+
+
+def _as_objects(manifest: str) -> Any:
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    return docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from shipyard.components.deploy.deploy import run_deploy
+    from shipyard.models.resolve import refuse_credentials
+
+    refuse_credentials(args.model_uri, "--model-uri")
+    params = _params(args.params_file)
+    if args.preset:
+        params["preset"] = args.preset
+    if args.wait_timeout is not None:
+        params.setdefault("apply", {})["wait_timeout_s"] = args.wait_timeout
+    if not args.out_file and not args.dry_run:
+        raise ShipyardError("--out-file", "is required when applying to a cluster",
+                            "give --out-file FILE to keep the applied manifest, or add --dry-run")
+    if args.out_file:
+        ensure_writable_dir(Path(args.out_file).absolute().parent, "--out-file")
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout) if not args.out_file else contextlib.nullcontext(), \
+            _out_file_errors(), _keep_out_file_on_success(args.out_file):
+        result = run_deploy(
+            deploy_config=params, manifest_path=args.out_file or "-", dry_run=args.dry_run, model_dir=args.model_dir,
+            kubeconfig=args.kubeconfig, context=args.context, name=args.name, model_uri=args.model_uri,
+            namespace=args.namespace, prefill_replicas=args.prefill_replicas, replicas=args.replicas,
+            tensor_parallel=args.tensor_parallel, gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib,
+            allow_mutable_tag=args.allow_mutable_tag,
+        )
+    if not args.out_file:
+        manifest = stdout.getvalue()
+        print(render(_as_objects(manifest), args.output) if args.output else manifest, end="")
+        return 0
+    emit(result, args.output, lambda: (
+        f"{result['status']}: {', '.join(result['kinds'])} {result['namespace']}/{result['name']} "
+        f"({result['mode']}) -> {args.out_file}" + (f" {result['url']}" if result.get("url") else "")))
+    return 0

@@ -1,0 +1,41 @@
+"""``shipyard run --local [PIPELINE]``: run a pipeline on this machine with kfp.local."""
+
+from __future__ import annotations
+
+import argparse
+
+from shipyard.core.errors import ShipyardError
+from shipyard.pipelines import DEFAULT_PIPELINE, PIPELINES
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a pipeline locally (kfp.local) and print its summary")
+    p.add_argument("pipeline", nargs="?", default=DEFAULT_PIPELINE, help=f"one of {', '.join(sorted(PIPELINES))}")
+    p.add_argument("--local", action="store_true", help="run on this machine with kfp.local (required: use `shipyard submit` for a cluster)")
+    p.add_argument("--work-dir", default="shipyard-run", help="where artifacts and run-summary.json go (default ./shipyard-run)")
+    p.add_argument("--param", action="append", default=[], metavar="K=V", help="a pipeline parameter (value read as YAML); repeatable")
+    p.add_argument("--params-file", help="YAML/JSON mapping of pipeline parameters")
+    p.add_argument("--runner", choices=("subprocess", "container"), default="subprocess",
+                   help="subprocess: steps in the local venvs (default); container: the compiled pipeline's steps in "
+                        "their cpu-flavor images (podman) against a registry, MLflow server, S3 and the API double")
+    p.add_argument("--no-build", action="store_true", help="with --runner container: fail instead of building missing images")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.local:
+        raise ShipyardError("--local", "only local runs are started by `shipyard run`", "add --local, or use `shipyard submit --host URL`")
+    from shipyard.core.files import ensure_writable_dir
+
+    ensure_writable_dir(args.work_dir, "--work-dir")  # a read-only or bad work dir fails before any work
+    if args.runner == "container":
+        from shipyard.run.container import format_rehearsal, run_container
+
+        summary = run_container(args.pipeline, args.work_dir, args.params_file, args.param, build=not args.no_build)
+        print(format_rehearsal(summary, args.work_dir))
+        return 0 if summary.status == "SUCCESS" else 1
+    from shipyard.run.local import format_summary, run_local
+
+    summary = run_local(args.pipeline, args.work_dir, args.params_file, args.param)
+    print(format_summary(summary, args.work_dir))
+    return 0 if summary.status == "SUCCESS" else 1

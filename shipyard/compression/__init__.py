@@ -1,0 +1,1 @@
+"""Layer 3: compression recipes and calibration data (data: recipes/, calibration/)."""

@@ -1,0 +1,114 @@
+"""Calibration data for llmcompressor: a hub dataset, a local JSONL/Parquet file, or an S3 object."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import package_dir
+
+DEFAULT_CALIBRATION = str(package_dir("shipyard.compression") / "calibration" / "default.jsonl")
+
+
+def _read_rows(path: Path, field: str) -> list[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        from datasets import Dataset
+
+        return list(Dataset.from_parquet(str(path)))
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise ShipyardError(field, f"{path} line {number} is not JSON", "write one JSON object per line") from None
+    return rows
+
+
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def _download_s3(source: str, dest: Path, field: str) -> list[Path]:
+    """The calibration files of ``s3://bucket/key.jsonl`` (that one object) or of
+    ``s3://bucket/prefix`` (every data file under it), downloaded into ``dest`` and checked."""
+    from shipyard.models.s3 import download_prefix, parse_s3_uri
+
+    bucket, key = parse_s3_uri(source, field)
+    if not key.endswith(DATA_SUFFIXES):
+        download_prefix(source, dest / "data")
+        return sorted(p for p in (dest / "data").rglob("*") if p.suffix in DATA_SUFFIXES)
+    from shipyard.core.files import sha256_file
+    from shipyard.models.s3 import client, load_config
+
+    target = dest / Path(key).name
+    try:
+        mc = client(load_config())
+        stat = mc.stat_object(bucket, key)
+        mc.fget_object(bucket, key, str(target))
+    except Exception as err:  # minio S3Error, urllib3 errors: one line naming the object
+        raise ShipyardError(field, f"cannot read {source}: {type(err).__name__}: {err}".splitlines()[0],
+                            "check the bucket, the key and the shipyard-s3 credentials") from None
+    meta = {k.lower(): v for k, v in (stat.metadata or {}).items()}
+    want = str(meta.get("x-amz-meta-sha256", "")).strip().lower()
+    if target.stat().st_size != stat.size or (want and sha256_file(target) != want):
+        target.unlink(missing_ok=True)
+        raise ShipyardError(field, f"{source} changed or arrived damaged (size/sha256 mismatch)", "upload it again")
+    return [target]
+
+
+def load_calibration_texts(
+    source: str, *, text_column: str, num_samples: int, seed: int, tokenizer: Any, field: str = "calibration_dataset"
+) -> list[str]:
+    """Return ``num_samples`` calibration texts (chat ``messages`` rendered with the chat template)."""
+    if num_samples <= 0:
+        raise ShipyardError("num_calibration_samples", f"must be > 0, got {num_samples}", "use e.g. 512 on a GPU, 16 on a CPU")
+    source = (source or DEFAULT_CALIBRATION).strip()
+    if source.startswith("s3://"):
+        files = _download_s3(source, Path(tempfile.mkdtemp(prefix="shipyard-calib-")), field)
+        if not files:
+            raise ShipyardError(field, f"{source} holds no .jsonl or .parquet file", "point at a JSONL or Parquet object")
+        rows = [r for f in files for r in _read_rows(f, field)]
+    elif Path(source).expanduser().exists():
+        rows = _read_rows(Path(source).expanduser(), field)
+    elif source.endswith((".jsonl", ".json", ".parquet")) or source.startswith(("/", ".")):
+        raise ShipyardError(field, f"calibration file {source} does not exist", "give an existing JSONL/Parquet file")
+    else:
+        rows = _load_hub_rows(source, field, num_samples, seed)
+    if not rows:
+        raise ShipyardError(field, f"{source} is empty", "give at least one calibration sample")
+    texts: list[str] = []
+    for row in rows:
+        if text_column in row and isinstance(row[text_column], str):
+            texts.append(row[text_column])
+        elif "messages" in row and isinstance(row["messages"], list):
+            texts.append(tokenizer.apply_chat_template(row["messages"], tokenize=False))
+        else:
+            raise ShipyardError(
+                "text_column",
+                f"{source} has no text column {text_column!r} (columns: {sorted(row)})",
+                "set text_column to the column holding the text, or give chat 'messages'",
+            )
+    import random
+
+    random.Random(seed).shuffle(texts)
+    return texts[:num_samples]
+
+
+def _load_hub_rows(name: str, field: str, num_samples: int, seed: int) -> list[dict[str, Any]]:
+    from datasets import load_dataset
+
+    dataset_name, _, split = name.partition(":")
+    try:
+        ds = load_dataset(dataset_name, split=split or "train")
+    except Exception as err:
+        raise ShipyardError(
+            field,
+            f"cannot load hub dataset {dataset_name!r}: {type(err).__name__}".strip(),
+            "the hub may be unreachable (offline mode): use a local JSONL/Parquet file or an s3:// object",
+        ) from None
+    ds = ds.shuffle(seed=seed).select(range(min(num_samples, len(ds))))
+    return list(ds)

@@ -1,0 +1,1 @@
+"""Layer 0: what every other layer uses: errors (ShipyardError), files (atomic outputs, digests), JSON arguments, number checks, interrupts, process groups, the cluster contract and the report format."""

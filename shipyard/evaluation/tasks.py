@@ -1,0 +1,95 @@
+"""Task resolution: the offline suite, a user's task folder and lm-eval's own tasks by name.
+
+lm-eval silently skips a YAML it cannot parse and fails late on unknown names, so shipyard
+checks the task folders and the requested names first and says plainly what is wrong.
+Needs lm-eval (compress or vllm runtime).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.evaluation.config import SUITE_DIR, EvalConfig
+
+TASK_KEYS = ("task", "group", "tag", "include")
+
+
+def check_task_folder(folder: Path) -> list[str]:
+    """Parse every YAML under ``folder`` the way lm-eval does; return the task/group/tag names.
+
+    A file that is not valid YAML, is not a mapping, names no task/group or points at a missing
+    ``!function`` module is refused with a one-line error naming the file.
+    """
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    field = "eval_config.task_dir" if folder != SUITE_DIR else "offline suite"
+    files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and "__pycache__" not in p.parts)
+    if not files:
+        raise ShipyardError(field, f"{folder} holds no task YAML (*.yaml)", "add lm-eval task YAMLs to the folder")
+    names: list[str] = []
+    for path in files:
+        try:
+            cfg = load_yaml(path, resolve_func=False, recursive=True)
+        except Exception as err:  # yaml.YAMLError, ValueError, OSError from an include
+            first = " ".join(str(err).split())[:200]
+            raise ShipyardError(field, f"{path.name} is not a valid task YAML: {type(err).__name__}: {first}",
+                                "fix the YAML syntax (see lm-eval's task guide)") from None
+        if not any(key in cfg for key in TASK_KEYS):
+            raise ShipyardError(field, f"{path.name} names no task or group (no 'task:' or 'group:' key)",
+                                "add 'task: <name>' to the YAML")
+        _check_functions(cfg, path, field)
+        for key in ("task", "group"):
+            if isinstance(cfg.get(key), str):
+                names.append(cfg[key])
+        tags = cfg.get("tag") or []
+        names.extend([tags] if isinstance(tags, str) else [t for t in tags if isinstance(t, str)])
+    return sorted(set(names))
+
+
+def _check_functions(cfg: Any, path: Path, field: str) -> None:
+    """Unresolved ``!function mod.fn`` values load as '<dir>/mod.fn': the module file must exist."""
+    if isinstance(cfg, dict):
+        values: list[Any] = list(cfg.values())
+    elif isinstance(cfg, list):
+        values = list(cfg)
+    else:
+        return
+    for value in values:
+        if isinstance(value, str) and value.startswith(str(path.parent) + "/"):
+            module = Path(value.rsplit(".", 1)[0] + ".py")
+            if not module.is_file():
+                raise ShipyardError(field, f"{path.name} references {Path(value).name} but {module.name} is missing",
+                                    f"add {module.name} next to {path.name}")
+        else:
+            _check_functions(value, path, field)
+
+
+def task_manager_for(cfg: EvalConfig) -> Any:
+    """A ``TaskManager`` that knows every requested task; unknown names are refused.
+
+    The offline suite and ``task_dir`` are indexed first; lm-eval's built-in tasks are added
+    only when a requested name is not local (indexing them all takes a few seconds).
+    """
+    from lm_eval.tasks import TaskManager
+
+    local: list[str] = []
+    for folder in cfg.task_dirs():
+        local.extend(check_task_folder(folder))
+    dirs = [str(d) for d in cfg.task_dirs()]
+    if all(name in local for name in cfg.tasks):
+        return TaskManager(include_path=dirs, include_defaults=False)
+    manager = TaskManager(include_path=dirs, include_defaults=True)
+    known = set(manager.all_tasks)
+    for name in cfg.tasks:
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=3)
+            hint = f"; did you mean {close}?" if close else ""
+            raise ShipyardError(
+                "eval_config.tasks",
+                f"unknown task {name!r}{hint} (local tasks: {sorted(set(local))})",
+                "use a local task, a task from task_dir, or a standard lm-eval task name (`lm-eval ls tasks`)",
+            )
+    return manager

@@ -1,0 +1,137 @@
+"""One candidate's gates (accuracy, then SLO) and the record the selection step ranks.
+
+:func:`judge_candidate` runs the accuracy gate (recovery against the base) and the SLO gate
+(latency and throughput against the base, under load) on a candidate's eval and benchmark
+results, writes both reports, and returns ``candidate.json``: everything the candidates
+report puts side by side (recovery per metric, TTFT/ITL p99 and output tok/s per load, size,
+the planner's weights and KV-cache tokens, both gate decisions). Never raises for bad
+results: a gate that cannot decide fails closed with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shipyard.benchmarking.guidellm import load_results
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_write_text
+from shipyard.core.report import sample_count
+from shipyard.gates.accuracy import run_gate
+from shipyard.gates.slo import run_slo_gate
+
+CANDIDATE_FILE = "candidate.json"
+SCHEMA = "shipyard.candidate/v1"
+
+
+def _levels(bench_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    try:
+        results = load_results(bench_dir)
+    except ShipyardError:
+        return [], {}
+    levels = [{
+        "name": lv["name"],
+        "strategy": lv.get("strategy"),
+        "nominal_load": lv.get("nominal_load"),
+        "requests_per_s": lv.get("requests_per_s"),
+        "output_tokens_per_s": lv.get("output_tokens_per_s"),
+        "ttft_p50_ms": (lv.get("ttft_ms") or {}).get("p50"),
+        "ttft_p99_ms": (lv.get("ttft_ms") or {}).get("p99"),
+        "itl_p50_ms": (lv.get("itl_ms") or {}).get("p50"),
+        "itl_p99_ms": (lv.get("itl_ms") or {}).get("p99"),
+        "error_rate": lv.get("error_rate"),
+        "total": lv.get("total"),
+        "samples": sample_count(lv),
+    } for lv in results.get("levels") or []]
+    planner = ((results.get("memory") or {}).get("planner")) or {}
+    return levels, {k: planner.get(k) for k in ("weights_bytes", "kv_cache_tokens", "max_concurrency", "fits")}
+
+
+def judge_candidate(
+    recipe: str,
+    base_eval: str,
+    candidate_eval: str,
+    base_bench: str,
+    candidate_bench: str,
+    thresholds: str,
+    slo: str,
+    out_dir: str,
+    compress_figures: dict[str, Any] | None = None,
+    model_uri: str = "",
+) -> dict[str, Any]:
+    """Gate one candidate; write ``out_dir/{candidate.json, accuracy.md, slo.html, slo.md}``.
+
+    Returns ``{"passed", "reason", "metrics", "candidate"}``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    accuracy = run_gate(base_eval, candidate_eval, thresholds, report_path=str(out / "accuracy.md"))
+    slo = run_slo_gate(base_bench, candidate_bench, slo, report_path=str(out / "slo.html"),
+                       summary_path=str(out / "slo.md"))
+    levels, planner = _levels(candidate_bench)
+    base_levels, base_planner = _levels(base_bench)
+    figures = compress_figures or {}
+    gated = [r for r in accuracy["rows"] if r["gated"] and r["recovery"] is not None]
+    passed = bool(accuracy["passed"] and slo["passed"])
+    if passed:
+        reason = "passed both gates"
+    else:
+        reason = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo))
+                           if not r["passed"])
+    from shipyard.compression.recipes import recipe_label
+
+    record = {
+        "schema": SCHEMA,
+        "recipe": recipe_label(recipe),
+        "recipe_text": recipe,
+        "model_uri": model_uri,
+        "passed": passed,
+        "reason": reason,
+        "size_bytes": figures.get("size_after_bytes"),
+        "base_size_bytes": figures.get("size_before_bytes"),
+        "compression_ratio": figures.get("compression_ratio"),
+        "accuracy": {
+            "passed": bool(accuracy["passed"]),
+            "reason": accuracy["reason"],
+            "worst_recovery": min((r["recovery"] for r in gated), default=None),
+            "thresholds": accuracy.get("thresholds"),
+            "rows": [{k: r.get(k) for k in ("task", "metric", "higher_is_better", "base", "candidate", "recovery",
+                                            "min_recovery", "gated", "passed", "note", "base_stderr",
+                                            "candidate_stderr", "stderr_k", "decided_by", "stderr_rule")}
+                     for r in accuracy["rows"]],
+        },
+        "slo": {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
+                "thresholds": slo.get("slo"), "rule": slo.get("rule"),
+                "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain")},
+        "levels": levels,
+        "base_levels": base_levels,
+        "planner": planner,
+        "base_planner": base_planner,
+    }
+    atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
+    metrics = {"passed": 1.0 if passed else 0.0, "accuracy_passed": 1.0 if accuracy["passed"] else 0.0,
+               "slo_passed": 1.0 if slo["passed"] else 0.0}
+    if record["accuracy"]["worst_recovery"] is not None:
+        metrics["worst_recovery"] = float(record["accuracy"]["worst_recovery"])
+    for lv in levels:
+        if lv["output_tokens_per_s"] is not None:
+            metrics[f"{lv['name']}.output_tokens_per_s"] = float(lv["output_tokens_per_s"])
+    if record["size_bytes"]:
+        metrics["size_bytes"] = float(record["size_bytes"])
+    return {"passed": passed, "reason": reason, "metrics": metrics, "candidate": record,
+            "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"]}
+
+
+def load_candidate(path: str | Path) -> dict[str, Any]:
+    """Read a ``candidate.json`` (the file or its folder)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / CANDIDATE_FILE
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as err:
+        raise ShipyardError("candidates", f"cannot read {p}: {type(err).__name__}", "pass candidate_gates' candidate outputs") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ShipyardError("candidates", f"{p} is not a shipyard candidate record", "pass candidate_gates' candidate outputs")
+    return data

@@ -1,0 +1,169 @@
+"""Recovery of a candidate against its base, per task and metric, and the pass/fail rule.
+
+recovery = candidate / base for higher-is-better metrics (accuracy) and base / candidate for
+lower-is-better ones (perplexity, bits per byte), so recovery < 1 always means "the candidate
+is worse". When the denominator is 0 the ratio is undefined: recovery is 1.0 if the candidate
+is at least as good as the base and 0.0 otherwise.
+
+A metric passes when recovery >= its minimum (default 0.99) or, with the optional
+``stderr_k`` rule, when the candidate's loss is within k standard errors of the difference
+(sqrt(se_base^2 + se_candidate^2)), which keeps small eval sets from failing on noise.
+
+Pure Python: runs in the base runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.gates.config import DEFAULT_MIN_RECOVERY, accuracy_config
+
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Gate thresholds, parsed from the ``thresholds`` JSON string.
+
+    ``{"min_recovery": 0.99, "stderr_k": null, "metrics": {"<task>:<metric>" | "<metric>" | "<task>":
+    0.95 | {"min_recovery": 0.95, "stderr_k": 2, "gate": false}}}``. The most specific key wins;
+    metric names may omit lm-eval's ``,none`` filter suffix.
+    """
+
+    min_recovery: float = DEFAULT_MIN_RECOVERY
+    stderr_k: float | None = None
+    metrics: dict[str, dict[str, Any]] | None = None
+
+    def rule_for(self, task: str, metric_key: str) -> dict[str, Any]:
+        """The effective ``min_recovery``, ``stderr_k`` and ``gate`` flag for one task metric."""
+        metric = metric_key.split(",", 1)[0]
+        rule: dict[str, Any] = {"min_recovery": self.min_recovery, "stderr_k": self.stderr_k, "gate": True}
+        overrides = self.metrics or {}
+        for key in (task, metric, metric_key, f"{task}:{metric}", f"{task}:{metric_key}"):
+            if key in overrides:
+                rule.update(overrides[key])
+        return rule
+
+
+def parse_thresholds(text: str | dict[str, Any] | None, field: str = "thresholds") -> Thresholds:
+    """Parse the gate's ``thresholds`` JSON (empty: 0.99 recovery on every metric) with the typed
+    config of :mod:`shipyard.gates.config` (one-line errors)."""
+    cfg = accuracy_config(text, field)
+    return Thresholds(
+        min_recovery=cfg.min_recovery,
+        stderr_k=cfg.stderr_k,
+        metrics={key: rule.model_dump(exclude_unset=True) for key, rule in cfg.metrics.items()},
+    )
+
+
+def recovery(base: float, candidate: float, higher_is_better: bool) -> float:
+    """candidate/base (higher is better) or base/candidate (lower is better); see the module doc for 0."""
+    num, den = (candidate, base) if higher_is_better else (base, candidate)
+    if den == 0:
+        better_or_equal = candidate >= base if higher_is_better else candidate <= base
+        return 1.0 if better_or_equal else 0.0
+    return num / den
+
+
+@dataclass
+class Row:
+    """One task metric of the comparison."""
+
+    task: str
+    metric: str
+    higher_is_better: bool
+    base: float | None
+    candidate: float | None
+    base_stderr: float | None
+    candidate_stderr: float | None
+    recovery: float | None
+    min_recovery: float
+    stderr_k: float | None
+    gated: bool
+    passed: bool
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _diff_stderr(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return None
+    return math.sqrt(a * a + b * b)
+
+
+def compare_metric(task: str, key: str, base: dict[str, Any], cand: dict[str, Any] | None, rule: dict[str, Any]) -> Row:
+    """Compare one metric; a metric missing from the candidate fails (fail closed)."""
+    hib = bool(base.get("higher_is_better", True))
+    row = Row(task, key, hib, base["value"], None, base.get("stderr"), None, None,
+              rule["min_recovery"], rule["stderr_k"], rule["gate"], False, "")
+    if cand is None or cand.get("value") is None:
+        row.note = "missing in candidate results"
+        row.passed = not row.gated
+        return row
+    row.candidate = float(cand["value"])
+    row.candidate_stderr = cand.get("stderr")
+    row.recovery = recovery(float(base["value"]), row.candidate, hib)
+    if row.recovery >= row.min_recovery:
+        row.passed = True
+        row.note = "recovered"
+    else:
+        se = _diff_stderr(row.base_stderr, row.candidate_stderr)
+        loss = abs(row.candidate - float(base["value"]))
+        if row.stderr_k is not None and se is not None and loss <= row.stderr_k * se:
+            row.passed = True
+            row.note = (f"recovery {row.recovery:.4f} < {row.min_recovery:g}, passed by the stderr rule: loss "
+                        f"{loss:.4g} <= {row.stderr_k:g} x stderr {se:.4g}")
+        else:
+            row.note = f"recovery {row.recovery:.4f} < {row.min_recovery:g}"
+            row.passed = not row.gated
+            if not row.gated:
+                row.note += " (not gated)"
+    return row
+
+
+def load_summary(results: str | Path, field: str) -> dict[str, Any]:
+    """Read an evaluate step's ``summary.json`` (a results folder or the file itself)."""
+    path = Path(results)
+    if path.is_dir():
+        path = path / SUMMARY_FILE
+    try:
+        summary = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ShipyardError(field, f"no evaluation summary at {path}", "pass the results artifact of an evaluate step") from None
+    except (OSError, ValueError) as err:
+        raise ShipyardError(field, f"cannot read {path}: {type(err).__name__}: {err}", "re-run the evaluate step") from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("scores"), dict) or not summary.get("config_hash"):
+        raise ShipyardError(field, f"{path} is not an evaluate summary (no scores or config_hash)",
+                            "pass the results artifact of an evaluate step")
+    return summary
+
+
+def compare(base: dict[str, Any], candidate: dict[str, Any], thresholds: Thresholds) -> list[Row]:
+    """Rows for every metric of the base; results made with different configs are refused."""
+    if base["config_hash"] != candidate["config_hash"]:
+        diff = sorted(
+            k for k in set(base.get("config", {})) | set(candidate.get("config", {}))
+            if base.get("config", {}).get(k) != candidate.get("config", {}).get(k)
+        )
+        what = f"differing keys {diff}" if diff else "same keys, different task data or lm-eval version"
+        raise ShipyardError(
+            "eval_config",
+            f"base and candidate were evaluated with different configs (hash {base['config_hash'][:12]} vs "
+            f"{candidate['config_hash'][:12]}; {what})",
+            "evaluate both with the same eval_config and backend",
+        )
+    rows = []
+    for task, metrics in sorted(base["scores"].items()):
+        cand_task = candidate["scores"].get(task) or {}
+        for key, score in sorted(metrics.items()):
+            rows.append(compare_metric(task, key, score, cand_task.get(key), thresholds.rule_for(task, key)))
+    if not rows:
+        raise ShipyardError("base_results", "holds no scores to compare", "re-run the evaluate step")
+    return rows

@@ -1,0 +1,154 @@
+"""The champion's registration: register it with its lineage and gate it against ``production``.
+
+* :func:`register_champion` registers the packaged champion as a new model version (alias
+  ``candidate``) whose tags and description carry the recipe, base model, OCI digest and the
+  eval/benchmark headline; records its accuracy figures on the version (the next run's
+  champion figures); runs the champion/challenger gate of :mod:`shipyard.gates.champion`.
+  When MLflow is down it keeps the registration request (``tracking-pending/`` in a local run,
+  ``pending`` in its result) for ``shipyard track replay`` and fails the gate closed (no deploy).
+* after a Ready deployment :func:`shipyard.tracking.promotion.promote_production` moves
+  ``production`` to it (the old one becomes ``previous``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.files import atomic_write_text
+from shipyard.gates.champion import champion_gate
+from shipyard.gates.config import ChampionConfig
+from shipyard.gates.selection import objective_value
+from shipyard.tracking import model_registry as registry
+
+
+def load_selection(path: str) -> dict[str, Any]:
+    """``selection.json`` of the select step (its folder or the file) and the champion's record;
+    a single candidate's ``candidate.json`` folder (the promote pipeline) is its own champion."""
+    p = Path(path)
+    if p.is_dir() and (p / "candidate.json").is_file() and not (p / "selection.json").is_file():
+        from shipyard.gates.candidate import load_candidate
+
+        record = load_candidate(p)
+        return {"objective": "gates", "winner": record["recipe"], "decisions": {record["recipe"]: record["reason"]},
+                "candidates": [record], "champion": record}
+    if p.is_dir():
+        p = p / "selection.json"
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError) as err:
+        raise ShipyardError("selection", f"cannot read {p}: {type(err).__name__}", "pass select_champion's decision") from None
+    winner = next((c for c in doc.get("candidates", []) if c.get("recipe") == doc.get("winner")), None)
+    if winner is None:
+        raise ShipyardError("selection", "names no champion", "run register only when select_champion found one")
+    return {**doc, "champion": winner}
+
+
+def headline(champion: dict[str, Any]) -> dict[str, float]:
+    """The champion's headline figures: worst recovery, size, throughput at the SLO, KV-cache tokens."""
+    out: dict[str, float] = {}
+    for objective, key in (("recovery", "worst_recovery"), ("size", "size_bytes"),
+                           ("throughput", "output_tokens_per_s_at_slo"), ("kv_cache", "kv_cache_tokens")):
+        value = objective_value(champion, objective)
+        if value is not None:
+            out[key] = float(value)
+    return out
+
+
+def accuracy_figures(champion: dict[str, Any]) -> tuple[dict[str, float], dict[str, bool]]:
+    """The champion's eval scores (``task/metric``) and lm-eval's direction of each."""
+    figures, declared = {}, {}
+    for row in (champion.get("accuracy") or {}).get("rows", []):
+        if row.get("candidate") is None:
+            continue
+        name = f"{row['task']}/{row['metric'].replace(',none', '')}"
+        figures[name] = float(row["candidate"])
+        declared[name] = bool(row.get("higher_is_better", True))
+    return figures, declared
+
+
+def register_champion(
+    tracking_uri: str, experiment: str, kfp_run_id: str, model_name: str, source_uri: str, digest: str,
+    selection_dir: str, base_model_uri: str, champion_tolerance: float, report_path: str,
+) -> dict[str, Any]:
+    """Register the packaged champion and gate it against ``production``; returns
+    ``{"passed", "reason", "version", "champion_version", "recipe", "headline"}``."""
+    from shipyard.tracking.tracker import Tracker
+
+    doc = load_selection(selection_dir)
+    champion = doc["champion"]
+    figures, declared = accuracy_figures(champion)
+    head = headline(champion)
+    tags = {
+        "recipe": champion["recipe"][:5000],
+        "base_model": base_model_uri,
+        "oci_digest": digest,
+        "selection.objective": doc.get("objective", ""),
+        "selection.reason": str(doc.get("decisions", {}).get(champion["recipe"], ""))[:5000],
+        **{f"headline.{k}": v for k, v in head.items()},
+    }
+    description = (f"{champion['recipe'][:200]} of {base_model_uri}, packaged as {source_uri}. "
+                   f"Chosen by {doc.get('objective', '')}: {doc.get('decisions', {}).get(champion['recipe'], '')}. "
+                   + ", ".join(f"{k} {v:.4g}" for k, v in head.items()))
+    tracker = Tracker(tracking_uri)
+    request = {"kind": "register", "tracking_uri": tracking_uri, "resolved_uri": tracker.uri,
+               "experiment": experiment, "kfp_run_id": kfp_run_id, "model_name": model_name,
+               "source_uri": source_uri, "digest": digest, "tags": tags, "description": description,
+               "alias": registry.CANDIDATE, "aliases": [], "metrics": {**figures, **head}}
+    down = tracker.probe()
+    if not down:
+        try:
+            return _register_and_gate(tracker, request, champion, figures, declared, head, champion_tolerance,
+                                      report_path)
+        except UnreachableError as err:
+            down = str(err)
+    return _deferred(request, down, champion, head, figures, report_path)
+
+
+def _register_and_gate(tracker: Any, request: dict[str, Any], champion: dict[str, Any], figures: dict[str, float],
+                       declared: dict[str, bool], head: dict[str, float], champion_tolerance: float,
+                       report_path: str) -> dict[str, Any]:
+    model_name = request["model_name"]
+    parent = tracker.resolve_parent("", request["kfp_run_id"], request["experiment"])
+    info = registry.register_candidate(tracker, model_name, request["source_uri"], run_id=parent,
+                                       tags=request["tags"], description=request["description"])
+    holder = registry.version_for_alias(tracker, model_name, registry.PRODUCTION)
+    if holder is not None and holder.version == info.version:
+        holder = None
+    report = champion_gate(figures, holder.metrics if holder is not None else None,
+                           champion_version=holder.version if holder else "",
+                           config=ChampionConfig(tolerance=champion_tolerance), declared=declared)
+    registry.record_metrics(tracker, model_name, info.version, {**figures, **head})
+    registry.tag_version(tracker, model_name, info.version, {
+        "shipyard.gate.passed": str(report.passed).lower(), "shipyard.gate.reason": report.reason[:5000],
+        "shipyard.gate.champion_version": holder.version if holder else "none"})
+    if parent:
+        tracker.log(parent, tags={"shipyard.registered_model": model_name, "shipyard.registered_version": info.version})
+    atomic_write_text(report_path, report.to_markdown())
+    return {"passed": report.passed, "reason": report.reason, "version": info.version,
+            "champion_version": holder.version if holder else "", "recipe": champion["recipe"], "headline": head,
+            "figures": figures}
+
+
+def _deferred(request: dict[str, Any], down: str, champion: dict[str, Any], head: dict[str, float],
+              figures: dict[str, float], report_path: str) -> dict[str, Any]:
+    """MLflow is down: keep the registration request (``tracking-pending/`` in a local run, and
+    the returned ``pending``) and fail the gate closed: nothing is deployed unregistered."""
+    from shipyard.tracking.outbox import keep, replay_hint
+
+    reason = (f"registration deferred: MLflow {request['resolved_uri']} is unreachable ({down}); the champion "
+              "could not be registered or gated against production, so nothing is deployed")
+    request["version_tags"] = {"shipyard.gate.passed": "false", "shipyard.gate.reason": reason[:5000],
+                               "shipyard.registration": "replayed"}
+    kept = keep(request)
+    where = f"the request is kept in {kept}; {replay_hint(kept)}" if kept else \
+        "the request is kept in this step's output (pending)"
+    reason = f"{reason}; {where}"
+    atomic_write_text(report_path, f"# Champion/challenger gate: not run\n\n{reason}\n\n"
+                      f"Registration request:\n\n```json\n{json.dumps(request, indent=2, sort_keys=True)}\n```\n")
+    print(f"shipyard: {reason}", file=sys.stderr, flush=True)
+    return {"passed": False, "reason": reason, "version": "", "champion_version": "", "recipe": champion["recipe"],
+            "headline": head, "figures": figures, "pending": request}

@@ -1,0 +1,368 @@
+"""Fan-in: rank the candidates that passed both gates by the declared objective, pick one
+champion, and write the candidates report (Markdown and self-contained HTML with a plot).
+
+Objectives (the ``selection`` parameter, see :class:`~shipyard.gates.config.SelectionConfig`):
+
+* ``throughput``: output tokens/s at the highest load level that still meets the SLO;
+* ``size``: the smallest model on disk;
+* ``recovery``: the best worst-case accuracy recovery against the base;
+* ``kv_cache``: the most KV-cache tokens the memory planner finds on the benchmark's GPU.
+
+Ties go to the next objective in ``then``, then to the recipe listed first. Every candidate
+gets a line saying why it won or lost.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.files import atomic_write_text
+from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
+from shipyard.gates.config import SelectionConfig, selection_config
+
+LABELS = {
+    "throughput": "output tok/s at the highest load meeting the SLO",
+    "size": "size on disk (smaller is better)",
+    "recovery": "worst accuracy recovery vs base",
+    "kv_cache": "KV-cache tokens (memory planner)",
+}
+
+
+def _slo_level(cand: dict[str, Any]) -> dict[str, Any] | None:
+    """The level at the highest load that meets the SLO (from the SLO gate's figures)."""
+    rps = (cand.get("slo") or {}).get("metrics", {}).get("highest_load_meeting_slo_rps")
+    levels = [lv for lv in cand.get("levels") or [] if lv.get("requests_per_s") is not None]
+    if not rps or not levels:
+        return None
+    return min(levels, key=lambda lv: abs(float(lv["requests_per_s"]) - float(rps)))
+
+
+def objective_value(cand: dict[str, Any], objective: str) -> float | None:
+    """The candidate's figure for ``objective`` (None when it has none)."""
+    if objective == "throughput":
+        level = _slo_level(cand)
+        return None if level is None else level.get("output_tokens_per_s")
+    if objective == "size":
+        return cand.get("size_bytes")
+    if objective == "recovery":
+        return (cand.get("accuracy") or {}).get("worst_recovery")
+    if objective == "kv_cache":
+        return (cand.get("planner") or {}).get("kv_cache_tokens")
+    raise ValueError(objective)
+
+
+def _sort_key(cand: dict[str, Any], order: list[str]) -> tuple[float, ...]:
+    key = []
+    for objective in order:
+        value = objective_value(cand, objective)
+        if value is None:
+            key.append(float("inf"))
+        else:
+            key.append(float(value) if objective == "size" else -float(value))
+    return tuple(key)
+
+
+def select(candidates: list[dict[str, Any]], selection: str | SelectionConfig = "") -> dict[str, Any]:
+    """Rank the passing candidates; returns ``{"winner", "ranking", "decisions", "objective"}``.
+
+    ``winner`` is the champion's record (None when no candidate passed both gates);
+    ``decisions`` says for each recipe why it won or lost.
+    """
+    cfg = selection if isinstance(selection, SelectionConfig) else selection_config(selection)
+    order = [cfg.objective] + [o for o in cfg.then if o != cfg.objective]
+    indexed = list(enumerate(candidates))
+    passing = [(i, c) for i, c in indexed if c.get("passed")]
+    ranked = sorted(passing, key=lambda ic: (_sort_key(ic[1], order), ic[0]))
+    winner = ranked[0][1] if ranked else None
+    decisions: dict[str, str] = {}
+    label = LABELS[cfg.objective]
+    for rank, (_, cand) in enumerate(ranked, start=1):
+        value = _objective_text(objective_value(cand, cfg.objective), cfg.objective)
+        if rank == 1:
+            runner_up = ranked[1][1] if len(ranked) > 1 else None
+            versus = (f" vs {_objective_text(objective_value(runner_up, cfg.objective), cfg.objective)} for {runner_up['recipe']}"
+                      if runner_up else " (the only candidate that passed both gates)")
+            decisions[cand["recipe"]] = f"champion: {label} {value}{versus}"
+        else:
+            decisions[cand["recipe"]] = (f"rank {rank}: {label} {value} vs "
+                                         f"{_objective_text(objective_value(winner, cfg.objective), cfg.objective)} "
+                                         f"for the champion {winner['recipe']}")
+    for _, cand in indexed:
+        if not cand.get("passed"):
+            decisions[cand["recipe"]] = f"not eligible: {cand.get('reason', 'a gate failed')}"
+    if winner is None:
+        reason = "no candidate passed both gates: " + "; ".join(f"{c['recipe']}: {c.get('reason', '')}" for c in candidates)
+    else:
+        reason = f"champion {winner['recipe']} by {cfg.objective}: {decisions[winner['recipe']].removeprefix('champion: ')}"
+    return {
+        "objective": cfg.objective,
+        "order": order,
+        "winner": winner,
+        "reason": reason,
+        "ranking": [c["recipe"] for _, c in ranked],
+        "decisions": decisions,
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _mb(value: Any) -> str:
+    return "–" if not value else f"{float(value) / 1e6:.1f} MB"
+
+
+def _objective_text(value: float | None, objective: str) -> str:
+    if value is None:
+        return "–"
+    return _mb(value) if objective == "size" else fmt(value)
+
+
+def _first(candidates: list[dict[str, Any]], *path: str) -> Any:
+    """The first candidate record that has ``path`` (the thresholds are the same for every candidate)."""
+    for cand in candidates:
+        value: Any = cand
+        for key in path:
+            value = (value or {}).get(key) if isinstance(value, dict) else None
+        if value:
+            return value
+    return None
+
+
+def _series(candidates: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    if candidates and candidates[0].get("base_levels"):
+        out.append(("base", candidates[0]["base_levels"]))
+    out += [(c["recipe"][:24], c.get("levels") or []) for c in candidates]
+    return out
+
+
+def _stderr_rows(cand: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in (cand.get("accuracy") or {}).get("rows", []) if r.get("decided_by") == "stderr rule"]
+
+
+def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_plots: bool = True) -> Doc:
+    """All candidates side by side: the selection rule, the champion and why, every gate's decision,
+    the figures per load level and per metric, the thresholds, and warnings."""
+    winner = (result.get("winner") or {}).get("recipe")
+    objective = result["objective"]
+    doc = Doc("shipyard candidates").h(1, f"Candidates: {'champion ' + winner if winner else 'no champion'}",
+                                      "pass" if winner else "fail")
+    doc.p(result["reason"], "Decision:")
+    doc.p(f"only candidates that passed both gates (accuracy and SLO) are eligible; they are ranked by "
+          f"{objective} ({LABELS[objective]}); ties go to {', '.join(result['order'][1:]) or 'none'}, then to the "
+          "recipe listed first.", "Rule:")
+    for cand in candidates:
+        for r in _stderr_rows(cand):
+            doc.warn(f"{cand['recipe'][:40]}: {r['task']} {str(r['metric']).replace(',none', '')} passed the accuracy gate "
+                     f"below min_recovery {fmt(r.get('min_recovery'))} (recovery {fmt(r.get('recovery'))}) by the "
+                     f"stderr rule (k = {fmt(r.get('stderr_k'))}): {r.get('stderr_rule') or r.get('note')}")
+    for name, levels in _series(candidates):
+        for text in sample_warnings(levels, name):
+            doc.warn(text)
+    if with_plots:
+        for alt, png in plot_pngs(candidates):
+            doc.image(alt, png)
+    champion_value = objective_value(result["winner"], objective) if result.get("winner") else None
+    ranked = {recipe: i for i, recipe in enumerate(result.get("ranking") or [], start=1)}
+    rows = []
+    base = candidates[0] if candidates else {}
+    if base:
+        rows.append(["–", "base", "reference", "–", "–", "–", "–", "1", _mb(base.get("base_size_bytes")), "1",
+                     fmt((base.get("base_planner") or {}).get("kv_cache_tokens"))])
+    for cand in candidates:
+        acc, slo = cand.get("accuracy") or {}, cand.get("slo") or {}
+        value = objective_value(cand, objective)
+        diff = "–"
+        if value is not None and champion_value is not None and cand["recipe"] != winner:
+            delta = float(value) - float(champion_value)
+            diff = _mb(delta) if objective == "size" else f"{delta:+.4g}"
+        mark = "champion" if cand["recipe"] == winner else ("passed" if cand.get("passed") else "not eligible")
+        rows.append([str(ranked.get(cand["recipe"], "–")), cand["recipe"][:40], mark,
+                     _objective_text(value, objective), diff, "pass" if acc.get("passed") else "FAIL",
+                     "pass" if slo.get("passed") else "FAIL", fmt(acc.get("worst_recovery")), _mb(cand.get("size_bytes")),
+                     fmt(cand.get("compression_ratio"), 2), fmt((cand.get("planner") or {}).get("kv_cache_tokens"))])
+    doc.h(2, "Ranking")
+    doc.table(["rank", "recipe", "decision", f"{objective} ({LABELS[objective]})", "vs champion", "accuracy gate",
+               "SLO gate", "worst recovery", "size", "ratio", "planner KV tokens"], rows)
+    doc.h(2, "Why each candidate won or lost")
+    doc.items(f"{recipe[:60]}: {why}" for recipe, why in result["decisions"].items())
+    doc.h(2, "Gate decisions")
+    doc.table(["recipe", "accuracy gate", "SLO gate", "worst regression", "best gain"],
+              [[c["recipe"][:40], (c.get("accuracy") or {}).get("reason") or "–", (c.get("slo") or {}).get("reason") or "–",
+                change_text((c.get("slo") or {}).get("worst_regression")),
+                change_text((c.get("slo") or {}).get("best_gain"))] for c in candidates])
+    level_rows = []
+    for name, levels in _series(candidates):
+        for lv in levels:
+            n = sample_count(lv)
+            level_rows.append([name, lv["name"], "–" if n is None else str(n) + (f" (< {MIN_SAMPLES})" if n < MIN_SAMPLES else ""),
+                               fmt(lv.get("output_tokens_per_s"), 1), fmt(lv.get("ttft_p50_ms"), 1),
+                               fmt(lv.get("ttft_p99_ms"), 1), fmt(lv.get("itl_p99_ms"), 1), fmt(lv.get("error_rate"))])
+    if level_rows:
+        doc.h(2, "Per load level")
+        doc.table(["model", "load", "requests", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p99 ms", "error rate"],
+                  level_rows)
+    metrics = sorted({f"{r['task']}/{r['metric'].replace(',none', '')}" for c in candidates
+                      for r in (c.get("accuracy") or {}).get("rows", [])})
+    if metrics:
+        doc.h(2, "Accuracy recovery per metric")
+        head = ["metric", "base", "min recovery"] + [c["recipe"][:30] for c in candidates]
+        table = []
+        for metric in metrics:
+            cells, base_value, minimum = [], None, None
+            for cand in candidates:
+                row = next((r for r in (cand.get("accuracy") or {}).get("rows", [])
+                            if f"{r['task']}/{r['metric'].replace(',none', '')}" == metric), None)
+                if row is None:
+                    cells.append("–")
+                    continue
+                base_value = row["base"] if base_value is None else base_value
+                minimum = row.get("min_recovery") if minimum is None else minimum
+                how = row.get("decided_by") or ""
+                verdict = ("" if row["passed"] else " FAIL") if row.get("gated", True) else " not gated"
+                cells.append(f"{fmt(row['candidate'])} (recovery {fmt(row['recovery'])}"
+                             f"{'; ' + how if how and how != 'recovery >= min' else ''}){verdict}")
+            table.append([metric, fmt(base_value), fmt(minimum)] + cells)
+        doc.table(head, table)
+        doc.p("candidate score (recovery = candidate / base, or base / candidate when lower is better; "
+              "stderr rule = passed below min recovery, within k standard errors).", "Cells:")
+    acc_cfg = _first(candidates, "accuracy", "thresholds")
+    if acc_cfg:
+        doc.h(2, "Accuracy thresholds").config(acc_cfg)
+    slo_cfg = _first(candidates, "slo", "thresholds")
+    if slo_cfg:
+        doc.h(2, "SLO").config(slo_cfg, ("threshold", "value"))
+    return doc
+
+
+def report_markdown(result: dict[str, Any], candidates: list[dict[str, Any]]) -> str:
+    """All candidates side by side, the winner and why (Markdown, no plots)."""
+    return report_doc(result, candidates, with_plots=False).to_markdown()
+
+
+def _load_x(level: dict[str, Any]) -> float:
+    value = level.get("nominal_load")
+    return float(value if value is not None else level.get("requests_per_s") or 0.0)
+
+
+def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    """TTFT p99 vs achieved output tok/s and output tok/s vs load (base and every candidate, SLO
+    lines), size and worst recovery (with the min recovery line); ``(alt text, PNG)`` each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    slo = _first(candidates, "slo", "thresholds") or {}
+    acc = _first(candidates, "accuracy", "thresholds") or {}
+    series = _series(candidates)
+    out = []
+
+    def png(fig: Any) -> bytes:
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
+        plt.close(fig)
+        return buf.getvalue()
+
+    fig, ax = plt.subplots(figsize=(6.2, 4.0))
+    few = False
+    for name, levels in series:
+        lv = sorted((x for x in levels if x.get("ttft_p99_ms") is not None), key=lambda x: x.get("output_tokens_per_s") or 0)
+        if not lv:
+            continue
+        line = ax.plot([x.get("output_tokens_per_s") or 0 for x in lv], [x["ttft_p99_ms"] for x in lv], "-o", label=name)[0]
+        for x in lv:
+            n = sample_count(x)
+            if n is not None and n < MIN_SAMPLES:
+                few = True
+                ax.plot([x.get("output_tokens_per_s") or 0], [x["ttft_p99_ms"]], "o", color=line.get_color(),
+                        markerfacecolor="white")
+            ax.annotate(str(x["name"]).replace("concurrent@", "c="), (x.get("output_tokens_per_s") or 0, x["ttft_p99_ms"]),
+                        textcoords="offset points", xytext=(4, 4), fontsize=7, color=line.get_color())
+    if slo.get("ttft_p99_ms"):
+        ax.axhline(slo["ttft_p99_ms"], color="black", linestyle=":", label=f"SLO TTFT p99 <= {slo['ttft_p99_ms']:g} ms")
+    values = [x["ttft_p99_ms"] for _, lv in series for x in lv if x.get("ttft_p99_ms")] + [slo.get("ttft_p99_ms") or 0]
+    positive = [v for v in values if v and v > 0]
+    if positive and max(positive) / min(positive) > 30:
+        ax.set_yscale("log")
+    ax.set_xlabel("achieved output tokens/s")
+    ax.set_ylabel("TTFT p99 (ms)")
+    ax.set_title("TTFT p99 vs achieved throughput" + (f"\nhollow: < {MIN_SAMPLES} requests" if few else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    out.append(("TTFT p99 vs achieved output tokens/s, base and every candidate, SLO line", png(fig)))
+
+    fig, ax = plt.subplots(figsize=(6.2, 4.0))
+    for name, levels in series:
+        lv = sorted(levels, key=_load_x)
+        if lv:
+            ax.plot([_load_x(x) for x in lv], [x.get("output_tokens_per_s") or 0 for x in lv], "-o", label=name)
+    if slo.get("min_output_tokens_per_s"):
+        ax.axhline(slo["min_output_tokens_per_s"], color="black", linestyle=":",
+                   label=f"SLO min {slo['min_output_tokens_per_s']:g} tok/s")
+    ax.set_xticks(sorted({_load_x(x) for _, levels in series for x in levels}))
+    ax.set_xlabel("load level (concurrency, or offered requests/s)")
+    ax.set_ylabel("achieved output tokens/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("throughput vs load", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    out.append(("output tokens/s vs load level, base and every candidate, SLO minimum", png(fig)))
+
+    names = (["base"] if candidates else []) + [c["recipe"][:24] for c in candidates]
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    sizes = ([candidates[0].get("base_size_bytes")] if candidates else []) + [c.get("size_bytes") for c in candidates]
+    axes[0].bar(names, [float(v or 0) / 1e6 for v in sizes], color="tab:gray")
+    axes[0].set_title("size on disk (MB)", fontsize=10)
+    recov = ([1.0] if candidates else []) + [(c.get("accuracy") or {}).get("worst_recovery") for c in candidates]
+    heights = [float(v or 0) for v in recov]
+    bars = axes[1].bar(names, heights, color="tab:green")
+    axes[1].bar_label(bars, [fmt(v, 3) for v in heights], fontsize=7)
+    floor = min([v for v in heights if v > 0] + [float(acc.get("min_recovery") or 1.0)])
+    axes[1].set_ylim(max(0.0, floor - 0.1), max(heights + [1.0]) + 0.05)  # small differences stay visible
+    if acc.get("min_recovery"):
+        axes[1].axhline(acc["min_recovery"], color="black", linestyle=":", label=f"min recovery {acc['min_recovery']:g}")
+        axes[1].legend(fontsize=7, loc="upper right")
+    axes[1].set_title("worst accuracy recovery vs base", fontsize=10)
+    for ax in axes:
+        ax.tick_params(axis="x", labelrotation=20, labelsize=7)
+    out.append(("size on disk and worst accuracy recovery, base and every candidate", png(fig)))
+    return out
+
+
+def report_html(result: dict[str, Any], candidates: list[dict[str, Any]], markdown: str | None = None) -> str:
+    """A self-contained HTML page: the plots (inline PNGs) and the tables (nothing loads from the
+    network). ``markdown`` is accepted for compatibility and ignored: both come from one document."""
+    return report_doc(result, candidates).to_html()
+
+
+def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, report_md: str, report_html_path: str) -> dict[str, Any]:
+    """Read every candidate record, select, write ``selection.json`` and both reports.
+
+    Returns ``{"winner", "winner_model_uri", "reason", "metrics", "decisions"}``; ``winner`` is
+    the champion's recipe, or empty when no candidate passed both gates.
+    """
+    from shipyard.gates.candidate import load_candidate
+
+    candidates = [load_candidate(path) for path in candidate_dirs]
+    result = select(candidates, selection)
+    atomic_write_text(report_md, report_markdown(result, candidates))
+    atomic_write_text(report_html_path, report_html(result, candidates))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    winner = result["winner"] or {}
+    doc = {k: v for k, v in result.items() if k != "winner"}
+    doc["winner"] = winner.get("recipe", "")
+    doc["candidates"] = candidates
+    atomic_write_text(out / "selection.json", json.dumps(doc, indent=2, default=str))
+    metrics = {"candidates": float(len(candidates)), "passed": float(sum(bool(c.get("passed")) for c in candidates))}
+    value = objective_value(winner, result["objective"]) if winner else None
+    if value is not None:
+        metrics[f"champion.{result['objective']}"] = float(value)
+    return {"winner": winner.get("recipe", ""), "winner_model_uri": winner.get("model_uri", ""), "reason": result["reason"],
+            "metrics": metrics, "decisions": result["decisions"], "objective": result["objective"],
+            "champion": winner}

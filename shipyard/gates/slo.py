@@ -1,0 +1,312 @@
+"""The SLO gate: promote a candidate only when it meets latency/throughput SLOs under load.
+
+Per load level of the candidate's benchmark (and the base's, on the same profile) it checks
+TTFT p99, ITL p99, output tokens/s and the error rate against the SLO, computes goodput (the
+share of all requests, errored and incomplete ones included, whose own TTFT and ITL meet the
+SLO) and finds the highest load (requests/s) that meets the SLO. The decision then follows
+``require``:
+
+* ``"base"`` (default): the candidate meets the SLO at every level where the base does, and
+  at one level at least (no loss of SLO-compliant capacity);
+* ``"all"`` / ``"any"``: at every level / at one level at least;
+* a number: at the level whose nominal load (streams or requests/s) is that number;
+
+plus, when set, ``min_throughput_ratio`` (candidate/base output tokens/s per level) and
+``max_latency_ratio`` (candidate/base TTFT p99 and ITL p99 per level).
+
+:func:`run_slo_gate` never raises: unreadable results, results of different benchmark
+configs, bad SLO thresholds and missing figures all give ``passed = False`` with the reason
+(fail closed), so ``dsl.If`` skips promotion and the report says why. Pure Python (base runtime).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from shipyard.benchmarking.guidellm import load_results
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_write_text
+from shipyard.core.report import change_text, level_label, sample_count
+from shipyard.gates.config import SloConfig, slo_config
+
+#: Used when the slo parameter is empty: generous figures that a CPU run of a small model meets.
+DEFAULT_SLO: dict[str, Any] = SloConfig().model_dump()
+
+
+def parse_slo(value: str | dict[str, Any] | None) -> dict[str, Any]:
+    """Validate SLO thresholds (JSON text or dict) with the typed config of
+    :mod:`shipyard.gates.config`; missing keys take :data:`DEFAULT_SLO`."""
+    slo = slo_config(value).model_dump()
+    if isinstance(slo["require"], float) and slo["require"].is_integer():
+        slo["require"] = int(slo["require"])
+    return slo
+
+
+def goodput(level: dict[str, Any], slo: dict[str, Any]) -> float:
+    """Share of all requests of a level (errored and incomplete included) meeting the TTFT and ITL SLO."""
+    total = int(level.get("total") or 0)
+    if total <= 0:
+        return 0.0
+    samples = level.get("samples") or {}
+    ttfts = samples.get("ttft_ms") or []
+    itls = samples.get("itl_ms") or [None] * len(ttfts)
+    good = 0
+    for ttft, itl in zip(ttfts, itls, strict=False):
+        if ttft is None or ttft > slo["ttft_p99_ms"]:
+            continue
+        if itl is not None and itl > slo["itl_p99_ms"]:  # None: a one-token output has no ITL
+            continue
+        good += 1
+    return round(min(1.0, good / total), 4)
+
+
+def _check(name: str, measured: float | None, op: str, limit: float, unit: str) -> dict[str, Any]:
+    """One SLO check of a level: the measured value against the threshold, with the margin
+    (positive: room to spare) and the verdict."""
+    if measured is None:
+        return {"check": name, "measured": None, "threshold": f"{op} {limit:g} {unit}".strip(), "margin": None,
+                "unit": unit, "passed": name == "ITL p99", "note": "no figure" + (" (one-token outputs)" if name == "ITL p99" else "")}
+    margin = limit - measured if op == "<=" else measured - limit
+    return {"check": name, "measured": measured, "threshold": f"{op} {limit:g} {unit}".strip(),
+            "margin": round(margin, 6), "unit": unit, "passed": margin >= 0, "note": ""}
+
+
+def check_level(level: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
+    """The SLO verdict of one load level: ``meets``, ``goodput``, the failed checks (text) and
+    every check (``checks``: measured, threshold, margin, verdict)."""
+    failures = []
+    ttft, itl = level["ttft_ms"]["p99"], level["itl_ms"]["p99"]
+    if ttft is None:
+        failures.append("no TTFT figure")
+    elif ttft > slo["ttft_p99_ms"]:
+        failures.append(f"TTFT p99 {ttft:.4g} ms > {slo['ttft_p99_ms']:g}")
+    if itl is not None and itl > slo["itl_p99_ms"]:
+        failures.append(f"ITL p99 {itl:.4g} ms > {slo['itl_p99_ms']:g}")
+    if level["output_tokens_per_s"] < slo["min_output_tokens_per_s"]:
+        failures.append(f"output {level['output_tokens_per_s']:.4g} tok/s < {slo['min_output_tokens_per_s']:g}")
+    if level["error_rate"] > slo["max_error_rate"]:
+        failures.append(
+            f"error rate {level['error_rate']:.3g} > {slo['max_error_rate']:g} "
+            f"({level['errored']} errored, {level['incomplete']} incomplete of {level['total']})"
+        )
+    gp = goodput(level, slo)
+    if slo.get("min_goodput") is not None and gp < slo["min_goodput"]:
+        failures.append(f"goodput {gp:.3g} < {slo['min_goodput']:g}")
+    checks = [
+        _check("TTFT p99", ttft, "<=", slo["ttft_p99_ms"], "ms"),
+        _check("ITL p99", itl, "<=", slo["itl_p99_ms"], "ms"),
+        _check("output tok/s", level["output_tokens_per_s"], ">=", slo["min_output_tokens_per_s"], "tok/s"),
+        _check("error rate", level["error_rate"], "<=", slo["max_error_rate"], ""),
+    ]
+    if slo.get("min_goodput") is not None:
+        checks.append(_check("goodput", gp, ">=", slo["min_goodput"], ""))
+    return {"name": level["name"], "meets": not failures, "goodput": gp, "failures": failures, "checks": checks,
+            "samples": sample_count(level)}
+
+
+#: Figures compared between candidate and base per level: (key, percentile, label, unit, lower is better).
+CHANGE_FIGURES = (("ttft_ms", "p99", "TTFT p99", "ms", True), ("itl_ms", "p99", "ITL p99", "ms", True),
+                  ("output_tokens_per_s", None, "output tok/s", "tok/s", False))
+
+
+def changes(base_levels: list[dict[str, Any]], cand_levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Candidate against base per level and figure: the ratio and how much worse (``worse`` > 1)
+    or better (< 1) the candidate is, whichever way the figure is better."""
+    out = []
+    for b, c in zip(base_levels, cand_levels, strict=False):
+        for key, pct, label, unit, lower in CHANGE_FIGURES:
+            cv = c[key][pct] if pct else c.get(key)
+            bv = b[key][pct] if pct else b.get(key)
+            if cv is None or bv is None or cv <= 0 or bv <= 0:
+                continue
+            ratio = cv / bv
+            out.append({"figure": label, "level": c["name"], "load": level_label(c), "candidate": cv, "base": bv,
+                        "unit": unit, "ratio": round(ratio, 4), "worse": ratio if lower else 1 / ratio,
+                        "samples": min((n for n in (sample_count(c), sample_count(b)) if n is not None), default=None)})
+    return out
+
+
+def worst_and_best(found: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The worst regression (largest ``worse`` > 1) and the best gain (smallest ``worse`` < 1)."""
+    worse = [c for c in found if c["worse"] > 1 + 1e-9]
+    better = [c for c in found if c["worse"] < 1 - 1e-9]
+    return (max(worse, key=lambda c: c["worse"]) if worse else None,
+            min(better, key=lambda c: c["worse"]) if better else None)
+
+
+def rule_text(slo: dict[str, Any]) -> str:
+    """The SLO gate's rule in words, with every threshold."""
+    level = (f"a load level meets the SLO when TTFT p99 <= {slo['ttft_p99_ms']:g} ms, ITL p99 <= "
+             f"{slo['itl_p99_ms']:g} ms, output >= {slo['min_output_tokens_per_s']:g} tok/s and error rate <= "
+             f"{slo['max_error_rate']:g}" + (f" and goodput >= {slo['min_goodput']:g}" if slo.get("min_goodput") is not None else ""))
+    req = slo["require"]
+    if req == "base":
+        gate = "require=base: the candidate meets it at every level where the base does, and at one level at least"
+    elif req == "all":
+        gate = "require=all: the candidate meets it at every level"
+    elif req == "any":
+        gate = "require=any: the candidate meets it at one level at least"
+    else:
+        gate = f"require={req:g}: the candidate meets it at the level with nominal load {req:g}"
+    extra = []
+    if slo.get("min_throughput_ratio") is not None:
+        extra.append(f"output tok/s >= {slo['min_throughput_ratio']:g} x the base's at every level")
+    if slo.get("max_latency_ratio") is not None:
+        extra.append(f"TTFT p99 and ITL p99 <= {slo['max_latency_ratio']:g} x the base's at every level")
+    return f"{level}; {gate}" + ("; and " + "; ".join(extra) if extra else "")
+
+
+def highest_load(levels: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The level with the most requests/s among those meeting the SLO (None if none does)."""
+    ok = [lv for lv, v in zip(levels, verdicts, strict=True) if v["meets"]]
+    if not ok:
+        return None
+    best = max(ok, key=lambda lv: lv["requests_per_s"])
+    return {"name": best["name"], "requests_per_s": best["requests_per_s"], "nominal_load": best.get("nominal_load")}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, 4)
+
+
+def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate both results against the SLO and each other; returns the decision and every figure."""
+    reasons: list[str] = []
+    if base.get("comparable") != cand.get("comparable"):
+        diff = sorted(k for k in (cand.get("comparable") or {}) if (base.get("comparable") or {}).get(k) != cand["comparable"][k])
+        reasons.append(f"base and candidate ran different benchmark configs (differ in {diff or 'all'})")
+    blev, clev = base["levels"], cand["levels"]
+    bver = [check_level(lv, slo) for lv in blev]
+    cver = [check_level(lv, slo) for lv in clev]
+    if len(blev) != len(clev):
+        reasons.append(f"base has {len(blev)} load levels, the candidate {len(clev)}")
+    pairs = []
+    for i, c in enumerate(clev):
+        b = blev[i] if i < len(blev) else None
+        pairs.append({
+            "name": c["name"],
+            "base": b["name"] if b else None,
+            "output_tokens_per_s_ratio": _ratio(c["output_tokens_per_s"], b["output_tokens_per_s"] if b else None),
+            "requests_per_s_ratio": _ratio(c["requests_per_s"], b["requests_per_s"] if b else None),
+            "ttft_p99_ratio": _ratio(c["ttft_ms"]["p99"], b["ttft_ms"]["p99"] if b else None),
+            "itl_p99_ratio": _ratio(c["itl_ms"]["p99"], b["itl_ms"]["p99"] if b else None),
+            "latency_p99_ratio": _ratio(c["latency_s"]["p99"], b["latency_s"]["p99"] if b else None),
+        })
+    req = slo["require"]
+    failing = [f"{v['name']}: {'; '.join(v['failures'])}" for v in cver if not v["meets"]]
+    if not any(v["meets"] for v in cver):
+        reasons.append("the candidate meets the SLO at no load level (" + " | ".join(failing) + ")")
+    elif req == "all" and failing:
+        reasons.append("SLO missed at " + " | ".join(failing))
+    elif req == "base":
+        lost = [
+            f"{cver[i]['name']}: {'; '.join(cver[i]['failures'])}"
+            for i, bv in enumerate(bver) if bv["meets"] and i < len(cver) and not cver[i]["meets"]
+        ]
+        if lost:
+            reasons.append("SLO met by the base but missed by the candidate at " + " | ".join(lost))
+    elif isinstance(req, int | float) and not isinstance(req, bool):
+        idx = [i for i, lv in enumerate(clev) if lv.get("nominal_load") is not None and math.isclose(lv["nominal_load"], req)]
+        if not idx:
+            reasons.append(f"no load level {req:g} in the candidate's benchmark")
+        elif not cver[idx[0]]["meets"]:
+            reasons.append(f"SLO missed at the required load {req:g}: {'; '.join(cver[idx[0]]['failures'])}")
+    if slo.get("min_throughput_ratio") is not None:
+        for p in pairs:
+            r = p["output_tokens_per_s_ratio"]
+            if r is None or r < slo["min_throughput_ratio"]:
+                reasons.append(f"{p['name']}: output tok/s ratio {r} < {slo['min_throughput_ratio']:g}")
+    if slo.get("max_latency_ratio") is not None:
+        for p in pairs:
+            for key in ("ttft_p99_ratio", "itl_p99_ratio"):
+                r = p[key]
+                if r is not None and r > slo["max_latency_ratio"]:
+                    reasons.append(f"{p['name']}: {key.replace('_', ' ')} {r} > {slo['max_latency_ratio']:g}")
+    passed = not reasons
+    cbest, bbest = highest_load(clev, cver), highest_load(blev, bver)
+    met = sum(v["meets"] for v in cver)
+    worst, gain = worst_and_best(changes(blev, clev))
+    versus = f"worst regression: {change_text(worst)}; best gain: {change_text(gain)}"
+    if passed:
+        best = f"{cbest['name']} at {cbest['requests_per_s']:.3g} req/s" if cbest else "none"
+        bbest_txt = f"{bbest['name']} at {bbest['requests_per_s']:.3g} req/s" if bbest else "none"
+        reason = (f"passed: the candidate meets the SLO at {met} of {len(cver)} load levels; highest load meeting it "
+                  f"{best} (base: {bbest_txt}); {versus}")
+    else:
+        reason = "failed: " + "; ".join(reasons) + f"; {versus}"
+    return {
+        "rule": rule_text(slo),
+        "worst_regression": worst,
+        "best_gain": gain,
+        "passed": passed,
+        "reason": reason,
+        "reasons": reasons,
+        "slo": slo,
+        "base_levels": bver,
+        "candidate_levels": cver,
+        "pairs": pairs,
+        "candidate_highest_load": cbest,
+        "base_highest_load": bbest,
+    }
+
+
+def gate_metrics(decision: dict[str, Any]) -> dict[str, float]:
+    """KFP metrics of the gate decision."""
+    out: dict[str, float] = {"passed": 1.0 if decision.get("passed") else 0.0}
+    cver = decision.get("candidate_levels") or []
+    out["levels_meeting_slo"] = float(sum(v["meets"] for v in cver))
+    out["levels"] = float(len(cver))
+    for v in cver:
+        out[f"{v['name']}.goodput"] = v["goodput"]
+    worst = decision.get("worst_regression")
+    if worst:
+        out["worst_regression_factor"] = round(float(worst["worse"]), 4)
+    best = decision.get("candidate_highest_load")
+    out["highest_load_meeting_slo_rps"] = float(best["requests_per_s"]) if best else 0.0
+    for p in decision.get("pairs") or []:
+        if p["output_tokens_per_s_ratio"] is not None:
+            out[f"{p['name']}.throughput_ratio"] = p["output_tokens_per_s_ratio"]
+        if p["ttft_p99_ratio"] is not None:
+            out[f"{p['name']}.ttft_p99_ratio"] = p["ttft_p99_ratio"]
+    return out
+
+
+def run_slo_gate(
+    base_results: str,
+    candidate_results: str,
+    slo: str | dict[str, Any] | None,
+    report_path: str,
+    summary_path: str | None = None,
+) -> dict[str, Any]:
+    """Decide, write the HTML report (``report_path``) and Markdown summary; never raises.
+
+    Returns ``{"passed": bool, "reason": str, "metrics": {...}}``.
+    """
+    from shipyard.benchmarking.report import html_report, markdown_summary
+
+    base = cand = None
+    parsed: dict[str, Any] | None = None
+    try:
+        parsed = parse_slo(slo)
+        base = load_results(base_results)
+        cand = load_results(candidate_results)
+        decision = compare(base, cand, parsed)
+    except ShipyardError as err:
+        decision = {"passed": False, "reason": f"failed: {err}", "reasons": [str(err)]}
+    except Exception as err:  # fail closed on anything unexpected, with the reason
+        decision = {"passed": False, "reason": f"failed: {type(err).__name__}: {err}", "reasons": [str(err)]}
+    if parsed is not None and "slo" not in decision:
+        decision["slo"], decision["rule"] = parsed, rule_text(parsed)
+    try:
+        atomic_write_text(report_path, html_report(decision, base, cand))
+    except Exception as err:  # the decision stands; the report says what broke
+        atomic_write_text(report_path, f"<html><body><h1>SLO gate: FAIL</h1><p>report error: {err}</p></body></html>")
+        decision = {**decision, "passed": False, "reason": f"failed: report could not be written ({err})"}
+    if summary_path:
+        atomic_write_text(summary_path, markdown_summary(decision, base, cand))
+    return {"passed": bool(decision["passed"]), "reason": decision["reason"], "metrics": gate_metrics(decision),
+            "slo": decision.get("slo"), "rule": decision.get("rule"), "worst_regression": decision.get("worst_regression"),
+            "best_gain": decision.get("best_gain")}

@@ -1,0 +1,193 @@
+"""Models by URI: ``hf://``, local paths, ``s3://``, ``oci://``, ``pvc://`` and ``embedded://``.
+
+:func:`resolve_model` turns a URI into a local Hugging Face folder (``config.json`` +
+weights + tokenizer). It runs in the ``compress`` runtime, which has transformers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_dir, copy_tree, dir_size
+
+EMBEDDED_DEFAULT = "embedded://smollm2-135m-instruct"
+SCHEMES = ("hf", "s3", "oci", "pvc", "embedded", "file")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+#: set to 1 to accept ``oci://REGISTRY/REPO:tag`` model URIs (a tag can move: runs stop being reproducible)
+ALLOW_MUTABLE_TAG_ENV = "SHIPYARD_ALLOW_MUTABLE_TAG"
+
+
+def refuse_credentials(uri: str, field: str = "model_uri") -> None:
+    """Refuse ``scheme://user:password@host/...``: credentials never go in a URI (nor into an error)."""
+    scheme, sep, rest = (uri or "").strip().partition("://")
+    if sep and "@" in rest.split("/", 1)[0] and not rest.startswith("/"):
+        host = rest.split("/", 1)[0].rsplit("@", 1)[1]
+        raise ShipyardError(field, f"{scheme}://...@{host}/... carries credentials in the URI",
+                            "drop the user and password before the @ and give them through the Secret or environment "
+                            "the scheme uses (HF_TOKEN, shipyard-s3, shipyard-registry)")
+
+
+def check_oci_pinned(location: str, field: str = "model_uri", allow_mutable_tag: bool | None = None) -> None:
+    """Refuse an ``oci://`` registry reference that is not pinned by a sha256 digest.
+
+    A tag (``:v1``, or none, which means ``:latest``) can point at other weights tomorrow, so a
+    run could evaluate one model and deploy another. ``allow_mutable_tag`` (default: the
+    ``SHIPYARD_ALLOW_MUTABLE_TAG=1`` environment variable) accepts it. OCI layouts on disk
+    (``oci:///path``) are left to the package step's own rules.
+    """
+    if location.startswith("/"):
+        return
+    refuse_credentials(f"oci://{location}", field)
+    _, at, digest = location.partition("@")
+    if at:
+        if not DIGEST_RE.match(digest):
+            raise ShipyardError(field, f"{digest!r} is not a sha256 digest", "write oci://REGISTRY/REPO@sha256:<64 hex>")
+        return
+    if allow_mutable_tag is None:
+        allow_mutable_tag = os.environ.get(ALLOW_MUTABLE_TAG_ENV, "").lower() in ("1", "true", "yes")
+    if not allow_mutable_tag:
+        tag = location.rpartition("/")[2].partition(":")[2] or "latest"
+        raise ShipyardError(
+            field, f"oci://{location} uses the mutable tag {tag!r}: the weights behind it can change between runs",
+            "pin the digest (oci://REGISTRY/REPO@sha256:..., `skopeo inspect` prints it), "
+            f"or set {ALLOW_MUTABLE_TAG_ENV}=1 to accept tags",
+        )
+
+
+@dataclass(frozen=True)
+class ModelURI:
+    """A parsed model URI."""
+
+    scheme: str
+    location: str
+    revision: str | None = None
+
+    def __str__(self) -> str:
+        if self.scheme == "file":
+            return self.location
+        rev = f"@{self.revision}" if self.revision and self.scheme == "hf" else ""
+        return f"{self.scheme}://{self.location}{rev}"
+
+
+def parse_model_uri(uri: str, field: str = "model_uri", allow_mutable_tag: bool | None = None) -> ModelURI:
+    """Parse ``uri``; unknown schemes and empty locations are refused with the list of schemes, and
+    ``oci://`` references must be pinned by digest (see :func:`check_oci_pinned`)."""
+    uri = (uri or "").strip()
+    if not uri:
+        raise ShipyardError(field, "is empty", f"give a local folder or one of {', '.join(s + '://' for s in SCHEMES)}")
+    if "://" not in uri:
+        return ModelURI("file", str(Path(uri).expanduser()))
+    refuse_credentials(uri, field)
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    if scheme not in SCHEMES:
+        raise ShipyardError(
+            field, f"unknown URI scheme {scheme + '://'!r} in {uri!r}", f"use one of {', '.join(s + '://' for s in SCHEMES)}"
+        )
+    location = uri.split("://", 1)[1]
+    if scheme == "file":
+        return ModelURI("file", location)
+    if not location.strip("/"):
+        raise ShipyardError(field, f"{uri!r} names no model", f"write {scheme}://<location>")
+    if scheme == "oci":
+        check_oci_pinned(location, field, allow_mutable_tag)
+    revision = None
+    if scheme == "hf" and "@" in location:
+        location, revision = location.split("@", 1)
+    return ModelURI(scheme, location.strip("/") if scheme != "oci" else location, revision)
+
+
+def check_model_folder(path: str | os.PathLike[str], field: str = "model") -> Path:
+    """A usable model folder has config.json; say so plainly when it does not."""
+    path = Path(path)
+    if not path.exists():
+        raise ShipyardError(field, f"{path} does not exist", "give an existing model folder or a model URI")
+    if not (path / "config.json").is_file():
+        raise ShipyardError(
+            field, f"{path} has no config.json", "point at a Hugging Face model folder (config.json, weights, tokenizer)"
+        )
+    return path
+
+
+def pvc_root() -> Path:
+    """Where ``pvc://CLAIM/path`` is mounted: ``SHIPYARD_PVC_ROOT`` (default ``/mnt/pvc``)."""
+    return Path(os.environ.get("SHIPYARD_PVC_ROOT", "/mnt/pvc"))
+
+
+def _download_hf(uri: ModelURI, dest: Path) -> None:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        snapshot_download(repo_id=uri.location, revision=uri.revision, local_dir=dest)
+    except LocalEntryNotFoundError:
+        raise ShipyardError(
+            "model_uri",
+            f"hf://{uri.location} is not in the local Hugging Face cache and the hub is unreachable (offline mode)",
+            "pre-download it, or use a local folder, s3://, oci:// or embedded:// model",
+        ) from None
+    except Exception as err:  # network errors, 401/404 from the hub
+        raise ShipyardError("model_uri", f"cannot download hf://{uri.location}: {type(err).__name__}: {err}".splitlines()[0],
+                            "check the name, HF_TOKEN and network") from None
+
+
+def resolve_model(uri: str, out_dir: str) -> dict[str, object]:
+    """Materialise the model named by ``uri`` as a Hugging Face folder at ``out_dir``.
+
+    Returns metadata: the canonical URI, size in bytes and the model's architecture.
+    The folder appears whole or not at all.
+    """
+    parsed = parse_model_uri(uri)
+    out = Path(out_dir)
+    if parsed.scheme == "embedded":
+        from shipyard.models.embedded import materialise_embedded
+
+        src = materialise_embedded(parsed.location)
+        copy_tree(src, out)
+    elif parsed.scheme == "file":
+        copy_tree(check_model_folder(parsed.location, "model_uri"), out)
+    elif parsed.scheme == "pvc":
+        claim_path = pvc_root() / parsed.location
+        claim = parsed.location.split("/", 1)[0]
+        if not (pvc_root() / claim).is_dir():
+            raise ShipyardError("model_uri", f"claim {claim!r} is not mounted at {pvc_root() / claim}",
+                                f"add {claim} to pvc.claims in the cluster config (pipelines/cluster.yaml) and compile again")
+        copy_tree(check_model_folder(claim_path, "model_uri"), out)
+    elif parsed.scheme == "hf":
+        with atomic_dir(out) as tmp:
+            _download_hf(parsed, tmp)
+            check_model_folder(tmp, "model_uri")
+    elif parsed.scheme == "s3":
+        from shipyard.models.s3 import download_prefix
+
+        with atomic_dir(out) as tmp:
+            download_prefix(f"s3://{parsed.location}", tmp)
+            check_model_folder(tmp, "model_uri")
+    elif parsed.scheme == "oci":
+        from shipyard.oci.image import pull_model
+
+        with atomic_dir(out) as tmp:
+            pull_model(f"oci://{parsed.location}", tmp)
+            check_model_folder(tmp, "model_uri")
+    else:  # pragma: no cover - parse_model_uri refuses the rest
+        raise ShipyardError("model_uri", f"unsupported scheme {parsed.scheme}")
+    import json
+
+    config = json.loads((out / "config.json").read_text())
+    return {
+        "uri": str(parsed),
+        "size_bytes": dir_size(out),
+        "architecture": (config.get("architectures") or ["unknown"])[0],
+        "quantized": "quantization_config" in config,
+    }
+
+
+def remove_model(path: str | os.PathLike[str]) -> None:
+    """Delete a materialised model folder."""
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,211 @@
+"""The pipeline parameters, typed once.
+
+Each :class:`Param` gives a parameter's type, cluster default, description and checker. From
+this one list come the pipeline functions' signatures and KFP descriptions
+(:func:`pipeline_function`), the README's parameter table (:func:`readme_table`, kept in sync
+by ``tests/test_params.py``) and the pre-flight checks that run before anything starts
+(``shipyard.components.preflight``).
+
+No ``from __future__ import annotations``: KFP reads the generated signature's annotations.
+"""
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shipyard.core.files import package_dir
+
+REQUIRED = inspect.Parameter.empty
+
+CLUSTER_EVAL = '{"tasks": ["arc_challenge", "hellaswag", "winogrande"], "limit": 1000, "batch_size": "auto"}'
+CLUSTER_BENCHMARK = (
+    '{"profile": "concurrent", "loads": [1, 8, 32, 64], "prompt_tokens": 512, "output_tokens": 256, '
+    '"max_requests": 500, "max_seconds": 180, "warmup_requests": 10}'
+)
+CLUSTER_SLO = '{"ttft_p99_ms": 1000, "itl_p99_ms": 60, "max_error_rate": 0.01, "require": "base"}'
+CLUSTER_DEPLOY = '{"preset": "pd-nixl", "gpu_memory_gib": 80}'
+
+
+@dataclass(frozen=True)
+class Param:
+    """One pipeline parameter: name, Python type, cluster default (or REQUIRED), description."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    json: bool = False  # a JSON-object parameter (checked by pre-flight, YAML allowed on the CLI)
+
+
+P = Param
+_ALL: list[Param] = [
+    P("candidate_uri", str, REQUIRED,
+      "The packaged candidate, pinned by digest: oci://registry/repo@sha256:... (or an s3:// model folder)."),
+    P("model_uri", str, "hf://HuggingFaceTB/SmolLM2-135M-Instruct",
+      "Base model: hf://org/name[@rev], s3://bucket/prefix, oci://registry/repo@sha256:..., pvc://claim/path, "
+      "or embedded://smollm2-135m-instruct."),
+    P("recipes", list, ["w8a8-int8"],
+      "Compression recipes to try, one candidate each, run in parallel: presets w8a8-int8, fp8-dynamic, w4a16, "
+      "or llmcompressor recipe YAML text. A single name is a one-item list."),
+    P("selection", str, "throughput",
+      "How the champion is chosen among the candidates that pass both gates: throughput (output tok/s at the "
+      "highest load meeting the SLO), size, recovery (best worst-case accuracy recovery) or kv_cache (most "
+      'KV-cache tokens, memory planner); or JSON {"objective": ..., "then": [...]} for the tie-breakers.', json=True),
+    P("calibration_dataset", str, "",
+      "Calibration data: hub dataset name[:split], s3://bucket/key.jsonl, or empty for shipyard's built-in text."),
+    P("text_column", str, "text", "Column of the calibration data that holds the text."),
+    P("num_calibration_samples", int, 512, "Calibration samples for GPTQ/SmoothQuant (512 is usual)."),
+    P("max_seq_length", int, 2048, "Calibration samples are truncated to this many tokens."),
+    P("seed", int, 42, "Random seed for calibration sampling."),
+    P("eval_backend", str, "vllm",
+      "lm-eval backend for base and candidates: vllm (one vLLM server per model serves both lm-eval and the "
+      "guidellm benchmark) or hf (transformers in-process, then a vLLM server for the benchmark)."),
+    P("eval_config", str, CLUSTER_EVAL,
+      "lm-eval config as JSON (tasks, num_fewshot, limit, batch_size, apply_chat_template, seed, gen_kwargs, "
+      "task_dir). Base and candidate use the same one; the base result is cached per config.", json=True),
+    P("accuracy_thresholds", str, '{"min_recovery": 0.99}',
+      'Accuracy gate as JSON: min_recovery (default 0.99 on every metric), per-metric overrides under "metrics", '
+      "optional stderr_k.", json=True),
+    P("benchmark_config", str, CLUSTER_BENCHMARK,
+      "guidellm load as JSON: profile (synchronous, concurrent, constant, poisson, sweep), loads, prompt_tokens, "
+      "output_tokens, max_requests, max_seconds, warmup_requests, vllm_args.", json=True),
+    P("slo", str, CLUSTER_SLO,
+      "SLO gate as JSON: ttft_p99_ms, itl_p99_ms, min_output_tokens_per_s, max_error_rate, min_goodput, require "
+      "(base, all, any or a load level).", json=True),
+    P("registry", str, "",
+      "OCI registry to push the modelcar to (host[:port]); empty writes an OCI layout into the pipeline root instead."),
+    P("repository", str, "shipyard/models/resolve", "Repository in the registry."),
+    P("package_mode", str, "modelcar",
+      "modelcar (an image KServe mounts) or oras (the model folder as an OCI artifact)."),
+    P("modelcar_base_image", str, "",
+      "Base of the modelcar (needs sh, ln, sleep): a registry reference or OCI layout; empty builds one from busybox."),
+    P("insecure_registry", bool, False, "Skip TLS verification for the registry (never in production)."),
+    P("deploy_name", str, "shipyard-llm", "Name of the LLMInferenceService."),
+    P("namespace", str, "shipyard",
+      "Namespace to deploy into (the deploy ServiceAccount needs the shipyard-deployer Role there)."),
+    P("deploy_config", str, CLUSTER_DEPLOY,
+      "Deployment as JSON: preset (aggregated, pd-nixl, tp4-h100, ...), replicas, prefill_replicas, "
+      "tensor_parallel, gpu_memory_gib, router, scaling ... (see components/deploy/README.md).", json=True),
+    P("dry_run", bool, False, "Render and validate the LLMInferenceService without applying it."),
+    P("tracking_uri", str, "",
+      "MLflow tracking server URL; empty uses the KFP MLflow plugin, MLFLOW_TRACKING_URI, or a local file store."),
+    P("experiment", str, "shipyard", "MLflow experiment."),
+    P("registered_model_name", str, "shipyard-llm",
+      "MLflow registered model that gets one version for the champion of each run."),
+    P("champion_tolerance", float, 0.0,
+      "How much worse than the current production version an accuracy metric may be (0 = not worse)."),
+]
+BY_NAME: dict[str, Param] = {p.name: p for p in _ALL}
+
+_OPTIMIZE = [p.name for p in _ALL if p.name != "candidate_uri"]
+_PROMOTE = ["candidate_uri", "model_uri", "eval_backend", "eval_config", "accuracy_thresholds", "benchmark_config",
+            "slo", "deploy_name", "namespace", "deploy_config", "dry_run", "tracking_uri", "experiment",
+            "registered_model_name", "champion_tolerance"]
+
+#: pipeline name -> its parameters, in signature order
+PIPELINE_PARAMS: dict[str, list[Param]] = {
+    "optimize-and-deploy": [BY_NAME[n] for n in _OPTIMIZE],
+    "requantize": [BY_NAME[n] for n in _OPTIMIZE],
+    "promote": [BY_NAME[n] for n in _PROMOTE],
+}
+
+
+def params_for(pipeline: str) -> list[Param]:
+    """The parameters of ``pipeline``."""
+    return PIPELINE_PARAMS[pipeline]
+
+
+def param_specs_for(pipeline: str) -> dict[str, Any]:
+    """``pipeline``'s parameters as :class:`shipyard.params.specs.ParamSpec` (for ``coerce_params``),
+    without building the pipeline."""
+    from shipyard.params.specs import ParamSpec
+
+    return {p.name: ParamSpec(p.name, p.type.__name__, p.default is REQUIRED, None if p.default is REQUIRED else p.default)
+            for p in params_for(pipeline)}
+
+
+def signature(params: list[Param]) -> inspect.Signature:
+    """The pipeline function's signature (required parameters first)."""
+    ordered = [p for p in params if p.default is REQUIRED] + [p for p in params if p.default is not REQUIRED]
+    return inspect.Signature([
+        inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default, annotation=p.type)
+        for p in ordered
+    ])
+
+
+def docstring(summary: str, params: list[Param]) -> str:
+    """A Google-style docstring KFP reads the parameter descriptions from."""
+    lines = [summary, "", "Args:"] + [f"    {p.name}: {p.help}" for p in params]
+    return "\n".join(lines) + "\n"
+
+
+def pipeline_function(name: str, summary: str, build: Callable[[dict[str, Any]], None]) -> Callable[..., None]:
+    """A pipeline function for ``name`` whose signature and docstring come from :data:`PIPELINE_PARAMS`;
+    calling it (KFP does, with one channel per parameter) calls ``build(params)``."""
+    sig = signature(params_for(name))
+
+    def pipeline(*args: Any, **kwargs: Any) -> None:
+        build(dict(sig.bind(*args, **kwargs).arguments))
+
+    pipeline.__signature__ = sig  # type: ignore[attr-defined]
+    pipeline.__doc__ = docstring(summary, params_for(name))
+    pipeline.__name__ = pipeline.__qualname__ = name.replace("-", "_")
+    return pipeline
+
+
+def _cell(value: Any) -> str:
+    if value is REQUIRED:
+        return "required"
+    text = repr(value) if not isinstance(value, str) else (f"`{value}`" if len(value) <= 40 else f"`{value[:37]}...`")
+    if value == "":
+        return '`""`'
+    return text if isinstance(value, str) else f"`{text}`"
+
+
+def readme_table(pipeline: str, local: dict[str, Any]) -> str:
+    """The README's Markdown table of ``pipeline``'s parameters: cluster default, local default, meaning."""
+    lines = ["| parameter | cluster default | local default | meaning |", "|---|---|---|---|"]
+    for p in params_for(pipeline):
+        local_cell = _cell(local[p.name]) if p.name in local and local[p.name] != p.default else "same"
+        lines.append(f"| `{p.name}` | {_cell(p.default)} | {local_cell} | {p.help} |")
+    return "\n".join(lines)
+
+
+BEGIN = "<!-- parameters:{name} (generated by `python -m shipyard.params.pipeline --write README.md`) -->"
+END = "<!-- /parameters:{name} -->"
+
+
+def local_defaults() -> dict[str, Any]:
+    """The local overrides of ``shipyard run --local`` (pipelines/local-params.yaml)."""
+
+    import yaml
+
+    return yaml.safe_load((package_dir("shipyard.pipelines") / "local-params.yaml").read_text()) or {}
+
+
+def render_readme(text: str, pipelines: tuple[str, ...] = ("optimize-and-deploy", "promote")) -> str:
+    """``text`` with every generated parameter table replaced by the current one."""
+    local = local_defaults()
+    for name in pipelines:
+        begin, end = BEGIN.format(name=name), END.format(name=name)
+        if begin not in text or end not in text:
+            continue
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{readme_table(name, local)}\n{end}{tail}"
+    return text
+
+
+if __name__ == "__main__":
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description="Print or rewrite the README's parameter tables.")
+    parser.add_argument("--write", metavar="README", help="rewrite the generated tables in this file")
+    args = parser.parse_args()
+    if args.write:
+        readme = Path(args.write)
+        readme.write_text(render_readme(readme.read_text()))
+    else:
+        print(readme_table("optimize-and-deploy", local_defaults()))

@@ -1,0 +1,389 @@
+"""``shipyard run --local --runner container``: the container rehearsal.
+
+Runs the *compiled* pipeline (the IR ``shipyard compile`` writes, with the cpu-flavor runtime
+images as each step's ``base_image``) through ``kfp.local.DockerRunner`` on podman: every step
+in its runtime image, as the image's non-root user, as a cluster runs it. Around the run, on
+127.0.0.1, it starts and afterwards stops:
+
+* podman's Docker-compatible API socket (``DOCKER_HOST``);
+* a ``docker-registry`` with htpasswd auth: the package step pushes there with the credentials
+  of the contract's ``shipyard-registry`` Secret (a ``.dockerconfigjson`` file named by
+  ``SHIPYARD_REGISTRY_AUTH_FILE``);
+* an ``mlflow server`` with a sqlite database, reached only through ``MLFLOW_TRACKING_URI``;
+* a moto S3 server, reached through the ``shipyard-s3`` names (``AWS_ACCESS_KEY_ID``,
+  ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL_S3``). The base model and the calibration data
+  are uploaded there and the pipeline reads them from ``s3://``;
+* the Kubernetes API double over HTTP; the deploy step applies (``dry_run=false``) through a
+  kubeconfig named by ``KUBECONFIG`` and waits for Ready.
+
+Afterwards it checks what a cluster run would have left behind (the pushed digest resolves in
+the registry, the applied object's ``model.uri`` is that reference and is Ready, MLflow holds the
+runs) and writes it into ``run-summary.json`` under ``rehearsal``. A step whose container left
+no ``executor_output.json`` counts as failed, whatever kfp's DockerRunner reported.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_write_text, package_dir
+from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
+from shipyard.run.local import (
+    RunSummary,
+    _component_runtimes,
+    _display_names,
+    collect_steps,
+    format_summary,
+    load_params_file,
+    parse_param,
+    pipeline_parameters,
+    resolve_params,
+)
+
+BUCKET = "shipyard-rehearsal"
+#: Where the rehearsal's secrets are mounted in every step (read-only), as a cluster mounts them.
+SECRETS_MOUNT = "/var/run/secrets/shipyard"
+REGISTRY_USER = "shipyard"
+REGISTRY_PASSWORD = "rehearsal"  # noqa: S105 - a throwaway registry on 127.0.0.1
+CALIBRATION = package_dir("shipyard.compression") / "calibration" / "default.jsonl"
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false"}
+
+
+def compile_for_containers(pipeline: str, out_dir: Path) -> Path:
+    """Compile ``pipeline`` with the cpu-flavor images (a fresh interpreter, so the components'
+    ``base_image`` is computed with ``SHIPYARD_IMAGE_FLAVOR=cpu``)."""
+    env = dict(os.environ, SHIPYARD_IMAGE_FLAVOR="cpu")
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", "compile", "--out", str(out_dir),
+                           "--pipeline", pipeline], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ShipyardError("compile", f"{pipeline} did not compile: {proc.stderr.strip()[-300:]}", "fix the pipeline")
+    return out_dir / f"{pipeline}.yaml"
+
+
+def pipeline_images(compiled: Path) -> dict[str, str]:
+    """Runtime -> image of every shipyard step image named in a compiled pipeline."""
+    spec = next(yaml.safe_load_all(compiled.read_text()))
+    images: dict[str, str] = {}
+    for executor in (spec.get("deploymentSpec") or {}).get("executors", {}).values():
+        image = (executor.get("container") or {}).get("image", "")
+        name = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+        if name.startswith("shipyard-"):
+            images[name.removeprefix("shipyard-")] = image
+    return images
+
+
+class _TagDrift(Exception):
+    """The checkout changed between compiling and building (the tags hash the code)."""
+
+
+def ensure_images(images: dict[str, str], build: bool) -> list[Any]:
+    """Check (or build) every image the compiled pipeline names; returns the builds."""
+    from shipyard.runtimes.images import build_image, image_exists
+
+    built = []
+    for runtime, image in sorted(images.items()):
+        if image_exists(image):
+            continue
+        if not build:
+            raise ShipyardError(f"image {image}", "is not in the local image store",
+                                f"run `shipyard images build --runtime {runtime} --flavor cpu`")
+        result = build_image(runtime, "cpu")
+        built.append(result)
+        if result.ref != image:
+            raise _TagDrift(result.ref)
+    return built
+
+
+def compile_with_images(pipeline: str, out_dir: Path, build: bool, attempts: int = 3) -> tuple[Path, list[Any]]:
+    """Compile, then make sure every image it names exists (building the missing ones). An edit
+    to the checkout during a build changes the tags, so compile again until they agree."""
+    built: list[Any] = []
+    for _ in range(attempts):
+        compiled = compile_for_containers(pipeline, out_dir)
+        try:
+            built += ensure_images(pipeline_images(compiled), build)
+            return compiled, built
+        except _TagDrift as drift:
+            print(f"shipyard: the checkout changed during the build of {drift}; compiling again", flush=True)
+    raise ShipyardError("images", f"the checkout kept changing while the images were built ({attempts} tries)",
+                        "run again when the source tree is not being edited")
+
+
+def check_traversable(path: Path) -> None:
+    """Containers run as uid 1001: every folder above ``path`` must be searchable by others."""
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.stat().st_mode & 0o001:
+            raise ShipyardError("--work-dir", f"{parent} is not searchable by other users, so the step "
+                                "containers (uid 1001) cannot reach the pipeline root",
+                                f"chmod o+x {parent}, or choose a work dir under /tmp or the checkout")
+
+
+def _user_keys(params_file: str | None, overrides: list[str]) -> set[str]:
+    keys = set(load_params_file(params_file)) if params_file else set()
+    return keys | {parse_param(item)[0] for item in overrides}
+
+
+def stage_inputs(params: dict[str, Any], work: Path, explicit: set[str]) -> dict[str, Any]:
+    """Upload the base model and the calibration data to the rehearsal bucket; return the
+    parameters that point the pipeline at them (``s3://``)."""
+    from shipyard.models.resolve import parse_model_uri
+    from shipyard.models.s3 import upload_dir, upload_file
+    from shipyard.runtimes.runtime import run_in_runtime
+
+    out: dict[str, Any] = {}
+    model = parse_model_uri(str(params.get("model_uri", "")))
+    if model.scheme in ("embedded", "file"):
+        folder = Path(model.location)
+        if model.scheme == "embedded":
+            folder = work / "staged-model"
+            if not (folder / "config.json").exists():
+                run_in_runtime("compress", "shipyard.models.resolve:resolve_model", uri=str(model), out_dir=str(folder))
+        name = Path(model.location).name or "model"
+        out["model_uri"] = upload_dir(folder, f"s3://{BUCKET}/models/{name}")["uri"]
+    if not params.get("calibration_dataset") and "calibration_dataset" not in explicit:
+        out["calibration_dataset"] = upload_file(CALIBRATION, f"s3://{BUCKET}/calibration/{CALIBRATION.name}")["uri"]
+    return out
+
+
+def write_secrets(root: Path, registry: str, kubeconfig: Path) -> None:
+    """The files a cluster mounts from Secrets: a kubeconfig and a registry ``.dockerconfigjson``."""
+    (root / "kube").mkdir(parents=True, exist_ok=True)
+    (root / "registry").mkdir(parents=True, exist_ok=True)
+    (root / "kube" / "config").write_text(kubeconfig.read_text())
+    auth = base64.b64encode(f"{REGISTRY_USER}:{REGISTRY_PASSWORD}".encode()).decode()
+    (root / "registry" / ".dockerconfigjson").write_text(json.dumps({"auths": {registry: {"auth": auth}}}))
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def step_env(services: dict[str, Any], step_log: Path) -> dict[str, str]:
+    """Every step's environment: the cluster contract's names, pointed at the loopback services."""
+    return {
+        **services["s3"].env,
+        "MLFLOW_TRACKING_URI": services["mlflow"].url,
+        "SHIPYARD_REGISTRY_AUTH_FILE": f"{SECRETS_MOUNT}/registry/.dockerconfigjson",
+        "KUBECONFIG": f"{SECRETS_MOUNT}/kube/config",
+        "SHIPYARD_STEP_LOG": str(step_log),
+        **OFFLINE_ENV,
+    }
+
+
+def _find_param(summary: RunSummary, component: str, name: str) -> str:
+    for step in summary.steps:
+        if step.task.rsplit("/", 1)[-1] == component and step.parameters.get(name):
+            return str(step.parameters[name])
+    return ""
+
+
+def verify(summary: RunSummary, params: dict[str, Any], services: dict[str, Any]) -> dict[str, Any]:
+    """What the run left behind, checked: registry digest, applied object, MLflow runs."""
+    import requests
+
+    problems: list[str] = []
+    out: dict[str, Any] = {}
+    uri = _find_param(summary, "package-champion", "uri")
+    out["registry_reference"] = uri
+    if not uri.startswith(f"oci://{services['registry'].address}/") or "@sha256:" not in uri:
+        problems.append(f"package pushed no registry reference (uri={uri!r})")
+    else:
+        repo, digest = uri.removeprefix(f"oci://{services['registry'].address}/").split("@", 1)
+        resp = requests.head(f"http://{services['registry'].address}/v2/{repo}/manifests/{digest}",
+                             auth=(REGISTRY_USER, REGISTRY_PASSWORD), timeout=10,
+                             headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        out["digest_resolves"] = resp.status_code == 200
+        if resp.status_code != 200:
+            problems.append(f"{uri} does not resolve in the registry ({resp.status_code})")
+    name, namespace = str(params.get("deploy_name")), str(params.get("namespace"))
+    obj = services["kube"].get(name, namespace)
+    if obj is None:
+        problems.append(f"no LLMInferenceService {namespace}/{name} was applied")
+    else:
+        conditions = {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions", [])}
+        out["applied_object"] = {"kind": obj.get("kind"), "namespace": namespace, "name": name,
+                                 "model_uri": (obj.get("spec") or {}).get("model", {}).get("uri"),
+                                 "ready": conditions.get("Ready") == "True",
+                                 "url": (obj.get("status") or {}).get("url", "")}
+        if out["applied_object"]["model_uri"] != uri:
+            problems.append(f"the applied model.uri {out['applied_object']['model_uri']!r} is not the pushed {uri!r}")
+    out["mlflow_runs"] = mlflow_runs(services["mlflow"].url, str(params.get("experiment") or "shipyard"))
+    if not out["mlflow_runs"]:
+        problems.append("MLflow holds no run of this pipeline")
+    out["problems"] = problems
+    return out
+
+
+def mlflow_runs(url: str, experiment: str) -> list[dict[str, str]]:
+    """The runs of ``experiment`` on the server, with their UI URLs."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=url)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs = client.search_runs([exp.experiment_id], max_results=50)
+    return [{"name": r.info.run_name or "", "status": r.info.status,
+             "url": f"{url}/#/experiments/{exp.experiment_id}/runs/{r.info.run_id}"} for r in runs]
+
+
+def exact_exit_codes() -> None:
+    """Make kfp.local's DockerRunner report a step's real exit status (idempotent).
+
+    kfp 2.17 runs each container with ``auto_remove=True`` and, when the container is already
+    gone as it asks for the exit status, assumes 0: a failed step "succeeds" with no outputs
+    (seen here: a compress step that exited 1 was reported SUCCESS). This keeps the container
+    until its status is read, then removes it. It also looks the step's image up by name instead
+    of inspecting every image in the store (which failed when another image was removed meanwhile),
+    and never pulls: the rehearsal's images are built here.
+    """
+    from kfp.local import docker_task_handler
+
+    if getattr(docker_task_handler.run_docker_container, "_shipyard", False):
+        return
+
+    def run_docker_container(client: Any, image: str, command: list[str], volumes: dict[str, Any],
+                             **run_args: Any) -> int:
+        import docker
+
+        image = docker_task_handler.add_latest_tag_if_not_present(image=image)
+        try:  # one lookup (kfp lists and inspects every image, which fails when one goes meanwhile)
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            raise ShipyardError(f"image {image}", "is not in the local image store",
+                                "shipyard images build --flavor cpu") from None
+        run_args.pop("auto_remove", None)
+        container = client.containers.run(image=image, command=command, detach=True, stdout=True, stderr=True,
+                                          volumes=volumes, auto_remove=False, **run_args)
+        try:
+            for line in container.logs(stream=True, follow=True):
+                print(line.decode(errors="replace"), end="")
+            return int(container.wait()["StatusCode"])
+        finally:
+            container.remove(force=True)
+
+    run_docker_container._shipyard = True  # type: ignore[attr-defined]
+    docker_task_handler.run_docker_container = run_docker_container
+
+
+def _runner(services: dict[str, Any], step_log: Path, secrets: Path) -> Any:
+    from docker.types import Mount
+    from kfp import local
+
+    return local.DockerRunner(
+        network_mode="host",  # steps reach the loopback services
+        shm_size="1g",  # vLLM's CPU workers need more than the 64 MiB default /dev/shm
+        environment=step_env(services, step_log),
+        mounts=[Mount(target=SECRETS_MOUNT, source=str(secrets), type="bind", read_only=True)],
+    )
+
+
+def run_container(
+    pipeline: str = DEFAULT_PIPELINE,
+    work_dir: str = "shipyard-run",
+    params_file: str | None = None,
+    overrides: list[str] | None = None,
+    build: bool = True,
+) -> RunSummary:
+    """Run ``pipeline`` in its runtime images against loopback services; write the summary."""
+    from kfp import components, local
+
+    from shipyard.run.kfp_local_compat import enable_oneof_artifacts
+    from shipyard.testing.registry import LocalRegistry
+    from shipyard.testing.services import KubeAPI, MlflowServer, MotoS3, PodmanSocket
+
+    overrides = overrides or []
+    work = Path(work_dir).resolve()
+    root = work / "pipeline-root"
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o777)  # the steps run as uid 1001 and create the run folders
+    check_traversable(root)
+    pipeline_func = get_pipeline(pipeline)
+    params = resolve_params(pipeline_func, params_file, overrides)
+    defaults = {k: v for k, v in pipeline_parameters(pipeline_func).items() if v is not None}
+    explicit = _user_keys(params_file, overrides)
+    compiled, built = compile_with_images(pipeline, work / "compiled", build)
+    step_log = root / "shipyard-steps.jsonl"
+    step_log.write_text("")
+    step_log.chmod(0o666)
+    services_dir = work / "services"
+    secrets = work / "secrets"
+    started = time.perf_counter()
+    with (PodmanSocket(services_dir / "podman") as podman, MotoS3() as s3, MlflowServer(services_dir / "mlflow") as mlflow,
+          LocalRegistry(users={REGISTRY_USER: REGISTRY_PASSWORD}, root=services_dir / "registry") as registry,
+          KubeAPI(services_dir / "kube") as kube):
+        services = {"podman": podman, "s3": s3, "mlflow": mlflow, "registry": registry, "kube": kube}
+        os.environ.update(s3.env)
+        s3.make_bucket(BUCKET)
+        staged = stage_inputs({**defaults, **params}, work, explicit)
+        rehearsal = {"registry": registry.address, "dry_run": False, "tracking_uri": ""}
+        params.update({k: v for k, v in {**rehearsal, **staged}.items() if k not in explicit or k in staged})
+        kube.expect(str({**defaults, **params}["deploy_name"]), str({**defaults, **params}["namespace"]))
+        write_secrets(secrets, registry.address, kube.kubeconfig)
+        os.environ["DOCKER_HOST"] = podman.docker_host
+        before = {p.name for p in root.iterdir()}
+        enable_oneof_artifacts()
+        exact_exit_codes()
+        local.init(runner=_runner(services, step_log, secrets), pipeline_root=str(root), raise_on_error=False)
+        run_started = time.perf_counter()
+        components.load_component_from_file(str(compiled))(**params)
+        seconds = round(time.perf_counter() - run_started, 2)
+        summary = _summarise(pipeline, compiled, root, before, step_log, params, seconds)
+        checks = verify(summary, {**defaults, **params}, services)
+    checks.update(services={"registry": registry.address, "mlflow": mlflow.url, "s3": s3.endpoint,
+                            "kubernetes": kube.double.url},
+                  wall_seconds=round(time.perf_counter() - started, 2),
+                  images_built=[b.__dict__ for b in built], staged=staged)
+    if checks["problems"]:
+        summary.status = "FAILURE"
+    payload = {**summary.to_dict(), "runner": "container", "rehearsal": checks}
+    atomic_write_text(work / "run-summary.json", json.dumps(payload, indent=2, default=str))
+    summary.rehearsal = checks  # type: ignore[attr-defined]
+    return summary
+
+
+def _summarise(pipeline: str, compiled: Path, root: Path, before: set[str], step_log: Path,
+               params: dict[str, Any], seconds: float) -> RunSummary:
+    from kfp import components
+
+    component = components.load_component_from_file(str(compiled))
+    new_runs = sorted(p for p in root.iterdir() if p.name not in before and p.is_dir())
+    if not new_runs:
+        raise ShipyardError("pipeline", f"{pipeline} produced no run folder under {root} (the step containers "
+                            "could not write the pipeline root?)", "see the step logs above")
+    run_dir = new_runs[-1]
+    steps = collect_steps(run_dir, step_log, _component_runtimes(component))
+    display = _display_names(component)
+    for step in steps:
+        step.name = display.get(step.task.rsplit("/", 1)[-1], "")
+        if step.status == "FAILURE" and not step.error:
+            step.error = "the container left no executor_output.json (it ended without writing its outputs)"
+    failed = [s for s in steps if s.status == "FAILURE"]
+    return RunSummary(pipeline=pipeline, status="FAILURE" if failed else "SUCCESS", seconds=seconds,
+                      run_dir=str(run_dir), parameters=params, steps=steps)
+
+
+def format_rehearsal(summary: RunSummary, work_dir: str) -> str:
+    """The local run's table plus where everything went."""
+    checks: dict[str, Any] = getattr(summary, "rehearsal", {})
+    lines = [format_summary(summary, work_dir), "", "rehearsal (containers, podman):"]
+    lines.append(f"  registry reference: {checks.get('registry_reference') or '-'}"
+                 f"  (digest resolves: {checks.get('digest_resolves', False)})")
+    obj = checks.get("applied_object") or {}
+    if obj:
+        lines.append(f"  applied: {obj['kind']} {obj['namespace']}/{obj['name']} Ready={obj['ready']} "
+                     f"model.uri={obj['model_uri']}")
+    for run in checks.get("mlflow_runs", [])[:5]:
+        lines.append(f"  mlflow run {run['name'] or '-'} [{run['status']}]: {run['url']}")
+    for problem in checks.get("problems", []):
+        lines.append(f"  ! {problem}")
+    return "\n".join(lines)

@@ -1,0 +1,373 @@
+"""Submit, schedule and list shipyard pipelines on a Kubeflow Pipelines server (``kfp.Client``).
+
+``PIPELINE`` is a name from :data:`shipyard.pipelines.PIPELINES` (compiled on the fly) or a
+compiled pipeline file (``.yaml``/``.yml``/``.json``). Uploading is idempotent: the pipeline is
+created on first use, and each distinct compiled content becomes one version named after its
+hash, reused when it is already there.
+
+Auth, as KFP users expect: ``--token`` (``KF_PIPELINES_TOKEN``) is sent as
+``Authorization: Bearer``; ``--cookie`` (``KF_PIPELINES_COOKIE``, e.g.
+``authservice_session=...`` or ``oauth2_proxy_kubeflow=...``) as ``Cookie``; the host may also
+come from ``KF_PIPELINES_ENDPOINT``. A host that refuses the credentials ends with one line.
+
+Cron: KFP's ScheduledWorkflow uses robfig/cron with six fields, seconds first
+(``sec min hour day-of-month month day-of-week``). A usual five-field expression gets a
+leading ``0`` and is echoed back; descriptors (``@daily``...) are expanded to six fields.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError, UnreachableError
+
+CRON_FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
+CRON_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+MONTHS = {m: i + 1 for i, m in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split())}
+DAYS = {d: i for i, d in enumerate("SUN MON TUE WED THU FRI SAT".split())}
+DESCRIPTORS = {
+    "@yearly": "0 0 0 1 1 *",
+    "@annually": "0 0 0 1 1 *",
+    "@monthly": "0 0 0 1 * *",
+    "@weekly": "0 0 0 * * 0",
+    "@daily": "0 0 0 * * *",
+    "@midnight": "0 0 0 * * *",
+    "@hourly": "0 0 * * * *",
+}
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def _cron_value(text: str, index: int) -> int:
+    names = MONTHS if index == 4 else DAYS if index == 5 else {}
+    if text.upper() in names:
+        return names[text.upper()]
+    if not text.isdigit():
+        raise ValueError(f"{text!r} is not a number")
+    value = int(text)
+    lo, hi = CRON_RANGES[index]
+    if index == 5 and value == 7:
+        raise ValueError("day-of-week 7 is not allowed in KFP's cron (Sunday is 0)")
+    if not lo <= value <= hi:
+        raise ValueError(f"{value} is outside {lo}-{hi}")
+    return value
+
+
+def _check_cron_field(text: str, index: int) -> None:
+    if not text:
+        raise ValueError("empty field")
+    for part in text.split(","):
+        rng, slash, step = part.partition("/")
+        if slash and (not step.isdigit() or int(step) == 0):
+            raise ValueError(f"step {step!r} must be a positive number")
+        if rng == "?":
+            if index not in (3, 5):
+                raise ValueError("'?' is only allowed in day-of-month and day-of-week")
+            continue
+        if rng == "*":
+            continue
+        bounds = rng.split("-")
+        if len(bounds) > 2:
+            raise ValueError(f"{rng!r} is not a range")
+        values = [_cron_value(b, index) for b in bounds]
+        if len(values) == 2 and values[0] > values[1]:
+            raise ValueError(f"range {rng!r} runs backwards")
+
+
+def to_kfp_cron(expr: str) -> str:
+    """A cron expression as KFP wants it (six fields, seconds first); one-line error if invalid."""
+    text = " ".join((expr or "").split())
+    if text.lower() in DESCRIPTORS:
+        return DESCRIPTORS[text.lower()]
+    if text.startswith("@"):
+        raise ShipyardError(
+            "--cron", f"{text!r} is not a cron descriptor KFP knows", "use @hourly/@daily/@weekly/@monthly/@yearly, "
+            "five fields, or --every for intervals"
+        )
+    fields = text.split(" ") if text else []
+    if len(fields) == 5:
+        fields = ["0", *fields]
+    if len(fields) != 6:
+        raise ShipyardError(
+            "--cron", f"{expr!r} has {len(fields)} fields", "give five fields (min hour dom month dow) or six with "
+            "seconds first, e.g. '0 3 * * *'"
+        )
+    for index, value in enumerate(fields):
+        try:
+            _check_cron_field(value, index)
+        except ValueError as err:
+            raise ShipyardError(
+                "--cron", f"{CRON_FIELDS[index]} field {value!r} in {expr!r} is invalid: {err}",
+                "fields are sec min hour dom month dow with *, ?, lists, ranges and /steps",
+            ) from None
+    return " ".join(fields)
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``30m``, ``6h``, ``1d``, ``1w``, ``1h30m`` or plain seconds -> seconds (> 0)."""
+    raw = (text or "").strip().lower()
+    if raw.isdigit():
+        seconds = int(raw)
+    else:
+        parts = re.findall(r"(\d+)([smhdw])", raw)
+        if not parts or "".join(n + u for n, u in parts) != raw:
+            raise ShipyardError("--every", f"{text!r} is not a duration", "use e.g. 30m, 6h, 1d, 1w or 1h30m")
+        seconds = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ShipyardError("--every", "must be longer than zero")
+    return seconds
+
+
+# --------------------------------------------------------------------------- pipelines
+
+
+@dataclass(frozen=True)
+class PipelinePackage:
+    """A compiled pipeline ready to upload."""
+
+    path: Path
+    name: str
+    digest: str
+
+    @property
+    def version_name(self) -> str:
+        return f"{self.name}-{self.digest[:12]}"
+
+
+def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str]) -> PipelinePackage:
+    """Compile a registered pipeline (or take a compiled file) into ``work_dir``."""
+    path = Path(pipeline)
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        if not path.is_file():
+            raise ShipyardError("PIPELINE", f"file {pipeline} does not exist", "give a compiled pipeline file or a name")
+        import yaml
+
+        try:
+            doc = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+            name = (doc.get("pipelineSpec", doc))["pipelineInfo"]["name"]
+        except (StopIteration, KeyError, TypeError, AttributeError, yaml.YAMLError):
+            raise ShipyardError(
+                "PIPELINE", f"{pipeline} is not a compiled KFP pipeline (no pipelineInfo.name)",
+                "compile it with `kfp dsl compile` or pass a pipeline name",
+            ) from None
+        data = path.read_bytes()
+        return PipelinePackage(path, name, hashlib.sha256(data).hexdigest())
+    from shipyard.pipelines import PIPELINES, get_pipeline
+
+    if pipeline not in PIPELINES:
+        known = ", ".join(sorted(PIPELINES)) or "none registered yet"
+        raise ShipyardError("PIPELINE", f"{pipeline!r} is neither a pipeline name nor a file", f"use one of: {known}")
+    from kfp import compiler
+
+    out = Path(work_dir) / f"{pipeline}.yaml"
+    compiler.Compiler().compile(get_pipeline(pipeline), str(out))
+    import yaml
+
+    name = next(d for d in yaml.safe_load_all(out.read_text()) if d)["pipelineInfo"]["name"]
+    return PipelinePackage(out, name, hashlib.sha256(out.read_bytes()).hexdigest())
+
+
+def parse_params(items: list[str] | None) -> dict[str, str]:
+    """``k=v`` pairs as text; :func:`shipyard.params.specs.coerce_params` types them by the pipeline's
+    parameter types (so ``namespace=007`` stays text and ``recipes=w8a8-int8`` becomes a list)."""
+    from shipyard.params.specs import split_param
+
+    params: dict[str, str] = {}
+    for item in items or []:
+        key, value = split_param(item)
+        params[key] = value
+    return params
+
+
+def check_params(package: PipelinePackage, raw: dict[str, Any]) -> dict[str, Any]:
+    """``--param`` values (from :func:`parse_params`) for a compiled pipeline, checked and typed
+    before anything is sent."""
+    from shipyard.params.checks import check_params
+    from shipyard.params.specs import param_specs
+
+    return check_params(param_specs(package.path), raw, name=package.name)
+
+
+# --------------------------------------------------------------------------- the client
+
+
+def _api_error(err: Exception, host: str, what: str) -> ShipyardError:
+    status = getattr(err, "status", None)
+    body = getattr(err, "body", "") or ""
+    try:
+        message = json.loads(body).get("message", "") if body else ""
+    except (ValueError, AttributeError):
+        message = str(body)[:200]
+    if status in (401, 403):
+        return ShipyardError(
+            "--host", f"{host} refused the credentials ({status} {message or getattr(err, 'reason', '')})".strip(),
+            "pass a valid --token (KF_PIPELINES_TOKEN) or --cookie (KF_PIPELINES_COOKIE)",
+        )
+    if status is None or status in (502, 503, 504):
+        reason = str(err).splitlines()[0][:200] if status is None else f"{status} {message}".strip()
+        return UnreachableError("--host", f"cannot reach {host} to {what} ({reason})",
+                                "check the URL and that the KFP API is reachable (kubectl port-forward ...)")
+    return ShipyardError("kfp", f"{host} rejected the request to {what}: {status} {message}".strip(),
+                         "see the message; check the pipeline and parameters")
+
+
+@contextlib.contextmanager
+def _api(host: str, what: str) -> Iterator[None]:
+    import kfp_server_api
+    import urllib3
+
+    try:
+        yield
+    except kfp_server_api.ApiException as err:
+        raise _api_error(err, host, what) from None
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        raise _api_error(err, host, what) from None
+
+
+class Kfp:
+    """A :class:`kfp.Client` for one host, with one-line errors."""
+
+    def __init__(self, host: str | None, token: str | None = None, cookie: str | None = None,
+                 namespace: str | None = None, verify_ssl: bool = True) -> None:
+        host = (host or os.environ.get("KF_PIPELINES_ENDPOINT") or "").strip().rstrip("/")
+        if not host:
+            raise ShipyardError("--host", "no KFP host given", "pass --host URL or set KF_PIPELINES_ENDPOINT")
+        if not re.match(r"^https?://[^/\s]+", host):
+            raise ShipyardError("--host", f"{host!r} is not an http(s) URL", "e.g. --host http://localhost:8080")
+        self.host = host
+        self.token = token or os.environ.get("KF_PIPELINES_TOKEN") or None
+        self.cookie = cookie or os.environ.get("KF_PIPELINES_COOKIE") or None
+        self.namespace = namespace or None
+        self._preflight(verify_ssl)
+        import kfp
+
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            with _api(self.host, "connect"):
+                self.client = kfp.Client(host=self.host, existing_token=self.token, cookies=self.cookie,
+                                         namespace=self.namespace or "kubeflow", verify_ssl=verify_ssl)
+
+    def _preflight(self, verify_ssl: bool) -> None:
+        """One quick authenticated call, so a refused token fails at once (kfp.Client would retry 5x5 s)."""
+        import urllib3
+
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        if self.cookie:
+            headers["Cookie"] = self.cookie
+        pool = urllib3.PoolManager(cert_reqs="CERT_REQUIRED" if verify_ssl else "CERT_NONE")
+        try:
+            resp = pool.request("GET", f"{self.host}/apis/v2beta1/healthz", headers=headers, timeout=15.0,
+                                retries=urllib3.Retry(total=2, backoff_factor=0.5, status_forcelist=(502, 503, 504)))
+        except urllib3.exceptions.HTTPError as err:
+            raise _api_error(err, self.host, "connect") from None
+        if resp.status in (401, 403):
+            class _Err(Exception):
+                status = resp.status
+                body = resp.data.decode(errors="replace")
+                reason = resp.reason
+
+            raise _api_error(_Err(), self.host, "connect")
+
+    # ---- pieces
+
+    def quiet(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.redirect_stdout(io.StringIO())
+
+    def experiment_id(self, name: str) -> str:
+        with _api(self.host, "find or create the experiment"), self.quiet():
+            return self.client.create_experiment(name or "shipyard", namespace=self.namespace).experiment_id
+
+    def ensure_pipeline(self, package: PipelinePackage) -> tuple[str, str, bool]:
+        """Upload the pipeline or a new version of it; returns (pipeline id, version id, created)."""
+        with _api(self.host, "upload the pipeline"), self.quiet():
+            pipeline_id = self.client.get_pipeline_id(package.name)
+            if pipeline_id is None:
+                # The first upload creates the pipeline and its first version.
+                pipeline = self.client.upload_pipeline(str(package.path), pipeline_name=package.name,
+                                                       namespace=self.namespace)
+                pipeline_id = pipeline.pipeline_id
+                versions = self.client.list_pipeline_versions(pipeline_id, page_size=1).pipeline_versions or []
+                if not versions:
+                    raise ShipyardError("kfp", f"{self.host} created pipeline {pipeline_id} without a version")
+                return pipeline_id, versions[0].pipeline_version_id, True
+            flt = json.dumps({"predicates": [{"operation": 1, "key": "display_name",
+                                              "stringValue": package.version_name}]})
+            found = self.client.list_pipeline_versions(pipeline_id, filter=flt, page_size=1).pipeline_versions or []
+            if found:
+                return pipeline_id, found[0].pipeline_version_id, False
+            version = self.client.upload_pipeline_version(str(package.path), package.version_name,
+                                                          pipeline_id=pipeline_id)
+            return pipeline_id, version.pipeline_version_id, True
+
+    def submit(self, package: PipelinePackage, experiment: str, params: dict[str, Any],
+               run_name: str = "", service_account: str = "") -> dict[str, Any]:
+        pipeline_id, version_id, created = self.ensure_pipeline(package)
+        exp_id = self.experiment_id(experiment)
+        with _api(self.host, "create the run"), self.quiet():
+            run = self.client.run_pipeline(
+                experiment_id=exp_id, job_name=run_name or package.version_name, params=params,
+                pipeline_id=pipeline_id, version_id=version_id, service_account=service_account or None,
+            )
+        return {"run_id": run.run_id, "pipeline_id": pipeline_id, "version_id": version_id,
+                "version_created": created, "experiment_id": exp_id,
+                "url": f"{self.host}/#/runs/details/{run.run_id}"}
+
+    def schedule(self, package: PipelinePackage, experiment: str, params: dict[str, Any], *,
+                 cron: str | None = None, every: str | None = None, max_concurrency: int = 1,
+                 no_catchup: bool = False, name: str = "", service_account: str = "") -> dict[str, Any]:
+        if bool(cron) == bool(every):
+            raise ShipyardError("schedule", "give exactly one of --cron and --every")
+        kfp_cron = to_kfp_cron(cron) if cron else None
+        interval = parse_duration(every) if every else None
+        if not 1 <= max_concurrency <= 10:
+            raise ShipyardError("--max-concurrency", f"{max_concurrency} is not in 1-10", "KFP allows 1 to 10")
+        pipeline_id, version_id, created = self.ensure_pipeline(package)
+        exp_id = self.experiment_id(experiment)
+        with _api(self.host, "create the recurring run"), self.quiet():
+            rr = self.client.create_recurring_run(
+                experiment_id=exp_id, job_name=name or f"{package.name}-scheduled", cron_expression=kfp_cron,
+                interval_second=interval, max_concurrency=max_concurrency, no_catchup=no_catchup, params=params,
+                pipeline_id=pipeline_id, version_id=version_id, service_account=service_account or None,
+            )
+        return {"recurring_run_id": rr.recurring_run_id, "cron": kfp_cron, "interval_second": interval,
+                "pipeline_id": pipeline_id, "version_id": version_id, "version_created": created,
+                "experiment_id": exp_id}
+
+    def runs(self, experiment: str = "", page_size: int = 20) -> list[dict[str, Any]]:
+        exp_id = None
+        if experiment:
+            with _api(self.host, "find the experiment"), self.quiet():
+                try:
+                    exp_id = self.client.get_experiment(experiment_name=experiment,
+                                                        namespace=self.namespace).experiment_id
+                except ValueError:
+                    raise ShipyardError("--experiment", f"no experiment named {experiment!r}") from None
+        with _api(self.host, "list runs"):
+            resp = self.client.list_runs(page_size=page_size, sort_by="created_at desc", experiment_id=exp_id,
+                                         namespace=self.namespace)
+        out = []
+        for run in resp.runs or []:
+            out.append({"run_id": run.run_id, "name": run.display_name, "state": run.state or "",
+                        "created_at": str(run.created_at or ""), "experiment_id": run.experiment_id or ""})
+        return out
+
+
+def compile_to_temp(pipeline: str) -> tuple[PipelinePackage, tempfile.TemporaryDirectory[str]]:
+    """:func:`load_pipeline` into a temporary folder the caller keeps alive."""
+    tmp = tempfile.TemporaryDirectory(prefix="shipyard-pipeline-")
+    return load_pipeline(pipeline, tmp.name), tmp

@@ -1,0 +1,443 @@
+"""``shipyard run --local``: run a pipeline on this machine with ``kfp.local``.
+
+Every step's thin wrapper runs in the base environment (kfp's SubprocessRunner) and hands its
+logic to the step's runtime venv (see :mod:`shipyard.runtimes.runtime`). After the run, the task folders
+under ``WORK_DIR/pipeline-root`` and the step timing log are read back into
+``WORK_DIR/run-summary.json``: each step's status, runtime, seconds, metrics and artifact paths,
+and at the top the answer (``champion``, ``promoted``, ``model_uri``, ``mlflow_run``, ``gates``).
+
+The console stays short (:mod:`shipyard.run.console`): one line per task as it starts and ends,
+then :func:`format_summary`. kfp.local's own logging and every step's stdout/stderr go to
+``WORK_DIR/kfp-local.log``. Nothing is written outside the work dir: every MLflow call on a file
+store points MLflow's default store at it (:func:`shipyard.tracking.tracker.default_store`, in
+``Tracker.call``), so the file-store registry never opens a ``mlflow.db`` in the current folder.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_write_text, package_dir
+from shipyard.core.interrupts import shielded, signal_name
+from shipyard.core.processes import interrupt_children
+from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
+from shipyard.run.console import KFP_LOG, RunConsole, component_of, quiet_kfp, read_executor_output
+from shipyard.run.kfp_local_compat import enable_oneof_artifacts
+from shipyard.tracking.pending import after_local_run
+from shipyard.tracking.tracker import check_tracking_uri
+
+#: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
+LOCAL_PARAMS = package_dir("shipyard.pipelines") / "local-params.yaml"
+
+
+@dataclass
+class StepSummary:
+    """One task of a local run."""
+
+    task: str
+    status: str
+    name: str = ""
+    runtime: str = ""
+    seconds: float | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    decision: str | None = None
+
+
+@dataclass
+class RunSummary:
+    """What ``run-summary.json`` holds."""
+
+    pipeline: str
+    status: str
+    seconds: float
+    run_dir: str
+    parameters: dict[str, Any]
+    steps: list[StepSummary]
+    champion: str = ""
+    promoted: bool = False
+    model_uri: str = ""
+    mlflow_run: str = ""
+    gates: dict[str, Any] = field(default_factory=dict)
+    interrupted_by: str = ""
+    log: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
+    """The run's answer: the champion (if any), whether it was promoted, where it is, the MLflow run."""
+    def last(component: str) -> StepSummary | None:
+        found = [s for s in steps if s.task.rsplit("/", 1)[-1] == component and s.status == "SUCCESS"]
+        return found[-1] if found else None
+
+    out: dict[str, Any] = {"champion": "", "promoted": False, "model_uri": "", "mlflow_run": ""}
+    if (check := last("preflight")) is not None:
+        out["mlflow_run"] = str(check.parameters.get("Output", ""))
+    select = last("select-champion")
+    if select is not None and select.artifacts.get("decision"):
+        try:
+            out["champion"] = json.loads((Path(select.artifacts["decision"]) / "selection.json").read_text())["winner"]
+        except (OSError, ValueError, KeyError):
+            pass
+    elif (gates := last("candidate-gates")) is not None and gates.parameters.get("Output") is True:
+        out["champion"] = "candidate"
+    out["promoted"] = last("deploy") is not None  # deploy runs only for a champion that beat production
+    if (package := last("package-champion")) is not None:
+        out["model_uri"] = str(package.parameters.get("uri", ""))
+    elif out["champion"] and params.get("candidate_uri"):
+        out["model_uri"] = str(params["candidate_uri"])
+    return out
+
+
+def gates_of(steps: list[StepSummary], run_dir: Path) -> dict[str, Any]:
+    """Every gate's answer: per candidate the accuracy and SLO gates, and the champion/challenger gate.
+
+    ``{"candidates": [{"recipe", "task", "passed", "accuracy": {"passed", "reason"}, "slo": {...}}],
+    "champion": {"task", "passed", "reason", "version"} or None when it did not run}``.
+    """
+    def flag(value: Any) -> bool | None:
+        return None if value is None else bool(value)
+
+    candidates: list[dict[str, Any]] = []
+    champion: dict[str, Any] | None = None
+    for step in steps:
+        if step.status != "SUCCESS":
+            continue
+        component = component_of(step.task)
+        if component == "candidate-gates":
+            params, metrics, arts = read_executor_output(run_dir / step.task)
+            candidate = arts.get("candidate") or {}
+            candidates.append({
+                "recipe": candidate.get("recipe", ""),
+                "task": step.task,
+                "passed": flag(candidate.get("passed", metrics.get("passed", params.get("Output")))),
+                "accuracy": {"passed": flag(metrics.get("accuracy_passed")),
+                             "reason": (arts.get("accuracy_report") or {}).get("reason", "")},
+                "slo": {"passed": flag(metrics.get("slo_passed")), "reason": (arts.get("slo_report") or {}).get("reason", "")},
+            })
+        elif component in ("package-champion", "register-champion"):
+            params, _, arts = read_executor_output(run_dir / step.task)
+            decision = arts.get("decision") or {}
+            champion = {"task": step.task, "passed": flag(decision.get("passed", params.get("Output"))),
+                        "reason": decision.get("reason", ""), "version": decision.get("version", "")}
+    return {"candidates": candidates, "champion": champion}
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """``k=v`` with ``v`` read as YAML (numbers, booleans, ``[a, b]`` lists, strings)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ShipyardError("--param", f"{text!r} is not key=value", "write --param name=value")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def load_params_file(path: str) -> dict[str, Any]:
+    """A YAML or JSON mapping of pipeline parameters."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise ShipyardError("--params-file", f"{path} does not exist", "give an existing YAML/JSON file") from None
+    except yaml.YAMLError:
+        raise ShipyardError("--params-file", f"{path} is not valid YAML/JSON", "fix its syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ShipyardError("--params-file", f"{path} is not a mapping of parameter names to values", "write name: value lines")
+    return data
+
+
+def _signature(pipeline_func: Any) -> dict[str, inspect.Parameter]:
+    func = getattr(pipeline_func, "pipeline_func", None) or pipeline_func.python_func
+    return dict(inspect.signature(func).parameters)
+
+
+def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
+    """Parameter names of a pipeline and their defaults."""
+    return {
+        name: (None if p.default is inspect.Parameter.empty else p.default)
+        for name, p in _signature(pipeline_func).items()
+    }
+
+
+def resolve_params(pipeline: Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
+    """Merge local defaults < params file < ``--param``, then check and type them
+    (:func:`shipyard.params.checks.check_params`: names, required parameters, types, URIs, and the
+    pre-flight checks of every JSON parameter and recipe). ``pipeline``: its name (checked in
+    well under a second, before the pipeline is built) or the pipeline function."""
+    from shipyard.params.checks import check_params
+    from shipyard.params.specs import split_param
+
+    if isinstance(pipeline, str):
+        from shipyard.params.pipeline import PIPELINE_PARAMS, param_specs_for
+
+        if pipeline not in PIPELINE_PARAMS:
+            get_pipeline(pipeline)  # the one-line "unknown pipeline" error
+        specs, name = param_specs_for(pipeline), pipeline
+        known = dict.fromkeys(specs)
+    else:
+        specs, name = pipeline, getattr(pipeline, "name", "")
+        known = pipeline_parameters(pipeline)
+    merged: dict[str, Any] = {}
+    if local_defaults:
+        if not LOCAL_PARAMS.is_file():
+            raise ShipyardError("local-params.yaml", f"{LOCAL_PARAMS} is missing from the installed shipyard",
+                                "reinstall shipyard (the wheel ships it) or pass every parameter with --params-file")
+        merged.update({k: v for k, v in load_params_file(str(LOCAL_PARAMS)).items() if k in known})
+    if params_file:
+        merged.update(load_params_file(params_file))
+    for item in overrides:
+        key, value = split_param(item)
+        merged[key] = value
+    return check_params(specs, merged, name=name)
+
+
+def _component_runtimes(pipeline_func: Any) -> dict[str, str]:
+    """Task folder name -> runtime, read from the compiled pipeline's executor images."""
+    spec = pipeline_func.pipeline_spec
+    images: dict[str, str] = {}
+    deployment = _struct_to_dict(spec.deployment_spec)
+    for name, executor in (deployment.get("executors") or {}).items():
+        images[name] = (executor.get("container") or {}).get("image", "")
+    result = {}
+    for comp_name, comp in spec.components.items():
+        label = comp.executor_label
+        if not label:
+            continue
+        image = images.get(label, "")
+        if not image:
+            continue  # an importer (the champion's model): no step code of its own
+        runtime = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0].removeprefix("shipyard-")
+        result[comp_name.removeprefix("comp-")] = runtime
+    return result
+
+
+def _display_names(pipeline_func: Any) -> dict[str, str]:
+    """Task folder name -> the task's display name (``set_display_name``), through nested DAGs."""
+    spec = pipeline_func.pipeline_spec
+    names: dict[str, str] = {}
+    dags = [spec.root.dag] + [comp.dag for comp in spec.components.values() if comp.HasField("dag")]
+    for dag in dags:
+        for task in dag.tasks.values():
+            names[task.component_ref.name.removeprefix("comp-")] = task.task_info.name
+    return names
+
+
+def _struct_to_dict(struct: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(struct)
+
+
+def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> list[StepSummary]:
+    """Read each task folder (and the timing log) of a finished local run."""
+    records = []
+    if step_log.exists():
+        records = [json.loads(line) for line in step_log.read_text().splitlines() if line.strip()]
+    steps: list[tuple[float, StepSummary]] = []
+    seen_components: set[str] = set()
+    task_dirs = sorted(
+        p for p in run_dir.rglob("*")
+        if p.is_dir() and p.name.removeprefix("comp-") in runtimes and p.parent.name not in runtimes
+    )
+    for task_dir in task_dirs:
+        rel = task_dir.relative_to(run_dir).as_posix()
+        component = task_dir.name
+        seen_components.add(component)
+        step = StepSummary(task=rel, status="SUCCESS" if (task_dir / "executor_output.json").exists() else "FAILURE",
+                           runtime=runtimes.get(component, ""))
+        if (task_dir / "executor_output.json").exists():
+            out = json.loads((task_dir / "executor_output.json").read_text())
+            step.parameters = dict(out.get("parameterValues") or {})
+            for name, group in (out.get("artifacts") or {}).items():
+                for art in group.get("artifacts", []):
+                    uri = art.get("uri", "")
+                    step.artifacts[name] = uri
+                    meta = art.get("metadata") or {}
+                    if isinstance(meta.get("reason"), str):
+                        step.decision = meta["reason"]
+                    for key in ("uri", "digest"):  # the champion's package reference (package-champion)
+                        if name == "package_summary" and isinstance(meta.get(key), str):
+                            step.parameters.setdefault(key, meta[key])
+                    if name == "metrics" or name.endswith("_metrics"):
+                        step.metrics.update({k: v for k, v in meta.items() if isinstance(v, int | float)})
+        mine = [r for r in records if r.get("task_dir") == str(task_dir)]
+        if mine:
+            step.seconds = round(sum(r["seconds"] for r in mine), 2)
+            step.runtime = mine[-1]["runtime"]
+            errors = [r["error"] for r in mine if r.get("error")]
+            if errors:
+                step.error = errors[-1]
+                step.status = "FAILURE"
+        step_started = min((r["started"] for r in mine), default=(task_dir / "executor_output.json").stat().st_mtime
+                           if (task_dir / "executor_output.json").exists() else float("inf"))
+        steps.append((step_started, step))
+    steps.sort(key=lambda item: item[0])
+    ordered = [step for _, step in steps]
+    for component in sorted(set(runtimes) - seen_components):
+        ordered.append(StepSummary(task=component, status="NOT RUN", runtime=runtimes[component],
+                                 error="not run: its condition was false (a gate said no, or another branch was taken) or an upstream step failed"))
+    return ordered
+
+
+def run_local(
+    pipeline: str = DEFAULT_PIPELINE,
+    work_dir: str = "shipyard-run",
+    params_file: str | None = None,
+    overrides: list[str] | None = None,
+) -> RunSummary:
+    """Run ``pipeline`` with kfp.local in ``work_dir``; write and return the run summary."""
+    from kfp import local
+
+    params = resolve_params(pipeline, params_file, overrides or [])  # pre-flight, before anything is built
+    pipeline_func = get_pipeline(pipeline)
+    work = Path(work_dir).resolve()
+    check_tracking_uri(str(params.get("tracking_uri") or ""), work)  # MLflow answers, before anything is written
+    root = work / "pipeline-root"
+    root.mkdir(parents=True, exist_ok=True)
+    step_log = work / "steps.jsonl"
+    step_log.unlink(missing_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ["SHIPYARD_STEP_LOG"] = str(step_log)
+    os.environ["SHIPYARD_WORK_DIR"] = str(work)
+    before = {p.name for p in root.iterdir()}
+    enable_oneof_artifacts()
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=False)
+    log_path = work / KFP_LOG
+    console = sys.stdout
+    print(f"shipyard: running {pipeline} locally; kfp.local's log and every step's output: {log_path}",
+          file=console, flush=True)
+    started = time.perf_counter()
+    interrupted: KeyboardInterrupt | None = None
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
+        watcher = RunConsole(console, log, root, before, step_log, _display_names(pipeline_func))
+        print_before = builtins.print
+        try:
+            with quiet_kfp(watcher):
+                pipeline_func(**params)
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM (shipyard.core.interrupts)
+            interrupted = err
+            interrupt_children()  # the running step unwinds: servers stopped, partial folders removed
+        finally:
+            # kfp.local indents output by swapping builtins.print per task; two loop iterations
+            # running in parallel threads restore each other's swap and leave print indented
+            builtins.print = print_before
+    seconds = round(time.perf_counter() - started, 2)
+    new_runs = sorted(p for p in root.iterdir() if p.name not in before and p.is_dir())
+    if not new_runs:
+        if interrupted is not None:
+            raise interrupted
+        raise ShipyardError("pipeline", f"{pipeline} produced no run folder under {root}", "see the log above")
+    run_dir = new_runs[-1]
+    steps = collect_steps(run_dir, step_log, _component_runtimes(pipeline_func))
+    display = _display_names(pipeline_func)
+    for step in steps:
+        step.name = display.get(step.task.rsplit("/", 1)[-1], "")
+    failed = [s for s in steps if s.status == "FAILURE"]
+    summary = RunSummary(
+        pipeline=pipeline,
+        status="INTERRUPTED" if interrupted is not None else "FAILURE" if failed else "SUCCESS",
+        seconds=seconds,
+        run_dir=str(run_dir),
+        parameters=params,
+        steps=steps,
+        **outcome(steps, params),
+    )
+    summary.gates = gates_of(steps, run_dir)
+    summary.log = str(log_path)
+    if interrupted is not None:
+        summary.interrupted_by = signal_name(interrupted)
+        _kill_mlflow_run(summary.mlflow_run, params, work)
+    atomic_write_text(work / "run-summary.json", json.dumps(summary.to_dict(), indent=2, default=str))
+    after_local_run(work)  # MLflow records kept for the end (file store) or in an outage: logged now, or said
+    if interrupted is not None:
+        raise interrupted
+    return summary
+
+
+def _kill_mlflow_run(run_id: str, params: dict[str, Any], work: Path) -> None:
+    """End an interrupted run's MLflow parent run as KILLED (never left RUNNING)."""
+    if not run_id:
+        return
+    from shipyard.tracking.tracker import Tracker
+
+    try:
+        with shielded():
+            Tracker(str(params.get("tracking_uri") or ""), work_dir=work, attempts=2, backoff_s=0.5).finish(run_id, "KILLED")
+    except ShipyardError as err:
+        print(f"shipyard: warning: MLflow run {run_id} could not be marked KILLED: {err}", file=sys.stderr)
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[: width // 2 - 2] + "..." + text[-(width // 2 - 1):]
+
+
+NOT_RUN_WHY = "its condition was false (a gate said no, or another branch was taken) or an upstream step failed"
+
+
+def _where(path: str, base: Path) -> str:
+    """``path`` relative to ``base`` when inside it, else as given."""
+    try:
+        return Path(path).resolve().relative_to(base).as_posix()
+    except (ValueError, OSError):
+        return path
+
+
+def format_summary(summary: RunSummary, work_dir: str) -> str:
+    """The summary printed at the end of a local run (after the task start/end lines).
+
+    One row per task that ran; the tasks that did not run on one line; a failed run names its
+    first failing task once, with its error line; only artifacts that exist are listed.
+    """
+    work = Path(work_dir).resolve()
+    lines = [f"\nshipyard: {summary.pipeline} {summary.status} in {summary.seconds:.1f} s", ""]
+    if summary.champion:
+        lines += [f"champion: {summary.champion} ({'promoted to production' if summary.promoted else 'not promoted'})"
+                  + (f", {summary.model_uri}" if summary.model_uri else ""), ""]
+    failed = [s for s in summary.steps if s.status == "FAILURE"]
+    if failed:
+        first = failed[0]
+        lines += [f"first failure: {first.name or first.task} [{first.task}]: {first.error or 'no error line; see the log'}", ""]
+    ran = [s for s in summary.steps if s.status != "NOT RUN"]
+    lines.append(f"{'step':<30} {'task':<36} {'status':<8} {'runtime':<9} {'seconds':>7}  key figures")
+    for step in ran:
+        secs = f"{step.seconds:.1f}" if step.seconds is not None else "-"
+        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(step.metrics.items())[:3])
+        params = ", ".join(f"{k}={_short(v)}" for k, v in step.parameters.items())
+        task = step.task if len(step.task) <= 36 else "..." + step.task[-33:]
+        lines.append(f"{(step.name or '-')[:30]:<30} {task:<36} {step.status:<8} {step.runtime:<9} {secs:>7}  {metrics or params}")
+        if step.decision:
+            lines.append(f"{'':<30} > {step.decision}")
+        if step.error and step is not failed[0] and step.error != failed[0].error:
+            lines.append(f"{'':<30} ! {step.error}")
+    not_run = [s for s in summary.steps if s.status == "NOT RUN"]
+    if not_run:
+        lines.append(f"not run ({NOT_RUN_WHY}): " + ", ".join(s.name or s.task for s in not_run))
+    run_dir = Path(summary.run_dir)
+    kept = [uri for step in ran for uri in step.artifacts.values() if uri and Path(uri).exists()]
+    lines.append(f"\nartifacts under {run_dir}:" + ("" if kept else " none"))
+    lines += [f"  {_where(uri, run_dir)}" for uri in kept]
+    lines.append(f"\nlog: {summary.log or work / KFP_LOG} (kfp.local and every step's output)")
+    lines.append(f"summary: {work / 'run-summary.json'}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""KServe LLMInferenceService: deploy config and presets, render, validate against vendored CRDs, apply."""

@@ -1,0 +1,454 @@
+"""Apply a rendered deployment, wait for it to become Ready, and roll back when it does not.
+
+* Server-side apply (``application/apply-patch+yaml``, field manager ``shipyard``) through the
+  kubernetes client's DynamicClient, which discovers the ``serving.kserve.io`` group first.
+* Wait: poll the object until ``status.observedGeneration`` has caught up with the applied
+  generation and condition ``Ready`` (KServe's rollup of PresetsCombined, WorkloadsReady and
+  RouterReady) is True; every condition change is printed as it happens.
+* Failure: ``PresetsCombined=False`` at once; any other condition ``False`` for longer than
+  ``false_grace_s`` (KServe reports a rollout in progress as False for a while); or the timeout.
+* Rollback: the last spec that became Ready is kept on the object itself, in the annotation
+  ``shipyard.io/last-good`` (labels, annotations and spec as JSON), and re-applied; an object
+  that did not exist before is deleted. KEDA ScaledObjects are applied only once the service
+  is Ready, and removed again if anything fails after they were applied.
+* Faults (403, 422, 404, API server timeouts, unreachable server) end in one line; whatever
+  was applied before the fault is rolled back first.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.interrupts import shielded, signal_name
+from shipyard.serving.kserve.validate import require_valid
+
+FIELD_MANAGER = "shipyard"
+LAST_GOOD = "shipyard.io/last-good"
+READY, PRESETS = "Ready", "PresetsCombined"
+ROLLUP = ("PresetsCombined", "WorkloadsReady", "RouterReady", READY)
+
+
+@dataclass
+class Outcome:
+    """What happened: the URL once Ready, and the conditions seen."""
+
+    name: str
+    namespace: str
+    status: str  # "Ready"
+    url: str
+    generation: int
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "namespace": self.namespace, "status": self.status, "url": self.url,
+                "generation": self.generation, "conditions": self.conditions, "events": self.events}
+
+
+class DeployFailed(ShipyardError):
+    """The rollout failed and was rolled back (or deleted); carries what was done."""
+
+    def __init__(self, field_name: str, problem: str, fix: str, *, action: str) -> None:
+        self.action = action
+        super().__init__(field_name, problem, fix)
+
+
+# --- client ----------------------------------------------------------------------------------
+
+def api_client(kubeconfig: str | None = None, context: str | None = None, *, timeout_s: float = 30.0) -> Any:
+    """A kubernetes ``ApiClient`` from a kubeconfig (``--kubeconfig``, ``$KUBECONFIG``,
+    ``~/.kube/config``) or the in-cluster service account, with a default socket timeout so
+    that a hung API server ends in an error instead of a hang."""
+    import urllib3
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    default = os.path.expanduser("~/.kube/config")
+    configuration = client.Configuration()
+    try:
+        if path or os.path.exists(default):
+            config.load_kube_config(config_file=path or default, context=context, client_configuration=configuration)
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+    except (ConfigException, OSError, TypeError, ValueError) as err:
+        raise ShipyardError("kubeconfig", f"cannot load cluster credentials: {str(err).splitlines()[0]}",
+                            "give --kubeconfig, set KUBECONFIG, or run inside the cluster") from None
+    configuration.retries = urllib3.Retry(total=2, connect=2, read=0, status=0, backoff_factor=0.2)
+    api = client.ApiClient(configuration)
+    api.rest_client.pool_manager = _DefaultTimeout(api.rest_client.pool_manager, urllib3.Timeout(timeout_s, timeout_s))
+    return api
+
+
+class _DefaultTimeout:
+    """Wrap urllib3's PoolManager so requests without ``_request_timeout`` (the client passes
+    ``timeout=None``, which means "wait forever", e.g. during discovery) get ``timeout``."""
+
+    def __init__(self, pool: Any, timeout: Any) -> None:
+        self._pool = pool
+        self._timeout = timeout
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self._timeout
+        return self._pool.request(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+
+class Kube:
+    """The few API calls a deploy makes, with every failure turned into one line."""
+
+    def __init__(self, api: Any, *, timeout_s: float = 30.0) -> None:
+        self.api = api
+        self.timeout_s = timeout_s
+        self.host = api.configuration.host
+        self._tmp = tempfile.TemporaryDirectory(prefix="shipyard-discovery-")
+        self._dyn: Any = None
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+        self.api.close()
+
+    @property
+    def dynamic(self) -> Any:
+        if self._dyn is None:
+            from kubernetes.dynamic import DynamicClient
+
+            self._dyn = self._call("discover the API", "", lambda: DynamicClient(
+                self.api, cache_file=os.path.join(self._tmp.name, "discovery.json")))
+        return self._dyn
+
+    def resource(self, api_version: str, kind: str) -> Any:
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        dyn = self.dynamic
+        try:
+            return self._call(f"discover {kind}", "", lambda: dyn.resources.get(api_version=api_version, kind=kind))
+        except ResourceNotFoundError:
+            fix = ("install KServe v0.20 with the LLMInferenceService CRDs" if "kserve" in api_version
+                   else f"install the CRD that serves {api_version} {kind} (e.g. KEDA) or drop that option")
+            raise ShipyardError(f"cluster {self.host}", f"does not serve {api_version} {kind}", fix) from None
+
+    def get(self, res: Any, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            obj = self._call(f"get {res.kind} {namespace}/{name}", namespace, lambda: res.get(
+                name=name, namespace=namespace), not_found_ok=True)
+        except _NotFound:
+            return None
+        return obj.to_dict()
+
+    def apply(self, res: Any, body: dict[str, Any]) -> dict[str, Any]:
+        meta = body["metadata"]
+        obj = self._call(f"apply {res.kind} {meta['namespace']}/{meta['name']}", meta["namespace"],
+                         lambda: res.server_side_apply(body=body, field_manager=FIELD_MANAGER, force_conflicts=True))
+        return obj.to_dict()
+
+    def delete(self, res: Any, name: str, namespace: str) -> None:
+        try:
+            self._call(f"delete {res.kind} {namespace}/{name}", namespace, lambda: res.delete(
+                name=name, namespace=namespace), not_found_ok=True)
+        except _NotFound:
+            pass
+
+    def _call(self, what: str, namespace: str, fn: Callable[[], Any], not_found_ok: bool = False) -> Any:
+        import urllib3.exceptions
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.dynamic.exceptions import DynamicApiError
+
+        try:
+            return fn()
+        except (ApiException, DynamicApiError) as err:
+            status = getattr(err, "status", None)
+            if status == 404 and not_found_ok:
+                raise _NotFound() from None
+            raise api_error(what, namespace, status, _message(err), self.host) from None
+        except (urllib3.exceptions.TimeoutError, urllib3.exceptions.ProtocolError) as err:
+            raise ShipyardError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to {what} "
+                                f"({type(err).__name__})", "check the API server's health and retry") from None
+        except urllib3.exceptions.MaxRetryError as err:
+            reason = err.reason
+            if isinstance(reason, urllib3.exceptions.TimeoutError) \
+                    and not isinstance(reason, urllib3.exceptions.NewConnectionError):
+                raise ShipyardError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to "
+                                    f"{what}", "check the API server's health and retry") from None
+            raise UnreachableError(f"kubernetes API {self.host}", f"unreachable while trying to {what}: "
+                                f"{type(reason).__name__}", "check the kubeconfig server address and network") from None
+
+
+class _NotFound(Exception):
+    pass
+
+
+def _message(err: Any) -> str:
+    body = getattr(err, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    try:
+        payload = json.loads(body) if body else {}
+        return str(payload.get("message") or getattr(err, "reason", "") or err)
+    except (TypeError, ValueError):
+        return str(getattr(err, "reason", "") or body or err)
+
+
+def api_error(what: str, namespace: str, status: int | None, message: str, host: str) -> ShipyardError:
+    """One line for an API error, with the fix that usually applies."""
+    message = " ".join(message.split())[:400]
+    if status == 403:
+        return ShipyardError("kubernetes RBAC", f"forbidden to {what} (403): {message}",
+                             f"grant the deploy ServiceAccount the shipyard-deployer Role in namespace {namespace} "
+                             "(kubectl apply -k manifests/base/rbac)")
+    if status == 401:
+        return ShipyardError("kubernetes credentials", f"unauthorized to {what} (401)", "refresh the kubeconfig token")
+    if status == 422:
+        return ShipyardError("kubernetes API", f"rejected the object ({what}): {message}",
+                             "run `shipyard validate` on the manifest and fix the deploy parameters")
+    if status == 404:
+        return ShipyardError("kubernetes API", f"not found while trying to {what}: {message}",
+                             f"check that namespace {namespace} exists")
+    return ShipyardError(f"kubernetes API {host}", f"failed to {what} ({status}): {message}", "retry or check the cluster")
+
+
+# --- conditions --------------------------------------------------------------------------------
+
+def conditions_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in ((obj.get("status") or {}).get("conditions") or []) if "type" in c}
+
+
+def _describe(cond: dict[str, Any]) -> str:
+    text = f"{cond['type']}={cond.get('status')}"
+    if cond.get("reason"):
+        text += f" ({cond['reason']}"
+        text += f": {cond['message']})" if cond.get("message") else ")"
+    return text
+
+
+def _failing(conds: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The most specific False condition (a sub-condition before its rollup)."""
+    false = [c for c in conds.values() if c.get("status") == "False"]
+    if not false:
+        return None
+    order = {t: i for i, t in enumerate(ROLLUP)}
+    return sorted(false, key=lambda c: (order.get(c["type"], -1), c["type"]))[0]
+
+
+def url_of(obj: dict[str, Any]) -> str:
+    status = obj.get("status") or {}
+    if status.get("url"):
+        return str(status["url"])
+    for addr in status.get("addresses") or []:
+        if addr.get("url"):
+            return str(addr["url"])
+    return str((status.get("address") or {}).get("url") or "")
+
+
+# --- rollout -------------------------------------------------------------------------------------
+
+def _snapshot(obj: dict[str, Any]) -> dict[str, Any]:
+    """What shipyard re-applies on rollback: labels, annotations (minus last-good) and spec."""
+    meta = obj.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k != LAST_GOOD and not k.startswith("kubectl.kubernetes.io/")}
+    return {"labels": dict(meta.get("labels") or {}), "annotations": annotations, "spec": obj.get("spec") or {}}
+
+
+def _body(template: dict[str, Any], snapshot: dict[str, Any], last_good: str | None) -> dict[str, Any]:
+    meta = template["metadata"]
+    annotations = dict(snapshot["annotations"])
+    if last_good:
+        annotations[LAST_GOOD] = last_good
+    return {"apiVersion": template["apiVersion"], "kind": template["kind"],
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": snapshot["labels"],
+                         "annotations": annotations},
+            "spec": snapshot["spec"]}
+
+
+def _last_good(annotation: str | None) -> dict[str, Any] | None:
+    """The snapshot in the last-good annotation, or None when it is absent or was edited out of shape."""
+    try:
+        snap = json.loads(annotation) if annotation else None
+    except ValueError:
+        return None
+    ok = isinstance(snap, dict) and {"labels", "annotations", "spec"} <= set(snap)
+    return snap if ok else None
+
+
+def _size(spec: dict[str, Any] | None) -> int:
+    par = (spec or {}).get("parallelism") or {}
+    if par.get("data") or par.get("dataLocal"):
+        return max(max(par.get("data") or 1, 1) // max(par.get("dataLocal") or 1, 1), 1)
+    return par.get("pipeline") or 1
+
+
+def _check_immutable(existing: dict[str, Any], new: dict[str, Any]) -> None:
+    for path in ("", "prefill"):
+        old_spec = existing.get("spec") or {}
+        new_spec = new.get("spec") or {}
+        if path:
+            if not (old_spec.get(path) and new_spec.get(path)):
+                continue
+            old_spec, new_spec = old_spec[path], new_spec[path]
+        if _size(old_spec) != _size(new_spec):
+            where = f"spec.{path + '.' if path else ''}parallelism"
+            raise ShipyardError(where, f"total parallelism size (pods per replica) is immutable: the running service "
+                                f"has {_size(old_spec)}, the new spec {_size(new_spec)}",
+                                "deploy under a new name, or delete the old service first")
+
+
+def deploy(
+    docs: list[dict[str, Any]],
+    kube: Kube,
+    *,
+    wait_timeout_s: float = 1200.0,
+    poll_s: float = 5.0,
+    false_grace_s: float = 120.0,
+    log: Callable[[str], None] = print,
+) -> Outcome:
+    """Apply ``docs`` (an LLMInferenceService, then optional ScaledObjects), wait for Ready,
+    roll back on failure. Returns the :class:`Outcome`; raises a one-line error otherwise."""
+    require_valid(docs)
+    svc = docs[0]
+    if svc.get("kind") != "LLMInferenceService":
+        raise ShipyardError("manifest", "the first document must be the LLMInferenceService", "render it with shipyard")
+    name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
+    res = kube.resource(svc["apiVersion"], svc["kind"])
+    extra_res = [kube.resource(d["apiVersion"], d["kind"]) for d in docs[1:]]
+    existing = kube.get(res, name, ns)
+    previous: dict[str, Any] | None = None
+    last_good: str | None = None
+    if existing is not None:
+        _check_immutable(existing, svc)
+        last_good = ((existing.get("metadata") or {}).get("annotations") or {}).get(LAST_GOOD)
+        previous = _last_good(last_good)
+        if previous is None:
+            previous = _snapshot(existing)
+            last_good = json.dumps(previous, sort_keys=True, separators=(",", ":"))
+        log(f"{ns}/{name}: updating (generation {existing['metadata'].get('generation')}); "
+            "the last good spec is kept for rollback")
+    else:
+        log(f"{ns}/{name}: creating")
+    new_snapshot = _snapshot(svc)
+    applied_extra: list[tuple[Any, dict[str, Any]]] = []
+
+    def rollback(reason: ShipyardError) -> DeployFailed:
+        with shielded():  # a second Ctrl-C or SIGTERM must not cut a rollback short
+            for extra, doc in reversed(applied_extra):
+                try:
+                    kube.delete(extra, doc["metadata"]["name"], doc["metadata"]["namespace"])
+                except ShipyardError:
+                    pass
+            try:
+                if previous is not None:
+                    kube.apply(res, _body(svc, previous, last_good))
+                    action, done = "rolled-back", "rolled back to the previous spec"
+                else:
+                    kube.delete(res, name, ns)
+                    action, done = "deleted", "deleted the new service"
+            except ShipyardError as err:
+                action, done = "rollback-failed", f"ROLLBACK FAILED ({err.problem}); check `kubectl get llmisvc -n {ns} {name}`"
+            log(f"{ns}/{name}: {done}")
+        return DeployFailed(reason.field, f"{reason.problem}; {done}", reason.fix, action=action)
+
+    def interrupted(err: KeyboardInterrupt, during: str) -> DeployFailed:
+        # A cancelled KFP run (SIGTERM) or Ctrl-C: restore the previous state exactly as on a timeout.
+        return rollback(ShipyardError(f"LLMInferenceService {ns}/{name}",
+                                      f"interrupted by {signal_name(err)} during {during}", "run the deploy again"))
+
+    try:
+        applied = kube.apply(res, _body(svc, new_snapshot, last_good))
+    except ShipyardError as err:
+        # The request may have reached the server (timeout): restore the previous state.
+        raise (rollback(err) if _maybe_applied(err) else err) from None
+    except KeyboardInterrupt as err:
+        raise interrupted(err, "the apply") from None
+    generation = int((applied.get("metadata") or {}).get("generation") or 0)
+    log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready")
+    try:
+        obj, events = _wait(kube, res, name, ns, generation, wait_timeout_s, poll_s, false_grace_s, log)
+        good = json.dumps(new_snapshot, sort_keys=True, separators=(",", ":"))
+        kube.apply(res, _body(svc, new_snapshot, good))
+        for extra, doc in zip(extra_res, docs[1:], strict=True):
+            applied_extra.append((extra, doc))
+            kube.apply(extra, doc)
+            log(f"{ns}/{doc['metadata']['name']}: applied {doc['kind']}")
+    except ShipyardError as err:
+        raise rollback(err) from None
+    except KeyboardInterrupt as err:
+        raise interrupted(err, "the Ready wait") from None
+    url = url_of(obj)
+    log(f"{ns}/{name}: Ready at {url or '(no URL reported)'}")
+    return Outcome(name, ns, "Ready", url, generation, list(conditions_of(obj).values()), events)
+
+
+def _maybe_applied(err: ShipyardError) -> bool:
+    return "timed out" in err.problem or "unreachable" in err.problem
+
+
+def _wait(kube: Kube, res: Any, name: str, ns: str, generation: int, timeout_s: float, poll_s: float,
+          false_grace_s: float, log: Callable[[str], None]) -> tuple[dict[str, Any], list[str]]:
+    start = time.monotonic()
+    seen: dict[str, tuple[Any, ...]] = {}
+    false_since: dict[str, float] = {}
+    events: list[str] = []
+    last: dict[str, Any] = {}
+    while True:
+        obj = kube.get(res, name, ns)
+        now = time.monotonic() - start
+        if obj is None:
+            raise ShipyardError(f"LLMInferenceService {ns}/{name}", "disappeared while waiting", "check who deleted it")
+        last = obj
+        status = obj.get("status") or {}
+        current = int(status.get("observedGeneration") or 0) >= generation
+        conds = conditions_of(obj)
+        for ctype, cond in conds.items():
+            key = (cond.get("status"), cond.get("reason"), cond.get("message"))
+            if seen.get(ctype) != key:
+                seen[ctype] = key
+                line = f"[{now:6.1f}s] {_describe(cond)}"
+                events.append(line)
+                log(f"{ns}/{name}: {line}")
+        if current:
+            ready = conds.get(READY)
+            if ready and ready.get("status") == "True":
+                return obj, events
+            presets = conds.get(PRESETS)
+            if presets and presets.get("status") == "False":
+                raise _condition_error(name, ns, presets)
+            failing = _failing(conds)
+            for ctype, cond in conds.items():
+                if cond.get("status") == "False":
+                    false_since.setdefault(ctype, now)
+                else:
+                    false_since.pop(ctype, None)
+            if failing and now - false_since.get(failing["type"], now) >= false_grace_s:
+                raise _condition_error(name, ns, failing)
+        if now >= timeout_s:
+            failing = _failing(conds) if current else None
+            detail = f"; last: {_describe(failing)}" if failing else (
+                "" if current else f"; the controller has not observed generation {generation} yet")
+            raise ShipyardError(f"LLMInferenceService {ns}/{name}", f"not Ready after {timeout_s:g}s{detail}",
+                                "look at `kubectl describe llmisvc` and the pod events, or raise the wait timeout")
+        time.sleep(min(poll_s, max(timeout_s - now, 0.01)))
+    return last, events  # pragma: no cover
+
+
+def _condition_error(name: str, ns: str, cond: dict[str, Any]) -> ShipyardError:
+    reason = cond.get("reason") or "NoReason"
+    message = " ".join(str(cond.get("message") or "").split())
+    fix = ("check that every baseRefs preset exists in the namespace or in kserve"
+           if cond["type"] == PRESETS else "look at `kubectl describe llmisvc` and the pod events")
+    return ShipyardError(f"LLMInferenceService {ns}/{name}", f"{cond['type']}=False {reason}: {message}".rstrip(": "),
+                         fix)
+
+
+def deepcopy_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return copy.deepcopy(docs)

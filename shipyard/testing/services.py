@@ -1,0 +1,194 @@
+"""Loopback services for the container rehearsal: podman's API socket, an ``mlflow server``
+(sqlite backend), a moto S3 server and the Kubernetes API double served with a kubeconfig.
+
+Each is a context manager that starts on 127.0.0.1 and stops (with its whole process group) on
+exit. The registry is :class:`shipyard.testing.registry.LocalRegistry`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.processes import stop_group
+from shipyard.testing.registry import free_port
+
+
+def _wait(what: str, check: Any, proc: subprocess.Popen[bytes] | None, log: Path | None, timeout: float) -> None:
+    """Poll ``check()`` until it is true; fail with the log's tail if the process ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-1500:] if log and log.exists() else ""
+            raise ShipyardError(what, f"exited with status {proc.returncode}: {tail.strip()[-400:]}", f"see {log}")
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise ShipyardError(what, f"not ready within {timeout:.0f} s", f"see {log}" if log else "check the service")
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return resp.status == 200
+
+
+class PodmanSocket:
+    """``podman system service`` on a private unix socket; ``docker_host`` is its ``DOCKER_HOST``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.socket = self.root / "podman.sock"
+        self.docker_host = f"unix://{self.socket}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> PodmanSocket:
+        podman = shutil.which("podman")
+        if podman is None:
+            raise ShipyardError("podman", "not installed", "run `bash .ci/podman-setup`")
+        self.root.mkdir(parents=True, exist_ok=True)
+        log = self.root / "podman-service.log"
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen([podman, "system", "service", "--time=0", self.docker_host],
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def ready() -> bool:
+            import docker
+
+            if not self.socket.exists():
+                return False
+            client = docker.DockerClient(base_url=self.docker_host, timeout=5)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+
+        _wait("podman system service", ready, self.proc, log, 30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop_group(self.proc)
+        self.socket.unlink(missing_ok=True)
+
+
+class MlflowServer:
+    """``mlflow server`` with a sqlite database and proxied artifacts under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> MlflowServer:
+        mlflow = Path(sys.executable).with_name("mlflow")
+        if not mlflow.exists():
+            raise ShipyardError("mlflow server", f"{mlflow} does not exist", "install the dev tools: bash .ci/setup")
+        self.root.mkdir(parents=True, exist_ok=True)
+        log = self.root / "mlflow-server.log"
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db",
+                 "--artifacts-destination", str(self.root / "artifacts"),
+                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root,
+                env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
+            )
+        _wait("mlflow server", lambda: _http_ok(f"{self.url}/health"), self.proc, log, 180)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop_group(self.proc, grace=20)
+
+
+class MotoS3:
+    """moto's S3 server on a free loopback port, with fixed test credentials."""
+
+    ACCESS_KEY = "shipyard-rehearsal"
+    SECRET_KEY = "shipyard-rehearsal-secret"
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.server: Any = None
+
+    def __enter__(self) -> MotoS3:
+        try:
+            from moto.server import ThreadedMotoServer
+        except ImportError:
+            raise ShipyardError("moto", "not installed", "install the dev tools: bash .ci/setup") from None
+        import logging
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one access line per S3 request otherwise
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+        _wait("moto S3", lambda: urllib.request.urlopen(self.endpoint, timeout=2) is not None, None, None, 20)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The S3 environment a step gets (the names of the cluster contract's ``shipyard-s3``)."""
+        return {"AWS_ACCESS_KEY_ID": self.ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": self.SECRET_KEY,
+                "AWS_ENDPOINT_URL_S3": self.endpoint}
+
+    def make_bucket(self, name: str) -> None:
+        """Create a bucket (idempotent)."""
+        from shipyard.models.s3 import client, load_config
+
+        s3 = client(load_config(self.env))
+        if not s3.bucket_exists(name):
+            s3.make_bucket(name)
+
+
+class KubeAPI:
+    """The Kubernetes API double over HTTP, with a kubeconfig; LLMInferenceServices become Ready
+    after a few polls, as KServe's controller would report them."""
+
+    def __init__(self, root: Path, ready_after_polls: int = 2) -> None:
+        from shipyard.testing.k8s_double import K8sDouble
+
+        self.root = Path(root)
+        self.double = K8sDouble()
+        self.ready_after_polls = ready_after_polls
+        self.kubeconfig = self.root / "kubeconfig"
+
+    def __enter__(self) -> KubeAPI:
+        self.double.__enter__()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.double.kubeconfig(self.kubeconfig)
+        self.kubeconfig.chmod(0o644)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.double.__exit__(*exc)
+
+    def expect(self, name: str, namespace: str) -> None:
+        """Make ``name`` become Ready (with a gateway URL) after a few status reads."""
+        from shipyard.testing.k8s_double import ready_after
+
+        self.double.script(name, ready_after(self.ready_after_polls, f"http://gateway.local/{namespace}/{name}"))
+
+    def get(self, name: str, namespace: str) -> dict[str, Any] | None:
+        """The stored LLMInferenceService (as the API server holds it)."""
+        return self.double.get("llminferenceservices", namespace, name)
+
+
+def private_dir(prefix: str) -> Path:
+    """A fresh folder under the system temp dir that containers (uid 1001) can traverse."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
