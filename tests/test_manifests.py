@@ -6,14 +6,19 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import require_tool
+from mlflow_server import shared_server
 
 from shipyard.serving.kserve.config import load_preset
 from shipyard.serving.kserve.validate import upstream_dir, validate_documents, validate_object
+from shipyard.testing.services import MlflowServer
 
 ROOT = Path(__file__).resolve().parents[1] / "manifests"
 KFP_DIRS = sorted((ROOT / "kfp").glob("*/kustomization.yaml"))
@@ -97,3 +102,64 @@ def test_kfp_install_reference_is_pinned_to_the_upstream_version(path):
     assert resource.startswith("https://github.com/kubeflow/pipelines/manifests/kustomize/")
     assert resource.endswith(f"?ref={version}")
     assert len(KFP_DIRS) == 2
+
+
+# -- MLflow's Host header check -------------------------------------------------------------------
+
+def kubelet_env(container: dict, namespace: str) -> dict[str, str]:
+    """The container's literal and ``metadata.namespace`` env as the kubelet resolves it: ``$(VAR)``
+    expands to an earlier variable's value, ``$$`` escapes; Secret-fed variables are left out."""
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        if "value" in entry:
+            env[entry["name"]] = re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                                        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+                                        entry["value"])
+        elif (entry.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            env[entry["name"]] = namespace
+    return env
+
+
+def mlflow_api_status(url: str, host: str) -> int:
+    """HTTP status of a real MLflow API call (not /health, which skips the Host check) sent with
+    ``Host: host``, the way a pipeline pod addresses the Service."""
+    req = urllib.request.Request(f"{url}/api/2.0/mlflow/experiments/search?max_results=1", headers={"Host": host})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def service_hosts(namespace: str) -> list[str]:
+    """Every Host header a pod in the cluster sends to the ``mlflow`` Service on port 5000."""
+    return [f"mlflow{suffix}:5000" for suffix in ("", f".{namespace}", f".{namespace}.svc",
+                                                  f".{namespace}.svc.cluster.local")]
+
+
+def test_mlflow_server_with_the_manifest_settings_accepts_its_service_names(tmp_path):
+    """A real ``mlflow server`` started with the env the Deployment gives it answers API calls
+    addressed to its Service by every in-cluster name, and still refuses a foreign Host."""
+    docs = build(ROOT / "overlays" / "dev")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow"]
+    namespace = deployment["metadata"]["namespace"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    settings = {k: v for k, v in kubelet_env(container, namespace).items() if k.startswith("MLFLOW_SERVER_")}
+    args = " ".join(container.get("args") or [])
+    assert "--allowed-hosts" not in args  # one place for the setting: the env
+    with MlflowServer(Path(tempfile.mkdtemp(dir=tmp_path)), env=settings) as server:
+        for host in service_hosts(namespace):
+            assert mlflow_api_status(server.url, host) == 200, host
+        assert mlflow_api_status(server.url, f"localhost:{server.port}") == 200  # kubectl port-forward
+        assert mlflow_api_status(server.url, "attacker.example:5000") == 403
+
+
+def test_mlflow_server_without_allowed_hosts_rejects_the_service_name():
+    """What the manifest did before: MLflow's default allows localhost and private IPs only, so
+    an API call to mlflow.<ns>.svc.cluster.local:5000 gets 403 while /health (exempt) is 200 and
+    the pod looks Ready."""
+    server = shared_server()
+    with urllib.request.urlopen(urllib.request.Request(f"{server.url}/health", headers={"Host": "mlflow:5000"})) as r:
+        assert r.status == 200
+    for host in service_hosts("shipyard"):
+        assert mlflow_api_status(server.url, host) == 403, host

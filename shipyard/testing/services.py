@@ -82,10 +82,12 @@ class PodmanSocket:
 
 
 class MlflowServer:
-    """``mlflow server`` with a sqlite database and proxied artifacts under ``root``."""
+    """``mlflow server`` with a sqlite database and proxied artifacts under ``root``; ``env`` adds
+    server settings (e.g. ``MLFLOW_SERVER_ALLOWED_HOSTS`` as ``manifests/base/mlflow`` sets it)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
         self.root = Path(root)
+        self.env = dict(env or {})
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -102,7 +104,7 @@ class MlflowServer:
                  "--artifacts-destination", str(self.root / "artifacts"),
                  "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root,
-                env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
+                env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **self.env),
             )
         _wait("mlflow server", lambda: _http_ok(f"{self.url}/health"), self.proc, log, 180)
         return self
