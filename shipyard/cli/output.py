@@ -6,7 +6,10 @@
   that names ``--out-file``.
 * ``--out-file PATH`` writes the command's document (a manifest, a plan) to a file instead:
   atomically (a temporary file and a rename), with normal 0644 modes, and a read-only folder or
-  a full disk is one line naming ``--out-file``.
+  a full disk is one line naming ``--out-file``. ``--out-file -`` means stdout. Only a regular
+  file is replaced: a symlink is followed (the file it points to is replaced, the link stays), a
+  character device or pipe (``/dev/null``, ``/dev/stdout``) is written through, never replaced,
+  and ``/dev/full`` is the one-line "no space left" error.
 
 Other command modules (``images build`` too) call :func:`add_output_option`,
 :func:`add_out_file_option`, :func:`render` and :func:`emit`.
@@ -57,7 +60,8 @@ def add_output_option(parser: argparse.ArgumentParser, formats: Sequence[str] = 
 def add_out_file_option(parser: argparse.ArgumentParser, what: str = "the document") -> None:
     """``--out-file PATH``: write ``what`` to a file (atomic, mode 0644) instead of stdout."""
     parser.add_argument("--out-file", metavar="PATH", default=None,
-                        help=f"write {what} to this file (atomically, mode 0644) instead of stdout")
+                        help=f"write {what} to this file (atomically, mode 0644; - is stdout; a symlink is followed, "
+                             "a device such as /dev/null written through)")
 
 
 def render(obj: Any, fmt: str) -> str:
@@ -80,6 +84,15 @@ def emit(obj: Any, fmt: str | None, text: Callable[[], str] | None = None) -> No
         sys.stdout.write(render(obj, fmt))
 
 
+#: ``--out-file -``: the document goes to stdout
+STDOUT = "-"
+
+
 def write_out_file(path: str, text: str) -> None:
-    """Write ``text`` to ``--out-file PATH``: whole or not at all, mode 0644, one-line errors."""
+    """Write ``text`` to ``--out-file PATH``: whole or not at all, mode 0644, one-line errors;
+    ``-`` is stdout, a device is written through (see the module docstring)."""
+    if path == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     atomic_write_text(path, text, field="--out-file")

@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -153,6 +154,19 @@ def atomic_dir(target: str | os.PathLike[str], field: str = "", keep_on_failure:
         raise
 
 
+def _write_through(path: str, text: str, append: bool) -> None:
+    """Write ``text`` into an existing device, pipe or descriptor link without replacing it."""
+    flags = os.O_WRONLY | (os.O_APPEND if append else 0)
+    if stat.S_ISFIFO(os.stat(path).st_mode):
+        flags |= os.O_NONBLOCK  # a pipe with no reader is an error (ENXIO), not a hang
+    fd = os.open(path, flags)
+    if flags & os.O_NONBLOCK:
+        os.set_blocking(fd, True)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+
+
 def atomic_write_text(target: str | os.PathLike[str], text: str, field: str = "", mode: int | None = None) -> None:
     """Write ``text`` to ``target`` through a temporary file and a rename.
 
@@ -160,24 +174,39 @@ def atomic_write_text(target: str | os.PathLike[str], text: str, field: str = ""
     0644 usually; never the 0600 of a temporary file). A failure (read-only folder, disk full,
     a path through a file) raises a one-line :class:`~shipyard.core.errors.FileError` naming
     ``field`` (default: the path) and leaves nothing behind.
+
+    Only regular files are replaced. A symlink is followed: the file it points to is replaced
+    atomically and the link stays. A character device (``/dev/null``, ``/dev/full``), a named
+    pipe or a descriptor link (``/dev/stdout``, ``/proc/self/fd/N``) is written through, as a
+    shell's ``>`` does, never replaced (``/dev/full`` is a one-line "no space left" error). Any
+    other existing non-regular file (a block device, a socket) is refused.
     """
     target = Path(target)
-    if mode is None:
-        try:
-            mode = target.stat().st_mode & 0o7777 if target.is_file() else 0o666 & ~_umask()
-        except OSError:
-            mode = 0o666 & ~_umask()
     with _os_errors(target, field):
-        if target.is_dir():
+        real = Path(os.path.realpath(target))
+        try:
+            info = os.stat(target)
+        except FileNotFoundError:
+            info = None
+        if info is not None and stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        through_fd = str(real).startswith("/proc/") or str(target).startswith(("/dev/fd/", "/proc/"))
+        if info is not None and (through_fd or stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+            _write_through(str(target), text, append=through_fd and stat.S_ISREG(info.st_mode))
+            return
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise FileError(field or str(target), f"{target} is not a regular file (a block device or socket)",
+                            "give a file path, or - for stdout", err_no=errno.EINVAL, filename=str(target))
+        if mode is None:
+            mode = info.st_mode & 0o7777 if info is not None else 0o666 & ~_umask()
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", dir=real.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
                 fh.flush()
                 os.fchmod(fh.fileno(), mode)
-            os.replace(tmp, target)
+            os.replace(tmp, real)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

@@ -111,7 +111,10 @@ def _deploy(args: argparse.Namespace) -> int:
         params["preset"] = args.preset
     if args.wait_timeout is not None:
         params.setdefault("apply", {})["wait_timeout_s"] = args.wait_timeout
-    if not args.out_file and not args.dry_run:
+    to_stdout = args.out_file == "-"  # --out-file - : the manifest goes to stdout
+    if to_stdout:
+        args.out_file = None
+    if not args.out_file and not args.dry_run and not to_stdout:
         raise ShipyardError("--out-file", "is required when applying to a cluster",
                             "give --out-file FILE to keep the applied manifest, or add --dry-run")
     if args.out_file:

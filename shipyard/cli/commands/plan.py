@@ -66,8 +66,9 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"shipyard: warning: {plan.estimated_reason}", file=sys.stderr)
     if args.out_file:
         write_out_file(args.out_file, render(plan.to_dict(), args.output or "json"))
-        print(plan.summary())
-        print(f"wrote {args.out_file}")
+        if args.out_file != "-":  # "-" is stdout: the document alone
+            print(plan.summary())
+            print(f"wrote {args.out_file}")
     else:
         emit(plan.to_dict(), args.output, plan.summary)
     return 0 if plan.fits else 1
