@@ -7,17 +7,15 @@
 * Authentication: HTTP Basic and Bearer token challenges, with credentials from
   :mod:`shipyard.oci.auth`.
 * Transient failures (connection errors, timeouts, 429, 500, 502, 503, 504) are retried with
-  exponential backoff: ``SHIPYARD_REGISTRY_RETRIES`` attempts (default 5), first wait
-  ``SHIPYARD_REGISTRY_BACKOFF`` seconds (default 1, doubling, capped at 30).
+  the one retry policy (:mod:`shipyard.core.retry`): ``SHIPYARD_REGISTRY_RETRIES`` attempts
+  (default 5), first wait ``SHIPYARD_REGISTRY_BACKOFF`` seconds (default 1, doubling, capped at 30).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
-import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +23,9 @@ from typing import Any
 
 import requests
 
+from shipyard.core.env import env_str
 from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.retry import Retry
 from shipyard.oci.auth import find_credentials
 
 MANIFEST_TYPES = (
@@ -37,17 +37,12 @@ MANIFEST_TYPES = (
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 CHUNK = 1 << 20
+ENV_ATTEMPTS = "SHIPYARD_REGISTRY_RETRIES"
+ENV_BACKOFF = "SHIPYARD_REGISTRY_BACKOFF"
 
 
 class TransientError(Exception):
     """A failure worth retrying."""
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        raise ShipyardError(name, f"{os.environ[name]!r} is not a number", "unset it or give a number") from None
 
 
 def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
@@ -95,7 +90,7 @@ class RegistryClient:
                                 "use lowercase letters, digits, '.', '_', '-' and '/' (e.g. team/model)")
         self.host = host
         self.repository = repository
-        listed = {h.strip() for h in os.environ.get("SHIPYARD_INSECURE_REGISTRIES", "").split(",") if h.strip()}
+        listed = {h.strip() for h in env_str("SHIPYARD_INSECURE_REGISTRIES").split(",") if h.strip()}
         self.insecure = insecure_tls or host in listed
         hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
         self.http_allowed = forced_http or self.insecure or hostname in LOOPBACK
@@ -109,8 +104,7 @@ class RegistryClient:
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self.credentials = credentials if credentials is not None else find_credentials(host)
         self.timeout = timeout
-        self.attempts = max(1, int(_env_float("SHIPYARD_REGISTRY_RETRIES", 5)))
-        self.backoff = _env_float("SHIPYARD_REGISTRY_BACKOFF", 1.0)
+        self.retry = Retry.from_env(ENV_ATTEMPTS, ENV_BACKOFF, attempts=5, backoff_s=1.0)
         self._auth_header: str | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -123,7 +117,7 @@ class RegistryClient:
     def _probe(self) -> None:
         """Find the scheme the registry speaks (``GET /v2/``) with retries."""
         last: BaseException | None = None
-        for attempt in range(self.attempts):
+        for _attempt in self.retry.tries():
             for scheme in self.schemes:
                 try:
                     resp = self.session.get(f"{scheme}://{self.host}/v2/", timeout=self.timeout)
@@ -141,9 +135,7 @@ class RegistryClient:
                     continue
                 self.scheme = scheme
                 return
-            if attempt + 1 < self.attempts:
-                time.sleep(min(30.0, self.backoff * 2**attempt))
-        raise UnreachableError(f"registry {self.host}", f"unreachable after {self.attempts} attempts ({_first_line(last)})"
+        raise UnreachableError(f"registry {self.host}", f"unreachable after {self.retry.attempts} attempts ({_first_line(last)})"
                             if last else "unreachable", "check the registry address, that it runs, and the network")
 
     def _authenticate(self, resp: requests.Response) -> bool:
@@ -178,7 +170,7 @@ class RegistryClient:
         """One API call with auth and retries; ``body`` makes a fresh request body per attempt."""
         target = url or f"{self.base}/v2/{self.repository}/{path}"
         last: BaseException | None = None
-        for attempt in range(self.attempts):
+        for _attempt in self.retry.tries():
             hdrs = dict(headers or {})
             try:
                 for _ in range(3):  # the first try, then answering up to two auth challenges
@@ -207,9 +199,7 @@ class RegistryClient:
             except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                     TransientError) as err:
                 last = err
-                if attempt + 1 < self.attempts:
-                    time.sleep(min(30.0, self.backoff * 2**attempt))
-        raise ShipyardError(f"registry {self.host}", f"{what}: failed after {self.attempts} attempts ({_first_line(last)})",
+        raise ShipyardError(f"registry {self.host}", f"{what}: failed after {self.retry.attempts} attempts ({_first_line(last)})",
                             "check that the registry is up and reachable; transient errors were retried")
 
     # -- blobs ------------------------------------------------------------------------------
@@ -246,7 +236,7 @@ class RegistryClient:
         algo, _, want = digest.partition(":")
         if algo != "sha256":
             raise ShipyardError(f"blob {digest}", "unsupported digest algorithm", "use sha256 images")
-        for attempt in range(self.attempts):
+        for attempt in self.retry.tries():
             resp = self.request("GET", f"blobs/{digest}", what=f"fetch blob {digest[:19]}", stream=True)
             h = hashlib.sha256()
             n = 0
@@ -257,8 +247,7 @@ class RegistryClient:
                         h.update(block)
                         n += len(block)
             except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
-                if attempt + 1 < self.attempts:
-                    time.sleep(min(30.0, self.backoff * 2**attempt))
+                if not self.retry.is_last(attempt):
                     continue
                 raise ShipyardError(f"registry {self.host}", f"download of {digest[:19]} interrupted",
                                     "retry when the registry is reachable") from None
