@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from shipyard.core.env import env_int
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, failed_logs_dir, keep_failed_logs, point_at_kept_logs
 from shipyard.evaluation import cache
@@ -265,7 +266,7 @@ def _evaluate_served(cfg: EvalConfig, model_dir: Path, manager: Any, server: Any
         "tokenizer": str(model_dir),
         "tokenizer_backend": "huggingface",
         "tokenized_requests": True,
-        "num_concurrent": int(os.environ.get("SHIPYARD_EVAL_CONCURRENCY", "4")),
+        "num_concurrent": env_int("SHIPYARD_EVAL_CONCURRENCY", 4, minimum=1),
         "max_retries": 3,
         "seed": cfg.seed,
     }

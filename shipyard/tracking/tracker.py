@@ -24,8 +24,8 @@ them to S3/MinIO (the server then needs ``MLFLOW_S3_ENDPOINT_URL``, ``AWS_ACCESS
 so the base image's steps then need those three variables as well.
 
 Faults: when the tracking server cannot be reached, every call is retried with exponential
-backoff (``SHIPYARD_MLFLOW_ATTEMPTS``, default 5; ``SHIPYARD_MLFLOW_BACKOFF_S``, default 2 s,
-doubling, capped at 30 s) and then fails with one :class:`~shipyard.core.errors.UnreachableError`
+backoff (the one policy, :mod:`shipyard.core.retry`: ``SHIPYARD_MLFLOW_ATTEMPTS``, default 5;
+``SHIPYARD_MLFLOW_BACKOFF_S``, default 2 s, doubling, capped at 30 s) and then fails with one :class:`~shipyard.core.errors.UnreachableError`
 line (exit status 3). A tracker that has seen the server down fails every later call at once
 (no second retry budget). :meth:`Tracker.probe` asks ``/health`` once without importing
 MLflow, so a step can keep its payload in milliseconds when the server is down (see
@@ -61,7 +61,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shipyard.core import contract
+from shipyard.core.env import env_bool, env_float
 from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.retry import Retry
 
 ENV_KFP_MLFLOW_CONFIG = "KFP_MLFLOW_CONFIG"
 ENV_WORK_DIR = "SHIPYARD_WORK_DIR"
@@ -274,20 +276,6 @@ def check_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str] 
     return tracker.uri
 
 
-def _int_env(name: str, default: int) -> int:
-    try:
-        return max(1, int(os.environ.get(name, default)))
-    except ValueError:
-        return default
-
-
-def _float_env(name: str, default: float) -> float:
-    try:
-        return max(0.0, float(os.environ.get(name, default)))
-    except ValueError:
-        return default
-
-
 def _is_transient(err: BaseException) -> bool:
     """A connection problem or a server error worth retrying (not a rejected request)."""
     exceptions = sys.modules.get("mlflow.exceptions")  # never imported just to classify an error
@@ -398,8 +386,9 @@ class Tracker:
         self.uri = resolve_tracking_uri(tracking_uri, work_dir)
         #: a local run's work dir (its parent-run cache); None in a pipeline pod
         self.work_dir: Path | None = Path(work_dir).resolve() if work_dir else local_work_dir()
-        self.attempts = attempts if attempts is not None else _int_env(ENV_ATTEMPTS, 5)
-        self.backoff_s = backoff_s if backoff_s is not None else _float_env(ENV_BACKOFF, 2.0)
+        policy = Retry.from_env(ENV_ATTEMPTS, ENV_BACKOFF, attempts=5, backoff_s=2.0)
+        self.retry = Retry(attempts if attempts is not None else policy.attempts,
+                           backoff_s if backoff_s is not None else policy.backoff_s)
         if self.kfp and self.uri == self.kfp.endpoint:
             self.kfp.apply_auth()
         # MLflow's own HTTP retries would wait minutes per call; ours are the outer loop.
@@ -450,20 +439,17 @@ class Tracker:
         """
         if self.down:
             raise self._unreachable(what, self.down, 0)
-        delay = self.backoff_s
-        for attempt in range(1, self.attempts + 1):
+        for attempt in self.retry.tries():
             try:
                 with default_store(self.uri):  # a file store's registry reads back through MlflowClient()
                     return fn(*args, **kwargs)
             except Exception as err:
                 if not _is_transient(err):
                     raise
-                if attempt == self.attempts:
+                if self.retry.is_last(attempt):
                     if self.is_remote:
                         self.down = _short(err)
-                    raise self._unreachable(what, _short(err), self.attempts) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                    raise self._unreachable(what, _short(err), self.retry.attempts) from None
         raise AssertionError("unreachable")
 
     def probe(self, timeout_s: float = 3.0) -> str:
@@ -498,17 +484,14 @@ class Tracker:
             except OSError as err:
                 raise ShipyardError("tracking_uri", f"cannot create the local store {path}: {err}") from None
             return
-        tries = attempts if attempts is not None else self.attempts
-        delay = self.backoff_s
-        for attempt in range(1, tries + 1):
+        policy = Retry(attempts, self.retry.backoff_s) if attempts is not None else self.retry
+        reason = ""
+        for _attempt in policy.tries():
             self.down = ""
             reason = self.probe(timeout_s)
             if not reason:
                 return
-            if attempt < tries:
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
-        raise self._unreachable("check it is up", reason, tries)
+        raise self._unreachable("check it is up", reason, policy.attempts)
 
     # ---- experiments and runs
 
@@ -729,7 +712,7 @@ class RestLogger:
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
         self.base = tracker.uri.rstrip("/")
-        self.timeout = float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 30)
+        self.timeout = env_float("MLFLOW_HTTP_REQUEST_TIMEOUT", 30.0)
         self.headers = {"Content-Type": "application/json", "User-Agent": "shipyard"}
         token = os.environ.get("MLFLOW_TRACKING_TOKEN", "")
         user, password = os.environ.get("MLFLOW_TRACKING_USERNAME", ""), os.environ.get("MLFLOW_TRACKING_PASSWORD", "")
@@ -743,7 +726,7 @@ class RestLogger:
         if workspace:
             self.headers["X-MLFLOW-WORKSPACE"] = workspace
         self.context: ssl.SSLContext | None = None
-        if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() in ("1", "true", "yes"):
+        if env_bool("MLFLOW_TRACKING_INSECURE_TLS"):
             self.context = ssl._create_unverified_context()  # noqa: S323 - the user asked for it
 
     @staticmethod
