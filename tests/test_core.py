@@ -1,0 +1,88 @@
+"""The library's one-of-each helpers (shipyard.core): environment variables, retries, ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shipyard.core.env import env_bool, env_float, env_int, env_str
+from shipyard.core.errors import ShipyardError
+from shipyard.core.retry import Retry
+from shipyard.oci.client import RegistryClient
+from shipyard.tracking.tracker import Tracker
+
+
+@pytest.mark.parametrize(("raw", "want"), [("1", True), ("TRUE", True), ("yes", True), ("on", True),
+                                           ("0", False), ("false", False), ("No", False), ("off", False)])
+def test_env_bool_reads_the_usual_spellings(monkeypatch: pytest.MonkeyPatch, raw: str, want: bool) -> None:
+    monkeypatch.setenv("SHIPYARD_DEBUG", raw)
+    assert env_bool("SHIPYARD_DEBUG") is want
+
+
+def test_env_unset_or_empty_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_EMPTY", "  ")
+    monkeypatch.delenv("X_UNSET", raising=False)
+    assert env_bool("X_UNSET", True) is True and env_bool("X_EMPTY") is False
+    assert env_int("X_EMPTY", 5) == 5 and env_float("X_UNSET", 2.5) == 2.5
+    assert env_str("X_UNSET", "d") == "d"
+    assert env_int("N", 1, environ={"N": " 7 "}) == 7 and env_float("F", 1.0, environ={"F": "0.25"}) == 0.25
+
+
+@pytest.mark.parametrize(("reader", "raw", "problem"), [
+    (lambda: env_bool("SHIPYARD_TEST_VAR"), "maybe", "'maybe' is not a boolean"),
+    (lambda: env_int("SHIPYARD_TEST_VAR", 5), "five", "'five' is not a whole number"),
+    (lambda: env_int("SHIPYARD_TEST_VAR", 5), "2.5", "'2.5' is not a whole number"),
+    (lambda: env_int("SHIPYARD_TEST_VAR", 5, minimum=1), "0", "0 is below 1"),
+    (lambda: env_float("SHIPYARD_TEST_VAR", 1.0), "fast", "'fast' is not a finite number"),
+    (lambda: env_float("SHIPYARD_TEST_VAR", 1.0), "nan", "'nan' is not a finite number"),
+    (lambda: env_float("SHIPYARD_TEST_VAR", 1.0, minimum=0.0), "-1", "-1 is below 0"),
+])
+def test_env_bad_value_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch, reader, raw: str,
+                                                       problem: str) -> None:
+    monkeypatch.setenv("SHIPYARD_TEST_VAR", raw)
+    with pytest.raises(ShipyardError) as info:
+        reader()
+    assert info.value.field == "SHIPYARD_TEST_VAR"
+    assert info.value.problem == problem
+    assert "\n" not in str(info.value) and info.value.fix
+
+
+def test_retry_waits_double_and_are_capped() -> None:
+    policy = Retry(6, 4.0, cap_s=20.0)
+    assert [policy.delay(a) for a in range(1, 6)] == [4.0, 8.0, 16.0, 20.0, 20.0]
+    assert Retry(0, -1.0).attempts == 1 and Retry(0, -1.0).backoff_s == 0.0
+    assert not policy.is_last(5) and policy.is_last(6)
+
+
+def test_retry_tries_sleeps_only_between_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("shipyard.core.retry.time.sleep", slept.append)
+    assert list(Retry(4, 0.5).tries()) == [1, 2, 3, 4]
+    assert slept == [0.5, 1.0, 2.0]
+    slept.clear()
+    for attempt in Retry(4, 0.5).tries():
+        if attempt == 2:
+            break
+    assert slept == [0.5]
+
+
+def test_retry_from_env_reads_the_clients_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHIPYARD_REGISTRY_RETRIES", "3")
+    monkeypatch.setenv("SHIPYARD_REGISTRY_BACKOFF", "0.1")
+    assert Retry.from_env("SHIPYARD_REGISTRY_RETRIES", "SHIPYARD_REGISTRY_BACKOFF", attempts=5, backoff_s=1) == Retry(3, 0.1)
+    monkeypatch.setenv("SHIPYARD_REGISTRY_RETRIES", "three")
+    with pytest.raises(ShipyardError, match="SHIPYARD_REGISTRY_RETRIES: 'three' is not a whole number"):
+        Retry.from_env("SHIPYARD_REGISTRY_RETRIES", "SHIPYARD_REGISTRY_BACKOFF", attempts=5, backoff_s=1)
+
+
+@pytest.mark.parametrize(("variable", "make"), [
+    ("SHIPYARD_REGISTRY_RETRIES", lambda tmp: RegistryClient("127.0.0.1:1", "team/x")),
+    ("SHIPYARD_MLFLOW_ATTEMPTS", lambda tmp: Tracker(str(tmp / "mlruns"))),
+])
+def test_both_clients_refuse_a_bad_retry_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, make) -> None:
+    monkeypatch.setenv(variable, "lots")
+    with pytest.raises(ShipyardError, match=f"^{variable}: 'lots' is not a whole number"):
+        make(tmp_path)
+    monkeypatch.setenv(variable, "2")
+    assert make(tmp_path).retry.attempts == 2
