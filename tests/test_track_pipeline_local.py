@@ -1,7 +1,7 @@
 """Tracking inside the steps and the champion's path, in a real local KFP run (kfp.local)
 against a real MLflow server: two candidates fan out, log into their own nested runs (keyed
 by step and candidate), fan back in to one selection, and exactly one version is registered,
-gated against production and given ``production`` by the (dry-run) deploy step.
+gated against production and given ``dry-run`` (never ``production``) by the dry-run deploy step.
 
 No ``from __future__ import annotations``: KFP reads the components' annotations.
 """
@@ -83,8 +83,8 @@ def test_fan_in_one_champion_and_runs_per_step_and_candidate(tmp_path: Path, mon
     track_local(tracking_uri=server.url, experiment=experiment, model_name=name,
                 source_uri="oci://reg.local/tiny@sha256:" + "9" * 64)
     client = MlflowClient(server.url)
-    mv = client.get_model_version_by_alias(name, "production")
-    assert mv.version == "1" and set(mv.aliases) == {"candidate", "production"}
+    mv = client.get_model_version_by_alias(name, "dry-run")  # a dry run never moves production
+    assert mv.version == "1" and set(mv.aliases) == {"candidate", "dry-run"}
     assert mv.tags["recipe"] == "w4a16" and mv.tags["oci_digest"].startswith("sha256:")
     assert "w4a16 of embedded://tiny" in mv.description
     assert len(client.search_model_versions(f"name = '{name}'")) == 1

@@ -25,7 +25,8 @@ def deploy(
     kfp_run_id: str = "",
 ) -> NamedTuple("Outputs", [("url", str), ("status", str)]):
     """Deploy the model as a KServe LLMInferenceService (llm-d prefill/decode), or write the manifest
-    only; with a champion's decision, then give its model version 'production' in MLflow.
+    only; with a champion's decision, then give its model version 'production' in MLflow (a dry
+    run: 'dry-run', production unchanged).
 
     Args:
         model_uri: The model KServe loads ("" = the decision's uri): the digest-pinned
@@ -43,8 +44,8 @@ def deploy(
         model: Optional model folder; its config.json sizes vLLM through the memory planner.
         decision: Optional champion/challenger decision (metadata: uri, version, recipe, headline); when
             given with model_name, the version gets 'production' (the old one 'previous') once the
-            deployment is Ready (or rendered, on a dry run), and the pipeline's MLflow run the
-            champion's headline figures.
+            deployment is Ready, and the pipeline's MLflow run the champion's headline figures. A
+            dry run never moves 'production': the version gets the alias 'dry-run' instead.
         model_name: Registered model name in MLflow (with decision).
         tracking_uri: MLflow tracking URI (the pipeline parameter).
         experiment: MLflow experiment.
@@ -86,7 +87,7 @@ def deploy(
             out = call_step("base", "shipyard.tracking.promotion:promote_production", tracking_uri=tracking_uri,
                             experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                             version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
-                            headline_json=str(champion.get("headline", "{}")))
-            print(f"production: {json.dumps(out['aliases'])}", flush=True)
+                            headline_json=str(champion.get("headline", "{}")), dry_run=dry_run)
+            print(f"{out.get('note') or 'production'}: aliases {json.dumps(out['aliases'])}", flush=True)
     outputs = namedtuple("Outputs", ["url", "status"])
     return outputs(result["url"], result["status"])

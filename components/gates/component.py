@@ -64,10 +64,13 @@ def candidate_gates(
         shutil.copyfile(os.path.join(candidate.path, "accuracy.md"), accuracy_report.path)
         shutil.copyfile(os.path.join(candidate.path, "slo.html"), slo_report.path)
         record_outputs(out, metrics=metrics)
-        candidate.metadata.update({"recipe": recipe, "passed": out["passed"], "reason": out["reason"]})
-        accuracy_report.metadata.update({"reason": out["accuracy_reason"]})
+        candidate.metadata.update({"recipe": recipe, "passed": out["passed"], "reason": out["reason"],
+                                   "accuracy_caveat": out["accuracy_caveat"]})
+        accuracy_report.metadata.update({"reason": out["accuracy_reason"], "caveat": out["accuracy_caveat"]})
         slo_report.metadata.update({"reason": out["slo_reason"]})
-        run.log(metrics=out["metrics"], tags={"shipyard.gate.passed": str(out["passed"]).lower()},
+        run.log(metrics=out["metrics"], tags={"shipyard.gate.passed": str(out["passed"]).lower(),
+                                              "shipyard.gate.accuracy": out["accuracy_verdict"],
+                                              "shipyard.gate.slo": out["slo_verdict"]},
                 artifacts={"accuracy.md": os.path.join(candidate.path, "accuracy.md"),
                            "slo.html": os.path.join(candidate.path, "slo.html"),
                            "slo.md": os.path.join(candidate.path, "slo.md"),

@@ -181,7 +181,7 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
             diff = _mb(delta) if objective == "size" else f"{delta:+.4g}"
         mark = "champion" if cand["recipe"] == winner else ("passed" if cand.get("passed") else "not eligible")
         rows.append([str(ranked.get(cand["recipe"], "–")), cand["recipe"][:40], mark,
-                     _objective_text(value, objective), diff, "pass" if acc.get("passed") else "FAIL",
+                     _objective_text(value, objective), diff, _accuracy_verdict(acc),
                      "pass" if slo.get("passed") else "FAIL", fmt(acc.get("worst_recovery")), _mb(cand.get("size_bytes")),
                      fmt(cand.get("compression_ratio"), 2), fmt((cand.get("planner") or {}).get("kv_cache_tokens"))])
     doc.h(2, "Ranking")
@@ -236,6 +236,18 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
     if slo_cfg:
         doc.h(2, "SLO").config(slo_cfg, ("threshold", "value"))
     return doc
+
+
+def _accuracy_verdict(acc: dict[str, Any]) -> str:
+    """The accuracy gate's verdict with its caveat ("pass (5 metrics below 0.99 within noise;
+    worst 0.81)" when it passed only through the stderr rule); older records get it from their rows."""
+    from shipyard.gates.candidate import accuracy_caveat, verdict
+
+    passed = bool(acc.get("passed"))
+    caveat = acc.get("caveat")
+    if caveat is None:
+        caveat = accuracy_caveat(acc.get("rows") or []) if passed else ""
+    return verdict(passed, str(caveat or ""))
 
 
 def report_markdown(result: dict[str, Any], candidates: list[dict[str, Any]]) -> str:
@@ -320,8 +332,17 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     axes[0].set_title("size on disk (MB)", fontsize=10)
     recov = ([1.0] if candidates else []) + [(c.get("accuracy") or {}).get("worst_recovery") for c in candidates]
     heights = [float(v or 0) for v in recov]
-    bars = axes[1].bar(names, heights, color="tab:green")
-    axes[1].bar_label(bars, [fmt(v, 3) for v in heights], fontsize=7)
+    minimum = float(acc.get("min_recovery") or 0.0)
+    # a bar below min recovery is never drawn as a plain pass: orange and hatched when the
+    # stderr rule let it through, red when the gate failed
+    passed = [True] + [bool((c.get("accuracy") or {}).get("passed")) for c in candidates]
+    colors = ["tab:green" if h >= minimum else ("tab:orange" if ok else "tab:red") for h, ok in zip(heights, passed, strict=False)]
+    bars = axes[1].bar(names, heights, color=colors)
+    for bar, h, ok in zip(bars, heights, passed, strict=False):
+        if h < minimum and ok:
+            bar.set_hatch("//")
+    axes[1].bar_label(bars, [fmt(v, 3) + ("" if v >= minimum else " (within noise)" if ok else " FAIL")
+                             for v, ok in zip(heights, passed, strict=False)], fontsize=7)
     floor = min([v for v in heights if v > 0] + [float(acc.get("min_recovery") or 1.0)])
     axes[1].set_ylim(max(0.0, floor - 0.1), max(heights + [1.0]) + 0.05)  # small differences stay visible
     if acc.get("min_recovery"):

@@ -7,10 +7,14 @@ only one line when a task starts and one when it ends::
 
     11:08:47  started  benchmark base                           benchmark
     11:10:02  SUCCESS  benchmark base                           benchmark                             74.8 s  max out tok/s 102.4
-    11:10:38  FAILURE  compress                                 for-loop-5-iteration-0/compress       35.9 s  compress: ... (fix: ...)
+    11:10:38  FAILURE  compress                                 compress [w8a8-int8]                  35.9 s  compress: ... (fix: ...)
 
 The end line has the time, the status, the seconds and one key figure (or, for a failure, the
-step's one-line error from the step timing log).
+step's one-line error from the step timing log). A task inside the recipes loop is labelled by
+its candidate (``compress [w8a8-int8]``, not KFP's ``for-loop-5-iteration-0/compress``), names
+that do not fit are shortened at a word boundary (:func:`fit`), never mid-word, and a gate that
+passed only through a tolerance rule says so in its row ("accuracy pass (5 metrics below 0.99
+within noise; worst 0.81)").
 """
 
 from __future__ import annotations
@@ -55,6 +59,37 @@ def read_executor_output(task_dir: Path) -> tuple[dict[str, Any], dict[str, Any]
     return out.get("parameterValues") or {}, metrics, artifacts
 
 
+_LOOP = re.compile(r"(?:^|/)for-loop-\d+-iteration-(\d+)/")
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, shortened at a word boundary with "…" (never
+    cut mid-word; a single word longer than ``width`` keeps its start and ends with "…")."""
+    text = str(text)
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    cut = max(head.rfind(sep) for sep in " /-_+,")
+    if cut >= width // 3:
+        head = head[:cut]
+    return head.rstrip(" /-_+,") + "…"
+
+
+def task_label(task: str, candidates: list[str] | None = None) -> str:
+    """A task path as a user reads it: the loop iteration becomes the candidate it works on
+    (``for-loop-5-iteration-0/compress`` -> ``compress [w8a8-int8]``), KFP's importer the champion
+    model, and KFP's ``-2`` suffixes stay (they tell base from candidate tasks apart)."""
+    name = task.rsplit("/", 1)[-1]
+    if re.fullmatch(r"importer(-\d+)?", name):
+        name = "champion model (import)"
+    loops = _LOOP.findall(task)
+    if not loops:
+        return name
+    index = int(loops[-1])
+    known = candidates or []
+    return f"{name} [{known[index] if index < len(known) else f'candidate {index + 1}'}]"
+
+
 def component_of(task: str) -> str:
     """The component of a task path without KFP's ``-2`` suffix: ``for-loop-5-iteration-0/benchmark-2`` -> ``benchmark``."""
     return re.sub(r"-\d+$", "", task.rsplit("/", 1)[-1])
@@ -73,8 +108,10 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
     if component in ("benchmark", "measure-vllm") and "max_output_tokens_per_s" in metrics:
         return f"max out tok/s {metrics['max_output_tokens_per_s']:.4g}"
     if component == "candidate-gates" and "passed" in metrics:
-        parts = [f"{label} {yes_no.get(metrics[key], metrics[key])}" for key, label in
-                 (("accuracy_passed", "accuracy"), ("slo_passed", "SLO")) if key in metrics]
+        caveats = {"accuracy_passed": str((artifacts.get("candidate") or {}).get("accuracy_caveat") or "")}
+        parts = [f"{label} {yes_no.get(metrics[key], metrics[key])}"
+                 + (f" ({caveats[key]})" if metrics[key] and caveats.get(key) else "")
+                 for key, label in (("accuracy_passed", "accuracy"), ("slo_passed", "SLO")) if key in metrics]
         recipe = (artifacts.get("candidate") or {}).get("recipe")
         return (f"{recipe}: " if recipe else "") + ", ".join(parts or [f"gates {yes_no.get(metrics['passed'])}"])
     if component == "select-champion":
@@ -96,8 +133,11 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
         if not key.endswith(("wall_seconds", "wall_time_s")):
             return f"{key} {_num(value)}"
     for key, value in params.items():
+        if key == "Output" and isinstance(value, bool):  # KFP's name for a step's return value
+            return "yes" if value else "no"
         text = str(value)
-        return f"{key}={text if len(text) <= 48 else text[:22] + '...' + text[-23:]}"
+        shown = text if len(text) <= 48 else text[:22] + "..." + text[-23:]
+        return shown if key == "Output" else f"{key}={shown}"
     return ""
 
 
@@ -105,8 +145,9 @@ class RunConsole:
     """Watches kfp.local's output (all of it goes to the log) and prints task start and end lines."""
 
     def __init__(self, console: TextIO, log: TextIO, root: Path, before: set[str], step_log: Path,
-                 display: dict[str, str]) -> None:
+                 display: dict[str, str], candidates: list[str] | None = None) -> None:
         self.console = console
+        self.candidates = list(candidates or [])
         self.log = log
         self.root = root
         self.before = before
@@ -139,7 +180,7 @@ class RunConsole:
 
     def _start(self, task: str) -> None:
         self.started.setdefault(task, []).append(time.monotonic())
-        self.say(f"{time.strftime('%H:%M:%S')}  started  {self._name(task)[:40]:<40} {task}")
+        self.say(f"{time.strftime('%H:%M:%S')}  started  {fit(self._name(task), 40):<40} {task_label(task, self.candidates)}")
 
     def _end(self, task: str, status: str) -> None:
         starts = self.started.get(task) or []
@@ -153,7 +194,8 @@ class RunConsole:
             figure = self._error(task_dir, task) or f"see {getattr(self.log, 'name', KFP_LOG)}"
             self.failures.append((label, figure))
         secs = f"{seconds:6.1f} s" if seconds is not None else "      -"
-        self.say(f"{time.strftime('%H:%M:%S')}  {status:<8} {self._name(task)[:40]:<40} {label[-36:]:<36} {secs}  {figure}")
+        shown = fit(task_label(label, self.candidates), 36)
+        self.say(f"{time.strftime('%H:%M:%S')}  {status:<8} {fit(self._name(task), 40):<40} {shown:<36} {secs}  {figure}")
 
     def _run_dir(self) -> Path | None:
         try:

@@ -4,7 +4,7 @@ Every step's thin wrapper runs in the base environment (kfp's SubprocessRunner) 
 logic to the step's runtime venv (see :mod:`shipyard.runtimes.runtime`). After the run, the task folders
 under ``WORK_DIR/pipeline-root`` and the step timing log are read back into
 ``WORK_DIR/run-summary.json``: each step's status, runtime, seconds, metrics and artifact paths,
-and at the top the answer (``champion``, ``promoted``, ``model_uri``, ``mlflow_run``, ``gates``).
+and at the top the answer (``champion``, ``promoted``, ``production``, ``model_uri``, ``mlflow_run``, ``gates``).
 
 The console stays short (:mod:`shipyard.run.console`): one line per task as it starts and ends,
 then :func:`format_summary`. kfp.local's own logging and every step's stdout/stderr go to
@@ -31,10 +31,20 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
 from shipyard.core.interrupts import shielded, signal_name
 from shipyard.core.processes import interrupt_children
+from shipyard.gates.candidate import verdict
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
-from shipyard.run.console import KFP_LOG, RunConsole, component_of, quiet_kfp, read_executor_output
+from shipyard.run.console import (
+    KFP_LOG,
+    RunConsole,
+    component_of,
+    fit,
+    quiet_kfp,
+    read_executor_output,
+    task_label,
+)
 from shipyard.run.kfp_local_compat import enable_oneof_artifacts
 from shipyard.tracking.pending import after_local_run
+from shipyard.tracking.promotion import DRY_RUN_NOTE
 from shipyard.tracking.tracker import check_tracking_uri
 
 #: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
@@ -69,6 +79,7 @@ class RunSummary:
     steps: list[StepSummary]
     champion: str = ""
     promoted: bool = False
+    production: str = "unchanged"
     model_uri: str = ""
     mlflow_run: str = ""
     gates: dict[str, Any] = field(default_factory=dict)
@@ -80,12 +91,14 @@ class RunSummary:
 
 
 def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
-    """The run's answer: the champion (if any), whether it was promoted, where it is, the MLflow run."""
+    """The run's answer: the champion (if any), whether it was promoted (``production`` says what
+    happened to the alias: "dry run: production unchanged" after a dry-run deploy), where it is,
+    the MLflow run."""
     def last(component: str) -> StepSummary | None:
         found = [s for s in steps if s.task.rsplit("/", 1)[-1] == component and s.status == "SUCCESS"]
         return found[-1] if found else None
 
-    out: dict[str, Any] = {"champion": "", "promoted": False, "model_uri": "", "mlflow_run": ""}
+    out: dict[str, Any] = {"champion": "", "promoted": False, "production": "unchanged", "model_uri": "", "mlflow_run": ""}
     if (check := last("preflight")) is not None:
         out["mlflow_run"] = str(check.parameters.get("Output", ""))
     select = last("select-champion")
@@ -96,7 +109,11 @@ def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
             pass
     elif (gates := last("candidate-gates")) is not None and gates.parameters.get("Output") is True:
         out["champion"] = "candidate"
-    out["promoted"] = last("deploy") is not None  # deploy runs only for a champion that beat production
+    deployed = last("deploy")  # runs only for a champion that beat production
+    if deployed is not None:
+        dry = str(deployed.parameters.get("status", "")) == "DryRun" or bool(params.get("dry_run"))
+        out["promoted"] = not dry  # a dry run never moves production (the version gets 'dry-run')
+        out["production"] = DRY_RUN_NOTE if dry else "moved to the champion"
     if (package := last("package-champion")) is not None:
         out["model_uri"] = str(package.parameters.get("uri", ""))
     elif out["champion"] and params.get("candidate_uri"):
@@ -107,8 +124,10 @@ def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
 def gates_of(steps: list[StepSummary], run_dir: Path) -> dict[str, Any]:
     """Every gate's answer: per candidate the accuracy and SLO gates, and the champion/challenger gate.
 
-    ``{"candidates": [{"recipe", "task", "passed", "accuracy": {"passed", "reason"}, "slo": {...}}],
-    "champion": {"task", "passed", "reason", "version"} or None when it did not run}``.
+    ``{"candidates": [{"recipe", "task", "passed", "accuracy": {"passed", "verdict", "caveat", "reason"},
+    "slo": {...}}],`` (``verdict``: "pass", "FAIL" or "pass (5 metrics below 0.99 within noise; worst
+    0.81)" when the accuracy gate passed only through its stderr rule),
+    ``"champion": {"task", "passed", "reason", "version"} or None when it did not run}``.
     """
     def flag(value: Any) -> bool | None:
         return None if value is None else bool(value)
@@ -122,13 +141,17 @@ def gates_of(steps: list[StepSummary], run_dir: Path) -> dict[str, Any]:
         if component == "candidate-gates":
             params, metrics, arts = read_executor_output(run_dir / step.task)
             candidate = arts.get("candidate") or {}
+            caveat = str(candidate.get("accuracy_caveat") or (arts.get("accuracy_report") or {}).get("caveat") or "")
             candidates.append({
                 "recipe": candidate.get("recipe", ""),
                 "task": step.task,
                 "passed": flag(candidate.get("passed", metrics.get("passed", params.get("Output")))),
                 "accuracy": {"passed": flag(metrics.get("accuracy_passed")),
+                             "verdict": verdict(flag(metrics.get("accuracy_passed")), caveat),
+                             "caveat": caveat,
                              "reason": (arts.get("accuracy_report") or {}).get("reason", "")},
-                "slo": {"passed": flag(metrics.get("slo_passed")), "reason": (arts.get("slo_report") or {}).get("reason", "")},
+                "slo": {"passed": flag(metrics.get("slo_passed")), "verdict": verdict(flag(metrics.get("slo_passed"))),
+                        "reason": (arts.get("slo_report") or {}).get("reason", "")},
             })
         elif component in ("package-champion", "register-champion"):
             params, _, arts = read_executor_output(run_dir / step.task)
@@ -298,6 +321,23 @@ def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> li
     return ordered
 
 
+def candidate_labels(params: dict[str, Any]) -> list[str]:
+    """The label of each recipe in the ``recipes`` loop, in loop order (the console names a loop
+    task by its candidate instead of KFP's ``for-loop-N-iteration-I``)."""
+    from shipyard.compression.recipes import recipe_label
+
+    recipes = params.get("recipes")
+    if isinstance(recipes, str):
+        recipes = [recipes]
+    labels = []
+    for recipe in recipes if isinstance(recipes, list) else []:
+        try:
+            labels.append(recipe_label(recipe if isinstance(recipe, str) else json.dumps(recipe)))
+        except (ShipyardError, ValueError, TypeError):
+            labels.append(str(recipe)[:24])
+    return labels
+
+
 def run_local(
     pipeline: str = DEFAULT_PIPELINE,
     work_dir: str = "shipyard-run",
@@ -330,7 +370,8 @@ def run_local(
     started = time.perf_counter()
     interrupted: KeyboardInterrupt | None = None
     with open(log_path, "a", encoding="utf-8", buffering=1) as log:
-        watcher = RunConsole(console, log, root, before, step_log, _display_names(pipeline_func))
+        watcher = RunConsole(console, log, root, before, step_log, _display_names(pipeline_func),
+                             candidate_labels(params))
         print_before = builtins.print
         try:
             with quiet_kfp(watcher):
@@ -413,20 +454,28 @@ def format_summary(summary: RunSummary, work_dir: str) -> str:
     work = Path(work_dir).resolve()
     lines = [f"\nshipyard: {summary.pipeline} {summary.status} in {summary.seconds:.1f} s", ""]
     if summary.champion:
-        lines += [f"champion: {summary.champion} ({'promoted to production' if summary.promoted else 'not promoted'})"
+        verdict = "promoted to production" if summary.promoted else (
+            summary.production if summary.production == DRY_RUN_NOTE else "not promoted")
+        lines += [f"champion: {summary.champion} ({verdict})"
                   + (f", {summary.model_uri}" if summary.model_uri else ""), ""]
     failed = [s for s in summary.steps if s.status == "FAILURE"]
     if failed:
         first = failed[0]
         lines += [f"first failure: {first.name or first.task} [{first.task}]: {first.error or 'no error line; see the log'}", ""]
     ran = [s for s in summary.steps if s.status != "NOT RUN"]
+    labels = candidate_labels(summary.parameters)
+    gate_rows = {c.get("task"): c for c in (summary.gates or {}).get("candidates", [])}
     lines.append(f"{'step':<30} {'task':<36} {'status':<8} {'runtime':<9} {'seconds':>7}  key figures")
     for step in ran:
         secs = f"{step.seconds:.1f}" if step.seconds is not None else "-"
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(step.metrics.items())[:3])
-        params = ", ".join(f"{k}={_short(v)}" for k, v in step.parameters.items())
-        task = step.task if len(step.task) <= 36 else "..." + step.task[-33:]
-        lines.append(f"{(step.name or '-')[:30]:<30} {task:<36} {step.status:<8} {step.runtime:<9} {secs:>7}  {metrics or params}")
+        params = ", ".join(("yes" if v else "no") if k == "Output" and isinstance(v, bool) else f"{k}={_short(v)}"
+                           for k, v in step.parameters.items())
+        task = fit(task_label(step.task, labels), 36)
+        gate = gate_rows.get(step.task)
+        figure = (f"accuracy {gate['accuracy'].get('verdict') or '-'}, SLO {gate['slo'].get('verdict') or '-'}"
+                  if gate else metrics or params)
+        lines.append(f"{fit(step.name or '-', 30):<30} {task:<36} {step.status:<8} {step.runtime:<9} {secs:>7}  {figure}")
         if step.decision:
             lines.append(f"{'':<30} > {step.decision}")
         if step.error and step is not failed[0] and step.error != failed[0].error:

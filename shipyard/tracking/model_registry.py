@@ -3,6 +3,9 @@
 * ``candidate``: set when a candidate is packaged and registered (:func:`register_candidate`).
 * ``production``: set when its deployment is Ready (:func:`promote`); the version that held it
   before keeps the alias ``previous``.
+* ``dry-run``: a champion whose deployment was only rendered (a dry run, e.g. every local run).
+  ``production`` stays where it was: a dry run never served, so the next champion/challenger gate
+  must not compare against it (:func:`shipyard.tracking.promotion.promote_production`).
 * :func:`rollback` moves ``production`` back to the version before it (and ``previous`` one
   further back), following the history kept in the registered model's tag
   ``shipyard.production_history``.
@@ -27,6 +30,7 @@ from shipyard.tracking.tracker import Tracker, to_metrics, to_tags
 CANDIDATE = "candidate"
 PRODUCTION = "production"
 PREVIOUS = "previous"
+DRY_RUN = "dry-run"
 HISTORY_TAG = "shipyard.production_history"
 METRIC_TAG_PREFIX = "shipyard.metric."
 

@@ -105,7 +105,8 @@ def _apply_promote(payload: dict[str, Any], work: Path) -> str:
     from shipyard.tracking.promotion import apply_promotion
 
     aliases = apply_promotion(_tracker(payload, work), payload)
-    return f"{payload['model_name']} version {payload['version']} is production (aliases {json.dumps(aliases)})"
+    alias = "dry-run (production unchanged)" if payload.get("dry_run") else "production"
+    return f"{payload['model_name']} version {payload['version']} is {alias} (aliases {json.dumps(aliases)})"
 
 
 def apply(payload: dict[str, Any], work: Path) -> str:

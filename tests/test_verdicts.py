@@ -1,0 +1,134 @@
+"""Honest verdicts (issue 23): a dry run never moves ``production``, a gate that passed only through
+a tolerance rule says so wherever its verdict appears, and the local run's console and
+``run-summary.json`` say what happened. Real MLflow (the session's server), no pipeline run."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from mlflow_server import shared_server
+
+from shipyard.run.local import RunSummary, StepSummary, format_summary, outcome
+from shipyard.tracking import pipeline_runs as track
+from shipyard.tracking.promotion import DRY_RUN_NOTE, promote_production
+
+
+@pytest.fixture(autouse=True)
+def _no_kfp_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def test_a_dry_run_never_moves_production() -> None:
+    """A dry-run deploy gives the champion the alias ``dry-run``; ``production`` stays where it was
+    (unset here, then on the version a real deploy promoted), and the parent run says so."""
+    url = shared_server().url
+    experiment, kfp_run = f"dry-{uuid.uuid4().hex[:6]}", f"run-{uuid.uuid4().hex[:6]}"
+    name = f"tiny-dry-{uuid.uuid4().hex[:6]}"
+    parent = track.start_tracking(url, experiment, "optimize-and-deploy", kfp_run, "", "")["parent_run_id"]
+    track.register_model(url, name, "oci://reg.local/tiny@sha256:" + "1" * 64, parent, "")
+    client = MlflowClient(url)
+
+    out = promote_production(url, experiment, kfp_run, name, "1", "w8a8-int8", '{"accuracy": 0.5}', dry_run=True)
+    assert out["note"] == DRY_RUN_NOTE == "dry run: production unchanged"
+    assert out["aliases"] == {"candidate": "1", "dry-run": "1"}
+    assert "production" not in client.get_registered_model(name).aliases
+    tags = client.get_run(parent).data.tags
+    assert tags["shipyard.production"] == DRY_RUN_NOTE and "shipyard.production_version" not in tags
+
+    # a real deploy promotes; a later dry run of another version leaves production on it
+    assert promote_production(url, experiment, kfp_run, name, "1", "w8a8-int8")["aliases"]["production"] == "1"
+    track.register_model(url, name, "s3://models/tiny/v2", parent, "")
+    out = promote_production(url, experiment, kfp_run, name, "2", "w4a16", dry_run=True)
+    assert out["aliases"]["production"] == "1" and out["aliases"]["dry-run"] == "2"
+    assert "previous" not in out["aliases"]
+    assert client.get_model_version_by_alias(name, "production").version == "1"
+
+
+def _summary(steps: list[StepSummary], params: dict) -> RunSummary:
+    return RunSummary(pipeline="optimize-and-deploy", status="SUCCESS", seconds=1.0, run_dir="/nonexistent",
+                      parameters=params, steps=steps, **outcome(steps, params))
+
+
+def test_the_run_summary_and_console_say_production_is_unchanged_after_a_dry_run(tmp_path: Path) -> None:
+    gates = StepSummary(task="for-loop-2/candidate-gates", status="SUCCESS", parameters={"Output": True})
+    deployed = StepSummary(task="deploy", status="SUCCESS", parameters={"status": "DryRun", "url": ""})
+    summary = _summary([gates, deployed], {"dry_run": True})
+    assert summary.promoted is False and summary.production == DRY_RUN_NOTE
+    assert json.loads(json.dumps(summary.to_dict()))["production"] == "dry run: production unchanged"
+    text = format_summary(summary, str(tmp_path))
+    assert "champion: candidate (dry run: production unchanged)" in text and "promoted to production" not in text
+
+    applied = StepSummary(task="deploy", status="SUCCESS", parameters={"status": "Ready", "url": "http://x"})
+    summary = _summary([gates, applied], {"dry_run": False})
+    assert summary.promoted is True and "promoted to production" in format_summary(summary, str(tmp_path))
+
+
+CAVEAT = "1 metric below 0.99 within noise; worst 0.93"  # report_fixtures: arithmetic acc recovery 0.926
+
+
+def test_a_pass_through_the_stderr_rule_carries_its_caveat_in_every_verdict(tmp_path: Path) -> None:
+    """The accuracy gate passes the fixtures only through the stderr rule (recovery 0.926 < 0.99):
+    the gate result, candidate.json, the console row, run-summary.json's gates and the candidates
+    report's ranking all say "pass (1 metric below 0.99 within noise; worst 0.93)"."""
+    from report_fixtures import judged
+
+    from shipyard.gates.selection import select_champion
+    from shipyard.run.console import key_figure
+    from shipyard.run.local import gates_of
+
+    out = judged(tmp_path)
+    assert out["passed"] and out["accuracy_caveat"] == CAVEAT
+    assert out["accuracy_verdict"] == f"pass ({CAVEAT})" and f"accuracy pass: {CAVEAT}" in out["reason"]
+    record = json.loads((tmp_path / "w8a8-int8-gates" / "candidate.json").read_text())
+    assert record["accuracy"]["verdict"] == f"pass ({CAVEAT})"
+
+    # what the KFP step hands on (components/gates: candidate metadata) -> console and run-summary.json
+    metadata = {"recipe": "w8a8-int8", "passed": True, "reason": out["reason"], "accuracy_caveat": out["accuracy_caveat"]}
+    row = key_figure("for-loop-2-iteration-0/candidate-gates", {"Output": True}, out["metrics"], {"candidate": metadata})
+    assert row == f"w8a8-int8: accuracy pass ({CAVEAT}), SLO pass"
+    task = tmp_path / "run" / "for-loop-2-iteration-0" / "candidate-gates"
+    task.mkdir(parents=True)
+    (task / "executor_output.json").write_text(json.dumps({"parameterValues": {"Output": True}, "artifacts": {
+        "candidate": {"artifacts": [{"uri": str(task / "candidate"), "metadata": metadata}]},
+        "metrics": {"artifacts": [{"uri": str(task / "metrics"), "metadata": out["metrics"]}]}}}))
+    step = StepSummary(task="for-loop-2-iteration-0/candidate-gates", status="SUCCESS", parameters={"Output": True})
+    (gate,) = gates_of([step], tmp_path / "run")["candidates"]
+    assert gate["accuracy"]["verdict"] == f"pass ({CAVEAT})" and gate["accuracy"]["caveat"] == CAVEAT
+    summary = _summary([step], {"recipes": ["w8a8-int8"]})
+    summary.gates = {"candidates": [gate], "champion": None}
+    text = format_summary(summary, str(tmp_path))
+    assert f"accuracy pass ({CAVEAT}), SLO pass" in text and "candidate-gates [w8a8-int8]" in text
+
+    decision = select_champion([str(tmp_path / "w8a8-int8-gates")], "", str(tmp_path / "d"), str(tmp_path / "c.md"),
+                               str(tmp_path / "c.html"))
+    assert decision["winner"] == "w8a8-int8"
+    ranking = [line for line in (tmp_path / "c.md").read_text().splitlines() if line.startswith("| 1 | w8a8-int8 |")]
+    assert ranking and f"| pass ({CAVEAT}) |" in ranking[0]
+
+
+def test_a_recovery_bar_below_the_threshold_is_not_drawn_as_a_plain_pass(tmp_path: Path) -> None:
+    """The candidates report's recovery bar under min recovery is orange (passed within noise) or
+    red (failed), never the green of a plain pass."""
+    import io
+
+    import matplotlib.image as mpimg
+    import numpy as np
+    from report_fixtures import judged
+
+    from shipyard.gates.selection import plot_pngs
+
+    record = judged(tmp_path)["candidate"]
+    alt, png = plot_pngs([record])[-1]
+    assert "worst accuracy recovery" in alt
+    pixels = mpimg.imread(io.BytesIO(png))[..., :3]
+
+    def has(rgb: tuple[float, float, float]) -> bool:
+        return bool((np.abs(pixels - np.array(rgb)).sum(axis=-1) < 0.03).any())
+
+    orange, green = (1.0, 0.498, 0.055), (0.173, 0.627, 0.173)
+    assert has(orange)  # the candidate's 0.93 bar
+    assert has(green)   # the base's 1.0 bar
