@@ -45,6 +45,26 @@ def _read_cluster_config(path: str) -> dict[str, Any]:
     return data
 
 
+LAYOUT_KEYS = ("pipeline_namespace", "service_account", "serving_namespace", "tracking_uri")
+
+
+def cluster_layout(name: str = "", config_path: str | None = None) -> dict[str, str]:
+    """Where the pieces live for one KFP install (``layouts`` in cluster.yaml; ``name`` or the
+    file's ``layout``): the namespace the pipeline pods run in (the contract Secrets, MLflow), the
+    identity they run as, the deploy target namespace and MLflow's in-cluster URI."""
+    cfg = load_cluster_config(config_path)
+    layouts = cfg.get("layouts") or {}
+    chosen = name or str(cfg.get("layout") or "")
+    if chosen not in layouts:
+        raise ShipyardError("layout", f"{chosen!r} is not a layout of the cluster config",
+                            f"use one of {', '.join(sorted(layouts)) or '(none: add layouts to cluster.yaml)'}")
+    entry = layouts[chosen] or {}
+    missing = [k for k in LAYOUT_KEYS if not entry.get(k)]
+    if missing:
+        raise ShipyardError(f"layouts.{chosen}", f"lacks {', '.join(missing)}", "see pipelines/cluster.yaml")
+    return {"name": chosen, **{k: str(entry[k]) for k in LAYOUT_KEYS}}
+
+
 #: Steps whose effects live outside their outputs (a registry, MLflow, the cluster): a cache hit
 #: would skip the push, the record or the apply, so they always run.
 SIDE_EFFECT_STEPS = frozenset({

@@ -92,8 +92,9 @@ def test_secret_templates_hold_exactly_the_contract_keys() -> None:
     # the MLflow server reads the same S3 secret and keys
     mlflow = yaml.safe_load((ROOT / "manifests" / "base" / "mlflow" / "deployment.yaml").read_text())
     refs = {e["valueFrom"]["secretKeyRef"]["name"] + "/" + e["valueFrom"]["secretKeyRef"]["key"]
-            for e in mlflow["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert refs <= {f"shipyard-s3/{k}" for k in CLUSTER["secrets"]["shipyard-s3"]["env"]}
+            for e in mlflow["spec"]["template"]["spec"]["containers"][0]["env"]
+            if "secretKeyRef" in e.get("valueFrom", {})}
+    assert refs and refs <= {f"shipyard-s3/{k}" for k in CLUSTER["secrets"]["shipyard-s3"]["env"]}
 
 
 def test_every_step_gets_only_its_secrets(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
@@ -281,7 +282,7 @@ def test_image_tags_change_with_the_code(tmp_path: Path, monkeypatch: pytest.Mon
         digest_file.write_text(f"{before} sha256:{'c' * 64}\n")
         assert runtimes.runtime_image("base", "gpu").endswith(f":{before}@sha256:{'c' * 64}")
         assert before == runtimes.image_tag("base"), "the digest a build records is not part of the tag"
-        step = copies[1][1] / "deploy" / "step.py"
+        step = copies[1][1] / "deploy" / "deploy.py"
         step.write_text(step.read_text() + "\n# a change\n")
         runtimes.code_digest.cache_clear()
         after = runtimes.image_tag("base")

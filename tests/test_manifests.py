@@ -16,6 +16,7 @@ import yaml
 from conftest import require_tool
 from mlflow_server import shared_server
 
+from shipyard.pipelines.platform import cluster_layout, load_cluster_config
 from shipyard.serving.kserve.config import load_preset
 from shipyard.serving.kserve.validate import upstream_dir, validate_documents, validate_object
 from shipyard.testing.services import MlflowServer
@@ -24,6 +25,10 @@ ROOT = Path(__file__).resolve().parents[1] / "manifests"
 KFP_DIRS = sorted((ROOT / "kfp").glob("*/kustomization.yaml"))
 LOCAL_DIRS = sorted(p.parent for p in ROOT.rglob("kustomization.yaml") if "kfp" not in p.relative_to(ROOT).parts)
 KUBECTL = shutil.which("kubectl")
+#: each top-level overlay and the cluster.yaml layout it installs
+OVERLAY_LAYOUT = {"kfp-standalone": "kfp-standalone", "kubeflow-multi-user": "kubeflow-multi-user",
+                  "prod": "kfp-standalone"}
+LAYOUTS = sorted(load_cluster_config()["layouts"])
 
 
 def build(path: Path) -> list[dict]:
@@ -35,8 +40,10 @@ def build(path: Path) -> list[dict]:
 
 def test_there_are_overlays_and_bases():
     names = {str(p.relative_to(ROOT)) for p in LOCAL_DIRS}
-    assert {"overlays/dev", "overlays/prod", "base/rbac", "base/presets", "base/mlflow", "base/secrets",
-            "base/keda"} <= names
+    assert {"overlays/kfp-standalone", "overlays/kubeflow-multi-user", "overlays/prod", "base/rbac",
+            "base/presets", "base/mlflow", "base/secrets", "base/keda"} <= names
+    assert {p.name for p in (ROOT / "overlays").iterdir()} == set(OVERLAY_LAYOUT)
+    assert set(LAYOUTS) == set(OVERLAY_LAYOUT.values())
 
 
 @pytest.mark.parametrize("path", LOCAL_DIRS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -49,7 +56,9 @@ def test_kustomization_builds_and_validates(path):
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition"}
     if path.parts[-2] == "overlays":
-        assert {d["metadata"].get("namespace") for d in docs} == {{"dev": "shipyard-dev", "prod": "shipyard"}[path.name]}
+        layout = cluster_layout(OVERLAY_LAYOUT[path.name])
+        assert {d["metadata"].get("namespace") for d in docs} == {layout["pipeline_namespace"],
+                                                                  layout["serving_namespace"]}
 
 
 def test_role_is_limited_to_what_deploy_needs():
@@ -67,15 +76,60 @@ def test_role_is_limited_to_what_deploy_needs():
     assert {"name": "pipeline-runner", "kind": "ServiceAccount", "namespace": "kubeflow"} in binding["subjects"]
 
 
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_layout_puts_secrets_mlflow_and_rbac_where_its_pods_run(layout_name):
+    """One namespace story per KFP install: the contract Secrets and MLflow in the namespace the
+    pipeline pods run in, MLflow addressed by its FQDN from there, and Role shipyard-deployer in
+    the deploy target bound to the identity that runs the deploy step."""
+    layout = cluster_layout(layout_name)
+    pods_ns, serving_ns, sa = layout["pipeline_namespace"], layout["serving_namespace"], layout["service_account"]
+    docs = build(ROOT / "overlays" / layout_name)
+    where = {(d["kind"], d["metadata"]["name"]): d["metadata"]["namespace"] for d in docs}
+    cfg = load_cluster_config()
+    for secret in [*cfg["secrets"], cfg["registry_secret_volume"]["secret"]]:
+        assert where[("Secret", secret)] == pods_ns, secret
+    assert where[("Service", "mlflow")] == where[("Deployment", "mlflow")] == pods_ns
+    (mlflow_secret,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "shipyard-mlflow"]
+    uri = mlflow_secret["stringData"]["MLFLOW_TRACKING_URI"]
+    assert uri == layout["tracking_uri"] == f"http://mlflow.{where[('Service', 'mlflow')]}.svc.cluster.local:5000"
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"] == serving_ns
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert {"kind": "ServiceAccount", "name": sa, "namespace": pods_ns} in binding["subjects"]
+    assert {d["metadata"]["namespace"] for d in docs if d["kind"] == "LLMInferenceServiceConfig"} == {serving_ns}
+
+
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_mlflow_allows_the_host_its_clients_use(layout_name):
+    """MLflow's own Host check (mlflow.server.security_utils), fed the Deployment's env as the
+    kubelet expands it, accepts the Host header of MLFLOW_TRACKING_URI and every Service name."""
+    from urllib.parse import urlparse
+
+    from mlflow.server.security_utils import is_allowed_host_header
+
+    docs = build(ROOT / "overlays" / layout_name)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow"]
+    ns = deployment["metadata"]["namespace"]
+    env = kubelet_env(deployment["spec"]["template"]["spec"]["containers"][0], ns)
+    allowed = [h.strip() for h in env["MLFLOW_SERVER_ALLOWED_HOSTS"].split(",")]
+    client_host = urlparse(cluster_layout(layout_name)["tracking_uri"]).netloc
+    for host in [client_host, *service_hosts(ns)]:
+        assert is_allowed_host_header(allowed, host), host
+    assert not is_allowed_host_header(allowed, "mlflow.other-namespace.svc.cluster.local:5000")
+
+
 def test_prod_patches_apply():
     docs = {(d["kind"], d["metadata"]["name"]): d for d in build(ROOT / "overlays" / "prod")}
     assert docs[("PersistentVolumeClaim", "mlflow-backend")]["spec"]["resources"]["requests"]["storage"] == "50Gi"
     assert docs[("ScaledObject", "llm-decode")]["spec"]["maxReplicaCount"] == 8
     mlflow = docs[("Deployment", "mlflow")]["spec"]["template"]["spec"]["containers"][0]
     assert "--artifacts-destination=s3://mlflow-artifacts" in mlflow["args"]
-    keys = {e["valueFrom"]["secretKeyRef"]["key"] for e in mlflow["env"]}
+    keys = {e["valueFrom"]["secretKeyRef"]["key"] for e in mlflow["env"] if "secretKeyRef" in e.get("valueFrom", {})}
     secret = docs[("Secret", "shipyard-s3")]
-    assert keys <= set(secret["stringData"])
+    assert keys and keys <= set(secret["stringData"])
+    assert secret["metadata"]["namespace"] == docs[("Deployment", "mlflow")]["metadata"]["namespace"]
+    assert docs[("ScaledObject", "llm-decode")]["metadata"]["namespace"] == cluster_layout("kfp-standalone")["serving_namespace"]
 
 
 def test_presets_referenced_by_deploy_presets_are_shipped():
@@ -140,7 +194,7 @@ def service_hosts(namespace: str) -> list[str]:
 def test_mlflow_server_with_the_manifest_settings_accepts_its_service_names(tmp_path):
     """A real ``mlflow server`` started with the env the Deployment gives it answers API calls
     addressed to its Service by every in-cluster name, and still refuses a foreign Host."""
-    docs = build(ROOT / "overlays" / "dev")
+    docs = build(ROOT / "overlays" / "kfp-standalone")
     (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow"]
     namespace = deployment["metadata"]["namespace"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
