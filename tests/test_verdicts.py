@@ -132,3 +132,19 @@ def test_a_recovery_bar_below_the_threshold_is_not_drawn_as_a_plain_pass(tmp_pat
     orange, green = (1.0, 0.498, 0.055), (0.173, 0.627, 0.173)
     assert has(orange)  # the candidate's 0.93 bar
     assert has(green)   # the base's 1.0 bar
+
+
+def test_console_names_are_never_cut_mid_word_and_loop_tasks_carry_their_candidate() -> None:
+    from shipyard.run.console import fit, key_figure, task_label
+
+    name = "deploy LLMInferenceService + alias production"
+    assert fit(name, 30) == "deploy LLMInferenceService…" and fit(name, 60) == name
+    for width in (12, 20, 30, 40):
+        shown = fit(name, width)
+        assert len(shown) <= width and shown.endswith("…")
+        assert all(word in name.split() for word in shown.rstrip("…").split())  # whole words only
+    assert task_label("for-loop-5-iteration-1/candidate-gates", ["w8a8-int8", "w4a16"]) == "candidate-gates [w4a16]"
+    assert task_label("for-loop-5-iteration-0/compress", []) == "compress [candidate 1]"
+    assert task_label("condition-1/importer") == "champion model (import)"
+    assert task_label("benchmark-2") == "benchmark-2"
+    assert key_figure("some-step", {"Output": True}, {}, {}) == "yes"  # never KFP's "Output=True"
