@@ -45,6 +45,8 @@ GROUPS: dict[str, dict[str, Any]] = {
                       ("llminferenceserviceconfigs", "LLMInferenceServiceConfig", "llmisvcconfig")],
     },
     "keda.sh": {"versions": ["v1alpha1"], "resources": [("scaledobjects", "ScaledObject", "so")]},
+    "inference.networking.x-k8s.io": {"versions": ["v1alpha2"],
+                                      "resources": [("inferenceobjectives", "InferenceObjective", "")]},
 }
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
@@ -241,7 +243,7 @@ class K8sDouble:
             resources = []
             for plural, kind, short in GROUPS[group]["resources"]:
                 resources.append({"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind,
-                                  "verbs": VERBS, "shortNames": [short]})
+                                  "verbs": VERBS, "shortNames": [short] if short else []})
                 resources.append({"name": f"{plural}/status", "singularName": "", "namespaced": True, "kind": kind,
                                   "verbs": ["get", "patch", "update"]})
             return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
