@@ -77,9 +77,9 @@ def test_gate_passes_a_candidate_that_recovers(tmp_path: Path) -> None:
     assert out["metrics"]["recovery/ppl/word_perplexity"] == pytest.approx(20.0 / 20.1)
     text = report.read_text()
     assert "# Accuracy gate: PASS" in text
-    assert ("| task | metric | base ± stderr | candidate ± stderr | recovery | min recovery | margin | stderr rule "
+    assert ("| task | metric | base ± stderr | candidate ± stderr | recovery | min recovery | margin | stderr rule | paired (base - candidate) "
             "| decided by | result |") in text
-    assert "| mc | acc ↑ | 0.8000 ± 0.0400 | 0.7950 ± 0.0400 | 0.9938 | 0.99 | +0.0038 | off | recovery >= min | pass |" in text
+    assert "| mc | acc ↑ | 0.8000 ± 0.0400 | 0.7950 ± 0.0400 | 0.9938 | 0.99 | +0.0038 | off | – | recovery >= min | pass |" in text
     assert "| ppl | word_perplexity ↓ |" in text
     assert "| min_recovery (default) | 0.99 |" in text and "| stderr_k (default) | off |" in text
     assert "4 metrics compared, 4 gated: 4 recovered, 0 passed by the stderr rule, 0 failed; 0 not gated" in text
@@ -134,7 +134,7 @@ def test_stderr_rule_passes_a_loss_within_k_standard_errors(tmp_path: Path) -> N
     text = report.read_text()
     assert ("**Warning:** mc acc passed below min_recovery 0.99 (recovery 0.9375) only because of the stderr rule: "
             "loss 0.05 <= 1 x 0.06021 = 0.06021 (k = 1, stderr of the difference from base 0.0400 and candidate 0.0450)") in text
-    assert "| 0.9375 | 0.99 | -0.0525 | loss 0.05 <= 1 x 0.06021 = 0.06021 | stderr rule | pass |" in text
+    assert "| 0.9375 | 0.99 | -0.0525 | loss 0.05 <= 1 x 0.06021 = 0.06021 | – | stderr rule | pass |" in text
     assert "1 passed by the stderr rule" in text
     # a larger loss is outside 1 stderr even with the rule
     far = write(tmp_path, "far", summary({"mc": {"acc,none": score(0.60, 0.05)}}))
@@ -144,11 +144,11 @@ def test_stderr_rule_passes_a_loss_within_k_standard_errors(tmp_path: Path) -> N
 def test_different_configs_are_refused(tmp_path: Path) -> None:
     other = summary(BASE, config_hash="deadbeef" * 3)
     other["config"] = {"tasks": ["t"], "limit": 10}
-    with pytest.raises(ShipyardError, match=r"different configs .*differing keys \['limit'\]"):
+    with pytest.raises(ShipyardError, match=r"evaluated differently: eval_config.limit: None vs 10"):
         compare(summary(BASE), other, parse_thresholds(""))
     out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", other), "", str(tmp_path / "r.md"))
     assert out["passed"] is False
-    assert out["reason"].startswith("failed closed: eval_config: base and candidate were evaluated with different configs")
+    assert out["reason"].startswith("failed closed: eval parity: base and candidate were evaluated differently")
     assert "FAIL" in (tmp_path / "r.md").read_text()
 
 

@@ -40,7 +40,7 @@ class EvalConfig:
     task_dir: str | None = None
     backend: str | None = None
     bootstrap_iters: int = 1000
-    log_samples: bool = False
+    log_samples: bool = True  # per-sample logs: the paired statistics of the accuracy gate
     cache: bool = True
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ streamed as ``vllm:`` lines. A failed evaluation keeps ``lm-eval.log`` (and ``vl
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -165,6 +166,21 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def chat_template_sha256(model_dir: Path) -> str | None:
+    """SHA-256 of the model's chat template (``chat_template.jinja``/``.json`` or the tokenizer
+    config's ``chat_template``); None when it has none."""
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if (model_dir / name).is_file():
+            return hashlib.sha256((model_dir / name).read_bytes()).hexdigest()
+    try:
+        template = json.loads((model_dir / "tokenizer_config.json").read_text()).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not template:
+        return None
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+
+
 def summarize_scores(raw: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per task and metric (lm-eval's ``metric,filter`` key): value, stderr, higher_is_better."""
     scores: dict[str, dict[str, dict[str, Any]]] = {}
@@ -270,7 +286,15 @@ def _evaluate_served(cfg: EvalConfig, model_dir: Path, manager: Any, server: Any
         "max_retries": 3,
         "seed": cfg.seed,
     }
-    raw = _simple_evaluate(cfg, manager, "local-completions", args, batch, None)
+    try:
+        raw = _simple_evaluate(cfg, manager, "local-completions", args, batch, None)
+    except Exception:
+        # a dead engine answers 500 to every request and lm-eval's error says no more than that:
+        # one line naming the request, the likely cause and the log instead
+        failure = server.engine_failure(f"an lm-eval request (tasks {', '.join(cfg.tasks)})", log_name=VLLM_LOG)
+        if failure is not None:
+            raise failure from None
+        raise
     return raw, {"device": "vllm", "server_startup_seconds": server.startup_seconds}
 
 
@@ -305,7 +329,10 @@ def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str 
     key = cache.cache_key(identity["sha256"], config_hash)
     out = Path(out_dir)
 
-    if cfg.cache and (entry := cache.lookup(key)) is not None:
+    entry = cache.lookup(key) if cfg.cache else None
+    if entry is not None and cfg.log_samples and not (entry / "samples").is_dir():
+        entry = None  # a cached result without the per-sample logs the paired statistics need: re-run
+    if entry is not None:
         with atomic_dir(out) as tmp:
             cache.restore_into(entry, tmp)
             summary = json.loads((tmp / cache.SUMMARY).read_text())
@@ -348,6 +375,10 @@ def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str 
         "runtime": runtime,
         "scores": scores,
         "n_samples": {t: (v or {}).get("effective") for t, v in (raw.get("n-samples") or {}).items()},
+        # what shipyard.gates.parity compares between base and candidate
+        "task_versions": {t: str(v) for t, v in (raw.get("versions") or {}).items()},
+        "n_shot": dict(raw.get("n-shot") or {}),
+        "chat_template_sha256": chat_template_sha256(model),
         "wall_time_s": round(wall, 3),
         "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cached": False,

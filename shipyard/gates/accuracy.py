@@ -34,14 +34,27 @@ def _stderr_of_difference(row: Row) -> float | None:
 
 
 def decided_by(row: Row) -> str:
-    """The rule that decided a row: "recovery >= min", "stderr rule", "recovery < min", "missing"."""
+    """The rule that decided a row: "recovery >= min", "paired rule", "stderr rule", "recovery < min", "missing"."""
     if row.candidate is None or row.recovery is None:
         return "missing"
     if row.recovery >= row.min_recovery:
         return "recovery >= min"
     if row.passed and row.gated:
-        return "stderr rule"
+        return "paired rule" if "paired rule" in row.note else "stderr rule"
     return "recovery < min"
+
+
+def paired_text(row: Row) -> str:
+    """The paired statistics of a row: loss and recovery intervals, McNemar's p; '–' without samples."""
+    p = row.paired
+    if not p:
+        return "–"
+    text = (f"loss {p['loss']:+.4g} [{p['loss_low']:+.4g}, {p['loss_high']:+.4g}], recovery "
+            f"[{_fmt(p['recovery_low'])}, {_fmt(p['recovery_high'])}] ({p['confidence']:.0%}, n={p['n']})")
+    if p.get("mcnemar"):
+        m = p["mcnemar"]
+        text += f"; McNemar b={m['base_only']} c={m['candidate_only']} p={m['p_value']:.3g}"
+    return text
 
 
 def stderr_text(row: Row) -> str:
@@ -85,7 +98,7 @@ def _reason(rows: list[Row]) -> str:
 
 
 ROW_HEAD = ["task", "metric", "base ± stderr", "candidate ± stderr", "recovery", "min recovery", "margin",
-            "stderr rule", "decided by", "result"]
+            "stderr rule", "paired (base - candidate)", "decided by", "result"]
 
 
 def report_doc(passed: bool, reason: str, rows: list[Row], context: dict[str, Any],
@@ -96,10 +109,14 @@ def report_doc(passed: bool, reason: str, rows: list[Row], context: dict[str, An
     doc.p(f"{'promote' if passed else 'do not promote'}. {reason}", "Decision:")
     doc.p("recovery = candidate / base (base / candidate when lower is better, ↓); a gated metric passes when "
           "recovery >= its min recovery, or, with stderr_k set, when |candidate - base| <= k x "
-          "sqrt(stderr_base² + stderr_candidate²). margin = recovery - min recovery.", "Rule:")
+          "sqrt(stderr_base² + stderr_candidate²), or, with paired_max_loss set and per-sample logs, when the upper "
+          "bound of the paired bootstrap interval of base - candidate is <= paired_max_loss. "
+          "margin = recovery - min recovery.", "Rule:")
     if rules is not None:
         settings: dict[str, Any] = {"min_recovery (default)": rules.min_recovery,
-                                    "stderr_k (default)": "off" if rules.stderr_k is None else rules.stderr_k}
+                                    "stderr_k (default)": "off" if rules.stderr_k is None else rules.stderr_k,
+                                    "paired_max_loss (default)": "off" if rules.paired_max_loss is None
+                                    else rules.paired_max_loss}
         for key, override in (rules.metrics or {}).items():
             for name, value in override.items():
                 settings[f"metrics.{key}.{name}"] = value
@@ -125,7 +142,7 @@ def report_doc(passed: bool, reason: str, rows: list[Row], context: dict[str, An
             margin = None if r.recovery is None else r.recovery - r.min_recovery
             table.append([r.task, f"{r.metric.replace(',none', '')} {arrow}", base, cand, _fmt(r.recovery),
                           f"{r.min_recovery:g}", "–" if margin is None else f"{margin:+.4f}", stderr_text(r),
-                          decided_by(r) + ("" if r.gated else " (not gated)"), verdict_cell])
+                          paired_text(r), decided_by(r) + ("" if r.gated else " (not gated)"), verdict_cell])
         doc.h(2, "Metrics").table(ROW_HEAD, table)
     if context:
         doc.h(2, "Inputs").config(context)
@@ -157,7 +174,7 @@ def run_gate(base_results: str, candidate_results: str, thresholds: str = "", re
             "base model sha256": str(base.get("model_identity", {}).get("sha256", ""))[:16],
             "candidate model sha256": str(cand.get("model_identity", {}).get("sha256", ""))[:16],
         }
-        rows = compare(base, cand, rules)
+        rows = compare(base, cand, rules, base_results, candidate_results)
         passed = all(r.passed for r in rows)
         reason = _reason(rows)
     except ShipyardError as err:
@@ -176,6 +193,7 @@ def run_gate(base_results: str, candidate_results: str, thresholds: str = "", re
     if report_path:
         atomic_write_text(Path(report_path), report_markdown(passed, reason, rows, context, rules))
     thresholds_used = None if rules is None else {"min_recovery": rules.min_recovery, "stderr_k": rules.stderr_k,
+                                                  "paired_max_loss": rules.paired_max_loss,
                                                   "metrics": rules.metrics or {}}
     return {"passed": passed, "reason": reason, "metrics": metrics, "thresholds": thresholds_used,
             "rows": [{**r.to_dict(), "decided_by": decided_by(r), "stderr_rule": stderr_text(r)} for r in rows]}

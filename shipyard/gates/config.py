@@ -47,12 +47,18 @@ class MetricRule(_Strict):
 
     min_recovery: float | None = None
     stderr_k: float | None = None
+    paired_max_loss: float | None = None
     gate: StrictBool = True
 
     @field_validator("min_recovery", mode="before")
     @classmethod
     def _min_recovery(cls, v: Any) -> float | None:
         return None if v is None else number(v, low=0.0, high=10.0, example="0.99 for min_recovery")
+
+    @field_validator("paired_max_loss", mode="before")
+    @classmethod
+    def _paired_max_loss(cls, v: Any) -> float | None:
+        return None if v is None else number(v, low=0.0, high=1e6, example="0.02 for paired_max_loss")
 
     @field_validator("stderr_k", mode="before")
     @classmethod
@@ -67,7 +73,21 @@ class AccuracyConfig(_Strict):
 
     min_recovery: float = DEFAULT_MIN_RECOVERY
     stderr_k: float | None = None
+    #: the paired rule: pass when the upper bound of the paired loss interval is at most this
+    #: (in the metric's units; needs ``eval_config.log_samples`` for base and candidate)
+    paired_max_loss: float | None = None
+    paired_confidence: float = 0.95
     metrics: dict[str, MetricRule] = {}
+
+    @field_validator("paired_max_loss", mode="before")
+    @classmethod
+    def _paired_max_loss(cls, v: Any) -> float | None:
+        return None if v is None else number(v, low=0.0, high=1e6, example="0.02 for paired_max_loss")
+
+    @field_validator("paired_confidence", mode="before")
+    @classmethod
+    def _paired_confidence(cls, v: Any) -> float:
+        return number(v, low=0.5, high=0.999, example="0.95 for paired_confidence")
 
     @field_validator("min_recovery", mode="before")
     @classmethod
