@@ -354,3 +354,381 @@ def test_schemas_ship_inside_the_package(tmp_path, monkeypatch):
     manifest = tmp_path / "svc.yaml"
     manifest.write_text(yaml.safe_dump(bad))
     assert any("replicaz" in p.message for p in validate_file(manifest))
+
+
+# --- the two fields that rendered as something else (issue 21) --------------------------------------
+
+def env_of(pod: dict) -> dict:
+    return {e["name"]: e for e in main_container(pod).get("env", [])}
+
+
+def test_env_value_from_a_secret_renders_as_value_from():
+    ref = {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    (svc,) = rendered(env={"HF_TOKEN": {"valueFrom": ref}, "MODE": {"value": "x"}, "LEVEL": "DEBUG"})
+    env = env_of(svc["spec"]["template"])
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": ref}
+    assert env["MODE"] == {"name": "MODE", "value": "x"} and env["LEVEL"]["value"] == "DEBUG"
+
+
+def test_scheduler_pool_with_inline_config_keeps_the_config():
+    config = {"apiVersion": "llm-d.ai/v1", "kind": "EndpointPickerConfig",
+              "plugins": [{"type": "pd-profile-handler", "parameters": {"threshold": 100}}]}
+    (svc,) = rendered(prefill_replicas=1, router={"scheduler": {"pool": "shared", "config": config}})
+    assert svc["spec"]["router"]["scheduler"] == {"pool": {"ref": {"name": "shared"}}, "config": {"inline": config}}
+
+
+# --- typed options: each renders as the CRD field and validates ------------------------------------
+
+def test_probes_from_a_startup_time():
+    (svc,) = rendered(probes={"startup_seconds": 4800, "liveness": {"period_seconds": 30, "failure_threshold": 5},
+                              "readiness": {"period_seconds": 5, "timeout_seconds": 2}})
+    main = main_container(svc["spec"]["template"])
+    assert main["startupProbe"] == {"periodSeconds": 10, "failureThreshold": 480}
+    assert main["livenessProbe"] == {"periodSeconds": 30, "failureThreshold": 5}
+    assert main["readinessProbe"] == {"periodSeconds": 5, "timeoutSeconds": 2}
+    (svc,) = rendered(probes={"startup_seconds": 95, "period_seconds": 30})  # rounded up, never short
+    assert main_container(svc["spec"]["template"])["startupProbe"] == {"periodSeconds": 30, "failureThreshold": 4}
+
+
+def test_service_account_pull_secrets_resources_rdma_shm():
+    (svc,) = rendered(prefill_replicas=1, service_account="llm-runner", image_pull_secrets=["quay-pull"],
+                      resources={"requests": {"cpu": "8", "memory": "64Gi", "ephemeral-storage": "100Gi"},
+                                 "limits": {"cpu": "16", "memory": "128Gi"}},
+                      extra_resources={"rdma/roce_gdr": 1}, shm_size="32Gi")
+    for pod in (svc["spec"]["template"], svc["spec"]["prefill"]["template"]):
+        assert pod["serviceAccountName"] == "llm-runner" and pod["imagePullSecrets"] == [{"name": "quay-pull"}]
+        res = main_container(pod)["resources"]
+        assert res["requests"] == {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi", "ephemeral-storage": "100Gi",
+                                   "rdma/roce_gdr": "1"}
+        assert res["limits"] == {"nvidia.com/gpu": "1", "cpu": "16", "memory": "128Gi", "rdma/roce_gdr": "1"}
+        assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}]
+
+
+def test_secret_env():
+    (svc,) = rendered(secret_env={"HF_TOKEN": {"secret": "hf-token", "key": "token"}, "API_KEY": "api-keys"})
+    env = env_of(svc["spec"]["template"])
+    assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    assert env["API_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "api-keys", "key": "API_KEY"}}
+
+
+def test_per_pool_vllm_args_win_over_the_shared_ones():
+    (svc,) = rendered(prefill_replicas=1, vllm_args={"max-num-seqs": 128, "max-model-len": 8192},
+                      prefill={"vllm_args": {"max-num-batched-tokens": 16384, "max-num-seqs": 16}},
+                      decode={"vllm_args": {"max-num-seqs": 256}})
+    decode, prefill = vllm_args(svc["spec"]["template"]), vllm_args(svc["spec"]["prefill"]["template"])
+    assert flag(decode, "--max-num-seqs") == "256" and "--max-num-batched-tokens" not in decode
+    assert flag(prefill, "--max-num-seqs") == "16" and flag(prefill, "--max-num-batched-tokens") == "16384"
+    assert flag(prefill, "--max-model-len") == flag(decode, "--max-model-len") == "8192"
+
+
+def test_planner_sizes_each_pool_at_its_own_tensor_parallelism():
+    cfg = parse_config({"name": "llm", "model_uri": URI, "gpu_memory_gib": 24, "tensor_parallel": 2,
+                        "prefill_replicas": 1, "prefill_tensor_parallel": 1})
+    (svc,) = render(cfg, LLAMA_CONFIG)
+    decode, prefill = vllm_args(svc["spec"]["template"]), vllm_args(svc["spec"]["prefill"]["template"])
+    assert int(flag(decode, "--max-model-len")) >= int(flag(prefill, "--max-model-len"))
+    assert validate_documents([svc]) == []
+
+
+def test_scheduler_config_ref():
+    (svc,) = rendered(router={"scheduler": {"config_ref": {"name": "epp-config", "key": "config.yaml"}}})
+    assert svc["spec"]["router"]["scheduler"] == {"config": {"ref": {"name": "epp-config", "key": "config.yaml"}}}
+
+
+def test_kv_cache_offloading_aggregated_is_the_crd_field():
+    tiers = [{"fileSystem": {"emptyDir": {"size": "200Gi"}}}]
+    (svc,) = rendered(kv_cache_offloading={"cpu": "100Gi", "eviction_policy": "arc", "secondary": tiers})
+    assert svc["spec"]["kvCacheOffloading"] == {"cpu": "100Gi", "evictionPolicy": "arc", "secondary": tiers}
+    assert "--kv-transfer-config" not in vllm_args(svc["spec"]["template"])  # the preset renders the connector
+
+
+def test_kv_cache_offloading_with_pd_chains_the_connectors():
+    (svc,) = rendered(prefill_replicas=1, kv_cache_offloading={"cpu": "64Gi"})
+    spec = svc["spec"]
+    assert spec["kvCacheOffloading"] == spec["prefill"]["kvCacheOffloading"] == {"cpu": "64Gi", "evictionPolicy": "lru"}
+    for pod, role in ((spec["template"], "kv_consumer"), (spec["prefill"]["template"], "kv_producer")):
+        transfer = json.loads(flag(vllm_args(pod), "--kv-transfer-config"))
+        assert transfer["kv_connector"] == "MultiConnector" and transfer["kv_role"] == role
+        nixl, offload = transfer["kv_connector_extra_config"]["connectors"]
+        assert nixl == {"kv_connector": "NixlConnector", "kv_role": role}
+        assert offload["kv_connector"] == "OffloadingConnector"
+        assert offload["kv_connector_extra_config"] == {"cpu_bytes_to_use": 64 * 2**30, "eviction_policy": "lru"}
+
+
+def test_lora_adapters_and_served_model_name():
+    (svc,) = rendered(served_model_name="qwen2-7b", lora={
+        "adapters": [{"name": "sql", "uri": "hf://org/sql-lora"}, {"name": "chat", "uri": "s3://adapters/chat"}],
+        "max_adapters": 4, "max_rank": 16})
+    assert svc["spec"]["model"] == {"uri": URI, "name": "qwen2-7b", "lora": {
+        "adapters": [{"name": "sql", "uri": "hf://org/sql-lora"}, {"name": "chat", "uri": "s3://adapters/chat"}],
+        "maxAdapters": 4, "maxRank": 16}}
+
+
+def test_precise_prefix_cache_preset_keeps_vllm_and_the_scheduler_in_step():
+    (svc,) = rendered(served_model_name="qwen", router={"scheduler": {"preset": "precise-prefix-cache", "block_size": 32,
+                                                                      "hash_seed": 7}})
+    inline = svc["spec"]["router"]["scheduler"]["config"]["inline"]
+    producer = next(p for p in inline["plugins"] if p["type"] == "precise-prefix-cache-producer")
+    assert producer["parameters"]["tokenProcessorConfig"]["blockSize"] == 32
+    assert producer["parameters"]["kvEventsConfig"]["podDiscoveryConfig"]["socketPort"] == 5557
+    args = vllm_args(svc["spec"]["template"])
+    assert flag(args, "--block-size") == "32" and flag(args, "--prefix-caching-hash-algo") == "sha256_cbor"
+    events = json.loads(flag(args, "--kv-events-config"))
+    assert events == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:5557",
+                      "topic": "kv@$(POD_IP)@qwen"}
+    names = [e["name"] for e in main_container(svc["spec"]["template"])["env"]]
+    assert names.index("POD_IP") < names.index("VLLM_ADDITIONAL_ARGS")  # Kubernetes expands $(POD_IP) in order
+    assert env_of(svc["spec"]["template"])["PYTHONHASHSEED"]["value"] == "7"
+
+
+def test_latency_predictor_preset_names_the_vendored_config():
+    (svc,) = rendered(router={"scheduler": {"preset": "latency-predictor"}})
+    assert {"name": "kserve-config-llm-scheduler-latency-predictor"} in svc["spec"]["baseRefs"]
+    preset = yaml.safe_load((UPSTREAM_PRESETS / "config-llm-scheduler-latency-predictor.yaml").read_text())
+    assert preset["metadata"]["name"] == "kserve-config-llm-scheduler-latency-predictor"
+    plugins = {p["type"] for p in svc["spec"]["router"]["scheduler"]["config"]["inline"]["plugins"]}
+    assert {"predicted-latency-producer", "latency-scorer"} <= plugins
+
+
+def test_inference_objectives_next_to_the_service():
+    svc, premium, batch = rendered(objectives=[{"name": "premium", "priority": 10}, {"name": "batch", "priority": -1,
+                                                                                     "pool": "shared-pool"}])
+    assert premium["apiVersion"] == "inference.networking.x-k8s.io/v1alpha2" and premium["kind"] == "InferenceObjective"
+    assert premium["spec"] == {"poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                                           "name": "llm-inference-pool"}, "priority": 10}
+    assert batch["spec"]["poolRef"]["name"] == "shared-pool" and batch["metadata"]["namespace"] == "default"
+    (_, ref) = rendered(router={"scheduler": {"pool": "team-pool"}}, objectives=[{"name": "gold"}])
+    assert ref["spec"] == {"poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "team-pool"}}
+
+
+# --- template mode -----------------------------------------------------------------------------------
+
+SCHED_CONFIG = {"apiVersion": "llm-d.ai/v1", "kind": "EndpointPickerConfig",
+                "plugins": [{"type": "pd-profile-handler", "parameters": {"threshold": 512}},
+                            {"type": "prefix-cache-scorer"}, {"type": "max-score-picker"}],
+                "schedulingProfiles": [{"name": "decode", "plugins": [{"pluginRef": "prefix-cache-scorer", "weight": 2}]},
+                                       {"name": "prefill", "plugins": [{"pluginRef": "max-score-picker"}]}]}
+
+
+def user_pd_template() -> dict:
+    """A team's own P/D LLMInferenceService: probes, RDMA, shm, secret env, inline scheduler config."""
+    def pod(args: str | None) -> dict:
+        env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}},
+               {"name": "NCCL_IB_GID_INDEX", "value": "3"}]
+        if args:
+            env.insert(0, {"name": "VLLM_ADDITIONAL_ARGS", "value": args})
+        return {"serviceAccountName": "llm-runner",
+                "containers": [{"name": "main", "env": env,
+                                "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/roce_gdr": "1", "memory": "512Gi"},
+                                              "requests": {"nvidia.com/gpu": "8", "rdma/roce_gdr": "1", "memory": "256Gi",
+                                                           "cpu": "32"}},
+                                "startupProbe": {"httpGet": {"path": "/health", "port": 8000, "scheme": "HTTPS"},
+                                                 "periodSeconds": 10, "failureThreshold": 480},
+                                "livenessProbe": {"httpGet": {"path": "/health", "port": 8000, "scheme": "HTTPS"},
+                                                  "periodSeconds": 30, "timeoutSeconds": 30, "failureThreshold": 5},
+                                "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_RAWIO"]}}}],
+                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+
+    return {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
+            "metadata": {"name": "team-llm", "namespace": "prod", "labels": {"team": "search"},
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": "roce-p2"}},
+            "spec": {"model": {"uri": "hf://old/model", "name": "team/model"},
+                     "replicas": 2, "parallelism": {"tensor": 8},
+                     "router": {"gateway": {}, "route": {}, "scheduler": {"config": {"inline": SCHED_CONFIG}}},
+                     "template": pod("--max-num-seqs 64 --kv-transfer-config '{\"kv_connector\":\"NixlConnector\","
+                                     "\"kv_role\":\"kv_both\"}'"),
+                     "prefill": {"replicas": 4, "parallelism": {"tensor": 8}, "template": pod(None)}}}
+
+
+def without_shipyard_fields(doc: dict) -> dict:
+    doc = json.loads(json.dumps(doc))
+    doc["spec"]["model"].pop("uri")
+    for key in ("labels", "annotations"):
+        doc["metadata"][key] = {k: v for k, v in doc["metadata"][key].items()
+                                if not k.startswith(("shipyard.io/", "app.kubernetes.io/"))}
+    return doc
+
+
+def test_template_round_trip_keeps_every_field():
+    template = user_pd_template()
+    docs = render(parse_config({"template": template, "model_uri": URI, "mlflow_model_version": "7"}))
+    assert validate_documents(docs) == []
+    (svc,) = docs
+    assert svc["spec"]["model"]["uri"] == URI and svc["spec"]["model"]["name"] == "team/model"
+    assert svc["metadata"]["labels"]["shipyard.io/mlflow-model-version"] == "7"
+    assert svc["metadata"]["annotations"]["shipyard.io/oci-digest"] == DIGEST
+    assert without_shipyard_fields(svc) == without_shipyard_fields(template)
+    # the same as YAML text (what --template FILE and an s3:// object give)
+    (again,) = render(parse_config({"template": yaml.safe_dump(template), "model_uri": URI, "mlflow_model_version": "7"}))
+    assert again == svc
+
+
+def test_template_gets_planner_args_only_where_it_sets_none():
+    template = user_pd_template()
+    cfg = parse_config({"template": template, "model_uri": URI, "name": "canary", "namespace": "staging",
+                        "gpu_memory_gib": 80, "served_model_name": "qwen"})
+    (svc,) = render(cfg, LLAMA_CONFIG)
+    assert svc["metadata"]["name"] == "canary" and svc["metadata"]["namespace"] == "staging"
+    assert svc["spec"]["model"]["name"] == "qwen"
+    assert svc["spec"]["template"] == template["spec"]["template"]  # it set its own arguments
+    added = vllm_args(svc["spec"]["prefill"]["template"])
+    assert "--max-model-len" in added and "--gpu-memory-utilization" in added and "--tensor-parallel-size" not in added
+    assert validate_documents([svc]) == []
+
+
+def test_template_model_name_defaults_to_the_service_name():
+    template = user_pd_template()
+    del template["spec"]["model"]["name"]
+    template["spec"]["model"].pop("uri")
+    (svc,) = render(parse_config({"template": template, "model_uri": URI}))
+    assert svc["spec"]["model"] == {"name": "team-llm", "uri": URI}
+
+
+def test_v1alpha1_template_is_converted_like_kserve():
+    template = user_pd_template()
+    template["apiVersion"] = "serving.kserve.io/v1alpha1"
+    template["spec"]["model"]["criticality"] = "Critical"
+    template["spec"]["model"]["lora"] = {"adapters": [{"name": "a", "uri": "hf://o/a", "criticality": "Sheddable"},
+                                                      {"name": "b", "uri": "hf://o/b"}]}
+    template["spec"]["router"]["scheduler"] = {"pool": {"spec": {
+        "selector": {"app": "team-llm"}, "targetPortNumber": 8000,
+        "extensionRef": {"name": "team-epp", "portNumber": 9002, "failureMode": "FailOpen"}}}}
+    (svc,) = render(parse_config({"template": template, "model_uri": URI}))
+    assert validate_documents([svc]) == []
+    assert svc["apiVersion"] == "serving.kserve.io/v1alpha2" and "criticality" not in svc["spec"]["model"]
+    notes = svc["metadata"]["annotations"]
+    assert notes["internal.serving.kserve.io/model-criticality"] == "Critical"
+    assert json.loads(notes["internal.serving.kserve.io/lora-criticalities"]) == {"0": "Sheddable"}
+    assert svc["spec"]["model"]["lora"]["adapters"] == [{"name": "a", "uri": "hf://o/a"}, {"name": "b", "uri": "hf://o/b"}]
+    assert svc["spec"]["router"]["scheduler"]["pool"]["spec"] == {
+        "selector": {"matchLabels": {"app": "team-llm"}}, "targetPorts": [{"number": 8000}],
+        "endpointPickerRef": {"name": "team-epp", "failureMode": "FailOpen", "port": {"number": 9002}}}
+
+
+def test_cli_template_dry_run(tmp_path, capsys):
+    template = tmp_path / "team.yaml"
+    template.write_text(yaml.safe_dump(user_pd_template()))
+    out = tmp_path / "out.yaml"
+    assert main(["deploy", "--dry-run", "--template", str(template), "--model-uri", URI, "--out-file", str(out),
+                 "-o", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["name"] == "team-llm" and result["namespace"] == "prod"
+    (svc,) = yaml.safe_load_all(out.read_text())
+    assert without_shipyard_fields(svc) == without_shipyard_fields(user_pd_template())
+    assert main(["deploy", "--dry-run", "--template", str(template), "--name", "other", "--model-uri", URI,
+                 "--out-file", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["metadata"]["name"] == "other"
+
+
+def test_template_from_s3(monkeypatch, tmp_path):
+    from shipyard.models.s3 import upload_file
+    from shipyard.testing.services import MotoS3
+
+    with MotoS3() as s3:
+        s3.make_bucket("manifests")
+        for key, value in s3.env.items():
+            monkeypatch.setenv(key, value)
+        path = tmp_path / "team.yaml"
+        path.write_text(yaml.safe_dump(user_pd_template()))
+        uri = upload_file(path, "s3://manifests/llm/team.yaml")["uri"]
+        (svc,) = render(parse_config({"template": uri, "model_uri": URI}))
+        assert without_shipyard_fields(svc) == without_shipyard_fields(user_pd_template())
+        with pytest.raises(ShipyardError, match="cannot read s3://manifests/llm/none.yaml"):
+            parse_config({"template": "s3://manifests/llm/none.yaml", "model_uri": URI})
+
+
+def _bad_template(**changes):
+    template = user_pd_template()
+    template["spec"].update(changes)
+    return template
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "text"),
+    [
+        # bad input for every new deploy_config field
+        ({"env": {"HF_TOKEN": {"secretKeyRef": {"name": "s", "key": "k"}}}}, "deploy_config.env.HF_TOKEN", "neither a value"),
+        ({"env": {"N": ["a"]}}, "deploy_config.env.N", "not text"),
+        ({"env": {"1 bad": "x"}}, "deploy_config.env", "not a valid environment variable name"),
+        ({"secret_env": {"HF_TOKEN": {"secret": "Bad_Name"}}}, "deploy_config.secret_env.HF_TOKEN", "does not name a Secret"),
+        ({"secret_env": {"X": "s"}, "env": {"X": "v"}}, "deploy_config.secret_env.X", "also set in env"),
+        ({"secret_env": ["HF_TOKEN"]}, "deploy_config.secret_env", "must be an object"),
+        ({"probes": {"startup_seconds": -5}}, "deploy_config.probes.startup_seconds", "positive number"),
+        ({"probes": {"startup_seconds": "1h"}}, "deploy_config.probes.startup_seconds", "positive number"),
+        ({"probes": {"period_seconds": 0}}, "deploy_config.probes.period_seconds", ">= 1"),
+        ({"probes": {"liveness": {"period": 10}}}, "deploy_config.probes.liveness.period", "not a probe timing"),
+        ({"probes": {"liveness": {"success_threshold": 2}}}, "deploy_config.probes.liveness.success_threshold", "must be 1"),
+        ({"probes": {"startup": 10}}, "deploy_config.probes.startup", "not a deploy parameter"),
+        ({"probes": 600}, "deploy_config.probes", "must be an object"),
+        ({"service_account": "Bad SA"}, "deploy_config.service_account", "not a ServiceAccount"),
+        ({"image_pull_secrets": "quay"}, "deploy_config.image_pull_secrets", "list of Secret names"),
+        ({"resources": {"requests": {"cpu": "16"}, "limits": {"cpu": "8"}}}, "deploy_config.resources.requests.cpu",
+         "above the limit"),
+        ({"resources": {"requests": {"memory": "lots"}}}, "deploy_config.resources.requests.memory", "not a resource quantity"),
+        ({"resources": {"limit": {"cpu": "1"}}}, "deploy_config.resources.limit", "not requests or limits"),
+        ({"resources": {"limits": {"nvidia.com/gpu": "2"}}}, "deploy_config.resources.limits.nvidia.com/gpu", "use gpus"),
+        ({"resources": {"requests": {"cpu": "2"}}, "cpu": "4"}, "deploy_config.resources.cpu", "given twice"),
+        ({"extra_resources": {"roce": 1}}, "deploy_config.extra_resources", "not an extended resource"),
+        ({"extra_resources": {"rdma/roce_gdr": 0.5}}, "deploy_config.extra_resources.rdma/roce_gdr", "whole count"),
+        ({"shm_size": "lots"}, "deploy_config.shm_size", "not a resource quantity"),
+        ({"shm_size": "10"}, "deploy_config.shm_size", "below 1Mi"),
+        ({"prefill": {"vllm_args": {"x": 1}}}, "deploy_config.prefill", "no prefill pool"),
+        ({"decode": {"args": {}}}, "deploy_config.decode.args", "not a per-pool option"),
+        ({"decode": {"vllm_args": ["--x"]}}, "deploy_config.decode.vllm_args", "must map flag names"),
+        ({"prefill_replicas": 1, "prefill": {"vllm_args": {"kv-transfer-config": "{}"}}},
+         "deploy_config.prefill.vllm_args", "--kv-transfer-config"),
+        ({"router": {"scheduler": {"pool": "p", "configs": {}}}}, "deploy_config.router.scheduler.configs",
+         "not a scheduler option"),
+        ({"router": {"scheduler": {"config": {"a": 1}, "config_ref": {"name": "c", "key": "k"}}}},
+         "deploy_config.router.scheduler.config_ref", "cannot be combined"),
+        ({"router": {"scheduler": {"config": "plugins: []"}}}, "deploy_config.router.scheduler.config", "EndpointPickerConfig"),
+        ({"router": {"scheduler": {"config_ref": {"name": "c"}}}}, "deploy_config.router.scheduler.config_ref", "its key"),
+        ({"router": {"scheduler": {"preset": "fastest"}}}, "deploy_config.router.scheduler.preset", "unknown preset"),
+        ({"router": {"scheduler": {"block_size": 16}}}, "deploy_config.router.scheduler.block_size", "only applies"),
+        ({"router": {"scheduler": {"preset": "precise-prefix-cache", "block_size": 0}}},
+         "deploy_config.router.scheduler.block_size", ">= 1"),
+        ({"router": {"scheduler": {"preset": "precise-prefix-cache"}}, "vllm_args": {"block-size": 16}},
+         "deploy_config.vllm_args", "differs from the scheduler's block_size"),
+        ({"router": {"scheduler": {"preset": "precise-prefix-cache"}}, "vllm_args": {"kv-events-config": "{}"}},
+         "deploy_config.vllm_args", "set by router.scheduler.preset"),
+        ({"kv_cache_offloading": {"size": "1Gi"}}, "deploy_config.kv_cache_offloading.size", "not an offloading option"),
+        ({"kv_cache_offloading": {"eviction_policy": "lru"}}, "deploy_config.kv_cache_offloading.cpu", "is required"),
+        ({"kv_cache_offloading": {"cpu": "100Gi", "eviction_policy": "fifo"}},
+         "deploy_config.kv_cache_offloading.eviction_policy", "unknown policy"),
+        ({"prefill_replicas": 1, "kv_cache_offloading": {"cpu": "1Gi", "secondary": [{"fileSystem": {}}]}},
+         "deploy_config.kv_cache_offloading.secondary", "prefill/decode"),
+        ({"lora": {"adapters": []}}, "deploy_config.lora.adapters", "at least one adapter"),
+        ({"lora": {"adapters": [{"name": "a", "uri": "oci://r/a@sha256:" + "0" * 64}]}}, "deploy_config.lora.adapters[0].uri",
+         "kserve#6094"),
+        ({"lora": {"adapters": [{"name": "a", "uri": "/tmp/a"}]}}, "deploy_config.lora.adapters[0].uri", "not an adapter URI"),
+        ({"lora": {"adapters": [{"name": "a", "uri": "hf://o/a"}, {"name": "a", "uri": "hf://o/b"}]}},
+         "deploy_config.lora.adapters[1].name", "listed twice"),
+        ({"lora": {"adapters": [{"name": "a", "uri": "hf://o/a", "rank": 8}]}}, "deploy_config.lora.adapters[0]",
+         "exactly name and uri"),
+        ({"lora": {"adapters": [{"name": "a", "uri": "hf://o/a"}], "max_rank": 0}}, "deploy_config.lora.max_rank", ">= 1"),
+        ({"lora": {"adapters": [{"name": "a", "uri": "hf://o/a"}, {"name": "b", "uri": "hf://o/b"}], "max_adapters": 1}},
+         "deploy_config.lora.max_adapters", "below the 2 adapters"),
+        ({"served_model_name": ""}, "deploy_config.served_model_name", "not a model name"),
+        ({"objectives": [{"name": "Gold"}]}, "deploy_config.objectives[0].name", "DNS-1123"),
+        ({"objectives": [{"name": "gold", "priority": "high"}]}, "deploy_config.objectives[0].priority", "integer"),
+        ({"objectives": [{"name": "gold", "weight": 1}]}, "deploy_config.objectives[0].weight", "not an objective option"),
+        ({"objectives": [{"name": "gold"}], "router": {"scheduler": "none"}}, "deploy_config.objectives", "'none'"),
+        ({"objectives": {"gold": 1}}, "deploy_config.objectives", "must be a list"),
+        # template mode
+        ({"template": user_pd_template(), "replicas": 3}, "deploy_config.replicas", "set by the template"),
+        ({"template": user_pd_template(), "preset": "pd-nixl"}, "deploy_config.preset", "cannot be combined"),
+        ({"template": _bad_template(replicaz=2)}, "deploy_config.template", "replicaz"),
+        ({"template": {**user_pd_template(), "kind": "InferenceService"}}, "deploy_config.template", "not an LLMInferenceService"),
+        ({"template": "a: [b"}, "deploy_config.template", "not valid YAML"),
+        ({"template": "/path/to/llm.yaml"}, "deploy_config.template", "not an LLMInferenceService"),
+        ({"template": 42}, "deploy_config.template", "not an LLMInferenceService"),
+        ({"template": "s3://bucket-only"}, "deploy_config.template", "names a bucket"),
+    ],
+)
+def test_new_fields_bad_input_is_one_line(params, field, text):
+    with pytest.raises(ShipyardError) as info:
+        render(parse_config({"name": "llm", "model_uri": URI, **params}))
+    err = info.value
+    assert err.field == field and text in str(err), str(err)
+    assert "\n" not in str(err) and err.fix

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("deploy", help="render (and apply) a KServe LLMInferenceService with llm-d P/D",
                        description="Render a validated LLMInferenceService; with a cluster, server-side apply it, "
                                    "wait for Ready and roll back on failure.")
-    p.add_argument("--name", required=True, help="LLMInferenceService name")
+    p.add_argument("--name", help="LLMInferenceService name (with --template: default, the template's name)")
     p.add_argument("--model-uri", required=True, help="oci://...@sha256:..., hf://, s3:// or pvc://")
     p.add_argument("--namespace", help="target namespace (default: deploy params, else 'default')")
     p.add_argument("--prefill-replicas", type=number(int, minimum=0, example="2"),
@@ -38,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=positive_int("2"), help="GPUs per pod (default: tensor-parallel x data-local)")
     p.add_argument("--preset", help="a deploy preset from shipyard/serving/kserve/presets (e.g. pd-nixl)")
     p.add_argument("--params-file", help="YAML/JSON file of deploy parameters (the deploy_config object)")
+    p.add_argument("--template", help="your own LLMInferenceService (YAML file, or s3://BUCKET/KEY.yaml): shipyard "
+                                      "keeps every field and sets the model URI, lineage and missing vLLM sizing")
     p.add_argument("--model-dir", help="model folder whose config.json sizes vLLM through the memory planner")
     p.add_argument("--gpu-memory-gib", type=positive_float("80"), help="memory of one GPU in GiB (for the planner)")
     p.add_argument("--allow-mutable-tag", action="store_true", default=None, help="accept an oci:// tag instead of a digest")
@@ -56,15 +58,22 @@ def _params(path: str | None) -> dict:
     file = Path(path)
     if not file.is_file():
         raise ShipyardError("--params-file", f"{path} does not exist", "give a YAML or JSON file of deploy parameters")
+    from shipyard.core.jsonargs import load_mapping_file
+
+    return load_mapping_file(file, "--params-file")  # strict: a key twice, a binary file: one line
+
+
+def _template(path: str) -> Any:
+    """``--template``: an s3:// URI is passed on (read by the deploy step); a file is read here."""
+    if path.startswith("s3://"):
+        return path
+    file = Path(path)
+    if not file.is_file():
+        raise ShipyardError("--template", f"{path} does not exist", "give your LLMInferenceService YAML file")
     try:
-        data = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ShipyardError("--params-file", f"{path} is not valid YAML: {str(err).splitlines()[0]}", "fix the file") from None
+        return file.read_text()
     except (OSError, UnicodeDecodeError) as err:
-        raise ShipyardError("--params-file", f"cannot read {path}: {err}", "give a readable YAML or JSON file") from None
-    if not isinstance(data, dict):
-        raise ShipyardError("--params-file", f"{path} must hold a mapping", "write key: value pairs")
-    return data
+        raise ShipyardError("--template", f"cannot read {path}: {err}", "give a readable YAML file") from None
 
 
 @contextlib.contextmanager
@@ -107,6 +116,10 @@ def _deploy(args: argparse.Namespace) -> int:
 
     refuse_credentials(args.model_uri, "--model-uri")
     params = _params(args.params_file)
+    if args.template:
+        params["template"] = _template(args.template)
+    if not args.name and not (params.get("name") or params.get("template")):
+        raise ShipyardError("--name", "is required", "give --name NAME (or --template FILE with a metadata.name)")
     if args.preset:
         params["preset"] = args.preset
     if args.wait_timeout is not None:

@@ -7,6 +7,7 @@ Every check that can be made without a cluster happens here, each failing with a
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,24 @@ MANAGED, NONE = "managed", "none"
 MAX_NAME = 42
 PLANNER_KEYS = {"gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype", "wanted_concurrency",
                 "dtype", "max_num_batched_tokens", "enforce_eager", "kv_cache_memory_bytes"}
+SCHEDULER_KEYS = {"pool", "config", "config_ref", "preset", "block_size", "hash_seed"}
+SCHEDULER_PRESETS = ("precise-prefix-cache", "latency-predictor")
+POOL_KEYS = {"vllm_args"}
+PROBE_KEYS = {"period_seconds", "timeout_seconds", "failure_threshold", "initial_delay_seconds", "success_threshold"}
+OFFLOAD_KEYS = {"cpu", "eviction_policy", "secondary"}
+LORA_KEYS = {"adapters", "max_adapters", "max_rank", "max_cpu_adapters"}
+OBJECTIVE_KEYS = {"name", "priority", "pool"}
+# What deploy_config may set next to a template: where the service goes, which model, lineage, sizing.
+TEMPLATE_KEYS = {"name", "namespace", "model_uri", "template", "served_model_name", "model_name", "allow_mutable_tag",
+                 "labels", "annotations", "mlflow_model_name", "mlflow_model_version", "oci_digest", "pipeline_run_id",
+                 "planner", "gpu_memory_gib", "objectives"}
+QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
+QUANTITY_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "n": 1e-9, "u": 1e-6,
+                  "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+RESOURCE_NAME_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                              r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+ADAPTER_SCHEMES = ("hf", "s3", "pvc")
 
 
 @dataclass
@@ -35,11 +54,28 @@ class Router:
 
     gateway: str | list[dict[str, str]] = MANAGED  # "managed" | "none" | [{"name":..,"namespace":..}]
     route: str | list[str] = MANAGED  # "managed" | "none" | [HTTPRoute names]
-    scheduler: str | dict[str, str] = MANAGED  # "managed" | "none" | {"pool": InferencePool name}
+    # "managed" | "none" | {"pool": InferencePool name, "config": {EndpointPickerConfig} | "config_ref":
+    # {"name": ConfigMap, "key": key}, "preset": "precise-prefix-cache" | "latency-predictor"}
+    scheduler: str | dict[str, Any] = MANAGED
 
     @property
     def has_scheduler(self) -> bool:
         return self.scheduler != NONE
+
+
+@dataclass
+class Probes:
+    """Probe timings for the vLLM container (the presets keep the handler: ``/health`` on 8000).
+
+    ``startup_seconds`` is how long vLLM may take to start (given, or measured by shipyard);
+    the startup probe allows it as ``failureThreshold = ceil(startup_seconds / period_seconds)``.
+    ``liveness`` / ``readiness``: ``period_seconds``, ``timeout_seconds``, ``failure_threshold``,
+    ``initial_delay_seconds``, ``success_threshold``."""
+
+    startup_seconds: float | None = None
+    period_seconds: int = 10
+    liveness: dict[str, int] | None = None
+    readiness: dict[str, int] | None = None
 
 
 @dataclass
@@ -94,13 +130,27 @@ class DeployConfig:
     kv_connector: str = "NixlConnector"
     kv_role: str = "producer-consumer"
     image: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)  # NAME -> text, {"value": ..} or {"valueFrom": {..}}
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     mlflow_model_name: str | None = None
     mlflow_model_version: str | None = None
     oci_digest: str | None = None
     pipeline_run_id: str | None = None
+    served_model_name: str | None = None  # spec.model.name (default: model_name, else the service name)
+    template: dict[str, Any] | None = None  # a complete LLMInferenceService to deploy into (template mode)
+    probes: Probes | None = None
+    service_account: str | None = None
+    image_pull_secrets: list[str] = field(default_factory=list)
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)  # {"requests": {...}, "limits": {...}}
+    extra_resources: dict[str, Any] = field(default_factory=dict)  # e.g. {"rdma/roce_gdr": 1}
+    shm_size: str | None = None  # /dev/shm (the presets' dshm volume), e.g. "32Gi"
+    secret_env: dict[str, Any] = field(default_factory=dict)  # NAME -> Secret name, or {"secret", "key"}
+    prefill: dict[str, Any] = field(default_factory=dict)  # {"vllm_args": {...}} for the prefill pool only
+    decode: dict[str, Any] = field(default_factory=dict)  # {"vllm_args": {...}} for the decode pool only
+    kv_cache_offloading: dict[str, Any] | None = None  # {"cpu": "100Gi", "eviction_policy", "secondary"}
+    lora: dict[str, Any] | None = None  # {"adapters": [{"name", "uri"}], "max_adapters", "max_rank"}
+    objectives: list[dict[str, Any]] = field(default_factory=list)  # InferenceObjectives [{"name", "priority"}]
 
     @property
     def disaggregated(self) -> bool:
@@ -108,7 +158,20 @@ class DeployConfig:
 
     @property
     def served_name(self) -> str:
-        return self.model_name or self.name
+        return self.served_model_name or self.model_name or self.name
+
+    @property
+    def scheduler_options(self) -> dict[str, Any]:
+        """``router.scheduler`` as a mapping ({} for "managed")."""
+        return self.router.scheduler if isinstance(self.router.scheduler, dict) else {}
+
+    @property
+    def pool_name(self) -> str | None:
+        """The InferencePool the service's endpoints join: a referenced one, or the one KServe
+        creates for a managed scheduler (``ChildName(name, "-inference-pool")``, scheduler preset)."""
+        if not self.router.has_scheduler:
+            return None
+        return self.scheduler_options.get("pool") or f"{self.name}-inference-pool"
 
     @property
     def nodes(self) -> int:
@@ -152,6 +215,10 @@ def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployCo
     preset = data.pop("preset", None)
     merged = {**(load_preset(preset) if preset else {}), **data}
     merged.update({k: v for k, v in overrides.items() if v is not None})
+    if merged.get("template") is not None:
+        if preset:
+            raise _fail("preset", "cannot be combined with a template", "drop preset; the template says everything")
+        _template_mode(merged)
     for key in ("name", "model_uri"):
         if not merged.get(key):
             raise _fail(key, "is required", f"give {key}")
@@ -161,9 +228,48 @@ def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployCo
         raise _fail("router", "must be an object", 'e.g. {"gateway": "managed", "scheduler": "managed"}')
     if isinstance(merged.get("scaling"), dict):
         merged["scaling"] = _build(Scaling, merged["scaling"], "scaling.")
+    if isinstance(merged.get("probes"), dict):
+        merged["probes"] = _build(Probes, merged["probes"], "probes.")
+    elif merged.get("probes") is not None:
+        raise _fail("probes", "must be an object", 'e.g. {"startup_seconds": 4800}')
     cfg = _build(DeployConfig, merged, "")
     check_config(cfg)
     return cfg
+
+
+def _template_mode(merged: dict[str, Any]) -> None:
+    """Template mode: load the template; name and namespace default to its own; anything the
+    template itself says (replicas, router, pods...) may not also come from deploy_config."""
+    from shipyard.serving.kserve.template import load_template
+
+    template = load_template(merged["template"])
+    merged["template"] = template
+    meta = template.get("metadata") or {}
+    if not merged.get("name") and meta.get("name"):
+        merged["name"] = meta["name"]
+    if not merged.get("namespace") and meta.get("namespace"):
+        merged["namespace"] = meta["namespace"]
+    extra = sorted(set(merged) - TEMPLATE_KEYS)
+    if extra:
+        raise _fail(extra[0], "is set by the template in template mode",
+                    f"write it into the template, or drop the template; next to one give only {', '.join(sorted(TEMPLATE_KEYS))}")
+
+
+def parse_quantity(value: Any, field_name: str) -> float:
+    """A Kubernetes resource quantity ("16Gi", "500m", 2) as a number, or a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise _fail(field_name, f"{value!r} is not a resource quantity", 'write a number or a quantity such as "16Gi"')
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value < 0:
+            raise _fail(field_name, f"{value!r} is not a resource quantity", "use a number >= 0")
+        return float(value)
+    match = QUANTITY_RE.match(value.strip())
+    if not match:
+        raise _fail(field_name, f"{value!r} is not a resource quantity", 'write e.g. "16Gi", "500m" or "2"')
+    number, suffix = match.group(1), match.group(2) or ""
+    if suffix[:1] in ("e", "E") and suffix not in QUANTITY_SCALE:
+        return float(number + suffix)
+    return float(number) * QUANTITY_SCALE[suffix]
 
 
 def _positive(cfg: DeployConfig, name: str, minimum: int = 1) -> None:
@@ -269,6 +375,224 @@ def check_config(cfg: DeployConfig) -> None:
         raise _fail(f"planner.{unknown[0]}", "is not a planner option", f"use {', '.join(sorted(PLANNER_KEYS))}")
     if cfg.gpu_memory_gib is not None and cfg.gpu_memory_gib <= 0:
         raise _fail("gpu_memory_gib", "must be positive", "give the memory of one GPU in GiB, e.g. 80")
+    if cfg.served_model_name is not None and (not isinstance(cfg.served_model_name, str)
+                                              or not cfg.served_model_name.strip()):
+        raise _fail("served_model_name", f"{cfg.served_model_name!r} is not a model name",
+                    "give the name clients send as 'model', e.g. qwen2-7b")
+    _check_env(cfg)
+    _check_pod_options(cfg)
+    for pool in ("prefill", "decode"):
+        _check_pool(cfg, pool)
+    if cfg.probes is not None:
+        _check_probes(cfg.probes)
+    if cfg.kv_cache_offloading is not None:
+        _check_offloading(cfg)
+    if cfg.lora is not None:
+        _check_lora(cfg.lora)
+    _check_objectives(cfg)
+
+
+def _check_env(cfg: DeployConfig) -> None:
+    """``env``: NAME -> text, or {"value": text} / {"valueFrom": {...}}; ``secret_env``: NAME -> Secret."""
+    if not isinstance(cfg.env, dict):
+        raise _fail("env", "must be an object of NAME: value", '{"VLLM_LOGGING_LEVEL": "DEBUG"}')
+    if not isinstance(cfg.secret_env, dict):
+        raise _fail("secret_env", "must be an object of NAME: Secret", '{"HF_TOKEN": {"secret": "hf-token", "key": "token"}}')
+    for name in [*cfg.env, *cfg.secret_env]:
+        if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+            raise _fail("env", f"{name!r} is not a valid environment variable name", "use letters, digits, '_', '-', '.'")
+    for name, value in cfg.env.items():
+        if isinstance(value, dict):
+            if len(value) != 1 or not ({"value", "valueFrom"} & set(value)) or \
+                    ("valueFrom" in value and not isinstance(value["valueFrom"], dict)):
+                raise _fail(f"env.{name}", f"{value!r} is neither a value nor a valueFrom",
+                            'write "text", {"value": "text"} or {"valueFrom": {"secretKeyRef": {"name": S, "key": K}}}')
+        elif isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise _fail(f"env.{name}", f"{value!r} is not text", 'write a string, or {"valueFrom": {...}}')
+    for name, ref in cfg.secret_env.items():
+        if name in cfg.env:
+            raise _fail(f"secret_env.{name}", "is also set in env", "set it in one place")
+        secret, key = (ref, name) if isinstance(ref, str) else (
+            (ref.get("secret"), ref.get("key", name)) if isinstance(ref, dict) and set(ref) <= {"secret", "key"}
+            else (None, None))
+        if not isinstance(secret, str) or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", secret) \
+                or not isinstance(key, str) or not key:
+            raise _fail(f"secret_env.{name}", f"{ref!r} does not name a Secret and key",
+                        'write "SECRET" (key = the variable name) or {"secret": "hf-token", "key": "token"}')
+
+
+def _check_pod_options(cfg: DeployConfig) -> None:
+    """service_account, image_pull_secrets, resources, extra_resources, shm_size."""
+    dns = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    if cfg.service_account is not None and (not isinstance(cfg.service_account, str) or not dns.match(cfg.service_account)):
+        raise _fail("service_account", f"{cfg.service_account!r} is not a ServiceAccount name", "use a DNS-1123 name")
+    if not isinstance(cfg.image_pull_secrets, list) or not all(isinstance(n, str) and dns.match(n)
+                                                                for n in cfg.image_pull_secrets):
+        raise _fail("image_pull_secrets", f"{cfg.image_pull_secrets!r} must be a list of Secret names",
+                    '["quay-pull"]; a kubernetes.io/dockerconfigjson Secret in the namespace')
+    if not isinstance(cfg.resources, dict) or set(cfg.resources) - {"requests", "limits"}:
+        bad = sorted(set(cfg.resources) - {"requests", "limits"}) if isinstance(cfg.resources, dict) else ["resources"]
+        raise _fail(f"resources.{bad[0]}" if isinstance(cfg.resources, dict) else "resources",
+                    "is not requests or limits", '{"requests": {"cpu": "8"}, "limits": {"cpu": "16"}}')
+    parsed: dict[str, dict[str, float]] = {}
+    for kind, amounts in cfg.resources.items():
+        if not isinstance(amounts, dict):
+            raise _fail(f"resources.{kind}", "must be an object of resource: quantity", '{"memory": "64Gi"}')
+        parsed[kind] = {}
+        for res, qty in amounts.items():
+            if not isinstance(res, str) or not RESOURCE_NAME_RE.match(res):
+                raise _fail(f"resources.{kind}", f"{res!r} is not a resource name", "e.g. cpu, memory, ephemeral-storage")
+            if res == cfg.gpu_resource:
+                raise _fail(f"resources.{kind}.{res}", "is set from gpus / tensor_parallel", "use gpus instead")
+            parsed[kind][res] = parse_quantity(qty, f"resources.{kind}.{res}")
+    for res, low in parsed.get("requests", {}).items():
+        high = parsed.get("limits", {}).get(res)
+        if high is not None and low > high:
+            raise _fail(f"resources.requests.{res}", f"{cfg.resources['requests'][res]} is above the limit "
+                        f"{cfg.resources['limits'][res]}", "make requests <= limits")
+    for res in ("cpu", "memory"):
+        if getattr(cfg, res) and any(res in amounts for amounts in cfg.resources.values()):
+            raise _fail(f"resources.{res}" if res in cfg.resources.get("requests", {}) else res,
+                        f"{res} is given twice (top-level {res} and resources)", "use one of them")
+    if not isinstance(cfg.extra_resources, dict):
+        raise _fail("extra_resources", "must be an object of resource: count", '{"rdma/roce_gdr": 1}')
+    for res, qty in cfg.extra_resources.items():
+        if not isinstance(res, str) or "/" not in res or not RESOURCE_NAME_RE.match(res):
+            raise _fail("extra_resources", f"{res!r} is not an extended resource name",
+                        "use a device-plugin resource such as rdma/roce_gdr or rdma/ib")
+        if res == cfg.gpu_resource or any(res in amounts for amounts in cfg.resources.values()):
+            raise _fail(f"extra_resources.{res}", "is given twice", "give it in one place")
+        count = parse_quantity(qty, f"extra_resources.{res}")
+        if count != int(count) or count < 1:
+            raise _fail(f"extra_resources.{res}", f"{qty!r} is not a whole count >= 1",
+                        "extended resources are whole devices, e.g. 1")
+    if cfg.shm_size is not None:
+        if parse_quantity(cfg.shm_size, "shm_size") < 2**20:
+            raise _fail("shm_size", f"{cfg.shm_size!r} is below 1Mi", 'write the /dev/shm size, e.g. "32Gi"')
+
+
+def _check_pool(cfg: DeployConfig, pool: str) -> None:
+    options = getattr(cfg, pool)
+    if not isinstance(options, dict):
+        raise _fail(pool, "must be an object", '{"vllm_args": {"max-num-seqs": 64}}')
+    unknown = sorted(set(options) - POOL_KEYS)
+    if unknown:
+        raise _fail(f"{pool}.{unknown[0]}", "is not a per-pool option", f"use {', '.join(sorted(POOL_KEYS))}")
+    if pool == "prefill" and options and not cfg.disaggregated:
+        raise _fail("prefill", "is set but there is no prefill pool (mode is 'aggregated')",
+                    "set mode 'pd' / prefill_replicas, or use vllm_args")
+    args = options.get("vllm_args", {})
+    if not isinstance(args, dict) or not all(isinstance(f, str) and f.strip("-") for f in args):
+        raise _fail(f"{pool}.vllm_args", f"{args!r} must map flag names to values", '{"max-num-batched-tokens": 8192}')
+
+
+def _check_probes(p: Probes) -> None:
+    if p.startup_seconds is not None and (isinstance(p.startup_seconds, bool) or not isinstance(p.startup_seconds, int | float)
+                                          or not math.isfinite(p.startup_seconds) or p.startup_seconds <= 0):
+        raise _fail("probes.startup_seconds", f"{p.startup_seconds!r} is not a positive number of seconds",
+                    "give how long vLLM may take to start, e.g. 1800")
+    if isinstance(p.period_seconds, bool) or not isinstance(p.period_seconds, int) or p.period_seconds < 1:
+        raise _fail("probes.period_seconds", f"{p.period_seconds!r} must be an integer >= 1", "e.g. 10")
+    for kind in ("liveness", "readiness"):
+        timings = getattr(p, kind)
+        if timings is None:
+            continue
+        if not isinstance(timings, dict) or not timings:
+            raise _fail(f"probes.{kind}", "must be an object of timings", '{"period_seconds": 10, "failure_threshold": 3}')
+        for key, value in timings.items():
+            if key not in PROBE_KEYS:
+                raise _fail(f"probes.{kind}.{key}", "is not a probe timing", f"use {', '.join(sorted(PROBE_KEYS))}")
+            low = 0 if key == "initial_delay_seconds" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise _fail(f"probes.{kind}.{key}", f"{value!r} must be an integer >= {low}", "give whole seconds or counts")
+        if kind == "liveness" and timings.get("success_threshold", 1) != 1:
+            raise _fail("probes.liveness.success_threshold", "must be 1 (Kubernetes)", "drop it")
+
+
+def _check_offloading(cfg: DeployConfig) -> None:
+    off = cfg.kv_cache_offloading
+    if not isinstance(off, dict):
+        raise _fail("kv_cache_offloading", "must be an object", '{"cpu": "100Gi"}')
+    unknown = sorted(set(off) - OFFLOAD_KEYS)
+    if unknown:
+        raise _fail(f"kv_cache_offloading.{unknown[0]}", "is not an offloading option", f"use {', '.join(sorted(OFFLOAD_KEYS))}")
+    if "cpu" not in off:
+        raise _fail("kv_cache_offloading.cpu", "is required", 'give the CPU memory for offloaded KV blocks, e.g. "100Gi"')
+    if parse_quantity(off["cpu"], "kv_cache_offloading.cpu") < 2**20:
+        raise _fail("kv_cache_offloading.cpu", f"{off['cpu']!r} is below 1Mi", 'e.g. "100Gi"')
+    if off.get("eviction_policy", "lru") not in ("lru", "arc"):
+        raise _fail("kv_cache_offloading.eviction_policy", f"unknown policy {off['eviction_policy']!r}", "use 'lru' or 'arc'")
+    secondary = off.get("secondary")
+    if secondary is not None and (not isinstance(secondary, list) or not all(isinstance(t, dict) for t in secondary)):
+        raise _fail("kv_cache_offloading.secondary", "must be a list of tiers",
+                    '[{"fileSystem": {"emptyDir": {"size": "200Gi"}}}] (the CRD form)')
+    if secondary and cfg.disaggregated:
+        raise _fail("kv_cache_offloading.secondary", "cannot be combined with prefill/decode: shipyard chains the "
+                    "NIXL transfer and the CPU offloading connector itself, which has no secondary tiers",
+                    "drop secondary, or use mode 'aggregated'")
+
+
+def _check_lora(lora: dict[str, Any]) -> None:
+    if not isinstance(lora, dict):
+        raise _fail("lora", "must be an object", '{"adapters": [{"name": "sql", "uri": "hf://org/sql-lora"}]}')
+    unknown = sorted(set(lora) - LORA_KEYS)
+    if unknown:
+        raise _fail(f"lora.{unknown[0]}", "is not a LoRA option", f"use {', '.join(sorted(LORA_KEYS))}")
+    adapters = lora.get("adapters")
+    if not isinstance(adapters, list) or not adapters:
+        raise _fail("lora.adapters", "must list at least one adapter", '[{"name": "sql", "uri": "hf://org/sql-lora"}]')
+    names: set[str] = set()
+    for i, adapter in enumerate(adapters):
+        if not isinstance(adapter, dict) or set(adapter) != {"name", "uri"}:
+            raise _fail(f"lora.adapters[{i}]", f"{adapter!r} must have exactly name and uri",
+                        '{"name": "sql", "uri": "hf://org/sql-lora"}')
+        name, uri = adapter["name"], adapter["uri"]
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$", name):
+            raise _fail(f"lora.adapters[{i}].name", f"{name!r} is not an adapter name", "use letters, digits, '-', '_', '.'")
+        if name in names:
+            raise _fail(f"lora.adapters[{i}].name", f"{name!r} is listed twice", "give each adapter its own name")
+        names.add(name)
+        scheme, sep, rest = str(uri).partition("://")
+        if scheme == "oci":
+            raise _fail(f"lora.adapters[{i}].uri", "KServe does not load LoRA adapters from oci:// yet (kserve#6094)",
+                        "publish the adapter to hf://, s3:// or a pvc://")
+        if not sep or scheme not in ADAPTER_SCHEMES or not rest.strip("/"):
+            raise _fail(f"lora.adapters[{i}].uri", f"{uri!r} is not an adapter URI KServe can load",
+                        "use hf://ORG/REPO, s3://BUCKET/PREFIX or pvc://CLAIM/PATH")
+    for key in ("max_adapters", "max_rank", "max_cpu_adapters"):
+        value = lora.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise _fail(f"lora.{key}", f"{value!r} must be an integer >= 1", "e.g. 4 adapters, rank 64")
+    if lora.get("max_adapters") is not None and lora["max_adapters"] < len(adapters):
+        raise _fail("lora.max_adapters", f"{lora['max_adapters']} is below the {len(adapters)} adapters listed",
+                    f"set max_adapters to {len(adapters)} or more")
+
+
+def _check_objectives(cfg: DeployConfig) -> None:
+    if not isinstance(cfg.objectives, list):
+        raise _fail("objectives", "must be a list", '[{"name": "premium", "priority": 10}]')
+    if cfg.objectives and cfg.pool_name is None:
+        raise _fail("objectives", "need an InferencePool, but router.scheduler is 'none'",
+                    'use a managed scheduler or {"pool": NAME}, or drop objectives')
+    names: set[str] = set()
+    for i, obj in enumerate(cfg.objectives):
+        if not isinstance(obj, dict):
+            raise _fail(f"objectives[{i}]", "must be an object", '{"name": "premium", "priority": 10}')
+        unknown = sorted(set(obj) - OBJECTIVE_KEYS)
+        if unknown:
+            raise _fail(f"objectives[{i}].{unknown[0]}", "is not an objective option", f"use {', '.join(sorted(OBJECTIVE_KEYS))}")
+        name = obj.get("name")
+        if not isinstance(name, str) or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", name) or len(name) > 63:
+            raise _fail(f"objectives[{i}].name", f"{name!r} is not a DNS-1123 name", "e.g. premium")
+        if name in names:
+            raise _fail(f"objectives[{i}].name", f"{name!r} is listed twice", "give each objective its own name")
+        names.add(name)
+        priority = obj.get("priority")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise _fail(f"objectives[{i}].priority", f"{priority!r} must be an integer", "higher is served first, e.g. 10")
+        pool = obj.get("pool")
+        if pool is not None and (not isinstance(pool, str) or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", pool)):
+            raise _fail(f"objectives[{i}].pool", f"{pool!r} is not an InferencePool name", "use a DNS-1123 name")
 
 
 def _check_router(router: Router) -> None:
@@ -283,8 +607,42 @@ def _check_router(router: Router) -> None:
                     "give router.gateway as a list of Gateway refs")
     if isinstance(router.scheduler, str) and router.scheduler not in (MANAGED, NONE):
         raise _fail("router.scheduler", f"unknown value {router.scheduler!r}", 'use "managed", "none" or {"pool": NAME}')
-    if isinstance(router.scheduler, dict) and not router.scheduler.get("pool"):
-        raise _fail("router.scheduler", "a scheduler reference needs the InferencePool name", 'write {"pool": NAME}')
+    if isinstance(router.scheduler, dict):
+        _check_scheduler(router.scheduler)
+    elif not isinstance(router.scheduler, str):
+        raise _fail("router.scheduler", f"{router.scheduler!r} is not a scheduler", 'use "managed", "none" or an object')
+
+
+def _check_scheduler(sched: dict[str, Any]) -> None:
+    unknown = sorted(set(sched) - SCHEDULER_KEYS)
+    if unknown:
+        raise _fail(f"router.scheduler.{unknown[0]}", "is not a scheduler option", f"use {', '.join(sorted(SCHEDULER_KEYS))}")
+    if "pool" in sched and (not isinstance(sched["pool"], str) or not sched["pool"]):
+        raise _fail("router.scheduler.pool", f"{sched['pool']!r} is not an InferencePool name", 'write {"pool": NAME}')
+    given = [k for k in ("config", "config_ref", "preset") if k in sched]
+    if len(given) > 1:
+        raise _fail(f"router.scheduler.{given[1]}", f"cannot be combined with {given[0]}",
+                    "give one of config (inline), config_ref (a ConfigMap key) or preset")
+    if "config" in sched and (not isinstance(sched["config"], dict) or not sched["config"]):
+        raise _fail("router.scheduler.config", "must be an EndpointPickerConfig object",
+                    '{"apiVersion": ..., "kind": "EndpointPickerConfig", "plugins": [...], "schedulingProfiles": [...]}')
+    if "config_ref" in sched:
+        ref = sched["config_ref"]
+        if not isinstance(ref, dict) or set(ref) - {"name", "key"} or not ref.get("name") or not ref.get("key"):
+            raise _fail("router.scheduler.config_ref", f"{ref!r} must name a ConfigMap and its key",
+                        '{"name": "epp-config", "key": "config.yaml"}')
+    if "preset" in sched and sched["preset"] not in SCHEDULER_PRESETS:
+        raise _fail("router.scheduler.preset", f"unknown preset {sched['preset']!r}", f"use one of {list(SCHEDULER_PRESETS)}")
+    for key in ("block_size", "hash_seed"):
+        if key in sched and sched.get("preset") != "precise-prefix-cache":
+            raise _fail(f"router.scheduler.{key}", "only applies to the precise-prefix-cache preset",
+                        'add "preset": "precise-prefix-cache" or drop it')
+    size = sched.get("block_size", 64)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise _fail("router.scheduler.block_size", f"{size!r} must be an integer >= 1", "vLLM's --block-size, e.g. 64")
+    seed = sched.get("hash_seed", "42")
+    if isinstance(seed, bool) or not isinstance(seed, int | str) or not str(seed).isdigit():
+        raise _fail("router.scheduler.hash_seed", f"{seed!r} must be a whole number", "PYTHONHASHSEED, e.g. 42")
 
 
 def _check_scaling(s: Scaling, cfg: DeployConfig) -> None:

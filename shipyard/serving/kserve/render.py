@@ -12,7 +12,10 @@ flags in the worker presets) come from ``spec.parallelism``, never from the argu
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from typing import Any
 import yaml
 
 from shipyard.core.errors import ShipyardError
-from shipyard.serving.kserve.config import MANAGED, NONE, DeployConfig
+from shipyard.serving.kserve.config import MANAGED, NONE, DeployConfig, parse_quantity
 
 API_VERSION = "serving.kserve.io/v1alpha2"
 KIND = "LLMInferenceService"
@@ -31,6 +34,13 @@ OWNED_FLAGS = {
     "data-parallel-rpc-port", "data-parallel-start-rank", "enable-expert-parallel", "port",
     "served-model-name", "model", "kv-transfer-config",
 }
+OBJECTIVE_API = "inference.networking.x-k8s.io/v1alpha2"
+POOL_GROUP = "inference.networking.k8s.io"
+LATENCY_PREDICTOR_CONFIG = "kserve-config-llm-scheduler-latency-predictor"
+KV_EVENTS_PORT = 5557  # the scheduler preset's "zmq" port; vLLM's --kv-events-config default endpoint
+PROBE_FIELDS = {"period_seconds": "periodSeconds", "timeout_seconds": "timeoutSeconds",
+                "failure_threshold": "failureThreshold", "initial_delay_seconds": "initialDelaySeconds",
+                "success_threshold": "successThreshold"}
 
 
 def normalise_flag(flag: str) -> str:
@@ -63,16 +73,60 @@ def planner_args(cfg: DeployConfig, model_config: dict[str, Any] | None) -> dict
     return {k: v for k, v in args.items() if normalise_flag(k) not in OWNED_FLAGS}
 
 
+def _precise_prefix_flags(cfg: DeployConfig) -> dict[str, Any]:
+    """The vLLM settings the precise prefix-cache scorer relies on: KV events over ZMQ (bound on
+    every pod, the scheduler discovers the pods), the same block size and a CBOR hash."""
+    sched = cfg.scheduler_options
+    if sched.get("preset") != "precise-prefix-cache":
+        return {}
+    events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{KV_EVENTS_PORT}",
+              "topic": f"kv@$(POD_IP)@{cfg.served_name}"}
+    return {"prefix-caching-hash-algo": "sha256_cbor", "block-size": sched.get("block_size", 64),
+            "kv-events-config": events}
+
+
+def _kv_transfer(cfg: DeployConfig, role: str) -> dict[str, Any]:
+    """--kv-transfer-config of a P/D pool: the NIXL (or other) connector, chained with the CPU
+    offloading connector when kv_cache_offloading is set (the presets skip their own offloading
+    connector once VLLM_ADDITIONAL_ARGS carries a --kv-transfer-config)."""
+    kv_role = "kv_both" if cfg.kv_role == "both" else ("kv_producer" if role == "prefill" else "kv_consumer")
+    transfer: dict[str, Any] = {"kv_connector": cfg.kv_connector, "kv_role": kv_role}
+    off = cfg.kv_cache_offloading
+    if not off:
+        return transfer
+    offload = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+               "kv_connector_extra_config": {"cpu_bytes_to_use": int(parse_quantity(off["cpu"], "kv_cache_offloading.cpu")),
+                                             "eviction_policy": off.get("eviction_policy", "lru")}}
+    return {"kv_connector": "MultiConnector", "kv_role": kv_role,
+            "kv_connector_extra_config": {"connectors": [transfer, offload]}}
+
+
 def vllm_arguments(cfg: DeployConfig, model_config: dict[str, Any] | None, *, role: str) -> list[str]:
-    """The extra ``vllm serve`` arguments for one pool (``role``: aggregated, decode or prefill)."""
+    """The extra ``vllm serve`` arguments for one pool (``role``: aggregated, decode or prefill).
+
+    Precedence, lowest first: the memory planner, ``vllm_args``, the pool's own ``prefill.vllm_args``
+    / ``decode.vllm_args``; the routing preset's KV-event settings and the parallelism flags are
+    the deployment's own and cannot be overridden."""
+    pool = cfg.prefill if role == "prefill" else cfg.decode
     merged: dict[str, Any] = {}
-    for source in (planner_args(cfg, model_config), cfg.vllm_args):
+    sources = (("planner", planner_args(cfg, model_config)), ("vllm_args", cfg.vllm_args),
+               (f"{role}.vllm_args", pool.get("vllm_args", {})))
+    for where, source in sources:
         for flag, value in source.items():
             merged[normalise_flag(flag)] = value
-    owned = sorted(OWNED_FLAGS & set(merged))
-    if owned:
-        raise ShipyardError("deploy_config.vllm_args", f"--{owned[0]} is set by the deployment itself",
-                            "use tensor_parallel / data_parallel / kv_role instead of that flag")
+        owned = sorted(OWNED_FLAGS & {normalise_flag(f) for f in source})
+        if owned and where != "planner":
+            raise ShipyardError(f"deploy_config.{where}", f"--{owned[0]} is set by the deployment itself",
+                                "use tensor_parallel / data_parallel / kv_role instead of that flag")
+    preset = _precise_prefix_flags(cfg)
+    clash = sorted(set(preset) & set(merged) - {"block-size"})
+    if clash:
+        raise ShipyardError("deploy_config.vllm_args", f"--{clash[0]} is set by router.scheduler.preset "
+                            "'precise-prefix-cache'", "drop the flag; the preset keeps vLLM and the scheduler in step")
+    if "block-size" in merged and preset and str(merged["block-size"]) != str(preset["block-size"]):
+        raise ShipyardError("deploy_config.vllm_args", f"--block-size {merged['block-size']} differs from the "
+                            f"scheduler's block_size {preset['block-size']}", "set router.scheduler.block_size instead")
+    merged.update(preset)
     if cfg.fast_start:
         merged.setdefault("load-format", "runai_streamer")
     if cfg.data_parallel and cfg.nodes == 1:
@@ -90,31 +144,65 @@ def vllm_arguments(cfg: DeployConfig, model_config: dict[str, Any] | None, *, ro
         if value is not True:
             args.append(json.dumps(value, separators=(",", ":")) if isinstance(value, dict | list) else str(value))
     if role in ("prefill", "decode"):
-        kv_role = "kv_both" if cfg.kv_role == "both" else ("kv_producer" if role == "prefill" else "kv_consumer")
-        transfer = {"kv_connector": cfg.kv_connector, "kv_role": kv_role}
-        args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+        args += ["--kv-transfer-config", json.dumps(_kv_transfer(cfg, role), separators=(",", ":"))]
     return args
+
+
+def _env_entry(name: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):  # {"value": ...} or {"valueFrom": {...}}, checked in config
+        return {"name": name, **({"value": str(value["value"])} if "value" in value else {"valueFrom": value["valueFrom"]})}
+    return {"name": name, "value": str(value)}
 
 
 def _env(cfg: DeployConfig, args: list[str], disaggregated: bool) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
+    precise = cfg.scheduler_options.get("preset") == "precise-prefix-cache"
+    if precise:  # before VLLM_ADDITIONAL_ARGS: Kubernetes expands $(POD_IP) only from earlier entries
+        env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     if args:
         env.append({"name": "VLLM_ADDITIONAL_ARGS", "value": shlex.join(args)})
+    if precise:  # the scheduler hashes prompt blocks with the same seed
+        env.append({"name": "PYTHONHASHSEED", "value": str(cfg.scheduler_options.get("hash_seed", "42"))})
     if disaggregated:
         env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
                     "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    env += [{"name": k, "value": str(v)} for k, v in sorted(cfg.env.items())]
+    env += [_env_entry(k, v) for k, v in sorted(cfg.env.items())]
+    for name, ref in sorted(cfg.secret_env.items()):
+        secret, key = (ref, name) if isinstance(ref, str) else (ref["secret"], ref.get("key", name))
+        env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     return env
 
 
 def _resources(cfg: DeployConfig) -> dict[str, Any]:
-    limits: dict[str, str] = {cfg.gpu_resource: str(cfg.gpus_per_pod)}
-    requests: dict[str, str] = {cfg.gpu_resource: str(cfg.gpus_per_pod)}
+    limits: dict[str, Any] = {cfg.gpu_resource: str(cfg.gpus_per_pod)}
+    requests: dict[str, Any] = {cfg.gpu_resource: str(cfg.gpus_per_pod)}
     if cfg.cpu:
         limits["cpu"] = requests["cpu"] = str(cfg.cpu)
     if cfg.memory:
         limits["memory"] = requests["memory"] = str(cfg.memory)
+    for res, qty in cfg.resources.get("requests", {}).items():
+        requests[res] = str(qty)
+    for res, qty in cfg.resources.get("limits", {}).items():
+        limits[res] = str(qty)
+    for res, count in cfg.extra_resources.items():  # extended resources: requests must equal limits
+        limits[res] = requests[res] = str(count)
     return {"limits": limits, "requests": requests}
+
+
+def _probes(cfg: DeployConfig) -> dict[str, Any]:
+    """Probe timings only; the presets keep the handler (httpGet /health, port 8000, the TLS scheme)."""
+    p = cfg.probes
+    out: dict[str, Any] = {}
+    if p is None:
+        return out
+    if p.startup_seconds is not None:
+        out["startupProbe"] = {"periodSeconds": p.period_seconds,
+                               "failureThreshold": max(1, math.ceil(p.startup_seconds / p.period_seconds))}
+    for kind, key in (("liveness", "livenessProbe"), ("readiness", "readinessProbe")):
+        timings = getattr(p, kind)
+        if timings:
+            out[key] = {PROBE_FIELDS[k]: v for k, v in timings.items()}
+    return out
 
 
 def _pod(cfg: DeployConfig, args: list[str]) -> dict[str, Any]:
@@ -126,7 +214,14 @@ def _pod(cfg: DeployConfig, args: list[str]) -> dict[str, Any]:
     if env:
         container["env"] = env
     container["resources"] = _resources(cfg)
+    container.update(_probes(cfg))
     pod: dict[str, Any] = {"containers": [container]}
+    if cfg.service_account:
+        pod["serviceAccountName"] = cfg.service_account
+    if cfg.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in cfg.image_pull_secrets]
+    if cfg.shm_size:  # the presets mount the volume "dshm" at /dev/shm (1Gi); same name, larger
+        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(cfg.shm_size)}}]
     node_selector = dict(cfg.node_selector)
     if cfg.gpu_type:
         node_selector.setdefault("nvidia.com/gpu.product", cfg.gpu_type)
@@ -165,8 +260,70 @@ def _router(cfg: DeployConfig) -> dict[str, Any]:
     if r.scheduler == MANAGED:
         router["scheduler"] = {}
     elif isinstance(r.scheduler, dict):
-        router["scheduler"] = {"pool": {"ref": {"name": r.scheduler["pool"]}}}
+        sched: dict[str, Any] = {}
+        opts = r.scheduler
+        if opts.get("pool"):
+            sched["pool"] = {"ref": {"name": opts["pool"]}}
+        if "config" in opts:
+            sched["config"] = {"inline": copy.deepcopy(opts["config"])}
+        elif "config_ref" in opts:
+            sched["config"] = {"ref": {"name": opts["config_ref"]["name"], "key": opts["config_ref"]["key"]}}
+        elif opts.get("preset") == "precise-prefix-cache":
+            sched["config"] = {"inline": precise_prefix_config(int(opts.get("block_size", 64)))}
+        elif opts.get("preset") == "latency-predictor":
+            sched["config"] = {"inline": latency_predictor_config()}
+        router["scheduler"] = sched
     return router
+
+
+def precise_prefix_config(block_size: int) -> dict[str, Any]:
+    """EndpointPickerConfig for precise prefix-cache aware routing, as in KServe's sample
+    (docs/samples/llmisvc/precise-prefix-kv-cache-routing): the scheduler subscribes to every pod's
+    vLLM KV events (ZMQ, port 5557, topics ``kv@<pod IP>@<model>``) and scores pods by the prompt
+    blocks they already hold; ``blockSize`` must equal vLLM's ``--block-size``."""
+    return {
+        "apiVersion": "llm-d.ai/v1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "single-profile-handler"},
+            {"type": "token-producer"},
+            {"type": "precise-prefix-cache-producer",
+             "parameters": {"tokenProcessorConfig": {"blockSize": block_size},
+                            "kvEventsConfig": {"topicFilter": "kv@", "discoverPods": True,
+                                               "podDiscoveryConfig": {"socketPort": KV_EVENTS_PORT}}}},
+            {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": "precise-prefix-cache-producer"}},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "queue-scorer"},
+            {"type": "max-score-picker"},
+        ],
+        "schedulingProfiles": [{"name": "default", "plugins": [
+            {"pluginRef": "prefix-cache-scorer", "weight": 3},
+            {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+            {"pluginRef": "queue-scorer", "weight": 2},
+            {"pluginRef": "max-score-picker"},
+        ]}],
+    }
+
+
+def latency_predictor_config() -> dict[str, Any]:
+    """EndpointPickerConfig that routes on predicted latency (KServe's latency-predictor sample);
+    the predictor's training and prediction sidecars come from the vendored preset
+    ``kserve-config-llm-scheduler-latency-predictor``, which the service names in baseRefs."""
+    return {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "approx-prefix-cache-producer"},
+            {"type": "predicted-latency-producer"},
+            {"type": "latency-scorer"},
+            {"type": "weighted-random-picker"},
+        ],
+        "schedulingProfiles": [{"name": "default", "plugins": [
+            {"pluginRef": "predicted-latency-producer"},
+            {"pluginRef": "latency-scorer"},
+            {"pluginRef": "weighted-random-picker"},
+        ]}],
+    }
 
 
 def _wva(cfg: DeployConfig, lo: int | None, hi: int | None) -> dict[str, Any]:
@@ -202,12 +359,19 @@ def render_llmisvc(cfg: DeployConfig, model_config: dict[str, Any] | None = None
     keda = cfg.scaling is not None and cfg.scaling.mode == "keda"
     wva = cfg.scaling is not None and cfg.scaling.mode == "wva"
     spec: dict[str, Any] = {"model": {"uri": cfg.model_uri, "name": cfg.served_name}}
+    if cfg.lora:
+        spec["model"]["lora"] = _lora(cfg.lora)
     if wva:
         spec["scaling"] = _wva(cfg, None, None)
     elif not keda:
         spec["replicas"] = cfg.replicas
-    if cfg.base_refs:
-        spec["baseRefs"] = [{"name": n} for n in cfg.base_refs]
+    base_refs = list(cfg.base_refs)
+    if cfg.scheduler_options.get("preset") == "latency-predictor" and LATENCY_PREDICTOR_CONFIG not in base_refs:
+        base_refs.append(LATENCY_PREDICTOR_CONFIG)
+    if base_refs:
+        spec["baseRefs"] = [{"name": n} for n in base_refs]
+    if cfg.kv_cache_offloading:
+        spec["kvCacheOffloading"] = _offloading(cfg.kv_cache_offloading)
     spec["parallelism"] = _parallelism(cfg, cfg.tensor_parallel)
     spec["router"] = _router(cfg)
     decode_role = "decode" if cfg.disaggregated else "aggregated"
@@ -224,9 +388,12 @@ def render_llmisvc(cfg: DeployConfig, model_config: dict[str, Any] | None = None
             prefill["scaling"] = _wva(cfg, s.prefill_min_replicas, s.prefill_max_replicas)
         elif not keda:
             prefill["replicas"] = cfg.prefill_replicas
+        if cfg.kv_cache_offloading:
+            prefill["kvCacheOffloading"] = _offloading(cfg.kv_cache_offloading)
         prefill["parallelism"] = _parallelism(cfg, prefill_tp)
         prefill_cfg = cfg if prefill_tp == cfg.tensor_parallel else _with_tp(cfg, prefill_tp)
-        prefill_pod = _pod(prefill_cfg, vllm_arguments(cfg, model_config, role="prefill"))
+        # planner sizing per pool: the prefill pool is sized at its own tensor parallelism
+        prefill_pod = _pod(prefill_cfg, vllm_arguments(prefill_cfg, model_config, role="prefill"))
         prefill["template"] = prefill_pod
         if cfg.nodes > 1:
             prefill["worker"] = prefill_pod
@@ -239,9 +406,23 @@ def render_llmisvc(cfg: DeployConfig, model_config: dict[str, Any] | None = None
     }
 
 
-def _with_tp(cfg: DeployConfig, tp: int) -> DeployConfig:
-    import dataclasses
+def _lora(lora: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"adapters": [{"name": a["name"], "uri": a["uri"]} for a in lora["adapters"]]}
+    for key, crd in (("max_adapters", "maxAdapters"), ("max_rank", "maxRank"), ("max_cpu_adapters", "maxCpuAdapters")):
+        if lora.get(key) is not None:
+            out[crd] = lora[key]
+    return out
 
+
+def _offloading(off: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"cpu": off["cpu"] if isinstance(off["cpu"], str) else int(off["cpu"]),
+                           "evictionPolicy": off.get("eviction_policy", "lru")}
+    if off.get("secondary"):
+        out["secondary"] = copy.deepcopy(off["secondary"])
+    return out
+
+
+def _with_tp(cfg: DeployConfig, tp: int) -> DeployConfig:
     gpus = tp * (cfg.data_local or 1) if cfg.gpus is None else cfg.gpus
     return dataclasses.replace(cfg, tensor_parallel=tp, gpus=gpus)
 
@@ -303,9 +484,82 @@ def render_scaled_objects(cfg: DeployConfig) -> list[dict[str, Any]]:
     return out
 
 
+def render_objectives(cfg: DeployConfig) -> list[dict[str, Any]]:
+    """InferenceObjectives (GIE ``inference.networking.x-k8s.io/v1alpha2``): one traffic class per
+    entry, with its priority, on the service's InferencePool (or the entry's own ``pool``).
+    Requests choose one with the header ``x-gateway-inference-objective: <name>``."""
+    labels, _ = link_metadata(cfg)
+    out = []
+    for obj in cfg.objectives:
+        spec: dict[str, Any] = {"poolRef": {"group": POOL_GROUP, "kind": "InferencePool",
+                                            "name": obj.get("pool") or cfg.pool_name}}
+        if obj.get("priority") is not None:
+            spec["priority"] = obj["priority"]
+        out.append({"apiVersion": OBJECTIVE_API, "kind": "InferenceObjective",
+                    "metadata": {"name": obj["name"], "namespace": cfg.namespace, "labels": dict(labels)},
+                    "spec": spec})
+    return out
+
+
+def _has_vllm_args(container: dict[str, Any]) -> bool:
+    env = {e.get("name") for e in container.get("env") or [] if isinstance(e, dict)}
+    return "VLLM_ADDITIONAL_ARGS" in env or bool(container.get("args"))
+
+
+def render_template(cfg: DeployConfig, model_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Template mode: the user's LLMInferenceService with every field kept, except the model URI
+    (and model.name when absent), name/namespace, shipyard's lineage labels and annotations, and
+    planner-sized vLLM arguments for a pool whose ``main`` container sets none."""
+    assert cfg.template is not None
+    doc = copy.deepcopy(cfg.template)
+    meta = doc.setdefault("metadata", {})
+    meta["name"], meta["namespace"] = cfg.name, cfg.namespace
+    labels, annotations = link_metadata(cfg)
+    meta["labels"] = {**(meta.get("labels") or {}), **labels}
+    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    spec = doc["spec"]
+    model = spec.setdefault("model", {})
+    model["uri"] = cfg.model_uri
+    if cfg.served_model_name or cfg.model_name:
+        model["name"] = cfg.served_name
+    else:
+        model.setdefault("name", cfg.name)
+    if model_config is not None:
+        pools = [(spec, spec.get("parallelism") or {})]
+        if isinstance(spec.get("prefill"), dict):
+            pools.append((spec["prefill"], spec["prefill"].get("parallelism") or {}))
+        for workload, par in pools:
+            tp = int(par.get("tensor") or 1)
+            sized = dataclasses.replace(cfg, tensor_parallel=tp, gpus=tp * int(par.get("dataLocal") or 1),
+                                        data_parallel=None, data_local=None)
+            template = workload.setdefault("template", {})
+            containers = template.setdefault("containers", [])
+            main = next((c for c in containers if c.get("name") == "main"), None)
+            if main is not None and _has_vllm_args(main):
+                continue  # the template's own arguments win; shipyard adds nothing
+            args = planner_args(sized, model_config)
+            if not args:
+                continue
+            flags: list[str] = []
+            for flag, value in args.items():
+                if value is False or value is None:
+                    continue
+                flags.append(f"--{normalise_flag(flag)}")
+                if value is not True:
+                    flags.append(str(value))
+            if main is None:
+                main = {"name": "main"}
+                containers.append(main)
+            main.setdefault("env", []).append({"name": "VLLM_ADDITIONAL_ARGS", "value": shlex.join(flags)})
+    return doc
+
+
 def render(cfg: DeployConfig, model_config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every object of the deployment: the LLMInferenceService, then any ScaledObjects."""
-    return [render_llmisvc(cfg, model_config), *render_scaled_objects(cfg)]
+    """Every object of the deployment: the LLMInferenceService, then any ScaledObjects and
+    InferenceObjectives."""
+    if cfg.template is not None:
+        return [render_template(cfg, model_config), *render_objectives(cfg)]
+    return [render_llmisvc(cfg, model_config), *render_scaled_objects(cfg), *render_objectives(cfg)]
 
 
 def to_yaml(docs: list[dict[str, Any]]) -> str:
@@ -322,5 +576,5 @@ def load_model_config(path: str | Path | None) -> dict[str, Any] | None:
     return planner_load(path)
 
 
-__all__ = ["NONE", "render", "render_llmisvc", "render_scaled_objects", "to_yaml", "vllm_arguments",
-           "load_model_config", "link_metadata"]
+__all__ = ["NONE", "render", "render_llmisvc", "render_scaled_objects", "render_objectives", "render_template",
+           "to_yaml", "vllm_arguments", "load_model_config", "link_metadata", "precise_prefix_config"]
