@@ -34,6 +34,8 @@ BAD = [
     ({"package_mode": "zip"}, "package_mode"),
     ({"champion_tolerance": -0.1}, "champion_tolerance"),
     ({"dry_run": "maybe"}, "dry_run"),
+    ({"dry_run": False}, "registry"),  # LOCAL's registry is "": deploy would fail after the GPU work
+    ({"dry_run": "false", "registry": "  "}, "registry"),
     ({"nonsense": 1}, "--param"),
 ]
 
@@ -79,3 +81,15 @@ def test_run_local_rejects_a_bad_parameter_in_seconds_and_leaves_nothing(tmp_pat
     assert "Traceback" not in proc.stderr
     assert seconds < 10, seconds
     assert not work.exists()
+
+
+def test_cluster_defaults_need_a_registry_unless_dry_run() -> None:
+    """The cluster defaults (registry "", dry_run false) fail at pre-flight, naming registry; a
+    registry or dry_run=true passes; promote (no registry parameter) is not affected."""
+    with pytest.raises(ShipyardError) as err:
+        check_parameters("optimize-and-deploy", {})
+    assert err.value.field == "registry" and "dry_run" in str(err.value)
+    assert check_parameters("optimize-and-deploy", {"registry": "quay.io"})["registry"] == "quay.io"
+    assert check_parameters("requantize", {"dry_run": True})["registry"] == ""
+    candidate = "oci://quay.io/org/m@sha256:" + "0" * 64
+    assert check_parameters("promote", {"candidate_uri": candidate})["dry_run"] is False

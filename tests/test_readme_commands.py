@@ -46,7 +46,8 @@ EXERCISED: dict[str, str] = {
         "shipyard submit optimize-and-deploy --host https://kfp.example.com --param registry=quay.io "
         "--param repository=your-org/models"
     ): "here",
-    'shipyard schedule requantize --host https://kfp.example.com --cron "0 3 * * 1"': "here",
+    ('shipyard schedule requantize --host https://kfp.example.com --cron "0 3 * * 1" --param registry=quay.io '
+     "--param repository=your-org/models"): "here",
     "bash .ci/podman-setup": "ci:.ci/setup",
     ".venvs/base/bin/shipyard images build --flavor cpu": "ci:.ci/setup",
     ".venvs/base/bin/shipyard run --local --runner container --work-dir rehearsal":

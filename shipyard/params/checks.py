@@ -142,6 +142,20 @@ def check_registry_param(specs: Mapping[str, ParamSpec], params: dict[str, Any])
         check_registry(value, "registry")
 
 
+def check_registry_for_deploy(specs: Mapping[str, ParamSpec], params: dict[str, Any]) -> None:
+    """``registry=""`` writes the modelcar into the pipeline root as an OCI layout, which KServe
+    cannot pull: with ``dry_run=false`` the deploy step would refuse it after every GPU step ran.
+    Given values win; the pipeline's defaults fill the rest."""
+    if "registry" not in specs or "dry_run" not in specs:
+        return
+    registry = params.get("registry", specs["registry"].default)
+    dry_run = params.get("dry_run", specs["dry_run"].default)
+    if dry_run is False and isinstance(registry, str) and not registry.strip():
+        raise ShipyardError("registry", "is empty while dry_run is false: the modelcar would stay an OCI layout in "
+                            "the pipeline root, which KServe cannot pull, and deploy would fail after the GPU work",
+                            "set registry=host[:port] (and repository), or dry_run=true")
+
+
 def check_params(pipeline: Any, raw: Mapping[str, Any], *, require: bool = True, name: str = "") -> dict[str, Any]:
     """Type ``raw`` for ``pipeline`` (:func:`shipyard.params.specs.coerce_params`), then run every
     check on the typed values: model URIs, the registry, and :func:`check_values`. What the CLI
@@ -151,5 +165,6 @@ def check_params(pipeline: Any, raw: Mapping[str, Any], *, require: bool = True,
     typed = coerce_params(specs, raw, require=require, name=name)
     check_model_uris(specs, typed)
     check_registry_param(specs, typed)
+    check_registry_for_deploy(specs, typed)
     check_values(typed)
     return typed

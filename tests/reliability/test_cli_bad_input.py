@@ -51,12 +51,16 @@ def run_local(*args: str) -> tuple[str, ...]:
     return ("run", "--local", "--work-dir", "work", *args)
 
 
+#: a registry, so that rows about other things pass the "registry empty while dry_run is false" check
+REGISTRY = ("--param", "registry=quay.io")
+
+
 def submit(*args: str, pipeline: str = "optimize-and-deploy") -> tuple[str, ...]:
-    return ("submit", pipeline, "--host", DEAD, *args)
+    return ("submit", pipeline, "--host", DEAD, *(REGISTRY if pipeline != "promote" else ()), *args)
 
 
 def schedule(*args: str) -> tuple[str, ...]:
-    return ("schedule", "requantize", "--host", DEAD, *args)
+    return ("schedule", "requantize", "--host", DEAD, *REGISTRY, *args)
 
 
 def deploy(*args: str, uri: str = URI) -> tuple[str, ...]:
@@ -188,6 +192,8 @@ ROWS: list[Row] = [
     row("run-registry-url-credentials", *run_local("--param", f"registry=https://bob:{SECRET}@quay.io"),
         field="registry", params=True),
     row("run-registry-with-path", *run_local("--param", "registry=quay.io/org"), field="registry", params=True),
+    row("run-registry-empty-no-dry-run", *run_local("--param", "dry_run=false"), field="registry: is empty while "
+        "dry_run is false", params=True),
     row("run-promote-no-candidate", "run", "--local", "promote", "--work-dir", "work", field="candidate_uri",
         params=True),
     row("run-promote-candidate-tag", "run", "--local", "promote", "--work-dir", "work",
@@ -217,14 +223,18 @@ ROWS: list[Row] = [
     row("submit-promote-no-candidate", *submit(pipeline="promote"), field="candidate_uri", params=True),
     row("submit-registry-credentials", *submit("--param", f"registry=bob:{SECRET}@quay.io"), field="registry",
         params=True),
+    row("submit-registry-empty-no-dry-run", "submit", "optimize-and-deploy", "--host", DEAD,
+        field="registry: is empty while dry_run is false", params=True),
+    row("schedule-registry-empty-no-dry-run", "schedule", "requantize", "--host", DEAD, "--cron", "@daily",
+        "--param", "registry=", field="registry: is empty while dry_run is false", params=True),
     row("submit-model-uri-tag", *submit("--param", "model_uri=oci://quay.io/org/m:v1"), field="model_uri",
         params=True),
     row("submit-param-no-equals", *submit("--param", "novalue"), field="--param", params=True),
     row("submit-unknown-pipeline", "submit", "nope", "--host", DEAD, field="PIPELINE"),
     row("submit-missing-file", "submit", "missing.yaml", "--host", DEAD, field="PIPELINE"),
     row("submit-not-a-pipeline-file", "submit", "list.yaml", "--host", DEAD, field="PIPELINE"),
-    row("submit-no-host", "submit", "optimize-and-deploy", field="--host"),
-    row("submit-host-not-http", "submit", "optimize-and-deploy", "--host", "ftp://kfp", field="--host"),
+    row("submit-no-host", "submit", "optimize-and-deploy", *REGISTRY, field="--host"),
+    row("submit-host-not-http", "submit", "optimize-and-deploy", "--host", "ftp://kfp", *REGISTRY, field="--host"),
     row("submit-host-unreachable", *submit(), field="--host: cannot reach", code=3),
     row("schedule-int-text", *schedule("--cron", "@daily", "--param", "seed=abc"), field="seed", params=True),
     row("schedule-float-text", *schedule("--every", "1d", "--param", "champion_tolerance=x"),
