@@ -184,3 +184,44 @@ def test_cli_deploy_against_a_kubeconfig(double, tmp_path, capsys):
     result = json.loads(text[text.rindex("\n{") + 1:])  # progress lines, then the result (-o json)
     assert result["status"] == "Ready" and result["url"] == "http://gw.example/serving/llm"
     assert out.is_file() and double.get(*KEY) is not None
+
+
+def test_every_option_and_inference_objectives_apply(double, kube):
+    """The API double (the vendored CRDs, unknown fields refused) takes the service with every typed
+    option, and the InferenceObjectives once the service is Ready."""
+    double.script("llm", ready_after(1))
+    manifest = docs(
+        probes={"startup_seconds": 4800, "liveness": {"period_seconds": 30}}, service_account="llm-runner",
+        image_pull_secrets=["quay-pull"], resources={"requests": {"cpu": "8"}, "limits": {"cpu": "16"}},
+        extra_resources={"rdma/roce_gdr": 1}, shm_size="32Gi", secret_env={"HF_TOKEN": "hf-token"},
+        env={"TOKEN": {"valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}},
+        prefill={"vllm_args": {"max-num-batched-tokens": 8192}}, decode={"vllm_args": {"max-num-seqs": 256}},
+        router={"scheduler": {"preset": "precise-prefix-cache"}}, kv_cache_offloading={"cpu": "64Gi"},
+        lora={"adapters": [{"name": "sql", "uri": "hf://org/sql-lora"}], "max_rank": 16}, served_model_name="qwen",
+        objectives=[{"name": "premium", "priority": 10}, {"name": "batch", "priority": -1}])
+    assert [d["kind"] for d in manifest] == ["LLMInferenceService", "InferenceObjective", "InferenceObjective"]
+    assert run(kube, manifest).status == "Ready"
+    stored = double.get(*KEY)
+    assert stored["spec"]["model"]["lora"]["adapters"] == [{"name": "sql", "uri": "hf://org/sql-lora"}]
+    assert stored["spec"]["router"]["scheduler"]["config"]["inline"]["kind"] == "EndpointPickerConfig"
+    premium = double.get("inferenceobjectives", "serving", "premium")
+    assert premium["spec"] == {"poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                                           "name": "llm-inference-pool"}, "priority": 10}
+    assert double.get("inferenceobjectives", "serving", "batch")["spec"]["priority"] == -1
+
+
+def test_template_mode_applies_and_rolls_back(double, kube):
+    template = {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService",
+                "metadata": {"name": "llm", "namespace": "serving"},
+                "spec": {"model": {"uri": "hf://old/model", "criticality": "Critical"}, "replicas": 2,
+                         "router": {"gateway": {}, "route": {}, "scheduler": {}},
+                         "template": {"containers": [{"name": "main", "startupProbe": {"failureThreshold": 480}}]}}}
+    double.script("llm", by_model_uri({NEW: fails_with("WorkloadsReady", "ImagePullBackOff", "denied")},
+                                      default=ready_after(0)))
+    run(kube, render(parse_config({"template": template, "model_uri": OLD})))
+    stored = double.get(*KEY)
+    assert stored["apiVersion"] == "serving.kserve.io/v1alpha2"
+    assert stored["metadata"]["annotations"]["internal.serving.kserve.io/model-criticality"] == "Critical"
+    with pytest.raises(DeployFailed, match="ImagePullBackOff"):
+        run(kube, render(parse_config({"template": template, "model_uri": NEW})))
+    assert double.get(*KEY)["spec"]["model"]["uri"] == OLD
