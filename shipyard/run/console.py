@@ -106,7 +106,8 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
     if component == "compress" and "compression_ratio" in metrics:
         return f"compression x{metrics['compression_ratio']:.3g}"
     if component in ("benchmark", "measure-vllm") and "max_output_tokens_per_s" in metrics:
-        return f"max out tok/s {metrics['max_output_tokens_per_s']:.4g}"
+        cached = " (cached base result)" if metrics.get("cached_result") else ""
+        return f"max out tok/s {metrics['max_output_tokens_per_s']:.4g}{cached}"
     if component == "candidate-gates" and "passed" in metrics:
         caveats = {"accuracy_passed": str((artifacts.get("candidate") or {}).get("accuracy_caveat") or "")}
         parts = [f"{label} {yes_no.get(metrics[key], metrics[key])}"
