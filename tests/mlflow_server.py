@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from shipyard.testing.registry import free_port  # noqa: F401 - re-exported for the tests
+from shipyard.core.net import free_port  # noqa: F401 - re-exported for the tests
 from shipyard.testing.services import MlflowServer
 
 _SERVER: MlflowServer | None = None

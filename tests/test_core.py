@@ -8,6 +8,7 @@ import pytest
 
 from shipyard.core.env import env_bool, env_float, env_int, env_str
 from shipyard.core.errors import ShipyardError
+from shipyard.core.net import free_port, http_ok, process_alive, wait_ready
 from shipyard.core.retry import Retry
 from shipyard.oci.client import RegistryClient
 from shipyard.tracking.tracker import Tracker
@@ -86,3 +87,32 @@ def test_both_clients_refuse_a_bad_retry_variable(monkeypatch: pytest.MonkeyPatc
         make(tmp_path)
     monkeypatch.setenv(variable, "2")
     assert make(tmp_path).retry.attempts == 2
+
+
+def test_free_port_and_wait_ready_against_a_real_server(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    port = free_port()
+    log = tmp_path / "http.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        assert not http_ok(f"http://127.0.0.1:{free_port()}/")  # nobody listens there
+        wait_ready("http.server", lambda: http_ok(f"http://127.0.0.1:{port}/"), timeout_s=30,
+                   alive=process_alive("http.server", proc, log))
+        assert http_ok(f"http://127.0.0.1:{port}/missing", statuses=(404,))
+    finally:
+        proc.terminate()
+        proc.wait()
+    with pytest.raises(ShipyardError, match=r"^http.server: exited with status"):
+        wait_ready("http.server", lambda: False, timeout_s=30, alive=process_alive("http.server", proc, log))
+
+
+def test_wait_ready_times_out_with_one_line() -> None:
+    with pytest.raises(ShipyardError, match=r"^thing: not ready within 0 s \(fix: check the service\)$"):
+        wait_ready("thing", lambda: False, timeout_s=0.3, interval_s=0.05)
+    with pytest.raises(ShipyardError, match="^custom: gone"):
+        wait_ready("thing", lambda: False, timeout_s=0.1, interval_s=0.05,
+                   timeout_error=lambda: ShipyardError("custom", "gone"))

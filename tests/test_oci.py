@@ -18,9 +18,10 @@ from conftest import require_tool
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import sha256_file
+from shipyard.core.net import free_port
 from shipyard.oci import image as oci
 from shipyard.oci.client import RegistryClient
-from shipyard.testing.registry import LocalRegistry, free_port
+from shipyard.testing.registry import LocalRegistry
 
 pytestmark = pytest.mark.usefixtures("registry_tools")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,20 +11,15 @@ import pytest
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import sha256_file
+from shipyard.core.net import free_port
 from shipyard.models import s3 as s3store
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
@@ -146,7 +140,7 @@ def test_results_upload_to_configured_bucket(s3_env: str, tmp_path: Path) -> Non
 
 
 def test_unreachable_endpoint_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("SHIPYARD_S3_ACCESS_KEY", "a")
     monkeypatch.setenv("SHIPYARD_S3_SECRET_KEY", "b")
     monkeypatch.setenv("SHIPYARD_S3_REGION", "us-east-1")

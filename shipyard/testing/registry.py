@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.net import free_port, http_ok, wait_ready
 
 BINARY_CANDIDATES = ("docker-registry", "registry")
 
@@ -30,13 +29,6 @@ def registry_binary() -> str:
             return found
     raise ShipyardError("docker-registry", "no registry binary found",
                         "apt-get install -y docker-registry (or set SHIPYARD_REGISTRY_BINARY)")
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def htpasswd_line(user: str, password: str) -> str:
@@ -89,25 +81,24 @@ class LocalRegistry:
 
     def start(self, timeout: float = 20.0) -> LocalRegistry:
         """Start the server and wait until ``/v2/`` answers."""
-        import requests
-
         config = self._config()
         log = open(self.root / "registry.log", "wb")  # noqa: SIM115 - kept open for the child's lifetime
         self.proc = subprocess.Popen([registry_binary(), "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ShipyardError("docker-registry", f"exited with status {self.proc.returncode}",
+        proc = self.proc
+
+        def alive() -> None:
+            if proc.poll() is not None:
+                raise ShipyardError("docker-registry", f"exited with status {proc.returncode}",
                                     f"see {self.root / 'registry.log'}")
-            try:
-                if requests.get(f"http://{self.address}/v2/", timeout=1).status_code in (200, 401):
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise ShipyardError("docker-registry", f"did not answer on {self.address} within {timeout:.0f}s",
-                            f"see {self.root / 'registry.log'}")
+
+        def timed_out() -> ShipyardError:
+            self.stop()
+            return ShipyardError("docker-registry", f"did not answer on {self.address} within {timeout:.0f}s",
+                                 f"see {self.root / 'registry.log'}")
+
+        wait_ready("docker-registry", lambda: http_ok(f"http://{self.address}/v2/", timeout_s=1, statuses=(200, 401)),
+                   timeout_s=timeout, interval_s=0.1, alive=alive, timeout_error=timed_out)
+        return self
 
     def stop(self) -> None:
         """Stop the server (and remove its storage when this object created it)."""

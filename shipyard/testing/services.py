@@ -12,35 +12,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.net import free_port, http_ok, process_alive, wait_ready
 from shipyard.core.processes import stop_group
-from shipyard.testing.registry import free_port
-
-
-def _wait(what: str, check: Any, proc: subprocess.Popen[bytes] | None, log: Path | None, timeout: float) -> None:
-    """Poll ``check()`` until it is true; fail with the log's tail if the process ends first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-1500:] if log and log.exists() else ""
-            raise ShipyardError(what, f"exited with status {proc.returncode}: {tail.strip()[-400:]}", f"see {log}")
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise ShipyardError(what, f"not ready within {timeout:.0f} s", f"see {log}" if log else "check the service")
-
-
-def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        return resp.status == 200
 
 
 class PodmanSocket:
@@ -73,7 +51,8 @@ class PodmanSocket:
             finally:
                 client.close()
 
-        _wait("podman system service", ready, self.proc, log, 30)
+        wait_ready("podman system service", ready, timeout_s=30, alive=process_alive("podman system service", self.proc, log),
+                   log=log)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -106,7 +85,8 @@ class MlflowServer:
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root,
                 env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **self.env),
             )
-        _wait("mlflow server", lambda: _http_ok(f"{self.url}/health"), self.proc, log, 180)
+        wait_ready("mlflow server", lambda: http_ok(f"{self.url}/health"), timeout_s=180,
+                   alive=process_alive("mlflow server", self.proc, log), log=log)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -134,7 +114,7 @@ class MotoS3:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one access line per S3 request otherwise
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.server.start()
-        _wait("moto S3", lambda: urllib.request.urlopen(self.endpoint, timeout=2) is not None, None, None, 20)
+        wait_ready("moto S3", lambda: urllib.request.urlopen(self.endpoint, timeout=2) is not None, timeout_s=20)
         return self
 
     def __exit__(self, *exc: object) -> None:

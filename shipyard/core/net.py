@@ -1,0 +1,76 @@
+"""The one free-port picker and the one ready-poll, for every server shipyard starts on loopback.
+
+:func:`free_port` asks the OS for a port nobody listens on; :func:`wait_ready` polls a
+``ready()`` check until it holds, failing with one :class:`~shipyard.core.errors.ShipyardError`
+line when the process dies first (``alive`` raises) or the time is up. :func:`http_ok` is the
+usual check (a GET that answers with an accepted status).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from shipyard.core.errors import ShipyardError
+
+HOST = "127.0.0.1"
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port nobody listens on right now on ``host`` (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def http_ok(url: str, *, timeout_s: float = 2.0, statuses: tuple[int, ...] = (200,)) -> bool:
+    """Whether a GET of ``url`` answers with one of ``statuses`` (False when it cannot connect)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback servers we started
+            return resp.status in statuses
+    except urllib.error.HTTPError as err:
+        return err.code in statuses
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def process_alive(what: str, proc: subprocess.Popen[bytes] | None, log: Path | None) -> Callable[[], None]:
+    """An ``alive`` check for :func:`wait_ready`: fails with the log's tail once ``proc`` has exited."""
+
+    def alive() -> None:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-1500:] if log and log.exists() else ""
+            raise ShipyardError(what, f"exited with status {proc.returncode}: {tail.strip()[-400:]}", f"see {log}")
+
+    return alive
+
+
+def wait_ready(what: str, ready: Callable[[], bool], *, timeout_s: float, interval_s: float = 0.2,
+               alive: Callable[[], None] | None = None, started: float | None = None,
+               timeout_error: Callable[[], ShipyardError] | None = None, log: Path | None = None) -> None:
+    """Poll ``ready()`` every ``interval_s`` until it is true.
+
+    Before each poll ``alive()`` (when given) may raise to stop early (the process died). An
+    ``OSError`` from ``ready()`` counts as not ready yet. After ``timeout_s`` (counted from
+    ``started``, a ``time.monotonic()`` value, default now) the error is ``timeout_error()``, or
+    ``<what>: not ready within N s``.
+    """
+    deadline = (started if started is not None else time.monotonic()) + timeout_s
+    while True:
+        if alive is not None:
+            alive()
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            if timeout_error is not None:
+                raise timeout_error()
+            raise ShipyardError(what, f"not ready within {timeout_s:.0f} s", f"see {log}" if log else "check the service")
+        time.sleep(interval_s)
