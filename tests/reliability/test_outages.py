@@ -36,8 +36,9 @@ from conftest import require_tool
 from mlflow import MlflowClient
 
 from shipyard.core.errors import UnreachableError
-from shipyard.gates import promotion as champion
-from shipyard.testing.registry import LocalRegistry, free_port
+from shipyard.core.net import free_port
+from shipyard.gates import registration
+from shipyard.testing.registry import LocalRegistry
 from shipyard.testing.services import MlflowServer
 from shipyard.tracking import outbox, pending
 from shipyard.tracking import pipeline_runs as track
