@@ -69,7 +69,7 @@ def _template(path: str) -> Any:
         return path
     file = Path(path)
     if not file.is_file():
-        raise ShipyardError("--template", f"{path} does not exist", "give your LLMInferenceService YAML file")
+        raise ShipyardError("--template", f"{path} is not a file", "give your LLMInferenceService YAML file")
     try:
         return file.read_text()
     except (OSError, UnicodeDecodeError) as err:
