@@ -86,8 +86,8 @@ def test_wheel_ships_every_data_file(wheel: Path) -> None:
             missing.append(path)
     assert missing == []
     for needed in ("shipyard/schemas/kserve/crd/serving.kserve.io_llminferenceservices.yaml",
-                   "shipyard/schemas/SOURCES.md", "shipyard/components/compress/recipes/w8a8-int8.yaml",
-                   "shipyard/components/compress/calibration/default.jsonl", "shipyard/pipelines/local-params.yaml",
+                   "shipyard/schemas/SOURCES.md", "shipyard/compression/recipes/w8a8-int8.yaml",
+                   "shipyard/compression/calibration/default.jsonl", "shipyard/pipelines/local-params.yaml",
                    "shipyard/runtime_images/vllm/requirements.lock", "shipyard/pipelines/cluster.yaml"):
         assert needed in names
 
