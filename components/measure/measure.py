@@ -5,7 +5,9 @@ so load the model twice (two GPU pods in a cluster). :func:`measure_step` starts
 with the benchmark's settings (memory planner flags, KV cache) and hands it to
 :func:`~shipyard.evaluation.lmeval.evaluate_step` (backend ``openai``) and
 :func:`~shipyard.benchmarking.guidellm.benchmark_step`. Outputs are the same as the two steps'. Runs in
-the ``vllm`` runtime.
+the ``vllm`` runtime. The golden outputs (``golden.json`` in the benchmark results: the server's greedy
+answers to a few eval prompts, which ``shipyard verify`` and the deploy step compare the deployed
+service with) are recorded by ``benchmark_step`` on this same server.
 """
 
 from __future__ import annotations

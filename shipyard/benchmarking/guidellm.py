@@ -13,6 +13,8 @@ server with the model folder as the local tokenizer, and writes into ``out_dir``
 * ``guidellm.json``: guidellm's raw report; ``scenario.json``: what guidellm ran;
 * ``golden.json``: the server's greedy answers to a few eval prompts (:mod:`shipyard.evaluation.golden`),
   which the deploy step's verification compares the deployed service with;
+* ``golden.json``: the server's greedy answers to a few eval prompts (:mod:`shipyard.evaluation.golden`),
+  which the deploy step's verification compares the deployed service with;
 * ``vllm.log`` and ``guidellm.log``: both processes' logs.
 
 Bad input and faults (a model vLLM cannot load, a port in use, a server that dies mid-run,
@@ -36,6 +38,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.core.processes import own_session_with_parent_death, stop_group
+from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
 from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
 
@@ -649,6 +652,8 @@ def benchmark_step(
             n_levels = len(cfg["loads"]) or (int(cfg["sweep_size"]) if cfg["profile"] == "sweep" else 1)
             per_level = float(cfg.get("max_seconds") or 600) + float(cfg["request_timeout"])
             warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
+            # the candidate's own answers to a few eval prompts, for the deploy step's verification
+            record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
             # the candidate's own answers to a few eval prompts, for the deploy step's verification
             record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
             bench_started = time.monotonic()
