@@ -227,13 +227,15 @@ def mlflow_runs(url: str, experiment: str) -> list[dict[str, str]]:
     """The runs of ``experiment`` on the server, with their UI URLs."""
     from mlflow.tracking import MlflowClient
 
+    from shipyard.tracking.tracker import ui_url
+
     client = MlflowClient(tracking_uri=url)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
     runs = client.search_runs([exp.experiment_id], max_results=50)
     return [{"name": r.info.run_name or "", "status": r.info.status,
-             "url": f"{url}/#/experiments/{exp.experiment_id}/runs/{r.info.run_id}"} for r in runs]
+             "url": ui_url(url, exp.experiment_id, r.info.run_id)} for r in runs]
 
 
 def exact_exit_codes() -> None:

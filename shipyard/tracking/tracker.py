@@ -39,7 +39,12 @@ pipeline's parent run in a small cache file beside the pipeline root (``<work di
 written by the pre-flight task) instead of a tag search.
 
 Experiments are created as classic ML experiments (tag ``mlflow.experimentKind`` =
-``custom_model_development``, the value MLflow 3's UI reads), not in the GenAI view.
+``custom_model_development``), and every MLflow UI link shipyard prints carries
+``?workflowType=machine_learning`` (:func:`ui_url`): in MLflow 3.17's UI the experiment page's view
+is decided by the *workflow type* (the ``workflowType`` URL parameter, else the browser's saved
+``mlflow.workflowType``, default ``genai``), and the ``mlflow.experimentKind`` tag is only read
+when that switch is off (``mlflow/server/js/build``: ``n ? m(workflowType) : tag``). Without the
+parameter an experiment opens in the GenAI "Traces" view.
 """
 
 from __future__ import annotations
@@ -81,6 +86,14 @@ TAG_KIND = "shipyard.kind"
 #: ``custom_model_development`` opens the classic ML (runs) view instead of GenAI traces.
 TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND_CLASSIC = "custom_model_development"
+#: The UI's workflow switch (MLflow 3.17: URL ``workflowType`` wins over the tag above).
+CLASSIC_VIEW_QUERY = "workflowType=machine_learning"
+
+
+def ui_url(server: str, experiment_id: str, run_id: str = "") -> str:
+    """The MLflow UI's page of an experiment (or one of its runs) in the classic ML view."""
+    page = f"{server.rstrip('/')}/#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
+    return f"{page}?{CLASSIC_VIEW_QUERY}"
 #: Where a local run keeps its parent run ids (``<work dir>/tracking/parent-<kfp run id>.json``).
 CACHE_DIR = "tracking"
 
@@ -686,7 +699,7 @@ class Tracker:
         """Where the run is in the MLflow UI (for HTTP servers), else its store path."""
         run = self.call("read the run", self.client.get_run, run_id)
         if self.is_remote:
-            return f"{self.uri}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+            return ui_url(self.uri, run.info.experiment_id, run_id)
         return f"{self.uri} run {run_id} (MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {self.uri})"
 
 
