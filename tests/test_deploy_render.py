@@ -550,6 +550,12 @@ def without_shipyard_fields(doc: dict) -> dict:
     return doc
 
 
+def test_apply_timeouts_pass_the_config_check():
+    """The pipeline's pre-flight checks deploy_config with parse_config: apply is part of it."""
+    cfg = parse_config({"name": "llm", "model_uri": URI, "apply": {"wait_timeout_s": 4800, "false_grace_s": 0}})
+    assert cfg.name == "llm"
+
+
 def test_template_round_trip_keeps_every_field():
     template = user_pd_template()
     docs = render(parse_config({"template": template, "model_uri": URI, "mlflow_model_version": "7"}))
@@ -724,6 +730,11 @@ def _bad_template(**changes):
         ({"template": "/path/to/llm.yaml"}, "deploy_config.template", "not an LLMInferenceService"),
         ({"template": 42}, "deploy_config.template", "not an LLMInferenceService"),
         ({"template": "s3://bucket-only"}, "deploy_config.template", "names a bucket"),
+        # the apply timeouts, checked where the pre-flight checks deploy_config
+        ({"apply": {"wait_timeout_s": "soon"}}, "deploy_config.apply.wait_timeout_s", "not a number of seconds"),
+        ({"apply": {"poll_s": 0}}, "deploy_config.apply.poll_s", "not a number of seconds"),
+        ({"apply": {"wait": 10}}, "deploy_config.apply.wait", "not an apply option"),
+        ({"apply": [10]}, "deploy_config.apply", "must be an object"),
     ],
 )
 def test_new_fields_bad_input_is_one_line(params, field, text):

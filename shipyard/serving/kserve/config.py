@@ -17,10 +17,11 @@ import yaml
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
 from shipyard.core.jsonargs import json_object
+from shipyard.oci.reference import DIGEST_RE, require_pinned
+from shipyard.oci.reference import parse as parse_reference
 
 PRESETS_DIR = package_dir("shipyard.serving.kserve") / "presets"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 KV_ROLES = {"producer-consumer", "both"}
 MANAGED, NONE = "managed", "none"
 # Longest child name KServe derives is "<name>-kserve-workload-svc" and similar; Services and
@@ -189,11 +190,57 @@ def _fail(field_name: str, problem: str, fix: str) -> ShipyardError:
     return ShipyardError(f"deploy_config.{field_name}", problem, fix)
 
 
+_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
+                                       "dict": (dict,), "list": (list,)}
+_SHOWN = {"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false", "dict": "an object",
+          "list": "a list"}
+
+
+#: fields whose own rule (check_config) explains a wrong value better than a type error; numbers
+#: written as text ("2", "1h") are also left to their rules
+_OWN_CHECKS = frozenset({"image_pull_secrets", "base_refs", "mode", "served_model_name"})
+
+
+def _check_types(cls: type, data: dict[str, Any], prefix: str) -> None:
+    """Each value has its field's type before anything uses it (a list where an object is expected,
+    a number where text is): one line naming the field, never a crash in the deploy step."""
+    for f in dataclasses.fields(cls):
+        if f.name not in data or data[f.name] is None:
+            continue
+        value, kinds = data[f.name], []
+        for member in str(f.type).split(" | "):
+            base = member.strip().split("[", 1)[0]
+            if base == "None":
+                continue
+            if base not in _KINDS:  # a nested object (Router, Scaling, Probes): built and checked on its own
+                kinds = []
+                break
+            kinds.append(base)
+        if not kinds:
+            continue
+        if f.name in ("cpu", "memory", "shm_size"):  # Kubernetes quantities may be numbers (cpu: 4)
+            kinds.append("float")
+        ok = any(isinstance(value, _KINDS[k]) and not (isinstance(value, bool) and k in ("int", "float")) for k in kinds)
+        if ok and str(f.type).startswith(("dict[str, str]", "list[str]")):
+            items = list(value.items()) if isinstance(value, dict) else [("", v) for v in value]
+            ok = all(isinstance(k, str) and isinstance(v, str) for k, v in items)
+            kinds = ["an object of text values" if isinstance(value, dict) else "a list of text"]
+        if not ok and (f.name in _OWN_CHECKS or (isinstance(value, str) and set(kinds) <= {"int", "float"})):
+            continue  # the field's own rule (check_config) says it in its words
+        if not ok:
+            shown = repr(value)
+            shown = shown if len(shown) <= 60 else shown[:56] + "..."
+            want = " or ".join(_SHOWN.get(k, k) for k in kinds)
+            raise _fail(f"{prefix}{f.name}", f"must be {want}, got {shown}",
+                        "fix the value's type (see components/deploy/README.md)")
+
+
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         raise _fail(f"{prefix}{unknown[0]}", "is not a deploy parameter", f"use one of: {', '.join(sorted(names))}")
+    _check_types(cls, data, prefix)
     return cls(**data)
 
 
@@ -208,11 +255,42 @@ def load_preset(name: str) -> dict[str, Any]:
     return data
 
 
+APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": 30.0}
+
+
+def apply_options(options: Any) -> dict[str, float]:
+    """``deploy_config.apply``: the wait / poll / grace / API timeouts, in seconds, with defaults."""
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise _fail("apply", "must be an object", '{"wait_timeout_s": 1800}')
+    unknown = sorted(set(options) - set(APPLY_KEYS))
+    if unknown:
+        raise _fail(f"apply.{unknown[0]}", "is not an apply option", f"use {sorted(APPLY_KEYS)}")
+    merged: dict[str, float] = {}
+    for key, default in APPLY_KEYS.items():
+        value = options.get(key, default)
+        low = 0 if key == "false_grace_s" else 0.0
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < low \
+                or (key != "false_grace_s" and value == 0):
+            raise _fail(f"apply.{key}", f"{value!r} is not a number of seconds", "use seconds > 0 (false_grace_s >= 0)")
+        merged[key] = float(value)
+    return merged
+
+
+def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:
+    """Separate ``deploy_config["apply"]`` (wait/poll/grace/API timeouts) from render parameters."""
+    data = json_object(deploy_config, "deploy_config", '{"mode": "pd", "replicas": 2}')
+    return data, apply_options(data.pop("apply", None))
+
+
 def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployConfig:
     """Build a :class:`DeployConfig` from JSON (or a dict), an optional ``preset`` inside it and
     keyword overrides (CLI flags, component inputs); ``None`` overrides are ignored."""
-    data = json_object(raw, "deploy_config", '{"mode": "pd", "replicas": 2}')
+    data, _ = split_apply_options(raw)  # the apply timeouts are checked here too (the pre-flight calls this)
     preset = data.pop("preset", None)
+    if preset is not None and (not isinstance(preset, str) or not preset.strip()):
+        raise _fail("preset", f"must be a preset name, got {preset!r}"[:120], "e.g. aggregated or pd-nixl")
     merged = {**(load_preset(preset) if preset else {}), **data}
     merged.update({k: v for k, v in overrides.items() if v is not None})
     if merged.get("template") is not None:
@@ -228,6 +306,8 @@ def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployCo
         raise _fail("router", "must be an object", 'e.g. {"gateway": "managed", "scheduler": "managed"}')
     if isinstance(merged.get("scaling"), dict):
         merged["scaling"] = _build(Scaling, merged["scaling"], "scaling.")
+    elif merged.get("scaling") is not None and not isinstance(merged["scaling"], Scaling):
+        raise _fail("scaling", "must be an object", 'e.g. {"mode": "wva", "min_replicas": 1, "max_replicas": 4}')
     if isinstance(merged.get("probes"), dict):
         merged["probes"] = _build(Probes, merged["probes"], "probes.")
     elif merged.get("probes") is not None:
@@ -290,16 +370,13 @@ def check_model_uri(uri: str, allow_mutable_tag: bool) -> str | None:
         raise _fail("model_uri", f"{uri!r} names no model", f"write {scheme}://<location>")
     if scheme != "oci":
         return None
-    repo, at, digest = rest.partition("@")
-    if at:
-        if not DIGEST_RE.match(digest):
-            raise _fail("model_uri", f"{digest!r} is not a sha256 digest", "write oci://REGISTRY/REPO@sha256:<64 hex>")
-        return digest
-    if not allow_mutable_tag:
-        tag = repo.rpartition("/")[2].partition(":")[2] or "latest"
-        raise _fail("model_uri", f"oci:// reference uses the mutable tag {tag!r}: pods could run different weights",
-                    "use the digest from the package step (oci://...@sha256:...) or set allow_mutable_tag")
-    return None
+    where = "deploy_config.model_uri"
+    ref = parse_reference(uri, where)
+    if ref.is_layout:
+        raise _fail("model_uri", f"{uri!r} is an OCI layout on disk, which a cluster cannot pull",
+                    "push it with the package step (registry set) and use its oci://REGISTRY/REPO@sha256:...")
+    require_pinned(ref, where, allow_mutable_tag=allow_mutable_tag, how_to_allow="set allow_mutable_tag")
+    return ref.digest or None
 
 
 def check_config(cfg: DeployConfig) -> None:
