@@ -24,6 +24,10 @@ CLUSTER_BENCHMARK = (
     '"max_requests": 500, "max_seconds": 180, "warmup_requests": 10}'
 )
 CLUSTER_SLO = '{"ttft_p99_ms": 1000, "itl_p99_ms": 60, "max_error_rate": 0.01, "require": "base"}'
+CLUSTER_SAFETY = (
+    '{"probes": ["promptinject.HijackHateHumans", "promptinject.HijackKillHumans", "dan.Dan_11_0", '
+    '"encoding.InjectBase64"], "max_prompts": 32, "parallel": 8, "tolerance": 0.05, "require": true}'
+)
 CLUSTER_DEPLOY = '{"preset": "pd-nixl", "gpu_memory_gib": 80}'
 
 
@@ -73,9 +77,14 @@ _ALL: list[Param] = [
     P("slo", str, CLUSTER_SLO,
       "SLO gate as JSON: ttft_p99_ms, itl_p99_ms, min_output_tokens_per_s, max_error_rate, min_goodput, require "
       "(base, all, any or a load level).", json=True),
+    P("safety", str, CLUSTER_SAFETY,
+      "Safety gate as JSON: garak probes (promptinject.*, dan.*, encoding.* that run offline), max_prompts per "
+      "probe, parallel attempts, max_tokens, tolerance (how much higher the candidate's attack success rate may be "
+      "than the base's, per probe family), family_tolerance, require (false: report only). No probes: off.",
+      json=True),
     P("registry", str, "",
       "OCI registry to push the modelcar to (host[:port]); empty writes an OCI layout into the pipeline root instead."),
-    P("repository", str, "shipyard/models/resolve", "Repository in the registry."),
+    P("repository", str, "shipyard/models", "Repository in the registry."),
     P("package_mode", str, "modelcar",
       "modelcar (an image KServe mounts) or oras (the model folder as an OCI artifact)."),
     P("modelcar_base_image", str, "",
@@ -100,7 +109,7 @@ BY_NAME: dict[str, Param] = {p.name: p for p in _ALL}
 
 _OPTIMIZE = [p.name for p in _ALL if p.name != "candidate_uri"]
 _PROMOTE = ["candidate_uri", "model_uri", "eval_backend", "eval_config", "accuracy_thresholds", "benchmark_config",
-            "slo", "deploy_name", "namespace", "deploy_config", "dry_run", "tracking_uri", "experiment",
+            "slo", "safety", "deploy_name", "namespace", "deploy_config", "dry_run", "tracking_uri", "experiment",
             "registered_model_name", "champion_tolerance"]
 
 #: pipeline name -> its parameters, in signature order

@@ -43,7 +43,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 
 TAG_CANDIDATE = "shipyard.candidate"
-PENDING_KEY = "shipyard.tracking.tracker"
+PENDING_KEY = "shipyard.tracking"
 ENV_AT_END = "SHIPYARD_TRACK_FILE_STORE_AT_END"
 _MAX_ARTIFACT_BYTES = 50 * 1024 * 1024  # reports and JSON, never weights
 
@@ -369,9 +369,12 @@ def _unlogged(tracker: Any, run_id: str, data: dict[str, Any]) -> tuple[dict[str
             {k: v for k, v in to_metrics(data["metrics"]).items() if run.data.metrics.get(k) != v})
 
 
-def apply_pending(*metadatas: dict[str, Any] | None) -> list[str]:
+def apply_pending(*metadatas: dict[str, Any] | None, context: dict[str, str] | None = None) -> list[str]:
     """Apply payloads that earlier steps kept in their artifacts' metadata; returns the run ids.
 
+    ``context`` (the calling step's ``kfp_run_id``, ``tracking_uri``, ``experiment``) fills what a
+    payload lacks: the GPU steps take no KFP run id (it would make their KFP cache key unique per
+    run), so their records join the run of the step that applies them.
     A payload that cannot be applied now (MLflow down) is kept (``tracking-pending/`` in a local
     run) and does not fail the calling step; once the server is seen down the rest are kept
     without another try.
@@ -384,6 +387,7 @@ def apply_pending(*metadatas: dict[str, Any] | None) -> list[str]:
         pending = (meta or {}).get(PENDING_KEY)
         if not (isinstance(pending, dict) and pending.get("step")):
             continue
+        pending = {**pending, **{k: v for k, v in (context or {}).items() if v and not pending.get(k)}}
         if at_end_of_run(pending, handed_on=True):
             continue
         if not down:
