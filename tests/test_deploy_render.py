@@ -583,6 +583,18 @@ def test_template_gets_planner_args_only_where_it_sets_none():
     assert validate_documents([svc]) == []
 
 
+def test_template_objectives_use_the_template_pool():
+    template = user_pd_template()
+    _, obj = render(parse_config({"template": template, "model_uri": URI, "objectives": [{"name": "premium", "priority": 5}]}))
+    assert obj["spec"]["poolRef"]["name"] == "team-llm-inference-pool" and obj["metadata"]["namespace"] == "prod"
+    template["spec"]["router"]["scheduler"] = {"pool": {"ref": {"name": "team-pool"}}}
+    _, obj = render(parse_config({"template": template, "model_uri": URI, "objectives": [{"name": "premium"}]}))
+    assert obj["spec"]["poolRef"]["name"] == "team-pool"
+    del template["spec"]["router"]["scheduler"]
+    with pytest.raises(ShipyardError, match="no spec.router.scheduler"):
+        render(parse_config({"template": template, "model_uri": URI, "objectives": [{"name": "premium"}]}))
+
+
 def test_template_model_name_defaults_to_the_service_name():
     template = user_pd_template()
     del template["spec"]["model"]["name"]

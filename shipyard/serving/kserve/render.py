@@ -489,10 +489,18 @@ def render_objectives(cfg: DeployConfig) -> list[dict[str, Any]]:
     entry, with its priority, on the service's InferencePool (or the entry's own ``pool``).
     Requests choose one with the header ``x-gateway-inference-objective: <name>``."""
     labels, _ = link_metadata(cfg)
+    pool = cfg.pool_name
+    if cfg.template is not None and cfg.objectives:  # the template's router decides the pool
+        scheduler = (cfg.template["spec"].get("router") or {}).get("scheduler")
+        ref = ((scheduler or {}).get("pool") or {}).get("ref") or {}
+        pool = ref.get("name") or (f"{cfg.name}-inference-pool" if isinstance(scheduler, dict) else None)
     out = []
     for obj in cfg.objectives:
+        if not (obj.get("pool") or pool):
+            raise ShipyardError("deploy_config.objectives", "need an InferencePool, but the template has no "
+                                "spec.router.scheduler", 'give each objective a "pool", or add a scheduler to the template')
         spec: dict[str, Any] = {"poolRef": {"group": POOL_GROUP, "kind": "InferencePool",
-                                            "name": obj.get("pool") or cfg.pool_name}}
+                                            "name": obj.get("pool") or pool}}
         if obj.get("priority") is not None:
             spec["priority"] = obj["priority"]
         out.append({"apiVersion": OBJECTIVE_API, "kind": "InferenceObjective",
