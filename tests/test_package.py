@@ -11,7 +11,7 @@ import pytest
 from shipyard.components.package.package import package_model
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import sha256_file
-from shipyard.oci import image as oci
+from shipyard.oci import transfer
 from shipyard.testing.registry import LocalRegistry
 
 pytestmark = pytest.mark.usefixtures("registry_tools")
@@ -43,7 +43,7 @@ def test_local_layout_fallback(tiny_model: Path, tmp_path: Path) -> None:
     assert result["uri"] in (out / "shipyard-package.md").read_text()
     assert "<table" in (out / "shipyard-package.html").read_text()
     assert result["annotations"]["io.shipyard.benchmark.summary"] == '{"tps":12.5}'
-    oci.pull_model(result["uri"], tmp_path / "back")
+    transfer.pull_model(result["uri"], tmp_path / "back")
     assert tree_hashes(tmp_path / "back") == tree_hashes(tiny_model)
 
 
@@ -58,7 +58,7 @@ def test_push_modelcar_and_oras(tiny_model: Path, tmp_path: Path, registry: Loca
 
     art = package_model(str(tiny_model), str(tmp_path / "oras"), registry=registry.address, repository="team/tiny-oras",
                         tag="candidate", mode="oras")
-    oci.pull_model(art["uri"], tmp_path / "oras-back")
+    transfer.pull_model(art["uri"], tmp_path / "oras-back")
     assert tree_hashes(tmp_path / "oras-back") == tree_hashes(tiny_model)
 
 
@@ -96,5 +96,5 @@ def test_kfp_component_runs_locally(tiny_model: Path, tmp_path: Path, registry: 
     run = pipeline(model_path=str(tiny_model), registry=registry.address)
     uri = run.output
     assert uri.startswith(f"oci://{registry.address}/team/kfp@sha256:")
-    oci.pull_model(uri, tmp_path / "back")
+    transfer.pull_model(uri, tmp_path / "back")
     assert tree_hashes(tmp_path / "back") == tree_hashes(tiny_model)

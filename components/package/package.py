@@ -1,7 +1,7 @@
 """Package step: the model folder as a digest-pinned OCI modelcar image or ORAS artifact.
 
 Builds an OCI image layout (no Docker engine), pushes it when a registry is given, and returns
-the digest-pinned reference the deploy step uses. See :mod:`shipyard.oci.image` for the image format
+the digest-pinned reference the deploy step uses. See :mod:`shipyard.oci.modelcar` for the image format
 and :mod:`shipyard.oci.auth` / :mod:`shipyard.oci.client` for credentials, TLS and
 retries.
 """
@@ -72,7 +72,9 @@ def package_model(model_dir: str, out_dir: str, registry: str = "", repository: 
     ``oci:///ABS/OUT_DIR@sha256:...``. ``out_dir`` (layout plus ``shipyard-package.{json,md,html}``)
     appears only when everything, the push included, succeeded.
     """
-    from shipyard.oci import image as oci
+    from shipyard.oci.layout import layout_reference
+    from shipyard.oci.modelcar import build_modelcar, build_oras_artifact
+    from shipyard.oci.transfer import push_layout
     if mode not in MODES:
         raise ShipyardError("mode", f"unknown mode {mode!r}", f"use one of {', '.join(MODES)}")
     registry = (registry or "").strip()
@@ -82,17 +84,17 @@ def package_model(model_dir: str, out_dir: str, registry: str = "", repository: 
     out = Path(out_dir)
     with atomic_dir(out) as stage:
         if mode == "modelcar":
-            built = oci.build_modelcar(model_dir, stage, tag=tag, base_image=base_image, annotations=annotations,
+            built = build_modelcar(model_dir, stage, tag=tag, base_image=base_image, annotations=annotations,
                                        insecure_tls=insecure_tls)
         else:
-            built = oci.build_oras_artifact(model_dir, stage, tag=tag, annotations=annotations)
+            built = build_oras_artifact(model_dir, stage, tag=tag, annotations=annotations)
         result: dict[str, Any] = {k: built[k] for k in ("mode", "tag", "digest", "size_bytes", "layers", "annotations",
                                                          "model_digest")}
         if registry:
-            pushed = oci.push_layout(stage, registry, repository, built["tag"], insecure_tls=insecure_tls)
+            pushed = push_layout(stage, registry, repository, built["tag"], insecure_tls=insecure_tls)
             result.update(uri=pushed["uri"], tag_ref=pushed["tag_ref"], bytes_sent=pushed["bytes_sent"], registry=registry)
         else:
-            result.update(uri=oci.layout_reference(out, built["digest"]), tag_ref="", bytes_sent=0, registry="")
+            result.update(uri=layout_reference(out, built["digest"]), tag_ref="", bytes_sent=0, registry="")
         result["layout"] = str(out.resolve())
         result["files"] = built["files"]
         md = _markdown(result)

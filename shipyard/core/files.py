@@ -292,3 +292,28 @@ def package_dir(package: str) -> Path:
 def cache_dir() -> Path:
     """shipyard's cache (``SHIPYARD_CACHE``, default ``~/.cache/shipyard``)."""
     return Path(os.environ.get("SHIPYARD_CACHE", Path.home() / ".cache" / "shipyard"))
+
+
+def tree_files(root: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """Sorted ``(relative posix path, path)`` of the files that make a model folder's content.
+
+    Regular files, symlinks followed (a Hugging Face cache snapshot is a folder of links); hidden
+    names (``.cache/``, ``.gitattributes``: download bookkeeping, not the model) are left out.
+    """
+    root = Path(root)
+    return sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*")
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
+def tree_digest(files: Iterable[tuple[str, Path]]) -> tuple[str, dict[str, str]]:
+    """The one content identity of a model: ``sha256:<hex>`` over the canonical JSON of
+    ``{relative path: sha256 of the file}``, and those per-file hashes.
+
+    The evaluation cache key, the benchmark cache key and the modelcar's
+    ``io.shipyard.model.digest`` annotation are all this digest of :func:`tree_files`.
+    """
+    import json
+
+    hashes = {rel: sha256_file(path) for rel, path in files}
+    text = json.dumps(hashes, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest(), hashes

@@ -1,7 +1,7 @@
 """Eval result cache: one entry per (model content, eval config).
 
-The pipeline evaluates the base model once per config: the key is the SHA-256 of the model
-folder's files plus the eval config hash, the entry a finished results folder under
+The pipeline evaluates the base model once per config: the key is the model's tree digest
+(:func:`model_identity`) plus the eval config hash, the entry a finished results folder under
 ``<shipyard cache>/eval/<key>/``. In the cluster KFP's own step cache plays this role; the same
 key makes local runs reuse the base result. Pure Python (hashlib only).
 """
@@ -13,27 +13,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.files import cache_dir, copy_tree, sha256_file
+from shipyard.core.files import cache_dir, copy_tree, tree_digest, tree_files
 
 SUMMARY = "summary.json"
 
 
 def model_identity(model_dir: str | Path) -> dict[str, Any]:
-    """Content identity of a model folder: SHA-256 over its files' relative paths and hashes."""
-    import hashlib
-
-    root = Path(model_dir)
-    digest = hashlib.sha256()
-    files = 0
-    size = 0
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
-        rel = path.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts):  # .cache/, .gitattributes and the like
-            continue
-        digest.update(f"{rel}\0{sha256_file(path)}\n".encode())
-        files += 1
-        size += path.stat().st_size
-    return {"sha256": digest.hexdigest(), "files": files, "bytes": size}
+    """Content identity of a model folder: the one tree digest (:func:`shipyard.core.files.tree_digest`,
+    hex without the ``sha256:`` prefix), the same the modelcar's ``io.shipyard.model.digest`` names."""
+    files = tree_files(model_dir)
+    digest, _ = tree_digest(files)
+    return {"sha256": digest.removeprefix("sha256:"), "files": len(files), "bytes": sum(p.stat().st_size for _, p in files)}
 
 
 def eval_cache_root() -> Path:
