@@ -121,3 +121,54 @@ def manifest_summary(path: str | Path) -> str:
     lines = ["| kind | name | namespace |", "| --- | --- | --- |"]
     lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
     return "\n".join(lines) + "\n"
+def promotion_allowed(result: dict[str, Any], dry_run: bool) -> tuple[bool, str]:
+    """May the deploy step move ``production`` after :func:`run_deploy` returned ``result``?
+
+    Yes when the Ready service passed its verification; on a dry run (``production`` does not move
+    there: the alias is ``dry-run``) and when the user switched verification off
+    (``deploy_config.verify.enabled=false``). No when a verification that should have run did not
+    (e.g. no champion record reached the step): nothing is promoted on a verification that did not run."""
+    checks = result.get("verification") or {}
+    if checks.get("ran"):
+        return bool(checks.get("passed")), str(checks.get("reason", ""))
+    why = str(checks.get("why", "no verification record"))
+    return dry_run or why == "deploy_config.verify.enabled is false", f"verification did not run: {why}"
+
+
+def _recorded(candidate: str) -> dict[str, Any]:
+    """The champion's record from a selection folder (selection.json) or a candidate.json, with its
+    golden outputs checked (one line, before anything is applied, when they are missing)."""
+    from shipyard.gates.registration import load_selection
+    from shipyard.gates.verify import load_recorded
+
+    path = Path(candidate)
+    if path.is_dir() and (path / "selection.json").is_file():
+        return load_recorded(load_selection(str(path))["champion"])
+    return load_recorded(str(path))
+
+
+def _golden_figures(out: dict[str, Any]) -> dict[str, Any]:
+    golden = out.get("golden") or {}
+    return {k: golden.get(k) for k in ("matched", "total", "match_rate")}
+
+
+def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters: list[str],
+                   settings: dict[str, Any], report_dir: str | None) -> dict[str, Any]:
+    """Serve the packaged model from the package itself (``model_uri``: the modelcar or ORAS
+    artifact, a registry reference or an OCI layout) with a local vLLM and verify it against the
+    champion's record: proves the package kept the model intact."""
+    import tempfile
+
+    from shipyard.gates.verify import verify_service
+    from shipyard.oci.transfer import pull_model
+    from shipyard.serving.vllm_server import VLLMServer
+
+    with tempfile.TemporaryDirectory(prefix="shipyard-verify-package-") as tmp:
+        model = Path(tmp) / "model"
+        pull_model(model_uri, model)
+        print(f"deploy: serving the package {model_uri.split('@')[0]} locally to verify it", flush=True)
+        with VLLMServer(model, served_model_name=served, log_path=Path(tmp) / "vllm.log") as server:
+            return verify_service(server.url, served, record, model_dir=str(model), lora_adapters=adapters,
+                                  config=settings, report_dir=report_dir)
+
+

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from shipyard.core.env import env_bool
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, copy_tree, dir_size
+from shipyard.oci.reference import ALLOW_MUTABLE_TAG_ENV, require_pinned
+from shipyard.oci.reference import parse as parse_reference
 
 EMBEDDED_DEFAULT = "embedded://smollm2-135m-instruct"
 SCHEMES = ("hf", "s3", "oci", "pvc", "embedded", "file")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-#: set to 1 to accept ``oci://REGISTRY/REPO:tag`` model URIs (a tag can move: runs stop being reproducible)
-ALLOW_MUTABLE_TAG_ENV = "SHIPYARD_ALLOW_MUTABLE_TAG"
 
 
 def refuse_credentials(uri: str, field: str = "model_uri") -> None:
@@ -44,20 +44,9 @@ def check_oci_pinned(location: str, field: str = "model_uri", allow_mutable_tag:
     if location.startswith("/"):
         return
     refuse_credentials(f"oci://{location}", field)
-    _, at, digest = location.partition("@")
-    if at:
-        if not DIGEST_RE.match(digest):
-            raise ShipyardError(field, f"{digest!r} is not a sha256 digest", "write oci://REGISTRY/REPO@sha256:<64 hex>")
-        return
     if allow_mutable_tag is None:
-        allow_mutable_tag = os.environ.get(ALLOW_MUTABLE_TAG_ENV, "").lower() in ("1", "true", "yes")
-    if not allow_mutable_tag:
-        tag = location.rpartition("/")[2].partition(":")[2] or "latest"
-        raise ShipyardError(
-            field, f"oci://{location} uses the mutable tag {tag!r}: the weights behind it can change between runs",
-            "pin the digest (oci://REGISTRY/REPO@sha256:..., `skopeo inspect` prints it), "
-            f"or set {ALLOW_MUTABLE_TAG_ENV}=1 to accept tags",
-        )
+        allow_mutable_tag = env_bool(ALLOW_MUTABLE_TAG_ENV)
+    require_pinned(parse_reference(f"oci://{location}", field), field, allow_mutable_tag=allow_mutable_tag)
 
 
 @dataclass(frozen=True)
@@ -170,7 +159,7 @@ def resolve_model(uri: str, out_dir: str) -> dict[str, object]:
             download_prefix(f"s3://{parsed.location}", tmp)
             check_model_folder(tmp, "model_uri")
     elif parsed.scheme == "oci":
-        from shipyard.oci.image import pull_model
+        from shipyard.oci.transfer import pull_model
 
         with atomic_dir(out) as tmp:
             pull_model(f"oci://{parsed.location}", tmp)
