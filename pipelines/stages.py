@@ -21,7 +21,7 @@ from shipyard.components.gates.component import candidate_gates, select_champion
 from shipyard.components.measure.component import measure_vllm
 from shipyard.components.package.component import package_champion
 from shipyard.components.preflight.component import preflight
-from shipyard.components.resolve.component import resolve_model
+from shipyard.components.resolve.component import pin_model, resolve_model
 from shipyard.components.track.component import close_tracking, register_champion
 from shipyard.pipelines.platform import load_cluster_config, on_cpu, on_gpu
 
@@ -33,6 +33,24 @@ def tracking(p: Params) -> dict[str, Any]:
     passing the parent run id into a ParallelFor does not resolve under kfp.local 2.17)."""
     return {"tracking_uri": p["tracking_uri"], "experiment": p["experiment"],
             "kfp_run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER}
+
+
+def gpu_tracking(p: Params) -> dict[str, Any]:
+    """What a GPU step needs to log into MLflow: no KFP run id, which is new in every run and would
+    make KFP's cache key of compress, evaluate and benchmark unique (no cache hit, ever). Their
+    records travel in their outputs; candidate-gates logs them into this run's MLflow run."""
+    return {"tracking_uri": p["tracking_uri"], "experiment": p["experiment"]}
+
+
+def resolved(uri: Any, label: str, after: Any = None) -> Any:
+    """Pin ``uri`` (never cached), then fetch it: the fetch is cached by the pinned URI and the
+    content fingerprint, so a moved ``hf://`` branch or changed ``s3://`` prefix is fetched anew,
+    and an unchanged model keeps KFP's cache hits all the way down (see components/resolve/pin.py)."""
+    pin = on_cpu(pin_model(model_uri=uri).set_display_name(f"pin {label} model"))
+    if after is not None:
+        pin.after(after)
+    return on_cpu(resolve_model(model_uri=pin.outputs["uri"], fingerprint=pin.outputs["fingerprint"])
+                  .set_display_name(f"resolve {label} model"))
 
 
 def checked(p: Params, pipeline_name: str, body: Callable[[Any], None]) -> None:
@@ -53,15 +71,18 @@ def measure(p: Params, model: Any, candidate: Any, label: str) -> tuple[Any, Any
     """Evaluate and benchmark ``model``: with the vLLM backend one server does both (one model
     load); with hf, lm-eval in-process and then a vLLM server for the benchmark. Returns
     (eval results, benchmark results)."""
-    track = tracking(p)
+    track = gpu_tracking(p)
     with dsl.If(p["eval_backend"] == "vllm", name=f"{label}-on-vllm"):
         both = on_gpu(measure_vllm(model=model, eval_config=p["eval_config"], benchmark_config=p["benchmark_config"],
-                                   candidate=candidate, **track))
+                                   candidate=candidate, safety=p["safety"], tuning=p["tuning"], slo=p["slo"],
+                                   **track))
         both.set_display_name(f"evaluate + benchmark {label} (one vLLM server)")
     with dsl.Else(name=f"{label}-on-hf"):
         on_hf = on_gpu(evaluate_hf(model=model, eval_config=p["eval_config"], candidate=candidate, **track))
         on_hf.set_display_name(f"evaluate {label} (hf)")
-        bench = on_gpu(benchmark(model=model, benchmark_config=p["benchmark_config"], candidate=candidate, **track))
+        bench = on_gpu(benchmark(model=model, benchmark_config=p["benchmark_config"], candidate=candidate,
+                                 tuning=p["tuning"], slo=p["slo"],
+                                 safety=p["safety"], **track))
         bench.set_display_name(f"benchmark {label}")
     return (dsl.OneOf(both.outputs["eval_results"], on_hf.outputs["results"]),
             dsl.OneOf(both.outputs["results"], bench.outputs["results"]))
@@ -69,20 +90,21 @@ def measure(p: Params, model: Any, candidate: Any, label: str) -> tuple[Any, Any
 
 def base_reference(p: Params, after: Any) -> tuple[Any, Any, Any]:
     """Resolve the base model, evaluate and benchmark it once: the reference every candidate meets."""
-    base = on_cpu(resolve_model(model_uri=p["model_uri"]).set_display_name("resolve base model").after(after))
+    base = resolved(p["model_uri"], "base", after)
     base_eval, base_bench = measure(p, base.outputs["model"], "base", "base")
     return base, base_eval, base_bench
 
 
 def gates(p: Params, recipe: Any, base_eval: Any, base_bench: Any, cand_eval: Any, cand_bench: Any,
           compressed: Any = None) -> Any:
-    """Accuracy and SLO gate of one candidate; its candidate.json feeds the selection."""
+    """Accuracy, SLO and safety gate of one candidate; its candidate.json feeds the selection."""
     extra = {} if compressed is None else {"compress_metrics": compressed.outputs["metrics"],
                                            "compress_summary": compressed.outputs["summary"]}
     return on_cpu(candidate_gates(
         recipe=recipe, base_eval=base_eval, candidate_eval=cand_eval, base_bench=base_bench,
-        candidate_bench=cand_bench, thresholds=p["accuracy_thresholds"], slo=p["slo"], **extra, **tracking(p),
-    ).set_display_name("accuracy and SLO gates"))
+        candidate_bench=cand_bench, thresholds=p["accuracy_thresholds"], slo=p["slo"],
+        safety=p["safety"], **extra, **tracking(p),
+    ).set_display_name("accuracy, SLO and safety gates"))
 
 
 def select(p: Params, judged: Any) -> Any:
@@ -99,7 +121,7 @@ def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any) -> Any:
         squeezed = on_gpu(compress(
             base_model=base.outputs["model"], recipe=recipe, calibration_dataset=p["calibration_dataset"],
             text_column=p["text_column"], num_calibration_samples=p["num_calibration_samples"],
-            max_seq_length=p["max_seq_length"], seed=p["seed"], **tracking(p),
+            max_seq_length=p["max_seq_length"], seed=p["seed"], **gpu_tracking(p),
         ).set_display_name("compress"))
         cand_eval, cand_bench = measure(p, squeezed.outputs["compressed_model"], recipe, "candidate")
         judged = gates(p, recipe, base_eval, base_bench, cand_eval, cand_bench, squeezed)
@@ -119,7 +141,7 @@ def release(p: Params, selected: Any) -> None:
             insecure_tls=p["insecure_registry"], model_name=p["registered_model_name"], base_model_uri=p["model_uri"],
             champion_tolerance=p["champion_tolerance"], **tracking(p),
         ).set_display_name("package + register + champion/challenger gate"))
-        rollout(p, packaged, model.output)
+        rollout(p, packaged, model.output, selected.outputs["decision"])
 
 
 def promote_champion(p: Params, selection: Any, model: Any, source_uri: Any, digest: Any) -> None:
@@ -129,15 +151,16 @@ def promote_champion(p: Params, selection: Any, model: Any, source_uri: Any, dig
         model_name=p["registered_model_name"], source_uri=source_uri, digest=digest,
         base_model_uri=p["model_uri"], champion_tolerance=p["champion_tolerance"], selection=selection, **tracking(p),
     ).set_display_name("register + champion/challenger gate"))
-    rollout(p, registered, model)
+    rollout(p, registered, model, selection)
 
 
-def rollout(p: Params, gated: Any, model: Any) -> None:
-    """When the champion beats production: deploy it and, in the same task once it is Ready (or
-    rendered, on a dry run), move ``production`` to it."""
+def rollout(p: Params, gated: Any, model: Any, selection: Any) -> None:
+    """When the champion beats production: deploy it and, in the same task once it is Ready and
+    verified against the champion's record ``selection`` (or rendered, on a dry run), move
+    ``production`` to it."""
     with dsl.If(gated.outputs["Output"] == True, name="beats-production"):  # noqa: E712 - KFP condition
         on_cpu(deploy(
             model_uri="", name=p["deploy_name"], namespace=p["namespace"], deploy_config=p["deploy_config"],
-            dry_run=p["dry_run"], model=model, decision=gated.outputs["decision"],
+            dry_run=p["dry_run"], model=model, decision=gated.outputs["decision"], selection=selection,
             model_name=p["registered_model_name"], **tracking(p),
         ).set_display_name("deploy LLMInferenceService + alias production"))

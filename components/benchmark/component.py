@@ -16,7 +16,9 @@ def benchmark(
     candidate: str = "",
     tracking_uri: str = "",
     experiment: str = "",
-    kfp_run_id: str = "",
+    safety: str = "",
+    tuning: str = "",
+    slo: str = "",
 ):
     """Serve the model with vLLM on 127.0.0.1 and load it with guidellm; latency and throughput per load.
 
@@ -28,29 +30,40 @@ def benchmark(
     (TTFT/ITL/TPOT/latency p50/p90/p99, requests/s, output tokens/s, errored/incomplete counts
     per load level; vLLM's memory log lines next to the memory planner's prediction),
     guidellm.json (raw), scenario.json, vllm.log, guidellm.log. The server is always stopped.
-    candidate ("base" or the recipe), tracking_uri, experiment, kfp_run_id: the step logs its
-    config, figures and summary into its MLflow run (see shipyard/tracking/steprun.py).
+    candidate ("base" or the recipe), tracking_uri, experiment: the step's config, figures and
+    summary travel in results' metadata and candidate-gates logs them into the pipeline's MLflow
+    run (no KFP run id here: it would make every run's cache key unique).
     The base ("base") is reused from the base benchmark cache when its content, the config, the
     vllm runtime and the hardware are unchanged (results.json "cached" says when it was measured).
+    safety: the safety parameter (JSON); when it names garak probes, garak scans the same server
+    after the benchmark (results/safety/safety.json and garak's report; the cache is then not used).
+    tuning: the serving-configuration search (JSON or a preset name, empty = off): one benchmark per
+    point, each on its own vLLM server, scored by slo (output tok/s at the highest load meeting
+    it); results are the best point's, and results/tuning.json lists every point.
     """
+    from shipyard.evaluation.garak_scan import safety_files
     from shipyard.runtimes.runtime import call_step, record_outputs
     from shipyard.tracking.steprun import PENDING_KEY, StepRun
 
-    run = StepRun("benchmark", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
-                  params={"benchmark_config": benchmark_config})
+    run = StepRun("benchmark", candidate, tracking_uri=tracking_uri, experiment=experiment,
+                  params={"benchmark_config": benchmark_config, "safety": safety, "tuning": tuning})
     out = call_step(
         "vllm",
-        "shipyard.benchmarking.guidellm:benchmark_step",
+        "shipyard.gates.tuning:tune_step",
         model_dir=model.path,
         benchmark_config=benchmark_config,
+        tuning=tuning,
+        slo=slo,
         out_dir=results.path,
         summary_path=summary.path,
         cache=candidate == "base",  # the base benchmark cache: a re-quantization run measures the base once
-        origin=f"KFP run {kfp_run_id}" if kfp_run_id else "",
+        origin=f"KFP artifact {results.uri}",  # names the run (no kfp_run_id input: it would defeat the KFP cache)
+        safety=safety,
     )
     record_outputs(out, metrics=metrics, artifact=results)
     run.log(metrics=out.get("metrics"), artifacts={"summary.md": summary.path,
-                                                   "results.json": f"{results.path}/results.json"})
+                                                   "results.json": f"{results.path}/results.json",
+                                                   **safety_files(results.path)})
     run.finish()
     if run.payload():
         results.metadata[PENDING_KEY] = run.payload()

@@ -20,7 +20,9 @@ def measure_vllm(
     candidate: str = "",
     tracking_uri: str = "",
     experiment: str = "",
-    kfp_run_id: str = "",
+    safety: str = "",
+    tuning: str = "",
+    slo: str = "",
 ):
     """Serve the model once with vLLM and run both lm-eval (local-completions) and guidellm against
     that one server: one model load and one GPU pod per model instead of two.
@@ -37,18 +39,24 @@ def measure_vllm(
         summary: The benchmark summary as Markdown.
         candidate: "base" or the recipe (its MLflow runs are keyed by it).
         tracking_uri: MLflow tracking URI (the pipeline parameter).
-        experiment: MLflow experiment.
-        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+        experiment: MLflow experiment. No KFP run id: it would make every run's cache key unique;
+            the records travel in the results' metadata and candidate-gates logs them.
+        safety: The safety parameter (JSON); when it names garak probes, the same server is scanned
+            after the benchmark (results/safety/safety.json); empty or no probes: no scan.
     """
+    from shipyard.evaluation.garak_scan import safety_files
     from shipyard.runtimes.runtime import call_step, record_outputs
     from shipyard.tracking.steprun import PENDING_KEY, StepRun
 
-    track = {"tracking_uri": tracking_uri, "experiment": experiment, "kfp_run_id": kfp_run_id}
+    track = {"tracking_uri": tracking_uri, "experiment": experiment}
     eval_run = StepRun("evaluate", candidate, params={"eval_config": eval_config, "backend": "vllm"}, **track)
-    bench_run = StepRun("benchmark", candidate, params={"benchmark_config": benchmark_config}, **track)
+    bench_run = StepRun("benchmark", candidate, params={"benchmark_config": benchmark_config, "safety": safety,
+                                                        "tuning": tuning},
+                        **track)
     out = call_step("vllm", "shipyard.components.measure.measure:measure_step", model_dir=model.path,
                     eval_config=eval_config, benchmark_config=benchmark_config, eval_out=eval_results.path,
-                    table_path=eval_table.path, bench_out=results.path, summary_path=summary.path)
+                    table_path=eval_table.path, bench_out=results.path, summary_path=summary.path,
+                    safety=safety, tuning=tuning, slo=slo)
     record_outputs(out["eval"], metrics=eval_metrics, artifact=eval_results)
     record_outputs(out["bench"], metrics=metrics, artifact=results)
     print(f"one vLLM server for eval and benchmark: started in {out['server']['startup_seconds']} s", flush=True)
@@ -56,7 +64,8 @@ def measure_vllm(
         (eval_run, eval_results, out["eval"]["metrics"], {"table.md": eval_table.path,
                                                           "summary.json": f"{eval_results.path}/summary.json"}),
         (bench_run, results, out["bench"]["metrics"], {"summary.md": summary.path,
-                                                       "results.json": f"{results.path}/results.json"}),
+                                                       "results.json": f"{results.path}/results.json",
+                                                       **safety_files(results.path)}),
     ):
         run.log(metrics=figures, params={"shared_server": True}, artifacts=files)
         run.finish()

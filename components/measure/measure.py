@@ -28,8 +28,12 @@ def measure_step(
     table_path: str,
     bench_out: str,
     summary_path: str,
+    safety: str = "",
+    tuning: str = "",
+    slo: str = "",
 ) -> dict[str, Any]:
-    """Serve ``model_dir`` once; evaluate and benchmark it; returns ``{"eval", "bench", "server"}``
+    """Serve ``model_dir`` once; evaluate and benchmark it (and, when ``safety`` names probes,
+    scan it with garak, in the benchmark step's results); returns ``{"eval", "bench", "server"}``
     (the two steps' results and the shared server's start-up seconds)."""
     from shipyard.benchmarking.guidellm import (
         benchmark_step,
@@ -49,7 +53,13 @@ def measure_step(
                             log_path=Path(tmp) / "vllm.log", env=env)
         with server:
             evaluated = evaluate_step(model_dir, eval_config, eval_out, table_path, backend="openai", server=server)
-            benched = benchmark_step(model_dir, benchmark_config, bench_out, summary_path, shared=server)
+            if not tuning:
+                benched = benchmark_step(model_dir, benchmark_config, bench_out, summary_path, shared=server,
+                                         safety=safety)
             startup = server.startup_seconds
+    if tuning:  # the search starts one server per point; the evaluation ran on the default one above
+        from shipyard.gates.tuning import tune_step
+
+        benched = tune_step(model_dir, benchmark_config, tuning, slo, bench_out, summary_path, safety=safety)
     return {"eval": evaluated, "bench": benched,
             "server": {"startup_seconds": startup, "wall_seconds": round(time.monotonic() - started, 2)}}

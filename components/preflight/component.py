@@ -23,6 +23,8 @@ def preflight(
     accuracy_thresholds: str = "",
     benchmark_config: str = "",
     slo: str = "",
+    safety: str = "",
+    tuning: str = "",
     registry: str = "",
     repository: str = "",
     package_mode: str = "",

@@ -13,8 +13,6 @@ server with the model folder as the local tokenizer, and writes into ``out_dir``
 * ``guidellm.json``: guidellm's raw report; ``scenario.json``: what guidellm ran;
 * ``golden.json``: the server's greedy answers to a few eval prompts (:mod:`shipyard.evaluation.golden`),
   which the deploy step's verification compares the deployed service with;
-* ``golden.json``: the server's greedy answers to a few eval prompts (:mod:`shipyard.evaluation.golden`),
-  which the deploy step's verification compares the deployed service with;
 * ``vllm.log`` and ``guidellm.log``: both processes' logs.
 
 Bad input and faults (a model vLLM cannot load, a port in use, a server that dies mid-run,
@@ -38,7 +36,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.core.processes import own_session_with_parent_death, stop_group
-from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
+from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, safety_config, scan_metrics
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
 from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
 
@@ -495,7 +493,7 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
     progress.follower.say(f"done in {time.monotonic() - started:.1f} s")
 
 
-def _gpu_inventory() -> tuple[float, int] | None:
+def gpu_inventory() -> tuple[float, int] | None:
     """(GiB of the first GPU, number of GPUs) from nvidia-smi, or None."""
     if not has_gpu():
         return None
@@ -531,7 +529,7 @@ def plan_for_server(model_dir: str, cfg: dict[str, Any]) -> tuple[dict[str, Any]
         config = load_model_config(model_dir)
         max_len = _flag(args, "--max-model-len")
         kv_dtype = _flag(args, "--kv-cache-dtype") or "auto"
-        gpu = _gpu_inventory()
+        gpu = gpu_inventory()
         if gpu is None:
             plan = plan_memory(
                 config, gpu_memory_gib=float(cfg["cpu_kv_cache_gib"]) + 1, enforce_eager=True,
@@ -614,9 +612,14 @@ def benchmark_step(
     shared: VLLMServer | None = None,
     cache: bool = False,
     origin: str = "",
+    safety: str | dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Serve ``model_dir`` with vLLM, benchmark it with guidellm, write ``out_dir`` (see module doc).
 
+    ``safety``: the safety parameter; when it names probes, garak scans the same server after
+    the benchmark (``out_dir/safety/safety.json``, :mod:`shipyard.evaluation.garak_scan`); the
+    base benchmark cache then keys its result by the safety settings too (the scan is cached
+    with it).
     ``shared``: a running server to benchmark instead of starting one (the measure step's).
     ``cache``: reuse (or keep) the result from the base benchmark cache
     (:mod:`shipyard.benchmarking.cache`); ``origin`` names the run in the cache's record.
@@ -628,8 +631,10 @@ def benchmark_step(
         raise ShipyardError("model", f"{model_dir} has no config.json", "pass a Hugging Face model folder")
     plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
     if cache and shared is None:
-        return _cached_benchmark(model_dir, cfg, out_dir, summary_path, origin,
-                                 lambda: benchmark_step(model_dir, cfg, out_dir, summary_path, model_name))
+        scan = safety_config(safety)
+        keyed = {**cfg, "safety": scan} if scan["probes"] else cfg
+        return _cached_benchmark(model_dir, keyed, out_dir, summary_path, origin,
+                                 lambda: benchmark_step(model_dir, cfg, out_dir, summary_path, model_name, safety=safety))
     name = shared.served_model_name if shared else (model_name or Path(model_dir).name or "model")
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
     # on failure vllm.log and guidellm.log stay in <out_dir>.failed-logs/, and the error names it
@@ -654,8 +659,6 @@ def benchmark_step(
             warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
             # the candidate's own answers to a few eval prompts, for the deploy step's verification
             record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
-            # the candidate's own answers to a few eval prompts, for the deploy step's verification
-            record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
             bench_started = time.monotonic()
             progress = {"levels": n_levels, "requests_per_level": int(cfg["max_requests"]) if cfg.get("max_requests") else None}
             try:
@@ -670,6 +673,8 @@ def benchmark_step(
             bench_seconds = round(time.monotonic() - bench_started, 2)
             server.check_engine("the benchmark's last requests", probe=False, log_name="vllm.log")
             server.check_alive("vLLM server")
+            # the safety scan (garak) against this same server: no second model load
+            scanned = run_scan(server.base_url, name, safety, str(tmp / SAFETY_DIR)) if safety else None
             memory = server.memory_report()
             startup = server.startup_seconds
         if not json_path.is_file():
@@ -702,6 +707,7 @@ def benchmark_step(
             "benchmark_seconds": bench_seconds,
             "wall_seconds": round(time.monotonic() - started, 2),
             "guidellm_version": (report.get("metadata") or {}).get("guidellm_version"),
+            "safety": scanned,
         }
         (tmp / "results.json").write_text(json.dumps(results, indent=2))
         summary = summary_markdown(results)
@@ -709,7 +715,7 @@ def benchmark_step(
     if summary_path:
         atomic_write_text(summary_path, summary)
     return {
-        "metrics": flat_metrics(results),
+        "metrics": flat_metrics(results) | scan_metrics(scanned),
         "summary": summary,
         "metadata": {"model_name": name, "profile": cfg["profile"], "levels": [lv["name"] for lv in levels]},
     }
@@ -736,7 +742,7 @@ def _cached_benchmark(model_dir: str, cfg: dict[str, Any], out_dir: str, summary
         atomic_write_text(summary_path, summary)
     print(f"benchmark cache hit {key[:12]}: {cache.cached_note(results)}", flush=True)
     return {
-        "metrics": flat_metrics(results),
+        "metrics": flat_metrics(results) | scan_metrics(results.get("safety")),
         "summary": summary,
         "metadata": {"model_name": results.get("model_name"), "profile": cfg["profile"],
                      "levels": [lv["name"] for lv in results["levels"]], "cached": True,

@@ -32,6 +32,28 @@ def _positive(name: str, value: int) -> None:
         raise ShipyardError(name, f"must be > 0, got {value}", f"write e.g. {name}={BY_NAME[name].default}")
 
 
+#: upper bounds of the counts (far above any real run, far below what overflows a step)
+_MAX_INT = {"num_calibration_samples": 10_000_000, "max_seq_length": 1_048_576, "seed": 2**32 - 1}
+_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_OCI_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+
+
+def _bounded(name: str, value: int) -> None:
+    """Counts and seeds: positive (a seed may be 0) and at most :data:`_MAX_INT`."""
+    low = 0 if name == "seed" else 1
+    if not low <= value <= _MAX_INT[name]:
+        raise ShipyardError(name, f"must be between {low} and {_MAX_INT[name]}, got {value}",
+                            f"write e.g. {name}={BY_NAME[name].default}")
+
+
+def _name(name: str, value: str, rule: re.Pattern[str] | None, what: str, example: str) -> None:
+    """A name that must not be empty (or only spaces) and, with ``rule``, must match it."""
+    if not value.strip():
+        raise ShipyardError(name, "is empty", f"give {what}, e.g. {name}={example}")
+    if rule is not None and not rule.match(value):
+        raise ShipyardError(name, f"{value!r} is not {what}", f"write e.g. {name}={example}")
+
+
 def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
     if name == "recipes":
         from shipyard.compression.recipes import load_recipe
@@ -46,8 +68,21 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         from shipyard.gates.config import selection_config
 
         selection_config(value)
-    elif name in ("num_calibration_samples", "max_seq_length"):
-        _positive(name, value)
+    elif name in _MAX_INT:
+        _bounded(name, value)
+    elif name == "namespace":
+        _name(name, value, _DNS_1123_LABEL, "a Kubernetes namespace (lowercase letters, digits and '-', at most 63)",
+              "shipyard")
+    elif name == "deploy_name":
+        _name(name, value, _DNS_1123_LABEL, "a Kubernetes object name (lowercase letters, digits and '-', at most "
+              "63, starting with a letter or digit)", "shipyard-llm")
+    elif name == "repository":
+        _name(name, value, _OCI_REPOSITORY, "a registry repository name (lowercase letters, digits, '.', '_', '-', "
+              "'/')", "team/model")
+    elif name in ("experiment", "text_column"):
+        _name(name, value, None, "a name", BY_NAME[name].default or "text")
+        if value != value.strip() or any(c in value for c in "\n\r\t"):
+            raise ShipyardError(name, f"{value!r} has surrounding spaces or control characters", "write the name alone")
     elif name == "eval_backend":
         if value not in ("vllm", "hf"):
             raise ShipyardError(name, f"unknown backend {value!r}", "use vllm or hf")
@@ -60,6 +95,10 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         from shipyard.gates.config import accuracy_config
 
         accuracy_config(value, name)
+    elif name == "tuning":
+        from shipyard.benchmarking.tuning import parse_tuning
+
+        parse_tuning(value)
     elif name == "benchmark_config":
         from shipyard.benchmarking.guidellm import parse_benchmark_config
 
@@ -68,6 +107,10 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         from shipyard.gates.config import slo_config
 
         slo_config(value, name)
+    elif name == "safety":
+        from shipyard.evaluation.garak_scan import safety_config
+
+        safety_config(value, name)
     elif name == "deploy_config":
         from shipyard.serving.kserve.config import parse_config
 
@@ -76,7 +119,7 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         if value not in ("modelcar", "oras"):
             raise ShipyardError(name, f"unknown mode {value!r}", "use modelcar or oras")
     elif name == "registered_model_name":
-        if not value.strip() or "/" in value or len(value) > 256:
+        if not value.strip() or "/" in value or len(value) > 256 or value != value.strip():
             raise ShipyardError(name, f"{value!r} is not a registered model name", "use a short name like 'llama-3-8b-w4a16'")
     elif name == "champion_tolerance":
         if value < 0:

@@ -82,6 +82,12 @@ _ALL: list[Param] = [
       "probe, parallel attempts, max_tokens, tolerance (how much higher the candidate's attack success rate may be "
       "than the base's, per probe family), family_tolerance, require (false: report only). No probes: off.",
       json=True),
+    P("tuning", str, "",
+      'Serving-configuration search per model (empty = off): a preset ("local": 2 points on a CPU, "cluster": 6 of '
+      "12 points for an 8B model) or JSON {space: {max_num_seqs, max_num_batched_tokens, enable_prefix_caching, "
+      "kv_cache_dtype, gpu_memory_utilization, tensor_parallel, vllm_args}, strategy: grid|budgeted, max_points, "
+      "max_seconds}. Each point is one vLLM server and one benchmark; the best point (output tok/s at the highest "
+      "load meeting the SLO) is what the gates compare and what deploy serves.", json=False),
     P("registry", str, "",
       "OCI registry to push the modelcar to (host[:port]); empty writes an OCI layout into the pipeline root instead."),
     P("repository", str, "shipyard/models", "Repository in the registry."),
@@ -109,7 +115,7 @@ BY_NAME: dict[str, Param] = {p.name: p for p in _ALL}
 
 _OPTIMIZE = [p.name for p in _ALL if p.name != "candidate_uri"]
 _PROMOTE = ["candidate_uri", "model_uri", "eval_backend", "eval_config", "accuracy_thresholds", "benchmark_config",
-            "slo", "safety", "deploy_name", "namespace", "deploy_config", "dry_run", "tracking_uri", "experiment",
+            "slo", "safety", "tuning", "deploy_name", "namespace", "deploy_config", "dry_run", "tracking_uri", "experiment",
             "registered_model_name", "champion_tolerance"]
 
 #: pipeline name -> its parameters, in signature order
