@@ -71,6 +71,9 @@ SIDE_EFFECT_STEPS = frozenset({
     "package-champion", "deploy", "preflight", "candidate-gates", "select-champion", "register-champion",
     "close-tracking",
 })
+#: Steps that must see the world as it is now: pin-model reads what a mutable model URI names
+#: (a hub branch, an S3 prefix) so that resolve-model's cache key follows the content.
+ALWAYS_RUN_STEPS = SIDE_EFFECT_STEPS | {"pin-model"}
 
 
 def step_name(task: PipelineTask) -> str:
@@ -104,12 +107,13 @@ def _contract(task: PipelineTask, cfg: dict[str, Any]) -> None:
         root = str(pvc.get("mount_root") or "/mnt/pvc")
         for claim in pvc.get("claims") or []:
             kubernetes.mount_pvc(task, pvc_name=str(claim), mount_path=f"{root}/{claim}")
+        task.set_env_variable("SHIPYARD_PVC_ROOT", root)  # where the step looks for pvc://CLAIM/path
     # The annotation tells the step, through the downward API, which secret and key feed each
     # variable (for its error messages) and that it runs in a cluster (SHIPYARD_CONTRACT set).
     kubernetes.add_pod_annotation(task, CONTRACT_ANNOTATION, json.dumps({"step": step, "env": sources},
                                                                         sort_keys=True))
     kubernetes.use_field_path_as_env(task, ENV_CONTRACT, f"metadata.annotations['{CONTRACT_ANNOTATION}']")
-    if step in SIDE_EFFECT_STEPS:
+    if step in ALWAYS_RUN_STEPS:
         task.set_caching_options(False)
 
 
@@ -136,10 +140,6 @@ def on_gpu(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
         kubernetes.add_node_selector(task, label_key=key, label_value=str(value))
     for tol in gpu.get("tolerations") or []:
         kubernetes.add_toleration(task, **tol)
-    pvc = cfg.get("pvc") or {}
-    if pvc.get("workspace"):
-        kubernetes.mount_pvc(task, pvc_name=str(pvc["workspace"]),
-                             mount_path=str(pvc.get("workspace_path") or "/mnt/workspace"))
     if gpu.get("shm_size"):
         kubernetes.empty_dir_mount(task, volume_name="dshm", mount_path="/dev/shm", medium="Memory",
                                    size_limit=str(gpu["shm_size"]))

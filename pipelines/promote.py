@@ -13,10 +13,8 @@ from typing import Any
 
 from kfp import dsl
 
-from shipyard.components.resolve.component import resolve_model
 from shipyard.params.pipeline import pipeline_function
-from shipyard.pipelines.platform import on_cpu
-from shipyard.pipelines.stages import base_reference, checked, gates, measure, promote_champion
+from shipyard.pipelines.stages import base_reference, checked, gates, measure, promote_champion, resolved
 
 PIPELINE_NAME = "promote"
 
@@ -26,7 +24,7 @@ def build_promote(p: dict[str, Any]) -> None:
 
     def body(check: Any) -> None:
         _, base_eval, base_bench = base_reference(p, check)
-        candidate = on_cpu(resolve_model(model_uri=p["candidate_uri"]).set_display_name("resolve candidate"))
+        candidate = resolved(p["candidate_uri"], "candidate")
         cand_eval, cand_bench = measure(p, candidate.outputs["model"], "candidate", "candidate")
         judged = gates(p, "candidate", base_eval, base_bench, cand_eval, cand_bench)
         with dsl.If(judged.outputs["Output"] == True, name="gates-passed"):  # noqa: E712 - KFP condition

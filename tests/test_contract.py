@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from shipyard.core import contract
 from shipyard.core.errors import ShipyardError
 from shipyard.models import s3 as s3store
 from shipyard.pipelines import PIPELINES
-from shipyard.pipelines.platform import DEFAULT_CLUSTER_CONFIG, SIDE_EFFECT_STEPS
+from shipyard.pipelines.platform import ALWAYS_RUN_STEPS, DEFAULT_CLUSTER_CONFIG, SIDE_EFFECT_STEPS
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import render
 from shipyard.serving.kserve.validate import validate_documents
@@ -123,25 +124,30 @@ def test_side_effect_steps_are_never_cached(compiled: dict[str, tuple[dict[str, 
         _walk(spec["root"]["dag"], spec["components"], tasks)
         for comp, caching in tasks.values():
             step = re.sub(r"-\d+$", "", comp.removeprefix("comp-"))
-            if step in SIDE_EFFECT_STEPS:
+            if step in ALWAYS_RUN_STEPS:
                 assert not (caching or {}).get("enableCache"), step
-            elif step in ("compress", "resolve-model"):
+            elif step in ("compress", "resolve-model", "measure-vllm", "evaluate-hf", "benchmark"):
                 assert (caching or {}).get("enableCache"), step
 
 
-def test_pvc_claims_and_workspace_are_mounted(tmp_path: Path) -> None:
+def test_pvc_claims_are_mounted_where_the_step_looks(tmp_path: Path) -> None:
+    """The claims at <mount_root>/<claim> in the steps that read pvc:// (pin-model, resolve-model),
+    with SHIPYARD_PVC_ROOT set to that mount_root (the step's resolver reads it); no workspace."""
     cfg = dict(CLUSTER)
-    cfg["pvc"] = {**CLUSTER["pvc"], "claims": ["models"], "workspace": "scratch"}
+    cfg["pvc"] = {**CLUSTER["pvc"], "claims": ["models"], "mount_root": "/data/claims"}
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(cfg))
     compile_all(str(tmp_path / "out"), ["optimize-and-deploy"], cluster_config=str(path))
     spec, platform = yaml.safe_load_all((tmp_path / "out" / "optimize-and-deploy.yaml").read_text())
     execs = _executors(spec, platform)
     by_step = {step: k8s for step, k8s in execs.values()}
-    mounts = {m["mountPath"] for m in by_step["resolve-model"].get("pvcMount", [])}
-    assert mounts == {"/mnt/pvc/models"}
-    assert {m["mountPath"] for m in by_step["compress"].get("pvcMount", [])} == {"/mnt/workspace"}
-    assert "pvcMount" not in by_step["deploy"]
+    for step in ("pin-model", "resolve-model"):
+        assert {m["mountPath"] for m in by_step[step].get("pvcMount", [])} == {"/data/claims/models"}, step
+        env = {e["name"]: e["value"] for e in spec["deploymentSpec"]["executors"][
+            next(label for label, (s, _) in execs.items() if s == step)]["container"].get("env", [])}
+        assert env.get("SHIPYARD_PVC_ROOT") == "/data/claims", step
+    for step in ("compress", "deploy"):
+        assert "pvcMount" not in by_step[step], step
 
 
 def test_unmounted_pvc_claim_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -292,3 +298,135 @@ def test_image_tags_change_with_the_code(tmp_path: Path, monkeypatch: pytest.Mon
         assert runtimes.runtime_image("base", "cpu").endswith(f":{runtimes.image_tag('base', 'cpu')}")
     finally:
         runtimes.code_digest.cache_clear()
+
+
+GPU_STEPS = ("compress", "measure-vllm", "evaluate-hf", "benchmark")
+
+
+def _all_task_specs(dag: dict[str, Any], comps: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(component name, task spec with its key as ``_key``) of every task, through nested DAGs."""
+    out = []
+    for key, task in (dag.get("tasks") or {}).items():
+        out.append((task["componentRef"]["name"], {**task, "_key": key}))
+        if comps.get(task["componentRef"]["name"], {}).get("dag"):
+            out.extend(_all_task_specs(comps[task["componentRef"]["name"]]["dag"], comps))
+    return out
+
+
+def test_gpu_steps_have_cache_keys_that_can_repeat(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """KFP's cache key is a task's inputs: a GPU step fed the KFP run id (new in every run) never
+    hits the cache. No GPU component declares kfp_run_id and no GPU task gets the run-id
+    placeholder; their caching stays on."""
+    for name, (spec, _) in compiled.items():
+        for comp, task in _all_task_specs(spec["root"]["dag"], spec["components"]):
+            step = re.sub(r"-\d+$", "", comp.removeprefix("comp-"))
+            if step not in GPU_STEPS:
+                continue
+            declared = spec["components"][comp]["inputDefinitions"]["parameters"]
+            assert "kfp_run_id" not in declared, (name, step)
+            assert "pipeline_job_uuid" not in json.dumps(task), (name, step)
+            assert (task.get("cachingOptions") or {}).get("enableCache"), (name, step)
+
+
+def test_resolve_model_is_keyed_by_the_pinned_content(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """resolve-model is cached, but by what pin-model (never cached) says the URI names now: the
+    pinned URI and the content fingerprint, never the mutable URI string alone."""
+    for name, (spec, _) in compiled.items():
+        tasks = _all_task_specs(spec["root"]["dag"], spec["components"])
+        resolves = [t for c, t in tasks if re.sub(r"-\d+$", "", c) == "comp-resolve-model"]
+        pins = {t["_key"]: t for c, t in tasks if re.sub(r"-\d+$", "", c) == "comp-pin-model"}
+        assert resolves and len(pins) == len(resolves), name
+        for task in resolves:
+            params = task["inputs"]["parameters"]
+            for key, output in (("model_uri", "uri"), ("fingerprint", "fingerprint")):
+                source = params[key]["taskOutputParameter"]
+                assert source["producerTask"] in pins and source["outputParameterKey"] == output, (name, key)
+            assert (task.get("cachingOptions") or {}).get("enableCache"), name
+        for pin in pins.values():
+            assert not (pin.get("cachingOptions") or {}).get("enableCache"), name
+
+
+def test_no_unused_workspace_volume(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    assert "workspace" not in CLUSTER["pvc"]
+    for spec, platform in compiled.values():
+        for step, k8s in _executors(spec, platform).values():
+            assert not any(m["mountPath"] == "/mnt/workspace" for m in k8s.get("pvcMount", [])), step
+
+
+# -- pin-model: the content a mutable URI names, for resolve-model's cache key --------------------
+
+def test_pin_fingerprints_a_folder_by_its_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.components.resolve.pin import pin_model
+
+    model = tmp_path / "claims" / "models" / "llama"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv("SHIPYARD_PVC_ROOT", str(tmp_path / "claims"))
+    first = pin_model("pvc://models/llama")
+    assert first["uri"] == "pvc://models/llama" and first["fingerprint"].startswith("sha256:")
+    assert pin_model("pvc://models/llama") == first
+    assert pin_model(str(model))["fingerprint"] == first["fingerprint"]
+    (model / "model.safetensors").write_bytes(b"new weights")
+    assert pin_model("pvc://models/llama")["fingerprint"] != first["fingerprint"]
+    with pytest.raises(ShipyardError) as err:
+        pin_model("pvc://other/llama")
+    assert err.value.field == "model_uri" and "pvc.claims" in str(err.value)
+
+
+def test_pin_fingerprints_s3_objects_by_etag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real S3 server (moto): overwriting an object under the prefix changes the fingerprint."""
+    from shipyard.components.resolve.pin import pin_model
+    from shipyard.testing.services import MotoS3
+
+    with MotoS3() as s3:
+        for key, value in s3.env.items():
+            monkeypatch.setenv(key, value)
+        s3.make_bucket("models")
+        (tmp_path / "config.json").write_text('{"v": 1}')
+        s3store.upload_file(tmp_path / "config.json", "s3://models/llama/config.json")
+        first = pin_model("s3://models/llama")
+        assert first["uri"] == "s3://models/llama" and first["fingerprint"].startswith("sha256:")
+        assert pin_model("s3://models/llama") == first
+        (tmp_path / "config.json").write_text('{"v": 2}')
+        s3store.upload_file(tmp_path / "config.json", "s3://models/llama/config.json")
+        assert pin_model("s3://models/llama")["fingerprint"] != first["fingerprint"]
+
+
+def test_pin_keeps_pinned_uris_and_refuses_an_unpinnable_branch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.components.resolve.pin import pin_model
+
+    commit = "a" * 40
+    assert pin_model(f"hf://org/model@{commit}") == {"uri": f"hf://org/model@{commit}", "fingerprint": f"hf:{commit}",
+                                                     "moved_from": ""}
+    digest = "sha256:" + "b" * 64
+    assert pin_model(f"oci://quay.io/org/m@{digest}")["fingerprint"] == digest
+    assert pin_model("embedded://smollm2-135m-instruct")["fingerprint"] == "embedded:smollm2-135m-instruct"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ShipyardError) as err:
+        pin_model("hf://org/model@main")
+    assert err.value.field == "model_uri" and "@<commit sha>" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_gpu_steps_record_joins_the_run_that_applies_it() -> None:
+    """A GPU step has no KFP run id (cache), so its StepRun keeps the payload; candidate-gates
+    applies it with its own run id and the record lands under this run's MLflow parent run."""
+    from mlflow import MlflowClient
+    from mlflow_server import shared_server
+
+    from shipyard.tracking.pipeline_runs import start_tracking
+    from shipyard.tracking.steprun import PENDING_KEY, StepRun, apply_pending
+
+    server = shared_server()
+    experiment = f"cache-{time.time_ns()}"
+    kfp_run = f"kfp-{time.time_ns()}"
+    parent = start_tracking(server.url, experiment, "optimize-and-deploy", kfp_run, "", "")["parent_run_id"]
+    run = StepRun("benchmark", "w4a16", tracking_uri=server.url, experiment=experiment, params={"x": 1})
+    run.log(metrics={"output_tokens_per_s": 42.0})
+    assert run.finish() is None
+    payload = run.payload()
+    assert payload and not payload["kfp_run_id"]
+    context = {"kfp_run_id": kfp_run, "tracking_uri": server.url, "experiment": experiment}
+    (run_id,) = apply_pending({PENDING_KEY: payload}, context=context)
+    logged = MlflowClient(server.url).get_run(run_id)
+    assert logged.data.tags["mlflow.parentRunId"] == parent
+    assert logged.data.metrics["output_tokens_per_s"] == 42.0

@@ -21,7 +21,6 @@ def compress(
     summary: Output[Markdown],
     tracking_uri: str = "",
     experiment: str = "",
-    kfp_run_id: str = "",
 ):
     """Compress a model with llmcompressor (one-shot post-training quantization).
 
@@ -38,14 +37,13 @@ def compress(
         metrics: Size before/after, compression ratio, wall time.
         summary: A Markdown summary (metadata model_uri: where compressed_model is).
         tracking_uri: MLflow tracking URI; the step logs its params, figures and summary into its MLflow run.
-        experiment: MLflow experiment.
-        kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER (finds the pipeline's MLflow run).
+        experiment: MLflow experiment. No KFP run id: it would make every run's cache key unique;
+            the record travels in summary's metadata and candidate-gates logs it into the run.
     """
     from shipyard.runtimes.runtime import call_step, record_outputs
     from shipyard.tracking.steprun import PENDING_KEY, StepRun
 
-    run = StepRun("compress", recipe, tracking_uri=tracking_uri,
-                  experiment=experiment, kfp_run_id=kfp_run_id,
+    run = StepRun("compress", recipe, tracking_uri=tracking_uri, experiment=experiment,
                   params={"recipe": recipe, "calibration_dataset": calibration_dataset,
                           "num_calibration_samples": num_calibration_samples, "max_seq_length": max_seq_length,
                           "seed": seed})

@@ -16,7 +16,6 @@ def evaluate_hf(
     candidate: str = "",
     tracking_uri: str = "",
     experiment: str = "",
-    kfp_run_id: str = "",
 ):
     """Evaluate a model with lm-eval's Hugging Face backend (in-process transformers).
 
@@ -24,13 +23,14 @@ def evaluate_hf(
     "batch_size": 8, "apply_chat_template": false, "seed": 1234, "gen_kwargs": {}}. results: a
     folder with summary.json (config hash, model identity, scores) and lm_eval_results.json.
     A result for the same model content and config is reused from the cache. candidate
-    ("base" or the recipe), tracking_uri, experiment and kfp_run_id: the step logs its config,
-    scores and table into its MLflow run (see shipyard/tracking/steprun.py).
+    ("base" or the recipe), tracking_uri and experiment: the step's config, scores and table
+    travel in results' metadata and candidate-gates logs them into the pipeline's MLflow run (no
+    KFP run id here: it would make every run's cache key unique).
     """
     from shipyard.runtimes.runtime import call_step, record_outputs
     from shipyard.tracking.steprun import PENDING_KEY, StepRun
 
-    run = StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+    run = StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment,
                   params={"eval_config": eval_config, "backend": "hf"})
     out = call_step(
         "compress",

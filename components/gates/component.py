@@ -77,7 +77,8 @@ def candidate_gates(
                            "candidate.json": os.path.join(candidate.path, "candidate.json")})
     try:  # payloads of steps whose image has no MLflow client (see track/steprun.py)
         apply_pending(compress_summary.metadata if compress_summary is not None else {}, candidate_eval.metadata, candidate_bench.metadata,
-                      base_eval.metadata, base_bench.metadata)
+                      base_eval.metadata, base_bench.metadata,
+                      context={"kfp_run_id": kfp_run_id, "tracking_uri": tracking_uri, "experiment": experiment})
     except Exception as err:  # noqa: BLE001 - tracking never fails the gate
         print(f"shipyard: deferred tracking not applied: {err}", flush=True)
     print(f"{recipe}: {out['reason']}", flush=True)

@@ -1,5 +1,8 @@
-"""KFP wrapper of the resolve step (runtime: compress)."""
+"""KFP wrappers of the resolve step (runtime: compress): pin the URI (never cached), then fetch it
+(cached by the pinned URI and the content fingerprint). Logic: shipyard.models.resolve, ``pin.py``."""
 
+
+from typing import NamedTuple
 
 from kfp import dsl
 from kfp.dsl import Model, Output
@@ -8,15 +11,40 @@ from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
-def resolve_model(model_uri: str, model: Output[Model]):
+def pin_model(model_uri: str) -> NamedTuple("Pinned", [("uri", str), ("fingerprint", str)]):
+    """Pin the model URI to what it names now, so that the cached resolve step (and every step
+    downstream of its model) reruns exactly when the model changes. Never cached.
+
+    Args:
+        model_uri: As resolve_model's. hf://org/name[@branch] becomes hf://org/name@<commit the hub serves now>.
+
+    Returns uri (the pinned URI) and fingerprint (hub commit, sha256 over S3 keys/ETags/sizes or
+    over a folder's names/sizes/mtimes, OCI digest).
+    """
+    from collections import namedtuple
+
+    from shipyard.runtimes.runtime import call_step
+
+    out = call_step("compress", "shipyard.components.resolve.pin:pin_model", uri=model_uri)
+    moved = f" (was @{out['moved_from']})" if out["moved_from"] else ""
+    print(f"model: {out['uri']}{moved}; content {out['fingerprint']}", flush=True)
+    return namedtuple("Pinned", ["uri", "fingerprint"])(out["uri"], out["fingerprint"])
+
+
+@dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
+def resolve_model(model_uri: str, model: Output[Model], fingerprint: str = ""):
     """Fetch the base model into a pipeline artifact.
 
     Args:
         model_uri: Where the model is: hf://org/name[@rev], s3://bucket/prefix, oci://registry/repo@sha256:...,
             pvc://claim/path, a local folder, or embedded://smollm2-135m-instruct (the default local model).
         model: The model as a Hugging Face folder (config.json, weights, tokenizer).
+        fingerprint: pin_model's content fingerprint: part of KFP's cache key, so a cached model is
+            reused only while the content it names is unchanged (recorded in the model's metadata).
     """
     from shipyard.runtimes.runtime import call_step
 
     info = call_step("compress", "shipyard.models.resolve:resolve_model", uri=model_uri, out_dir=model.path)
     model.metadata.update(info)
+    if fingerprint:
+        model.metadata["fingerprint"] = fingerprint
