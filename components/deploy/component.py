@@ -17,8 +17,10 @@ def deploy(
     dry_run: bool,
     manifest: Output[Artifact],
     summary: Output[Markdown],
+    verification: Output[Markdown],
     model: Input[Model] = None,
     decision: Input[Markdown] = None,
+    selection: Input[Artifact] = None,
     model_name: str = "",
     tracking_uri: str = "",
     experiment: str = "",
@@ -42,10 +44,15 @@ def deploy(
         manifest: The rendered, validated manifest (multi-document YAML).
         summary: What was deployed (objects, status, URL and the manifest), shown inline by the KFP UI.
         model: Optional model folder; its config.json sizes vLLM through the memory planner.
+        verification: The verification of the Ready service against the champion's record (golden outputs,
+            accuracy slice, SLO smoke, P/D pool metrics), or why none ran. A failed verification rolls back
+            and fails the run; 'production' then stays where it was.
         decision: Optional champion/challenger decision (metadata: uri, version, recipe, headline); when
             given with model_name, the version gets 'production' (the old one 'previous') once the
             deployment is Ready, and the pipeline's MLflow run the champion's headline figures. A
             dry run never moves 'production': the version gets the alias 'dry-run' instead.
+        selection: The champion's record (select_champion's selection, or a candidate's gates output): the
+            golden outputs and figures the deployed service is verified against (deploy_config.verify).
         model_name: Registered model name in MLflow (with decision).
         tracking_uri: MLflow tracking URI (the pipeline parameter).
         experiment: MLflow experiment.
@@ -56,6 +63,10 @@ def deploy(
         status: Ready, or DryRun.
     """
     import json
+    import os
+    import shutil
+    import sys
+    import tempfile
     from collections import namedtuple
 
     from shipyard.runtimes.runtime import call_step
@@ -68,26 +79,61 @@ def deploy(
                  kfp_run_id=kfp_run_id if champion else "",
                  params={"name": name, "namespace": namespace, "model_uri": model_uri, "dry_run": dry_run,
                          "model_name": model_name, "version": str(champion.get("version", ""))}) as run:
-        result = call_step(
-            "base",
-            "shipyard.components.deploy.deploy:run_deploy",
-            deploy_config=deploy_config,
-            manifest_path=manifest.path,
-            dry_run=dry_run,
-            model_dir=model_dir,
-            name=name,
-            model_uri=model_uri,
-            namespace=namespace,
-            summary_path=summary.path,
-        )
+        checked = tempfile.mkdtemp(prefix="shipyard-verify-")
+        report = os.path.join(checked, "verification.md")
+        try:
+            result = call_step(
+                "base",
+                "shipyard.components.deploy.deploy:run_deploy",
+                deploy_config=deploy_config,
+                manifest_path=manifest.path,
+                dry_run=dry_run,
+                model_dir=model_dir,
+                name=name,
+                model_uri=model_uri,
+                namespace=namespace,
+                summary_path=summary.path,
+                candidate=selection.path if selection is not None else None,
+                verify_dir=checked,
+            )
+        except SystemExit:
+            # rolled back (or never applied): the verification report, when one was written, says why
+            if os.path.isfile(report):
+                shutil.copyfile(report, verification.path)
+                print(open(report, encoding="utf-8").read(), flush=True)
+                run.log(tags={"shipyard.verify.passed": "false"},
+                        artifacts={"verification.md": report, "verification.json": os.path.join(checked, "verification.json")})
+            raise
         manifest.metadata.update({k: result[k] for k in ("name", "namespace", "kinds", "mode", "status", "planned")})
-        run.log(tags={"shipyard.deploy.status": result["status"]},
-                artifacts={"manifest.yaml": manifest.path, "deploy.md": summary.path})
-        if champion and model_name:
+        checks = result.get("verification") or {}
+        verification.metadata.update({k: checks[k] for k in ("ran", "passed", "reason", "why") if k in checks})
+        if os.path.isfile(report):
+            shutil.copyfile(report, verification.path)
+        else:
+            with open(verification.path, "w", encoding="utf-8") as fh:
+                fh.write(f"# deployment verification: not run\n\n{checks.get('why', '')}\n")
+        files = {"manifest.yaml": manifest.path, "deploy.md": summary.path}
+        figures: dict = {}
+        if checks.get("ran"):
+            files.update({"verification.md": report, "verification.json": os.path.join(checked, "verification.json")})
+            figures = {"verify.passed": float(bool(checks.get("passed")))}
+            if (checks.get("golden") or {}).get("match_rate") is not None:
+                figures["verify.golden_match_rate"] = float(checks["golden"]["match_rate"])
+            print(f"verification: {'passed' if checks.get('passed') else 'FAILED'}: {checks.get('reason', '')}", flush=True)
+        run.log(tags={"shipyard.deploy.status": result["status"],
+                      "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"},
+                metrics=figures, artifacts=files)
+        # nothing is promoted on a verification that did not run, unless the user switched it off
+        verified, why = call_step("base", "shipyard.components.deploy.deploy:promotion_allowed",
+                                  result=result, dry_run=dry_run)
+        if champion and model_name and verified:
             out = call_step("base", "shipyard.tracking.promotion:promote_production", tracking_uri=tracking_uri,
                             experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                             version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
                             headline_json=str(champion.get("headline", "{}")), dry_run=dry_run)
             print(f"{out.get('note') or 'production'}: aliases {json.dumps(out['aliases'])}", flush=True)
+        elif champion and model_name:
+            print(f"shipyard: verification: {why}; production unchanged", file=sys.stderr, flush=True)
+            raise SystemExit(1)
     outputs = namedtuple("Outputs", ["url", "status"])
     return outputs(result["url"], result["status"])

@@ -31,6 +31,34 @@ def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dic
     return data, merged
 
 
+VERIFY_SWITCHES = {"enabled": True, "dry_run": False}
+DRY_RUN_VERIFY_HINT = ("the packaged model was not served and verified on this dry run (it adds a vLLM start and "
+                       "about 2 minutes on CPU): set deploy_config.verify.dry_run=true to serve the package itself "
+                       "and verify it")
+
+
+def split_verify_options(params: dict[str, Any]) -> dict[str, Any]:
+    """Pop ``deploy_config["verify"]``: ``enabled`` (default true: verify the Ready service against the
+    recorded champion before any alias moves), ``dry_run`` (default false: on a dry run, serve the
+    packaged model from the package itself and verify it) and the verification settings of
+    :mod:`shipyard.gates.verify` (checked here, before anything is applied)."""
+    from shipyard.gates.verify import parse_verify_config
+
+    raw = params.pop("verify", None)
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ShipyardError("deploy_config.verify", f"{raw!r} is not an object", '{"min_match_rate": 0.75}')
+    switches = {}
+    for key, default in VERIFY_SWITCHES.items():
+        value = raw.get(key, default)
+        if not isinstance(value, bool):
+            raise ShipyardError(f"deploy_config.verify.{key}", f"{value!r} is not true or false", "use true or false")
+        switches[key] = value
+    settings = {k: v for k, v in raw.items() if k not in VERIFY_SWITCHES}
+    parse_verify_config(settings)
+    return {**switches, "settings": settings}
+
+
 def refuse_local_layout(model_uri: str) -> None:
     """An ``oci:///path`` URI names an OCI layout on the pipeline's own disk (``registry`` was
     empty): the manifest validates, but no KServe node can pull it, so a real apply refuses it."""
@@ -50,14 +78,28 @@ def run_deploy(
     kubeconfig: str | None = None,
     context: str | None = None,
     summary_path: str | None = None,
+    candidate: str | None = None,
+    verify_dir: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Render and validate the deployment, write it to ``manifest_path`` and, unless
     ``dry_run``, apply it and wait. ``overrides`` (name, model_uri, namespace, replicas, ...)
     win over ``deploy_config``. ``summary_path``: also write a Markdown summary (objects, status,
-    URL, the manifest) for the KFP UI. Returns url, status, name, namespace and the manifest path."""
+    URL, the manifest) for the KFP UI. Returns url, status, name, namespace and the manifest path.
+
+    ``candidate``: the champion's record (select_champion's selection folder, or a candidate.json):
+    once the service is Ready it is verified against it (:func:`shipyard.gates.verify.verify_service`,
+    reports in ``verify_dir``) before anything else; a failed or interrupted verification rolls
+    back like a deployment that never became Ready and raises. ``result["verification"]`` says
+    what ran (``{"ran": False, "why": ...}`` when nothing did)."""
     params, options = split_apply_options(deploy_config)
+    verify_opts = split_verify_options(params)
     cfg = parse_config(params, **overrides)
+    record = _recorded(candidate) if candidate and verify_opts["enabled"] else None
+    verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
+                                    "deploy_config.verify.enabled is false" if record is None else "dry run"}
+    served = cfg.served_name
+    adapters = [str(a["name"]) for a in ((cfg.lora or {}).get("adapters") or [])]
     if not dry_run:
         refuse_local_layout(cfg.model_uri)
     model_config = load_model_config(model_dir) if model_dir else None
@@ -71,16 +113,38 @@ def run_deploy(
     result: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "manifest": manifest_path,
                               "kinds": [d["kind"] for d in docs], "mode": cfg.mode, "url": "", "status": "DryRun",
                               "planned": model_config is not None}
+    result["verification"] = verification
     if dry_run:
+        if record is not None and verify_opts["dry_run"]:
+            out = verify_package(cfg.model_uri, served, record, adapters, verify_opts["settings"], verify_dir)
+            verification.update(ran=True, passed=out["passed"], reason=out["reason"], where="the package, served locally")
+            if not out["passed"]:
+                raise ShipyardError("verification", f"the packaged model {out['reason']}",
+                                    "the package does not serve what was gated: see verification.md")
+        elif record is not None:
+            verification["why"] = "dry run: " + DRY_RUN_VERIFY_HINT
+            print(f"deploy: {DRY_RUN_VERIFY_HINT}", flush=True)
         if summary_path:
             atomic_write_text(summary_path, deployment_markdown(result, docs, text))
         return result
     from shipyard.serving.kserve.apply import Kube, api_client, deploy
 
+    def check(url: str) -> None:
+        from shipyard.gates.verify import verify_service
+
+        assert record is not None
+        out = verify_service(url, served, record, model_dir=model_dir, lora_adapters=adapters,
+                             config=verify_opts["settings"], report_dir=verify_dir)
+        verification.update(ran=True, passed=out["passed"], reason=out["reason"], where=url,
+                            failed_checks=out["failed_checks"], golden=_golden_figures(out))
+        if not out["passed"]:
+            raise ShipyardError("verification", f"{url} {out['reason']}",
+                                "the deployed service does not serve what was gated: see verification.md")
+
     kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
     try:
         outcome = deploy(docs, kube, wait_timeout_s=options["wait_timeout_s"], poll_s=options["poll_s"],
-                         false_grace_s=options["false_grace_s"])
+                         false_grace_s=options["false_grace_s"], verify=check if record is not None else None)
     finally:
         kube.close()
     result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
@@ -89,38 +153,6 @@ def run_deploy(
     return result
 
 
-def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
-    """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
-    and the manifest itself (the KFP UI renders it inline)."""
-    status = result["status"]
-    head = ("Rendered and validated only (dry run): nothing was applied." if status == "DryRun"
-            else f"Applied and **{status}**" + (f" at {result['url']}" if result.get("url") else "") + ".")
-    lines = [f"# LLMInferenceService {result['namespace']}/{result['name']}", "", head, "",
-             "| | |", "| --- | --- |", f"| mode | {result['mode']} |",
-             f"| sized by the memory planner | {'yes' if result.get('planned') else 'no (no model config)'} |"]
-    for doc in docs:
-        spec = doc.get("spec") or {}
-        if doc.get("kind") == "LLMInferenceService":
-            model = spec.get("model") or {}
-            lines.append(f"| model | `{model.get('uri', '')}` |")
-            lines.append(f"| replicas (decode) | {spec.get('replicas', 1)} |")
-            prefill = spec.get("prefill") or {}
-            if prefill:
-                lines.append(f"| replicas (prefill) | {prefill.get('replicas', 1)} |")
-    lines += ["", "| kind | name | namespace |", "| --- | --- | --- |"]
-    lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
-    lines += ["", "```yaml", text.rstrip(), "```", ""]
-    return "\n".join(lines)
-
-
-def manifest_summary(path: str | Path) -> str:
-    """A short Markdown description of a written manifest (for the KFP UI)."""
-    import yaml
-
-    docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
-    lines = ["| kind | name | namespace |", "| --- | --- | --- |"]
-    lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
-    return "\n".join(lines) + "\n"
 def promotion_allowed(result: dict[str, Any], dry_run: bool) -> tuple[bool, str]:
     """May the deploy step move ``production`` after :func:`run_deploy` returned ``result``?
 
@@ -172,3 +204,45 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
                                   config=settings, report_dir=report_dir)
 
 
+def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
+    """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
+    and the manifest itself (the KFP UI renders it inline)."""
+    status = result["status"]
+    head = ("Rendered and validated only (dry run): nothing was applied." if status == "DryRun"
+            else f"Applied and **{status}**" + (f" at {result['url']}" if result.get("url") else "") + ".")
+    lines = [f"# LLMInferenceService {result['namespace']}/{result['name']}", "", head, "",
+             "| | |", "| --- | --- |", f"| mode | {result['mode']} |",
+             f"| sized by the memory planner | {'yes' if result.get('planned') else 'no (no model config)'} |"]
+    for doc in docs:
+        spec = doc.get("spec") or {}
+        if doc.get("kind") == "LLMInferenceService":
+            model = spec.get("model") or {}
+            lines.append(f"| model | `{model.get('uri', '')}` |")
+            lines.append(f"| replicas (decode) | {spec.get('replicas', 1)} |")
+            prefill = spec.get("prefill") or {}
+            if prefill:
+                lines.append(f"| replicas (prefill) | {prefill.get('replicas', 1)} |")
+    check = result.get("verification") or {}
+    if check:
+        said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))
+                if check.get("ran") else f"not run ({check.get('why', '')})")
+        lines.append(f"| verification | {said.replace('|', '/')} |")
+    check = result.get("verification") or {}
+    if check:
+        said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))
+                if check.get("ran") else f"not run ({check.get('why', '')})")
+        lines.append(f"| verification | {said.replace('|', '/')} |")
+    lines += ["", "| kind | name | namespace |", "| --- | --- | --- |"]
+    lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
+    lines += ["", "```yaml", text.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def manifest_summary(path: str | Path) -> str:
+    """A short Markdown description of a written manifest (for the KFP UI)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    lines = ["| kind | name | namespace |", "| --- | --- | --- |"]
+    lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
+    return "\n".join(lines) + "\n"

@@ -7,6 +7,9 @@
   RouterReady) is True; every condition change is printed as it happens.
 * Failure: ``PresetsCombined=False`` at once; any other condition ``False`` for longer than
   ``false_grace_s`` (KServe reports a rollout in progress as False for a while); or the timeout.
+* Verify: with ``verify``, the Ready service is checked through its status URL (the deploy
+  step's verification against the champion's record) before its spec becomes the last good one;
+  a failed or interrupted verification rolls back exactly as a service that never became Ready.
 * Rollback: the last spec that became Ready is kept on the object itself, in the annotation
   ``shipyard.io/last-good`` (labels, annotations and spec as JSON), and re-applied; an object
   that did not exist before is deleted. KEDA ScaledObjects are applied only once the service
@@ -312,9 +315,14 @@ def deploy(
     poll_s: float = 5.0,
     false_grace_s: float = 120.0,
     log: Callable[[str], None] = print,
+    verify: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Apply ``docs`` (an LLMInferenceService, then optional ScaledObjects), wait for Ready,
-    roll back on failure. Returns the :class:`Outcome`; raises a one-line error otherwise."""
+    roll back on failure. Returns the :class:`Outcome`; raises a one-line error otherwise.
+
+    ``verify(url)``: called once the service is Ready, with its status URL, before the new spec
+    becomes the last good one; a :class:`ShipyardError` (or an interrupt) from it rolls back
+    exactly as a deployment that never became Ready."""
     require_valid(docs)
     svc = docs[0]
     if svc.get("kind") != "LLMInferenceService":
@@ -372,8 +380,14 @@ def deploy(
         raise interrupted(err, "the apply") from None
     generation = int((applied.get("metadata") or {}).get("generation") or 0)
     log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready")
+    during = "the Ready wait"
     try:
         obj, events = _wait(kube, res, name, ns, generation, wait_timeout_s, poll_s, false_grace_s, log)
+        if verify is not None:
+            during = "the verification"
+            log(f"{ns}/{name}: Ready at {url_of(obj) or '(no URL reported)'}; verifying it before anything moves")
+            verify(url_of(obj))
+            during = "the Ready wait"
         good = json.dumps(new_snapshot, sort_keys=True, separators=(",", ":"))
         kube.apply(res, _body(svc, new_snapshot, good))
         for extra, doc in zip(extra_res, docs[1:], strict=True):
@@ -383,7 +397,7 @@ def deploy(
     except ShipyardError as err:
         raise rollback(err) from None
     except KeyboardInterrupt as err:
-        raise interrupted(err, "the Ready wait") from None
+        raise interrupted(err, during) from None
     url = url_of(obj)
     log(f"{ns}/{name}: Ready at {url or '(no URL reported)'}")
     return Outcome(name, ns, "Ready", url, generation, list(conditions_of(obj).values()), events)
