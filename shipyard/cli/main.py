@@ -17,7 +17,7 @@ import os
 import pkgutil
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from shipyard import __version__
 from shipyard.cli import commands
@@ -27,14 +27,31 @@ from shipyard.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     ShipyardError,
+    cap_line,
     file_error,
-    redact,
 )
 from shipyard.core.interrupts import signal_name, sigterm_as_interrupt
+from shipyard.core.redact import install_log_redaction, redact
 
 
 class ShipyardArgumentParser(argparse.ArgumentParser):
     """argparse with one-line usage errors: ``shipyard: error: ... (fix: see shipyard CMD --help)``."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """argparse's own printer swallows a closed stdout; here ``--help``/``--version`` into a
+        closed pipe raise :class:`BrokenPipeError`, which :func:`main` turns into a silent 141."""
+        if not message:
+            return
+        file = file or sys.stderr
+        try:
+            file.write(message)
+            if file is sys.stdout:
+                file.flush()
+        except BrokenPipeError:
+            if file is sys.stdout:
+                raise
+        except (AttributeError, OSError):
+            pass
 
     def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")
@@ -45,7 +62,7 @@ class ShipyardArgumentParser(argparse.ArgumentParser):
 
 
 def _print_error(line: str) -> None:
-    text = " ".join(redact(line).split())
+    text = cap_line(" ".join(redact(line).split()))
     try:
         print(f"shipyard: error: {text}", file=sys.stderr, flush=True)
     except (BrokenPipeError, OSError):
@@ -82,12 +99,63 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _reopen_closed_std_fds() -> None:
+    """A closed stdin/stdout/stderr (``<&-``, ``>&-``) gets /dev/null, so the command runs (stdin is
+    empty, output is dropped) and no file the command opens later takes descriptor 0, 1 or 2."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            if getattr(sys, name) is not None:
+                continue
+        except OSError:
+            try:
+                devnull = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                continue
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        try:
+            setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="replace"))  # noqa: SIM115
+        except OSError:
+            pass
+
+
+def _debug() -> bool:
+    """``SHIPYARD_DEBUG`` as a boolean (``0``/``false``/``no``/``off`` keep tracebacks off)."""
+    from shipyard.core.env import env_bool
+
+    try:
+        return env_bool("SHIPYARD_DEBUG")
+    except ShipyardError:
+        return False
+
+
+def _flush_stdout() -> int | None:
+    """Flush stdout; a closed pipe is :data:`EXIT_BROKEN_PIPE`, silently."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``shipyard`` script; returns the exit status (see :mod:`shipyard.core.errors`)."""
     sigterm_as_interrupt()
+    _reopen_closed_std_fds()
+    install_log_redaction()
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as done:  # --help, --version: printed, then a closed pipe is 141, silently
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_USAGE)
+            broken = _flush_stdout()
+            return broken if broken is not None else code
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
@@ -112,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_error(str(file_error(err, action="use")))
         return EXIT_USAGE
     except Exception as err:
-        if os.environ.get("SHIPYARD_DEBUG"):
+        if _debug():
             raise
         first = (str(err).splitlines() or [""])[0][:300]
         _print_error(f"internal: {type(err).__name__}: {first} (fix: rerun with SHIPYARD_DEBUG=1 for the traceback "

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import errno
 import os
-import re
+
+from shipyard.core.redact import redact
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -33,14 +34,33 @@ EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
-# ``user:password@`` right after a scheme (``https://``), at the start of a word, or after
-# ``=``, a quote or a parenthesis: the userinfo of a URL or a registry reference.
-_USERINFO = re.compile(r"(^|[\s'\"(=,]|://)([^\s/:@'\"(),=]+):([^\s/@'\"]+)@")
+#: the longest error line printed: a 10 MB value never becomes a 10 MB line
+MAX_LINE = 1000
 
 
-def redact(text: str) -> str:
-    """``text`` with the password of every ``user:password@host`` replaced by ``***``."""
-    return _USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@", text)
+def cap_line(text: str, limit: int = MAX_LINE) -> str:
+    """``text`` cut to ``limit`` characters, keeping its start and its end (the fix)."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 40
+    return f"{text[: keep * 2 // 3]} ...[{len(text) - keep} characters cut]... {text[-(keep // 3):]}"
+
+
+def header_value(value: str | None, field: str) -> str | None:
+    """A token or cookie made ready for an HTTP header: surrounding whitespace (the trailing
+    ``\\r\\n`` of a token file saved on Windows) stripped; empty is None; a control character or
+    text HTTP headers cannot carry inside it is one line naming ``field``, never the value."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    bad = next((c for c in text if ord(c) < 0x20 or ord(c) == 0x7F or ord(c) > 0xFF), None)
+    if bad is not None:
+        what = f"a control character (U+{ord(bad):04X})" if ord(bad) <= 0x7F else "a character HTTP headers cannot carry"
+        raise ShipyardError(field, f"holds {what} (the value is not shown)",
+                            "save the token or cookie as one line of plain text, e.g. with `tr -d '\\r\\n'`")
+    return text
 
 
 class ShipyardError(Exception):
@@ -48,7 +68,8 @@ class ShipyardError(Exception):
 
     ``field`` names the parameter, file or service at fault and ``fix`` says what to do.
     The CLI and the KFP step wrappers print ``str(err)`` as one line, never a traceback.
-    Credentials written as ``user:password@host`` are never echoed (see :func:`redact`).
+    Credentials (URI userinfo, tokens, cookies, keys) are never echoed: the line goes through
+    :func:`shipyard.core.redact.redact`, and it is capped at :data:`MAX_LINE` characters.
     """
 
     #: the CLI's exit status for this error (see the module docstring)
@@ -71,7 +92,7 @@ class ShipyardError(Exception):
         text = f"{self.field}: {self.problem}"
         if self.fix:
             text += f" (fix: {self.fix})"
-        return redact(" ".join(text.split()))
+        return cap_line(redact(" ".join(text.split())))
 
 
 class UnreachableError(ShipyardError):

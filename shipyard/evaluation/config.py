@@ -13,11 +13,13 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
-from shipyard.core.jsonargs import json_object
+from shipyard.core.jsonargs import json_object, validation_error
 
 SUITE_DIR = package_dir("shipyard.evaluation.suite")
 SUITE_TAG = "shipyard_offline"
@@ -98,76 +100,100 @@ def tree_sha256(root: Path, suffixes: tuple[str, ...] | None = None) -> str:
     return digest.hexdigest()
 
 
-def _bad(key: str, problem: str, fix: str) -> ShipyardError:
-    return ShipyardError(f"eval_config.{key}", problem, fix)
+#: bounds of the numbers (far above any real evaluation, far below what breaks lm-eval)
+MAX_LIMIT = 10_000_000
+MAX_SEED = 2**32 - 1
+_EXAMPLE = '{"tasks": ["shipyard_offline"], "limit": 20}'
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+class _EvalModel(BaseModel):
+    """The eval config as typed, strict input: no coercion (``"5"`` is not 5), no NaN/inf, bounds."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    tasks: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]] = Field(
+        default_factory=lambda: [SUITE_TAG], min_length=1, max_length=200)
+    num_fewshot: int | None = None
+    limit: int | float | None = None
+    batch_size: int | Literal["auto"] = 8
+    apply_chat_template: bool = False
+    seed: int = Field(default=1234, ge=0, le=MAX_SEED)
+    gen_kwargs: dict[str, Any] | None = None
+    task_dir: str | None = None
+    backend: str | None = None
+    bootstrap_iters: int = Field(default=1000, ge=0, le=1_000_000)
+    log_samples: bool = True
+    cache: bool = True
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _tasks(cls, value: Any) -> Any:
+        if isinstance(value, str):  # "a,b" is a list of two
+            value = [t.strip() for t in value.split(",") if t.strip()]
+        if not isinstance(value, list) or not value or not all(isinstance(t, str) and t.strip() for t in value):
+            raise ValueError(f"must be a non-empty list of task names, got {value!r}"[:200]
+                             + '|e.g. ["shipyard_offline"] or ["hellaswag"]')
+        return value
+
+    @field_validator("num_fewshot")
+    @classmethod
+    def _fewshot(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= 1000:
+            raise ValueError(f"must be a whole number >= 0 (at most 1000), got {value!r}|use 0, 5, ... or leave it out")
+        return value
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, value: str | None) -> str | None:
+        if value is not None and value not in BACKENDS:
+            raise ValueError(f"unknown backend {value!r}"[:120] + f"|use one of {list(BACKENDS)}")
+        return value
+
+    @field_validator("limit")
+    @classmethod
+    def _limit(cls, value: int | float | None) -> int | float | None:
+        if value is None:
+            return None
+        if value <= 0:
+            raise ValueError(f"must be > 0, got {value!r}|use a count of items per task (e.g. 20) or leave it out "
+                             "for all")
+        if value > MAX_LIMIT:
+            raise ValueError(f"must be at most {MAX_LIMIT}, got {value!r}|use a count of items per task (e.g. 20)")
+        if isinstance(value, float) and value >= 1:
+            if value != int(value):
+                raise ValueError(f"{value!r} is neither a count nor a fraction below 1|use e.g. 20 or 0.5")
+            return int(value)
+        return value
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 4096:
+            raise ValueError(f"must be a whole number from 1 to 4096 or 'auto', got {value!r}|use e.g. 8")
+        return value
+
+    @field_validator("task_dir")
+    @classmethod
+    def _task_dir(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError(f"must be a folder path, got {value!r}|give a folder of lm-eval task YAMLs")
+        path = Path(value).expanduser()
+        if not path.is_dir():
+            raise ValueError(f"{path} is not a folder|give a folder of lm-eval task YAMLs")
+        return str(path.resolve())
 
 
 def parse_eval_config(text: str | dict[str, Any] | None) -> EvalConfig:
-    """Parse and validate the ``eval_config`` JSON string (empty means all defaults)."""
-    data = json_object(text, "eval_config", '{"tasks": ["shipyard_offline"], "limit": 20}')
-    known = set(EvalConfig.__dataclass_fields__)
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ShipyardError("eval_config", f"unknown key(s) {unknown}", f"use only {sorted(known)}")
-
-    tasks = data.get("tasks", [SUITE_TAG])
-    if isinstance(tasks, str):
-        tasks = [t.strip() for t in tasks.split(",") if t.strip()]
-    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) and t.strip() for t in tasks):
-        raise _bad("tasks", f"must be a non-empty list of task names, got {tasks!r}", 'e.g. ["shipyard_offline"] or ["hellaswag"]')
-    data["tasks"] = [t.strip() for t in tasks]
-
-    fewshot = data.get("num_fewshot")
-    if fewshot is not None and (not _is_int(fewshot) or fewshot < 0):
-        raise _bad("num_fewshot", f"must be a whole number >= 0, got {fewshot!r}", "use 0, 5, ... or leave it out")
-
-    limit = data.get("limit")
-    if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int | float):
-            raise _bad("limit", f"must be a number, got {limit!r}", "use a count of items per task (e.g. 20) or leave it out")
-        if limit <= 0:
-            raise _bad("limit", f"must be > 0, got {limit!r}", "use a count of items per task (e.g. 20) or leave it out for all")
-        if isinstance(limit, float) and limit >= 1:
-            if limit != int(limit):
-                raise _bad("limit", f"{limit!r} is neither a count nor a fraction below 1", "use e.g. 20 or 0.5")
-            data["limit"] = int(limit)
-
-    batch = data.get("batch_size", 8)
-    if not ((_is_int(batch) and batch >= 1) or batch == "auto"):
-        raise _bad("batch_size", f"must be a whole number >= 1 or 'auto', got {batch!r}", "use e.g. 8")
-
-    for key in ("apply_chat_template", "log_samples", "cache"):
-        if key in data and not isinstance(data[key], bool):
-            raise _bad(key, f"must be true or false, got {data[key]!r}", "use a JSON boolean")
-
-    seed = data.get("seed", 1234)
-    if not _is_int(seed) or seed < 0:
-        raise _bad("seed", f"must be a whole number >= 0, got {seed!r}", "use e.g. 1234")
-
-    gen = data.get("gen_kwargs", {})
-    if gen is None:
-        data["gen_kwargs"] = gen = {}
-    if not isinstance(gen, dict):
-        raise _bad("gen_kwargs", f"must be a JSON object, got {gen!r}", 'e.g. {"max_gen_toks": 64, "temperature": 0}')
-
-    boot = data.get("bootstrap_iters", 1000)
-    if not _is_int(boot) or boot < 0:
-        raise _bad("bootstrap_iters", f"must be a whole number >= 0, got {boot!r}", "use e.g. 1000 (0 skips bootstrap stderr)")
-
-    backend = data.get("backend")
-    if backend is not None and backend not in BACKENDS:
-        raise _bad("backend", f"unknown backend {backend!r}", f"use one of {list(BACKENDS)}")
-
-    task_dir = data.get("task_dir")
-    if task_dir is not None:
-        if not isinstance(task_dir, str) or not task_dir.strip():
-            raise _bad("task_dir", f"must be a folder path, got {task_dir!r}", "give a folder of lm-eval task YAMLs")
-        path = Path(task_dir).expanduser()
-        if not path.is_dir():
-            raise _bad("task_dir", f"{path} is not a folder", "give a folder of lm-eval task YAMLs")
-        data["task_dir"] = str(path.resolve())
-    return EvalConfig(**data)
+    """Parse and validate the ``eval_config`` JSON string (empty means all defaults): a strict
+    pydantic model (types, bounds, no NaN/inf, no unknown keys); the first problem is one line
+    naming the field path (``eval_config.limit``) and the fix."""
+    data = json_object(text, "eval_config", _EXAMPLE)
+    try:
+        model = _EvalModel.model_validate(data)
+    except ValidationError as err:
+        raise validation_error("eval_config", err, _EXAMPLE) from None
+    values = model.model_dump()
+    values["gen_kwargs"] = values["gen_kwargs"] or {}
+    return EvalConfig(**values)

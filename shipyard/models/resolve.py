@@ -24,13 +24,50 @@ SCHEMES = ("hf", "s3", "oci", "pvc", "embedded", "file")
 
 
 def refuse_credentials(uri: str, field: str = "model_uri") -> None:
-    """Refuse ``scheme://user:password@host/...``: credentials never go in a URI (nor into an error)."""
-    scheme, sep, rest = (uri or "").strip().partition("://")
-    if sep and "@" in rest.split("/", 1)[0] and not rest.startswith("/"):
-        host = rest.split("/", 1)[0].rsplit("@", 1)[1]
-        raise ShipyardError(field, f"{scheme}://...@{host}/... carries credentials in the URI",
+    """Refuse a URI that carries credentials (``s3://KEY:SECRET@bucket/m``, with ``/``, ``@`` or
+    ``:`` inside the secret too, a token or signature in the query): they never go in a URI, and
+    the error never echoes them (only what :func:`shipyard.core.redact.redact` leaves)."""
+    from shipyard.core.redact import redact
+
+    text = (uri or "").strip()
+    if redact(text) != text:
+        scheme = text.partition("://")[0] if "://" in text else "the URI"
+        raise ShipyardError(field, f"{scheme}://... carries credentials in the URI (not shown)",
                             "drop the user and password before the @ and give them through the Secret or environment "
                             "the scheme uses (HF_TOKEN, shipyard-s3, shipyard-registry)")
+
+
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _check_location(scheme: str, location: str, revision: str | None, field: str) -> None:
+    """The location of an ``hf://``, ``s3://`` or ``pvc://`` URI, checked before any download."""
+    if scheme == "hf":
+        if not _HF_ID.match(location) or len(location) > 96:
+            raise ShipyardError(field, f"{location!r} is not a Hugging Face model id (spaces, empty parts or odd "
+                                "characters)", "write hf://ORG/NAME, e.g. hf://HuggingFaceTB/SmolLM2-135M-Instruct")
+        if revision is not None and (not revision.strip() or any(c.isspace() for c in revision)):
+            raise ShipyardError(field, f"{revision!r} is not a revision", "write hf://ORG/NAME@main or @<commit>")
+    elif scheme == "s3":
+        bucket, _, key = location.partition("/")
+        if not _S3_BUCKET.match(bucket) or ".." in bucket:
+            raise ShipyardError(field, f"{bucket!r} is not an S3 bucket name", "write s3://BUCKET/PREFIX (3-63 "
+                                "lowercase letters, digits, '.' and '-')")
+        if not key.strip("/"):
+            raise ShipyardError(field, f"s3://{bucket} names no key (prefix) inside the bucket",
+                                "write s3://BUCKET/PREFIX, the folder that holds config.json")
+        if any(c.isspace() for c in key) or any(part == ".." for part in key.split("/")):
+            raise ShipyardError(field, f"s3://{bucket}/{key} has spaces or '..' in its key", "write the key as stored")
+    elif scheme == "pvc":
+        claim, _, path = location.partition("/")
+        if not _DNS_1123.match(claim) or len(claim) > 253:
+            raise ShipyardError(field, f"{claim!r} is not a PersistentVolumeClaim name",
+                                "write pvc://CLAIM/path with a lowercase DNS-1123 claim name")
+        if any(part == ".." for part in path.split("/")):
+            raise ShipyardError(field, f"pvc://{location} leads out of the claim with '..'",
+                                "give a path inside the claim, without '..'")
 
 
 def check_oci_pinned(location: str, field: str = "model_uri", allow_mutable_tag: bool | None = None) -> None:
@@ -89,6 +126,7 @@ def parse_model_uri(uri: str, field: str = "model_uri", allow_mutable_tag: bool 
     revision = None
     if scheme == "hf" and "@" in location:
         location, revision = location.split("@", 1)
+    _check_location(scheme, location.strip("/") if scheme != "s3" else location, revision, field)
     return ModelURI(scheme, location.strip("/") if scheme != "oci" else location, revision)
 
 

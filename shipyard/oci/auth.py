@@ -63,7 +63,9 @@ def _entry_credentials(entry: dict, where: str) -> tuple[str, str]:
 def find_credentials(registry: str, env: dict[str, str] | None = None) -> tuple[str, str] | None:
     """(username, password) for ``registry`` (``host[:port]``), or None for anonymous access."""
     env = dict(os.environ if env is None else env)
-    user, password = env.get("SHIPYARD_REGISTRY_USERNAME"), env.get("SHIPYARD_REGISTRY_PASSWORD")
+    # a value read from a file saved on Windows ends in \r\n: never part of the credential
+    user = (env.get("SHIPYARD_REGISTRY_USERNAME") or "").strip("\r\n")
+    password = (env.get("SHIPYARD_REGISTRY_PASSWORD") or "").strip("\r\n")
     if user and password:
         return user, password
     host = _host_key(registry)

@@ -67,7 +67,7 @@ def check_registry(registry: str, field: str = "registry") -> str:
     """
     registry = (registry or "").strip().rstrip("/")
     host = re.sub(r"^https?://", "", registry)
-    if "@" in host.split("/", 1)[0]:
+    if "@" in host:  # user:pass@host, also with "/" or "@" inside the password
         shown = host.rsplit("@", 1)[1]
         raise ShipyardError(field, f"carries credentials (...@{shown}); they are never put in a parameter",
                             "give only host[:port] and put the credentials in the registry auth file "

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.jsonargs import load_yaml
 
 #: KFP type names (component spec and IR) -> shipyard's short names
 _KFP_TYPES = {
@@ -45,6 +46,8 @@ _KFP_TYPES = {
 _TRUE = {"true", "yes", "y", "on", "1"}
 _FALSE = {"false", "no", "n", "off", "0"}
 _TOKEN = re.compile(r"^[\w.:/@+-]+$")
+#: KFP sends integers as int64: a bigger one is refused here, not by the API after the upload
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,19 @@ def split_param(item: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def split_params(items: list[str] | None) -> dict[str, str]:
+    """Every ``--param key=value`` as {key: value text}; a key given twice is an error naming it
+    (the later value would silently win: ``dry_run=true ... dry_run=false`` is a real deploy)."""
+    params: dict[str, str] = {}
+    for item in items or []:
+        key, value = split_param(item)
+        if key in params:
+            raise ShipyardError("--param", f"{_show(key)} is given twice ({_show(params[key], 30)} and "
+                                f"{_show(value, 30)})", f"give --param {key}=... once")
+        params[key] = value
+    return params
+
+
 def _show(value: Any, width: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= width else text[: width - 4] + "...'"
@@ -110,6 +126,20 @@ def _fail(spec: ParamSpec, value: Any, what: str, fix: str = "") -> ShipyardErro
 
 
 def _to_int(spec: ParamSpec, value: Any) -> int:
+    number = _parse_int(spec, value)
+    if not -INT64_MAX - 1 <= number <= INT64_MAX:
+        raise _fail(spec, value, "a 64-bit integer", f"write a whole number below 2^63, e.g. --param {_example(spec)}")
+    return number
+
+
+def _ascii_text(spec: ParamSpec, value: Any, what: str) -> str:
+    text = str(value).strip()
+    if not text.isascii():  # int("１２") is 12 in Python; KFP and YAML do not agree
+        raise _fail(spec, value, what, f"write ASCII digits, e.g. --param {_example(spec)}")
+    return text
+
+
+def _parse_int(spec: ParamSpec, value: Any) -> int:
     if isinstance(value, bool):
         raise _fail(spec, value, "an integer")
     if isinstance(value, int):
@@ -118,7 +148,9 @@ def _to_int(spec: ParamSpec, value: Any) -> int:
         if math.isfinite(value) and value.is_integer():
             return int(value)
         raise _fail(spec, value, "an integer")
-    text = str(value).strip()
+    text = _ascii_text(spec, value, "an integer")
+    if len(text) > 40:
+        raise _fail(spec, value, "a 64-bit integer", f"write a whole number below 2^63, e.g. --param {_example(spec)}")
     try:
         return int(text)
     except ValueError:
@@ -135,10 +167,13 @@ def _to_float(spec: ParamSpec, value: Any) -> float:
     if isinstance(value, bool):
         raise _fail(spec, value, "a number")
     if isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise _fail(spec, value, "a finite number") from None
     else:
         try:
-            number = float(str(value).strip())
+            number = float(_ascii_text(spec, value, "a number"))
         except ValueError:
             raise _fail(spec, value, "a number") from None
     if not math.isfinite(number):
@@ -171,7 +206,7 @@ def _to_list(spec: ParamSpec, value: Any) -> list[Any]:
         raise ShipyardError(spec.name, "is empty", f"give one item or a list, e.g. --param '{spec.name}=[a, b]'")
     if text.startswith("["):
         try:
-            parsed = yaml.safe_load(text)
+            parsed = load_yaml(text, spec.name)
         except yaml.YAMLError as err:
             raise _fail(spec, value, f"a valid list ({str(err).splitlines()[0]})",
                         f"write e.g. --param '{spec.name}=[a, b]'") from None
@@ -191,7 +226,7 @@ def _to_dict(spec: ParamSpec, value: Any) -> dict[str, Any]:
         return value
     if isinstance(value, str):
         try:
-            parsed = yaml.safe_load(value) if value.strip() else {}
+            parsed = load_yaml(value, spec.name) if value.strip() else {}
         except yaml.YAMLError as err:
             raise _fail(spec, value, f"a valid mapping ({str(err).splitlines()[0]})") from None
         if isinstance(parsed, dict):

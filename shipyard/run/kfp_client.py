@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.errors import ShipyardError, UnreachableError, header_value
 
 CRON_FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
 CRON_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
@@ -183,13 +183,9 @@ def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str]) -> PipelinePa
 def parse_params(items: list[str] | None) -> dict[str, str]:
     """``k=v`` pairs as text; :func:`shipyard.params.specs.coerce_params` types them by the pipeline's
     parameter types (so ``namespace=007`` stays text and ``recipes=w8a8-int8`` becomes a list)."""
-    from shipyard.params.specs import split_param
+    from shipyard.params.specs import split_params
 
-    params: dict[str, str] = {}
-    for item in items or []:
-        key, value = split_param(item)
-        params[key] = value
-    return params
+    return split_params(items)  # a key given twice is an error, never last-wins
 
 
 def check_params(package: PipelinePackage, raw: dict[str, Any]) -> dict[str, Any]:
@@ -248,8 +244,9 @@ class Kfp:
         if not re.match(r"^https?://[^/\s]+", host):
             raise ShipyardError("--host", f"{host!r} is not an http(s) URL", "e.g. --host http://localhost:8080")
         self.host = host
-        self.token = token or os.environ.get("KF_PIPELINES_TOKEN") or None
-        self.cookie = cookie or os.environ.get("KF_PIPELINES_COOKIE") or None
+        # a token file saved on Windows ends in \r\n: stripped; a control character inside is one line
+        self.token = header_value(token or os.environ.get("KF_PIPELINES_TOKEN"), "--token (KF_PIPELINES_TOKEN)")
+        self.cookie = header_value(cookie or os.environ.get("KF_PIPELINES_COOKIE"), "--cookie (KF_PIPELINES_COOKIE)")
         self.namespace = namespace or None
         self._preflight(verify_ssl)
         import kfp

@@ -174,18 +174,12 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 
 def load_params_file(path: str) -> dict[str, Any]:
-    """A YAML or JSON mapping of pipeline parameters."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise ShipyardError("--params-file", f"{path} does not exist", "give an existing YAML/JSON file") from None
-    except yaml.YAMLError:
-        raise ShipyardError("--params-file", f"{path} is not valid YAML/JSON", "fix its syntax") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ShipyardError("--params-file", f"{path} is not a mapping of parameter names to values", "write name: value lines")
-    return data
+    """A YAML or JSON mapping of pipeline parameters (UTF-8, with or without a BOM, or UTF-16 as
+    PowerShell writes it); a key given twice, a binary file or an alias bomb is one line
+    (:func:`shipyard.core.jsonargs.load_mapping_file`)."""
+    from shipyard.core.jsonargs import load_mapping_file
+
+    return load_mapping_file(path, "--params-file")
 
 
 def _signature(pipeline_func: Any) -> dict[str, inspect.Parameter]:
@@ -207,7 +201,7 @@ def resolve_params(pipeline: Any, params_file: str | None, overrides: list[str],
     pre-flight checks of every JSON parameter and recipe). ``pipeline``: its name (checked in
     well under a second, before the pipeline is built) or the pipeline function."""
     from shipyard.params.checks import check_params
-    from shipyard.params.specs import split_param
+    from shipyard.params.specs import split_params
 
     if isinstance(pipeline, str):
         from shipyard.params.pipeline import PIPELINE_PARAMS, param_specs_for
@@ -227,9 +221,7 @@ def resolve_params(pipeline: Any, params_file: str | None, overrides: list[str],
         merged.update({k: v for k, v in load_params_file(str(LOCAL_PARAMS)).items() if k in known})
     if params_file:
         merged.update(load_params_file(params_file))
-    for item in overrides:
-        key, value = split_param(item)
-        merged[key] = value
+    merged.update(split_params(overrides))  # a --param given twice is an error, never last-wins
     return check_params(specs, merged, name=name)
 
 

@@ -67,7 +67,7 @@ from typing import Any, TypeVar
 
 from shipyard.core import contract
 from shipyard.core.env import env_bool, env_float
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.errors import ShipyardError, UnreachableError, header_value
 from shipyard.core.retry import Retry
 
 ENV_KFP_MLFLOW_CONFIG = "KFP_MLFLOW_CONFIG"
@@ -727,7 +727,7 @@ class RestLogger:
         self.base = tracker.uri.rstrip("/")
         self.timeout = env_float("MLFLOW_HTTP_REQUEST_TIMEOUT", 30.0)
         self.headers = {"Content-Type": "application/json", "User-Agent": "shipyard"}
-        token = os.environ.get("MLFLOW_TRACKING_TOKEN", "")
+        token = header_value(os.environ.get("MLFLOW_TRACKING_TOKEN"), "MLFLOW_TRACKING_TOKEN") or ""
         user, password = os.environ.get("MLFLOW_TRACKING_USERNAME", ""), os.environ.get("MLFLOW_TRACKING_PASSWORD", "")
         if token:
             self.headers["Authorization"] = f"Bearer {token}"

@@ -125,6 +125,9 @@ class DeployConfig:
     router: Router = field(default_factory=Router)
     scaling: Scaling | None = None
     vllm_args: dict[str, Any] = field(default_factory=dict)
+    #: the champion's flags from the serving-configuration search (selection.json "serving"); the
+    #: deploy step fills it, between the planner's and the user's vllm_args
+    tuned_vllm_args: dict[str, Any] = field(default_factory=dict)
     planner: dict[str, Any] = field(default_factory=dict)
     base_refs: list[str] = field(default_factory=list)
     fast_start: bool = False
@@ -139,7 +142,8 @@ class DeployConfig:
     oci_digest: str | None = None
     pipeline_run_id: str | None = None
     served_model_name: str | None = None  # spec.model.name (default: model_name, else the service name)
-    template: dict[str, Any] | None = None  # a complete LLMInferenceService to deploy into (template mode)
+    # a complete LLMInferenceService to deploy into (template mode); an s3:// URI until rendered
+    template: dict[str, Any] | str | None = None
     probes: Probes | None = None
     service_account: str | None = None
     image_pull_secrets: list[str] = field(default_factory=list)
@@ -198,7 +202,9 @@ _SHOWN = {"str": "text", "int": "a whole number", "float": "a number", "bool": "
 
 #: fields whose own rule (check_config) explains a wrong value better than a type error; numbers
 #: written as text ("2", "1h") are also left to their rules
-_OWN_CHECKS = frozenset({"image_pull_secrets", "base_refs", "mode", "served_model_name"})
+_OWN_CHECKS = frozenset({"image_pull_secrets", "base_refs", "mode", "served_model_name", "replicas", "prefill_replicas",
+                         "tensor_parallel", "prefill_tensor_parallel", "pipeline_parallel", "data_parallel",
+                         "data_local", "gpus", "startup_seconds", "period_seconds"})
 
 
 def _check_types(cls: type, data: dict[str, Any], prefix: str) -> None:
@@ -225,7 +231,7 @@ def _check_types(cls: type, data: dict[str, Any], prefix: str) -> None:
             items = list(value.items()) if isinstance(value, dict) else [("", v) for v in value]
             ok = all(isinstance(k, str) and isinstance(v, str) for k, v in items)
             kinds = ["an object of text values" if isinstance(value, dict) else "a list of text"]
-        if not ok and (f.name in _OWN_CHECKS or (isinstance(value, str) and set(kinds) <= {"int", "float"})):
+        if not ok and f.name in _OWN_CHECKS:
             continue  # the field's own rule (check_config) says it in its words
         if not ok:
             shown = repr(value)
@@ -320,19 +326,24 @@ def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployCo
 def _template_mode(merged: dict[str, Any]) -> None:
     """Template mode: load the template; name and namespace default to its own; anything the
     template itself says (replicas, router, pods...) may not also come from deploy_config."""
-    from shipyard.serving.kserve.template import load_template
+    from shipyard.serving.kserve.template import check_s3_template, load_template
 
-    template = load_template(merged["template"])
+    extra = sorted(set(merged) - TEMPLATE_KEYS)
+    if extra:
+        raise _fail(extra[0], "is set by the template in template mode",
+                    f"write it into the template, or drop the template; next to one give only {', '.join(sorted(TEMPLATE_KEYS))}")
+    raw = merged["template"]
+    if isinstance(raw, str) and raw.strip().startswith("s3://") and merged.get("name"):
+        # read when rendering (the deploy step), not in the pipeline's pre-flight, which has no S3 credentials
+        merged["template"] = check_s3_template(raw.strip())
+        return
+    template = load_template(raw)
     merged["template"] = template
     meta = template.get("metadata") or {}
     if not merged.get("name") and meta.get("name"):
         merged["name"] = meta["name"]
     if not merged.get("namespace") and meta.get("namespace"):
         merged["namespace"] = meta["namespace"]
-    extra = sorted(set(merged) - TEMPLATE_KEYS)
-    if extra:
-        raise _fail(extra[0], "is set by the template in template mode",
-                    f"write it into the template, or drop the template; next to one give only {', '.join(sorted(TEMPLATE_KEYS))}")
 
 
 def parse_quantity(value: Any, field_name: str) -> float:
@@ -372,9 +383,8 @@ def check_model_uri(uri: str, allow_mutable_tag: bool) -> str | None:
         return None
     where = "deploy_config.model_uri"
     ref = parse_reference(uri, where)
-    if ref.is_layout:
-        raise _fail("model_uri", f"{uri!r} is an OCI layout on disk, which a cluster cannot pull",
-                    "push it with the package step (registry set) and use its oci://REGISTRY/REPO@sha256:...")
+    if ref.is_layout and not ref.pinned and not allow_mutable_tag:  # run_deploy says what a layout needs
+        raise _fail("model_uri", f"{uri!r} names no digest", "write oci:///PATH@sha256:... as the package step prints it")
     require_pinned(ref, where, allow_mutable_tag=allow_mutable_tag, how_to_allow="set allow_mutable_tag")
     return ref.digest or None
 
