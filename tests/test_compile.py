@@ -99,3 +99,42 @@ def test_cluster_config_override(tmp_path: Path) -> None:
     label = spec["components"]["comp-compress"]["executorLabel"]
     assert spec["deploymentSpec"]["executors"][label]["container"]["resources"]["accelerator"]["resourceType"] == "amd.com/gpu"
     assert platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][label]["nodeSelector"]["labels"] == {"pool": "mi300"}
+
+
+def _images(path: Path) -> dict[str, str]:
+    spec = next(yaml.safe_load_all(path.read_text()))
+    return {name: ex["container"]["image"] for name, ex in spec["deploymentSpec"]["executors"].items() if "container" in ex}
+
+
+def test_one_compile_path_cpu_flavor_matches_a_fresh_cpu_interpreter(tmp_path: Path) -> None:
+    """The container rehearsal compiles in-process through shipyard.run.compile with the cpu flavor;
+    its images are the ones a fresh interpreter with SHIPYARD_IMAGE_FLAVOR=cpu gives."""
+    import os
+    import subprocess
+    import sys
+
+    from shipyard.run.container import compile_for_containers
+
+    compiled = compile_for_containers("optimize-and-deploy", tmp_path / "in-process")
+    env = dict(os.environ, SHIPYARD_IMAGE_FLAVOR="cpu")
+    subprocess.run([sys.executable, "-m", "shipyard.cli.main", "compile", "--out", str(tmp_path / "fresh"),
+                    "--pipeline", "optimize-and-deploy"], env=env, check=True, capture_output=True)
+    images = _images(compiled)
+    assert images == _images(tmp_path / "fresh" / "optimize-and-deploy.yaml")
+    assert all(image.endswith("-cpu") for image in images.values())
+
+
+def test_submit_path_compiles_with_a_cluster_config_set_later(tmp_path: Path) -> None:
+    """kfp_client.load_pipeline (submit/schedule by name) compiles through the one compile path, so a
+    cluster config given after the pipelines were imported applies."""
+    from shipyard.run.kfp_client import load_pipeline
+
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text("gpu:\n  accelerator_type: amd.com/gpu\n  accelerator_count: 2\n  node_selector: {pool: mi300}\n")
+    package = load_pipeline("optimize-and-deploy", tmp_path / "work", cluster_config=str(cfg),
+                            image_registry="registry.example.com/ml")
+    spec, platform = yaml.safe_load_all(package.path.read_text())
+    label = spec["components"]["comp-compress"]["executorLabel"]
+    assert spec["deploymentSpec"]["executors"][label]["container"]["resources"]["accelerator"]["resourceType"] == "amd.com/gpu"
+    assert platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][label]["nodeSelector"]["labels"] == {"pool": "mi300"}
+    assert all(image.startswith("registry.example.com/ml/shipyard-") for image in _images(package.path).values())

@@ -27,8 +27,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -61,14 +59,11 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_
 
 
 def compile_for_containers(pipeline: str, out_dir: Path) -> Path:
-    """Compile ``pipeline`` with the cpu-flavor images (a fresh interpreter, so the components'
-    ``base_image`` is computed with ``SHIPYARD_IMAGE_FLAVOR=cpu``)."""
-    env = dict(os.environ, SHIPYARD_IMAGE_FLAVOR="cpu")
-    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", "compile", "--out", str(out_dir),
-                           "--pipeline", pipeline], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ShipyardError("compile", f"{pipeline} did not compile: {proc.stderr.strip()[-300:]}", "fix the pipeline")
-    return out_dir / f"{pipeline}.yaml"
+    """Compile ``pipeline`` with the cpu-flavor images of the checkout as it is now (the one
+    compile path, :func:`shipyard.run.compile.compile_pipeline`)."""
+    from shipyard.run.compile import compile_pipeline
+
+    return compile_pipeline(pipeline, out_dir, image_flavor="cpu")
 
 
 def pipeline_images(compiled: Path) -> dict[str, str]:

@@ -2,99 +2,26 @@
 
 ``--out`` is a folder (``--out-file`` is for commands that write one file). It is checked before
 anything is compiled; each YAML appears whole (compiled beside it, then renamed, mode 0644),
-and a folder this command created is removed again when compiling fails.
+and a folder this command created is removed again when compiling fails. It compiles through the
+one compile path, :mod:`shipyard.run.compile` (as ``submit``, ``schedule`` and the container
+rehearsal do).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from shipyard.core.errors import FileError, file_error
-from shipyard.core.files import atomic_write_text, ensure_writable_dir
-from shipyard.pipelines import PIPELINES, get_pipeline
-from shipyard.runtimes.runtime import DEFAULT_IMAGE_REGISTRY
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str | None) -> Iterator[None]:
-    old = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if value is not None:
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
-
-
-def retarget_images(path: Path, registry: str) -> None:
-    """Point every shipyard runtime image of a compiled pipeline at ``registry``."""
-    docs = list(yaml.safe_load_all(path.read_text()))
-    current = os.environ.get("SHIPYARD_IMAGE_REGISTRY", DEFAULT_IMAGE_REGISTRY).rstrip("/") + "/shipyard-"
-    for executor in docs[0].get("deploymentSpec", {}).get("executors", {}).values():
-        container = executor.get("container", {})
-        if container.get("image", "").startswith(current):
-            container["image"] = registry.rstrip("/") + "/shipyard-" + container["image"][len(current):]
-    header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
-    atomic_write_text(path, header + yaml.safe_dump_all(docs, sort_keys=False))
-
-
-def _rebuild(pipeline: Any) -> Any:
-    """Re-run a pipeline's body so platform settings read the cluster config in force now
-    (``@dsl.pipeline`` builds the graph once, at import)."""
-    from kfp import dsl
-
-    return dsl.pipeline(name=pipeline.name, description=pipeline.description)(pipeline.pipeline_func)
+from shipyard.pipelines import PIPELINES
+from shipyard.run.compile import compile_pipelines
 
 
 def compile_all(
     out_dir: str, names: list[str] | None = None, cluster_config: str | None = None, image_registry: str | None = None
 ) -> list[Path]:
-    """Compile the named pipelines (default: all) to ``out_dir/<name>.yaml``."""
-    import tempfile
-
-    from kfp import compiler
-
-    out = ensure_writable_dir(out_dir, "--out")
-    created = not out.exists()
-    written: list[Path] = []
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with _env("SHIPYARD_CLUSTER_CONFIG", cluster_config), \
-                tempfile.TemporaryDirectory(prefix=".shipyard-compile-", dir=out) as stage:
-            for name in names or sorted(PIPELINES):
-                staged = Path(stage) / f"{name}.yaml"
-                compiler.Compiler().compile(_rebuild(get_pipeline(name)), str(staged))
-                if image_registry:
-                    retarget_images(staged, image_registry)
-                path = out / f"{name}.yaml"
-                atomic_write_text(path, staged.read_text(), field="--out")
-                written.append(path)
-    except OSError as err:
-        if created:
-            import shutil
-
-            shutil.rmtree(out, ignore_errors=True)
-        if isinstance(err, FileError):
-            raise
-        raise file_error(err, "--out", out) from None
-    except BaseException:
-        if created:
-            import shutil
-
-            shutil.rmtree(out, ignore_errors=True)
-        raise
-    return written
+    """Compile the named pipelines (default: all) to ``out_dir/<name>.yaml`` (the one compile path,
+    :func:`shipyard.run.compile.compile_pipelines`)."""
+    return compile_pipelines(out_dir, names, cluster_config=cluster_config, image_registry=image_registry)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,124 @@
+"""The one compile path: pipeline names -> KFP IR YAML, with the cluster config and the runtime
+images in force at call time.
+
+``shipyard compile``, ``shipyard submit``/``schedule`` (a pipeline name compiled on the fly,
+:mod:`shipyard.run.kfp_client`) and the container rehearsal (:mod:`shipyard.run.container`, CPU
+image flavor) all compile through :func:`compile_pipelines`:
+
+* ``cluster_config``: a cluster settings YAML (default ``SHIPYARD_CLUSTER_CONFIG`` or
+  ``pipelines/cluster.yaml``); the pipeline's body is re-run so the settings read now apply
+  (``@dsl.pipeline`` builds its graph once, at import);
+* ``image_registry``: the registry of the runtime images (default ``SHIPYARD_IMAGE_REGISTRY`` or
+  ``ghcr.io/shipyard-llm``);
+* ``image_flavor``: ``gpu`` (the cluster's) or ``cpu`` (local container runs); by default the
+  flavor in force (``SHIPYARD_IMAGE_FLAVOR``).
+
+Each YAML appears whole (compiled beside it, then renamed, mode 0644), and a folder this call
+created is removed again when compiling fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shipyard.core.errors import FileError, file_error
+from shipyard.core.files import atomic_write_text, ensure_writable_dir
+from shipyard.pipelines import PIPELINES, get_pipeline
+from shipyard.runtimes.runtime import DEFAULT_IMAGE_REGISTRY
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str | None) -> Iterator[None]:
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+def retarget_images(path: Path, registry: str | None = None, flavor: str | None = None) -> None:
+    """Point every shipyard runtime image of a compiled pipeline at ``registry`` and/or the image
+    ``flavor``'s tag (the tag the images of this checkout have now)."""
+    from shipyard.runtimes.runtime import code_digest, runtime_image
+
+    docs = list(yaml.safe_load_all(path.read_text()))
+    current = os.environ.get("SHIPYARD_IMAGE_REGISTRY", DEFAULT_IMAGE_REGISTRY).rstrip("/") + "/shipyard-"
+    if flavor:
+        code_digest.cache_clear()  # tags hash the checkout: read it as it is now
+    for executor in docs[0].get("deploymentSpec", {}).get("executors", {}).values():
+        container = executor.get("container", {})
+        image = container.get("image", "")
+        if not image.startswith(current):
+            continue
+        if flavor:
+            image = runtime_image(image[len(current):].split(":", 1)[0].split("@", 1)[0], flavor)
+        if registry:
+            image = registry.rstrip("/") + "/shipyard-" + image[len(current):]
+        container["image"] = image
+    header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+    atomic_write_text(path, header + yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def _rebuild(pipeline: Any) -> Any:
+    """Re-run a pipeline's body so platform settings read the cluster config in force now
+    (``@dsl.pipeline`` builds the graph once, at import)."""
+    from kfp import dsl
+
+    return dsl.pipeline(name=pipeline.name, description=pipeline.description)(pipeline.pipeline_func)
+
+
+def compile_pipelines(out_dir: str | os.PathLike[str], names: list[str] | None = None, *,
+                      cluster_config: str | None = None, image_registry: str | None = None,
+                      image_flavor: str | None = None, field: str = "--out") -> list[Path]:
+    """Compile the named pipelines (default: all) to ``out_dir/<name>.yaml``; ``field`` names
+    ``out_dir`` in errors."""
+    from kfp import compiler
+
+    out = ensure_writable_dir(str(out_dir), field)
+    created = not out.exists()
+    written: list[Path] = []
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with _env("SHIPYARD_CLUSTER_CONFIG", cluster_config), \
+                tempfile.TemporaryDirectory(prefix=".shipyard-compile-", dir=out) as stage:
+            for name in names or sorted(PIPELINES):
+                staged = Path(stage) / f"{name}.yaml"
+                compiler.Compiler().compile(_rebuild(get_pipeline(name)), str(staged))
+                if image_registry or image_flavor:
+                    retarget_images(staged, image_registry, image_flavor)
+                path = out / f"{name}.yaml"
+                atomic_write_text(path, staged.read_text(), field=field)
+                written.append(path)
+    except OSError as err:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        if isinstance(err, FileError):
+            raise
+        raise file_error(err, field, out) from None
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    return written
+
+
+def compile_pipeline(name: str, out_dir: str | os.PathLike[str], *, cluster_config: str | None = None,
+                     image_registry: str | None = None, image_flavor: str | None = None) -> Path:
+    """Compile one pipeline to ``out_dir/<name>.yaml`` (:func:`compile_pipelines`)."""
+    (path,) = compile_pipelines(out_dir, [name], cluster_config=cluster_config, image_registry=image_registry,
+                                image_flavor=image_flavor)
+    return path
