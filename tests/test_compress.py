@@ -60,7 +60,11 @@ def test_fp8_dynamic_is_data_free(tiny_model: Path, tmp_path: Path) -> None:
 
 def test_user_recipe_file_and_jsonl_calibration(tiny_model: Path, tmp_path: Path) -> None:
     recipe = tmp_path / "my-recipe.yaml"
-    recipe.write_text("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      targets: [Linear]\n      scheme: W4A16\n      ignore: [lm_head]\n")
+    # GPTQ 4-bit weights in groups of 16: the tiny model's K (144, 720, 528) are not multiples of
+    # the W4A16 preset's 128 (shipyard.testing.tinymodel keeps them off multiples of 32)
+    recipe.write_text("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      ignore: [lm_head]\n"
+                      "      config_groups:\n        group_0:\n          targets: [Linear]\n          weights:\n"
+                      "            {num_bits: 4, type: int, symmetric: true, strategy: group, group_size: 16}\n")
     calib = tmp_path / "calib.jsonl"
     calib.write_text("\n".join(json.dumps({"body": f"sample number {i} about cities and rivers"}) for i in range(6)))
     result = _compress(tiny_model, tmp_path / "out", recipe=str(recipe), calibration_dataset=str(calib), text_column="body",

