@@ -147,8 +147,10 @@ class PipelinePackage:
         return f"{self.name}-{self.digest[:12]}"
 
 
-def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str]) -> PipelinePackage:
-    """Compile a registered pipeline (or take a compiled file) into ``work_dir``."""
+def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str], *, cluster_config: str | None = None,
+                  image_registry: str | None = None) -> PipelinePackage:
+    """Compile a registered pipeline (or take a compiled file) into ``work_dir``, through the one
+    compile path (:mod:`shipyard.run.compile`: the cluster config and image registry in force now)."""
     path = Path(pipeline)
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
         if not path.is_file():
@@ -165,15 +167,14 @@ def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str]) -> PipelinePa
             ) from None
         data = path.read_bytes()
         return PipelinePackage(path, name, hashlib.sha256(data).hexdigest())
-    from shipyard.pipelines import PIPELINES, get_pipeline
+    from shipyard.pipelines import PIPELINES
 
     if pipeline not in PIPELINES:
         known = ", ".join(sorted(PIPELINES)) or "none registered yet"
         raise ShipyardError("PIPELINE", f"{pipeline!r} is neither a pipeline name nor a file", f"use one of: {known}")
-    from kfp import compiler
+    from shipyard.run.compile import compile_pipeline
 
-    out = Path(work_dir) / f"{pipeline}.yaml"
-    compiler.Compiler().compile(get_pipeline(pipeline), str(out))
+    out = compile_pipeline(pipeline, work_dir, cluster_config=cluster_config, image_registry=image_registry)
     import yaml
 
     name = next(d for d in yaml.safe_load_all(out.read_text()) if d)["pipelineInfo"]["name"]
