@@ -654,6 +654,13 @@ def test_template_from_s3(monkeypatch, tmp_path):
         assert without_shipyard_fields(svc) == without_shipyard_fields(user_pd_template())
         with pytest.raises(ShipyardError, match="cannot read s3://manifests/llm/none.yaml"):
             parse_config({"template": "s3://manifests/llm/none.yaml", "model_uri": URI})
+        # with a name (the pipeline always gives one) the object is read when rendering, in the deploy
+        # step; the pre-flight, which has no S3 credentials, checks the URI's form only
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+        cfg = parse_config({"template": uri, "model_uri": URI, "name": "llm"})
+        assert cfg.template == uri
+        with pytest.raises(ShipyardError, match="cannot read s3://manifests/llm/team.yaml"):
+            render(cfg)
 
 
 def _bad_template(**changes):

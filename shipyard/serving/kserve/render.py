@@ -104,18 +104,20 @@ def _kv_transfer(cfg: DeployConfig, role: str) -> dict[str, Any]:
 def vllm_arguments(cfg: DeployConfig, model_config: dict[str, Any] | None, *, role: str) -> list[str]:
     """The extra ``vllm serve`` arguments for one pool (``role``: aggregated, decode or prefill).
 
-    Precedence, lowest first: the memory planner, ``vllm_args``, the pool's own ``prefill.vllm_args``
+    Precedence, lowest first: the memory planner, the champion's serving-configuration search
+    (``tuned_vllm_args``), ``vllm_args``, the pool's own ``prefill.vllm_args``
     / ``decode.vllm_args``; the routing preset's KV-event settings and the parallelism flags are
     the deployment's own and cannot be overridden."""
     pool = cfg.prefill if role == "prefill" else cfg.decode
     merged: dict[str, Any] = {}
-    sources = (("planner", planner_args(cfg, model_config)), ("vllm_args", cfg.vllm_args),
+    sources = (("planner", planner_args(cfg, model_config)), ("tuning search", cfg.tuned_vllm_args),
+               ("vllm_args", cfg.vllm_args),
                (f"{role}.vllm_args", pool.get("vllm_args", {})))
     for where, source in sources:
         for flag, value in source.items():
             merged[normalise_flag(flag)] = value
         owned = sorted(OWNED_FLAGS & {normalise_flag(f) for f in source})
-        if owned and where != "planner":
+        if owned and where not in ("planner", "tuning search"):
             raise ShipyardError(f"deploy_config.{where}", f"--{owned[0]} is set by the deployment itself",
                                 "use tensor_parallel / data_parallel / kv_role instead of that flag")
     preset = _precise_prefix_flags(cfg)
@@ -490,7 +492,7 @@ def render_objectives(cfg: DeployConfig) -> list[dict[str, Any]]:
     Requests choose one with the header ``x-gateway-inference-objective: <name>``."""
     labels, _ = link_metadata(cfg)
     pool = cfg.pool_name
-    if cfg.template is not None and cfg.objectives:  # the template's router decides the pool
+    if isinstance(cfg.template, dict) and cfg.objectives:  # the template's router decides the pool
         scheduler = (cfg.template["spec"].get("router") or {}).get("scheduler")
         ref = ((scheduler or {}).get("pool") or {}).get("ref") or {}
         pool = ref.get("name") or (f"{cfg.name}-inference-pool" if isinstance(scheduler, dict) else None)
@@ -518,7 +520,7 @@ def render_template(cfg: DeployConfig, model_config: dict[str, Any] | None = Non
     """Template mode: the user's LLMInferenceService with every field kept, except the model URI
     (and model.name when absent), name/namespace, shipyard's lineage labels and annotations, and
     planner-sized vLLM arguments for a pool whose ``main`` container sets none."""
-    assert cfg.template is not None
+    assert isinstance(cfg.template, dict)
     doc = copy.deepcopy(cfg.template)
     meta = doc.setdefault("metadata", {})
     meta["name"], meta["namespace"] = cfg.name, cfg.namespace
@@ -565,6 +567,10 @@ def render_template(cfg: DeployConfig, model_config: dict[str, Any] | None = Non
 def render(cfg: DeployConfig, model_config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every object of the deployment: the LLMInferenceService, then any ScaledObjects and
     InferenceObjectives."""
+    if isinstance(cfg.template, str):  # an s3:// template is read here, in the deploy step
+        from shipyard.serving.kserve.template import load_template
+
+        cfg.template = load_template(cfg.template)
     if cfg.template is not None:
         return [render_template(cfg, model_config), *render_objectives(cfg)]
     return [render_llmisvc(cfg, model_config), *render_scaled_objects(cfg), *render_objectives(cfg)]

@@ -33,13 +33,22 @@ LORA_CRITICALITIES = "internal.serving.kserve.io/lora-criticalities"
 FIELD = "deploy_config.template"
 
 
+def check_s3_template(uri: str) -> str:
+    """An ``s3://BUCKET/KEY`` template URI, checked for form only (read later by :func:`load_template`)."""
+    from shipyard.models.s3 import parse_s3_uri
+
+    _, key = parse_s3_uri(uri, FIELD)
+    if not key:
+        raise ShipyardError(FIELD, f"{uri} names a bucket, not an object", "write s3://BUCKET/KEY.yaml")
+    return uri
+
+
 def read_s3_text(uri: str) -> str:
     """The text of one S3 object (credentials from the environment, as for models)."""
     from shipyard.models.s3 import client, load_config, parse_s3_uri
 
+    check_s3_template(uri)
     bucket, key = parse_s3_uri(uri, FIELD)
-    if not key:
-        raise ShipyardError(FIELD, f"{uri} names a bucket, not an object", "write s3://BUCKET/KEY.yaml")
     config = load_config()
     try:
         response = client(config).get_object(bucket, key)
@@ -157,4 +166,4 @@ def convert_v1alpha1(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["load_template", "convert_v1alpha1", "read_s3_text"]
+__all__ = ["load_template", "convert_v1alpha1", "read_s3_text", "check_s3_template"]
