@@ -145,7 +145,7 @@ def test_candidates_report_states_rule_values_margins_and_warnings(tmp_path: Pat
     assert "w8a8-int8: shipyard_arithmetic_mc acc passed the accuracy gate below min_recovery 0.99" in md
     assert "w8a8-int8: the TTFT/ITL percentiles rest on fewer than 100 requests" in md
     assert "| ttft_p99_ms | 500 |" in md and "| stderr_k | 2 |" in md
-    assert page.count("<img alt=") == 3 and "http://" not in page and "https://" not in page
+    assert page.count("<img alt=") == 4 and "http://" not in page and "https://" not in page
     _no_reprs(md)
 
 

@@ -72,8 +72,9 @@ def test_report_puts_every_candidate_side_by_side(tmp_path: Path) -> None:
     page = (tmp_path / "r.html").read_text()
     assert "data:image/png;base64," in page and "http://" not in page and "https://" not in page
     assert json.loads((tmp_path / "decision" / "selection.json").read_text())["winner"] == "w8a8-int8"
-    assert page.count("<img ") == 3 and page.count("<table") == 4  # ranking, gates, levels, metrics
-    assert report_html(select(cands, ""), cands).count("<table") == 4 and "Rule:" in report_markdown(select(cands, ""), cands)
+    assert page.count("<img ") == 4 and page.count("<table") == 5  # ranking, gates, levels, metrics, frontier
+    assert "Frontier: accuracy and goodput on the same axes" in page and "recovery against goodput per GPU" in page
+    assert report_html(select(cands, ""), cands).count("<table") == 5 and "Rule:" in report_markdown(select(cands, ""), cands)
 
 
 def test_direction_rule() -> None:

@@ -5,6 +5,7 @@ Shared by the KFP component and ``shipyard deploy``. A dry run stops after the m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,10 @@ def run_deploy(
     what ran (``{"ran": False, "why": ...}`` when nothing did)."""
     params, options = split_apply_options(deploy_config)
     verify_opts = split_verify_options(params)
+    tuned = searched_args(candidate) if candidate else {}
+    if tuned:
+        overrides = {**overrides, "tuned_vllm_args": tuned}
+        print(f"deploy: vLLM arguments from the champion's serving-configuration search: {tuned}", flush=True)
     cfg = parse_config(params, **overrides)
     record = _recorded(candidate) if candidate and verify_opts["enabled"] else None
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
@@ -165,6 +170,28 @@ def promotion_allowed(result: dict[str, Any], dry_run: bool) -> tuple[bool, str]
         return bool(checks.get("passed")), str(checks.get("reason", ""))
     why = str(checks.get("why", "no verification record"))
     return dry_run or why == "deploy_config.verify.enabled is false", f"verification did not run: {why}"
+
+
+def searched_args(candidate: str) -> dict[str, Any]:
+    """The champion's flags from the serving-configuration search (selection.json's ``serving``), as
+    ``{flag: value}`` (a bare flag maps to True); empty when the run did not search."""
+    path = Path(candidate)
+    selection = path / "selection.json" if path.is_dir() else path
+    try:
+        serving = json.loads(selection.read_text()).get("serving") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if serving.get("source") != "tuning search":
+        return {}
+    args, out = [str(a) for a in serving.get("vllm_args") or []], {}
+    i = 0
+    while i < len(args):
+        flag = args[i].lstrip("-")
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out[flag], i = args[i + 1], i + 2
+        else:
+            out[flag], i = True, i + 1
+    return out
 
 
 def _recorded(candidate: str) -> dict[str, Any]:

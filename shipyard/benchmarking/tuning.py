@@ -106,7 +106,8 @@ def parse_tuning(value: str | dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     if isinstance(value, str) and value.strip() in PRESETS:
         value = {"preset": value.strip()}
-    data = json_object(value, "tuning") if not isinstance(value, dict) else dict(value)
+    data = json_object(value, "tuning", '"local" or {"space": {"max_num_seqs": [8, 32]}}') if not isinstance(value, dict) \
+        else dict(value)
     if not data:
         return None
     preset = data.pop("preset", None)

@@ -18,7 +18,9 @@ from shipyard.benchmarking.guidellm import load_results
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.report import sample_count
+from shipyard.evaluation.garak_scan import SAFETY_DIR
 from shipyard.gates.accuracy import run_gate
+from shipyard.gates.safety import run_safety_gate
 from shipyard.gates.slo import run_slo_gate
 
 CANDIDATE_FILE = "candidate.json"
@@ -81,6 +83,17 @@ def _golden(bench_dir: str) -> dict[str, Any] | None:
         return None
 
 
+def _tuning(bench_dir: str) -> dict[str, Any] | None:
+    """The serving-configuration search of the candidate's benchmark (``tuning.json``), if it searched."""
+    from shipyard.benchmarking.tuning import load_tuning
+
+    doc = load_tuning(bench_dir)
+    if doc is None:
+        return None
+    return {"points": doc["points"], "best": doc["best"], "best_vllm_args": doc["best_vllm_args"],
+            "dropped": doc["dropped"], "skipped": doc["skipped"], "wall_seconds": doc["wall_seconds"]}
+
+
 def judge_candidate(
     recipe: str,
     base_eval: str,
@@ -92,8 +105,13 @@ def judge_candidate(
     out_dir: str,
     compress_figures: dict[str, Any] | None = None,
     model_uri: str = "",
+    safety: str = "",
 ) -> dict[str, Any]:
-    """Gate one candidate; write ``out_dir/{candidate.json, accuracy.md, slo.html, slo.md}``.
+    """Gate one candidate; write ``out_dir/{candidate.json, accuracy.md, slo.html, slo.md, safety.md}``.
+
+    ``safety``: the safety parameter; when it names probes, the safety gate
+    (:mod:`shipyard.gates.safety`) compares the garak scans in both benchmark results and a
+    blocking verdict fails the candidate like the other two gates.
 
     Returns ``{"passed", "reason", "metrics", "candidate", "accuracy_caveat", "accuracy_verdict", ...}``:
     an accuracy pass that rests on the stderr rule carries its caveat in the verdict.
@@ -107,12 +125,15 @@ def judge_candidate(
     base_levels, base_planner = _levels(base_bench)
     figures = compress_figures or {}
     gated = [r for r in accuracy["rows"] if r["gated"] and r["recovery"] is not None]
-    passed = bool(accuracy["passed"] and slo["passed"])
+    safe = run_safety_gate(str(Path(base_bench) / SAFETY_DIR), str(Path(candidate_bench) / SAFETY_DIR), safety,
+                           report_path=str(out / "safety.md"))
+    passed = bool(accuracy["passed"] and slo["passed"] and safe["passed"])
     caveat = accuracy_caveat(accuracy["rows"]) if accuracy["passed"] else ""
     if passed:
         reason = "passed both gates" + (f" (accuracy pass: {caveat})" if caveat else "")
     else:
-        reason = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo))
+        reason = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo),
+                                                                         ("safety", safe))
                            if not r["passed"])
     from shipyard.compression.recipes import recipe_label
 
@@ -135,21 +156,27 @@ def judge_candidate(
             "thresholds": accuracy.get("thresholds"),
             "rows": [{k: r.get(k) for k in ("task", "metric", "higher_is_better", "base", "candidate", "recovery",
                                             "min_recovery", "gated", "passed", "note", "base_stderr",
-                                            "candidate_stderr", "stderr_k", "decided_by", "stderr_rule")}
+                                            "candidate_stderr", "stderr_k", "decided_by", "stderr_rule", "paired")}
                      for r in accuracy["rows"]],
         },
         "slo": {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
                 "thresholds": slo.get("slo"), "rule": slo.get("rule"),
                 "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain")},
+        "safety": {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
+                   "families": safe["families"], "new_hits": len(safe["new_hits"]),
+                   "verdict": verdict(bool(safe["passed"])) if safe["enabled"] else "off"},
         "levels": levels,
         "golden": _golden(candidate_bench),
+        "tuning": _tuning(candidate_bench),
         "base_levels": base_levels,
         "planner": planner,
         "base_planner": base_planner,
     }
     atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
     metrics = {"passed": 1.0 if passed else 0.0, "accuracy_passed": 1.0 if accuracy["passed"] else 0.0,
-               "slo_passed": 1.0 if slo["passed"] else 0.0}
+               "slo_passed": 1.0 if slo["passed"] else 0.0, **safe["metrics"]}
+    if safe["enabled"]:
+        metrics["safety_passed"] = 1.0 if safe["passed"] else 0.0
     if record["accuracy"]["worst_recovery"] is not None:
         metrics["worst_recovery"] = float(record["accuracy"]["worst_recovery"])
     for lv in levels:
@@ -159,7 +186,8 @@ def judge_candidate(
         metrics["size_bytes"] = float(record["size_bytes"])
     return {"passed": passed, "reason": reason, "metrics": metrics, "candidate": record,
             "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"], "accuracy_caveat": caveat,
-            "accuracy_verdict": record["accuracy"]["verdict"], "slo_verdict": verdict(bool(slo["passed"]))}
+            "accuracy_verdict": record["accuracy"]["verdict"], "slo_verdict": verdict(bool(slo["passed"])),
+            "safety_reason": safe["reason"]}
 
 
 def load_candidate(path: str | Path) -> dict[str, Any]:

@@ -54,6 +54,10 @@ def objective_value(cand: dict[str, Any], objective: str) -> float | None:
     raise ValueError(objective)
 
 
+def _throughput(cand: dict[str, Any]) -> float | None:
+    return objective_value(cand, "throughput")
+
+
 def _sort_key(cand: dict[str, Any], order: list[str]) -> tuple[float, ...]:
     key = []
     for objective in order:
@@ -229,6 +233,9 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
         doc.table(head, table)
         doc.p("candidate score (recovery = candidate / base, or base / candidate when lower is better; "
               "stderr rule = passed below min recovery, within k standard errors).", "Cells:")
+    from shipyard.gates.frontier import add_section, frontier
+
+    add_section(doc, frontier(candidates, winner or "", _throughput), with_plot=with_plots)
     acc_cfg = _first(candidates, "accuracy", "thresholds")
     if acc_cfg:
         doc.h(2, "Accuracy thresholds").config(acc_cfg)
@@ -361,6 +368,46 @@ def report_html(result: dict[str, Any], candidates: list[dict[str, Any]], markdo
     return report_doc(result, candidates).to_html()
 
 
+DECISION_SCHEMA = "shipyard.decision/v1"
+
+
+def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], front: dict[str, Any],
+                    doc: dict[str, Any]) -> dict[str, Any]:
+    """One JSON per run: every candidate with every gate's inputs and outcome, the frontier, the
+    objective, the champion and why, its serving configuration and the statistics used."""
+    gates = []
+    for c in candidates:
+        acc, slo, safety = c.get("accuracy") or {}, c.get("slo") or {}, c.get("safety") or {}
+        gates.append({
+            "candidate": c.get("recipe"), "model_uri": c.get("model_uri"), "passed": c.get("passed"),
+            "reason": c.get("reason"),
+            "accuracy": {"passed": acc.get("passed"), "verdict": acc.get("verdict"), "thresholds": acc.get("thresholds"),
+                         "worst_recovery": acc.get("worst_recovery"),
+                         "metrics": [{k: r.get(k) for k in ("task", "metric", "base", "candidate", "recovery",
+                                                            "min_recovery", "decided_by", "paired")}
+                                     for r in acc.get("rows") or []]},
+            "slo": {"passed": slo.get("passed"), "thresholds": slo.get("thresholds"), "rule": slo.get("rule"),
+                    "reason": slo.get("reason")},
+            "safety": {"enabled": safety.get("enabled"), "passed": safety.get("passed"), "reason": safety.get("reason")},
+            "tuning": (c.get("tuning") or {}).get("best_vllm_args"),
+        })
+    return {
+        "schema": DECISION_SCHEMA,
+        "objective": result["objective"],
+        "champion": doc["winner"],
+        "why": result["reason"],
+        "serving": doc.get("serving"),
+        "candidates": gates,
+        "frontier": front,
+        "statistics": {"accuracy": "recovery = candidate / base per metric (base / candidate when lower is better); "
+                                   "stderr rule: |loss| <= k x sqrt(se_b^2 + se_c^2); paired rule: upper bound of "
+                                   "the paired bootstrap interval of the loss <= paired_max_loss; McNemar exact "
+                                   "binomial test on 0/1 metrics; evaluation parity checked first",
+                       "slo": "per load level: TTFT p99, ITL p99, output tok/s, error rate, goodput; highest "
+                              "load meeting the SLO"},
+    }
+
+
 def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, report_md: str, report_html_path: str) -> dict[str, Any]:
     """Read every candidate record, select, write ``selection.json`` and both reports.
 
@@ -379,11 +426,19 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
     doc = {k: v for k, v in result.items() if k != "winner"}
     doc["winner"] = winner.get("recipe", "")
     doc["candidates"] = candidates
+    from shipyard.gates.frontier import frontier
+
+    front = frontier(candidates, doc["winner"], _throughput)
+    doc["serving"] = {"vllm_args": front["champion"]["vllm_args"] or [],
+                      "source": "tuning search" if (winner.get("tuning") or {}).get("points") else "benchmark defaults"}
     atomic_write_text(out / "selection.json", json.dumps(doc, indent=2, default=str))
+    atomic_write_text(out / "frontier.json", json.dumps(front, indent=2, default=str))
+    atomic_write_text(out / "decision-record.json", json.dumps(decision_record(result, candidates, front, doc),
+                                                                 indent=2, default=str))
     metrics = {"candidates": float(len(candidates)), "passed": float(sum(bool(c.get("passed")) for c in candidates))}
     value = objective_value(winner, result["objective"]) if winner else None
     if value is not None:
         metrics[f"champion.{result['objective']}"] = float(value)
     return {"winner": winner.get("recipe", ""), "winner_model_uri": winner.get("model_uri", ""), "reason": result["reason"],
             "metrics": metrics, "decisions": result["decisions"], "objective": result["objective"],
-            "champion": winner}
+            "champion": winner, "serving": doc["serving"]}
