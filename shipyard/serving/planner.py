@@ -191,12 +191,27 @@ def _get(config: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+_MAX_DIM = 2**31 - 1  # far above any model's dimension or count
+
+
 def _require_int(config: dict[str, Any], *names: str) -> int:
     value = _get(config, *names)
-    if not isinstance(value, int) or value <= 0:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= _MAX_DIM:
         raise ShipyardError(
             "model config", f"no positive integer {' / '.join(names)}", "pass a decoder LLM's Hugging Face config.json"
         )
+    return value
+
+
+def _opt_int(config: dict[str, Any], *names: str, default: Any = None, minimum: int = 1) -> Any:
+    """An optional whole-number field: absent is ``default``; present, it must be at least ``minimum``
+    (a config with ``num_key_value_heads: 0`` or ``num_experts: -5`` is refused, never planned)."""
+    value = _get(config, *names, default=None)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _MAX_DIM:
+        raise ShipyardError("model config", f"{' / '.join(names)} must be a whole number >= {minimum}, got {value!r}"[:200],
+                            "fix config.json (a decoder LLM's Hugging Face config)")
     return value
 
 
@@ -269,12 +284,15 @@ def _arch(config: dict[str, Any]) -> _Arch:
     hidden = _require_int(cfg, "hidden_size", "n_embd", "d_model")
     layers = _require_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
     heads = _require_int(cfg, "num_attention_heads", "n_head", "num_heads")
-    kv_heads = _get(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads", default=None)
+    kv_heads = _opt_int(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads")
     if kv_heads is None:
         kv_heads = 1 if cfg.get("multi_query") else heads
-    head_dim = _get(cfg, "head_dim", default=None) or hidden // heads
+    head_dim = _opt_int(cfg, "head_dim") or hidden // heads
+    if head_dim < 1:
+        raise ShipyardError("model config", f"hidden_size {hidden} is smaller than num_attention_heads {heads}",
+                            "fix config.json (a decoder LLM's Hugging Face config)")
     vocab = _require_int(cfg, "vocab_size")
-    intermediate = _get(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", default=None) or 4 * hidden
+    intermediate = _opt_int(cfg, "intermediate_size", "n_inner", "ffn_hidden_size") or 4 * hidden
     mla = None
     if cfg.get("kv_lora_rank"):
         mla = {
@@ -284,17 +302,16 @@ def _arch(config: dict[str, Any]) -> _Arch:
             "qk_rope_head_dim": int(cfg.get("qk_rope_head_dim") or 64),
             "v_head_dim": int(cfg.get("v_head_dim") or head_dim),
         }
-    experts = int(_get(cfg, "num_local_experts", "n_routed_experts", "num_experts", default=0) or 0)
-    top_k = int(_get(cfg, "num_experts_per_tok", "moe_top_k", default=2 if experts else 0) or 0)
+    experts = _opt_int(cfg, "num_local_experts", "n_routed_experts", "num_experts", default=0, minimum=0)
+    top_k = _opt_int(cfg, "num_experts_per_tok", "moe_top_k", default=2 if experts else 0, minimum=0)
     moe_inter = int(_get(cfg, "moe_intermediate_size", default=intermediate) or intermediate) if experts else 0
     shared = int(cfg.get("shared_expert_intermediate_size") or 0)
     if experts and not shared and cfg.get("n_shared_experts"):
         shared = int(cfg["n_shared_experts"]) * moe_inter
     dense_layers = int(cfg.get("first_k_dense_replace") or 0) if experts else layers
     window, sliding = _sliding_layers(cfg, layers)
-    max_position = int(
-        _get(cfg, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", default=2048)
-    )
+    max_position = _opt_int(cfg, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
+                            default=2048)
     model_type = str(cfg.get("model_type") or config.get("model_type") or _type_from_architectures(config))
     return _Arch(
         model_type=model_type,
