@@ -55,7 +55,7 @@ def _cron_value(text: str, index: int) -> int:
     names = MONTHS if index == 4 else DAYS if index == 5 else {}
     if text.upper() in names:
         return names[text.upper()]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # "１２" is a digit to Python, not to KFP
         raise ValueError(f"{text!r} is not a number")
     value = int(text)
     lo, hi = CRON_RANGES[index]
@@ -66,12 +66,46 @@ def _cron_value(text: str, index: int) -> int:
     return value
 
 
+def _cron_set(text: str, index: int) -> set[int] | None:
+    """The values a checked cron field allows (None for ``*``/``?``: every value)."""
+    lo, hi = CRON_RANGES[index]
+    out: set[int] = set()
+    for part in text.split(","):
+        rng, _, step = part.partition("/")
+        if rng in ("*", "?"):
+            if not step:
+                return None
+            first, last = lo, hi
+        else:
+            bounds = [_cron_value(b, index) for b in rng.split("-")]
+            first, last = bounds[0], bounds[-1] if len(bounds) == 2 or step else bounds[0]
+            if step and len(bounds) == 1:
+                last = hi
+        out.update(range(first, last + 1, int(step) if step else 1))
+    return out
+
+
+#: the most days each month has (February: 29)
+_MONTH_DAYS = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
+
+
+def _check_fires(fields: list[str], expr: str) -> None:
+    """Refuse a schedule whose day-of-month never occurs in its months (``0 0 30 2 *``: never)."""
+    days, months, weekdays = _cron_set(fields[3], 3), _cron_set(fields[4], 4), _cron_set(fields[5], 5)
+    if days is None or weekdays is not None:
+        return  # every day, or a weekday rule that can fire on its own
+    months = months if months is not None else set(_MONTH_DAYS)
+    if not any(day <= _MONTH_DAYS[month] for day in days for month in months):
+        raise ShipyardError("--cron", f"{expr!r} never fires (day {min(days)} does not occur in month(s) "
+                            f"{', '.join(map(str, sorted(months)))})", "pick a day that exists in those months")
+
+
 def _check_cron_field(text: str, index: int) -> None:
     if not text:
         raise ValueError("empty field")
     for part in text.split(","):
         rng, slash, step = part.partition("/")
-        if slash and (not step.isdigit() or int(step) == 0):
+        if slash and (not (step.isascii() and step.isdigit()) or int(step) == 0):
             raise ValueError(f"step {step!r} must be a positive number")
         if rng == "?":
             if index not in (3, 5):
@@ -113,21 +147,27 @@ def to_kfp_cron(expr: str) -> str:
                 "--cron", f"{CRON_FIELDS[index]} field {value!r} in {expr!r} is invalid: {err}",
                 "fields are sec min hour dom month dow with *, ?, lists, ranges and /steps",
             ) from None
+    _check_fires(fields, expr)
     return " ".join(fields)
 
 
 def parse_duration(text: str) -> int:
     """``90s``, ``30m``, ``6h``, ``1d``, ``1w``, ``1h30m`` or plain seconds -> seconds (> 0)."""
     raw = (text or "").strip().lower()
+    if not raw.isascii() or len(raw) > 40:
+        raise ShipyardError("--every", f"{text!r}"[:60] + " is not a duration", "use e.g. 30m, 6h, 1d, 1w or 1h30m "
+                            "(ASCII digits)")
     if raw.isdigit():
         seconds = int(raw)
     else:
-        parts = re.findall(r"(\d+)([smhdw])", raw)
+        parts = re.findall(r"([0-9]+)([smhdw])", raw)
         if not parts or "".join(n + u for n, u in parts) != raw:
             raise ShipyardError("--every", f"{text!r} is not a duration", "use e.g. 30m, 6h, 1d, 1w or 1h30m")
         seconds = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
     if seconds <= 0:
         raise ShipyardError("--every", "must be longer than zero")
+    if seconds > 2**63 - 1:  # KFP's interval_second is an int64
+        raise ShipyardError("--every", f"{seconds} s is beyond what KFP can store (int64)", "use e.g. 1d or 1w")
     return seconds
 
 
