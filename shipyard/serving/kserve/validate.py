@@ -73,9 +73,12 @@ def upstream_dir() -> Path:
     return SCHEMAS_DIR
 
 
-def _load_yaml_all(text: str) -> list[Any]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]
+def _load_yaml_all(text: str, source: str = "manifest") -> list[Any]:
+    """Every document, strictly: a key given twice (which Kubernetes would silently resolve to the
+    last), an alias bomb or too-deep nesting raises a one-line ShipyardError naming ``source``."""
+    from shipyard.core.jsonargs import load_yaml
+
+    return [doc for doc in load_yaml(text, source, all_documents=True) if doc is not None]
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,7 +89,8 @@ def _crd_index() -> dict[tuple[str, str, str], dict[str, Any]]:
         text = path.read_text()
         if "kind: CustomResourceDefinition" not in text:
             continue
-        for doc in _load_yaml_all(text):
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # vendored upstream files: the fast loader
+        for doc in yaml.load_all(text, Loader=loader):
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]
@@ -412,10 +416,16 @@ def validate_file(path: str | os.PathLike[str]) -> list[Problem]:
     path = Path(path)
     if str(path) != "-" and not path.exists():
         raise ShipyardError(str(path), "does not exist", "give a YAML manifest file")
+    from shipyard.core.jsonargs import read_text
+
     try:
-        docs = _load_yaml_all(sys.stdin.read() if str(path) == "-" else path.read_text())
+        docs = _load_yaml_all(sys.stdin.read() if str(path) == "-" else read_text(path, str(path)), str(path))
     except yaml.YAMLError as err:
         return [Problem(str(path), "", f"not valid YAML: {str(err).splitlines()[0]}")]
+    except ShipyardError as err:
+        if "given twice" not in err.problem:
+            raise
+        return [Problem(str(path), "", err.problem)]
     if not docs:
         return [Problem(str(path), "", "holds no objects")]
     return validate_documents(docs, str(path))
