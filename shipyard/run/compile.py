@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from shipyard.core.errors import FileError, file_error
+from shipyard.core.errors import FileError, ShipyardError, file_error
 from shipyard.core.files import atomic_write_text, ensure_writable_dir
 from shipyard.pipelines import PIPELINES, get_pipeline
 from shipyard.runtimes.runtime import DEFAULT_IMAGE_REGISTRY
@@ -81,6 +82,23 @@ def _rebuild(pipeline: Any) -> Any:
     return dsl.pipeline(name=pipeline.name, description=pipeline.description)(pipeline.pipeline_func)
 
 
+_IMAGE_REGISTRY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+
+
+def check_image_registry(value: str | None, field: str = "--image-registry") -> None:
+    """``host[:port][/path]`` as image names start (``quay.io/org``): no scheme (``https://``), no
+    credentials, no tag, lowercase path; else image names would be written that cannot be pulled."""
+    if value is None:
+        return
+    text = value.strip().rstrip("/")
+    if "://" in text:
+        raise ShipyardError(field, f"{value!r} has a URL scheme; image names have none"[:200],
+                            f"write it as image names start, e.g. {text.split('://', 1)[1] or 'quay.io/org'}")
+    if "@" in text or not _IMAGE_REGISTRY.match(text):
+        raise ShipyardError(field, f"{value!r} is not a registry prefix of image names"[:200],
+                            "write host[:port][/path] in lowercase, e.g. quay.io/org or 127.0.0.1:5000/team")
+
+
 def compile_pipelines(out_dir: str | os.PathLike[str], names: list[str] | None = None, *,
                       cluster_config: str | None = None, image_registry: str | None = None,
                       image_flavor: str | None = None, field: str = "--out") -> list[Path]:
@@ -88,6 +106,7 @@ def compile_pipelines(out_dir: str | os.PathLike[str], names: list[str] | None =
     ``out_dir`` in errors."""
     from kfp import compiler
 
+    check_image_registry(image_registry)
     out = ensure_writable_dir(str(out_dir), field)
     created = not out.exists()
     written: list[Path] = []
