@@ -43,7 +43,8 @@ def evaluate_hf(
     )
     record_outputs(out, metrics=metrics, artifact=results)
     run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
-                                                   "summary.json": f"{results.path}/summary.json"})
+                                                   "summary.json": f"{results.path}/summary.json",
+                                                   "samples": f"{results.path}/samples"})
     run.finish()
     if run.payload():
         results.metadata[PENDING_KEY] = run.payload()

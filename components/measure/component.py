@@ -62,7 +62,8 @@ def measure_vllm(
     print(f"one vLLM server for eval and benchmark: started in {out['server']['startup_seconds']} s", flush=True)
     for run, artifact, figures, files in (
         (eval_run, eval_results, out["eval"]["metrics"], {"table.md": eval_table.path,
-                                                          "summary.json": f"{eval_results.path}/summary.json"}),
+                                                          "summary.json": f"{eval_results.path}/summary.json",
+                                                          "samples": f"{eval_results.path}/samples"}),
         (bench_run, results, out["bench"]["metrics"], {"summary.md": summary.path,
                                                        "results.json": f"{results.path}/results.json",
                                                        **safety_files(results.path)}),
