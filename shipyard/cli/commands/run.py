@@ -22,11 +22,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
+#: top-level folders a run never fills (``--work-dir /usr``)
+_SYSTEM_DIRS = frozenset({"bin", "boot", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "root", "run", "sbin",
+                          "srv", "sys", "tmp", "usr", "var", "mnt", "media", "work"})
+
+
 def _run(args: argparse.Namespace) -> int:
     if not args.local:
         raise ShipyardError("--local", "only local runs are started by `shipyard run`", "add --local, or use `shipyard submit --host URL`")
+    from pathlib import Path
+
     from shipyard.core.files import ensure_writable_dir
 
+    work = Path(args.work_dir).expanduser().resolve()
+    if work == Path(work.anchor) or work == Path.home().resolve() or (
+            work.parent == Path(work.anchor) and work.name in _SYSTEM_DIRS):
+        raise ShipyardError("--work-dir", f"{work} is a system or home folder; a run fills its work dir with "
+                            "pipeline-root/, logs and run-summary.json", "give a folder of its own, e.g. ./shipyard-run")
     ensure_writable_dir(args.work_dir, "--work-dir")  # a read-only or bad work dir fails before any work
     if args.runner == "container":
         from shipyard.run.container import format_rehearsal, run_container
