@@ -544,6 +544,148 @@ def _positive(name: str, value: float | None, fix: str) -> None:
 
 
 # --------------------------------------------------------------------------- the plan
+def _tokens_per_request(a: _Arch, length: int) -> int:
+    """Full-attention-layer-equivalent KV tokens one request of ``length`` tokens needs."""
+    if not a.sliding_window or not a.sliding_layers:
+        return length
+    window = min(length, a.sliding_window + BLOCK_SIZE)
+    full = a.layers - a.sliding_layers
+    return math.ceil((full * length + a.sliding_layers * window) / a.layers)
+
+
+@dataclass(frozen=True)
+class _Sizing:
+    """What one tensor-parallel option is sized from (everything but the option and the context)."""
+
+    arch: _Arch
+    weights: int
+    dtype_bytes: float
+    kv_bytes: float
+    batched: int
+    max_num_seqs: int
+    enforce_eager: bool
+    kv_cache_memory_bytes: int | None
+    requested: int
+    wanted: int
+
+    def evaluate(self, tp: int, max_model_len: int) -> dict[str, Any]:
+        """The memory of one GPU at tensor-parallel size ``tp``, and whether ``wanted`` sequences fit."""
+        a = self.arch
+        w_gpu = math.ceil(self.weights / tp)
+        act = _activation_peak(a, self.dtype_bytes, self.batched, self.max_num_seqs, tp)
+        non_torch = NON_TORCH_BYTES + (NCCL_BYTES if tp > 1 else 0)
+        graphs = 0 if self.enforce_eager else CUDAGRAPH_BYTES
+        per_tok_gpu = int(_kv_layer_bytes(a, self.kv_bytes, tp) * a.layers)
+        if self.kv_cache_memory_bytes is not None:
+            kv_gpu = int(self.kv_cache_memory_bytes)
+        else:
+            kv_gpu = self.requested - w_gpu - non_torch - act - graphs
+        blocks = max(0, kv_gpu) // (BLOCK_SIZE * per_tok_gpu) if per_tok_gpu else 0
+        tokens = blocks * BLOCK_SIZE
+        need_tokens = self.wanted * _tokens_per_request(a, max_model_len)
+        concurrency = tokens / _tokens_per_request(a, max_model_len) if max_model_len else 0.0
+        short_gpu = max(0, need_tokens * per_tok_gpu - max(0, kv_gpu)) + max(0, -kv_gpu)
+        if self.kv_cache_memory_bytes is not None:
+            short_gpu = max(0, need_tokens * per_tok_gpu - kv_gpu)
+        return {
+            "tensor_parallel_size": tp,
+            "weights_bytes_per_gpu": w_gpu,
+            "activation_peak_bytes": act,
+            "non_torch_bytes": non_torch,
+            "cudagraph_bytes": graphs,
+            "kv_bytes_per_token_per_gpu": per_tok_gpu,
+            "kv_cache_bytes_per_gpu": max(0, kv_gpu),
+            "kv_cache_tokens": tokens,
+            "max_concurrency": round(concurrency, 2),
+            "weights_fit": kv_gpu > 0,
+            "fits": kv_gpu > 0 and concurrency >= self.wanted,
+            "shortfall_bytes_per_gpu": int(short_gpu),
+        }
+
+
+def _check_plan_inputs(gpu_memory_gib: float, gpu_count: int, max_num_seqs: int, max_model_len: int | None,
+                       wanted_concurrency: int | None, max_num_batched_tokens: int | None,
+                       gpu_memory_utilization: float) -> None:
+    _positive("gpu_memory_gib", gpu_memory_gib, "pass the GPU's memory in GiB, e.g. 80")
+    _positive("gpu_count", gpu_count, "pass 1 or more GPUs")
+    _positive("max_num_seqs", max_num_seqs, "pass 1 or more")
+    _positive("max_model_len", max_model_len, "pass a positive context length or none")
+    _positive("wanted_concurrency", wanted_concurrency, "pass 1 or more concurrent sequences or none")
+    _positive("max_num_batched_tokens", max_num_batched_tokens, "pass a positive token count or none")
+    if not isinstance(gpu_memory_utilization, int | float) or not 0 < gpu_memory_utilization <= 1:
+        raise ShipyardError(
+            "gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}", "use e.g. 0.9"
+        )
+
+
+def _tp_sizes(a: _Arch, gpu_count: int, tensor_parallel_size: int | None) -> list[int]:
+    """The tensor-parallel sizes to try: the one asked for, else every power of two the GPUs and heads allow."""
+    if tensor_parallel_size is not None:
+        _positive("tensor_parallel_size", tensor_parallel_size, "pass 1 or more")
+        if tensor_parallel_size > gpu_count:
+            raise ShipyardError(
+                "tensor_parallel_size", f"{tensor_parallel_size} exceeds gpu_count {gpu_count}", "raise --gpu-count"
+            )
+        return [tensor_parallel_size]
+    return [tp for tp in (1, 2, 4, 8, 16, 32, 64) if tp <= gpu_count and a.heads % tp == 0] or [1]
+
+
+def _fitting_context(sizing: _Sizing, options: list[dict[str, Any]]) -> int | None:
+    """The longest max-model-len whose ``wanted`` sequences fit the first option that holds the
+    weights, or None when none does."""
+    best = next((o for o in options if o["weights_fit"]), None)
+    wanted = sizing.wanted
+    if best is None or best["kv_cache_tokens"] < wanted * BLOCK_SIZE:
+        return None
+    fit_len = best["kv_cache_tokens"] // wanted
+    fit_len = fit_len // 256 * 256 if fit_len >= 512 else fit_len // BLOCK_SIZE * BLOCK_SIZE
+    while fit_len > BLOCK_SIZE and _tokens_per_request(sizing.arch, fit_len) * wanted > best["kv_cache_tokens"]:
+        fit_len -= BLOCK_SIZE
+    return fit_len
+
+
+def _model_notes(config: dict[str, Any], a: _Arch, kv_cache_dtype: str) -> tuple[list[str], str]:
+    """Notes about the model itself (an estimated architecture, an FP8 KV scheme, sliding windows)
+    and the reason the figures are estimated ("" when they are not)."""
+    notes: list[str] = []
+    estimated = estimated_reason(config)
+    if estimated:
+        notes.append(estimated)
+    if kv_cache_dtype == "auto" and isinstance(_text_config(config).get("quantization_config"), dict):
+        qcfg = _text_config(config)["quantization_config"]
+        if qcfg.get("kv_cache_scheme"):
+            notes.append("the checkpoint has an FP8 KV cache scheme: pass --kv-cache-dtype fp8 to use it")
+    if a.sliding_layers:
+        notes.append(
+            f"{a.sliding_layers} of {a.layers} layers use a {a.sliding_window}-token sliding window; "
+            "token figures count full-attention-equivalent tokens"
+        )
+    return notes, estimated
+
+
+def _plan_vllm_args(tp: int, gpu_memory_utilization: float, max_model_len: int, max_num_seqs: int,
+                    max_num_batched_tokens: int | None, kv_cache_dtype: str, dtype: str,
+                    kv_cache_memory_bytes: int | None, enforce_eager: bool) -> dict[str, Any]:
+    """The vLLM arguments that reproduce the plan (only the ones that differ from vLLM's defaults)."""
+    vllm_args: dict[str, Any] = {
+        "--tensor-parallel-size": tp,
+        "--gpu-memory-utilization": gpu_memory_utilization,
+        "--max-model-len": int(max_model_len),
+        "--max-num-seqs": int(max_num_seqs),
+    }
+    if max_num_batched_tokens is not None:
+        vllm_args["--max-num-batched-tokens"] = int(max_num_batched_tokens)
+    if kv_cache_dtype != "auto":
+        vllm_args["--kv-cache-dtype"] = kv_cache_dtype
+    if dtype != "auto":
+        vllm_args["--dtype"] = dtype
+    if kv_cache_memory_bytes is not None:
+        vllm_args["--kv-cache-memory-bytes"] = int(kv_cache_memory_bytes)
+    if enforce_eager:
+        vllm_args["--enforce-eager"] = True
+    return vllm_args
+
+
 def plan_memory(
     config: dict[str, Any],
     *,
@@ -569,16 +711,8 @@ def plan_memory(
     ``VLLM_CPU_KVCACHE_SPACE`` GiB). ``max_model_len`` defaults to the config's context length,
     lowered to what fits (with a note) when that is too long for even one sequence.
     """
-    _positive("gpu_memory_gib", gpu_memory_gib, "pass the GPU's memory in GiB, e.g. 80")
-    _positive("gpu_count", gpu_count, "pass 1 or more GPUs")
-    _positive("max_num_seqs", max_num_seqs, "pass 1 or more")
-    _positive("max_model_len", max_model_len, "pass a positive context length or none")
-    _positive("wanted_concurrency", wanted_concurrency, "pass 1 or more concurrent sequences or none")
-    _positive("max_num_batched_tokens", max_num_batched_tokens, "pass a positive token count or none")
-    if not isinstance(gpu_memory_utilization, int | float) or not 0 < gpu_memory_utilization <= 1:
-        raise ShipyardError(
-            "gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}", "use e.g. 0.9"
-        )
+    _check_plan_inputs(gpu_memory_gib, gpu_count, max_num_seqs, max_model_len, wanted_concurrency,
+                       max_num_batched_tokens, gpu_memory_utilization)
     a = _arch(config)
     dtype_name, dtype_bytes = _model_dtype(config, dtype)
     scheme = _weight_scheme(config, dtype_bytes, a.hidden)
@@ -598,72 +732,21 @@ def plan_memory(
     batched = int(max_num_batched_tokens or default_max_num_batched_tokens(gpu_memory_gib))
     gpu_bytes = int(gpu_memory_gib * GIB)
     requested = int(gpu_bytes * gpu_memory_utilization)
-
-    def tokens_per_request(length: int) -> int:
-        """Full-attention-layer-equivalent KV tokens one request of ``length`` tokens needs."""
-        if not a.sliding_window or not a.sliding_layers:
-            return length
-        window = min(length, a.sliding_window + BLOCK_SIZE)
-        full = a.layers - a.sliding_layers
-        return math.ceil((full * length + a.sliding_layers * window) / a.layers)
-
-    def evaluate(tp: int) -> dict[str, Any]:
-        w_gpu = math.ceil(weights / tp)
-        act = _activation_peak(a, dtype_bytes, batched, max_num_seqs, tp)
-        non_torch = NON_TORCH_BYTES + (NCCL_BYTES if tp > 1 else 0)
-        graphs = 0 if enforce_eager else CUDAGRAPH_BYTES
-        per_tok_gpu = int(_kv_layer_bytes(a, kv_bytes, tp) * a.layers)
-        if kv_cache_memory_bytes is not None:
-            kv_gpu = int(kv_cache_memory_bytes)
-        else:
-            kv_gpu = requested - w_gpu - non_torch - act - graphs
-        blocks = max(0, kv_gpu) // (BLOCK_SIZE * per_tok_gpu) if per_tok_gpu else 0
-        tokens = blocks * BLOCK_SIZE
-        need_tokens = wanted * tokens_per_request(max_model_len)
-        concurrency = tokens / tokens_per_request(max_model_len) if max_model_len else 0.0
-        short_gpu = max(0, need_tokens * per_tok_gpu - max(0, kv_gpu)) + max(0, -kv_gpu)
-        if kv_cache_memory_bytes is not None:
-            short_gpu = max(0, need_tokens * per_tok_gpu - kv_gpu)
-        return {
-            "tensor_parallel_size": tp,
-            "weights_bytes_per_gpu": w_gpu,
-            "activation_peak_bytes": act,
-            "non_torch_bytes": non_torch,
-            "cudagraph_bytes": graphs,
-            "kv_bytes_per_token_per_gpu": per_tok_gpu,
-            "kv_cache_bytes_per_gpu": max(0, kv_gpu),
-            "kv_cache_tokens": tokens,
-            "max_concurrency": round(concurrency, 2),
-            "weights_fit": kv_gpu > 0,
-            "fits": kv_gpu > 0 and concurrency >= wanted,
-            "shortfall_bytes_per_gpu": int(short_gpu),
-        }
-
-    if tensor_parallel_size is not None:
-        _positive("tensor_parallel_size", tensor_parallel_size, "pass 1 or more")
-        if tensor_parallel_size > gpu_count:
-            raise ShipyardError(
-                "tensor_parallel_size", f"{tensor_parallel_size} exceeds gpu_count {gpu_count}", "raise --gpu-count"
-            )
-        tps = [tensor_parallel_size]
-    else:
-        tps = [tp for tp in (1, 2, 4, 8, 16, 32, 64) if tp <= gpu_count and a.heads % tp == 0] or [1]
-    options = [evaluate(tp) for tp in tps]
+    sizing = _Sizing(a, weights, dtype_bytes, kv_bytes, batched, max_num_seqs, enforce_eager, kv_cache_memory_bytes,
+                     requested, wanted)
+    tps = _tp_sizes(a, gpu_count, tensor_parallel_size)
+    options = [sizing.evaluate(tp, max_model_len) for tp in tps]
     chosen = next((o for o in options if o["fits"]), None)
     if chosen is None and not explicit_len:
         # the config's context is too long: take the longest max-model-len that fits
-        best = next((o for o in options if o["weights_fit"]), None)
-        if best is not None and best["kv_cache_tokens"] >= wanted * BLOCK_SIZE:
-            fit_len = best["kv_cache_tokens"] // wanted
-            fit_len = fit_len // 256 * 256 if fit_len >= 512 else fit_len // BLOCK_SIZE * BLOCK_SIZE
-            while fit_len > BLOCK_SIZE and tokens_per_request(fit_len) * wanted > best["kv_cache_tokens"]:
-                fit_len -= BLOCK_SIZE
+        fit_len = _fitting_context(sizing, options)
+        if fit_len is not None:
             notes.append(
                 f"the config's context of {max_model_len:,} tokens does not fit {wanted} sequence(s); "
                 f"max-model-len lowered to {fit_len:,}"
             )
             max_model_len = fit_len
-            options = [evaluate(tp) for tp in tps]
+            options = [sizing.evaluate(tp, max_model_len) for tp in tps]
             chosen = next((o for o in options if o["fits"]), None)
     if chosen is None:
         chosen = options[-1]
@@ -674,35 +757,9 @@ def plan_memory(
             )
         else:
             notes.append(f"the KV cache holds {chosen['max_concurrency']}x, less than the wanted {wanted}x")
-    estimated = estimated_reason(config)
-    if estimated:
-        notes.append(estimated)
-    if kv_cache_dtype == "auto" and isinstance(_text_config(config).get("quantization_config"), dict):
-        qcfg = _text_config(config)["quantization_config"]
-        if qcfg.get("kv_cache_scheme"):
-            notes.append("the checkpoint has an FP8 KV cache scheme: pass --kv-cache-dtype fp8 to use it")
-    if a.sliding_layers:
-        notes.append(
-            f"{a.sliding_layers} of {a.layers} layers use a {a.sliding_window}-token sliding window; "
-            "token figures count full-attention-equivalent tokens"
-        )
+    model_notes, estimated = _model_notes(config, a, kv_cache_dtype)
+    notes += model_notes
     tp = chosen["tensor_parallel_size"]
-    vllm_args: dict[str, Any] = {
-        "--tensor-parallel-size": tp,
-        "--gpu-memory-utilization": gpu_memory_utilization,
-        "--max-model-len": int(max_model_len),
-        "--max-num-seqs": int(max_num_seqs),
-    }
-    if max_num_batched_tokens is not None:
-        vllm_args["--max-num-batched-tokens"] = int(max_num_batched_tokens)
-    if kv_cache_dtype != "auto":
-        vllm_args["--kv-cache-dtype"] = kv_cache_dtype
-    if dtype != "auto":
-        vllm_args["--dtype"] = dtype
-    if kv_cache_memory_bytes is not None:
-        vllm_args["--kv-cache-memory-bytes"] = int(kv_cache_memory_bytes)
-    if enforce_eager:
-        vllm_args["--enforce-eager"] = True
     fits = bool(chosen["fits"])
     return MemoryPlan(
         model_type=a.model_type,
@@ -736,7 +793,8 @@ def plan_memory(
         shortfall_bytes_per_gpu=0 if fits else chosen["shortfall_bytes_per_gpu"],
         sliding_window=a.sliding_window,
         sliding_window_layers=a.sliding_layers,
-        vllm_args=vllm_args,
+        vllm_args=_plan_vllm_args(tp, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
+                                  kv_cache_dtype, dtype, kv_cache_memory_bytes, enforce_eager),
         notes=notes,
         tp_options=options,
         estimated=bool(estimated),
