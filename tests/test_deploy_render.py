@@ -595,6 +595,19 @@ def test_template_objectives_use_the_template_pool():
         render(parse_config({"template": template, "model_uri": URI, "objectives": [{"name": "premium"}]}))
 
 
+def test_template_takes_tuned_args_only_where_it_sets_none_and_never_over_base_refs():
+    template = user_pd_template()
+    tuned = {"max-num-batched-tokens": 4096, "enable-chunked-prefill": True}
+    (svc,) = render(parse_config({"template": template, "model_uri": URI, "tuned_vllm_args": tuned}))
+    assert svc["spec"]["template"] == template["spec"]["template"]
+    added = vllm_args(svc["spec"]["prefill"]["template"])
+    assert flag(added, "--max-num-batched-tokens") == "4096" and "--enable-chunked-prefill" in added
+    template["spec"]["baseRefs"] = [{"name": "team-pd-config"}]  # it may set VLLM_ADDITIONAL_ARGS itself
+    (svc,) = render(parse_config({"template": template, "model_uri": URI, "tuned_vllm_args": tuned,
+                                  "gpu_memory_gib": 80}), LLAMA_CONFIG)
+    assert without_shipyard_fields(svc) == without_shipyard_fields(template)
+
+
 def test_template_model_name_defaults_to_the_service_name():
     template = user_pd_template()
     del template["spec"]["model"]["name"]

@@ -39,7 +39,7 @@ OBJECTIVE_KEYS = {"name", "priority", "pool"}
 # What deploy_config may set next to a template: where the service goes, which model, lineage, sizing.
 TEMPLATE_KEYS = {"name", "namespace", "model_uri", "template", "served_model_name", "model_name", "allow_mutable_tag",
                  "labels", "annotations", "mlflow_model_name", "mlflow_model_version", "oci_digest", "pipeline_run_id",
-                 "planner", "gpu_memory_gib", "objectives"}
+                 "planner", "gpu_memory_gib", "objectives", "tuned_vllm_args"}
 QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
 QUANTITY_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "n": 1e-9, "u": 1e-6,
                   "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}

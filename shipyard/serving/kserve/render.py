@@ -519,7 +519,8 @@ def _has_vllm_args(container: dict[str, Any]) -> bool:
 def render_template(cfg: DeployConfig, model_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Template mode: the user's LLMInferenceService with every field kept, except the model URI
     (and model.name when absent), name/namespace, shipyard's lineage labels and annotations, and
-    planner-sized vLLM arguments for a pool whose ``main`` container sets none."""
+    planner-sized (and tuning-search) vLLM arguments for a pool whose ``main`` container sets none,
+    in a template without baseRefs."""
     assert isinstance(cfg.template, dict)
     doc = copy.deepcopy(cfg.template)
     meta = doc.setdefault("metadata", {})
@@ -534,7 +535,9 @@ def render_template(cfg: DeployConfig, model_config: dict[str, Any] | None = Non
         model["name"] = cfg.served_name
     else:
         model.setdefault("name", cfg.name)
-    if model_config is not None:
+    if (model_config is not None or cfg.tuned_vllm_args) and not spec.get("baseRefs"):
+        # With baseRefs a referenced LLMInferenceServiceConfig may set VLLM_ADDITIONAL_ARGS, which an
+        # entry here would replace: shipyard then adds nothing.
         pools = [(spec, spec.get("parallelism") or {})]
         if isinstance(spec.get("prefill"), dict):
             pools.append((spec["prefill"], spec["prefill"].get("parallelism") or {}))
@@ -547,16 +550,18 @@ def render_template(cfg: DeployConfig, model_config: dict[str, Any] | None = Non
             main = next((c for c in containers if c.get("name") == "main"), None)
             if main is not None and _has_vllm_args(main):
                 continue  # the template's own arguments win; shipyard adds nothing
-            args = planner_args(sized, model_config)
-            if not args:
-                continue
+            args = {normalise_flag(k): v for k, v in planner_args(sized, model_config).items()}
+            args.update({normalise_flag(k): v for k, v in cfg.tuned_vllm_args.items()
+                         if normalise_flag(k) not in OWNED_FLAGS})
             flags: list[str] = []
             for flag, value in args.items():
                 if value is False or value is None:
                     continue
-                flags.append(f"--{normalise_flag(flag)}")
+                flags.append(f"--{flag}")
                 if value is not True:
                     flags.append(str(value))
+            if not flags:
+                continue
             if main is None:
                 main = {"name": "main"}
                 containers.append(main)
