@@ -759,6 +759,8 @@ def _bad_template(**changes):
         ({"template": _bad_template(replicaz=2)}, "deploy_config.template", "replicaz"),
         ({"template": {**user_pd_template(), "kind": "InferenceService"}}, "deploy_config.template", "not an LLMInferenceService"),
         ({"template": "a: [b"}, "deploy_config.template", "not valid YAML"),
+        ({"template": "apiVersion: serving.kserve.io/v1alpha2\nkind: LLMInferenceService\nmetadata: {name: a}\n"
+                      "spec: {replicas: 1, replicas: 2}\n"}, "deploy_config.template", "given twice"),
         ({"template": "/path/to/llm.yaml"}, "deploy_config.template", "not an LLMInferenceService"),
         ({"template": 42}, "deploy_config.template", "not an LLMInferenceService"),
         ({"template": "s3://bucket-only"}, "deploy_config.template", "names a bucket"),

@@ -70,10 +70,12 @@ def _template(path: str) -> Any:
     file = Path(path)
     if not file.is_file():
         raise ShipyardError("--template", f"{path} is not a file", "give your LLMInferenceService YAML file")
+    from shipyard.core.jsonargs import read_text
+
     try:
-        return file.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ShipyardError("--template", f"cannot read {path}: {err}", "give a readable YAML file") from None
+        return read_text(file, "--template")
+    except OSError as err:
+        raise ShipyardError("--template", f"cannot read {path}: {err.strerror}", "give a readable YAML file") from None
 
 
 @contextlib.contextmanager

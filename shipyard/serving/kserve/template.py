@@ -77,8 +77,10 @@ def load_template(template: Any) -> dict[str, Any]:
         if template.strip().startswith("s3://"):
             source = template.strip()
             text = read_s3_text(source)
-        try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        from shipyard.core.jsonargs import load_yaml
+
+        try:  # strict: a key given twice (which Kubernetes would resolve to the last) is refused
+            docs = [d for d in load_yaml(text, FIELD, all_documents=True) if d is not None]
         except yaml.YAMLError as err:
             raise ShipyardError(FIELD, f"{source} is not valid YAML: {str(err).splitlines()[0]}",
                                 "give an LLMInferenceService manifest") from None
