@@ -17,10 +17,21 @@ number of GETs since its generation changed.
 
 Faults: ``forbid(method, plural)`` answers 403; ``delay(method, seconds)`` holds the answer (a
 PATCH is committed first, as a slow API server may do) so that client timeouts fire.
+
+A whole cluster, for ``shipyard check`` and the rehearsal of a namespace layout: ``load(docs)``
+stores what ``kubectl apply`` would (the objects ``manifests/`` builds, per namespace: Secrets,
+Services, Roles, RoleBindings, ...), ``add_node`` GPU nodes, ``install_kserve(version)`` the
+controller Deployment whose image tag names the version. ``groups`` chooses the served API groups
+and versions (e.g. KServe serving only ``v1alpha1``, or no LeaderWorkerSet CRD). Tokens map to
+users (``users``); with ``enforce_rbac`` every namespaced request of a user who is not an admin is
+authorized from the stored Roles and RoleBindings (and ClusterRoles and ClusterRoleBindings), as
+the API server's RBAC authorizer does, so a verb the Role lacks is a 403; ``SubjectAccessReview``
+and ``SelfSubjectAccessReview`` answer from the same rules.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -49,6 +60,31 @@ GROUPS: dict[str, dict[str, Any]] = {
                                       "resources": [("inferenceobjectives", "InferenceObjective", "")]},
 }
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+#: API groups a complete install serves for every deploy option (KServe v0.20 + its dependencies)
+FULL_INSTALL_GROUPS: dict[str, dict[str, Any]] = {
+    **GROUPS,
+    "leaderworkerset.x-k8s.io": {"versions": ["v1"], "resources": [("leaderworkersets", "LeaderWorkerSet", "lws")]},
+    "gateway.networking.k8s.io": {"versions": ["v1", "v1beta1"], "resources": [
+        ("gateways", "Gateway", "gtw"), ("httproutes", "HTTPRoute", "httproute")]},
+    "inference.networking.k8s.io": {"versions": ["v1"], "resources": [("inferencepools", "InferencePool", "infpool")]},
+    "inference.networking.x-k8s.io": {"versions": ["v1alpha2"], "resources": [
+        ("inferenceobjectives", "InferenceObjective", "infobj")]},
+    "llmd.ai": {"versions": ["v1alpha1"], "resources": [("variantautoscalings", "VariantAutoscaling", "va")]},
+}
+#: kind -> (plural, namespaced) of the objects ``load`` stores besides the CRDs' kinds
+CORE_KINDS: dict[str, tuple[str, bool]] = {
+    "Namespace": ("namespaces", False), "Node": ("nodes", False), "Secret": ("secrets", True),
+    "Service": ("services", True), "ServiceAccount": ("serviceaccounts", True), "ConfigMap": ("configmaps", True),
+    "PersistentVolumeClaim": ("persistentvolumeclaims", True), "Deployment": ("deployments", True),
+    "Role": ("roles", True), "RoleBinding": ("rolebindings", True), "ClusterRole": ("clusterroles", False),
+    "ClusterRoleBinding": ("clusterrolebindings", False),
+}
+#: plural -> API group of the stored core kinds
+CORE_GROUPS = {"deployments": "apps", "roles": "rbac.authorization.k8s.io",
+               "rolebindings": "rbac.authorization.k8s.io", "clusterroles": "rbac.authorization.k8s.io",
+               "clusterrolebindings": "rbac.authorization.k8s.io"}
+ADMIN = "kubernetes-admin"
 
 
 def condition(ctype: str, status: str, reason: str = "", message: str = "") -> dict[str, Any]:
@@ -105,14 +141,19 @@ def by_model_uri(scripts: dict[str, Script], default: Script) -> Script:
 class K8sDouble:
     """The server; use as a context manager. ``objects`` maps (plural, ns, name) to objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, groups: dict[str, dict[str, Any]] | None = None, users: dict[str, str] | None = None,
+                 enforce_rbac: bool = False) -> None:
+        self.groups = {g: {"versions": list(v["versions"]), "resources": list(v["resources"])}
+                       for g, v in (groups or GROUPS).items()}
+        self.users = {"test-token": ADMIN, **(users or {})}
+        self.enforce_rbac = enforce_rbac
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.polls: dict[tuple[str, str, str], int] = {}
         self.scripts: dict[str, Script] = {}
         self.forbidden: set[tuple[str, str]] = set()
         self.delays: dict[str, float] = {}
         self.requests: list[tuple[str, str]] = []
-        self.served_groups = set(GROUPS)
+        self.served_groups = set(self.groups)
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -140,11 +181,12 @@ class K8sDouble:
     def delay(self, method: str, seconds: float) -> None:
         self.delays[method.upper()] = seconds
 
-    def kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+    def kubeconfig(self, path: Path, namespace: str = "default", token: str = "test-token") -> Path:
+        """A kubeconfig for this server; ``token`` chooses the user (``users``; the default is an admin)."""
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "double",
             "clusters": [{"name": "double", "cluster": {"server": self.url}}],
-            "users": [{"name": "deployer", "user": {"token": "test-token"}}],
+            "users": [{"name": "deployer", "user": {"token": token}}],
             "contexts": [{"name": "double", "context": {"cluster": "double", "user": "deployer",
                                                          "namespace": namespace}}],
         }
@@ -163,6 +205,118 @@ class K8sDouble:
         if status is not None:
             stored["status"] = {"observedGeneration": 1, **status}
         self.objects[(plural, meta["namespace"], meta["name"])] = stored
+
+    def serve_versions(self, group: str, versions: list[str]) -> None:
+        """Serve only ``versions`` of ``group`` (e.g. an old KServe without ``v1alpha2``)."""
+        self.groups[group]["versions"] = list(versions)
+
+    def load(self, docs: list[dict[str, Any]]) -> None:
+        """Store ``docs`` as ``kubectl apply`` would (their namespaces created first)."""
+        for doc in docs:
+            ns = (doc.get("metadata") or {}).get("namespace")
+            if ns:
+                self.add_namespace(ns)
+            self.store(doc)
+
+    def store(self, doc: dict[str, Any]) -> None:
+        """Store one object (a known core kind or a served custom resource) as it is."""
+        kind, meta = doc["kind"], doc["metadata"]
+        if kind in CORE_KINDS:
+            plural, namespaced = CORE_KINDS[kind]
+        else:
+            plural = next((p for g in self.groups.values() for p, k, _ in g["resources"] if k == kind), "")
+            namespaced = True
+            if not plural:
+                raise ValueError(f"the double does not serve kind {kind}")
+        stored = json.loads(json.dumps(doc))
+        if kind == "Secret" and "stringData" in stored:  # the API server folds stringData into data
+            stored.setdefault("data", {}).update({k: base64.b64encode(str(v).encode()).decode()
+                                                  for k, v in stored.pop("stringData").items()})
+        stored["metadata"].setdefault("uid", str(uuid.uuid4()))
+        stored["metadata"].setdefault("resourceVersion", "1")
+        with self.lock:
+            self.objects[(plural, meta.get("namespace", "") if namespaced else "", meta["name"])] = stored
+
+    def add_namespace(self, name: str) -> None:
+        if ("namespaces", "", name) not in self.objects:
+            self.store({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+                        "status": {"phase": "Active"}})
+
+    def remove(self, plural: str, ns: str, name: str) -> None:
+        with self.lock:
+            self.objects.pop((plural, ns, name), None)
+
+    def add_node(self, name: str, labels: dict[str, str], allocatable: dict[str, str]) -> None:
+        self.store({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels)},
+                    "status": {"allocatable": dict(allocatable), "capacity": dict(allocatable)}})
+
+    def install_kserve(self, version: str, namespace: str = "kserve") -> None:
+        """KServe's controller Deployment, its image tag naming the release (what ``shipyard check`` reads)."""
+        self.add_namespace(namespace)
+        self.store({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "kserve-controller-manager", "namespace": namespace,
+                                 "labels": {"app.kubernetes.io/name": "kserve"}},
+                    "spec": {"template": {"spec": {"containers": [
+                        {"name": "manager", "image": f"kserve/kserve-controller:{version}"}]}}}})
+
+    # -- RBAC ------------------------------------------------------------------------------------
+    @staticmethod
+    def _groups_of(user: str) -> set[str]:
+        groups = {"system:authenticated"}
+        if user.startswith("system:serviceaccount:"):
+            ns = user.split(":")[2]
+            groups |= {"system:serviceaccounts", f"system:serviceaccounts:{ns}"}
+        return groups
+
+    def _subject_matches(self, subject: dict[str, Any], binding_ns: str, user: str, groups: set[str]) -> bool:
+        kind, name = subject.get("kind"), subject.get("name")
+        if kind == "ServiceAccount":
+            return user == f"system:serviceaccount:{subject.get('namespace') or binding_ns}:{name}"
+        if kind == "User":
+            return user == name
+        return kind == "Group" and name in groups
+
+    def allowed(self, user: str, verb: str, group: str, resource: str, ns: str, name: str = "",
+                groups: set[str] | None = None) -> bool:
+        """What the RBAC authorizer says: an admin may do anything; anyone else needs a rule of a
+        Role bound in ``ns`` (or a ClusterRole bound there or cluster-wide)."""
+        if user == ADMIN:
+            return True
+        groups = (groups or set()) | self._groups_of(user)
+        bindings = [(b, ns) for (p, bns, _), b in self.objects.items() if p == "rolebindings" and bns == ns and ns]
+        bindings += [(b, "") for (p, _, _), b in self.objects.items() if p == "clusterrolebindings"]
+        for binding, bns in bindings:
+            if not any(self._subject_matches(s, bns, user, groups) for s in binding.get("subjects") or []):
+                continue
+            ref = binding.get("roleRef") or {}
+            role = (self.objects.get(("roles", bns, ref.get("name", ""))) if ref.get("kind") == "Role"
+                    else self.objects.get(("clusterroles", "", ref.get("name", ""))))
+            for rule in (role or {}).get("rules") or []:
+                if ((group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", []))
+                        and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
+                        and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
+                        and (not rule.get("resourceNames") or name in rule["resourceNames"])):
+                    return True
+        return False
+
+    def _forbidden(self, user: str, verb: str, group: str, resource: str, ns: str, name: str) -> tuple[int, Any]:
+        what = f'{resource}.{group} "{name}"' if group else f'{resource} "{name}"'
+        where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+        return 403, self.status(403, "Forbidden", f'{what} is forbidden: User "{user}" cannot {verb} resource '
+                                f'"{resource}" in API group "{group}"{where}')
+
+    def _review(self, body: dict[str, Any], user: str, self_review: bool) -> tuple[int, Any]:
+        spec = body.get("spec") or {}
+        attrs = spec.get("resourceAttributes") or {}
+        who = user if self_review else str(spec.get("user") or "")
+        ok = self.allowed(who, attrs.get("verb", ""), attrs.get("group", ""), attrs.get("resource", ""),
+                          attrs.get("namespace", ""), attrs.get("name", ""), set(spec.get("groups") or []))
+        status = {"allowed": ok}
+        if not ok:
+            status["reason"] = "no RBAC rule allows it"
+        kind = "SelfSubjectAccessReview" if self_review else "SubjectAccessReview"
+        return 201, {"kind": kind, "apiVersion": "authorization.k8s.io/v1", "metadata": {}, "spec": spec,
+                     "status": status}
 
     # -- HTTP ----------------------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -213,11 +367,93 @@ class K8sDouble:
         raw = h.rfile.read(length) if length else b""
         with self.lock:
             self.requests.append((method, parsed.path))
-        code, payload = self._route(method, parsed.path, parse_qs(parsed.query), h.headers.get("Content-Type", ""), raw)
+        token = (h.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        user = self.users.get(token, "system:anonymous")
+        code, payload = self._authorized_route(user, method, parsed.path, parse_qs(parsed.query),
+                                               h.headers.get("Content-Type", ""), raw)
         delay = self.delays.get(method, 0.0)
         if delay and "/namespaces/" in parsed.path:
             time.sleep(delay)
         self._send(h, code, payload)
+
+    def _authorized_route(self, user: str, method: str, path: str, query: dict[str, list[str]], ctype: str,
+                          raw: bytes) -> tuple[int, Any]:
+        """RBAC first (with ``enforce_rbac``), then :meth:`_route`, then the core objects."""
+        parts = [p for p in path.split("/") if p]
+        if user == "system:anonymous" and self.enforce_rbac:
+            return 401, self.status(401, "Unauthorized", "Unauthorized")
+        if parts[:3] == ["apis", "authorization.k8s.io", "v1"] and method == "POST" and len(parts) == 4:
+            body = json.loads(raw or b"{}")
+            if parts[3] == "selfsubjectaccessreviews":
+                return self._review(body, user, True)
+            if parts[3] == "subjectaccessreviews":
+                if self.enforce_rbac and not self.allowed(user, "create", "authorization.k8s.io",
+                                                          "subjectaccessreviews", ""):
+                    return self._forbidden(user, "create", "authorization.k8s.io", "subjectaccessreviews", "", "")
+                return self._review(body, user, False)
+        target = self._target(parts, method, query)
+        if target is not None and self.enforce_rbac:
+            verb, group, plural, ns, name = target
+            if not self.allowed(user, verb, group, plural, ns, name):
+                return self._forbidden(user, verb, group, plural, ns, name)
+            if verb == "patch" and self.objects.get((plural, ns, name)) is None \
+                    and not self.allowed(user, "create", group, plural, ns, name):
+                return self._forbidden(user, "create", group, plural, ns, name)
+        code, payload = self._route(method, path, query, ctype, raw)
+        if code == 404 and method == "GET":
+            found = self._core_get(parts, query)
+            if found is not None:
+                return found
+        return code, payload
+
+    def _target(self, parts: list[str], method: str, query: dict[str, list[str]]) -> tuple[str, ...] | None:
+        """(verb, group, plural, namespace, name) of a resource request; None for discovery."""
+        group = ""
+        if parts[:2] == ["api", "v1"]:
+            rest = parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) > 3:
+            group, rest = parts[1], parts[3:]
+        else:
+            return None
+        ns = ""
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            ns, rest = rest[1], rest[2:]
+        elif rest[:1] == ["namespaces"] and len(rest) == 2:
+            return ({"GET": "get"}.get(method, method.lower()), "", "namespaces", "", rest[1])
+        if not rest:
+            return None
+        plural, name = rest[0], (rest[1] if len(rest) > 1 else "")
+        verb = {"GET": "get" if name else ("watch" if query.get("watch") else "list"), "PATCH": "patch",
+                "DELETE": "delete", "POST": "create", "PUT": "update"}[method]
+        return verb, group, plural, ns, name
+
+    def _core_get(self, parts: list[str], query: dict[str, list[str]]) -> tuple[int, Any] | None:
+        """GET of a stored core object (or a list of nodes with a label selector); None: not one."""
+        if parts[:2] == ["api", "v1"]:
+            rest, api_version = parts[2:], "v1"
+        elif parts[:2] == ["apis", "apps"] and len(parts) > 3:
+            rest, api_version = parts[3:], "apps/v1"
+        else:
+            return None
+        if rest[:1] == ["namespaces"] and len(rest) == 2:
+            key = ("namespaces", "", rest[1])
+        elif rest[:1] == ["namespaces"] and len(rest) == 4:
+            key = (rest[2], rest[1], rest[3])
+        elif len(rest) == 1:  # a cluster-scoped list: nodes
+            selector = dict(kv.split("=", 1) for kv in (query.get("labelSelector") or [""])[0].split(",") if "=" in kv)
+            items = [json.loads(json.dumps(o)) for (p, _, _), o in sorted(self.objects.items())
+                     if p == rest[0] and all(o["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())]
+            kind = next((k for k, (p, _) in CORE_KINDS.items() if p == rest[0]), "")
+            return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": {"resourceVersion": "1"},
+                         "items": items}
+        elif len(rest) == 2:
+            key = (rest[0], "", rest[1])
+        else:
+            return None
+        obj = self.objects.get(key)
+        if obj is None:
+            return 404, self.status(404, "NotFound", f'{key[0]} "{key[2]}" not found')
+        return 200, json.loads(json.dumps(obj))
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], ctype: str, raw: bytes) -> tuple[int, Any]:
         parts = [p for p in path.split("/") if p]
@@ -229,19 +465,22 @@ class K8sDouble:
         if method == "GET" and parts == ["api", "v1"]:
             return 200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
                 {"name": "configmaps", "singularName": "configmap", "namespaced": True, "kind": "ConfigMap", "verbs": VERBS},
+                {"name": "secrets", "singularName": "secret", "namespaced": True, "kind": "Secret", "verbs": VERBS},
+                {"name": "services", "singularName": "service", "namespaced": True, "kind": "Service", "verbs": VERBS},
+                {"name": "nodes", "singularName": "node", "namespaced": False, "kind": "Node", "verbs": VERBS},
                 {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace", "verbs": VERBS}]}
         if method == "GET" and parts == ["apis"]:
             groups = []
-            for group in sorted(self.served_groups):
-                versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in GROUPS[group]["versions"]]
+            for group in sorted(g for g in self.served_groups if self.groups[g]["versions"]):
+                versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in self.groups[group]["versions"]]
                 groups.append({"name": group, "versions": versions, "preferredVersion": versions[0]})
             return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
         if len(parts) == 3 and parts[0] == "apis" and method == "GET":
             group, version = parts[1], parts[2]
-            if group not in self.served_groups or version not in GROUPS[group]["versions"]:
+            if group not in self.served_groups or version not in self.groups[group]["versions"]:
                 return 404, self.status(404, "NotFound", "the server could not find the requested resource")
             resources = []
-            for plural, kind, short in GROUPS[group]["resources"]:
+            for plural, kind, short in self.groups[group]["resources"]:
                 resources.append({"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind,
                                   "verbs": VERBS, "shortNames": [short] if short else []})
                 resources.append({"name": f"{plural}/status", "singularName": "", "namespaced": True, "kind": kind,
@@ -251,7 +490,7 @@ class K8sDouble:
         # /apis/{group}/{version}/namespaces/{ns}/{plural}/{name}
         if len(parts) == 7 and parts[0] == "apis" and parts[3] == "namespaces":
             group, version, ns, plural, name = parts[1], parts[2], parts[4], parts[5], parts[6]
-            if group not in self.served_groups:
+            if group not in self.served_groups or version not in self.groups[group]["versions"]:
                 return 404, self.status(404, "NotFound", "the server could not find the requested resource")
             if (method, plural) in self.forbidden:
                 return 403, self.status(403, "Forbidden", f'{plural}.{group} "{name}" is forbidden: User '

@@ -250,6 +250,11 @@ ROWS: list[Row] = [
         field="registry: is empty while dry_run is false", params=True),
     row("schedule-registry-empty-no-dry-run", "schedule", "requantize", "--host", DEAD, "--cron", "@daily",
         "--param", "registry=", field="registry: is empty while dry_run is false", params=True),
+    # --- check: its own options, refused before the cluster is contacted ---------------------------
+    row("check-unknown-layout", "check", "--layout", "nope", field="layout"),
+    row("check-cluster-config-missing", "check", "--cluster-config", "missing.yaml", field="cluster_config"),
+    row("check-deploy-config-bad", "check", "--deploy-config", '{"replicaz": 2}', field="deploy_config.replicaz"),
+    row("check-kubeconfig-missing", "check", "--kubeconfig", "missing.yaml", field="kubeconfig"),
     row("submit-model-uri-tag", *submit("--param", "model_uri=oci://quay.io/org/m:v1"), field="model_uri",
         params=True),
     row("submit-param-no-equals", *submit("--param", "novalue"), field="--param", params=True),

@@ -1,0 +1,140 @@
+"""``shipyard check``: a cluster's readiness for shipyard, checked once by a platform engineer
+(the way ``linkerd check`` works) before a GPU is spent.
+
+:func:`cluster_checks` reads the cluster through a kubeconfig (discovery, Namespaces, Secrets,
+Services, Nodes, KServe's controller Deployment, SubjectAccessReviews) and calls the checks of
+:mod:`shipyard.serving.cluster_check` with the layout of ``pipelines/cluster.yaml``: KFP and
+KServe versions, the served LLMInferenceService versions, the CRDs the deploy options need, the
+namespaces, the contract Secrets and keys where the pipeline pods run, MLflow by its in-cluster
+name with a real API call, the registry, S3, GPU nodes and the deploy identity's permissions.
+Nothing is changed in the cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.pipelines.platform import cluster_layout, load_cluster_config
+from shipyard.serving import cluster_check as cc
+from shipyard.serving.cluster_check import Check
+
+_PLACEHOLDER_OCI = "oci://check.invalid/model@sha256:" + "0" * 64
+
+
+class _Kube:
+    """Raw reads of the Kubernetes API through a kubernetes ``ApiClient``."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        import urllib3
+        from kubernetes.client.rest import ApiException
+
+        try:
+            data = self.api.call_api(path, method, body=body, auth_settings=["BearerToken"], response_type="object",
+                                     header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                                     _return_http_data_only=True)
+        except ApiException as err:
+            return int(err.status or 0), None
+        except urllib3.exceptions.HTTPError as err:
+            host = self.api.configuration.host
+            raise UnreachableError("kubeconfig", f"cannot reach the Kubernetes API at {host}: {type(err).__name__}",
+                                   "check the kubeconfig's server and the network") from None
+        return 200, data
+
+    def get(self, path: str) -> Any:
+        code, data = self.call("GET", path)
+        return data if code == 200 else None
+
+
+def _deploy_config(raw: str | None, namespace: str) -> Any:
+    from shipyard.params.pipeline import BY_NAME
+    from shipyard.serving.kserve.config import parse_config
+
+    text = raw if raw else BY_NAME["deploy_config"].default
+    return parse_config(text, name="shipyard-llm", namespace=namespace, model_uri=_PLACEHOLDER_OCI)
+
+
+def kfp_healthz(host: str, token: str = "", timeout_s: float = 10.0) -> Check:
+    """KFP's release from ``GET /apis/v2beta1/healthz`` (``tag_name``)."""
+    headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{host.rstrip('/')}/apis/v2beta1/healthz", headers=headers),
+                                    timeout=timeout_s) as resp:  # noqa: S310 - http(s) host given by the user
+            data = json.loads(resp.read() or b"{}")
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        return Check("kfp version", cc.FAIL, f"cannot read {host}/apis/v2beta1/healthz ({getattr(err, 'reason', err)})",
+                     "check --kfp-host and --kfp-token")
+    return cc.kfp_version_check(str(data.get("tag_name") or ""))
+
+
+def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubeconfig: str | None = None,
+                   context: str | None = None, deploy_config: str | None = None, kfp_host: str = "",
+                   kfp_token: str = "", mlflow_url: str = "", registry: str = "", insecure_registry: bool = False,
+                   check_s3: bool = True, kserve_namespace: str = cc.KSERVE_NAMESPACE) -> list[Check]:
+    """Every check, in order; one :class:`Check` each (see the module doc)."""
+    from shipyard.serving.kserve.apply import api_client
+
+    cfg = load_cluster_config(cluster_config)
+    chosen = cluster_layout(layout, cluster_config)
+    deploy = _deploy_config(deploy_config, chosen["serving_namespace"])
+    kube = _Kube(api_client(kubeconfig, context, timeout_s=15.0))
+    checks: list[Check] = []
+
+    checks.append(kfp_healthz(kfp_host, kfp_token) if kfp_host else
+                  Check("kfp version", cc.SKIP, "no --kfp-host given", "pass --kfp-host to check KFP >= 2.17.0"))
+    controller = kube.get(f"/apis/apps/v1/namespaces/{kserve_namespace}/deployments/{cc.KSERVE_CONTROLLER}")
+    if controller is None:
+        checks.append(Check("kserve version", cc.WARN, f"no Deployment {kserve_namespace}/{cc.KSERVE_CONTROLLER}",
+                            "install KServe v0.20, or give --kserve-namespace"))
+    else:
+        image = controller["spec"]["template"]["spec"]["containers"][0].get("image", "")
+        checks.append(cc.kserve_version_check(image, deploy))
+    checks.extend(cc.resource_checks(cc.served_resources(kube.get), deploy))
+
+    def read_secret(ns: str, name: str) -> dict[str, Any] | None:
+        return kube.get(f"/api/v1/namespaces/{ns}/secrets/{name}")
+
+    others = sorted({v for lay in (cfg.get("layouts") or {}).values() for k, v in lay.items() if k.endswith("namespace")}
+                    | {chosen["serving_namespace"]})
+    checks.extend(cc.secret_checks(read_secret, lambda ns: kube.get(f"/api/v1/namespaces/{ns}") is not None,
+                                   chosen, cfg, others))
+    uri = cc.tracking_uri_of(read_secret, chosen)
+    checks.append(cc.mlflow_name_check(uri, chosen["pipeline_namespace"],
+                                       lambda ns, name: kube.get(f"/api/v1/namespaces/{ns}/services/{name}") is not None))
+    token = ((read_secret(chosen["pipeline_namespace"], "shipyard-mlflow") or {}).get("data") or {}).get(
+        "MLFLOW_TRACKING_TOKEN", "")
+    checks.append(cc.mlflow_api_check(uri, mlflow_url, base64.b64decode(token).decode() if token else ""))
+    auth = cc.decode_dockerconfig(read_secret(chosen["pipeline_namespace"], "shipyard-registry"))
+    checks.append(cc.registry_check(registry, auth, insecure_registry))
+    if check_s3:
+        s3 = read_secret(chosen["pipeline_namespace"], "shipyard-s3")
+        env = {k: base64.b64decode(v).decode() for k, v in ((s3 or {}).get("data") or {}).items()}
+        checks.append(cc.s3_check(env) if s3 else Check("s3", cc.SKIP, "no Secret shipyard-s3 to read an endpoint from"))
+    code, nodes = kube.call("GET", "/api/v1/nodes?labelSelector=" + ",".join(
+        f"{k}={v}" for k, v in ((cfg.get("gpu") or {}).get("node_selector") or {}).items()))
+    checks.append(cc.gpu_node_check((nodes or {}).get("items", []) if code == 200 else None, cfg.get("gpu") or {}))
+    user = f"system:serviceaccount:{chosen['pipeline_namespace']}:{chosen['service_account']}"
+
+    def review(verb: str, group: str, resource: str, ns: str) -> bool:
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": user, "groups": ["system:serviceaccounts", "system:authenticated",
+                                                  f"system:serviceaccounts:{chosen['pipeline_namespace']}"],
+                         "resourceAttributes": {"namespace": ns, "verb": verb, "group": group, "resource": resource}}}
+        code, data = kube.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
+        if code != 200:
+            raise ShipyardError("kubeconfig", f"cannot create a SubjectAccessReview ({code})",
+                                "run shipyard check as a cluster admin (it asks what the deploy identity may do)")
+        return bool((data.get("status") or {}).get("allowed"))
+
+    try:
+        checks.extend(cc.permission_checks(review, chosen, deploy))
+    except ShipyardError as err:
+        checks.append(Check("deploy permissions", cc.WARN, err.problem, err.fix))
+    return checks

@@ -1,0 +1,372 @@
+"""Checks of a cluster before any GPU is spent: what ``shipyard check`` runs once against a
+cluster (:mod:`shipyard.run.check`) and what the pipeline's pre-flight step runs from its pod.
+
+Each check is one :class:`Check`: a name, ``pass``/``fail``/``warn``/``skip``, one line saying
+what was found and, unless it passed, the fix. Nothing here changes the cluster: reads,
+discovery, ``SubjectAccessReview`` / ``SelfSubjectAccessReview`` and one read-only MLflow API call.
+
+The inputs are explicit (a kubernetes ``ApiClient``, the layout from ``pipelines/cluster.yaml``,
+the contract's Secrets, the deploy config), so the same functions serve the CLI and a pod.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+KFP_MINIMUM = (2, 17, 0)  # artifact OneOf (dsl.OneOf over the eval backends) needs KFP 2.17.0
+KSERVE_NAMESPACE = "kserve"
+KSERVE_CONTROLLER = "kserve-controller-manager"
+TEMPLATE_VALUE = "CHANGE_ME"
+
+
+@dataclass
+class Check:
+    """One check's verdict: ``status`` is pass, fail, warn or skip; ``fix`` says what to do."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """``PASS name: detail`` (and ``(fix: ...)`` unless it passed): one line."""
+        fix = f" (fix: {self.fix})" if self.fix and self.status != PASS else ""
+        return f"{self.status.upper():4} {self.name}: {self.detail}{fix}"
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    found = re.search(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return tuple(int(g or 0) for g in found.groups()) if found else None
+
+
+# -- versions ------------------------------------------------------------------------------------
+
+def kfp_version_check(tag: str) -> Check:
+    """KFP's release (``tag_name`` of ``/apis/v2beta1/healthz``) against the 2.17.0 minimum."""
+    version = _version(tag)
+    if version is None:
+        return Check("kfp version", WARN, f"KFP reported no release ({tag!r})", "check the KFP API server's version")
+    shown = ".".join(map(str, version))
+    if version < KFP_MINIMUM:
+        return Check("kfp version", FAIL, f"KFP {shown} is older than 2.17.0: the compiled pipelines use artifact "
+                     "OneOf (one output over the vllm and hf eval branches), which older backends refuse",
+                     "upgrade Kubeflow Pipelines to 2.17.0 or newer (manifests/kfp)")
+    return Check("kfp version", PASS, f"KFP {shown} (2.17.0 or newer)")
+
+
+def kserve_version_check(image_or_version: str, deploy: Any = None) -> Check:
+    """The KServe release against the known-bad ones, for the chosen deploy options."""
+    version = _version(image_or_version.rsplit(":", 1)[-1] if ":" in image_or_version else image_or_version)
+    if version is None:
+        return Check("kserve version", WARN, f"cannot tell the KServe release from {image_or_version!r}",
+                     "use KServe v0.20 (see README, Install on a cluster)")
+    shown = "v" + ".".join(map(str, version))
+    minor = version[:2]
+    pd = bool(deploy is not None and getattr(deploy, "disaggregated", False))
+    tp = int(getattr(deploy, "tensor_parallel", 1) or 1) if deploy is not None else 1
+    if minor < (0, 16):
+        return Check("kserve version", FAIL, f"KServe {shown} has no LLMInferenceService",
+                     "install KServe v0.20 (v0.17 at least)")
+    if minor == (0, 16):
+        return Check("kserve version", FAIL, f"KServe {shown} serves LLMInferenceService v1alpha1 only; shipyard "
+                     "renders v1alpha2", "upgrade KServe to v0.20 (v0.17 at least)")
+    if minor == (0, 17):
+        detail = (f"KServe {shown}: its single-node presets ignore VLLM_ADDITIONAL_ARGS, so the P/D KV transfer "
+                  "and the planner's vLLM flags are silently dropped")
+        return Check("kserve version", FAIL if pd else WARN, detail, "upgrade KServe to v0.20")
+    if minor in ((0, 18), (0, 19)):
+        detail = f"KServe {shown}: tensor parallelism silently stays 1 (fixed upstream in v0.20)"
+        if tp > 1:
+            return Check("kserve version", FAIL, f"{detail}; the deploy config asks for tensor_parallel={tp}",
+                         "upgrade KServe to v0.20, or deploy with tensor_parallel 1")
+        return Check("kserve version", WARN, detail, "upgrade KServe to v0.20 before using tensor_parallel > 1")
+    return Check("kserve version", PASS, f"KServe {shown}")
+
+
+# -- what the chosen options need ----------------------------------------------------------------
+
+#: (check name, API group, version, plural, why) of each resource an option needs
+LLMISVC = ("LLMInferenceService v1alpha2", "serving.kserve.io", "v1alpha2", "llminferenceservices",
+           "shipyard renders serving.kserve.io/v1alpha2")
+
+
+def needed_resources(deploy: Any) -> list[tuple[str, str, str, str, str]]:
+    """The API resources (CRDs) the deploy options need, LLMInferenceService v1alpha2 first."""
+    need = [LLMISVC, ("LLMInferenceServiceConfig v1alpha2", "serving.kserve.io", "v1alpha2",
+                      "llminferenceserviceconfigs", "shipyard's presets (manifests/base/presets)")]
+    if deploy is None:
+        return need
+    router = getattr(deploy, "router", None)
+    if router is not None and router.gateway == "managed":
+        need += [("Gateway API Gateway", "gateway.networking.k8s.io", "v1", "gateways", "router.gateway managed"),
+                 ("Gateway API HTTPRoute", "gateway.networking.k8s.io", "v1", "httproutes", "router.gateway managed")]
+    if router is not None and router.has_scheduler:
+        need.append(("InferencePool", "inference.networking.k8s.io", "v1", "inferencepools",
+                     "the llm-d scheduler (router.scheduler)"))
+    if getattr(deploy, "objectives", None):
+        need.append(("InferenceObjective", "inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives",
+                     "objectives"))
+    if deploy.nodes > 1:
+        need.append(("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets",
+                     f"{deploy.nodes} pods per replica (multi-node preset)"))
+    scaling = getattr(deploy, "scaling", None)
+    if scaling is not None and scaling.mode == "wva":
+        need.append(("WVA VariantAutoscaling", "llmd.ai", "v1alpha1", "variantautoscalings",
+                     "scaling.mode wva (llm-d workload-variant-autoscaler)"))
+    if scaling is not None and (scaling.mode == "keda" or getattr(scaling, "actuator", "") == "keda"):
+        need.append(("KEDA ScaledObject", "keda.sh", "v1alpha1", "scaledobjects", "KEDA scaling"))
+    return need
+
+
+INSTALL_HINT = {
+    "serving.kserve.io": "install KServe v0.20 with its LLMInferenceService CRDs",
+    "gateway.networking.k8s.io": "install the Gateway API v1.5 CRDs and a Gateway implementation",
+    "inference.networking.k8s.io": "install the Gateway API Inference Extension v1.5 CRDs",
+    "inference.networking.x-k8s.io": "install the Gateway API Inference Extension v1.5 CRDs (InferenceObjective)",
+    "leaderworkerset.x-k8s.io": "install LeaderWorkerSet v0.8",
+    "llmd.ai": "install llm-d's workload-variant-autoscaler (WVA) or set scaling.mode keda/none",
+    "keda.sh": "install KEDA 2.x or choose another scaling mode",
+}
+
+
+def served_resources(get: Callable[[str], Any]) -> dict[str, dict[str, set[str]]]:
+    """group -> version -> served plural resources, from discovery (``get(path)``)."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for group in (get("/apis") or {}).get("groups", []):
+        for version in group.get("versions", []):
+            resources = (get(f"/apis/{version['groupVersion']}") or {}).get("resources", [])
+            out.setdefault(group["name"], {})[version["version"]] = {r["name"] for r in resources}
+    return out
+
+
+def resource_checks(served: dict[str, dict[str, set[str]]], deploy: Any) -> list[Check]:
+    """One check per API resource the options need: served in the needed version or not."""
+    checks = []
+    for name, group, version, plural, why in needed_resources(deploy):
+        versions = served.get(group, {})
+        if plural in versions.get(version, set()):
+            checks.append(Check(f"crd {name}", PASS, f"{group}/{version} {plural} is served ({why})"))
+            continue
+        other = sorted(v for v, plurals in versions.items() if plural in plurals)
+        detail = (f"{group} serves {plural} only as {', '.join(other)}, not {version} ({why})" if other
+                  else f"{plural}.{group} is not served: its CRD is missing ({why})")
+        fix = ("upgrade KServe to v0.20 (v1alpha2 is served from v0.17)" if group == "serving.kserve.io" and other
+               else INSTALL_HINT.get(group, "install the CRD"))
+        checks.append(Check(f"crd {name}", FAIL, detail, fix))
+    return checks
+
+
+# -- namespaces, Secrets, identity -----------------------------------------------------------------
+
+def secret_checks(read_secret: Callable[[str, str], dict[str, Any] | None], namespace_exists: Callable[[str], bool],
+                  layout: dict[str, str], contract: dict[str, Any], elsewhere: list[str]) -> list[Check]:
+    """The namespaces of the layout, then each contract Secret and key where the pipeline pods run.
+
+    ``read_secret(ns, name)`` gives the Secret (``None`` when absent); ``elsewhere``: namespaces to
+    look in when a Secret is missing, to name the wrong namespace it was put in."""
+    pods_ns, serving_ns = layout["pipeline_namespace"], layout["serving_namespace"]
+    checks = []
+    for role, ns in (("pipeline pods", pods_ns), ("deploy target", serving_ns)):
+        if namespace_exists(ns):
+            checks.append(Check(f"namespace {ns}", PASS, f"exists ({role}, layout {layout['name']})"))
+        else:
+            checks.append(Check(f"namespace {ns}", FAIL, f"does not exist; the {role} of layout {layout['name']} "
+                                "are there", f"kubectl apply -k manifests/overlays/{layout['name']}"))
+    required = {"shipyard-mlflow": {"MLFLOW_TRACKING_URI"}, "shipyard-s3": set(), "hf-token": set()}
+    for secret, entry in (contract.get("secrets") or {}).items():
+        keys = list((entry.get("env") or {}).keys())
+        found = read_secret(pods_ns, secret)
+        name = f"secret {pods_ns}/{secret}"
+        if found is None:
+            where = [ns for ns in elsewhere if ns != pods_ns and read_secret(ns, secret) is not None]
+            if where:
+                checks.append(Check(name, FAIL, f"is in namespace {', '.join(where)}, but the pipeline pods run in "
+                                    f"{pods_ns} and mount it from there (absent: every key optional, silently empty)",
+                                    f"create it in {pods_ns}: kubectl apply -k manifests/overlays/{layout['name']}"))
+            else:
+                status = FAIL if required.get(secret) else WARN
+                checks.append(Check(name, status, f"is missing ({entry.get('needed_for', '')})".strip(),
+                                    f"kubectl -n {pods_ns} create secret generic {secret} "
+                                    + " ".join(f"--from-literal={k}=..." for k in keys)))
+            continue
+        data = {k: base64.b64decode(v).decode(errors="replace") for k, v in (found.get("data") or {}).items()}
+        missing = [k for k in keys if k not in data]
+        templates = [k for k in keys if data.get(k, "").strip() == TEMPLATE_VALUE]
+        if missing:
+            must = required.get(secret) or set(keys)
+            status = FAIL if set(missing) & must else WARN
+            checks.append(Check(name, status, f"lacks key {', '.join(missing)}",
+                                f"kubectl -n {pods_ns} patch secret {secret} --type merge -p "
+                                f"'{{\"stringData\": {{\"{missing[0]}\": \"...\"}}}}'"))
+        elif templates:
+            checks.append(Check(name, FAIL, f"key {', '.join(templates)} still holds the template value {TEMPLATE_VALUE}",
+                                "replace it with the real value (or create the Secret from your secret store)"))
+        else:
+            checks.append(Check(name, PASS, f"has {', '.join(keys)}"))
+    return checks
+
+
+def tracking_uri_of(read_secret: Callable[[str, str], dict[str, Any] | None], layout: dict[str, str]) -> str:
+    """MLFLOW_TRACKING_URI as the pods get it (the Secret), else the layout's."""
+    found = read_secret(layout["pipeline_namespace"], "shipyard-mlflow") or {}
+    raw = (found.get("data") or {}).get("MLFLOW_TRACKING_URI")
+    return base64.b64decode(raw).decode() if raw else layout["tracking_uri"]
+
+
+def mlflow_name_check(uri: str, pods_ns: str, service_exists: Callable[[str, str], bool]) -> Check:
+    """The tracking URI's host resolves from the pods' namespace to an existing Service."""
+    host = urllib.parse.urlparse(uri).hostname or ""
+    parts = host.split(".")
+    if not host or re.match(r"^\d+\.\d+\.\d+\.\d+$", host) or (len(parts) > 2 and parts[2] != "svc"):
+        return Check("mlflow name", PASS, f"{host or uri} is not a Service name (outside the cluster or an IP)")
+    name, ns = parts[0], (parts[1] if len(parts) > 1 else pods_ns)
+    if service_exists(ns, name):
+        return Check("mlflow name", PASS, f"{host} resolves from {pods_ns} (Service {ns}/{name})")
+    return Check("mlflow name", FAIL, f"{host} does not resolve from the pods' namespace {pods_ns}: no Service "
+                 f"{ns}/{name}", "address MLflow by its FQDN, mlflow.<namespace>.svc.cluster.local:5000, in the "
+                 "Secret shipyard-mlflow")
+
+
+def mlflow_api_check(uri: str, connect_url: str = "", token: str = "", timeout_s: float = 10.0) -> Check:
+    """A real MLflow API call (``experiments/search``; ``/health`` skips MLflow's Host check) sent
+    with the Host header of ``uri``, through ``connect_url`` when given (e.g. a port-forward)."""
+    target = urllib.parse.urlparse(uri)
+    via = connect_url.rstrip("/") if connect_url else f"{target.scheme}://{target.netloc}"
+    req = urllib.request.Request(f"{via}/api/2.0/mlflow/experiments/search?max_results=1",
+                                 headers={"Host": target.netloc, **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - http(s) only, checked below
+            code = resp.status
+    except urllib.error.HTTPError as err:
+        code = err.code
+        body = err.read(300).decode(errors="replace")
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        return Check("mlflow api", FAIL, f"cannot reach {via} ({reason})",
+                     "check the Service and the MLflow pod, or run from inside the cluster (--mlflow-url through a "
+                     "port-forward sends the in-cluster Host header)")
+    else:
+        body = ""
+    if code == 200:
+        return Check("mlflow api", PASS, f"experiments/search as Host {target.netloc} answered 200")
+    if code == 403 and "host" in body.lower():
+        return Check("mlflow api", FAIL, f"MLflow rejects Host {target.netloc} (403 Invalid Host header): /health "
+                     "still answers, so the pod looks Ready", "allow the Service names: MLFLOW_SERVER_ALLOWED_HOSTS as "
+                     "in manifests/base/mlflow, then restart MLflow")
+    if code in (401, 403):
+        return Check("mlflow api", FAIL, f"MLflow refuses the call ({code})", "set MLFLOW_TRACKING_TOKEN in the Secret "
+                     "shipyard-mlflow")
+    return Check("mlflow api", FAIL, f"experiments/search answered {code}", "see the MLflow server's log")
+
+
+#: (verb, group, resource) the deploy step needs in the deploy target namespace
+DEPLOY_VERBS = [(v, "serving.kserve.io", "llminferenceservices") for v in ("get", "list", "watch", "create", "patch",
+                                                                           "delete")] + [
+    ("get", "serving.kserve.io", "llminferenceserviceconfigs"), ("list", "", "events")]
+
+
+def permission_checks(review: Callable[[str, str, str, str], bool], layout: dict[str, str], deploy: Any) -> list[Check]:
+    """The deploy identity's permissions in the deploy target, one review per verb (``review(verb,
+    group, resource, namespace)`` is a SubjectAccessReview or SelfSubjectAccessReview)."""
+    needs = list(DEPLOY_VERBS)
+    scaling = getattr(deploy, "scaling", None)
+    if scaling is not None and scaling.mode == "keda":
+        needs += [(v, "keda.sh", "scaledobjects") for v in ("get", "create", "patch", "delete")]
+    ns, who = layout["serving_namespace"], f"{layout['pipeline_namespace']}/{layout['service_account']}"
+    missing = [f"{verb} {resource}" + (f".{group}" if group else "") for verb, group, resource in needs
+               if not review(verb, group, resource, ns)]
+    if missing:
+        return [Check("deploy permissions", FAIL, f"ServiceAccount {who} may not {', '.join(missing)} in namespace {ns}",
+                      f"bind Role shipyard-deployer to {who} in {ns}: kubectl apply -k manifests/overlays/{layout['name']}")]
+    return [Check("deploy permissions", PASS, f"ServiceAccount {who} may apply, watch and roll back "
+                  f"LLMInferenceServices in {ns}")]
+
+
+def gpu_node_check(nodes: list[dict[str, Any]] | None, gpu: dict[str, Any]) -> Check:
+    """Nodes that carry the labels the GPU steps select and allocate the accelerator."""
+    selector = {str(k): str(v) for k, v in (gpu.get("node_selector") or {}).items()}
+    resource = str(gpu.get("accelerator_type") or "nvidia.com/gpu")
+    shown = ",".join(f"{k}={v}" for k, v in selector.items()) or "(no selector)"
+    if nodes is None:
+        return Check("gpu nodes", WARN, "cannot list nodes with these credentials", "run shipyard check as a cluster admin")
+    usable = [n for n in nodes if int(str((n.get("status") or {}).get("allocatable", {}).get(resource, "0")) or 0) > 0]
+    if not usable:
+        return Check("gpu nodes", FAIL, f"no node labelled {shown} allocates {resource}: every GPU step would stay "
+                     "Pending", "label the GPU nodes (GPU operator: nvidia.com/gpu.present=true) or set gpu.node_selector "
+                     "in the cluster config")
+    return Check("gpu nodes", PASS, f"{len(usable)} node(s) labelled {shown} with {resource}")
+
+
+def registry_check(registry: str, auth: dict[str, Any] | None, insecure: bool = False, timeout_s: float = 10.0) -> Check:
+    """``GET /v2/`` of the registry with the credentials of the ``.dockerconfigjson`` (``auth``)."""
+    if not registry:
+        return Check("registry", SKIP, "no registry given (--registry)")
+    entry = next((v for k, v in ((auth or {}).get("auths") or {}).items() if k.split("//")[-1].rstrip("/") == registry),
+                 None)
+    headers = {"Authorization": f"Basic {entry['auth']}"} if entry and entry.get("auth") else {}
+    url = f"{'http' if insecure else 'https'}://{registry}/v2/"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s) as resp:  # noqa: S310
+            code = resp.status
+    except urllib.error.HTTPError as err:
+        code = err.code
+    except (urllib.error.URLError, OSError) as err:
+        return Check("registry", FAIL, f"cannot reach {url} ({getattr(err, 'reason', err)})",
+                     "check the registry host and the network from the cluster")
+    if code == 200:
+        return Check("registry", PASS, f"{registry} answers /v2/ with the credentials of shipyard-registry")
+    if code == 401:
+        return Check("registry", FAIL, f"{registry} refuses the credentials (401)" if headers else
+                     f"{registry} needs credentials and shipyard-registry has none for it",
+                     "create shipyard-registry: kubectl create secret docker-registry shipyard-registry ...")
+    return Check("registry", FAIL, f"{registry} answered {code} to /v2/", "check the registry")
+
+
+def s3_check(env: dict[str, str], bucket: str = "mlflow-artifacts") -> Check:
+    """The object store of the Secret shipyard-s3 answers, and the MLflow artifact bucket exists."""
+    if not env.get("AWS_ENDPOINT_URL_S3"):
+        return Check("s3", WARN, "no AWS_ENDPOINT_URL_S3 in shipyard-s3", "set it (https://s3.amazonaws.com on AWS)")
+    from shipyard.core.errors import ShipyardError
+    from shipyard.models import s3 as s3store
+
+    try:
+        config = s3store.load_config(env)
+        found = s3store.client(config).bucket_exists(bucket)
+    except ShipyardError as err:
+        return Check("s3", FAIL, str(err), "fix the keys of shipyard-s3")
+    except Exception as err:  # noqa: BLE001 - network, credentials: one line
+        return Check("s3", FAIL, f"{env['AWS_ENDPOINT_URL_S3']}: {type(err).__name__}: {err}".splitlines()[0],
+                     "check the endpoint and the keys in shipyard-s3")
+    if not found:
+        return Check("s3", WARN, f"{env['AWS_ENDPOINT_URL_S3']} answers but has no bucket {bucket} (MLflow's artifacts)",
+                     f"create the bucket {bucket}")
+    return Check("s3", PASS, f"{env['AWS_ENDPOINT_URL_S3']} answers; bucket {bucket} exists")
+
+
+def summary(checks: list[Check]) -> dict[str, Any]:
+    """Counts and the overall verdict (``ok``: nothing failed)."""
+    counts = {s: sum(c.status == s for c in checks) for s in (PASS, FAIL, WARN, SKIP)}
+    return {"ok": counts[FAIL] == 0, **counts, "checks": [c.to_dict() for c in checks]}
+
+
+def decode_dockerconfig(secret: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``.dockerconfigjson`` of a Secret as a mapping (None when absent or unreadable)."""
+    raw = ((secret or {}).get("data") or {}).get(".dockerconfigjson")
+    if not raw:
+        return None
+    try:
+        return json.loads(base64.b64decode(raw))
+    except (ValueError, TypeError):
+        return None

@@ -1,0 +1,190 @@
+"""``shipyard check`` against the Kubernetes API double loaded with what ``manifests/`` installs,
+with a real MLflow server, a real registry (htpasswd) and a real S3 server (moto): a correct
+install passes; each planted fault is named in one line (missing Secret key, Secrets in the
+wrong namespace, a KServe that serves only v1alpha1, a missing verb in the Role, MLflow's Host
+check, a missing CRD). The double's RBAC is the one the overlay ships, enforced."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import require_tool
+from mlflow_server import shared_server
+
+from shipyard.cli.main import main
+from shipyard.pipelines.platform import cluster_layout
+from shipyard.serving import cluster_check as cc
+from shipyard.serving.kserve.apply import Kube, api_client
+from shipyard.serving.kserve.config import parse_config
+from shipyard.serving.kserve.render import render
+from shipyard.testing.k8s_double import FULL_INSTALL_GROUPS, K8sDouble
+from shipyard.testing.registry import LocalRegistry
+from shipyard.testing.services import MlflowServer, MotoS3
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYOUT = cluster_layout("kfp-standalone")
+PODS_NS, SERVING_NS = LAYOUT["pipeline_namespace"], LAYOUT["serving_namespace"]
+MLFLOW_HOST = "mlflow.kubeflow.svc.cluster.local:5000"
+SA_TOKEN = "pipeline-runner-token"
+
+
+def overlay(name: str) -> list[dict[str, Any]]:
+    require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize (Debian/Google Cloud SDK kubectl)")
+    out = subprocess.run(["kubectl", "kustomize", str(ROOT / "manifests" / "overlays" / name)], capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.fixture(scope="module")
+def services() -> Iterator[dict[str, Any]]:
+    """MLflow with the Deployment's allowed hosts, a registry with a user, moto S3 with MLflow's bucket."""
+    docs = overlay("kfp-standalone")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    hosts = next(e["value"] for e in env if e["name"] == "MLFLOW_SERVER_ALLOWED_HOSTS").replace(
+        "$(POD_NAMESPACE)", PODS_NS)
+    with MlflowServer(Path(tempfile.mkdtemp(prefix="shipyard-check-mlflow-")),
+                      env={"MLFLOW_SERVER_ALLOWED_HOSTS": hosts}) as mlflow, \
+            LocalRegistry(users={"pusher": "secret-pw"}) as registry, MotoS3() as s3:
+        s3.make_bucket("mlflow-artifacts")
+        yield {"docs": docs, "mlflow": mlflow, "registry": registry, "s3": s3}
+
+
+def cluster(services: dict[str, Any], tmp_path: Path, groups: dict[str, Any] | None = None) -> tuple[K8sDouble, Path]:
+    """A double holding a correct kfp-standalone install: the overlay's objects with real values
+    in the Secrets, KServe v0.20, a GPU node; tokens for an admin and for kubeflow/pipeline-runner."""
+    double = K8sDouble(groups=groups or FULL_INSTALL_GROUPS, enforce_rbac=True,
+                       users={SA_TOKEN: f"system:serviceaccount:{PODS_NS}:pipeline-runner"})
+    auth = base64.b64encode(b"pusher:secret-pw").decode()
+    real = {"AWS_ENDPOINT_URL_S3": services["s3"].endpoint, "AWS_ACCESS_KEY_ID": services["s3"].ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": services["s3"].SECRET_KEY, "HF_TOKEN": "hf_real",
+            ".dockerconfigjson": json.dumps({"auths": {services["registry"].address: {"auth": auth}}})}
+    docs = json.loads(json.dumps(services["docs"]))
+    for doc in docs:
+        if doc["kind"] == "Secret":
+            doc["stringData"] = {k: real.get(k, v) for k, v in doc["stringData"].items()}
+    double.load(docs)
+    double.install_kserve("v0.20.0")
+    double.add_node("gpu-1", {"nvidia.com/gpu.present": "true"}, {"nvidia.com/gpu": "8", "cpu": "96"})
+    double.__enter__()
+    return double, double.kubeconfig(tmp_path / "kubeconfig", PODS_NS)
+
+
+def run_check(kubeconfig: Path, services: dict[str, Any], mlflow_url: str, capsys: pytest.CaptureFixture,
+              *extra: str) -> tuple[int, list[str]]:
+    code = main(["check", "--kubeconfig", str(kubeconfig), "--layout", "kfp-standalone", "--mlflow-url", mlflow_url,
+                 "--registry", services["registry"].address, "--insecure-registry", *extra])
+    return code, capsys.readouterr().out.strip().splitlines()
+
+
+def test_a_correct_install_passes(services: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    double, kubeconfig = cluster(services, tmp_path)
+    try:
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys)
+        assert code == 0, "\n".join(lines)
+        assert not [line for line in lines if line.startswith(("FAIL", "WARN"))], "\n".join(lines)
+        names = " ".join(lines)
+        for what in ("kserve version", "crd LLMInferenceService v1alpha2", "crd InferencePool", "crd Gateway API",
+                     f"secret {PODS_NS}/shipyard-mlflow", "mlflow api", "registry", "s3", "gpu nodes",
+                     "deploy permissions", f"namespace {PODS_NS}", f"namespace {SERVING_NS}"):
+            assert what in names, what
+        assert main(["check", "--kubeconfig", str(kubeconfig), "--mlflow-url", services["mlflow"].url,
+                     "--no-s3", "-o", "json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["ok"] is True and result["fail"] == 0
+        assert {c["status"] for c in result["checks"]} <= {"pass", "skip"}
+    finally:
+        double.__exit__(None, None, None)
+
+
+def test_each_planted_fault_is_named_in_one_line(services: dict[str, Any], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    groups = json.loads(json.dumps(FULL_INSTALL_GROUPS))
+    double, kubeconfig = cluster(services, tmp_path, groups)
+    try:
+        # a KServe that serves only v1alpha1 (v0.16)
+        double.serve_versions("serving.kserve.io", ["v1alpha1"])
+        double.install_kserve("v0.16.1")
+        # a missing CRD: no llm-d WVA while the deploy config scales with it
+        double.served_groups.discard("llmd.ai")
+        # a missing Secret key
+        mlflow_secret = double.objects[("secrets", PODS_NS, "shipyard-mlflow")]
+        del mlflow_secret["data"]["MLFLOW_TRACKING_TOKEN"]
+        # Secrets in the wrong namespace (the old overlays put them in the serving namespace)
+        moved = double.objects.pop(("secrets", PODS_NS, "shipyard-s3"))
+        double.store({**moved, "metadata": {**moved["metadata"], "namespace": SERVING_NS}})
+        # a Role without a verb the deploy step needs
+        role = double.objects[("roles", SERVING_NS, "shipyard-deployer")]
+        rule = next(r for r in role["rules"] if r["resources"] == ["llminferenceservices"])
+        rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+        # MLflow without the allowed hosts (the manifest before): 403 to its Service name
+        deploy = json.dumps({"preset": "pd-nixl", "gpu_memory_gib": 80, "scaling": {"mode": "wva", "max_replicas": 4}})
+        code, lines = run_check(kubeconfig, services, shared_server().url, capsys, "--deploy-config", deploy)
+    finally:
+        double.__exit__(None, None, None)
+    assert code == 1
+    failed = [line for line in lines if line.startswith("FAIL")]
+    text = "\n".join(lines)
+    expected = {
+        "kserve version": "serves LLMInferenceService v1alpha1 only",
+        "crd LLMInferenceService v1alpha2": "only as v1alpha1",
+        "crd WVA VariantAutoscaling": "variantautoscalings.llmd.ai is not served",
+        f"secret {PODS_NS}/shipyard-s3": f"is in namespace {SERVING_NS}, but the pipeline pods run in {PODS_NS}",
+        "deploy permissions": "may not patch llminferenceservices.serving.kserve.io",
+        "mlflow api": f"MLflow rejects Host {MLFLOW_HOST} (403 Invalid Host header)",
+    }
+    for name, says in expected.items():
+        (line,) = [f for f in failed if f.startswith(f"FAIL {name}:")] or [None]
+        assert line is not None and says in line and "(fix: " in line, (name, text)
+    token_line = next(line for line in lines if f"secret {PODS_NS}/shipyard-mlflow" in line)
+    assert token_line.startswith("WARN") and "lacks key MLFLOW_TRACKING_TOKEN" in token_line  # optional key
+    assert len(failed) == len(expected) + 1, text  # + LLMInferenceServiceConfig v1alpha2, served v1alpha1 only too
+    assert any(f.startswith("FAIL crd LLMInferenceServiceConfig v1alpha2") for f in failed)
+
+
+def test_the_double_enforces_the_overlays_rbac_for_the_pipeline_identity(services: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """The deploy step's own apply, as kubeflow/pipeline-runner: allowed by the overlay's Role and
+    RoleBinding; without the RoleBinding's subject, or with a verb gone, a 403 the way a cluster says it."""
+    double, _ = cluster(services, tmp_path)
+    try:
+        config = double.kubeconfig(tmp_path / "sa-kubeconfig", PODS_NS, token=SA_TOKEN)
+        kube = Kube(api_client(str(config)))
+        (obj,) = [d for d in render(parse_config({"preset": "aggregated"}, name="llm", namespace=SERVING_NS,
+                                                 model_uri="oci://quay.io/org/m@sha256:" + "0" * 64))
+                  if d["kind"] == "LLMInferenceService"]
+        res = kube.resource(obj["apiVersion"], obj["kind"])
+        assert kube.apply(res, obj)["metadata"]["name"] == "llm"
+        binding = double.objects[("rolebindings", SERVING_NS, "shipyard-deployer")]
+        binding["subjects"] = [s for s in binding["subjects"] if s["name"] != "pipeline-runner"]
+        with pytest.raises(Exception) as err:
+            kube.get(res, "llm", SERVING_NS)
+        assert "403" in str(err.value) or "forbidden" in str(err.value).lower()
+        assert 'User "system:serviceaccount:kubeflow:pipeline-runner" cannot get' in str(err.value)
+    finally:
+        double.__exit__(None, None, None)
+
+
+def test_known_bad_kserve_versions_are_named() -> None:
+    tp4 = parse_config({"preset": "aggregated", "tensor_parallel": 4}, name="llm", namespace="ns",
+                       model_uri="oci://quay.io/org/m@sha256:" + "0" * 64)
+    pd = parse_config({"preset": "pd-nixl"}, name="llm", namespace="ns", model_uri="oci://quay.io/org/m@sha256:" + "0" * 64)
+    assert cc.kserve_version_check("kserve/kserve-controller:v0.16.0").status == "fail"
+    v17 = cc.kserve_version_check("kserve/kserve-controller:v0.17.2", pd)
+    assert v17.status == "fail" and "VLLM_ADDITIONAL_ARGS" in v17.detail
+    assert cc.kserve_version_check("v0.17.0").status == "warn"
+    v19 = cc.kserve_version_check("kserve/kserve-controller:v0.19.1", tp4)
+    assert v19.status == "fail" and "tensor parallelism silently stays 1" in v19.detail
+    assert cc.kserve_version_check("v0.18.0").status == "warn"
+    assert cc.kserve_version_check("kserve/kserve-controller:v0.20.0", tp4).status == "pass"
+    assert cc.kfp_version_check("2.16.1").status == "fail" and cc.kfp_version_check("2.17.0").status == "pass"
+    assert "\n" not in v19.line() and v19.line().startswith("FAIL kserve version: ")
