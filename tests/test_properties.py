@@ -1,0 +1,244 @@
+"""Property-based tests: every config parser and the CLI's parameter path, fed arbitrary input.
+
+For any JSON/YAML value or string, a parser returns its typed config or raises one
+:class:`~shipyard.core.errors.ShipyardError` line (no newline, capped length), never another
+exception, and within a time bound. Hypothesis runs derandomized (a fixed seed: CI sees the same
+examples every time) with a bounded number of examples, and without its example database.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from shipyard.core.errors import MAX_LINE, ShipyardError
+
+#: every example must finish within this (the parsers are pure Python; 2 s is generous on a busy 2-core CI)
+DEADLINE = timedelta(seconds=2)
+FAST = settings(derandomize=True, max_examples=60, deadline=DEADLINE, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20))
+JSON_VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
+
+
+def _one_line_or_value(parse: Callable[[], Any]) -> Any:
+    """Call ``parse``: its value, or None when it raised a proper one-line ShipyardError."""
+    started = time.monotonic()
+    try:
+        return parse()
+    except ShipyardError as err:
+        line = str(err)
+        assert "\n" not in line and line.strip(), repr(line)
+        assert len(line) <= MAX_LINE, len(line)
+        return None
+    finally:
+        assert time.monotonic() - started < DEADLINE.total_seconds()
+
+
+def _dicts_with(keys: list[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """Mappings whose keys are mostly the parser's own (so values reach the type checks)."""
+    return st.dictionaries(st.sampled_from(keys) | st.text(max_size=8), JSON_VALUES, max_size=6)
+
+
+def _as_text(value: Any) -> str:
+    return json.dumps(value, allow_nan=True)
+
+
+# --------------------------------------------------------------------------- strict JSON / YAML
+
+
+@FAST
+@given(st.text(max_size=200))
+def test_json_object_any_text(text: str) -> None:
+    from shipyard.core.jsonargs import json_object
+
+    result = _one_line_or_value(lambda: json_object(text, "slo", "{}"))
+    assert result is None or isinstance(result, dict)
+
+
+@FAST
+@given(st.text(max_size=200))
+def test_load_yaml_any_text(text: str) -> None:
+    import yaml
+
+    from shipyard.core.jsonargs import load_yaml
+
+    try:
+        _one_line_or_value(lambda: load_yaml(text, "value"))
+    except yaml.YAMLError:
+        pass  # a syntax error is the caller's to word (every caller maps it to one line)
+
+
+@FAST
+@given(data=st.binary(max_size=300))
+def test_params_file_any_bytes(data: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from shipyard.core.jsonargs import load_mapping_file
+
+    path = tmp_path_factory.mktemp("p") / "params.yaml"
+    path.write_bytes(data)
+    result = _one_line_or_value(lambda: load_mapping_file(path, "--params-file"))
+    assert result is None or (isinstance(result, dict) and all(isinstance(k, str) for k in result))
+
+
+# --------------------------------------------------------------------------- the typed configs
+
+EVAL_KEYS = ["tasks", "num_fewshot", "limit", "batch_size", "apply_chat_template", "seed", "gen_kwargs", "task_dir",
+             "backend", "bootstrap_iters", "log_samples", "cache"]
+BENCH_KEYS = ["profile", "loads", "prompt_tokens", "output_tokens", "max_requests", "max_seconds", "warmup_requests",
+              "warmup_seconds", "server_warmup_requests", "sweep_size", "max_concurrency", "request_format",
+              "request_timeout", "vllm_args", "cpu_kv_cache_gib", "startup_timeout", "seed", "use_planner_args",
+              "data", "port"]
+DEPLOY_KEYS = ["preset", "mode", "replicas", "prefill_replicas", "tensor_parallel", "gpus", "gpu_memory_gib",
+               "namespace", "router", "scaling", "labels", "annotations", "env", "vllm_args", "node_selector",
+               "tolerations", "probes", "resources", "cpu", "memory", "objectives", "lora", "image_pull_secrets"]
+SLO_KEYS = ["ttft_p99_ms", "itl_p99_ms", "min_output_tokens_per_s", "max_error_rate", "min_goodput", "require"]
+ACCURACY_KEYS = ["min_recovery", "stderr_k", "paired_max_loss", "paired_confidence", "metrics"]
+
+
+@FAST
+@given(_dicts_with(EVAL_KEYS) | JSON_VALUES)
+@example({"limit": math.nan})  # the examples below are inputs that once passed or crashed
+@example({"seed": -1})
+@example({"limit": 1e308})
+@example({"gen_kwargs": {"temperature": math.inf}})
+def test_eval_config_any_value(value: Any) -> None:
+    from shipyard.evaluation.config import EvalConfig, parse_eval_config
+
+    result = _one_line_or_value(lambda: parse_eval_config(_as_text(value)))
+    if result is not None:
+        assert isinstance(result, EvalConfig)
+        json.dumps(result.to_dict(), allow_nan=False)  # only finite numbers
+        assert result.limit is None or result.limit <= 10_000_000
+        assert result.seed >= 0 and (result.limit is None or (0 < result.limit and math.isfinite(result.limit)))
+
+
+@FAST
+@given(_dicts_with(BENCH_KEYS) | JSON_VALUES)
+@example({"max_seconds": math.inf})
+@example({"seed": -4})
+@example({"max_requests": 10**30})
+def test_benchmark_config_any_value(value: Any) -> None:
+    from shipyard.benchmarking.guidellm import parse_benchmark_config
+
+    result = _one_line_or_value(lambda: parse_benchmark_config(_as_text(value)))
+    if result is not None:
+        assert isinstance(result, dict)
+        json.dumps(result, allow_nan=False)  # only finite numbers
+        assert (result.get("seed") or 0) >= 0 and (result.get("max_requests") or 0) < 2**63
+        assert all(math.isfinite(x) for x in result["loads"])
+
+
+@FAST
+@given(_dicts_with(DEPLOY_KEYS) | JSON_VALUES)
+@example({"scaling": [1]})
+@example({"namespace": 5})
+@example({"labels": {"team": [1]}})
+def test_deploy_config_any_value(value: Any) -> None:
+    from shipyard.serving.kserve.config import parse_config
+
+    uri = "oci://quay.io/org/m@sha256:" + "a" * 64
+    _one_line_or_value(lambda: parse_config(_as_text(value), name="llm", model_uri=uri))
+
+
+@FAST
+@given(_dicts_with(SLO_KEYS + ACCURACY_KEYS) | JSON_VALUES | st.text(max_size=30))
+def test_gate_configs_any_value(value: Any) -> None:
+    from shipyard.gates.config import accuracy_config, selection_config, slo_config
+
+    text = value if isinstance(value, str) else _as_text(value)
+    for parse in (slo_config, accuracy_config, selection_config):
+        _one_line_or_value(lambda parse=parse: parse(text))
+
+
+# --------------------------------------------------------------------------- the CLI's parameter path
+
+
+def _param_names() -> list[str]:
+    from shipyard.params.pipeline import params_for
+
+    return [p.name for p in params_for("optimize-and-deploy")]
+
+
+@FAST
+@given(st.sampled_from(_param_names()), st.text(max_size=60) | JSON_VALUES.map(_as_text))
+@example("seed", "\uff11\uff12")  # full-width digits
+@example("seed", "-1")
+@example("seed", "9" * 30)
+@example("num_calibration_samples", "99999999999")
+@example("namespace", "Bad_NS")
+@example("eval_config", '{"limit": NaN}')
+@example("benchmark_config", '{"max_seconds": 1e999}')
+@example("deploy_config", '{"scaling": [1]}')
+@example("model_uri", "hf://org/my model")
+@example("model_uri", "s3://bucket")
+def test_any_param_text_is_typed_or_one_line(name: str, text: str) -> None:
+    """``--param NAME=TEXT`` for every parameter: pre-flight types and checks it or says one line;
+    what it accepts is sane (ASCII integers within int64, seeds and counts not negative)."""
+    from shipyard.params.checks import check_parameters
+    from shipyard.params.specs import split_params
+
+    raw = _one_line_or_value(lambda: split_params([f"{name}={text}", "dry_run=true"]))
+    if raw is not None:
+        typed = _one_line_or_value(lambda: check_parameters("optimize-and-deploy", raw))
+        if typed is not None:
+            assert set(typed) >= {name, "dry_run"}
+            value = typed[name]
+            if isinstance(value, int) and not isinstance(value, bool):
+                assert text.strip().isascii() and 0 <= value < 2**63, (name, text, value)
+
+
+@FAST
+@given(st.sampled_from(_param_names()), JSON_VALUES)
+def test_any_params_file_value_is_typed_or_one_line(name: str, value: Any) -> None:
+    """A params file's YAML value of any type (what ``--params-file`` hands over) for every parameter."""
+    from shipyard.params.checks import check_parameters
+
+    _one_line_or_value(lambda: check_parameters("optimize-and-deploy", {name: value, "dry_run": True}))
+
+
+@FAST
+@given(st.lists(st.text(max_size=30), max_size=5))
+def test_split_params_any_items(items: list[str]) -> None:
+    from shipyard.params.specs import split_params
+
+    result = _one_line_or_value(lambda: split_params(items))
+    if result is not None:
+        assert len(result) == len(items)
+
+
+# --------------------------------------------------------------------------- redaction
+
+#: printable ASCII without spaces and quotes (what a URI or a shell word can carry): "/", "@", ":" included
+_PASSWORDS = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="'\"<>"),
+                     min_size=6, max_size=20).map(lambda s: "Zq9" + s)
+
+
+@FAST
+@given(st.sampled_from(["https", "http", "s3", "hf", "oci"]), st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True),
+       _PASSWORDS, st.sampled_from(["quay.io", "127.0.0.1:9", "bucket/model", "host/p@th"]))
+def test_redact_hides_any_password_in_a_uri(scheme: str, user: str, password: str, host: str) -> None:
+    """``/``, ``@`` and ``:`` inside the password included; the redaction is idempotent."""
+    from shipyard.core.redact import redact
+
+    uri = f"{scheme}://{user}:{password}@{host}"
+    shown = redact(f"cannot reach {uri} (fix: ...)")
+    assert password not in shown, shown
+    assert redact(shown) == shown
+
+
+def test_properties_file_is_bounded() -> None:
+    """The settings this file runs under: a fixed seed and a bounded number of examples (CI time)."""
+    assert FAST.derandomize and FAST.max_examples <= 100 and FAST.database is None
+    assert Path(__file__).name == "test_properties.py"
