@@ -33,7 +33,7 @@ def test_cpu_build_args_name_the_base_and_flavor(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("SHIPYARD_PYTHON_BASE", "example.org/python:3.11-bookworm")
     assert build_args("base", "gpu") == []
     assert build_args("vllm", "cpu") == ["--build-arg", "BASE_IMAGE=example.org/python:3.11-bookworm",
-                                         "--build-arg", "FLAVOR=cpu"]
+                                         "--build-arg", "FLAVOR=cpu", "--build-arg", "GARAK=0"]
     assert "TORCH_INDEX=" in build_args("compress", "cpu")
 
 
@@ -45,7 +45,7 @@ def test_local_pip_indexes_are_mounted_whole(tmp_path: Path) -> None:
 
 
 def test_containerfiles_take_their_base_as_a_build_arg_and_run_as_non_root() -> None:
-    for runtime in ("base", "compress", "vllm"):
+    for runtime in ("base", "compress", "vllm", "garak"):
         text = (REPO_ROOT / "images" / runtime / "Containerfile").read_text()
         assert "ARG BASE_IMAGE=" in text and "FROM ${BASE_IMAGE}" in text, runtime
         assert text.rstrip().splitlines()[-1] == "USER 1001", runtime

