@@ -346,3 +346,32 @@ def test_replayed_file_store_registration_writes_nothing_outside_the_work_dir(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (work / "mlruns").as_uri())  # this reader's own file-store quirk
     mv = MlflowClient().get_model_version("replayed", "1")
     assert mv.run_id == parent and mv.tags["shipyard.metric.acc"] == "0.5"
+
+
+def test_wrapper_lifecycle_keeps_unlogged_payloads_in_the_artifact() -> None:
+    """The one wrapper shape: ``with StepRun(...) as run`` ends the run (FINISHED, or FAILED when
+    the step fails), then ``run.keep_in(artifact)`` hands on what could not be logged yet."""
+    from shipyard.tracking.steprun import PENDING_KEY
+
+    class Artifact:
+        def __init__(self) -> None:
+            self.metadata: dict[str, object] = {}
+
+    server = shared_server()
+    experiment = f"keep-{uuid.uuid4().hex[:8]}"
+    with StepRun("benchmark", "w4a16", tracking_uri=server.url, experiment=experiment, params={"x": 1}) as run:
+        run.log(metrics={"output_tokens_per_s": 42.0})
+    kept = Artifact()
+    run.keep_in(kept)  # no KFP run id (a GPU step): no parent run to join yet, so the payload travels on
+    assert kept.metadata[PENDING_KEY] == run.payload() and run.payload()["status"] == "FINISHED"
+    with pytest.raises(SystemExit), StepRun("benchmark", "w4a16", tracking_uri=server.url,
+                                            experiment=experiment) as failed:
+        raise SystemExit(1)  # what call_step raises on a user error
+    assert failed.payload()["status"] == "FAILED"
+    kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
+    track.start_tracking(server.url, experiment, "optimize-and-deploy", kfp_run, "", "")
+    with StepRun("package", "w4a16", tracking_uri=server.url, experiment=experiment, kfp_run_id=kfp_run) as logged:
+        logged.log(metrics={"size_bytes": 1.0})
+    nothing = Artifact()
+    logged.keep_in(nothing)
+    assert logged.run_id and nothing.metadata == {}

@@ -43,27 +43,25 @@ def benchmark(
     """
     from shipyard.evaluation.garak_scan import safety_files
     from shipyard.runtimes.runtime import call_step, record_outputs
-    from shipyard.tracking.steprun import PENDING_KEY, StepRun
+    from shipyard.tracking.steprun import StepRun
 
-    run = StepRun("benchmark", candidate, tracking_uri=tracking_uri, experiment=experiment,
-                  params={"benchmark_config": benchmark_config, "safety": safety, "tuning": tuning})
-    out = call_step(
-        "vllm",
-        "shipyard.gates.tuning:tune_step",
-        model_dir=model.path,
-        benchmark_config=benchmark_config,
-        tuning=tuning,
-        slo=slo,
-        out_dir=results.path,
-        summary_path=summary.path,
-        cache=candidate == "base",  # the base benchmark cache: a re-quantization run measures the base once
-        origin=f"KFP artifact {results.uri}",  # names the run (no kfp_run_id input: it would defeat the KFP cache)
-        safety=safety,
-    )
-    record_outputs(out, metrics=metrics, artifact=results)
-    run.log(metrics=out.get("metrics"), artifacts={"summary.md": summary.path,
-                                                   "results.json": f"{results.path}/results.json",
-                                                   **safety_files(results.path)})
-    run.finish()
-    if run.payload():
-        results.metadata[PENDING_KEY] = run.payload()
+    with StepRun("benchmark", candidate, tracking_uri=tracking_uri, experiment=experiment,
+                 params={"benchmark_config": benchmark_config, "safety": safety, "tuning": tuning}) as run:
+        out = call_step(
+            "vllm",
+            "shipyard.gates.tuning:tune_step",
+            model_dir=model.path,
+            benchmark_config=benchmark_config,
+            tuning=tuning,
+            slo=slo,
+            out_dir=results.path,
+            summary_path=summary.path,
+            cache=candidate == "base",  # the base benchmark cache: a re-quantization run measures the base once
+            origin=f"KFP artifact {results.uri}",  # names the run (no kfp_run_id input: it would defeat the KFP cache)
+            safety=safety,
+        )
+        record_outputs(out, metrics=metrics, artifact=results)
+        run.log(metrics=out.get("metrics"), artifacts={"summary.md": summary.path,
+                                                       "results.json": f"{results.path}/results.json",
+                                                       **safety_files(results.path)})
+    run.keep_in(results)

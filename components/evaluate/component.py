@@ -28,26 +28,24 @@ def evaluate_hf(
     KFP run id here: it would make every run's cache key unique).
     """
     from shipyard.runtimes.runtime import call_step, record_outputs
-    from shipyard.tracking.steprun import PENDING_KEY, StepRun
+    from shipyard.tracking.steprun import StepRun
 
-    run = StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment,
-                  params={"eval_config": eval_config, "backend": "hf"})
-    out = call_step(
-        "compress",
-        "shipyard.evaluation.lmeval:evaluate_step",
-        model_dir=model.path,
-        eval_config=eval_config,
-        out_dir=results.path,
-        table_path=table.path,
-        backend="hf",
-    )
-    record_outputs(out, metrics=metrics, artifact=results)
-    run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
-                                                   "summary.json": f"{results.path}/summary.json",
-                                                   "samples": f"{results.path}/samples"})
-    run.finish()
-    if run.payload():
-        results.metadata[PENDING_KEY] = run.payload()
+    with StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment,
+                 params={"eval_config": eval_config, "backend": "hf"}) as run:
+        out = call_step(
+            "compress",
+            "shipyard.evaluation.lmeval:evaluate_step",
+            model_dir=model.path,
+            eval_config=eval_config,
+            out_dir=results.path,
+            table_path=table.path,
+            backend="hf",
+        )
+        record_outputs(out, metrics=metrics, artifact=results)
+        run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
+                                                       "summary.json": f"{results.path}/summary.json",
+                                                       "samples": f"{results.path}/samples"})
+    run.keep_in(results)
 
 
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)

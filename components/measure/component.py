@@ -46,29 +46,24 @@ def measure_vllm(
     """
     from shipyard.evaluation.garak_scan import safety_files
     from shipyard.runtimes.runtime import call_step, record_outputs
-    from shipyard.tracking.steprun import PENDING_KEY, StepRun
+    from shipyard.tracking.steprun import StepRun
 
     track = {"tracking_uri": tracking_uri, "experiment": experiment}
-    eval_run = StepRun("evaluate", candidate, params={"eval_config": eval_config, "backend": "vllm"}, **track)
-    bench_run = StepRun("benchmark", candidate, params={"benchmark_config": benchmark_config, "safety": safety,
-                                                        "tuning": tuning},
-                        **track)
-    out = call_step("vllm", "shipyard.components.measure.measure:measure_step", model_dir=model.path,
-                    eval_config=eval_config, benchmark_config=benchmark_config, eval_out=eval_results.path,
-                    table_path=eval_table.path, bench_out=results.path, summary_path=summary.path,
-                    safety=safety, tuning=tuning, slo=slo)
-    record_outputs(out["eval"], metrics=eval_metrics, artifact=eval_results)
-    record_outputs(out["bench"], metrics=metrics, artifact=results)
-    print(f"one vLLM server for eval and benchmark: started in {out['server']['startup_seconds']} s", flush=True)
-    for run, artifact, figures, files in (
-        (eval_run, eval_results, out["eval"]["metrics"], {"table.md": eval_table.path,
-                                                          "summary.json": f"{eval_results.path}/summary.json",
-                                                          "samples": f"{eval_results.path}/samples"}),
-        (bench_run, results, out["bench"]["metrics"], {"summary.md": summary.path,
-                                                       "results.json": f"{results.path}/results.json",
-                                                       **safety_files(results.path)}),
-    ):
-        run.log(metrics=figures, params={"shared_server": True}, artifacts=files)
-        run.finish()
-        if run.payload():
-            artifact.metadata[PENDING_KEY] = run.payload()
+    with StepRun("evaluate", candidate, params={"eval_config": eval_config, "backend": "vllm"}, **track) as eval_run, \
+            StepRun("benchmark", candidate, params={"benchmark_config": benchmark_config, "safety": safety,
+                                                     "tuning": tuning}, **track) as bench_run:
+        out = call_step("vllm", "shipyard.components.measure.measure:measure_step", model_dir=model.path,
+                        eval_config=eval_config, benchmark_config=benchmark_config, eval_out=eval_results.path,
+                        table_path=eval_table.path, bench_out=results.path, summary_path=summary.path,
+                        safety=safety, tuning=tuning, slo=slo)
+        record_outputs(out["eval"], metrics=eval_metrics, artifact=eval_results)
+        record_outputs(out["bench"], metrics=metrics, artifact=results)
+        print(f"one vLLM server for eval and benchmark: started in {out['server']['startup_seconds']} s", flush=True)
+        eval_run.log(metrics=out["eval"]["metrics"], params={"shared_server": True},
+                     artifacts={"table.md": eval_table.path, "summary.json": f"{eval_results.path}/summary.json",
+                                "samples": f"{eval_results.path}/samples"})
+        bench_run.log(metrics=out["bench"]["metrics"], params={"shared_server": True},
+                      artifacts={"summary.md": summary.path, "results.json": f"{results.path}/results.json",
+                                 **safety_files(results.path)})
+    eval_run.keep_in(eval_results)
+    bench_run.keep_in(results)

@@ -46,27 +46,26 @@ def package_model(
     from shipyard.runtimes.runtime import call_step
     from shipyard.tracking.steprun import StepRun
 
-    run = StepRun("package", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
-                  params={"registry": registry, "repository": repository, "mode": mode})
-    result = call_step(
-        "base",
-        "shipyard.components.package.package:package_model",
-        model_dir=model.path,
-        out_dir=modelcar.path,
-        registry=registry,
-        repository=repository,
-        tag=tag,
-        mode=mode,
-        base_image=base_image,
-        annotations=annotations,
-        insecure_tls=insecure_tls,
-    )
-    modelcar.metadata.update(artifact_metadata(result))
-    run.log(params={"uri": result["uri"]}, metrics={"size_bytes": result["size_bytes"]},
-            tags={"shipyard.oci_digest": result["digest"]},
-            artifacts={"package.json": f"{modelcar.path}/shipyard-package.json",
-                       "package.md": f"{modelcar.path}/shipyard-package.md"})
-    run.finish()
+    with StepRun("package", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"registry": registry, "repository": repository, "mode": mode}) as run:
+        result = call_step(
+            "base",
+            "shipyard.components.package.package:package_model",
+            model_dir=model.path,
+            out_dir=modelcar.path,
+            registry=registry,
+            repository=repository,
+            tag=tag,
+            mode=mode,
+            base_image=base_image,
+            annotations=annotations,
+            insecure_tls=insecure_tls,
+        )
+        modelcar.metadata.update(artifact_metadata(result))
+        run.log(params={"uri": result["uri"]}, metrics={"size_bytes": result["size_bytes"]},
+                tags={"shipyard.oci_digest": result["digest"]},
+                artifacts={"package.json": f"{modelcar.path}/shipyard-package.json",
+                           "package.md": f"{modelcar.path}/shipyard-package.md"})
     print(f"packaged: {result['uri']}", flush=True)
     outputs = namedtuple("Outputs", ["uri", "digest"])
     return outputs(result["uri"], result["digest"])

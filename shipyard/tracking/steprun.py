@@ -117,6 +117,14 @@ class StepRun:
         """What could not be logged yet (None when it was)."""
         return None if self.run_id else dict(self.data)
 
+    def keep_in(self, artifact: Any) -> None:
+        """Hand on what could not be logged yet: into ``artifact``'s metadata under
+        :data:`PENDING_KEY`, for the candidate-gates step to log (:func:`apply_pending`). The one
+        way a wrapper keeps a payload; call it after the ``with StepRun(...)`` block."""
+        payload = self.payload()
+        if payload:
+            artifact.metadata[PENDING_KEY] = payload
+
 
 def at_end_of_run(data: dict[str, Any], *, handed_on: bool = False) -> bool:
     """In a local run tracking into a file store, keep the payload for the runner and say True.
