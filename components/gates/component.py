@@ -19,11 +19,13 @@ def candidate_gates(
     accuracy_report: Output[Markdown],
     slo_report: Output[HTML],
     metrics: Output[Metrics],
+    safety_report: Output[Markdown],
     compress_metrics: Input[Metrics] = None,
     compress_summary: Input[Markdown] = None,
     tracking_uri: str = "",
     experiment: str = "",
     kfp_run_id: str = "",
+    safety: str = "",
 ) -> bool:
     """Accuracy gate (recovery against the base) and SLO gate (latency and throughput under
     load against the base) for one candidate; both fail closed.
@@ -44,6 +46,11 @@ def candidate_gates(
         tracking_uri: MLflow tracking URI (the pipeline parameter).
         experiment: MLflow experiment.
         kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+        safety: The safety parameter (JSON): garak probes, tolerance per probe family, require.
+            With probes, the safety gate compares both models' garak scans (attack success rate
+            per family); a missing scan fails closed. Empty: the safety gate is off.
+        safety_report: The safety gate's report: attack success rate per family for base and
+            candidate, and the attacks that got through for the candidate and not for the base.
 
     Returns True when the candidate passed both gates (the reason is in candidate's metadata).
     """
@@ -54,15 +61,17 @@ def candidate_gates(
     from shipyard.tracking.steprun import StepRun, apply_pending
 
     with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
-                 params={"accuracy_thresholds": thresholds, "slo": slo}) as run:
+                 params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
         out = call_step("base", "shipyard.gates.candidate:judge_candidate", recipe=recipe,
                         base_eval=base_eval.path, candidate_eval=candidate_eval.path, base_bench=base_bench.path,
                         candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, out_dir=candidate.path,
                         compress_figures=dict(compress_metrics.metadata) if compress_metrics is not None else {},
                         model_uri=str(compress_summary.metadata.get("model_uri", "")) if compress_summary is not None
-                        else "")
+                        else "", safety=safety)
         shutil.copyfile(os.path.join(candidate.path, "accuracy.md"), accuracy_report.path)
         shutil.copyfile(os.path.join(candidate.path, "slo.html"), slo_report.path)
+        shutil.copyfile(os.path.join(candidate.path, "safety.md"), safety_report.path)
+        safety_report.metadata.update({"reason": out["safety_reason"]})
         record_outputs(out, metrics=metrics)
         candidate.metadata.update({"recipe": recipe, "passed": out["passed"], "reason": out["reason"],
                                    "accuracy_caveat": out["accuracy_caveat"]})
@@ -74,6 +83,7 @@ def candidate_gates(
                 artifacts={"accuracy.md": os.path.join(candidate.path, "accuracy.md"),
                            "slo.html": os.path.join(candidate.path, "slo.html"),
                            "slo.md": os.path.join(candidate.path, "slo.md"),
+                           "safety.md": os.path.join(candidate.path, "safety.md"),
                            "candidate.json": os.path.join(candidate.path, "candidate.json")})
     try:  # payloads of steps whose image has no MLflow client (see track/steprun.py)
         apply_pending(compress_summary.metadata if compress_summary is not None else {}, candidate_eval.metadata, candidate_bench.metadata,
