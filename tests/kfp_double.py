@@ -14,6 +14,8 @@ What it checks in each request:
 * ``POST /apis/v2beta1/pipelines/upload`` and ``/upload_version``: a multipart form with one
   ``uploadfile`` part holding a compiled pipeline (YAML with ``pipelineInfo.name``, ``root``,
   ``deploymentSpec``, ``schemaVersion``), the name in the query (``pipelineid`` for versions).
+* ``GET /apis/v2beta1/runs/{id}``: the run, its ``state`` stepping through :attr:`KfpDouble.run_states`
+  on each call (``shipyard submit --wait`` polls it).
 * Every request: ``Authorization: Bearer <token>`` (or the session cookie) when the double
   was given one; otherwise 401 with a ``googleRpcStatus`` body, as KFP behind auth answers.
 
@@ -195,6 +197,10 @@ class KfpDouble:
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     recurring_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    #: the text of every accepted upload (the whole file: the IR and its Kubernetes platform spec)
+    uploaded: list[str] = field(default_factory=list)
+    #: the states a run reports on each ``GET /runs/{id}`` after it was created (the last one stays)
+    run_states: list[str] = field(default_factory=lambda: ["RUNNING", "SUCCEEDED"])
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
     url: str = ""
     _server: ThreadingHTTPServer | None = None
@@ -283,12 +289,22 @@ class KfpDouble:
             return self._create_experiment(body)
         if path == f"{api}/runs":
             if method == "GET":
-                runs = sorted(self.runs.values(), key=lambda r: r["created_at"], reverse=True)
+                runs = sorted(({k: v for k, v in r.items() if not k.startswith("_")} for r in self.runs.values()),
+                              key=lambda r: r["created_at"], reverse=True)
                 if query.get("experiment_id"):
                     runs = [r for r in runs if r.get("experiment_id") == query["experiment_id"]]
                 size = int(query.get("page_size") or 10)
                 return 200, {"runs": runs[:size], "total_size": len(runs)} if runs else {}
             return self._create_run(body)
+        m = re.fullmatch(rf"{api}/runs/([^/:]+)", path)
+        if method == "GET" and m:
+            run = self.runs.get(m.group(1))
+            if run is None:
+                raise Rejected(404, f"run {m.group(1)!r} not found")
+            polled = run.setdefault("_polls", 0)
+            run["_polls"] = polled + 1
+            run["state"] = self.run_states[min(polled, len(self.run_states) - 1)] if self.run_states else run["state"]
+            return 200, {k: v for k, v in run.items() if not k.startswith("_")}
         if path == f"{api}/recurringruns":
             if method == "GET":
                 found = list(self.recurring_runs.values())
@@ -333,6 +349,7 @@ class KfpDouble:
                "created_at": now, "pipeline_spec": spec}
         self.versions[vid] = ver
         self.requests.append(("upload_version" if version else "upload", name, spec))
+        self.uploaded.append(parts["uploadfile"][1].decode())
         return 200, ver if version else self.pipelines[pid]
 
     def _create_experiment(self, body: bytes) -> tuple[int, Any]:

@@ -170,3 +170,46 @@ def test_double_rejects_what_kfp_would(double: KfpDouble, package: str) -> None:
     assert post({**base, "trigger": {"periodic_schedule": {"interval_second": "x"}}}) == 400
     assert post({**base, "trigger": {"cron_schedule": {"cron": "0 0 3 * * *"}}, "status": "ENABLED"}) == 400
     assert post({**base, "trigger": {"cron_schedule": {"cron": "0 0 3 * * *"}}}) == 200
+
+
+MY_CLUSTER = """\
+gpu:
+  accelerator_type: nvidia.com/gpu
+  accelerator_count: 1
+  node_selector: {shipyard.example/pool: my-h100-pool}
+"""
+
+
+def test_submit_by_name_compiles_with_the_users_settings_and_waits(
+        double: KfpDouble, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``submit NAME --cluster-config F --image-registry R`` compiles through `shipyard compile`'s
+    path: the uploaded IR has the user's node selector and registry, never the defaults;
+    --params-file and --param merge; -o json prints one document; --wait exits by the run's state."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my-cluster.yaml").write_text(MY_CLUSTER)
+    (tmp_path / "params.yaml").write_text("registry: quay.io\nrepository: your-org/models\nseed: 7\n")
+    double.run_states = ["RUNNING", "RUNNING", "FAILED"]
+    code = _cli("submit", "optimize-and-deploy", "--host", double.url, "--token", TOKEN, "--cluster-config",
+                "my-cluster.yaml", "--image-registry", "quay.io/your-org", "--params-file", "params.yaml",
+                "--param", "seed=8", "-o", "json", "--wait", "--poll-s", "0.05")
+    out = capsys.readouterr()
+    assert code == 1, out.err  # the run FAILED
+    record = json.loads(out.out)
+    assert record["state"] == "FAILED" and record["run_id"] in double.runs and record["url"].endswith(record["run_id"])
+    assert "RUNNING" in out.err and "FAILED" in out.err  # the state stream (stderr with -o json)
+    (ir,) = double.uploaded
+    assert "my-h100-pool" in ir and "quay.io/your-org/shipyard-" in ir and "ghcr.io/shipyard-llm" not in ir
+    params = double.runs[record["run_id"]]["runtime_config"]["parameters"]
+    assert params["registry"] == "quay.io" and params["repository"] == "your-org/models" and params["seed"] == 8
+
+    double.run_states = ["SUCCEEDED"]
+    assert _cli("submit", "optimize-and-deploy", "--host", double.url, "--token", TOKEN, "--cluster-config",
+                "my-cluster.yaml", "--image-registry", "quay.io/your-org", "--params-file", "params.yaml",
+                "--wait", "--poll-s", "0.05") == 0
+    assert "SUCCEEDED" in capsys.readouterr().out
+    # a compiled file keeps its own settings: flags that would change them are refused, before any request
+    compiled = tmp_path / "c.yaml"
+    compiled.write_text(double.uploaded[0])
+    before = len(double.requests)
+    assert _cli("submit", str(compiled), "--host", double.url, "--token", TOKEN, "--cluster-config", "x.yaml") == 2
+    assert "already compiled" in capsys.readouterr().err and len(double.requests) == before

@@ -43,11 +43,11 @@ EXERCISED: dict[str, str] = {
     "podman push ghcr.io/shipyard-llm/shipyard-base:<tag>": "cluster: needs your registry and its credentials",
     "shipyard compile --out compiled/ --image-registry quay.io/your-org --cluster-config my-cluster.yaml": "here",
     (
-        "shipyard submit optimize-and-deploy --host https://kfp.example.com --param registry=quay.io "
+        "shipyard submit compiled/optimize-and-deploy.yaml --host https://kfp.example.com --param registry=quay.io "
         "--param repository=your-org/models"
     ): "here",
-    ('shipyard schedule requantize --host https://kfp.example.com --cron "0 3 * * 1" --param registry=quay.io '
-     "--param repository=your-org/models"): "here",
+    ('shipyard schedule compiled/requantize.yaml --host https://kfp.example.com --cron "0 3 * * 1" '
+     "--param registry=quay.io --param repository=your-org/models"): "here",
     "bash .ci/podman-setup": "ci:.ci/setup",
     ".venvs/base/bin/shipyard images build --flavor cpu": "ci:.ci/setup",
     ".venvs/base/bin/shipyard run --local --runner container --work-dir rehearsal":
@@ -121,7 +121,13 @@ def test_validate_the_kustomized_prod_overlay() -> None:
 
 @pytest.mark.slow
 def test_compile_submit_and_schedule_as_the_readme_shows(tmp_path: Path, kfp_host: KfpDouble) -> None:
-    shutil.copyfile(REPO / "pipelines" / "cluster.yaml", tmp_path / "my-cluster.yaml")
+    """The README's cluster commands, verbatim: what is submitted and scheduled carries the user's
+    cluster settings (a node selector of their own) and image registry, never the defaults."""
+    cluster = (REPO / "pipelines" / "cluster.yaml").read_text()
+    assert '  node_selector:\n    nvidia.com/gpu.present: "true"\n' in cluster
+    (tmp_path / "my-cluster.yaml").write_text(cluster.replace(
+        '  node_selector:\n    nvidia.com/gpu.present: "true"\n',
+        '  node_selector:\n    nvidia.com/gpu.present: "true"\n    shipyard.example/pool: my-h100-pool\n'))
     here = [c for c, how in EXERCISED.items() if how == "here" and c.startswith("shipyard ")]
     assert len(here) == 3
     for command in here:
@@ -136,4 +142,7 @@ def test_compile_submit_and_schedule_as_the_readme_shows(tmp_path: Path, kfp_hos
     assert run["runtime_config"]["parameters"]["registry"] == "quay.io"
     assert run["runtime_config"]["parameters"]["repository"] == "your-org/models"
     assert kfp_host.recurring_runs, "schedule created no recurring run"
+    assert len(kfp_host.uploaded) == 2  # optimize-and-deploy and requantize
+    for ir in kfp_host.uploaded:  # the user's settings reached the cluster
+        assert "my-h100-pool" in ir and "quay.io/your-org/shipyard-" in ir and "ghcr.io/shipyard-llm" not in ir
     assert not kfp_host.rejected, kfp_host.rejected

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import argparse
 
-from shipyard.cli.commands.submit import add_kfp_options, add_pipeline_options, connect
+from shipyard.cli.commands.submit import (
+    add_kfp_options,
+    add_pipeline_options,
+    compiled_package,
+    connect,
+    pipeline_params,
+    raw_params,
+)
 from shipyard.core.numbers import number
-from shipyard.run.kfp_client import check_params, compile_to_temp, parse_duration, parse_params, to_kfp_cron
+from shipyard.run.kfp_client import parse_duration, to_kfp_cron
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "schedule", help="create a KFP recurring run (e.g. re-quantize nightly)",
-        description="KFP's cron has six fields, seconds first; a five-field expression gets a leading 0 "
-                    "and is echoed back.",
+        description="Upload a compiled pipeline (or compile one by name with your --cluster-config and "
+                    "--image-registry) and create a KFP recurring run of it. KFP's cron has six fields, seconds "
+                    "first; a five-field expression gets a leading 0 and is echoed back.",
     )
     add_pipeline_options(p)
     add_kfp_options(p)
@@ -33,10 +41,10 @@ def _schedule(args: argparse.Namespace) -> int:
         print(f"cron (KFP, seconds first): {cron}")
     else:
         print(f"every {parse_duration(args.every)} s")
-    raw = parse_params(args.param)
-    package, tmp = compile_to_temp(args.pipeline)
+    raw = raw_params(args)
+    package, tmp = compiled_package(args)
     with tmp:
-        params = check_params(package, raw)
+        params = pipeline_params(raw, package)
         kfp = connect(args)
         result = kfp.schedule(package, args.experiment, params, cron=args.cron, every=args.every,
                               max_concurrency=args.max_concurrency, no_catchup=args.no_catchup, name=args.name,
