@@ -188,3 +188,52 @@ def test_known_bad_kserve_versions_are_named() -> None:
     assert cc.kserve_version_check("kserve/kserve-controller:v0.20.0", tp4).status == "pass"
     assert cc.kfp_version_check("2.16.1").status == "fail" and cc.kfp_version_check("2.17.0").status == "pass"
     assert "\n" not in v19.line() and v19.line().startswith("FAIL kserve version: ")
+
+
+def test_the_pre_flight_pod_checks_name_the_host_check_and_a_missing_verb(services: dict[str, Any],
+                                                                          tmp_path: Path) -> None:
+    """What the pipeline's pre-flight runs from its pod: MLflow's API with the Host of the URI the
+    steps use, and a SelfSubjectAccessReview per verb the deploy step needs, as its own identity."""
+    double, _ = cluster(services, tmp_path)
+    try:
+        api = api_client(str(double.kubeconfig(tmp_path / "sa", PODS_NS, token=SA_TOKEN)))
+        uri = f"http://{MLFLOW_HOST}"
+        good = cc.pod_checks(tracking_uri=uri, namespace=SERVING_NS, dry_run=False, api=api,
+                             connect_url=services["mlflow"].url)
+        assert [c.status for c in good] == ["pass", "pass"], [c.line() for c in good]
+        role = double.objects[("roles", SERVING_NS, "shipyard-deployer")]
+        next(r for r in role["rules"] if r["resources"] == ["llminferenceservices"])["verbs"].remove("create")
+        bad = cc.pod_checks(tracking_uri=uri, namespace=SERVING_NS, dry_run=False, api=api,
+                            connect_url=shared_server().url)
+        assert [c.status for c in bad] == ["fail", "fail"], [c.line() for c in bad]
+        assert "403 Invalid Host header" in bad[0].detail
+        assert "may not create llminferenceservices.serving.kserve.io in namespace shipyard" in bad[1].detail
+        assert [c.name for c in cc.pod_checks(tracking_uri=uri, namespace=SERVING_NS, dry_run=True, api=api,
+                                              connect_url=services["mlflow"].url)] == ["mlflow api"]
+    finally:
+        double.__exit__(None, None, None)
+
+
+def test_the_pre_flight_step_stops_a_run_whose_identity_cannot_deploy(services: dict[str, Any], tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline's first task, in a cluster (SHIPYARD_CONTRACT set) and as kubeflow/pipeline-runner:
+    a Role without ``patch`` fails it in seconds with one line, before any GPU step."""
+    from shipyard.components.preflight.preflight import preflight_step
+    from shipyard.core.contract import ENV_CONTRACT
+    from shipyard.core.errors import ShipyardError
+
+    double, _ = cluster(services, tmp_path)
+    try:
+        role = double.objects[("roles", SERVING_NS, "shipyard-deployer")]
+        next(r for r in role["rules"] if r["resources"] == ["llminferenceservices"])["verbs"].remove("patch")
+        monkeypatch.setenv("KUBECONFIG", str(double.kubeconfig(tmp_path / "sa", PODS_NS, token=SA_TOKEN)))
+        monkeypatch.setenv(ENV_CONTRACT, json.dumps({"step": "preflight", "env": {}}))
+        local = yaml.safe_load((ROOT / "pipelines" / "local-params.yaml").read_text())
+        params = {**local, "registry": "quay.io", "dry_run": False, "namespace": SERVING_NS}
+        with pytest.raises(ShipyardError) as err:
+            preflight_step("optimize-and-deploy", params, tracking_uri=services["mlflow"].url, experiment="check",
+                           kfp_run_id="kfp-check")
+        assert err.value.field == "deploy permissions" and "may not patch" in str(err.value)
+        assert "\n" not in str(err.value)
+    finally:
+        double.__exit__(None, None, None)

@@ -17,8 +17,38 @@ def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, exp
     from shipyard.tracking.pipeline_runs import start_tracking
     from shipyard.tracking.tracker import check_tracking_uri
 
-    check_tracking_uri(tracking_uri)
+    resolved = check_tracking_uri(tracking_uri)
+    _cluster_checks(resolved, typed)
 
     run = start_tracking(tracking_uri=tracking_uri, experiment=experiment, pipeline_name=pipeline,
                          kfp_run_id=kfp_run_id, params_json=json.dumps(record_for_mlflow(typed)), tags_json="{}")
     return {"checked": sorted(typed), **run}
+
+
+def _cluster_checks(tracking_uri: str, typed: dict[str, Any]) -> None:
+    """In a cluster, the checks a pod can make (:func:`shipyard.serving.cluster_check.pod_checks`):
+    MLflow's API by the in-cluster name (its Host check answers 403 while /health passes) and,
+    when the run deploys, this identity's permissions in the target namespace. The first failure
+    ends the run here, in seconds, as one line."""
+    import os
+
+    from shipyard.core.contract import ENV_CONTRACT
+    from shipyard.core.errors import ShipyardError
+    from shipyard.serving.cluster_check import FAIL, pod_checks
+
+    if not os.environ.get(ENV_CONTRACT):
+        return
+    api = None
+    if typed.get("dry_run") is False and "namespace" in typed:
+        from shipyard.serving.kserve.apply import api_client
+
+        try:
+            api = api_client(timeout_s=10.0)
+        except ShipyardError:
+            api = None
+    for check in pod_checks(tracking_uri=tracking_uri, namespace=str(typed.get("namespace") or ""),
+                            dry_run=bool(typed.get("dry_run", True)), api=api,
+                            token=os.environ.get("MLFLOW_TRACKING_TOKEN", "")):
+        print(f"pre-flight: {check.line()}", flush=True)
+        if check.status == FAIL:
+            raise ShipyardError(check.name, check.detail, check.fix)

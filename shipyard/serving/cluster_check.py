@@ -355,6 +355,36 @@ def s3_check(env: dict[str, str], bucket: str = "mlflow-artifacts") -> Check:
     return Check("s3", PASS, f"{env['AWS_ENDPOINT_URL_S3']} answers; bucket {bucket} exists")
 
 
+def pod_checks(*, tracking_uri: str, namespace: str, dry_run: bool, api: Any = None, connect_url: str = "",
+               token: str = "") -> list[Check]:
+    """What a pipeline pod can check about itself (the pre-flight step, in a cluster): MLflow's API
+    by the URI the steps use, with its Host header (``connect_url`` only redirects the connection,
+    for tests); and, when the run deploys, whether this pod's identity may deploy into
+    ``namespace`` (SelfSubjectAccessReview through ``api``, a kubernetes ``ApiClient``)."""
+    checks = []
+    if tracking_uri.startswith(("http://", "https://")):
+        checks.append(mlflow_api_check(tracking_uri, connect_url, token))
+    if not dry_run and api is not None:
+        from kubernetes.client.rest import ApiException
+
+        def review(verb: str, group: str, resource: str, ns: str) -> bool:
+            body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                    "spec": {"resourceAttributes": {"namespace": ns, "verb": verb, "group": group, "resource": resource}}}
+            try:
+                data = api.call_api("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "POST", body=body,
+                                    auth_settings=["BearerToken"], response_type="object",
+                                    header_params={"Content-Type": "application/json"}, _return_http_data_only=True)
+            except ApiException:
+                return True  # cannot ask: the deploy step will say it
+            return bool((data.get("status") or {}).get("allowed"))
+
+        own = "this pod's"
+        layout = {"name": "<layout>", "pipeline_namespace": own, "service_account": "ServiceAccount",
+                  "serving_namespace": namespace}
+        checks.extend(permission_checks(review, layout, None))
+    return checks
+
+
 def summary(checks: list[Check]) -> dict[str, Any]:
     """Counts and the overall verdict (``ok``: nothing failed)."""
     counts = {s: sum(c.status == s for c in checks) for s in (PASS, FAIL, WARN, SKIP)}
