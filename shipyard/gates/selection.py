@@ -174,7 +174,7 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
     rows = []
     base = candidates[0] if candidates else {}
     if base:
-        rows.append(["–", "base", "reference", "–", "–", "–", "–", "1", _mb(base.get("base_size_bytes")), "1",
+        rows.append(["–", "base", "reference", "–", "–", "–", "–", "–", "1", _mb(base.get("base_size_bytes")), "1",
                      fmt((base.get("base_planner") or {}).get("kv_cache_tokens"))])
     for cand in candidates:
         acc, slo = cand.get("accuracy") or {}, cand.get("slo") or {}
@@ -186,16 +186,18 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
         mark = "champion" if cand["recipe"] == winner else ("passed" if cand.get("passed") else "not eligible")
         rows.append([str(ranked.get(cand["recipe"], "–")), cand["recipe"][:40], mark,
                      _objective_text(value, objective), diff, _accuracy_verdict(acc),
-                     "pass" if slo.get("passed") else "FAIL", fmt(acc.get("worst_recovery")), _mb(cand.get("size_bytes")),
+                     "pass" if slo.get("passed") else "FAIL", (cand.get("safety") or {}).get("verdict", "off"),
+                     fmt(acc.get("worst_recovery")), _mb(cand.get("size_bytes")),
                      fmt(cand.get("compression_ratio"), 2), fmt((cand.get("planner") or {}).get("kv_cache_tokens"))])
     doc.h(2, "Ranking")
     doc.table(["rank", "recipe", "decision", f"{objective} ({LABELS[objective]})", "vs champion", "accuracy gate",
-               "SLO gate", "worst recovery", "size", "ratio", "planner KV tokens"], rows)
+               "SLO gate", "safety gate", "worst recovery", "size", "ratio", "planner KV tokens"], rows)
     doc.h(2, "Why each candidate won or lost")
     doc.items(f"{recipe[:60]}: {why}" for recipe, why in result["decisions"].items())
     doc.h(2, "Gate decisions")
-    doc.table(["recipe", "accuracy gate", "SLO gate", "worst regression", "best gain"],
+    doc.table(["recipe", "accuracy gate", "SLO gate", "safety gate", "worst regression", "best gain"],
               [[c["recipe"][:40], (c.get("accuracy") or {}).get("reason") or "–", (c.get("slo") or {}).get("reason") or "–",
+                (c.get("safety") or {}).get("reason") or "off",
                 change_text((c.get("slo") or {}).get("worst_regression")),
                 change_text((c.get("slo") or {}).get("best_gain"))] for c in candidates])
     level_rows = []
