@@ -37,6 +37,9 @@ EXERCISED: dict[str, str] = {
     "kubectl apply -k manifests/overlays/prod": (
         "cluster: needs a Kubernetes API; what it applies is built by `kubectl kustomize` and validated "
         "against the vendored CRDs by the command above and tests/test_manifests.py"),
+    "shipyard check --layout kfp-standalone --kfp-host https://kfp.example.com --registry quay.io": (
+        "cluster: needs a Kubernetes API, KFP and a registry; tests/test_check.py runs the same command against the "
+        "Kubernetes API double loaded with the overlay, a real MLflow, registry and S3"),
     "shipyard images build --flavor gpu": (
         "cluster: the gpu flavor pulls CUDA base images this machine cannot reach; the same build code "
         "runs in CI for the cpu flavor (.ci/setup) and tests/test_container_rehearsal.py checks the tags"),
