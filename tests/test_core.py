@@ -116,3 +116,30 @@ def test_wait_ready_times_out_with_one_line() -> None:
     with pytest.raises(ShipyardError, match="^custom: gone"):
         wait_ready("thing", lambda: False, timeout_s=0.1, interval_s=0.05,
                    timeout_error=lambda: ShipyardError("custom", "gone"))
+
+
+def test_one_step_record_reader(tmp_path: Path) -> None:
+    from shipyard.core.records import read_optional_record, read_record
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+
+    def read(path: Path) -> dict:
+        return read_record(path, "summary.json", field="base_results", what="evaluation summary", fix="rerun it",
+                           check=lambda d: None if "scores" in d else "has no scores")
+
+    with pytest.raises(ShipyardError, match=r"^base_results: no evaluation summary at .*results/summary.json \(fix"):
+        read(folder)
+    (folder / "summary.json").write_text("{oops")
+    with pytest.raises(ShipyardError, match=r"^base_results: cannot read .*summary.json: JSONDecodeError"):
+        read(folder)
+    (folder / "summary.json").write_text("[1]")
+    with pytest.raises(ShipyardError, match=r"summary.json is not a JSON object"):
+        read(folder)
+    (folder / "summary.json").write_text('{"other": 1}')
+    with pytest.raises(ShipyardError, match=r"summary.json has no scores"):
+        read(folder)
+    (folder / "summary.json").write_text('{"scores": {}}')
+    assert read(folder) == read(folder / "summary.json") == {"scores": {}}
+    assert read_optional_record(folder, "tuning.json") is None
+    assert read_optional_record(folder, "summary.json", check=lambda d: "no") is None

@@ -36,6 +36,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.core.processes import own_session_with_parent_death, stop_group
+from shipyard.core.records import read_record
 from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, safety_config, scan_metrics
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
 from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
@@ -752,17 +753,11 @@ def _cached_benchmark(model_dir: str, cfg: dict[str, Any], out_dir: str, summary
 
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a benchmark step's ``results.json`` (from its folder or the file itself)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    if not p.is_file():
-        raise ShipyardError("benchmark results", f"{p} does not exist", "pass the benchmark step's results artifact")
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ShipyardError("benchmark results", f"{p} is not valid JSON ({err})", "rerun the benchmark step") from None
-    if not isinstance(data, dict) or data.get("schema") != "shipyard.benchmark/v1" or not data.get("levels"):
-        raise ShipyardError("benchmark results", f"{p} is not a shipyard benchmark result", "rerun the benchmark step")
-    return data
+    def check(data: dict[str, Any]) -> str | None:
+        ok = data.get("schema") == "shipyard.benchmark/v1" and data.get("levels")
+        return None if ok else "is not a shipyard benchmark result"
+
+    return read_record(path, "results.json", field="benchmark results", what="benchmark result",
+                       fix="pass the benchmark step's results artifact (rerun the step if it is damaged)", check=check)
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.jsonargs import json_object
+from shipyard.core.records import read_optional_record
 
 SCHEMA = "shipyard.tuning/v1"
 TUNING_FILE = "tuning.json"
@@ -248,11 +249,5 @@ def run_search(tuning: dict[str, Any], base_args: list[str], out_dir: Path,
 
 def load_tuning(results_dir: str | Path) -> dict[str, Any] | None:
     """A benchmark step's ``tuning.json`` (None when the step did not search)."""
-    path = Path(results_dir) / TUNING_FILE
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+    return read_optional_record(Path(results_dir) / TUNING_FILE, TUNING_FILE,
+                                check=lambda data: None if data.get("schema") == SCHEMA else "is not a tuning record")

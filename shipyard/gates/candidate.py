@@ -17,6 +17,7 @@ from typing import Any
 from shipyard.benchmarking.guidellm import load_results
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.records import read_record
 from shipyard.core.report import sample_count
 from shipyard.evaluation.garak_scan import SAFETY_DIR
 from shipyard.gates.accuracy import run_gate
@@ -192,13 +193,6 @@ def judge_candidate(
 
 def load_candidate(path: str | Path) -> dict[str, Any]:
     """Read a ``candidate.json`` (the file or its folder)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / CANDIDATE_FILE
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError) as err:
-        raise ShipyardError("candidates", f"cannot read {p}: {type(err).__name__}", "pass candidate_gates' candidate outputs") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ShipyardError("candidates", f"{p} is not a shipyard candidate record", "pass candidate_gates' candidate outputs")
-    return data
+    return read_record(path, CANDIDATE_FILE, field="candidates", what="candidate record",
+                       fix="pass candidate_gates' candidate outputs",
+                       check=lambda data: None if data.get("schema") == SCHEMA else "is not a shipyard candidate record")

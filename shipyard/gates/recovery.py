@@ -17,13 +17,13 @@ Pure Python: runs in the base runtime.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.records import read_record
 from shipyard.gates.config import DEFAULT_MIN_RECOVERY, accuracy_config
 from shipyard.gates.paired import Paired, compare_samples, load_samples
 from shipyard.gates.parity import check_parity
@@ -149,19 +149,13 @@ def compare_metric(task: str, key: str, base: dict[str, Any], cand: dict[str, An
 
 def load_summary(results: str | Path, field: str) -> dict[str, Any]:
     """Read an evaluate step's ``summary.json`` (a results folder or the file itself)."""
-    path = Path(results)
-    if path.is_dir():
-        path = path / SUMMARY_FILE
-    try:
-        summary = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ShipyardError(field, f"no evaluation summary at {path}", "pass the results artifact of an evaluate step") from None
-    except (OSError, ValueError) as err:
-        raise ShipyardError(field, f"cannot read {path}: {type(err).__name__}: {err}", "re-run the evaluate step") from None
-    if not isinstance(summary, dict) or not isinstance(summary.get("scores"), dict) or not summary.get("config_hash"):
-        raise ShipyardError(field, f"{path} is not an evaluate summary (no scores or config_hash)",
-                            "pass the results artifact of an evaluate step")
-    return summary
+    def check(summary: dict[str, Any]) -> str | None:
+        if not isinstance(summary.get("scores"), dict) or not summary.get("config_hash"):
+            return "is not an evaluate summary (no scores or config_hash)"
+        return None
+
+    return read_record(results, SUMMARY_FILE, field=field, what="evaluation summary",
+                       fix="pass the results artifact of an evaluate step (re-run it if it is damaged)", check=check)
 
 
 def compare(base: dict[str, Any], candidate: dict[str, Any], thresholds: Thresholds,

@@ -19,6 +19,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.records import read_record
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
 from shipyard.gates.selection import objective_value
@@ -35,12 +36,8 @@ def load_selection(path: str) -> dict[str, Any]:
         record = load_candidate(p)
         return {"objective": "gates", "winner": record["recipe"], "decisions": {record["recipe"]: record["reason"]},
                 "candidates": [record], "champion": record}
-    if p.is_dir():
-        p = p / "selection.json"
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError) as err:
-        raise ShipyardError("selection", f"cannot read {p}: {type(err).__name__}", "pass select_champion's decision") from None
+    doc = read_record(p, "selection.json", field="selection", what="champion selection",
+                      fix="pass select_champion's decision")
     winner = next((c for c in doc.get("candidates", []) if c.get("recipe") == doc.get("winner")), None)
     if winner is None:
         raise ShipyardError("selection", "names no champion", "run register only when select_champion found one")
