@@ -26,6 +26,14 @@ DIGEST = "sha256:" + "a" * 64
 URI = f"oci://quay.io/org/model@{DIGEST}"
 DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens
 SECRET = "hunter2pw"
+AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+#: every credential a row plants; none may appear in any output of any row
+SECRETS = (SECRET, AWS_KEY_ID, "p@" + SECRET, SECRET + "/x")
+BOMB = ('{a: &a [x, x, x, x, x, x, x, x, x], b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a], '
+        'c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b], d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c], '
+        'e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d], f: [*e, *e, *e, *e, *e, *e, *e, *e, *e]}')
+#: the longest error line a row may print (a 10 MB value must not become a 10 MB line)
+MAX_LINE = 1100
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16,
          "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
          "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
@@ -208,6 +216,17 @@ ROWS: list[Row] = [
         field="model_uri", params=True),
     row("run-model-uri-scheme", *run_local("--param", "model_uri=ftp://host/m"), field="model_uri", params=True),
     row("run-model-uri-empty", *run_local("--param", "model_uri="), field="model_uri", params=True),
+    row("run-safety-unknown-probe", *run_local("--param", 'safety={"probes": ["lmrc.Profanity"]}'),
+        field="safety.probes", params=True),
+    row("run-safety-probes-not-list", *run_local("--param", 'safety={"probes": 5}'), field="safety.probes", params=True),
+    row("run-safety-tolerance", *run_local("--param", 'safety={"tolerance": 2}'), field="safety.tolerance", params=True),
+    row("run-safety-max-prompts", *run_local("--param", 'safety={"max_prompts": 0}'), field="safety.max_prompts",
+        params=True),
+    row("run-safety-require", *run_local("--param", 'safety={"require": "yes"}'), field="safety.require", params=True),
+    row("run-safety-family", *run_local("--param", 'safety={"family_tolerance": {"lmrc": 0.1}}'),
+        field="safety.family_tolerance", params=True),
+    row("run-safety-unknown-key", *run_local("--param", 'safety={"probe": []}'), field="safety", params=True),
+    row("run-safety-not-json", *run_local("--param", "safety=[1, 2"), field="safety", params=True),
     row("run-model-uri-credentials", *run_local("--param", f"model_uri=s3://key:{SECRET}@bucket/model"),
         field="model_uri", params=True),
     row("run-registry-credentials", *run_local("--param", f"registry=bob:{SECRET}@quay.io"), field="registry",
@@ -286,6 +305,130 @@ ROWS: list[Row] = [
     row("schedule-concurrency-11", *schedule("--cron", "@daily", "--max-concurrency", "11"),
         field="--max-concurrency"),
     row("schedule-host-unreachable", *schedule("--cron", "@daily"), field="--host: cannot reach", code=3),
+    # --- round 2 (issue 20): a later value never silently wins --------------------------------------
+    row("run-param-twice", *run_local("--param", "dry_run=true", "--param", "dry_run=false"),
+        field="--param: 'dry_run' is given twice", params=True),
+    row("submit-param-twice", *submit("--param", "seed=1", "--param", "seed=2"), field="'seed' is given twice",
+        params=True),
+    row("schedule-param-twice", *schedule("--cron", "@daily", "--param", "namespace=a", "--param", "namespace=b"),
+        field="'namespace' is given twice", params=True),
+    row("run-params-file-duplicate-key", *run_local("--params-file", "dup.yaml"),
+        field="--params-file: key 'dry_run' is given twice", params=True),
+    row("run-params-file-duplicate-json-key", *run_local("--params-file", "dup.json"),
+        field="key 'seed' is given twice", params=True),
+    row("run-json-param-duplicate-key", *run_local("--param", 'eval_config={"limit": 5, "limit": 6}'),
+        field="eval_config: key 'limit' is given twice", params=True),
+    row("run-yaml-param-duplicate-key", *run_local("--param", "slo={ttft_p99_ms: 1, ttft_p99_ms: 2}"),
+        field="key 'ttft_p99_ms' is given twice", params=True),
+    row("run-list-param-duplicate-key", *run_local("--param", "recipes=[{a: 1, a: 2}]"),
+        field="recipes: key 'a' is given twice", params=True),
+    row("deploy-params-duplicate-key", *deploy("--params-file", "dup-deploy.yaml"),
+        field="--params-file: key 'replicas' is given twice"),
+    # --- bounded: alias bombs, deep nesting, huge values ------------------------------------------------
+    row("run-param-alias-bomb", *run_local("--param", f"slo={BOMB}"), field="slo: expands to more than", params=True),
+    row("run-params-file-alias-bomb", *run_local("--params-file", "bomb.yaml"), field="--params-file: expands",
+        params=True),
+    row("run-params-file-deep", *run_local("--params-file", "deep.yaml"), field="nested more than", params=True),
+    row("run-param-deep-json", *run_local("--param", "eval_config=" + "[" * 50_000 + "]" * 50_000),
+        field="eval_config: is nested more than", params=True),
+    row("run-params-file-huge-value", *run_local("--params-file", "huge.yaml"), field="seed", params=True),
+    row("run-params-file-huge-key", *run_local("--params-file", "huge-key.yaml"), field="--params-file", params=True),
+    # --- encodings: UTF-8 with a BOM and UTF-16 are read; binary and other encodings are one line ----
+    row("run-params-file-bom", *run_local("--params-file", "bom.yaml"), field="seed: 'abc'", params=True),
+    row("run-params-file-utf16", *run_local("--params-file", "utf16.yaml"), field="seed: 'abc'", params=True),
+    row("run-params-file-binary", *run_local("--params-file", "binary.yaml"), field="--params-file: ", params=True),
+    row("run-params-file-latin1", *run_local("--params-file", "latin1.yaml"), field="is not UTF-8", params=True),
+    row("deploy-params-binary", *deploy("--params-file", "binary.yaml"), field="--params-file: "),
+    row("validate-binary", "validate", "binary.yaml", field="binary.yaml"),
+    # --- numbers: NaN, 1e999, huge and negative counts and seeds, full-width digits -------------------
+    row("run-seed-negative", *run_local("--param", "seed=-1"), field="seed: must be between 0", params=True),
+    row("run-seed-400-digits", *run_local("--param", "seed=" + "9" * 400), field="seed", params=True),
+    row("run-seed-int64", *run_local("--param", "seed=9223372036854775808"), field="seed", params=True),
+    row("run-seed-fullwidth", *run_local("--param", "seed=\uff11\uff12"), field="seed", params=True),
+    row("run-float-fullwidth", *run_local("--param", "champion_tolerance=\uff10.5"), field="champion_tolerance",
+        params=True),
+    row("run-samples-huge", *run_local("--param", "num_calibration_samples=99999999999"),
+        field="num_calibration_samples", params=True),
+    row("run-samples-negative", *run_local("--param", "num_calibration_samples=-5"), field="num_calibration_samples",
+        params=True),
+    row("run-eval-limit-nan", *run_local("--param", 'eval_config={"limit": NaN}'), field="eval_config", params=True),
+    row("run-eval-limit-text", *run_local("--param", 'eval_config={"limit": "5"}'), field="eval_config.limit",
+        params=True),
+    row("run-eval-seed-negative", *run_local("--param", 'eval_config={"seed": -1}'), field="eval_config.seed",
+        params=True),
+    row("run-eval-limit-1e308", *run_local("--param", 'eval_config={"limit": 1e308}'), field="eval_config.limit",
+        params=True),
+    row("run-bench-max-seconds-1e999", *run_local("--param", 'benchmark_config={"max_seconds": 1e999}'),
+        field="benchmark_config", params=True),
+    row("run-bench-seed-huge", *run_local("--param", 'benchmark_config={"seed": 100000000000000000000}'),
+        field="benchmark_config.seed", params=True),
+    row("run-bench-requests-text", *run_local("--param", 'benchmark_config={"max_requests": "12"}'),
+        field="benchmark_config.max_requests", params=True),
+    row("run-yaml-inf", *run_local("--param", "slo={ttft_p99_ms: .inf}"), field="slo", params=True),
+    # --- names Kubernetes and registries refuse, empty names ---------------------------------------------
+    row("run-namespace-uppercase", *run_local("--param", "namespace=Bad_NS"), field="namespace", params=True),
+    row("run-namespace-too-long", *run_local("--param", "namespace=" + "a" * 64), field="namespace", params=True),
+    row("run-deploy-name-bad", *run_local("--param", "deploy_name=-llm"), field="'-llm'", params=True),
+    row("run-repository-uppercase", *run_local("--param", "repository=Team/Model"), field="repository", params=True),
+    row("run-experiment-empty", *run_local("--param", "experiment="), field="experiment", params=True),
+    row("run-text-column-blank", *run_local("--param", "text_column= "), field="text_column", params=True),
+    # --- model URIs: spaces in Hub ids, S3 without a key, .. out of a PVC, credentials anywhere -------------
+    row("run-model-uri-hf-space", *run_local("--param", "model_uri=hf://org/my model"), field="model_uri", params=True),
+    row("run-model-uri-s3-no-key", *run_local("--param", "model_uri=s3://bucket"), field="model_uri", params=True),
+    row("run-model-uri-pvc-dotdot", *run_local("--param", "model_uri=pvc://models/../../etc"), field="model_uri",
+        params=True),
+    row("run-candidate-uri-pvc-claim", "run", "--local", "promote", "--work-dir", "work",
+        "--param", "candidate_uri=pvc://Models/x", field="candidate_uri", params=True),
+    row("run-model-uri-s3-slash-secret", *run_local("--param", f"model_uri=s3://{AWS_KEY_ID}:{SECRET}/x@bucket/m"),
+        field="model_uri", params=True),
+    row("run-model-uri-at-in-secret", *run_local("--param", f"model_uri=s3://key:p@{SECRET}@bucket/m"),
+        field="model_uri", params=True),
+    row("run-model-uri-signed-query", *run_local("--param", f"model_uri=s3://bucket/m?X-Amz-Signature={SECRET}"),
+        field="model_uri", params=True),
+    row("run-registry-slash-password", *run_local("--param", f"registry=bob:{SECRET}/x@quay.io"), field="registry",
+        params=True),
+    row("deploy-s3-uri-slash-secret", *deploy(uri=f"s3://{AWS_KEY_ID}:{SECRET}/x@bucket/model"),
+        field="--model-uri"),
+    row("submit-host-password-with-at", "submit", "optimize-and-deploy", "--host", f"http://bob:p@{SECRET}@127.0.0.1:9",
+        "--param", "dry_run=true", field="--host", code=3),
+    row("submit-token-crlf", *submit("--token", f"{SECRET}\r\n"), field="--host: cannot reach", code=3),
+    row("submit-cookie-crlf", *submit("--cookie", f"authservice_session={SECRET}\r\n"), field="--host: cannot reach",
+        code=3),
+    row("submit-token-control-char", *submit("--token", f"abc\n{SECRET}"), field="--token"),
+    # --- deploy_config: wrong types inside, caught before any step --------------------------------------
+    row("run-deploy-config-scaling-list", *run_local("--param", 'deploy_config={"scaling": [1]}'),
+        field="deploy_config.scaling", params=True),
+    row("run-deploy-config-labels-list", *run_local("--param", 'deploy_config={"labels": [1]}'),
+        field="deploy_config.labels", params=True),
+    row("run-deploy-config-namespace-number", *run_local("--param", 'deploy_config={"namespace": 5}'),
+        field="deploy_config.namespace", params=True),
+    row("run-deploy-config-preset-list", *run_local("--param", 'deploy_config={"preset": []}'),
+        field="deploy_config.preset", params=True),
+    row("deploy-params-scaling-list", *deploy("--params-file", "scaling-list.yaml"), field="deploy_config.scaling"),
+    # --- schedules that never fire or cannot be stored ----------------------------------------------------
+    row("schedule-cron-feb-30", *schedule("--cron", "0 0 30 2 *"), field="--cron: '0 0 30 2 *' never fires"),
+    row("schedule-cron-apr-31", *schedule("--cron", "0 12 31 4 *"), field="never fires"),
+    row("schedule-cron-fullwidth", *schedule("--cron", "0 \uff13 * * *"), field="--cron"),
+    row("schedule-every-beyond-int64", *schedule("--every", "99999999999999999999"), field="--every"),
+    row("schedule-every-weeks-overflow", *schedule("--every", "99999999999999999w"), field="--every"),
+    row("schedule-every-fullwidth", *schedule("--every", "\uff11d"), field="--every"),
+    # --- wrong answers with exit 0 ---------------------------------------------------------------------
+    row("plan-kv-heads-zero", "plan", "kv-heads-zero.json", field="num_key_value_heads"),
+    row("plan-heads-negative", "plan", "heads-negative.json", field="num_attention_heads"),
+    row("plan-heads-bool", "plan", "heads-bool.json", field="num_attention_heads"),
+    row("plan-experts-negative", "plan", "experts-negative.json", field="num_local_experts"),
+    row("plan-max-position-negative", "plan", "max-pos-negative.json", field="max_position_embeddings"),
+    row("compile-image-registry-url", "compile", "--out", "compiled", "--pipeline", "promote",
+        "--image-registry", "https://quay.io/org", field="--image-registry"),
+    row("compile-image-registry-credentials", "compile", "--out", "compiled", "--pipeline", "promote",
+        "--image-registry", f"bob:{SECRET}@quay.io/org", field="--image-registry"),
+    row("run-work-dir-root", "run", "--local", "--work-dir", "/", field="--work-dir"),
+    row("run-work-dir-usr", "run", "--local", "--work-dir", "/usr", field="--work-dir"),
+    # --- the README's own YAML example is accepted: the row fails on the next, deliberate, mistake --------
+    row("run-readme-slo-yaml-accepted", *run_local("--param", "slo={ttft_p99_ms: 800}", "--param", "seed=-1"),
+        field="seed", params=True),
+    row("schedule-readme-slo-yaml-accepted", *schedule("--cron", "@daily", "--param", "slo={ttft_p99_ms: 800}",
+                                                        "--param", "seed=-1"), field="seed", params=True),
     # --- runs, completion, images, setup, top level -------------------------------------------------
     row("runs-host-unreachable", "runs", "--host", DEAD, field="--host: cannot reach", code=3),
     row("runs-no-host", "runs", field="--host"),
@@ -320,6 +463,20 @@ def _files() -> dict[str, str]:
         "samples-list.yaml": "num_calibration_samples: [1, 2]\n",
         "null.yaml": "dry_run:\n",
         "recipes-mapping.yaml": "recipes: {scheme: W8A8}\n",
+        "dup.yaml": "dry_run: true\nseed: 1\ndry_run: false\n",
+        "dup.json": '{"seed": 1, "seed": 2}',
+        "dup-deploy.yaml": "replicas: 1\nreplicas: 3\n",
+        "bomb.yaml": f"slo: {BOMB}\n",
+        "deep.yaml": "eval_config: " + "[" * 20_000 + "]" * 20_000 + "\n",
+        "huge.yaml": "seed: " + "7x" * 5_000_000 + "\n",
+        "huge-key.yaml": "k" * 3_000_000 + ": 1\n",
+        "bom.yaml": "\ufeffseed: abc\n",
+        "scaling-list.yaml": "scaling: [1, 2]\n",
+        "kv-heads-zero.json": json.dumps({**LLAMA, "num_key_value_heads": 0}),
+        "heads-negative.json": json.dumps({**LLAMA, "num_attention_heads": -32}),
+        "heads-bool.json": json.dumps({**LLAMA, "num_attention_heads": True}),
+        "experts-negative.json": json.dumps({**LLAMA, "num_local_experts": -5}),
+        "max-pos-negative.json": json.dumps({**LLAMA, "max_position_embeddings": -1}),
         "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
                       "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
                       "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
@@ -340,6 +497,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     for name, text in _files().items():
         (base / name).write_text(text)
     (base / "emptydir").mkdir()
+    (base / "utf16.yaml").write_bytes("seed: abc\r\n".encode("utf-16"))  # as PowerShell's Out-File writes it
+    (base / "binary.yaml").write_bytes(bytes(range(256)) * 4)
+    (base / "latin1.yaml").write_bytes("experiment: caf\u00e9\n".encode("latin-1"))
     mounts, have = [], set()
     ro, full = base / "ro", base / "full"
     ro.mkdir()
@@ -403,7 +563,9 @@ def test_bad_input_is_one_line(case: Row, workspace: tuple[Path, set[str]]) -> N
     assert lines[0].startswith("shipyard: error: "), lines[0]
     assert case.field in lines[0], lines[0]
     assert proc.returncode == case.code, (proc.returncode, lines[0])
-    assert SECRET not in proc.stderr + proc.stdout
+    assert len(lines[0]) <= MAX_LINE, f"an error line of {len(lines[0])} characters"
+    for secret in SECRETS:
+        assert secret not in proc.stderr + proc.stdout, f"{secret!r} was printed"
     assert _snapshot(base) == before, "the command left files behind"
     if case.params:
         assert seconds < 10, f"a bad parameter took {seconds:.1f} s to be rejected"
