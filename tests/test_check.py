@@ -68,10 +68,14 @@ def cluster(services: dict[str, Any], tmp_path: Path, groups: dict[str, Any] | N
     real = {"AWS_ENDPOINT_URL_S3": services["s3"].endpoint, "AWS_ACCESS_KEY_ID": services["s3"].ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": services["s3"].SECRET_KEY, "HF_TOKEN": "hf_real",
             ".dockerconfigjson": json.dumps({"auths": {services["registry"].address: {"auth": auth}}})}
-    docs = json.loads(json.dumps(services["docs"]))
-    for doc in docs:
-        if doc["kind"] == "Secret":
-            doc["stringData"] = {k: real.get(k, v) for k, v in doc["stringData"].items()}
+    real["MLFLOW_TRACKING_URI"] = LAYOUT["tracking_uri"]
+    # the overlay's objects, and the contract Secrets created from the templates (manifests/base/secrets)
+    # with real values in the namespace the pipeline pods run in, as the install instructions say
+    docs = [d for d in json.loads(json.dumps(services["docs"])) if d["kind"] != "Secret"]
+    for template in yaml.safe_load_all((ROOT / "manifests" / "base" / "secrets" / "secret.yaml").read_text()):
+        if template and template["metadata"]["name"] != "minio-root-credentials":
+            docs.append({**template, "metadata": {"name": template["metadata"]["name"], "namespace": PODS_NS},
+                         "stringData": {k: real.get(k, v) for k, v in template["stringData"].items()}})
     double.load(docs)
     double.install_kserve("v0.20.0")
     double.add_node("gpu-1", {"nvidia.com/gpu.present": "true"}, {"nvidia.com/gpu": "8", "cpu": "96"})

@@ -430,3 +430,23 @@ def test_a_gpu_steps_record_joins_the_run_that_applies_it() -> None:
     logged = MlflowClient(server.url).get_run(run_id)
     assert logged.data.tags["mlflow.parentRunId"] == parent
     assert logged.data.metrics["output_tokens_per_s"] == 42.0
+
+
+def test_every_step_that_reads_the_hub_gets_hf_token(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """The hf eval branch benchmarks with its own vLLM server, which reads a gated model's
+    tokenizer and config from the hub like measure-vllm does: it gets HF_TOKEN too."""
+    for spec, platform in compiled.values():
+        for step, k8s in _executors(spec, platform).values():
+            if step in ("benchmark", "measure-vllm", "evaluate-hf", "compress", "pin-model", "resolve-model"):
+                assert "hf-token" in {s["secretName"] for s in k8s.get("secretAsEnv", [])}, step
+
+
+def test_promote_resolves_its_candidate_after_the_pre_flight(
+        compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """No candidate step of promote starts before the pre-flight passed (bad parameters fail first)."""
+    spec, _ = compiled["promote"]
+    tasks = {t["_key"]: t for _, t in _all_task_specs(spec["root"]["dag"], spec["components"])}
+    pins = [t for t in tasks.values() if t["componentRef"]["name"].startswith("comp-pin-model")]
+    assert len(pins) == 2
+    for pin in pins:
+        assert "preflight" in pin.get("dependentTasks", []), pin["_key"]

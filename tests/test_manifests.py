@@ -140,6 +140,15 @@ def test_presets_referenced_by_deploy_presets_are_shipped():
     assert "shipyard-nixl-pd" in shipped
 
 
+def test_pd_preset_falls_back_to_tcp_without_rdma():
+    """UCX_TLS of both pools lists tcp: the pods have an RDMA device only when deploy_config asks
+    for one (extra_resources), and rc alone would leave NIXL no transport between nodes."""
+    (preset,) = [d for d in build(ROOT / "base" / "presets") if d["metadata"]["name"] == "shipyard-nixl-pd"]
+    for pool in (preset["spec"], preset["spec"]["prefill"]):
+        env = {e["name"]: e.get("value") for e in pool["template"]["containers"][0]["env"]}
+        assert "tcp" in env["UCX_TLS"].split(",") and "rc" in env["UCX_TLS"].split(","), env["UCX_TLS"]
+
+
 def test_validator_catches_a_broken_core_object():
     deployment = next(d for d in build(ROOT / "base" / "mlflow") if d["kind"] == "Deployment")
     deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Sometimes"
