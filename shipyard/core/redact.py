@@ -39,7 +39,7 @@ _HOSTLIKE = re.compile(r"^(localhost|[\w-]+(\.[\w-]+)+|\[[0-9a-fA-F:]+\])$")
 _AUTH_SCHEME = re.compile(r"\b((?i:bearer)|Basic|Digest)(\s+)([A-Za-z0-9._~+/=:-]{4,})")
 _HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-auth-token)"
                      r"(\s*[:=]\s*)([^\r\n'\"]+)")
-_OPTION = re.compile(r"(?i)(--(?:token|cookie|password|secret[\w-]*))(\s+|=)(?![(\[])(\S+)")
+_OPTION = re.compile(r"(?i)(--(?:token|cookie|password|secret[\w-]*))(\s+|=)(?![(\[])(?!(?:or|and|to|is|the|a|with|FILE|TOKEN|COOKIE)\b)(\S+)")
 _AWS_KEY_ID = re.compile(r"\b(AKIA|ASIA|AIDA|AROA)[A-Z0-9]{12,}\b")
 _SECRET_KEYS = (r"password|passwd|pwd|secret|secret[_-]?key|secret[_-]?access[_-]?key|aws[_-]?secret[_-]?access[_-]?key|"
                 r"aws[_-]?session[_-]?token|session[_-]?token|access[_-]?token|refresh[_-]?token|id[_-]?token|api[_-]?key|"

@@ -309,10 +309,29 @@ class Kfp:
             headers["Cookie"] = self.cookie
         pool = urllib3.PoolManager(cert_reqs="CERT_REQUIRED" if verify_ssl else "CERT_NONE")
         try:
-            resp = pool.request("GET", f"{self.host}/apis/v2beta1/healthz", headers=headers, timeout=15.0,
-                                retries=urllib3.Retry(total=2, backoff_factor=0.5, status_forcelist=(502, 503, 504)))
+            # connect: 5 s (retried twice); read: 10 s once, so a server that accepts and never answers
+            # ends in ~10 s with exit 3, not ~45 s
+            resp = pool.request("GET", f"{self.host}/apis/v2beta1/healthz", headers=headers,
+                                timeout=urllib3.Timeout(connect=5.0, read=10.0),
+                                retries=urllib3.Retry(total=2, connect=2, read=0, status=2, backoff_factor=0.5,
+                                                      status_forcelist=(502, 503, 504), raise_on_status=False))
+        except urllib3.exceptions.MaxRetryError as err:
+            reason = err.reason
+            if isinstance(reason, urllib3.exceptions.NewConnectionError):  # (a subclass of ConnectTimeoutError)
+                why = "connection refused" if "refused" in str(reason).lower() else "cannot connect"
+            elif isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+                why = "no answer within 10 s"
+            elif isinstance(reason, urllib3.exceptions.ConnectTimeoutError):
+                why = "connection timed out"
+            else:
+                why = type(reason).__name__
+            raise UnreachableError("--host", f"cannot reach {self.host} to connect ({why})",
+                                   "check the URL and that the KFP API is reachable (kubectl port-forward ...)") from None
         except urllib3.exceptions.HTTPError as err:
             raise _api_error(err, self.host, "connect") from None
+        if resp.status in (502, 503, 504):
+            raise UnreachableError("--host", f"cannot reach {self.host} to connect (HTTP {resp.status})",
+                                   "check that the KFP API server runs")
         if resp.status in (401, 403):
             class _Err(Exception):
                 status = resp.status
@@ -320,6 +339,25 @@ class Kfp:
                 reason = resp.reason
 
             raise _api_error(_Err(), self.host, "connect")
+        self._check_is_kfp(resp)
+
+    def _check_is_kfp(self, resp: Any) -> None:
+        """The healthz answer must be KFP's JSON: an auth proxy's login page (200 HTML to every
+        path) or another service (404) is one line, never 'no runs' or a page of tracebacks."""
+        data = resp.data or b""
+        try:
+            body = json.loads(data) if data.strip() else None
+        except ValueError:
+            body = None
+        if resp.status == 200 and isinstance(body, dict):
+            return
+        kind = str(resp.headers.get("Content-Type", "")).split(";")[0].strip()
+        looks_html = "html" in kind.lower() or data.lstrip()[:1] == b"<"
+        what = (f"an HTML page (HTTP {resp.status}; a login page?)" if looks_html
+                else f"HTTP {resp.status} {kind or 'without JSON'}".strip())
+        raise ShipyardError("--host", f"{self.host} is not a KFP API: /apis/v2beta1/healthz answered {what}",
+                            "point --host at the KFP API (kubectl port-forward svc/ml-pipeline 8888:8888); behind "
+                            "an auth proxy pass --cookie or --token")
 
     # ---- pieces
 

@@ -72,6 +72,22 @@ def load(work_dir: str | Path) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
+def corrupt(work_dir: str | Path) -> list[tuple[Path, str]]:
+    """Pending files :func:`load` cannot use (truncated, not JSON, not an object), with the reason:
+    a replay reports them and keeps them, never "nothing pending"."""
+    folder = Path(work_dir) / PENDING_DIR
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError) as err:
+            out.append((path, f"not readable JSON ({type(err).__name__})"))
+            continue
+        if not isinstance(data, dict):
+            out.append((path, f"not a JSON object ({type(data).__name__})"))
+    return out
+
+
 def describe(payload: dict[str, Any]) -> str:
     """A few words naming a payload (``step evaluate [w8a8-int8]``, ``registration of m``)."""
     kind = payload.get("kind", "step")

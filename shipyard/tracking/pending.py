@@ -192,6 +192,11 @@ def replay(work_dir: str | Path, echo: Callable[[str], None] = print) -> dict[st
     for line in close_parents(work):
         applied.append(line)
         echo(line)
+    from shipyard.tracking.outbox import corrupt
+
+    for path, why in corrupt(work):  # kept: they may be repaired by hand; never "nothing pending"
+        errors.append(f"corrupt payload ({path.name}): {why}; kept in {path.parent}")
+        echo(f"not applied: corrupt payload ({path.name}): {why}; kept in {path.parent} (fix it or remove it)")
     folder = work / PENDING_DIR
     if folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()

@@ -87,7 +87,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, *, tim
                             "give --kubeconfig, set KUBECONFIG, or run inside the cluster") from None
     configuration.retries = urllib3.Retry(total=2, connect=2, read=0, status=0, backoff_factor=0.2)
     api = client.ApiClient(configuration)
-    api.rest_client.pool_manager = _DefaultTimeout(api.rest_client.pool_manager, urllib3.Timeout(timeout_s, timeout_s))
+    api.rest_client.pool_manager = _DefaultTimeout(api.rest_client.pool_manager, urllib3.Timeout(connect=min(5.0, timeout_s),
+                                                                                          read=timeout_s))
     return api
 
 
@@ -176,14 +177,15 @@ class Kube:
                 raise _NotFound() from None
             raise api_error(what, namespace, status, _message(err), self.host) from None
         except (urllib3.exceptions.TimeoutError, urllib3.exceptions.ProtocolError) as err:
-            raise ShipyardError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to {what} "
+            # no answer in time is an unreachable service: exit 3 (README), like a refused connection
+            raise UnreachableError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to {what} "
                                 f"({type(err).__name__})", "check the API server's health and retry") from None
         except urllib3.exceptions.MaxRetryError as err:
             reason = err.reason
             if isinstance(reason, urllib3.exceptions.TimeoutError) \
                     and not isinstance(reason, urllib3.exceptions.NewConnectionError):
-                raise ShipyardError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to "
-                                    f"{what}", "check the API server's health and retry") from None
+                raise UnreachableError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to "
+                                       f"{what}", "check the API server's health and retry") from None
             raise UnreachableError(f"kubernetes API {self.host}", f"unreachable while trying to {what}: "
                                 f"{type(reason).__name__}", "check the kubeconfig server address and network") from None
 

@@ -1,0 +1,264 @@
+"""Round 2 of the reliability work (issue 20): services that misbehave, closed pipes and
+descriptors, the debug switch, log redaction, corrupt pending payloads, duplicate manifest keys.
+
+Servers run for real on 127.0.0.1: a port that accepts and never answers, an auth proxy's login
+page (200 HTML to every path) and a wrong service (404). Each command must end in one line
+within a bound and with the README's exit code (3 for a service that does not answer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shipyard.core.errors import ShipyardError, header_value
+
+SECRET = "hunter2pw"
+DIGEST = "sha256:" + "a" * 64
+
+
+def _cli(cwd: Path, *argv: str, env: dict[str, str] | None = None, **kwargs: object) -> tuple[subprocess.CompletedProcess[str], float]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("KF_PIPELINES_")}
+    full.update(HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore", SHIPYARD_DEBUG="1", **(env or {}))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=cwd, env=full, text=True,
+                          timeout=120, check=False, **kwargs)  # type: ignore[call-overload]
+    return proc, time.monotonic() - started
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("shipyard: error: "), lines[0]
+    return lines[0]
+
+
+@contextlib.contextmanager
+def _black_hole() -> Iterator[str]:
+    """A port that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+@contextlib.contextmanager
+def _web(status: int, body: bytes, content_type: str) -> Iterator[str]:
+    """A web server that answers every path with the same page."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --------------------------------------------------------------------------- misbehaving services
+
+
+def test_runs_against_a_port_that_never_answers_is_exit_3_within_seconds(tmp_path: Path) -> None:
+    with _black_hole() as url:
+        proc, seconds = _cli(tmp_path, "runs", "--host", url, capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 3 and "--host: cannot reach" in line and "no answer" in line, line
+    assert seconds < 25, f"runs held {seconds:.0f} s"
+
+
+def test_deploy_against_an_api_server_that_never_answers_is_exit_3(tmp_path: Path) -> None:
+    with _black_hole() as url:
+        (tmp_path / "kubeconfig").write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            f"clusters: [{{name: c, cluster: {{server: '{url}'}}}}]\n"
+            "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n")
+        (tmp_path / "deploy.yaml").write_text("apply: {api_timeout_s: 3}\n")
+        proc, seconds = _cli(tmp_path, "deploy", "--name", "llm", "--model-uri", f"oci://quay.io/o/m@{DIGEST}",
+                             "--out-file", "applied.yaml", "--kubeconfig", "kubeconfig", "--params-file", "deploy.yaml",
+                             capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 3, (proc.returncode, line)  # README: 3 for an unreachable service
+    assert "kubernetes API" in line and "timed out" in line, line
+    assert seconds < 30, f"deploy held {seconds:.0f} s"
+    assert not (tmp_path / "applied.yaml").exists()
+
+
+@pytest.mark.parametrize(("status", "body", "kind", "said"), [
+    (200, b"<html><body><form>Sign in</form></body></html>", "text/html; charset=utf-8", "an HTML page"),
+    (404, b"404 page not found", "text/plain", "HTTP 404"),
+    (200, b'{"status": "ok"', "application/json", "HTTP 200"),
+], ids=["login-page", "wrong-service-404", "broken-json"])
+def test_runs_against_a_wrong_service_is_one_line(tmp_path: Path, status: int, body: bytes, kind: str,
+                                                  said: str) -> None:
+    """Not "no runs", not 216 lines with 5 tracebacks: one line saying it is not a KFP API."""
+    with _web(status, body, kind) as url:
+        proc, seconds = _cli(tmp_path, "runs", "--host", url, capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2 and "is not a KFP API" in line and said in line, line
+    assert proc.stdout == "" and seconds < 15
+
+
+# --------------------------------------------------------------------------- pipes, descriptors, debug
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["plan", "--help"], ["deploy", "--help"]])
+def test_help_and_version_into_a_closed_pipe_exit_141_silently(tmp_path: Path, argv: list[str]) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written (`shipyard --help | true`)
+    try:
+        proc, _ = _cli(tmp_path, *argv, stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141 and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_closed_stdout_and_stdin_are_not_internal_errors(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+                                  "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 1000}))
+    closed_out = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m shipyard.cli.main plan "{config}" >&-'],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "SHIPYARD_DEBUG": "1"})
+    assert closed_out.returncode in (0, 1) and "Traceback" not in closed_out.stderr, closed_out.stderr
+    closed_in = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m shipyard.cli.main validate - <&-'],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "SHIPYARD_DEBUG": "1"})
+    assert closed_in.returncode == 1 and "Traceback" not in closed_in.stderr, closed_in.stderr
+    assert "holds no objects" in closed_in.stdout + closed_in.stderr
+
+
+@pytest.mark.parametrize(("value", "traceback"), [("0", False), ("false", False), ("no", False), ("", False),
+                                                  ("maybe", False), ("1", True), ("true", True)])
+def test_shipyard_debug_is_a_boolean(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                     value: str, traceback: bool) -> None:
+    """``SHIPYARD_DEBUG=0`` keeps the one-line internal error; only a true value shows the traceback."""
+    import argparse
+
+    from shipyard.cli import main as cli
+
+    def broken(_args: argparse.Namespace) -> int:
+        raise RuntimeError(f"a bug (token={SECRET})")
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=broken, command="bug")
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setenv("SHIPYARD_DEBUG", value)
+    if traceback:
+        with pytest.raises(RuntimeError):
+            cli.main([])
+        return
+    assert cli.main([]) == 70
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("shipyard: error: internal: RuntimeError") and SECRET not in err
+
+
+# --------------------------------------------------------------------------- secrets in logs and headers
+
+
+def test_log_records_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    from shipyard.core.redact import install_log_redaction
+
+    install_log_redaction()
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("some.library").warning("GET %s with %s", f"https://bob:p/{SECRET}@host/x",
+                                                  {"Authorization": f"Bearer {SECRET}"})
+        logging.getLogger("other").info("cookie: authservice_session=%s", SECRET)
+    text = caplog.text
+    assert SECRET not in text and "bob:***@host" in text and text.count("***") >= 3, text
+
+
+@pytest.mark.parametrize("raw", [f"{SECRET}\r\n", f"{SECRET}\n", f"  {SECRET}\t"])
+def test_header_values_are_stripped(raw: str) -> None:
+    assert header_value(raw, "--token") == SECRET
+
+
+@pytest.mark.parametrize("raw", [f"abc\n{SECRET}", f"abc\r{SECRET}", f"abc\x00{SECRET}", f"\u2603{SECRET}"])
+def test_header_values_with_control_characters_are_one_line_without_the_value(raw: str) -> None:
+    with pytest.raises(ShipyardError) as err:
+        header_value(raw, "--token")
+    assert str(err.value).startswith("--token: ") and SECRET not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_redact_covers_every_credential_form() -> None:
+    from shipyard.core.redact import redact, redact_obj
+
+    for text in (f"registry=bob:{SECRET}/x@quay.io", f"http://user:p@ss{SECRET}@host/path",
+                 f"s3://AKIAIOSFODNN7EXAMPLE:{SECRET}/abc+def@bucket/model", f"Authorization: Bearer {SECRET}",
+                 f"b'Bearer {SECRET}\\r\\n'", f"Cookie: authservice_session={SECRET}", f"--token {SECRET}",
+                 f"password={SECRET}", f'{{"aws_secret_access_key": "{SECRET}"}}',
+                 f"https://b.s3.amazonaws.com/k?X-Amz-Signature={SECRET}&a=1", "AKIAIOSFODNN7EXAMPLE"):
+        shown = redact(text)
+        assert SECRET not in shown and "AKIAIOSFODNN7EXAMPLE" not in shown, shown
+    for text in (f"oci://quay.io/org/m@{DIGEST}", f"oci://quay.io:5000/org/m@{DIGEST}", "hf://org/m@main",
+                 "cannot reach http://127.0.0.1:9", "pass --cookie or --token"):
+        assert redact(text) == text
+    assert redact_obj({"token": SECRET, "env": [f"http://u:{SECRET}@h"]}) == {"token": "***", "env": ["http://u:***@h"]}
+
+
+# --------------------------------------------------------------------------- wrong answers with exit 0
+
+
+def test_validate_refuses_a_manifest_with_a_key_twice(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  name: b\n")
+    proc, _ = _cli(tmp_path, "validate", "m.yaml", capture_output=True)
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert "key 'name' is given twice" in proc.stdout + proc.stderr
+
+
+def test_track_replay_reports_a_corrupt_payload_and_keeps_it(tmp_path: Path) -> None:
+    from shipyard.tracking.outbox import PENDING_DIR
+
+    pending = tmp_path / "work" / PENDING_DIR
+    pending.mkdir(parents=True)
+    (pending / "0001-step.json").write_text('{"kind": "step", "trunc')
+    (pending / "0002-step.json").write_text("[1, 2]")
+    proc, _ = _cli(tmp_path, "track", "replay", "work", capture_output=True)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "nothing pending" not in proc.stdout
+    assert "corrupt payload (0001-step.json)" in proc.stdout and "corrupt payload (0002-step.json)" in proc.stdout
+    assert sorted(p.name for p in pending.iterdir()) == ["0001-step.json", "0002-step.json"]
