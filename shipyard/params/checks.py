@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
@@ -25,11 +26,6 @@ from shipyard.params.pipeline import BY_NAME
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
 
 _PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
-
-
-def _positive(name: str, value: int) -> None:
-    if value <= 0:
-        raise ShipyardError(name, f"must be > 0, got {value}", f"write e.g. {name}={BY_NAME[name].default}")
 
 
 #: upper bounds of the counts (far above any real run, far below what overflows a step)
@@ -173,7 +169,10 @@ def check_model_uris(specs: Mapping[str, ParamSpec], params: dict[str, Any]) -> 
     for name in MODEL_URI_PARAMS:
         value = params.get(name)
         if name in specs and isinstance(value, str):
-            parse_model_uri(value, field=name)
+            uri = parse_model_uri(value, field=name)
+            if uri.scheme == "file" and not Path(uri.location).expanduser().exists():
+                raise ShipyardError(name, f"{uri.location} does not exist", "give an existing model folder, or a "
+                                    "model URI (hf://, s3://, oci://, pvc://, embedded://)")
 
 
 def check_registry_param(specs: Mapping[str, ParamSpec], params: dict[str, Any]) -> None:
