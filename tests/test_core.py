@@ -143,3 +143,21 @@ def test_one_step_record_reader(tmp_path: Path) -> None:
     assert read(folder) == read(folder / "summary.json") == {"scores": {}}
     assert read_optional_record(folder, "tuning.json") is None
     assert read_optional_record(folder, "summary.json", check=lambda d: "no") is None
+
+
+@pytest.mark.parametrize(("value", "kind", "bounds", "problem"), [
+    (float("nan"), float, {"minimum": 0, "exclusive": True}, "must be a finite number > 0, got nan"),
+    (0, float, {"minimum": 0, "exclusive": True}, "must be a finite number > 0, got 0"),
+    (True, int, {"minimum": 1}, "must be a whole number, got True"),
+    (1.5, int, {"minimum": 1}, "must be a whole number, got 1.5"),
+    ("2", float, {}, "must be a finite number, got '2'"),
+    (0, int, {"minimum": 1}, "must be a whole number >= 1, got 0"),
+    (3.0, float, {"minimum": 0, "maximum": 1}, "must be a finite number in [0, 1], got 3.0"),
+])
+def test_one_number_check(value: object, kind: type, bounds: dict, problem: str) -> None:
+    from shipyard.core.numbers import check_number
+
+    with pytest.raises(ShipyardError) as info:
+        check_number(value, "field", kind, fix="fix it", **bounds)
+    assert (info.value.field, info.value.problem) == ("field", problem)
+    assert check_number(None, "field", optional=True) is None and check_number(2, "f", int, minimum=1) == 2

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.numbers import check_number
 
 GIB = 1024**3
 BLOCK_SIZE = 16  # vLLM's default KV cache block size (tokens)
@@ -535,12 +536,7 @@ def default_max_num_batched_tokens(gpu_memory_gib: float) -> int:
 
 
 def _positive(name: str, value: float | None, fix: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ShipyardError(name, f"must be a number, got {value!r}", fix)
-    if not math.isfinite(value) or not value > 0:
-        raise ShipyardError(name, f"must be a finite number > 0, got {value}", fix)
+    check_number(value, name, minimum=0, exclusive=True, fix=fix, optional=True)
 
 
 # --------------------------------------------------------------------------- the plan
