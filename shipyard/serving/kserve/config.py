@@ -17,6 +17,7 @@ import yaml
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
 from shipyard.core.jsonargs import json_object
+from shipyard.core.numbers import check_number
 from shipyard.oci.reference import DIGEST_RE, require_pinned
 from shipyard.oci.reference import parse as parse_reference
 
@@ -364,11 +365,8 @@ def parse_quantity(value: Any, field_name: str) -> float:
 
 
 def _positive(cfg: DeployConfig, name: str, minimum: int = 1) -> None:
-    value = getattr(cfg, name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(name, f"must be an integer >= {minimum}, got {value!r}", f"set {name} to {minimum} or more")
+    check_number(getattr(cfg, name), f"deploy_config.{name}", int, minimum=minimum, fix=f"set {name} to {minimum} or more",
+                 optional=True)
 
 
 def check_model_uri(uri: str, allow_mutable_tag: bool) -> str | None:
