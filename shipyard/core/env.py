@@ -40,33 +40,31 @@ def env_bool(name: str, default: bool = False, *, environ: Mapping[str, str] | N
     raise ShipyardError(name, f"{raw!r} is not a boolean", "set it to 1 or 0 (true/false, yes/no), or unset it")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None,
-            environ: Mapping[str, str] | None = None) -> int:
-    """``name`` read as a whole number (at least ``minimum`` when given), ``default`` when unset."""
+def _env_number(name: str, default: float, kind: type, minimum: float | None,
+                environ: Mapping[str, str] | None) -> float:
     raw = _raw(name, environ)
     if not raw:
         return default
+    noun = "a whole number" if kind is int else "a finite number"
+    shown = f"{default:g}" if isinstance(default, float) else str(default)
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        raise ShipyardError(name, f"{raw!r} is not a whole number", f"unset it or give a whole number (default {default})") from None
+        value = math.nan
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ShipyardError(name, f"{raw!r} is not {noun}", f"unset it or give {noun} (default {shown})")
     if minimum is not None and value < minimum:
-        raise ShipyardError(name, f"{value} is below {minimum}", f"give a whole number >= {minimum}, or unset it (default {default})")
+        raise ShipyardError(name, f"{value:g} is below {minimum:g}", f"give {noun} >= {minimum:g}, or unset it (default {shown})")
     return value
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None,
+            environ: Mapping[str, str] | None = None) -> int:
+    """``name`` read as a whole number (at least ``minimum`` when given), ``default`` when unset."""
+    return int(_env_number(name, default, int, minimum, environ))
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None,
               environ: Mapping[str, str] | None = None) -> float:
     """``name`` read as a finite number (at least ``minimum`` when given), ``default`` when unset."""
-    raw = _raw(name, environ)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise ShipyardError(name, f"{raw!r} is not a finite number", f"unset it or give a number (default {default:g})")
-    if minimum is not None and value < minimum:
-        raise ShipyardError(name, f"{value:g} is below {minimum:g}", f"give a number >= {minimum:g}, or unset it (default {default:g})")
-    return value
+    return float(_env_number(name, default, float, minimum, environ))
