@@ -659,7 +659,11 @@ def benchmark_step(
             per_level = float(cfg.get("max_seconds") or 600) + float(cfg["request_timeout"])
             warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
             # the candidate's own answers to a few eval prompts, for the deploy step's verification
-            record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
+            try:
+                record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
+            except ShipyardError:  # a dead engine: say so (request, cause, log), not just "HTTP 500"
+                server.check_engine("a golden-answer request (before the benchmark)", log_name="vllm.log")
+                raise
             bench_started = time.monotonic()
             progress = {"levels": n_levels, "requests_per_level": int(cfg["max_requests"]) if cfg.get("max_requests") else None}
             try:
