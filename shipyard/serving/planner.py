@@ -640,6 +640,26 @@ def _fitting_context(sizing: _Sizing, options: list[dict[str, Any]]) -> int | No
     return fit_len
 
 
+def _choose(sizing: _Sizing, tps: list[int], max_model_len: int, explicit_len: bool,
+            notes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+    """The smallest tensor-parallel option that fits (else the largest), every option, and the
+    max-model-len: the config's context is lowered (with a note) when it fits no option and the
+    user did not ask for it."""
+    options = [sizing.evaluate(tp, max_model_len) for tp in tps]
+    chosen = next((o for o in options if o["fits"]), None)
+    if chosen is None and not explicit_len:
+        fit_len = _fitting_context(sizing, options)
+        if fit_len is not None:
+            notes.append(
+                f"the config's context of {max_model_len:,} tokens does not fit {sizing.wanted} sequence(s); "
+                f"max-model-len lowered to {fit_len:,}"
+            )
+            max_model_len = fit_len
+            options = [sizing.evaluate(tp, max_model_len) for tp in tps]
+            chosen = next((o for o in options if o["fits"]), None)
+    return (chosen if chosen is not None else options[-1]), options, max_model_len
+
+
 def _model_notes(config: dict[str, Any], a: _Arch, kv_cache_dtype: str) -> tuple[list[str], str]:
     """Notes about the model itself (an estimated architecture, an FP8 KV scheme, sliding windows)
     and the reason the figures are estimated ("" when they are not)."""
@@ -731,21 +751,8 @@ def plan_memory(
     sizing = _Sizing(a, weights, dtype_bytes, kv_bytes, batched, max_num_seqs, enforce_eager, kv_cache_memory_bytes,
                      requested, wanted)
     tps = _tp_sizes(a, gpu_count, tensor_parallel_size)
-    options = [sizing.evaluate(tp, max_model_len) for tp in tps]
-    chosen = next((o for o in options if o["fits"]), None)
-    if chosen is None and not explicit_len:
-        # the config's context is too long: take the longest max-model-len that fits
-        fit_len = _fitting_context(sizing, options)
-        if fit_len is not None:
-            notes.append(
-                f"the config's context of {max_model_len:,} tokens does not fit {wanted} sequence(s); "
-                f"max-model-len lowered to {fit_len:,}"
-            )
-            max_model_len = fit_len
-            options = [sizing.evaluate(tp, max_model_len) for tp in tps]
-            chosen = next((o for o in options if o["fits"]), None)
-    if chosen is None:
-        chosen = options[-1]
+    chosen, options, max_model_len = _choose(sizing, tps, max_model_len, explicit_len, notes)
+    if not chosen["fits"]:
         if not chosen["weights_fit"]:
             notes.append(
                 f"the weights ({weights / GIB:.2f} GiB) plus overheads do not fit {gpu_count} x "
