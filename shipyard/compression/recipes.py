@@ -10,8 +10,43 @@ import yaml
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
+from shipyard.core.jsonargs import load_yaml, read_text
 
 PRESETS_DIR = package_dir("shipyard.compression") / "recipes"
+
+#: llmcompressor's modifier registry (``ModifierFactory._main_registry`` of llmcompressor 0.14,
+#: less the abstract ``Modifier``), vendored so pre-flight (base runtime, no llmcompressor) refuses a
+#: misspelt modifier before any model is loaded. ``tests/test_recipe_modifiers.py`` checks, in the
+#: compress venv, that it equals the installed llmcompressor's registry.
+LLMCOMPRESSOR_MODIFIERS = frozenset({
+    "AWQModifier", "AutoRoundModifier", "ConstantPruningModifier", "GPTQModifier", "LogarithmicEqualizationModifier",
+    "MagnitudePruningModifier", "QuIPModifier", "QuantizationModifier", "REAPPruningModifier", "SmoothQuantModifier",
+    "SparseGPTModifier", "SpinQuantModifier", "WandaPruningModifier",
+})
+
+
+def check_modifiers(body: Any, field: str) -> None:
+    """Every modifier a recipe names is one llmcompressor has (:data:`LLMCOMPRESSOR_MODIFIERS`):
+    the keys under each stage's ``*_modifiers`` group, and any capitalised key that looks like one."""
+    import difflib
+
+    stack: list[tuple[Any, str]] = [(body, "")]
+    while stack:
+        node, where = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            name = str(key)
+            path = f"{where}.{name}" if where else name
+            group = where.rsplit(".", 1)[-1].endswith("_modifiers")
+            if group or (name[:1].isupper() and "Modif" in name):
+                if name not in LLMCOMPRESSOR_MODIFIERS:
+                    close = difflib.get_close_matches(name, sorted(LLMCOMPRESSOR_MODIFIERS), n=1)
+                    hint = f"did you mean {close[0]}? " if close else ""
+                    raise ShipyardError(field, f"unknown llmcompressor modifier {name!r} at {path}"[:300],
+                                        f"{hint}llmcompressor 0.14 has {', '.join(sorted(LLMCOMPRESSOR_MODIFIERS))}")
+                continue  # a modifier's own arguments are llmcompressor's to check
+            stack.append((value, path))
 
 
 @dataclass(frozen=True)
@@ -33,6 +68,7 @@ def _from_mapping(name: str, data: dict[str, Any], field: str) -> Recipe:
     body = data.get("recipe", data)
     if not isinstance(body, dict) or not body:
         raise ShipyardError(field, f"recipe {name!r} has no stages", "write llmcompressor stages, e.g. quant_stage: {quant_modifiers: {...}}")
+    check_modifiers(body, field)
     text = yaml.safe_dump(body, sort_keys=False)
     needs = data.get("needs_calibration")
     if needs is None:
@@ -52,9 +88,9 @@ def load_recipe(spec: str, field: str = "recipe") -> Recipe:
     looks_like_path = "\n" not in spec and (spec.endswith((".yaml", ".yml")) or path.exists())
     if looks_like_path and not path.exists():
         raise ShipyardError(field, f"recipe file {spec} does not exist", "give an existing YAML file or a preset name")
-    text = path.read_text() if looks_like_path else spec
+    text = read_text(path, field) if looks_like_path else spec
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, field)  # strict: a key given twice (two GPTQModifier blocks) is an error
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -405,6 +405,10 @@ ROWS: list[Row] = [
     row("run-deploy-config-preset-list", *run_local("--param", 'deploy_config={"preset": []}'),
         field="deploy_config.preset", params=True),
     row("deploy-params-scaling-list", *deploy("--params-file", "scaling-list.yaml"), field="deploy_config.scaling"),
+    row("run-recipe-misspelt-modifier", *run_local("--params-file", "recipe-typo.yaml"),
+        field="recipes[0]: unknown llmcompressor modifier 'GPTQModifer'", params=True),
+    row("run-recipe-duplicate-modifier", *run_local("--params-file", "recipe-dup.yaml"),
+        field="recipes[0]: key 'GPTQModifier' is given twice", params=True),
     # --- schedules that never fire or cannot be stored ----------------------------------------------------
     row("schedule-cron-feb-30", *schedule("--cron", "0 0 30 2 *"), field="--cron: '0 0 30 2 *' never fires"),
     row("schedule-cron-apr-31", *schedule("--cron", "0 12 31 4 *"), field="never fires"),
@@ -472,6 +476,9 @@ def _files() -> dict[str, str]:
         "huge-key.yaml": "k" * 3_000_000 + ": 1\n",
         "bom.yaml": "\ufeffseed: abc\n",
         "scaling-list.yaml": "scaling: [1, 2]\n",
+        "recipe-typo.yaml": "recipes:\n  - |\n    quant_stage:\n      quant_modifiers:\n        GPTQModifer: {scheme: W4A16}\n",
+        "recipe-dup.yaml": "recipes:\n  - |\n    quant_stage:\n      quant_modifiers:\n        GPTQModifier: {scheme: W4A16}\n"
+                           "        GPTQModifier: {scheme: W8A8}\n",
         "kv-heads-zero.json": json.dumps({**LLAMA, "num_key_value_heads": 0}),
         "heads-negative.json": json.dumps({**LLAMA, "num_attention_heads": -32}),
         "heads-bool.json": json.dumps({**LLAMA, "num_attention_heads": True}),
