@@ -148,3 +148,51 @@ def test_console_names_are_never_cut_mid_word_and_loop_tasks_carry_their_candida
     assert task_label("condition-1/importer") == "champion model (import)"
     assert task_label("benchmark-2") == "benchmark-2"
     assert key_figure("some-step", {"Output": True}, {}, {}) == "yes"  # never KFP's "Output=True"
+
+
+def test_every_subcommand_has_a_description() -> None:
+    from shipyard.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert not [name for name, parser in sub.choices.items() if not parser.description]
+
+
+def test_run_without_local_explains_the_two_ways_to_run(capsys: pytest.CaptureFixture) -> None:
+    from shipyard.cli.main import main
+
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "shipyard run --local" in err and "--runner container" in err
+    assert "shipyard submit compiled/optimize-and-deploy.yaml --host URL" in err
+
+
+def test_plan_takes_a_hub_id_from_the_local_cache(tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """A Hub id (``org/name`` or ``hf://org/name``) is read from the local Hugging Face cache; the
+    layout is the one huggingface_hub itself reads (checked with the library in the compress venv)."""
+    import os
+    import subprocess
+
+    from shipyard.cli.main import main
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--tiny-org--tiny-llama" / "snapshots" / ("c0ffee" * 6 + "beef")
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text((tiny_model / "config.json").read_text())
+    (cache / "models--tiny-org--tiny-llama" / "refs").mkdir()
+    (cache / "models--tiny-org--tiny-llama" / "refs" / "main").write_text("c0ffee" * 6 + "beef")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_python = Path(__file__).resolve().parents[1] / ".venvs" / "compress" / "bin" / "python"
+    if hub_python.exists():
+        found = subprocess.run([str(hub_python), "-c", "from huggingface_hub import try_to_load_from_cache as t; "
+                                "print(t('tiny-org/tiny-llama', 'config.json'))"], capture_output=True, text=True,
+                               env=dict(os.environ), timeout=60, check=False)
+        assert found.stdout.strip() == str(snapshot / "config.json"), found.stderr[-2000:]
+    for model in ("tiny-org/tiny-llama", "hf://tiny-org/tiny-llama"):
+        assert main(["plan", model, "-o", "json"]) in (0, 1)
+        assert json.loads(capsys.readouterr().out)["weights_bytes"] > 0
+    assert main(["plan", "hf://tiny-org/not-cached"]) == 2
+    err = capsys.readouterr().err
+    assert "tiny-org/not-cached is not in the local Hugging Face cache" in err and "offline (HF_HUB_OFFLINE=1)" in err
+    assert "hf:/" not in err.replace("hf://", "")

@@ -24,7 +24,9 @@ from shipyard.core.numbers import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("alias", help="show, set or roll back the MLflow aliases of a registered model")
+    p = sub.add_parser("alias", help="show, set or roll back the MLflow aliases of a registered model",
+                       description="The MLflow aliases of a registered model: production (what serves), previous "
+                                   "(the one before), candidate and dry-run (a champion only rendered, never served).")
     group = p.add_subparsers(dest="alias_command", metavar="SUBCOMMAND")
 
     show = group.add_parser("show", help="every alias of MODEL and the version it names")

@@ -25,7 +25,10 @@ def compile_all(
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compile", help="compile pipelines to KFP IR YAML for upload to Kubeflow")
+    p = sub.add_parser("compile", help="compile pipelines to KFP IR YAML for upload to Kubeflow",
+                       description="Compile the pipelines to KFP IR YAML (one file per pipeline) with your cluster "
+                                   "settings and image registry; submit or schedule the files, or upload them in "
+                                   "the Kubeflow UI.")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--pipeline", action="append", choices=sorted(PIPELINES), help="only these pipelines (repeatable)")
     p.add_argument("--cluster-config", help="GPU/node/secret settings YAML (default pipelines/cluster.yaml)")

@@ -9,7 +9,9 @@ from shipyard.runtimes.runtime import FLAVORS, RUNTIMES
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("images", help="build the runtime images (podman) from images/<runtime>/Containerfile")
+    p = sub.add_parser("images", help="build the runtime images (podman) from images/<runtime>/Containerfile",
+                       description="Build the runtime images (base, compress, vllm) with podman from their "
+                                   "Containerfiles and hashed locks; tags hash the lock, Containerfile and code.")
     actions = p.add_subparsers(dest="images_command", metavar="ACTION", required=True)
     b = actions.add_parser("build", help="build and tag the runtime images; print tags and sizes")
     b.add_argument("--runtime", action="append", choices=sorted(RUNTIMES), help="only these runtimes (repeatable)")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from shipyard.cli.output import add_out_file_option, add_output_option, emit, render, write_out_file
+from shipyard.core.errors import ShipyardError
 from shipyard.core.numbers import number, positive_float, positive_int
 from shipyard.serving.planner import load_model_config, plan_memory
 
@@ -19,9 +21,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
         help="size vLLM for a model: weights, KV cache tokens, max concurrency, recommended vLLM args",
-        description="Plan GPU memory for vLLM from a model folder or config.json (no weights or GPU needed).",
+        description="Plan GPU memory for vLLM from a model folder, its config.json or a Hub id in the local "
+                    "Hugging Face cache (no weights or GPU needed).",
     )
-    p.add_argument("model", metavar="MODEL", help="a Hugging Face model folder or its config.json")
+    p.add_argument("model", metavar="MODEL",
+                   help="a Hugging Face model folder, its config.json, or a Hub id (org/name or hf://org/name) "
+                        "whose config.json is in the local Hugging Face cache (offline: only the cache is read)")
     p.add_argument("--gpu-memory-gib", type=positive_float("80"), default=80.0,
                    help="memory of one GPU in GiB (default 80)")
     p.add_argument("--gpu-count", type=positive_int("8"), default=1,
@@ -46,8 +51,56 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_plan)
 
 
+def _hub_id(model: str) -> str:
+    """``org/name`` when ``model`` names a Hub repository (``org/name`` or ``hf://org/name[@rev]``)
+    rather than a local folder or file, else ""."""
+    text = model.removeprefix("hf://").split("@", 1)[0].strip("/")
+    if model.startswith("hf://") or (not Path(model).exists() and not model.startswith((".", "/", "~"))
+                                     and text.count("/") == 1 and not text.endswith(".json")):
+        return text
+    return ""
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, as huggingface_hub finds it: ``HF_HUB_CACHE``, else
+    ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    import os
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def model_config_path(model: str) -> str:
+    """The config.json (or folder) to plan from: a local path as given, or a Hub id's config.json
+    from the local Hugging Face cache (``models--ORG--NAME/snapshots/<refs/main or @rev>/``).
+    shipyard plan never downloads: the base install has no Hub client, and this machine may be offline."""
+    repo = _hub_id(model)
+    if not repo:
+        return model
+    import os
+
+    revision = model.removeprefix("hf://").split("@", 1)[1] if "@" in model else "main"
+    folder = hub_cache_dir() / ("models--" + repo.replace("/", "--"))
+    ref = folder / "refs" / revision
+    try:
+        commit = ref.read_text().strip() if ref.is_file() else revision
+    except OSError:
+        commit = revision
+    config = folder / "snapshots" / commit / "config.json"
+    if config.is_file():
+        return str(config)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("", "0", "false", "no", "off")
+    raise ShipyardError(
+        "MODEL", f"{repo} is not in the local Hugging Face cache ({hub_cache_dir()})"
+                 + (" and this machine is offline (HF_HUB_OFFLINE=1)" if offline else ""),
+        f"download it where the Hub is reachable (huggingface-cli download {repo} config.json), "
+        "or pass a model folder or its config.json")
+
+
 def _plan(args: argparse.Namespace) -> int:
-    config = load_model_config(args.model)
+    config = load_model_config(model_config_path(args.model))
     plan = plan_memory(
         config,
         gpu_memory_gib=args.gpu_memory_gib,

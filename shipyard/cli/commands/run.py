@@ -9,7 +9,13 @@ from shipyard.pipelines import DEFAULT_PIPELINE, PIPELINES
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run a pipeline locally (kfp.local) and print its summary")
+    p = sub.add_parser(
+        "run", help="run a pipeline locally (kfp.local) and print its summary",
+        description="Run a pipeline on this machine: --local runs each step in the local venvs (kfp.local); "
+                    "--local --runner container runs the compiled pipeline's steps in their images (podman), as a "
+                    "cluster would. On Kubeflow, compile and submit instead: shipyard compile --out compiled/ && "
+                    "shipyard submit compiled/optimize-and-deploy.yaml --host URL.",
+    )
     p.add_argument("pipeline", nargs="?", default=DEFAULT_PIPELINE, help=f"one of {', '.join(sorted(PIPELINES))}")
     p.add_argument("--local", action="store_true", help="run on this machine with kfp.local (required: use `shipyard submit` for a cluster)")
     p.add_argument("--work-dir", default="shipyard-run", help="where artifacts and run-summary.json go (default ./shipyard-run)")
@@ -29,7 +35,10 @@ _SYSTEM_DIRS = frozenset({"bin", "boot", "dev", "etc", "home", "lib", "lib64", "
 
 def _run(args: argparse.Namespace) -> int:
     if not args.local:
-        raise ShipyardError("--local", "only local runs are started by `shipyard run`", "add --local, or use `shipyard submit --host URL`")
+        raise ShipyardError("--local", "`shipyard run` runs on this machine only and needs --local",
+                            "run here with `shipyard run --local` (steps in local venvs) or `shipyard run --local "
+                            "--runner container` (steps in their images); on Kubeflow: `shipyard compile --out "
+                            "compiled/` then `shipyard submit compiled/optimize-and-deploy.yaml --host URL`")
     from pathlib import Path
 
     from shipyard.core.files import ensure_writable_dir

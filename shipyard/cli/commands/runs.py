@@ -11,7 +11,8 @@ from shipyard.core.numbers import number
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("runs", help="list the latest runs on a KFP server")
+    p = sub.add_parser("runs", help="list the latest runs on a KFP server",
+                       description="List the latest runs on a Kubeflow Pipelines server (name, state, created).")
     add_kfp_options(p)
     p.add_argument("--experiment", default="", help="only runs of this experiment")
     p.add_argument("--limit", type=number(int, minimum=1, maximum=1000, example="20"), default=20,

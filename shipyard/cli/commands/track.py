@@ -9,7 +9,9 @@ from shipyard.core.errors import EXIT_FAILED, ShipyardError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("track", help="MLflow tracking of local runs (replay what was kept during an outage)")
+    p = sub.add_parser("track", help="MLflow tracking of local runs (replay what was kept during an outage)",
+                       description="MLflow tracking of local runs: `track replay WORK_DIR` logs what a run kept "
+                                   "while MLflow was down.")
     group = p.add_subparsers(dest="track_command", metavar="SUBCOMMAND")
     replay = group.add_parser(
         "replay", help="apply the pending tracking payloads of a local run's work dir (idempotent)",
