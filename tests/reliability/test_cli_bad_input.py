@@ -98,6 +98,8 @@ ROWS: list[Row] = [
     row("plan-kv-dtype", "plan", "config.json", "--kv-cache-dtype", "int4", field="--kv-cache-dtype"),
     row("plan-dtype", "plan", "config.json", "--dtype", "int3", field="dtype"),
     row("plan-missing-model", "plan", "missing.json", field="model: "),
+    row("plan-hub-id-not-cached", "plan", "hf://no-such-org/no-such-model", field="MODEL: no-such-org/no-such-model is "
+        "not in the local Hugging Face cache"),
     row("plan-empty-folder", "plan", "emptydir", field="model: "),
     row("plan-bad-json", "plan", "bad.json", field="not valid JSON"),
     row("plan-json-list", "plan", "list.json", field="not a JSON object"),
