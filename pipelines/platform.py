@@ -42,7 +42,73 @@ def _read_cluster_config(path: str) -> dict[str, Any]:
         raise ShipyardError("cluster_config", f"{chosen} is not valid YAML", "fix its syntax") from None
     if not isinstance(data, dict):
         raise ShipyardError("cluster_config", f"{chosen} is not a mapping", "see pipelines/cluster.yaml")
+    check_cluster_config(data, str(chosen))
     return data
+
+
+_QTY = (str, int, float)  # Kubernetes quantities: "4", 4, 32Gi
+_STEPS = {"steps": list, "needed_for": str}
+#: every key cluster.yaml may hold and its type; a dict value is a section with its own keys, and
+#: ("each", spec) a mapping of names (Secrets, layouts) to entries of that spec
+_CLUSTER_SCHEMA: dict[str, Any] = {
+    "gpu": {"accelerator_type": str, "accelerator_count": int, "cpu_request": _QTY, "memory_request": _QTY,
+            "memory_limit": _QTY, "shm_size": _QTY, "node_selector": dict, "tolerations": list},
+    "cpu": {"cpu_request": _QTY, "memory_request": _QTY, "memory_limit": _QTY},
+    "image_pull_policy": str,
+    "secrets": ("each", {"env": dict, **_STEPS}),
+    "registry_secret_volume": {"secret": str, "mount_path": str, "env": str, **_STEPS},
+    "pvc": {"mount_root": str, "claims": list, "steps": list},
+    "service_account": {"name": str, "role": str, "steps": list},
+    "layout": str,
+    "layouts": ("each", dict),
+    "candidate_parallelism": int,
+}
+
+
+def _type_name(kind: Any) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({str: "text", int: "a whole number", float: "a number", list: "a list", dict: "a mapping"}[k]
+                       for k in kinds)
+
+
+def check_cluster_config(data: dict[str, Any], source: str = "cluster_config") -> None:
+    """Every key known and of its type: a typo (``gpuu:``, ``tolerations`` misspelt) or a string
+    where a list is expected (``claims: models``, which would mount one PVC per character) is one
+    line naming the key and the file, at compile time."""
+    import difflib
+
+    def fail(path: str, problem: str, fix: str) -> ShipyardError:
+        return ShipyardError(f"cluster_config {path}", f"{problem} (in {source})", fix)
+
+    def check(value: Any, spec: Any, path: str) -> None:
+        if isinstance(spec, tuple) and spec and spec[0] == "each":
+            if not isinstance(value, dict):
+                raise fail(path, f"must be a mapping of names, got {type(value).__name__}", "see pipelines/cluster.yaml")
+            for name, entry in value.items():
+                check(entry, spec[1], f"{path}.{name}")
+            return
+        if isinstance(spec, dict):
+            if not isinstance(value, dict):
+                raise fail(path, f"must be a mapping, got {type(value).__name__}", "see pipelines/cluster.yaml")
+            for key, item in value.items():
+                if key not in spec:
+                    close = difflib.get_close_matches(str(key), list(spec), n=1)
+                    raise fail(f"{path}.{key}" if path else str(key), "is not a cluster setting",
+                               (f"did you mean {close[0]}? " if close else "") + f"use {', '.join(spec)}")
+                check(item, spec[key], f"{path}.{key}" if path else str(key))
+            return
+        kinds = spec if isinstance(spec, tuple) else (spec,)
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            hint = "write a YAML list, e.g. [a, b] (a single name is [name])" if list in kinds else "fix the value"
+            raise fail(path, f"must be {_type_name(spec)}, got {type(value).__name__} {value!r}"[:200], hint)
+        if isinstance(value, list) and path.endswith((".steps", ".claims")):
+            bad = next((v for v in value if not isinstance(v, str) or not v.strip()), None)
+            if bad is not None:
+                raise fail(path, f"holds {bad!r}, not a name", "list names only")
+
+    check(data, _CLUSTER_SCHEMA, "")
 
 
 LAYOUT_KEYS = ("pipeline_namespace", "service_account", "serving_namespace", "tracking_uri")

@@ -428,6 +428,10 @@ ROWS: list[Row] = [
         "--image-registry", "https://quay.io/org", field="--image-registry"),
     row("compile-image-registry-credentials", "compile", "--out", "compiled", "--pipeline", "promote",
         "--image-registry", f"bob:{SECRET}@quay.io/org", field="--image-registry"),
+    row("compile-cluster-config-typo", "compile", "--out", "compiled", "--pipeline", "promote", "--cluster-config",
+        "cluster-typo.yaml", field="cluster_config gpuu: is not a cluster setting"),
+    row("compile-cluster-config-claims-string", "compile", "--out", "compiled", "--pipeline", "promote",
+        "--cluster-config", "cluster-claims.yaml", field="cluster_config pvc.claims: must be a list"),
     row("run-work-dir-root", "run", "--local", "--work-dir", "/", field="--work-dir"),
     row("run-work-dir-usr", "run", "--local", "--work-dir", "/usr", field="--work-dir"),
     # --- the README's own YAML example is accepted: the row fails on the next, deliberate, mistake --------
@@ -478,6 +482,8 @@ def _files() -> dict[str, str]:
         "huge-key.yaml": "k" * 3_000_000 + ": 1\n",
         "bom.yaml": "\ufeffseed: abc\n",
         "scaling-list.yaml": "scaling: [1, 2]\n",
+        "cluster-typo.yaml": "gpuu: {accelerator_count: 1}\n",
+        "cluster-claims.yaml": "pvc: {claims: models-claim, steps: [resolve-model]}\n",
         "recipe-typo.yaml": "recipes:\n  - |\n    quant_stage:\n      quant_modifiers:\n        GPTQModifer: {scheme: W4A16}\n",
         "recipe-dup.yaml": "recipes:\n  - |\n    quant_stage:\n      quant_modifiers:\n        GPTQModifier: {scheme: W4A16}\n"
                            "        GPTQModifier: {scheme: W8A8}\n",
