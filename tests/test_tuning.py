@@ -153,6 +153,9 @@ def test_selection_writes_frontier_decision_record_and_deploy_serves_the_searche
     env = {e["name"]: e["value"] for e in svc["spec"]["template"]["containers"][0].get("env", []) if "value" in e}
     args = shlex.split(env["VLLM_ADDITIONAL_ARGS"])
     assert args[args.index("--max-num-seqs") + 1] == "8"
+    # a searched flag the deployment owns is refused in the args (the deploy step maps tensor parallelism)
+    with pytest.raises(ShipyardError, match="tensor-parallel-size is set by the deployment itself"):
+        render(parse_config({"name": "llm", "model_uri": URI, "tuned_vllm_args": {"tensor-parallel-size": "2"}}))
     # the user's own vllm_args still win over the search
     (svc,) = render(parse_config({"name": "llm", "model_uri": URI, "tuned_vllm_args": tuned,
                                   "vllm_args": {"max-num-seqs": 32}}))

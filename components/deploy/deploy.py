@@ -97,8 +97,13 @@ def run_deploy(
     verify_opts = split_verify_options(params)
     tuned = searched_args(candidate) if candidate else {}
     if tuned:
+        # tensor parallelism is the deployment's own setting (replica shape, GPUs per pod), not a flag
+        tp = tuned.pop("tensor-parallel-size", None)
+        if tp is not None and "tensor_parallel" not in params and overrides.get("tensor_parallel") is None:
+            overrides = {**overrides, "tensor_parallel": int(tp)}
         overrides = {**overrides, "tuned_vllm_args": tuned}
-        print(f"deploy: vLLM arguments from the champion's serving-configuration search: {tuned}", flush=True)
+        print(f"deploy: from the champion's serving-configuration search: vLLM arguments {tuned}"
+              + (f", tensor_parallel {tp}" if tp is not None else ""), flush=True)
     cfg = parse_config(params, **overrides)
     record = _recorded(candidate) if candidate and verify_opts["enabled"] else None
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
@@ -119,6 +124,7 @@ def run_deploy(
                               "kinds": [d["kind"] for d in docs], "mode": cfg.mode, "url": "", "status": "DryRun",
                               "planned": model_config is not None}
     result["verification"] = verification
+    result["engine"] = serving_engine(docs, candidate)
     if dry_run:
         if record is not None and verify_opts["dry_run"]:
             out = verify_package(cfg.model_uri, served, record, adapters, verify_opts["settings"], verify_dir)
@@ -231,6 +237,49 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
                                   config=settings, report_dir=report_dir)
 
 
+def _preset_images() -> list[str]:
+    """The vLLM images KServe's presets (the vendored v0.20 ones) run the main container with."""
+    import yaml
+
+    from shipyard.serving.kserve.validate import upstream_dir
+
+    images: set[str] = set()
+    for path in sorted((upstream_dir() / "kserve" / "llmisvcconfig").glob("config-llm-*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            spec = (doc or {}).get("spec") or {}
+            for pool in (spec, spec.get("prefill") or {}):
+                for part in ("template", "worker"):
+                    for c in ((pool.get(part) or {}).get("containers") or []):
+                        if c.get("name") == "main" and c.get("image"):
+                            images.add(str(c["image"]))
+    return sorted(images)
+
+
+def serving_engine(docs: list[dict[str, Any]], candidate: str | None = None) -> dict[str, Any]:
+    """What serves and what was benchmarked, side by side: the SLO gate measured shipyard's vllm
+    runtime, while the deployment runs the image set in its main container or, when none is set,
+    KServe's preset image (llm-d's vLLM build). Both go into the summary and the MLflow run."""
+    main = next((c for d in docs if d.get("kind") == "LLMInferenceService"
+                 for c in (((d.get("spec") or {}).get("template") or {}).get("containers") or [])
+                 if c.get("name") == "main"), {})
+    serving = {"image": main["image"], "source": "deploy_config.image"} if main.get("image") else \
+        {"image": ", ".join(_preset_images()) or "KServe's default", "source": "KServe preset (not pinned by shipyard)"}
+    benchmarked = None
+    if candidate:
+        path = Path(candidate)
+        try:
+            if path.is_dir() and (path / "selection.json").is_file():
+                from shipyard.gates.registration import load_selection
+
+                benchmarked = (load_selection(str(path)).get("champion") or {}).get("engine")
+            else:
+                file = path / "candidate.json" if path.is_dir() else path
+                benchmarked = json.loads(file.read_text()).get("engine")
+        except (OSError, ValueError, ShipyardError):
+            benchmarked = None
+    return {"serving": serving, "benchmarked": benchmarked}
+
+
 def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
     """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
     and the manifest itself (the KFP UI renders it inline)."""
@@ -249,6 +298,13 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
             prefill = spec.get("prefill") or {}
             if prefill:
                 lines.append(f"| replicas (prefill) | {prefill.get('replicas', 1)} |")
+    engine = result.get("engine") or {}
+    if engine:
+        bench = engine.get("benchmarked") or {}
+        measured = (f"vLLM {bench.get('version')} ({bench.get('distribution')}, shipyard's vllm runtime)"
+                    if bench.get("version") else "not recorded")
+        lines.append(f"| serving engine | `{engine['serving']['image']}` ({engine['serving']['source']}) |")
+        lines.append(f"| engine the SLO gate benchmarked | {measured} |")
     check = result.get("verification") or {}
     if check:
         said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))

@@ -110,14 +110,14 @@ def vllm_arguments(cfg: DeployConfig, model_config: dict[str, Any] | None, *, ro
     the deployment's own and cannot be overridden."""
     pool = cfg.prefill if role == "prefill" else cfg.decode
     merged: dict[str, Any] = {}
-    sources = (("planner", planner_args(cfg, model_config)), ("tuning search", cfg.tuned_vllm_args),
+    sources = (("planner", planner_args(cfg, model_config)), ("tuned_vllm_args", cfg.tuned_vllm_args),
                ("vllm_args", cfg.vllm_args),
                (f"{role}.vllm_args", pool.get("vllm_args", {})))
     for where, source in sources:
         for flag, value in source.items():
             merged[normalise_flag(flag)] = value
         owned = sorted(OWNED_FLAGS & {normalise_flag(f) for f in source})
-        if owned and where not in ("planner", "tuning search"):
+        if owned and where != "planner":
             raise ShipyardError(f"deploy_config.{where}", f"--{owned[0]} is set by the deployment itself",
                                 "use tensor_parallel / data_parallel / kv_role instead of that flag")
     preset = _precise_prefix_flags(cfg)
