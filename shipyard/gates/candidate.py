@@ -95,6 +95,14 @@ def _tuning(bench_dir: str) -> dict[str, Any] | None:
             "dropped": doc["dropped"], "skipped": doc["skipped"], "wall_seconds": doc["wall_seconds"]}
 
 
+def _engine(bench_dir: str) -> dict[str, Any] | None:
+    """The engine the candidate's benchmark measured (results.json ``engine``), if recorded."""
+    try:
+        return json.loads((Path(bench_dir) / "results.json").read_text()).get("engine")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def judge_candidate(
     recipe: str,
     base_eval: str,
@@ -169,6 +177,7 @@ def judge_candidate(
         "levels": levels,
         "golden": _golden(candidate_bench),
         "tuning": _tuning(candidate_bench),
+        "engine": _engine(candidate_bench),
         "base_levels": base_levels,
         "planner": planner,
         "base_planner": base_planner,
