@@ -102,10 +102,21 @@ def load_config(env: dict[str, str] | None = None) -> S3Config:
 
 
 def client(config: S3Config | None = None) -> Any:
-    """A ``minio.Minio`` client for ``config`` (default: from the environment)."""
+    """A ``minio.Minio`` client for ``config`` (default: from the environment), with bounded
+    timeouts: 10 s to connect and 120 s per read (minio's own default is 5 minutes each, retried),
+    so an endpoint that accepts and never answers ends in one line, not a long hang."""
+    import certifi
+    import urllib3
     from minio import Minio
 
     config = config or load_config()
+    http = urllib3.PoolManager(
+        timeout=urllib3.Timeout(connect=S3_CONNECT_TIMEOUT_S, read=S3_READ_TIMEOUT_S),
+        maxsize=10,
+        cert_reqs="CERT_REQUIRED" if config.cert_check else "CERT_NONE",
+        ca_certs=os.environ.get("SSL_CERT_FILE") or certifi.where(),
+        retries=urllib3.Retry(total=3, connect=2, read=1, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504]),
+    )
     return Minio(
         config.endpoint,
         access_key=config.access_key,
@@ -113,7 +124,13 @@ def client(config: S3Config | None = None) -> Any:
         secure=config.secure,
         region=config.region,
         cert_check=config.cert_check,
+        http_client=http,
     )
+
+
+#: S3 client timeouts (seconds): connect, and each read of a response
+S3_CONNECT_TIMEOUT_S = 10.0
+S3_READ_TIMEOUT_S = 120.0
 
 
 def parse_s3_uri(uri: str, field: str = "uri") -> tuple[str, str]:

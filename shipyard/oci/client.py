@@ -103,7 +103,8 @@ class RegistryClient:
 
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self.credentials = credentials if credentials is not None else find_credentials(host)
-        self.timeout = timeout
+        # (connect, read): a registry that does not accept fails in 5 s, one that never answers in ``timeout``
+        self.timeout: tuple[float, float] = (min(5.0, timeout), timeout)
         self.retry = Retry.from_env(ENV_ATTEMPTS, ENV_BACKOFF, attempts=5, backoff_s=1.0)
         self._auth_header: str | None = None
 

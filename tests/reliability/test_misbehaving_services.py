@@ -262,3 +262,23 @@ def test_track_replay_reports_a_corrupt_payload_and_keeps_it(tmp_path: Path) -> 
     assert "nothing pending" not in proc.stdout
     assert "corrupt payload (0001-step.json)" in proc.stdout and "corrupt payload (0002-step.json)" in proc.stdout
     assert sorted(p.name for p in pending.iterdir()) == ["0001-step.json", "0002-step.json"]
+
+
+def test_s3_endpoint_that_never_answers_is_one_line_within_the_read_timeout(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path) -> None:
+    """The S3 client has bounded timeouts (minio's default is 5 minutes per read, retried)."""
+    from shipyard.models import s3
+
+    monkeypatch.setattr(s3, "S3_READ_TIMEOUT_S", 1.0)  # the default (120 s) is too long for a test
+    with _black_hole() as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", url)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+        started = time.monotonic()
+        with pytest.raises(ShipyardError) as err:
+            s3.download_prefix("s3://models/llama", tmp_path / "out")
+        seconds = time.monotonic() - started
+    line = str(err.value)
+    assert "\n" not in line and SECRET not in line and "AKIAIOSFODNN7EXAMPLE" not in line, line
+    assert seconds < 20, f"S3 held {seconds:.0f} s"
+    assert not (tmp_path / "out").exists()
