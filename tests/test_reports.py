@@ -44,7 +44,7 @@ def test_slo_report_names_worst_regression_best_gain_thresholds_and_margins(tmp_
     gain = cand2["output_tokens_per_s"] / base2["output_tokens_per_s"]
     assert out["passed"] is True
     worst_text = (f"worst regression: TTFT p99 x{worst:.3g} at concurrency 1 ({cand1['ttft_ms']['p99']:.4g} vs "
-                  f"{base1['ttft_ms']['p99']:.4g} ms base; p99 of 8 requests)")
+                  f"{base1['ttft_ms']['p99']:.4g} ms base; rests on 8 requests)")
     gain_text = f"best gain: output tok/s x{gain:.3g} at concurrency 2"
     for text in (out["reason"], md, page):
         assert worst_text in text and gain_text in text

@@ -196,3 +196,81 @@ def test_plan_takes_a_hub_id_from_the_local_cache(tiny_model: Path, tmp_path: Pa
     err = capsys.readouterr().err
     assert "tiny-org/not-cached is not in the local Hugging Face cache" in err and "offline (HF_HUB_OFFLINE=1)" in err
     assert "hf:/" not in err.replace("hf://", "")
+
+
+def test_headline_changes_come_from_levels_with_enough_requests(tmp_path: Path) -> None:
+    """A x0.17 TTFT "gain" at a level of 12 requests is not the headline when a level of 150
+    requests exists; with only small levels, the headline says how many requests it rests on."""
+    import copy
+
+    import report_fixtures as fx
+
+    from shipyard.gates.slo import run_slo_gate
+
+    def bench(ttft_small: float, ok_small: int, ok_big: int) -> dict:
+        return fx.bench_results("m", [
+            fx.level("concurrent@1", 1, 0.5, 10.0, (50.0, 55.0, ttft_small), (60.0, 62.0, 64.0), ok=ok_small),
+            fx.level("concurrent@2", 2, 1.0, 16.0, (80.0, 95.0, 100.0), (95.0, 99.0, 104.0), ok=ok_big)])
+
+    base, cand = bench(600.0, 12, 150), bench(100.0, 12, 150)  # the small level's p99: one cold base request
+    cand["levels"][1]["output_tokens_per_s"] = 17.6  # a real x1.1 gain at the big level
+    slo = json.dumps({"ttft_p99_ms": 1000, "itl_p99_ms": 200, "min_output_tokens_per_s": 5, "max_error_rate": 0.0})
+    b = fx.write_json(tmp_path / "b", "results.json", base)
+    c = fx.write_json(tmp_path / "c", "results.json", cand)
+    out = run_slo_gate(b, c, slo, str(tmp_path / "slo.html"), str(tmp_path / "slo.md"))
+    assert "best gain: output tok/s x1.1 at concurrency 2" in out["reason"] and "x0.167" not in out["reason"]
+
+    small_b, small_c = copy.deepcopy(base), copy.deepcopy(cand)
+    for res in (small_b, small_c):
+        res["levels"] = res["levels"][:1]
+    b = fx.write_json(tmp_path / "b2", "results.json", small_b)
+    c = fx.write_json(tmp_path / "c2", "results.json", small_c)
+    out = run_slo_gate(b, c, slo, str(tmp_path / "slo2.html"), str(tmp_path / "slo2.md"))
+    assert "best gain: TTFT p99 x0.167 at concurrency 1" in out["reason"] and "rests on 12 requests" in out["reason"]
+
+
+def test_a_request_without_timing_samples_is_counted_not_a_miss(tmp_path: Path) -> None:
+    """11 of 12 successful requests have timing samples, all within the SLO: goodput is 1.0 (not
+    0.9167) and the report counts the untimed request."""
+    import report_fixtures as fx
+
+    from shipyard.gates.slo import check_level
+
+    lv = fx.level("concurrent@1", 1, 0.5, 10.0, (50.0, 55.0, 60.0), (60.0, 62.0, 64.0), ok=12)
+    for key in ("ttft_ms", "itl_ms"):
+        lv["samples"][key] = lv["samples"][key][:11]
+    slo = {"ttft_p99_ms": 1000, "itl_p99_ms": 200, "min_output_tokens_per_s": 5, "max_error_rate": 0.0,
+           "min_goodput": 0.95}
+    verdict = check_level(lv, slo)
+    assert verdict["goodput"] == 1.0 and verdict["untimed"] == 1 and verdict["meets"]
+    errored = fx.level("concurrent@1", 1, 0.5, 10.0, (50.0, 55.0, 60.0), (60.0, 62.0, 64.0), ok=11, errored=1)
+    assert check_level(errored, slo)["goodput"] == pytest.approx(11 / 12, abs=1e-4)  # an error is still a miss
+
+    from shipyard.benchmarking.report import _level_rows
+
+    (row,) = _level_rows({"levels": [lv]}, [verdict])
+    assert "1 untimed, not judged" in row[-2]
+
+
+def test_latency_plots_keep_the_data_readable_next_to_a_far_slo_line() -> None:
+    """60-104 ms ITL figures under a 1,000 ms SLO line: a log axis spanning both (a linear one
+    flattens the data at the bottom); a nearby line keeps the linear axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from shipyard.benchmarking.report import _maybe_log, latency_plot
+
+    fig, ax = plt.subplots()
+    assert _maybe_log(ax, [60.0, 64.5, 104.9], 1000.0) and ax.get_yscale() == "log"
+    low, high = ax.get_ylim()
+    assert low < 60.0 and high > 1000.0
+    fig2, ax2 = plt.subplots()
+    assert not _maybe_log(ax2, [60.0, 104.9], 200.0) and ax2.get_yscale() == "linear"
+    plt.close(fig)
+    plt.close(fig2)
+    import report_fixtures as fx
+
+    png = latency_plot("itl_ms", "ITL", 1000.0, fx.BASE_BENCH, fx.CAND_BENCH)
+    assert png and png.startswith(b"\x89PNG")

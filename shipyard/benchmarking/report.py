@@ -56,7 +56,7 @@ def _pyplot() -> Any:
 def _png(fig: Any, plt: Any) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", pad_inches=0.15)  # labels never clipped
     plt.close(fig)
     return buf.getvalue()
 
@@ -77,10 +77,19 @@ def _few(level: dict[str, Any]) -> bool:
     return n is not None and n < MIN_SAMPLES
 
 
-def _maybe_log(ax: Any, values: list[float]) -> None:
+def _maybe_log(ax: Any, values: list[float], limit: float | None = None) -> bool:
+    """A log y axis when the figures span orders of magnitude, or when the SLO line sits far above
+    them (a 1,000 ms ITL line over 60-100 ms figures would flatten them on a linear axis); then the
+    axis spans the data and the line with a little room. Returns whether it went log."""
     positive = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    if positive and max(positive) / min(positive) > 30:
+    if not positive:
+        return False
+    shown = positive + ([limit] if limit and limit > 0 else [])
+    if max(shown) / min(shown) > 30 or (limit and limit > 3 * max(positive)):
         ax.set_yscale("log")  # the SLO line and the measured figures can be orders apart
+        ax.set_ylim(min(shown) / 1.4, max(shown) * 1.4)
+        return True
+    return False
 
 
 def latency_plot(key: str, label: str, limit: float | None, base: dict[str, Any] | None,
@@ -114,10 +123,10 @@ def latency_plot(key: str, label: str, limit: float | None, base: dict[str, Any]
                     ax.annotate(_short(level), (x, v), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
     if limit:
         ax.axhline(limit, color="black", linestyle=":", label=f"SLO p99 <= {limit:g} ms")
-        ys.append(limit)
-    _maybe_log(ax, ys)
+    logged = _maybe_log(ax, ys, limit)
+    ax.margins(x=0.15)  # room for the level labels at both ends
     ax.set_xlabel("achieved output tokens/s")
-    ax.set_ylabel(f"{label} (ms)")
+    ax.set_ylabel(f"{label} (ms{', log scale' if logged else ''})")
     ax.set_title(f"{label} vs achieved throughput" + (f"\nhollow: < {MIN_SAMPLES} requests" if few else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -227,7 +236,7 @@ def _level_rows(res: dict[str, Any], verdicts: list[dict[str, Any]]) -> list[lis
             f"{_f(lv['tpot_ms']['p50'])} / {_f(lv['tpot_ms']['p99'])}",
             f"{_f(lv['latency_s']['p50'])} / {_f(lv['latency_s']['p99'])}",
             f"{lv['successful']} / {lv['errored']} / {lv['incomplete']}",
-            _f(v.get("goodput")),
+            _f(v.get("goodput")) + (f" ({v['untimed']} untimed, not judged)" if v.get("untimed") else ""),
             ("meets" if v.get("meets") else "misses: " + "; ".join(v.get("failures") or [])) if v else "–",
         ])
     return rows

@@ -317,10 +317,11 @@ def level_label(level: Mapping[str, Any]) -> str:
 
 
 def change_text(change: dict[str, Any] | None) -> str:
-    """A change as text, e.g. "TTFT p99 x5.4 at concurrency 1 (312 vs 57.8 ms base; p99 of 8 requests)"."""
+    """A change as text, e.g. "TTFT p99 x5.4 at concurrency 1 (312 vs 57.8 ms base; rests on 8 requests)":
+    a figure from a level with fewer than ``MIN_SAMPLES`` requests says how many it rests on."""
     if change is None:
         return "none"
     n = change.get("samples")
-    few = f"; p99 of {n} requests" if change["figure"].endswith("p99") and n is not None and n < MIN_SAMPLES else ""
+    few = f"; rests on {n} requests" if n is not None and n < MIN_SAMPLES else ""
     return (f"{change['figure']} x{change['ratio']:.3g} at {change['load']} ({change['candidate']:.4g} vs "
             f"{change['base']:.4g} {change['unit']} base{few})")

@@ -43,9 +43,21 @@ def parse_slo(value: str | dict[str, Any] | None) -> dict[str, Any]:
     return slo
 
 
+def untimed(level: dict[str, Any]) -> int:
+    """Successful requests of a level that left no timing sample (guidellm kept no TTFT for them):
+    they cannot be judged against the SLO, so goodput leaves them out and the reports count them."""
+    timed = len((level.get("samples") or {}).get("ttft_ms") or [])
+    ok = level.get("successful")
+    if ok is None or not (level.get("samples") or {}).get("ttft_ms"):
+        return 0
+    return max(0, int(ok) - timed)
+
+
 def goodput(level: dict[str, Any], slo: dict[str, Any]) -> float:
-    """Share of all requests of a level (errored and incomplete included) meeting the TTFT and ITL SLO."""
-    total = int(level.get("total") or 0)
+    """Share of a level's judged requests meeting the TTFT and ITL SLO: errored and incomplete
+    requests count as misses; successful requests without timing samples (:func:`untimed`) are
+    not judged, neither as a miss nor as a hit."""
+    total = int(level.get("total") or 0) - untimed(level)
     if total <= 0:
         return 0.0
     samples = level.get("samples") or {}
@@ -102,7 +114,7 @@ def check_level(level: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
     if slo.get("min_goodput") is not None:
         checks.append(_check("goodput", gp, ">=", slo["min_goodput"], ""))
     return {"name": level["name"], "meets": not failures, "goodput": gp, "failures": failures, "checks": checks,
-            "samples": sample_count(level)}
+            "samples": sample_count(level), "untimed": untimed(level)}
 
 
 #: Figures compared between candidate and base per level: (key, percentile, label, unit, lower is better).
@@ -128,9 +140,16 @@ def changes(base_levels: list[dict[str, Any]], cand_levels: list[dict[str, Any]]
 
 
 def worst_and_best(found: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The worst regression (largest ``worse`` > 1) and the best gain (smallest ``worse`` < 1)."""
-    worse = [c for c in found if c["worse"] > 1 + 1e-9]
-    better = [c for c in found if c["worse"] < 1 - 1e-9]
+    """The worst regression (largest ``worse`` > 1) and the best gain (smallest ``worse`` < 1), the
+    headline figures: taken from levels with at least ``MIN_SAMPLES`` requests when there are any
+    (a p99 of a dozen requests is one cold request); otherwise from all levels, and then the text
+    says how many requests it rests on (:func:`shipyard.core.report.change_text`)."""
+    from shipyard.core.report import MIN_SAMPLES
+
+    enough = [c for c in found if c.get("samples") is not None and c["samples"] >= MIN_SAMPLES]
+    pool = enough or found
+    worse = [c for c in pool if c["worse"] > 1 + 1e-9]
+    better = [c for c in pool if c["worse"] < 1 - 1e-9]
     return (max(worse, key=lambda c: c["worse"]) if worse else None,
             min(better, key=lambda c: c["worse"]) if better else None)
 
