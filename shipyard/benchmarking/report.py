@@ -86,8 +86,13 @@ def _maybe_log(ax: Any, values: list[float], limit: float | None = None) -> bool
         return False
     shown = positive + ([limit] if limit and limit > 0 else [])
     if max(shown) / min(shown) > 30 or (limit and limit > 3 * max(positive)):
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
         ax.set_yscale("log")  # the SLO line and the measured figures can be orders apart
         ax.set_ylim(min(shown) / 1.4, max(shown) * 1.4)
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 50, 100, 200, 500, 1000: plain numbers
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         return True
     return False
 
