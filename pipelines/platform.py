@@ -34,8 +34,10 @@ def load_cluster_config(path: str | None = None) -> dict[str, Any]:
 @lru_cache(maxsize=8)
 def _read_cluster_config(path: str) -> dict[str, Any]:
     chosen = Path(path)
+    from shipyard.core.jsonargs import load_yaml, read_text
+
     try:
-        data = yaml.safe_load(chosen.read_text())
+        data = load_yaml(read_text(chosen, "cluster_config"), "cluster_config")  # strict: a key given twice
     except FileNotFoundError:
         raise ShipyardError("cluster_config", f"{chosen} does not exist", "give an existing YAML file") from None
     except yaml.YAMLError:

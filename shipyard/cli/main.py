@@ -179,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         _print_error(str(file_error(err, action="use")))
         return EXIT_USAGE
+    except UnicodeDecodeError as err:  # a reader that missed shipyard.core.jsonargs.read_text
+        _print_error(f"input: a file is not UTF-8 text ({err.reason} at byte {err.start}) "
+                     "(fix: give a text file saved as UTF-8)")
+        return EXIT_USAGE
     except Exception as err:
         if _debug():
             raise

@@ -198,9 +198,9 @@ def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str], *, cluster_co
         import yaml
 
         try:
-            doc = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+            doc = next(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
             name = (doc.get("pipelineSpec", doc))["pipelineInfo"]["name"]
-        except (StopIteration, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        except (StopIteration, KeyError, TypeError, AttributeError, yaml.YAMLError, UnicodeDecodeError):
             raise ShipyardError(
                 "PIPELINE", f"{pipeline} is not a compiled KFP pipeline (no pipelineInfo.name)",
                 "compile it with `kfp dsl compile` or pass a pipeline name",

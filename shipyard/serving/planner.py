@@ -164,8 +164,10 @@ def load_model_config(path_or_folder: str | os.PathLike[str]) -> dict[str, Any]:
         path = path / "config.json"
     if not path.is_file():
         raise ShipyardError("model", f"{path} does not exist", "pass a Hugging Face model folder or its config.json")
+    from shipyard.core.jsonargs import read_text
+
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(read_text(path, "model"))  # UTF-8 (BOM too) or UTF-16; binary is one line
     except (OSError, json.JSONDecodeError) as err:
         raise ShipyardError("model", f"{path} is not valid JSON ({err})", "pass a Hugging Face config.json") from None
     if not isinstance(config, dict):
