@@ -46,63 +46,76 @@ def overlay(name: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def services() -> Iterator[dict[str, Any]]:
-    """MLflow with the Deployment's allowed hosts, a registry with a user, moto S3 with MLflow's bucket."""
-    docs = overlay("kfp-standalone")
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-    hosts = next(e["value"] for e in env if e["name"] == "MLFLOW_SERVER_ALLOWED_HOSTS").replace(
-        "$(POD_NAMESPACE)", PODS_NS)
+    """MLflow with the Deployment's allowed hosts (as the kubelet expands them in each layout's
+    namespace), a registry with a user, moto S3 with MLflow's bucket."""
+    layouts = {name: overlay(name) for name in ("kfp-standalone", "kubeflow-multi-user")}
+    hosts = []
+    for docs in layouts.values():
+        (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+        env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        hosts.append(next(e["value"] for e in env if e["name"] == "MLFLOW_SERVER_ALLOWED_HOSTS").replace(
+            "$(POD_NAMESPACE)", deployment["metadata"]["namespace"]))
+    docs = layouts["kfp-standalone"]
+    hosts = ",".join(hosts)
     with MlflowServer(Path(tempfile.mkdtemp(prefix="shipyard-check-mlflow-")),
                       env={"MLFLOW_SERVER_ALLOWED_HOSTS": hosts}) as mlflow, \
             LocalRegistry(users={"pusher": "secret-pw"}) as registry, MotoS3() as s3:
         s3.make_bucket("mlflow-artifacts")
-        yield {"docs": docs, "mlflow": mlflow, "registry": registry, "s3": s3}
+        yield {"docs": docs, "layouts": layouts, "mlflow": mlflow, "registry": registry, "s3": s3}
 
 
-def cluster(services: dict[str, Any], tmp_path: Path, groups: dict[str, Any] | None = None) -> tuple[K8sDouble, Path]:
-    """A double holding a correct kfp-standalone install: the overlay's objects with real values
-    in the Secrets, KServe v0.20, a GPU node; tokens for an admin and for kubeflow/pipeline-runner."""
+def cluster(services: dict[str, Any], tmp_path: Path, groups: dict[str, Any] | None = None,
+            layout_name: str = "kfp-standalone") -> tuple[K8sDouble, Path]:
+    """A double holding a correct install of one layout: the overlay's objects, the contract
+    Secrets with real values where the pods run, KServe v0.20, a GPU node; tokens for an admin and
+    for the layout's pipeline identity (SA_TOKEN)."""
+    layout = cluster_layout(layout_name)
+    pods_ns = layout["pipeline_namespace"]
     double = K8sDouble(groups=groups or FULL_INSTALL_GROUPS, enforce_rbac=True,
-                       users={SA_TOKEN: f"system:serviceaccount:{PODS_NS}:pipeline-runner"})
+                       users={SA_TOKEN: f"system:serviceaccount:{pods_ns}:{layout['service_account']}"})
     auth = base64.b64encode(b"pusher:secret-pw").decode()
     real = {"AWS_ENDPOINT_URL_S3": services["s3"].endpoint, "AWS_ACCESS_KEY_ID": services["s3"].ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": services["s3"].SECRET_KEY, "HF_TOKEN": "hf_real",
             ".dockerconfigjson": json.dumps({"auths": {services["registry"].address: {"auth": auth}}})}
-    real["MLFLOW_TRACKING_URI"] = LAYOUT["tracking_uri"]
+    real["MLFLOW_TRACKING_URI"] = layout["tracking_uri"]
     # the overlay's objects, and the contract Secrets created from the templates (manifests/base/secrets)
     # with real values in the namespace the pipeline pods run in, as the install instructions say
-    docs = [d for d in json.loads(json.dumps(services["docs"])) if d["kind"] != "Secret"]
+    docs = [d for d in json.loads(json.dumps(services["layouts"][layout_name])) if d["kind"] != "Secret"]
     for template in yaml.safe_load_all((ROOT / "manifests" / "base" / "secrets" / "secret.yaml").read_text()):
         if template and template["metadata"]["name"] != "minio-root-credentials":
-            docs.append({**template, "metadata": {"name": template["metadata"]["name"], "namespace": PODS_NS},
+            docs.append({**template, "metadata": {"name": template["metadata"]["name"], "namespace": pods_ns},
                          "stringData": {k: real.get(k, v) for k, v in template["stringData"].items()}})
     double.load(docs)
     double.install_kserve("v0.20.0")
     double.add_node("gpu-1", {"nvidia.com/gpu.present": "true"}, {"nvidia.com/gpu": "8", "cpu": "96"})
     double.__enter__()
-    return double, double.kubeconfig(tmp_path / "kubeconfig", PODS_NS)
+    return double, double.kubeconfig(tmp_path / "kubeconfig", pods_ns)
 
 
 def run_check(kubeconfig: Path, services: dict[str, Any], mlflow_url: str, capsys: pytest.CaptureFixture,
-              *extra: str) -> tuple[int, list[str]]:
-    code = main(["check", "--kubeconfig", str(kubeconfig), "--layout", "kfp-standalone", "--mlflow-url", mlflow_url,
+              *extra: str, layout: str = "kfp-standalone") -> tuple[int, list[str]]:
+    code = main(["check", "--kubeconfig", str(kubeconfig), "--layout", layout, "--mlflow-url", mlflow_url,
                  "--registry", services["registry"].address, "--insecure-registry", *extra])
     return code, capsys.readouterr().out.strip().splitlines()
 
 
-def test_a_correct_install_passes(services: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    double, kubeconfig = cluster(services, tmp_path)
+@pytest.mark.parametrize("layout_name", ["kfp-standalone", "kubeflow-multi-user"])
+def test_a_correct_install_passes(layout_name: str, services: dict[str, Any], tmp_path: Path,
+                                  capsys: pytest.CaptureFixture) -> None:
+    """Both namespace layouts, each installed as its overlay says, pass every check."""
+    pods_ns, serving_ns = (cluster_layout(layout_name)[k] for k in ("pipeline_namespace", "serving_namespace"))
+    double, kubeconfig = cluster(services, tmp_path, layout_name=layout_name)
     try:
-        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys)
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, layout=layout_name)
         assert code == 0, "\n".join(lines)
         assert not [line for line in lines if line.startswith(("FAIL", "WARN"))], "\n".join(lines)
         names = " ".join(lines)
         for what in ("kserve version", "crd LLMInferenceService v1alpha2", "crd InferencePool", "crd Gateway API",
-                     f"secret {PODS_NS}/shipyard-mlflow", "mlflow api", "registry", "s3", "gpu nodes",
-                     "deploy permissions", f"namespace {PODS_NS}", f"namespace {SERVING_NS}"):
+                     f"secret {pods_ns}/shipyard-mlflow", "mlflow api", "registry", "s3", "gpu nodes",
+                     "deploy permissions", f"namespace {pods_ns}", f"namespace {serving_ns}"):
             assert what in names, what
-        assert main(["check", "--kubeconfig", str(kubeconfig), "--mlflow-url", services["mlflow"].url,
-                     "--no-s3", "-o", "json"]) == 0
+        assert main(["check", "--kubeconfig", str(kubeconfig), "--layout", layout_name, "--mlflow-url",
+                     services["mlflow"].url, "--no-s3", "-o", "json"]) == 0
         result = json.loads(capsys.readouterr().out)
         assert result["ok"] is True and result["fail"] == 0
         assert {c["status"] for c in result["checks"]} <= {"pass", "skip"}
