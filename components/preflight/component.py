@@ -21,6 +21,7 @@ def preflight(
     eval_backend: str = "",
     eval_config: str = "",
     accuracy_thresholds: str = "",
+    lora_adapters: str = "",
     benchmark_config: str = "",
     slo: str = "",
     safety: str = "",

@@ -132,13 +132,17 @@ def parse_model_uri(uri: str, field: str = "model_uri", allow_mutable_tag: bool 
 
 def check_model_folder(path: str | os.PathLike[str], field: str = "model") -> Path:
     """A usable model folder has config.json; say so plainly when it does not."""
+    return _check_folder(path, field, "config.json")
+
+
+def _check_folder(path: str | os.PathLike[str], field: str, marker: str) -> Path:
     path = Path(path)
     if not path.exists():
         raise ShipyardError(field, f"{path} does not exist", "give an existing model folder or a model URI")
-    if not (path / "config.json").is_file():
-        raise ShipyardError(
-            field, f"{path} has no config.json", "point at a Hugging Face model folder (config.json, weights, tokenizer)"
-        )
+    if not (path / marker).is_file():
+        what = ("a Hugging Face model folder (config.json, weights, tokenizer)" if marker == "config.json"
+                else f"a folder with {marker}")
+        raise ShipyardError(field, f"{path} has no {marker}", f"point at {what}")
     return path
 
 
@@ -164,13 +168,15 @@ def _download_hf(uri: ModelURI, dest: Path) -> None:
                             "check the name, HF_TOKEN and network") from None
 
 
-def resolve_model(uri: str, out_dir: str) -> dict[str, object]:
+def resolve_model(uri: str, out_dir: str, marker: str = "config.json", field: str = "model_uri") -> dict[str, object]:
     """Materialise the model named by ``uri`` as a Hugging Face folder at ``out_dir``.
 
     Returns metadata: the canonical URI, size in bytes and the model's architecture.
-    The folder appears whole or not at all.
+    The folder appears whole or not at all. ``marker``: the file the folder must hold
+    (``adapter_config.json`` for a LoRA adapter, :mod:`shipyard.models.adapters`); ``field``: the
+    parameter an error names.
     """
-    parsed = parse_model_uri(uri)
+    parsed = parse_model_uri(uri, field=field)
     out = Path(out_dir)
     if parsed.scheme == "embedded":
         from shipyard.models.embedded import materialise_embedded
@@ -178,34 +184,36 @@ def resolve_model(uri: str, out_dir: str) -> dict[str, object]:
         src = materialise_embedded(parsed.location)
         copy_tree(src, out)
     elif parsed.scheme == "file":
-        copy_tree(check_model_folder(parsed.location, "model_uri"), out)
+        copy_tree(_check_folder(parsed.location, field, marker), out)
     elif parsed.scheme == "pvc":
         claim_path = pvc_root() / parsed.location
         claim = parsed.location.split("/", 1)[0]
         if not (pvc_root() / claim).is_dir():
-            raise ShipyardError("model_uri", f"claim {claim!r} is not mounted at {pvc_root() / claim}",
+            raise ShipyardError(field, f"claim {claim!r} is not mounted at {pvc_root() / claim}",
                                 f"add {claim} to pvc.claims in the cluster config (pipelines/cluster.yaml) and compile again")
-        copy_tree(check_model_folder(claim_path, "model_uri"), out)
+        copy_tree(_check_folder(claim_path, field, marker), out)
     elif parsed.scheme == "hf":
         with atomic_dir(out) as tmp:
             _download_hf(parsed, tmp)
-            check_model_folder(tmp, "model_uri")
+            _check_folder(tmp, field, marker)
     elif parsed.scheme == "s3":
         from shipyard.models.s3 import download_prefix
 
         with atomic_dir(out) as tmp:
             download_prefix(f"s3://{parsed.location}", tmp)
-            check_model_folder(tmp, "model_uri")
+            _check_folder(tmp, field, marker)
     elif parsed.scheme == "oci":
         from shipyard.oci.transfer import pull_model
 
         with atomic_dir(out) as tmp:
             pull_model(f"oci://{parsed.location}", tmp)
-            check_model_folder(tmp, "model_uri")
+            _check_folder(tmp, field, marker)
     else:  # pragma: no cover - parse_model_uri refuses the rest
         raise ShipyardError("model_uri", f"unsupported scheme {parsed.scheme}")
     import json
 
+    if marker != "config.json":
+        return {"uri": str(parsed), "size_bytes": dir_size(out)}
     config = json.loads((out / "config.json").read_text())
     return {
         "uri": str(parsed),

@@ -91,6 +91,10 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         from shipyard.gates.config import accuracy_config
 
         accuracy_config(value, name)
+    elif name == "lora_adapters":
+        from shipyard.models.adapters import parse_adapters
+
+        parse_adapters(value)
     elif name == "tuning":
         from shipyard.benchmarking.tuning import parse_tuning
 

@@ -71,6 +71,11 @@ _ALL: list[Param] = [
     P("accuracy_thresholds", str, '{"min_recovery": 0.99}',
       'Accuracy gate as JSON: min_recovery (default 0.99 on every metric), per-metric overrides under "metrics", '
       "optional stderr_k.", json=True),
+    P("lora_adapters", str, "",
+      'LoRA adapters to evaluate and gate with every model, and to serve with the champion: JSON {"name": "URI"} '
+      'or [{"name": ..., "uri": ...}], URIs hf://, s3://, pvc:// or a local folder (not oci://: KServe does not '
+      "load OCI adapters yet, kserve#6094). Each adapter is evaluated (hf backend) on the base and on each "
+      "candidate with eval_config and must pass accuracy_thresholds; empty = none.", json=True),
     P("benchmark_config", str, CLUSTER_BENCHMARK,
       "guidellm load as JSON: profile (synchronous, concurrent, constant, poisson, sweep), loads, prompt_tokens, "
       "output_tokens, max_requests, max_seconds, warmup_requests, vllm_args.", json=True),
