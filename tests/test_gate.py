@@ -134,7 +134,7 @@ def test_stderr_rule_passes_a_loss_within_k_standard_errors(tmp_path: Path) -> N
     text = report.read_text()
     assert ("**Warning:** mc acc passed below min_recovery 0.99 (recovery 0.9375) only because of the stderr rule: "
             "loss 0.05 <= 1 x 0.06021 = 0.06021 (k = 1, stderr of the difference from base 0.0400 and candidate 0.0450)") in text
-    assert "| 0.9375 | 0.99 | -0.0525 | loss 0.05 <= 1 x 0.06021 = 0.06021 | – | stderr rule | pass |" in text
+    assert "| 0.9375 | 0.99 | -0.0525 (within noise) | loss 0.05 <= 1 x 0.06021 = 0.06021 | – | stderr rule | pass |" in text
     assert "1 passed by the stderr rule" in text
     # a larger loss is outside 1 stderr even with the rule
     far = write(tmp_path, "far", summary({"mc": {"acc,none": score(0.60, 0.05)}}))

@@ -111,7 +111,8 @@ def report_doc(passed: bool, reason: str, rows: list[Row], context: dict[str, An
           "recovery >= its min recovery, or, with stderr_k set, when |candidate - base| <= k x "
           "sqrt(stderr_base² + stderr_candidate²), or, with paired_max_loss set and per-sample logs, when the upper "
           "bound of the paired bootstrap interval of base - candidate is <= paired_max_loss. "
-          "margin = recovery - min recovery.", "Rule:")
+          "margin = recovery - min recovery: positive = room to spare, negative = short of the threshold (the "
+          "SLO report's convention); a negative margin that passed says \"within noise\" (the stderr rule).", "Rule:")
     if rules is not None:
         settings: dict[str, Any] = {"min_recovery (default)": rules.min_recovery,
                                     "stderr_k (default)": "off" if rules.stderr_k is None else rules.stderr_k,
@@ -141,7 +142,8 @@ def report_doc(passed: bool, reason: str, rows: list[Row], context: dict[str, An
             verdict_cell = ("pass" if r.passed else "FAIL") if r.gated else "not gated"
             margin = None if r.recovery is None else r.recovery - r.min_recovery
             table.append([r.task, f"{r.metric.replace(',none', '')} {arrow}", base, cand, _fmt(r.recovery),
-                          f"{r.min_recovery:g}", "–" if margin is None else f"{margin:+.4f}", stderr_text(r),
+                          f"{r.min_recovery:g}", "–" if margin is None else f"{margin:+.4f}" + (" (within noise)" if margin < 0 and r.passed and r.gated
+                                                             else ""), stderr_text(r),
                           paired_text(r), decided_by(r) + ("" if r.gated else " (not gated)"), verdict_cell])
         doc.h(2, "Metrics").table(ROW_HEAD, table)
     if context:
