@@ -121,6 +121,21 @@ def _reopen_closed_std_fds() -> None:
             pass
 
 
+#: credentials read from the environment by shipyard or its libraries (MLflow, huggingface_hub, minio)
+_CREDENTIAL_ENV = ("KF_PIPELINES_TOKEN", "KF_PIPELINES_COOKIE", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME",
+                   "MLFLOW_TRACKING_PASSWORD", "HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                   "AWS_SESSION_TOKEN", "SHIPYARD_REGISTRY_USERNAME", "SHIPYARD_REGISTRY_PASSWORD")
+
+
+def _strip_credential_env() -> None:
+    """A credential exported from a file saved on Windows ends in ``\\r\\n``: stripped before any
+    library builds a header from it (a control character inside is reported where it is used)."""
+    for name in _CREDENTIAL_ENV:
+        value = os.environ.get(name)
+        if value is not None and value != value.strip():
+            os.environ[name] = value.strip()
+
+
 def _debug() -> bool:
     """``SHIPYARD_DEBUG`` as a boolean (``0``/``false``/``no``/``off`` keep tracebacks off)."""
     from shipyard.core.env import env_bool
@@ -148,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sigterm_as_interrupt()
     _reopen_closed_std_fds()
     install_log_redaction()
+    _strip_credential_env()
     try:
         parser = build_parser()
         try:

@@ -282,3 +282,15 @@ def test_s3_endpoint_that_never_answers_is_one_line_within_the_read_timeout(monk
     assert "\n" not in line and SECRET not in line and "AKIAIOSFODNN7EXAMPLE" not in line, line
     assert seconds < 20, f"S3 held {seconds:.0f} s"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["KF_PIPELINES_TOKEN", "KF_PIPELINES_COOKIE"])
+def test_a_credential_from_a_windows_file_in_the_environment(tmp_path: Path, name: str) -> None:
+    """``export KF_PIPELINES_TOKEN=$(cat token.txt)`` of a file saved on Windows ends in \\r: it is
+    stripped, never an internal error that prints the whole bearer token."""
+    proc, _ = _cli(tmp_path, "runs", "--host", "http://127.0.0.1:9", env={name: f"{SECRET}\r\n"}, capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 3 and "cannot reach" in line and SECRET not in proc.stderr + proc.stdout, line
+    proc, _ = _cli(tmp_path, "runs", "--host", "http://127.0.0.1:9", env={name: f"abc\n{SECRET}"}, capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2 and "control character" in line and SECRET not in proc.stderr + proc.stdout, line
