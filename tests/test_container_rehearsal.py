@@ -120,15 +120,26 @@ def test_pipeline_images_reads_the_compiled_executors(tmp_path: Path) -> None:
 def test_rehearsal_runs_the_whole_pipeline_in_containers(tiny_model: Path) -> None:
     require_tool(shutil.which("podman") is not None and shutil.which("mmdebstrap") is not None,
                  "bash .ci/podman-setup")
+    import contextlib
+    import io
+
     from shipyard.run.container import run_container
 
     work = private_dir("shipyard-rehearsal-")
     try:
-        summary = run_container("optimize-and-deploy", str(work), overrides=[
-            f"model_uri={tiny_model}", "num_calibration_samples=8", "max_seq_length=64",
-            f"eval_config={EVAL}", f"benchmark_config={BENCH}", "registered_model_name=tiny-llama",
-        ])
+        console = io.StringIO()
+        with contextlib.redirect_stdout(console):
+            summary = run_container("optimize-and-deploy", str(work), overrides=[
+                f"model_uri={tiny_model}", "num_calibration_samples=8", "max_seq_length=64",
+                f"eval_config={EVAL}", f"benchmark_config={BENCH}", "registered_model_name=tiny-llama",
+            ])
         on_disk = json.loads((work / "run-summary.json").read_text())
+        # as quiet as the local run (the rest is in kfp-local.log), and the same answer fields
+        lines = console.getvalue().splitlines()
+        assert len(lines) < 80 and not [line for line in lines if "executor_input" in line or "Executing task" in line]
+        assert "Executing task" in (work / "kfp-local.log").read_text()
+        assert on_disk["champion"] and on_disk["promoted"] is True  # applied (dry_run=false), Ready
+        assert on_disk["model_uri"].startswith("oci://") and on_disk["gates"]["candidates"]
         steps = [(s["task"], s["status"], s["error"]) for s in on_disk["steps"]]
         assert summary.status == "SUCCESS", (steps, on_disk["rehearsal"]["problems"])
         rehearsal = on_disk["rehearsal"]

@@ -25,8 +25,10 @@ no ``executor_output.json`` counts as failed, whatever kfp's DockerRunner report
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,13 +38,17 @@ import yaml
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
+from shipyard.run.console import KFP_LOG, RunConsole, quiet_kfp
 from shipyard.run.local import (
     RunSummary,
     _component_runtimes,
     _display_names,
+    candidate_labels,
     collect_steps,
     format_summary,
+    gates_of,
     load_params_file,
+    outcome,
     parse_param,
     pipeline_parameters,
     resolve_params,
@@ -333,9 +339,24 @@ def run_container(
         exact_exit_codes()
         local.init(runner=_runner(services, step_log, secrets), pipeline_root=str(root), raise_on_error=False)
         run_started = time.perf_counter()
-        components.load_component_from_file(str(compiled))(**params)
+        component = components.load_component_from_file(str(compiled))
+        # as quiet as the local run: one line per task start and end; kfp.local's log, the executor
+        # inputs and every step container's output go to the log
+        log_path = work / KFP_LOG
+        print(f"shipyard: running {pipeline} in containers; kfp.local's log and every step's output: {log_path}",
+              flush=True)
+        with open(log_path, "a", encoding="utf-8", buffering=1) as log:
+            watcher = RunConsole(sys.stdout, log, root, before, step_log, _display_names(component),
+                                 candidate_labels(params))
+            print_before = builtins.print
+            try:
+                with quiet_kfp(watcher):
+                    component(**params)
+            finally:
+                builtins.print = print_before  # kfp.local swaps print per task (see run_local)
         seconds = round(time.perf_counter() - run_started, 2)
         summary = _summarise(pipeline, compiled, root, before, step_log, params, seconds)
+        summary.log = str(log_path)
         checks = verify(summary, {**defaults, **params}, services)
     checks.update(services={"registry": registry.address, "mlflow": mlflow.url, "s3": s3.endpoint,
                             "kubernetes": kube.double.url},
@@ -366,8 +387,10 @@ def _summarise(pipeline: str, compiled: Path, root: Path, before: set[str], step
         if step.status == "FAILURE" and not step.error:
             step.error = "the container left no executor_output.json (it ended without writing its outputs)"
     failed = [s for s in steps if s.status == "FAILURE"]
-    return RunSummary(pipeline=pipeline, status="FAILURE" if failed else "SUCCESS", seconds=seconds,
-                      run_dir=str(run_dir), parameters=params, steps=steps)
+    summary = RunSummary(pipeline=pipeline, status="FAILURE" if failed else "SUCCESS", seconds=seconds,
+                         run_dir=str(run_dir), parameters=params, steps=steps, **outcome(steps, params))
+    summary.gates = gates_of(steps, run_dir)  # the same answer fields as the local run's summary
+    return summary
 
 
 def format_rehearsal(summary: RunSummary, work_dir: str) -> str:
