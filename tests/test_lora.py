@@ -1,0 +1,181 @@
+"""LoRA adapters (issue 21 item 4): the ``lora_adapters`` parameter, fetching and pinning an adapter,
+per-adapter evaluation with lm-eval's hf backend (``peft=``) on a real peft adapter built on the tiny
+model, and the per-adapter accuracy gate inside the candidate's record."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from shipyard.core.errors import ShipyardError
+from shipyard.gates.adapters import run_adapter_gates
+from shipyard.models.adapters import adapter_identity, fetch_adapters, load_adapters, parse_adapters
+from shipyard.params.checks import check_parameters
+from shipyard.runtimes.runtime import run_in_runtime
+
+DIGEST = "sha256:" + "b" * 64
+
+
+def test_mapping_and_list_give_the_same_adapters(tmp_path: Path) -> None:
+    mapping = parse_adapters('{"sql": "hf://acme/sql-lora@main", "support": "s3://adapters/support", '
+                             f'"local": "{tmp_path}", "claim": "pvc://loras/support"}}')
+    as_list = parse_adapters(json.dumps([{"name": a.name, "uri": a.uri} for a in mapping]))
+    assert mapping == as_list
+    assert [(a.name, a.uri) for a in mapping] == [("sql", "hf://acme/sql-lora@main"), ("support", "s3://adapters/support"),
+                                                  ("local", str(tmp_path)), ("claim", "pvc://loras/support")]
+    assert parse_adapters("") == parse_adapters("{}") == parse_adapters("[]") == []
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (f'{{"a": "oci://quay.io/org/a@{DIGEST}"}}', "lora_adapters.a: KServe does not load LoRA adapters from oci:// yet "
+     "(kserve#6094)"),
+    ('{"a b": "hf://org/x"}', "lora_adapters.a b: 'a b' is not an adapter name"),
+    ('[{"name": "a", "uri": "hf://o/x"}, {"name": "a", "uri": "hf://o/y"}]', "lora_adapters[1]: adapter 'a' is given twice"),
+    ('{"a": "s3://AKIAIOSFODNN7EXAMPLE:hunter2pw@bucket/a"}', "lora_adapters.a: s3://... carries credentials"),
+    ('{"a": 3}', "lora_adapters.a: the URI must be a string"),
+    ('"hf://org/x"', "lora_adapters: must be a JSON mapping"),
+])
+def test_bad_adapters_are_one_line_without_secrets(raw: str, message: str) -> None:
+    with pytest.raises(ShipyardError) as err:
+        parse_adapters(raw)
+    assert str(err.value).startswith(message), str(err.value)
+    assert "hunter2pw" not in str(err.value) and "AKIA" not in str(err.value)
+
+
+def test_preflight_checks_lora_adapters() -> None:
+    typed = check_parameters("optimize-and-deploy", {"lora_adapters": '{"sql": "hf://acme/sql-lora"}', "dry_run": True})
+    assert typed["lora_adapters"] == '{"sql": "hf://acme/sql-lora"}'
+    with pytest.raises(ShipyardError, match="kserve#6094"):
+        check_parameters("optimize-and-deploy", {"lora_adapters": f'{{"sql": "oci://q.io/a@{DIGEST}"}}', "dry_run": True})
+
+
+def _fake_adapter(folder: Path, rank: int = 4) -> Path:
+    """An adapter folder's shape (config + weights file) for the fetch and digest tests: no model reads it."""
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"r": rank, "peft_type": "LORA",
+                                                            "target_modules": ["v_proj", "q_proj"]}))
+    (folder / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+    return folder
+
+
+def test_fetch_pins_each_adapter_by_content(tmp_path: Path) -> None:
+    a = _fake_adapter(tmp_path / "src-a")
+    b = _fake_adapter(tmp_path / "src-b", rank=16)
+    records = fetch_adapters(json.dumps({"a": str(a), "b": str(b)}), str(tmp_path / "fetched"))
+    assert [r["name"] for r in records] == ["a", "b"] and [r["rank"] for r in records] == [4, 16]
+    assert records[0]["digest"] == adapter_identity(a)["digest"] and records[0]["digest"].startswith("sha256:")
+    assert records[0]["target_modules"] == ["q_proj", "v_proj"]
+    assert load_adapters(tmp_path / "fetched") == records
+    (b / "adapter_model.safetensors").write_bytes(b"\1" * 64)
+    assert adapter_identity(b)["digest"] != records[1]["digest"]
+
+
+def test_fetching_a_model_folder_as_an_adapter_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    with pytest.raises(ShipyardError, match=r"^lora_adapters.x: .* has no adapter_config.json"):
+        fetch_adapters(json.dumps({"x": str(model)}), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_adapter_neither_side_evaluated_fails_closed(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "adapters.json").write_text(json.dumps({"adapters": [{"name": "sql", "digest": DIGEST}]}))
+    gates = run_adapter_gates(str(base), "", "")
+    assert gates == {"sql": {"passed": False, "worst_recovery": None, "digest": DIGEST,
+                             "reason": "failed closed: the base and candidate were not evaluated with adapter 'sql'"}}
+    assert run_adapter_gates("", "", "") == {}
+
+
+# --- real: a peft adapter on the tiny model, lm-eval hf with peft=, the gate per adapter ----------------------
+
+EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"], "limit": 4, "cache": False})
+
+
+def _evaluate(model: Path, adapters: Path, out: Path) -> dict:
+    return run_in_runtime("compress", "shipyard.evaluation.lora:evaluate_adapters", model_dir=str(model),
+                          eval_config=EVAL, adapters_dir=str(adapters), out_dir=str(out))
+
+
+def _ppl(summary: dict) -> float:
+    return summary["scores"]["shipyard_prose_ppl"]["word_perplexity,none"]["value"]
+
+
+@pytest.mark.slow
+def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapter(tiny_model: Path,
+                                                                                  tmp_path: Path) -> None:
+    from report_fixtures import judged
+
+    good = tmp_path / "src" / "good"
+    broken = tmp_path / "src" / "broken"
+    run_in_runtime("compress", "shipyard.testing.tinylora:build_tiny_adapter", model_dir=str(tiny_model),
+                   out_dir=str(good))
+    run_in_runtime("compress", "shipyard.testing.tinylora:build_tiny_adapter", model_dir=str(tiny_model),
+                   out_dir=str(broken), scale=50.0)
+    damaged = tmp_path / "damaged"
+    run_in_runtime("compress", "shipyard.testing.tinylora:damage_model", model_dir=str(tiny_model), out_dir=str(damaged))
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model, copy)
+    adapters = tmp_path / "adapters"
+    [record] = fetch_adapters(json.dumps({"good": str(good)}), str(adapters))
+    swapped = tmp_path / "swapped"  # "good" whose files were replaced by the broken adapter after the base's eval
+    shutil.copytree(adapters, swapped)
+    shutil.rmtree(swapped / "good")
+    shutil.copytree(broken, swapped / "good")
+    (swapped / "adapters.json").write_text(json.dumps({"adapters": [{**record, **adapter_identity(swapped / "good")}]}))
+
+    base = _evaluate(tiny_model, adapters, tmp_path / "eval" / "base")["good"]
+    same = _evaluate(copy, adapters, tmp_path / "eval" / "copy")["good"]
+    worse = _evaluate(damaged, adapters, tmp_path / "eval" / "damaged")["good"]
+    other = _evaluate(copy, swapped, tmp_path / "eval" / "swapped")["good"]
+
+    # lm-eval loaded the adapter (peft=) and summary.json pins it by content
+    raw = json.loads((tmp_path / "eval" / "base" / "good" / "lm_eval_results.json").read_text())
+    assert str(adapters / "good") in json.dumps(raw["config"]["model_args"])
+    assert base["adapter"]["name"] == "good" and base["adapter"]["digest"] == record["digest"]
+    assert base["adapter"]["rank"] == 8 and not base["cached"]
+    assert _ppl(other) > 2 * _ppl(base), (_ppl(other), _ppl(base))  # the scaled adapter really moved the outputs
+    assert base["scores"] == same["scores"]
+    assert _ppl(worse) > _ppl(base) / 0.99, (_ppl(worse), _ppl(base))
+
+    results = tmp_path / "eval"
+    passed = run_adapter_gates(str(results / "base"), str(results / "copy"), "", str(tmp_path / "reports"))
+    assert passed["good"]["passed"] and passed["good"]["worst_recovery"] == 1.0, passed
+    assert passed["good"]["digest"] == record["digest"]
+    assert "Accuracy gate: PASS" in (tmp_path / "reports" / "accuracy-lora-good.md").read_text()
+    failed = run_adapter_gates(str(results / "base"), str(results / "damaged"), "")
+    assert not failed["good"]["passed"] and "shipyard_prose_ppl word_perplexity" in failed["good"]["reason"]
+    assert failed["good"]["worst_recovery"] < 0.99
+    refused = run_adapter_gates(str(results / "base"), str(results / "swapped"), "")
+    assert not refused["good"]["passed"] and "LoRA adapter (digest)" in refused["good"]["reason"], refused
+
+    # the candidate's record: passed needs every adapter gate (the other gates pass on the fixtures)
+    from shipyard.gates.candidate import judge_candidate
+
+    fixture = judged(tmp_path / "plain")
+    assert fixture["passed"], fixture["reason"]
+    kwargs = _judged_inputs(tmp_path / "plain")
+    ok = judge_candidate(**kwargs, out_dir=str(tmp_path / "ok"), base_adapters=str(results / "base"),
+                         candidate_adapters=str(results / "copy"))
+    assert ok["passed"] and ok["candidate"]["adapters"]["good"]["passed"], ok["reason"]
+    assert "all 1 LoRA adapter accuracy gates passed" in ok["reason"]
+    bad = judge_candidate(**kwargs, out_dir=str(tmp_path / "bad"), base_adapters=str(results / "base"),
+                          candidate_adapters=str(results / "damaged"))
+    assert not bad["passed"] and bad["reason"].startswith("LoRA adapter good accuracy gate failed"), bad["reason"]
+    assert bad["candidate"]["adapters"]["good"]["worst_recovery"] < 0.99
+    assert bad["metrics"]["adapters_passed"] == 0.0
+    assert json.loads((tmp_path / "bad" / "candidate.json").read_text())["adapters"]["good"]["passed"] is False
+
+
+def _judged_inputs(tmp: Path) -> dict:
+    """The fixture folders :func:`report_fixtures.judged` wrote, as judge_candidate's arguments."""
+    from report_fixtures import SLO, THRESHOLDS
+
+    return {"recipe": "w8a8-int8", "base_eval": str(tmp / "base-eval"), "candidate_eval": str(tmp / "w8a8-int8-eval"),
+            "base_bench": str(tmp / "base-bench"), "candidate_bench": str(tmp / "w8a8-int8-bench"),
+            "thresholds": THRESHOLDS, "slo": SLO}
