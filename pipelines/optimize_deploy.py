@@ -22,7 +22,7 @@ from shipyard.params.pipeline import (  # noqa: F401 - the cluster defaults, re-
     CLUSTER_SLO,
     pipeline_function,
 )
-from shipyard.pipelines.stages import base_reference, candidates, checked, release
+from shipyard.pipelines.stages import base_reference, candidates, checked, lora_reference, release
 
 PIPELINE_NAME = "optimize-and-deploy"
 REQUANTIZE_NAME = "requantize"
@@ -33,7 +33,8 @@ def build_optimize(p: dict[str, Any], pipeline_name: str) -> None:
 
     def body(check: Any) -> None:
         base, base_eval, base_bench = base_reference(p, check)
-        release(p, candidates(p, base, base_eval, base_bench))
+        adapters, base_lora = lora_reference(p, base, check)
+        release(p, candidates(p, base, base_eval, base_bench, adapters, base_lora))
 
     checked(p, pipeline_name, body)
 

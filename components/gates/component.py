@@ -26,6 +26,8 @@ def candidate_gates(
     experiment: str = "",
     kfp_run_id: str = "",
     safety: str = "",
+    base_adapters: Input[Artifact] = None,
+    candidate_adapters: Input[Artifact] = None,
 ) -> bool:
     """Accuracy gate (recovery against the base) and SLO gate (latency and throughput under
     load against the base) for one candidate; both fail closed.
@@ -51,6 +53,9 @@ def candidate_gates(
             per family); a missing scan fails closed. Empty: the safety gate is off.
         safety_report: The safety gate's report: attack success rate per family for base and
             candidate, and the attacks that got through for the candidate and not for the base.
+        base_adapters: The base's per-LoRA-adapter results (evaluate_adapters_hf); none without adapters.
+        candidate_adapters: The candidate's, with the same adapters: the accuracy gate runs once per
+            adapter (candidate+adapter vs base+adapter), and the candidate passes only if every adapter does.
 
     Returns True when the candidate passed both gates (the reason is in candidate's metadata).
     """
@@ -67,7 +72,9 @@ def candidate_gates(
                         candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, out_dir=candidate.path,
                         compress_figures=dict(compress_metrics.metadata) if compress_metrics is not None else {},
                         model_uri=str(compress_summary.metadata.get("model_uri", "")) if compress_summary is not None
-                        else "", safety=safety)
+                        else "", safety=safety,
+                        base_adapters=base_adapters.path if base_adapters is not None else "",
+                        candidate_adapters=candidate_adapters.path if candidate_adapters is not None else "")
         shutil.copyfile(os.path.join(candidate.path, "accuracy.md"), accuracy_report.path)
         shutil.copyfile(os.path.join(candidate.path, "slo.html"), slo_report.path)
         shutil.copyfile(os.path.join(candidate.path, "safety.md"), safety_report.path)
@@ -79,7 +86,9 @@ def candidate_gates(
         slo_report.metadata.update({"reason": out["slo_reason"]})
         run.log(metrics=out["metrics"], tags={"shipyard.gate.passed": str(out["passed"]).lower(),
                                               "shipyard.gate.accuracy": out["accuracy_verdict"],
-                                              "shipyard.gate.slo": out["slo_verdict"]},
+                                              "shipyard.gate.slo": out["slo_verdict"],
+                                             **{f"shipyard.gate.lora.{name}": "pass" if a["passed"] else "FAIL"
+                                                for name, a in out["candidate"].get("adapters", {}).items()}},
                 artifacts={"accuracy.md": os.path.join(candidate.path, "accuracy.md"),
                            "slo.html": os.path.join(candidate.path, "slo.html"),
                            "slo.md": os.path.join(candidate.path, "slo.md"),

@@ -5,7 +5,7 @@
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Model, Output
+from kfp.dsl import Artifact, Model, Output
 
 from shipyard.runtimes.runtime import runtime_image
 
@@ -48,3 +48,22 @@ def resolve_model(model_uri: str, model: Output[Model], fingerprint: str = ""):
     model.metadata.update(info)
     if fingerprint:
         model.metadata["fingerprint"] = fingerprint
+
+
+@dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
+def fetch_adapters(lora_adapters: str, adapters: Output[Artifact]):
+    """Fetch the LoRA adapters of the lora_adapters parameter into one artifact, each pinned by content.
+
+    Args:
+        lora_adapters: JSON {"name": "URI"} or [{"name", "uri"}] (hf://, s3://, pvc:// or a folder; not oci://,
+            kserve#6094). Empty: no adapters (an empty record, and every adapter step does nothing).
+        adapters: One folder per adapter (adapter_config.json + weights) and adapters.json: name, URI,
+            content digest (sha256 tree digest) and rank of each; the same list is in the metadata.
+    """
+    from shipyard.runtimes.runtime import call_step
+
+    records = call_step("compress", "shipyard.models.adapters:fetch_adapters", lora_adapters=lora_adapters,
+                        out_dir=adapters.path)
+    adapters.metadata["adapters"] = [{k: r.get(k) for k in ("name", "uri", "digest", "rank")} for r in records]
+    for r in records:
+        print(f"LoRA adapter {r['name']}: {r['uri']} (rank {r.get('rank')}, content {r['digest']})", flush=True)
