@@ -208,6 +208,25 @@ _OWN_CHECKS = frozenset({"image_pull_secrets", "base_refs", "mode", "served_mode
                          "data_local", "gpus", "startup_seconds", "period_seconds"})
 
 
+def _refuse_credentials(value: Any, path: str) -> None:
+    """No credential anywhere in the config (a model URI ``s3://KEY:SECRET@bucket/m``, a token in
+    an annotation): it would be rendered into the manifest and its annotations. One line naming
+    the key, never the value; credentials go through ``secret_env`` or the contract's Secrets."""
+    from shipyard.core.redact import redact
+
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+        elif isinstance(item, str) and redact(item) != item:
+            raise _fail(where or "deploy_config", "carries credentials (not shown)",
+                        "drop them; give credentials through secret_env or the cluster's Secrets "
+                        "(shipyard-s3, shipyard-registry, hf-token)")
+
+
 def _check_types(cls: type, data: dict[str, Any], prefix: str) -> None:
     """Each value has its field's type before anything uses it (a list where an object is expected,
     a number where text is): one line naming the field, never a crash in the deploy step."""
@@ -300,6 +319,7 @@ def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployCo
         raise _fail("preset", f"must be a preset name, got {preset!r}"[:120], "e.g. aggregated or pd-nixl")
     merged = {**(load_preset(preset) if preset else {}), **data}
     merged.update({k: v for k, v in overrides.items() if v is not None})
+    _refuse_credentials(merged, "")
     if merged.get("template") is not None:
         if preset:
             raise _fail("preset", "cannot be combined with a template", "drop preset; the template says everything")
