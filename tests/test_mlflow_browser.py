@@ -33,12 +33,12 @@ FLAGS = ["--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--dis
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
 
 
-def open_page(url: str, tmp: Path, name: str) -> str:
+def open_page(url: str, tmp: Path, name: str, budget_ms: int = 15000) -> str:
     """Render ``url`` in a fresh profile (no saved workflow type), let the app load its data, and
     return the DOM; the screenshot is ``tmp/name.png`` (and in ``$SHIPYARD_SCREENSHOTS``)."""
     shot = tmp / f"{name}.png"
     proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp / ('profile-' + name)}",
-                           "--virtual-time-budget=15000", "--window-size=1400,900", f"--screenshot={shot}",
+                           f"--virtual-time-budget={budget_ms}", "--window-size=1400,900", f"--screenshot={shot}",
                            "--dump-dom", url], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert shot.stat().st_size > 10_000
@@ -65,3 +65,32 @@ def test_the_experiment_shipyard_links_to_opens_in_the_classic_view(tmp_path: Pa
     # control: the same experiment (tagged classic) without the parameter lands in the GenAI view
     genai = open_page(f"{server.url}/#/experiments/{experiment}", tmp_path, "mlflow-experiment-genai-control")
     assert "Detect Issues" in genai and "Run Name" not in genai
+
+
+def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SLO report and the candidates report, logged as run artifacts, render in MLflow's
+    artifact viewer (its sandboxed iframe): the preview area of the screenshot is not blank and
+    holds the report's green PASS heading / champion colour."""
+    import numpy as np
+    import report_fixtures as fx
+    from PIL import Image
+
+    from shipyard.gates.selection import select_champion
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    fx.judged(tmp_path)
+    select_champion([str(tmp_path / "w8a8-int8-gates")], "", str(tmp_path / "d"), str(tmp_path / "c.md"),
+                    str(tmp_path / "candidates.html"))
+    server = shared_server()
+    client = MlflowClient(server.url)
+    experiment = client.create_experiment(f"previews-{uuid.uuid4().hex[:6]}")
+    run = client.create_run(experiment).info.run_id
+    client.log_artifact(run, str(tmp_path / "w8a8-int8-gates" / "slo.html"))
+    client.log_artifact(run, str(tmp_path / "candidates.html"))
+    for name in ("slo.html", "candidates.html"):
+        open_page(f"{ui_url(server.url, experiment, run).split('?')[0]}/artifacts/{name}?{CLASSIC_VIEW_QUERY}",
+                  tmp_path, f"mlflow-preview-{name.removesuffix('.html')}", budget_ms=40000)
+        pixels = np.asarray(Image.open(tmp_path / f"mlflow-preview-{name.removesuffix('.html')}.png").convert("RGB"))
+        preview = pixels[200:900, 420:980].astype(int)  # the artifact viewer's iframe (1400x900 window)
+        ink = (np.abs(preview - 255).sum(axis=-1) > 60).mean()
+        assert ink > 0.05, (name, ink)  # text, tables, plots: not a blank frame
