@@ -177,7 +177,7 @@ def pipeline_function(name: str, summary: str, build: Callable[[dict[str, Any]],
 def _cell(value: Any) -> str:
     if value is REQUIRED:
         return "required"
-    text = repr(value) if not isinstance(value, str) else (f"`{value}`" if len(value) <= 40 else f"`{value[:37]}...`")
+    text = repr(value) if not isinstance(value, str) else f"`{value}`"  # whole: a cut default cannot be copied
     if value == "":
         return '`""`'
     return text if isinstance(value, str) else f"`{text}`"
