@@ -39,6 +39,7 @@ from shipyard.core.processes import own_session_with_parent_death, stop_group
 from shipyard.core.records import read_record
 from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, safety_config, scan_metrics
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
+from shipyard.serving.startup import phases_from_log
 from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
 
 PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
@@ -592,6 +593,10 @@ def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
     out["incomplete_requests"] = float(sum(lv["incomplete"] for lv in levels))
     out["wall_seconds"] = results["wall_seconds"]
     out["server_startup_seconds"] = results["server_startup_seconds"] or 0.0
+    for key in ("weights_load_seconds", "engine_init_seconds"):
+        value = (results.get("startup") or {}).get(key)
+        if isinstance(value, int | float):
+            out[f"startup.{key}"] = float(value)
     if results.get("cached"):  # reused from the base benchmark cache (shipyard.benchmarking.cache)
         out["cached_result"] = 1.0
         out["cached_age_seconds"] = float(results["cached"].get("age_seconds") or 0)
@@ -695,6 +700,8 @@ def benchmark_step(
             scanned = run_scan(server.base_url, name, safety, str(tmp / SAFETY_DIR)) if safety else None
             memory = server.memory_report()
             startup = server.startup_seconds
+            # start-up phases from vLLM's own log lines (weight load, engine init: shipyard.serving.startup)
+            phases = phases_from_log(server.log_text())
         if not json_path.is_file():
             raise ShipyardError("guidellm", "wrote no JSON report", "see guidellm.log")
         report = json.loads(json_path.read_text())
@@ -722,6 +729,7 @@ def benchmark_step(
             "memory": _memory_comparison(plan, memory),
             "planner_error": plan_error,
             "server_startup_seconds": startup,
+            "startup": {"ready_seconds": startup, **phases},
             "benchmark_seconds": bench_seconds,
             "wall_seconds": round(time.monotonic() - started, 2),
             "guidellm_version": (report.get("metadata") or {}).get("guidellm_version"),

@@ -379,5 +379,12 @@ def benchmark_markdown(results: dict[str, Any]) -> str:
                                           "guidellm_version") if k in results}
     if timing:
         doc.h(2, "Run").config(timing)
+    startup = results.get("startup") or {}
+    if startup:
+        labels = {"ready_seconds": "process start to /health (s)", "weights_load_seconds": "weight load, vLLM's figure (s)",
+                  "engine_init_seconds": "engine init: profile, KV cache, warm-up (s)",
+                  "load_start_at_s": "engine start: 'Starting to load model' at (s, vLLM's timestamps)",
+                  "engine_ready_at_s": "engine ready at (s)", "server_bind_at_s": "API server bound at (s)"}
+        doc.h(2, "Start-up (vLLM's log)").config({labels.get(k, k): v for k, v in startup.items()})
     doc.h(2, "Benchmark config").config(results.get("config") or {})
     return doc.to_markdown()

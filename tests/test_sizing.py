@@ -1,0 +1,108 @@
+"""Deploy sizing from measurements (shipyard.serving.sizing) and its wiring into the deploy step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shipyard.serving.sizing import (
+    apply_sizing,
+    derive_sizing,
+    find_knee,
+    predicted_ready_seconds,
+    scale_to_zero_warning,
+)
+
+GIB = 1024**3
+SLO = {"ttft_p99_ms": 1000.0, "itl_p99_ms": 60.0, "max_error_rate": 0.01}
+
+
+def level(load: int, ttft: float, itl: float, err: float = 0.0) -> dict[str, Any]:
+    return {"name": f"concurrent@{load}", "strategy": "concurrent", "nominal_load": load, "requests_per_s": load / 2,
+            "ttft_p50_ms": ttft / 2, "ttft_p99_ms": ttft, "itl_p50_ms": itl / 2, "itl_p99_ms": itl, "error_rate": err}
+
+
+RECORD = {
+    "recipe": "w8a8-int8", "passed": True,
+    "levels": [level(1, 80, 20), level(8, 200, 30), level(32, 700, 55), level(64, 2400, 90)],
+    "slo": {"thresholds": SLO},
+    "planner": {"weights_bytes": 15 * GIB, "kv_cache_tokens": 200_000, "max_concurrency": 48},
+    "startup": {"ready_seconds": 52.3, "weights_load_seconds": 0.3},
+    "bench_config": {"profile": "concurrent", "prompt_tokens": 512, "output_tokens": 256},
+}
+
+
+def test_predicted_ready_matches_the_cited_8b_figures() -> None:
+    # the seed: an 8B model (~15 GiB bf16) on an A10G, ~66 s default loader, 23-35 s with the Run:ai streamer
+    assert predicted_ready_seconds(15 * GIB) == pytest.approx(66, abs=1)
+    assert 23 <= predicted_ready_seconds(15 * GIB, runai=True) <= 35
+    assert predicted_ready_seconds(None) is None
+
+
+def test_knee_is_the_last_level_within_the_slo() -> None:
+    knee = find_knee(RECORD["levels"], SLO)
+    assert knee["level"]["nominal_load"] == 32 and knee["broke_at"]["nominal_load"] == 64 and knee["reached"]
+    # an error rate over the SLO breaks it too; every level within: a lower bound
+    assert find_knee([level(1, 80, 20), level(8, 200, 30, err=0.5)], SLO)["level"]["nominal_load"] == 1
+    assert find_knee([level(1, 80, 20)], SLO)["reached"] is False
+
+
+def test_derived_numbers_name_their_measurements_and_margins() -> None:
+    sized = derive_sizing(RECORD, gpu_type="NVIDIA-A10G", tensor_parallel=1)
+    probe = sized["startup_probe"]
+    # max(52.3 measured, 66.0 predicted) x 2, rounded up to the 10 s probe period
+    assert probe["predicted_ready_seconds"] == 66.0 and probe["startup_seconds"] == 140
+    assert "measured 52.3 s" in probe["source"] and "x 2" in probe["source"]
+    keda = sized["keda"]
+    # 32 in flight at the knee, below max_num_seqs (256): no queue, so the trigger is on running requests;
+    # margin: max(20 %, growth over 66 s at 10 %/min = 9.9 %) -> floor(32 x 0.8) = 25
+    assert keda["metric"] == "vllm:num_requests_running" and keda["threshold"] == 25
+    assert keda["margin"] == 0.2 and keda["knee_level"] == "concurrent@32" and keda["broke_at"] == "concurrent@64"
+    assert keda["kv_cache_usage_at_knee"] == pytest.approx(32 * (512 + 128) / 200_000, abs=1e-4)
+    assert sized["min_replicas"]["value"] == 1  # a 66 s cold start against a 1 s TTFT SLO
+    decode = sized["wva"]["perfParms"]["decodeParms"]
+    assert decode["beta"] > 0 and sized["wva"]["maxBatchSize"] == 48 and sized["wva"]["acc"] == "NVIDIA-A10G"
+    # with max_num_seqs 16 a queue forms at the knee: the trigger moves to waiting requests
+    queued = derive_sizing(RECORD, vllm_args={"max-num-seqs": 16})["keda"]
+    assert queued["metric"] == "vllm:num_requests_waiting" and queued["waiting_at_knee"] == 16
+    assert queued["threshold"] == 12
+
+
+def test_user_values_win_and_the_rows_say_so() -> None:
+    sized = derive_sizing(RECORD)
+    params, rows = apply_sizing({"probes": {"startup_seconds": 900}, "scaling": {"mode": "keda", "threshold": 3}}, sized)
+    assert params["probes"]["startup_seconds"] == 900
+    assert params["scaling"]["threshold"] == 3 and params["scaling"]["metric"] == "vllm:num_requests_running"
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["startup probe (seconds)"]["user_given"] and by_name["startup probe (seconds)"]["derived"] == 140
+    assert by_name["KEDA threshold"]["user_given"] and not by_name["KEDA metric"]["user_given"]
+    # nothing given: derived values; no scaling configured: autoscaling stays off
+    params, rows = apply_sizing({}, sized)
+    assert params == {"probes": {"startup_seconds": 140}} and len(rows) == 1
+    warn = scale_to_zero_warning({"scaling": {"mode": "keda", "min_replicas": 0}}, sized)
+    assert warn.startswith("scale-to-zero breaks the SLO") and "66 s" in warn
+
+
+def test_deploy_sizes_its_probe_and_keda_trigger_from_the_champion(tmp_path: Path) -> None:
+    from shipyard.components.deploy.deploy import run_deploy
+
+    selection = tmp_path / "selection"
+    selection.mkdir()
+    (selection / "selection.json").write_text(json.dumps({"winner": "w8a8-int8", "candidates": [RECORD]}))
+    config = {"preset": "aggregated", "scaling": {"mode": "keda", "max_replicas": 4}, "verify": {"enabled": False}}
+    out = run_deploy(deploy_config=config, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm",
+                     namespace="team", model_uri="oci://quay.io/org/m@sha256:" + "a" * 64,
+                     candidate=str(selection), summary_path=str(tmp_path / "summary.md"))
+    docs = list(yaml.safe_load_all((tmp_path / "m.yaml").read_text()))
+    text = json.dumps(docs)
+    assert '"failureThreshold": 14' in text  # 140 s / 10 s period
+    scaled = next(d for d in docs if d["kind"] == "ScaledObject")
+    trigger = scaled["spec"]["triggers"][0]["metadata"]
+    assert trigger["threshold"] == "25" and "vllm:num_requests_running" in trigger["query"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Sized from measurements" in summary and "max(measured 52.3 s" in summary
+    assert "user value wins" not in summary and out["sizing"]["rows"][0]["used"] == 140
