@@ -104,6 +104,9 @@ def run_deploy(
         overrides = {**overrides, "tuned_vllm_args": tuned}
         print(f"deploy: from the champion's serving-configuration search: vLLM arguments {tuned}"
               + (f", tensor_parallel {tp}" if tp is not None else ""), flush=True)
+    sizing = measured_sizing(candidate, params, overrides) if candidate else None
+    if sizing is not None:  # the startup probe and autoscaling from the champion's measurements
+        params = sizing.pop("params")
     cfg = parse_config(params, **overrides)
     record = _recorded(candidate) if candidate and verify_opts["enabled"] else None
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
@@ -124,6 +127,7 @@ def run_deploy(
                               "kinds": [d["kind"] for d in docs], "mode": cfg.mode, "url": "", "status": "DryRun",
                               "planned": model_config is not None}
     result["verification"] = verification
+    result["sizing"] = sizing
     result["engine"] = serving_engine(docs, candidate)
     if dry_run:
         if record is not None and verify_opts["dry_run"]:
@@ -315,10 +319,40 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
         said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))
                 if check.get("ran") else f"not run ({check.get('why', '')})")
         lines.append(f"| verification | {said.replace('|', '/')} |")
+    sizing = result.get("sizing")
+    if sizing:
+        from shipyard.serving.sizing import sizing_markdown
+
+        lines += ["", sizing_markdown(sizing["rows"], sizing["derived"], sizing["warning"]).rstrip()]
     lines += ["", "| kind | name | namespace |", "| --- | --- | --- |"]
     lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
     lines += ["", "```yaml", text.rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def measured_sizing(candidate: str, params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any] | None:
+    """The startup probe, KEDA trigger and min_replicas derived from the champion's measurements
+    (:mod:`shipyard.serving.sizing`): ``{"params", "rows", "derived", "warning"}`` with ``params``
+    the deploy_config carrying the derived values where the user gave none; None when the record
+    cannot be read (the deploy then keeps its defaults and says so)."""
+    from shipyard.gates.registration import load_selection
+    from shipyard.serving.sizing import apply_sizing, derive_sizing, scale_to_zero_warning
+
+    try:
+        record = load_selection(candidate)["champion"]
+    except ShipyardError as err:
+        print(f"deploy: not sized from measurements ({err})", flush=True)
+        return None
+    probes = params.get("probes") if isinstance(params.get("probes"), dict) else {}
+    vllm_args = params.get("vllm_args") if isinstance(params.get("vllm_args"), dict) else {}
+    derived = derive_sizing(record, gpu_type=params.get("gpu_type"),
+                            tensor_parallel=int(overrides.get("tensor_parallel") or params.get("tensor_parallel") or 1),
+                            vllm_args=vllm_args, period_seconds=int(probes.get("period_seconds") or 10))
+    sized, rows = apply_sizing(params, derived)
+    for row in rows:
+        print(f"deploy: {row['name']} {row['used']} ({'user value' if row['user_given'] else 'derived'}: "
+              f"{row['source']})", flush=True)
+    return {"params": sized, "rows": rows, "derived": derived, "warning": scale_to_zero_warning(params, derived)}
 
 
 def manifest_summary(path: str | Path) -> str:

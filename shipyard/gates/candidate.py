@@ -104,6 +104,18 @@ def _engine(bench_dir: str) -> dict[str, Any] | None:
         return None
 
 
+def _startup(bench_dir: str) -> dict[str, Any]:
+    """The candidate's measured vLLM start-up (``startup``) and benchmark load (``bench_config``):
+    what the deploy step sizes its startup probe and autoscaling from (shipyard.serving.sizing)."""
+    try:
+        results = load_results(bench_dir)
+    except ShipyardError:
+        return {"startup": None, "bench_config": None}
+    cfg = results.get("config") or {}
+    return {"startup": results.get("startup") or {"ready_seconds": results.get("server_startup_seconds")},
+            "bench_config": {k: cfg.get(k) for k in ("profile", "prompt_tokens", "output_tokens", "loads")}}
+
+
 def judge_candidate(
     recipe: str,
     base_eval: str,
@@ -188,6 +200,7 @@ def judge_candidate(
                    "families": safe["families"], "new_hits": len(safe["new_hits"]),
                    "verdict": verdict(bool(safe["passed"])) if safe["enabled"] else "off"},
         "levels": levels,
+        **_startup(candidate_bench),
         "golden": _golden(candidate_bench),
         "tuning": _tuning(candidate_bench),
         "engine": _engine(candidate_bench),
