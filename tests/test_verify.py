@@ -142,7 +142,7 @@ def test_unreachable_and_timeout_are_one_line_naming_the_url(silent_port: int) -
     with pytest.raises(UnreachableError) as err:
         served_models("http://127.0.0.1:9", timeout=2)
     assert err.value.field == "url" and "unreachable" in err.value.problem
-    with pytest.raises(ShipyardError, match="did not answer within 0.5 s") as err:
+    with pytest.raises(UnreachableError, match="did not answer within 0.5 s") as err:
         served_models(f"http://127.0.0.1:{silent_port}", timeout=0.5)
     assert err.value.field == "url"
 

@@ -12,6 +12,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.jsonargs import json_object
+from shipyard.gates.verify import DRY_RUN_VERIFY_HINT, split_verify_options
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import load_model_config, render, to_yaml
 from shipyard.serving.kserve.validate import require_valid
@@ -30,34 +31,6 @@ def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dic
     if any(v <= 0 for k, v in merged.items() if k != "false_grace_s"):
         raise ShipyardError("deploy_config.apply", "timeouts and poll interval must be positive", "use seconds > 0")
     return data, merged
-
-
-VERIFY_SWITCHES = {"enabled": True, "dry_run": False}
-DRY_RUN_VERIFY_HINT = ("the packaged model was not served and verified on this dry run (it adds a vLLM start and "
-                       "about 2 minutes on CPU): set deploy_config.verify.dry_run=true to serve the package itself "
-                       "and verify it")
-
-
-def split_verify_options(params: dict[str, Any]) -> dict[str, Any]:
-    """Pop ``deploy_config["verify"]``: ``enabled`` (default true: verify the Ready service against the
-    recorded champion before any alias moves), ``dry_run`` (default false: on a dry run, serve the
-    packaged model from the package itself and verify it) and the verification settings of
-    :mod:`shipyard.gates.verify` (checked here, before anything is applied)."""
-    from shipyard.gates.verify import parse_verify_config
-
-    raw = params.pop("verify", None)
-    raw = {} if raw is None else raw
-    if not isinstance(raw, dict):
-        raise ShipyardError("deploy_config.verify", f"{raw!r} is not an object", '{"min_match_rate": 0.75}')
-    switches = {}
-    for key, default in VERIFY_SWITCHES.items():
-        value = raw.get(key, default)
-        if not isinstance(value, bool):
-            raise ShipyardError(f"deploy_config.verify.{key}", f"{value!r} is not true or false", "use true or false")
-        switches[key] = value
-    settings = {k: v for k, v in raw.items() if k not in VERIFY_SWITCHES}
-    parse_verify_config(settings)
-    return {**switches, "settings": settings}
 
 
 def refuse_local_layout(model_uri: str) -> None:
@@ -94,7 +67,7 @@ def run_deploy(
     back like a deployment that never became Ready and raises. ``result["verification"]`` says
     what ran (``{"ran": False, "why": ...}`` when nothing did)."""
     params, options = split_apply_options(deploy_config)
-    verify_opts = split_verify_options(params)
+    verify_opts = split_verify_options(params)  # pops "verify": checked before anything is rendered
     tuned = searched_args(candidate) if candidate else {}
     if tuned:
         # tensor parallelism is the deployment's own setting (replica shape, GPUs per pod), not a flag
@@ -110,7 +83,8 @@ def run_deploy(
     cfg = parse_config(params, **overrides)
     record = _recorded(candidate) if candidate and verify_opts["enabled"] else None
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
-                                    "deploy_config.verify.enabled is false" if record is None else "dry run"}
+                                    "deploy_config.verify.enabled is false" if record is None else
+                                    "dry run" if dry_run else "the service was not verified"}
     served = cfg.served_name
     adapters = [str(a["name"]) for a in ((cfg.lora or {}).get("adapters") or [])]
     if not dry_run:

@@ -52,11 +52,11 @@ def _post(url: str, body: dict[str, Any], timeout: float, field: str) -> dict[st
         raise ShipyardError(field, f"{url} answered HTTP {err.code}: {detail}",
                             "check the served model name and that the service serves /v1/completions") from None
     except TimeoutError:
-        raise ShipyardError(field, f"{url} did not answer within {timeout:g} s (timeout)",
+        raise UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
                             "check the service's health, or raise the timeout") from None
     except urllib.error.URLError as err:
         if isinstance(err.reason, TimeoutError | socket.timeout):
-            raise ShipyardError(field, f"{url} did not answer within {timeout:g} s (timeout)",
+            raise UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
                                 "check the service's health, or raise the timeout") from None
         raise UnreachableError(field, f"{url} is unreachable ({err.reason})",
                                "check the URL, the port and that the service is up") from None
@@ -85,10 +85,14 @@ def ask_all(base_url: str, model: str, prompts: list[str], *, max_tokens: int = 
     """Greedy answers to ``prompts``, asked concurrently (one batch for vLLM), in prompt order."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(8, len(prompts)) or 1) as pool:
+    pool = ThreadPoolExecutor(max_workers=min(8, len(prompts)) or 1)
+    try:
         futures = [pool.submit(complete, base_url, model, p, max_tokens=max_tokens, timeout=timeout, field=field)
                    for p in prompts]
         return [f.result() for f in futures]
+    finally:
+        # an interrupt (Ctrl-C, a cancelled run) must not wait for requests a hung service holds
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def record_golden(base_url: str, model: str, out_path: str | None = None, *, n: int = DEFAULT_PROMPTS,

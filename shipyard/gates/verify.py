@@ -111,6 +111,36 @@ def parse_verify_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
     return cfg
 
 
+VERIFY_SWITCHES = {"enabled": True, "dry_run": False}
+DRY_RUN_VERIFY_HINT = ("the packaged model was not served and verified on this dry run (it adds a vLLM start and "
+                       "about 2 minutes on CPU): set deploy_config.verify.dry_run=true to serve the package itself "
+                       "and verify it")
+
+
+def split_verify_options(params: dict[str, Any]) -> dict[str, Any]:
+    """Pop ``deploy_config["verify"]``: ``enabled`` (default true: verify the Ready service against the
+    recorded champion before any alias moves), ``dry_run`` (default false: on a dry run, serve the
+    packaged model from the package itself and verify it) and the verification settings of
+    :mod:`shipyard.gates.verify` (checked here, before anything is applied)."""
+    raw = params.pop("verify", None)
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ShipyardError("deploy_config.verify", f"{raw!r} is not an object", '{"min_match_rate": 0.75}')
+    switches = {}
+    for key, default in VERIFY_SWITCHES.items():
+        value = raw.get(key, default)
+        if not isinstance(value, bool):
+            raise ShipyardError(f"deploy_config.verify.{key}", f"{value!r} is not true or false", "use true or false")
+        switches[key] = value
+    settings = {k: v for k, v in raw.items() if k not in VERIFY_SWITCHES}
+    try:
+        parse_verify_config(settings)
+    except ShipyardError as err:
+        name = err.field if err.field.startswith("verify.") else f"verify.{err.field}"
+        raise ShipyardError(f"deploy_config.{name}", err.problem, err.fix) from None
+    return {**switches, "settings": settings}
+
+
 def api_root(url: str) -> str:
     """``http://host[:port][/path]/v1`` from a service URL with or without ``/v1``."""
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -127,11 +157,11 @@ def _get(url: str, timeout: float, field: str) -> tuple[int, str]:
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode("utf-8", errors="replace")
     except TimeoutError:
-        raise ShipyardError(field, f"{url} did not answer within {timeout:g} s (timeout)",
+        raise UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
                             "check the service's health, or raise the timeout") from None
     except urllib.error.URLError as err:
         if isinstance(err.reason, TimeoutError | socket.timeout):
-            raise ShipyardError(field, f"{url} did not answer within {timeout:g} s (timeout)",
+            raise UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
                                 "check the service's health, or raise the timeout") from None
         raise UnreachableError(field, f"{url} is unreachable ({err.reason})",
                                "check the URL, the port and that the service is up") from None

@@ -114,8 +114,12 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
     elif name == "deploy_config":
         from shipyard.serving.kserve.config import parse_config
 
-        parse_config(value, name=params.get("deploy_name") or "shipyard-llm", model_uri=_PLACEHOLDER_OCI)
+        data = json_object(value, name, '{"preset": "pd-nixl"}')
+        split_verify_options(data)  # deploy_config.verify: the deploy step's verification settings
+        parse_config(data, name=params.get("deploy_name") or "shipyard-llm", model_uri=_PLACEHOLDER_OCI)
     elif name == "package_mode":
+        from shipyard.core.jsonargs import json_object
+        from shipyard.gates.verify import split_verify_options
         if value not in ("modelcar", "oras"):
             raise ShipyardError(name, f"unknown mode {value!r}", "use modelcar or oras")
     elif name == "registered_model_name":

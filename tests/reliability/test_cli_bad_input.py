@@ -55,6 +55,10 @@ def row(id: str, *argv: str, field: str, code: int = 2, params: bool = False, ne
     return Row(id, argv, field, code, params, frozenset(needs.split()) if needs else frozenset())
 
 
+def verify(*args: str, url: str = DEAD, candidate: str = "golden.json") -> tuple[str, ...]:
+    return ("verify", "--url", url, "--served-model-name", "llm", "--candidate", candidate, *args)
+
+
 def run_local(*args: str) -> tuple[str, ...]:
     return ("run", "--local", "--work-dir", "work", *args)
 
@@ -428,6 +432,12 @@ ROWS: list[Row] = [
     # --- deploy_config: wrong types inside, caught before any step --------------------------------------
     row("run-deploy-config-scaling-list", *run_local("--param", 'deploy_config={"scaling": [1]}'),
         field="deploy_config.scaling", params=True),
+    row("run-deploy-config-verify-tolerance", *run_local("--param", 'deploy_config={"verify": {"min_match_rate": 1.5}}'),
+        field="deploy_config.verify.min_match_rate", params=True),
+    row("run-deploy-config-verify-enabled-text", *run_local("--param", 'deploy_config={"verify": {"enabled": "no"}}'),
+        field="deploy_config.verify.enabled", params=True),
+    row("run-deploy-config-verify-unknown", *run_local("--param", 'deploy_config={"verify": {"golden": 3}}'),
+        field="deploy_config.verify.golden", params=True),
     row("run-deploy-config-labels-list", *run_local("--param", 'deploy_config={"labels": [1]}'),
         field="deploy_config.labels", params=True),
     row("run-deploy-config-namespace-number", *run_local("--param", 'deploy_config={"namespace": 5}'),
@@ -482,6 +492,21 @@ ROWS: list[Row] = [
     row("setup-runtime", "setup", "--runtime", "cuda", field="--runtime"),
     row("unknown-command", "deplyo", field="deplyo"),
     row("unknown-top-flag", "--verbose", field="--verbose"),
+    # --- verify: the URL, the recorded candidate, the tolerance (a timeout and a wrong served model name: tests/test_verify.py, tests/test_deploy_verify.py)
+    row("verify-url-unreachable", *verify(), field="url: http://127.0.0.1:9/v1/models is unreachable", code=3),
+    row("verify-url-not-http", *verify(url="127.0.0.1:8000"), field="url"),
+    row("verify-empty-golden-set", *verify(candidate="empty-golden.json"), field="golden: "),
+    row("verify-candidate-missing", *verify(candidate="nope.json"), field="candidate"),
+    row("verify-candidate-not-golden", *verify(candidate="list.json"), field="golden"),
+    row("verify-min-match-rate-above-1", *verify("--min-match-rate", "1.5"), field="min_match_rate"),
+    row("verify-min-match-rate-negative", *verify("--min-match-rate", "-0.1"), field="min_match_rate"),
+    row("verify-min-match-rate-text", *verify("--min-match-rate", "most"), field="--min-match-rate"),
+    row("verify-timeout-zero", *verify("--timeout", "0"), field="--timeout"),
+    row("verify-checks-unknown", *verify("--checks", "models,golden,vibes"), field="verify.checks"),
+    row("verify-checks-without-golden", *verify("--checks", "models"), field="verify.checks"),
+    row("verify-metrics-url-pool", *verify("--metrics-url", "router=http://x/metrics"), field="--metrics-url"),
+    row("verify-config-not-json", *verify("--config", "{slo"), field="--config"),
+    row("verify-slo-tolerance-below-1", *verify("--config", '{"slo_tolerance": 0.5}'), field="verify.slo_tolerance"),
 ]
 
 
@@ -526,6 +551,8 @@ def _files() -> dict[str, str]:
         "max-pos-negative.json": json.dumps({**LLAMA, "max_position_embeddings": -1}),
         "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
                       "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "golden.json": json.dumps({"schema": "shipyard.golden/v1", "answers": [{"prompt": "p", "text": "t"}]}),
+        "empty-golden.json": json.dumps({"schema": "shipyard.golden/v1", "answers": []}),
                       "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
     }
 

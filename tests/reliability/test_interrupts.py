@@ -93,3 +93,79 @@ def test_a_mangled_last_good_annotation_still_rolls_back(tmp_path: Path) -> None
         stored = double.get(*KEY)
     assert code != 0 and "Traceback" not in err, err
     assert stored["spec"]["model"]["uri"] == OLD
+
+
+STEP = """
+import sys
+from shipyard.components.deploy.deploy import promotion_allowed, run_deploy
+from shipyard.core.errors import ShipyardError
+from shipyard.core.interrupts import sigterm_as_interrupt
+from shipyard.tracking.promotion import promote_production
+
+sigterm_as_interrupt()
+url, experiment, run, name, kubeconfig, record, work = sys.argv[1:]
+try:  # the deploy step: deploy, verify once Ready, then (only when allowed) move production
+    result = run_deploy(deploy_config={"prefill_replicas": 1, "verify": {"timeout_s": 600},
+                                       "apply": {"poll_s": 0.05, "wait_timeout_s": 60}},
+                        manifest_path=work + "/manifest.yaml", dry_run=False, kubeconfig=kubeconfig, candidate=record,
+                        verify_dir=work + "/verify", name="llm", namespace="serving",
+                        model_uri="oci://registry.example/models/qwen@sha256:" + "1" * 64)
+    if promotion_allowed(result, False)[0]:
+        promote_production(url, experiment, run, name, "2", "w4a16")
+except ShipyardError as err:
+    print(f"shipyard: error: {err}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+def test_an_interrupt_during_the_verification_keeps_the_previous_version_and_production(tmp_path: Path) -> None:
+    """The new service is Ready but its URL hangs (a service that accepts and never answers); SIGTERM
+    arrives while the verification waits: the previous spec is re-applied and ``production`` stays."""
+    import socket
+    import uuid
+
+    from mlflow import MlflowClient
+    from mlflow_server import shared_server
+
+    from shipyard.evaluation.golden import SCHEMA
+    from shipyard.tracking import pipeline_runs as track
+    from shipyard.tracking.promotion import promote_production
+
+    url = shared_server().url
+    experiment, run, name = f"intr-{uuid.uuid4().hex[:6]}", f"run-{uuid.uuid4().hex[:6]}", f"m-{uuid.uuid4().hex[:6]}"
+    parent = track.start_tracking(url, experiment, "optimize-and-deploy", run, "", "")["parent_run_id"]
+    track.register_model(url, name, OLD, parent, "")
+    promote_production(url, experiment, run, name, "1", "base")
+    track.register_model(url, name, NEW, parent, "")
+    record = tmp_path / "candidate.json"
+    record.write_text(json.dumps({"schema": "shipyard.candidate/v1", "recipe": "w4a16", "passed": True, "reason": "passed both gates", "golden": {
+        "schema": SCHEMA, "max_tokens": 4, "answers": [{"prompt": "Question: x", "text": " y", "tokens": [" y"]}]}}))
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    try:
+        with K8sDouble() as double:
+            old = render(parse_config({"name": "llm", "namespace": "serving", "model_uri": OLD, "prefill_replicas": 1}))[0]
+            double.put(old, status=ready_after(0)(old, 0))  # the running version
+            double.script("llm", ready_after(1, url=f"http://127.0.0.1:{hung.getsockname()[1]}"))
+            proc = subprocess.Popen([sys.executable, "-c", STEP, url, experiment, run, name,
+                                     str(double.kubeconfig(tmp_path / "kc", namespace="serving")), str(record),
+                                     str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            assert proc.stdout is not None
+            deadline = time.monotonic() + 60
+            for line in proc.stdout:
+                if "verifying it before anything moves" in line:
+                    break
+                assert time.monotonic() < deadline, "the deploy never reached the verification"
+            time.sleep(0.5)  # inside GET /v1/models, which never answers
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+            stored = double.get(*KEY)
+    finally:
+        hung.close()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "interrupted by SIGTERM during the verification; rolled back to the previous spec" in err
+    assert stored["spec"]["model"]["uri"] == OLD
+    assert json.loads(stored["metadata"]["annotations"][LAST_GOOD])["spec"]["model"]["uri"] == OLD
+    assert MlflowClient(url).get_model_version_by_alias(name, "production").version == "1"

