@@ -40,6 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from shipyard.core.env import env_bool
 from shipyard.core.errors import ShipyardError
 
 TAG_CANDIDATE = "shipyard.candidate"
@@ -140,7 +141,7 @@ def at_end_of_run(data: dict[str, Any], *, handed_on: bool = False) -> bool:
     from shipyard.tracking.tracker import local_work_dir, resolve_tracking_uri
 
     kfp_run_id = data.get("kfp_run_id", "")
-    if (os.environ.get(ENV_AT_END, "1") == "0" or os.environ.get("MLFLOW_RUN_ID") or not kfp_run_id
+    if (not env_bool(ENV_AT_END, True) or os.environ.get("MLFLOW_RUN_ID") or not kfp_run_id
             or kfp_run_id.startswith("{{")):
         return False
     work = local_work_dir()

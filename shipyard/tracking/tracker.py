@@ -745,7 +745,7 @@ class RestLogger:
     @staticmethod
     def usable(tracker: Tracker) -> bool:
         """Whether a step may log to ``tracker``'s server through :class:`RestLogger`."""
-        if not tracker.is_remote or os.environ.get("SHIPYARD_MLFLOW_CLIENT", "") == "1":
+        if not tracker.is_remote or env_bool("SHIPYARD_MLFLOW_CLIENT"):
             return False
         return not any(os.environ.get(name) for name in _CLIENT_ONLY_ENV)
 
