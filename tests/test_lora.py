@@ -85,9 +85,10 @@ def test_fetching_a_model_folder_as_an_adapter_is_one_line_and_leaves_nothing(tm
 def test_an_adapter_neither_side_evaluated_fails_closed(tmp_path: Path) -> None:
     base = tmp_path / "base"
     base.mkdir()
-    (base / "adapters.json").write_text(json.dumps({"adapters": [{"name": "sql", "digest": DIGEST}]}))
+    (base / "adapters.json").write_text(json.dumps({"adapters": [{"name": "sql", "uri": "hf://acme/sql",
+                                                                  "digest": DIGEST}]}))
     gates = run_adapter_gates(str(base), "", "")
-    assert gates == {"sql": {"passed": False, "worst_recovery": None, "digest": DIGEST,
+    assert gates == {"sql": {"passed": False, "worst_recovery": None, "digest": DIGEST, "uri": "hf://acme/sql",
                              "reason": "failed closed: the base and candidate were not evaluated with adapter 'sql'"}}
     assert run_adapter_gates("", "", "") == {}
 
@@ -179,3 +180,74 @@ def _judged_inputs(tmp: Path) -> dict:
     return {"recipe": "w8a8-int8", "base_eval": str(tmp / "base-eval"), "candidate_eval": str(tmp / "w8a8-int8-eval"),
             "base_bench": str(tmp / "base-bench"), "candidate_bench": str(tmp / "w8a8-int8-bench"),
             "thresholds": THRESHOLDS, "slo": SLO}
+
+
+URI = f"oci://quay.io/org/model@{DIGEST}"
+GATED = {"sql": {"passed": True, "uri": "hf://acme/sql-lora", "digest": DIGEST, "worst_recovery": 1.0, "reason": "ok"},
+         "local": {"passed": True, "uri": "/srv/adapters/local", "digest": DIGEST, "worst_recovery": 1.0, "reason": "ok"},
+         "broken": {"passed": False, "uri": "s3://adapters/broken", "digest": DIGEST, "worst_recovery": 0.5,
+                    "reason": "failed"}}
+
+
+def test_the_champions_gated_adapters_render_into_spec_model_lora() -> None:
+    from shipyard.gates.served_adapters import champion_adapters, with_adapters
+    from shipyard.serving.kserve.config import parse_config
+    from shipyard.serving.kserve.render import render
+    from shipyard.serving.kserve.validate import require_valid
+
+    adapters = champion_adapters({"adapters": GATED})
+    assert [a["name"] for a in adapters] == ["sql", "local"]  # a failed adapter is never served
+    params, notes = with_adapters({"lora": {"adapters": [{"name": "own", "uri": "pvc://loras/own"}], "max_rank": 16}},
+                                  adapters, dry_run=True)
+    assert params["lora"] == {"adapters": [{"name": "own", "uri": "pvc://loras/own"},
+                                           {"name": "sql", "uri": "hf://acme/sql-lora"}], "max_rank": 16}
+    assert any("local" in n and "left out of the dry-run manifest" for n in notes), notes
+    docs = render(parse_config(params, name="llm", model_uri=URI), None)
+    require_valid(docs)
+    [svc] = [d for d in docs if d["kind"] == "LLMInferenceService"]
+    assert svc["spec"]["model"]["lora"]["adapters"][1] == {"name": "sql", "uri": "hf://acme/sql-lora"}
+    with pytest.raises(ShipyardError, match="^lora_adapters.local: '/srv/adapters/local' is a local folder"):
+        with_adapters({}, adapters, dry_run=False)
+    with pytest.raises(ShipyardError, match=r"^deploy_config.lora.adapters.sql: names 'hf://other/x'"):
+        with_adapters({"lora": {"adapters": [{"name": "sql", "uri": "hf://other/x"}]}}, adapters, dry_run=True)
+    assert with_adapters({"preset": "aggregated"}, [], dry_run=False) == ({"preset": "aggregated"}, [])
+
+
+def test_deploy_dry_run_serves_the_champions_adapters(tmp_path: Path) -> None:
+    from shipyard.components.deploy.deploy import run_deploy
+    from shipyard.gates.candidate import SCHEMA
+
+    champion = tmp_path / "champion"
+    champion.mkdir()
+    (champion / "candidate.json").write_text(json.dumps({"schema": SCHEMA, "recipe": "w8a8-int8", "passed": True,
+                                                         "reason": "passed", "adapters": GATED}))
+    out = tmp_path / "manifest.yaml"
+    run_deploy(deploy_config={"preset": "aggregated", "verify": {"enabled": False}}, manifest_path=str(out),
+               dry_run=True, candidate=str(champion), name="llm", model_uri=URI)
+    import yaml
+
+    [svc] = [d for d in yaml.safe_load_all(out.read_text()) if d and d["kind"] == "LLMInferenceService"]
+    assert svc["spec"]["model"]["lora"]["adapters"] == [{"name": "sql", "uri": "hf://acme/sql-lora"}]
+
+
+def test_registration_tags_pin_the_champions_adapters(tmp_path: Path) -> None:
+    import uuid
+
+    from mlflow import MlflowClient
+    from mlflow_server import shared_server
+
+    from shipyard.gates.candidate import SCHEMA
+    from shipyard.gates.registration import register_champion
+    from shipyard.tracking.pipeline_runs import start_tracking
+
+    champion = tmp_path / "champion"
+    champion.mkdir()
+    (champion / "candidate.json").write_text(json.dumps({"schema": SCHEMA, "recipe": "w8a8-int8", "passed": True,
+                                                         "reason": "passed", "adapters": {"sql": GATED["sql"]}}))
+    url, name, run_id = shared_server().url, f"lora-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    start_tracking(url, name, "optimize-and-deploy", run_id, "{}", "")
+    out = register_champion(tracking_uri=url, experiment=name, kfp_run_id=run_id, model_name=name,
+                            source_uri=URI, digest=DIGEST, selection_dir=str(champion), base_model_uri="hf://org/base",
+                            champion_tolerance=0.0, report_path=str(tmp_path / "champion.md"))
+    version = MlflowClient(url).get_model_version(name, str(out["version"]))
+    assert version.tags["lora.sql"] == f"hf://acme/sql-lora {DIGEST}"

@@ -77,6 +77,12 @@ def run_deploy(
         overrides = {**overrides, "tuned_vllm_args": tuned}
         print(f"deploy: from the champion's serving-configuration search: vLLM arguments {tuned}"
               + (f", tensor_parallel {tp}" if tp is not None else ""), flush=True)
+    if candidate:  # the LoRA adapters the champion was gated with are served with it (spec.model.lora)
+        from shipyard.gates.served_adapters import champion_adapters, with_adapters
+
+        params, notes = with_adapters(params, champion_adapters(candidate), dry_run)
+        for note in notes:
+            print(f"deploy: {note}", flush=True)
     sizing = measured_sizing(candidate, params, overrides) if candidate else None
     if sizing is not None:  # the startup probe and autoscaling from the champion's measurements
         params = sizing.pop("params")

@@ -28,16 +28,18 @@ def adapter_names(base_adapters: str, candidate_adapters: str) -> list[str]:
 
 def run_adapter_gates(base_adapters: str, candidate_adapters: str, thresholds: str = "",
                       report_dir: str | None = None) -> dict[str, dict[str, Any]]:
-    """One accuracy gate per adapter; ``{name: {passed, reason, worst_recovery, digest}}`` (``{}`` when
+    """One accuracy gate per adapter; ``{name: {passed, reason, worst_recovery, digest, uri}}`` (``{}`` when
     neither side has adapters). Reports go to ``report_dir/accuracy-lora-<name>.md``."""
     out: dict[str, dict[str, Any]] = {}
-    digests = {r["name"]: r.get("digest") for r in (load_adapters(base_adapters) if base_adapters else [])}
+    base_records = {r["name"]: r for r in (load_adapters(base_adapters) if base_adapters else [])}
+    digests = {name: r.get("digest") for name, r in base_records.items()}
     for name in adapter_names(base_adapters, candidate_adapters):
         report = str(Path(report_dir) / f"accuracy-lora-{name}.md") if report_dir else None
         missing = [side for side, folder in (("base", base_adapters), ("candidate", candidate_adapters))
                    if not folder or not (Path(folder) / name).is_dir()]
         if missing:
             out[name] = {"passed": False, "worst_recovery": None, "digest": digests.get(name),
+                         "uri": (base_records.get(name) or {}).get("uri"),
                          "reason": f"failed closed: the {' and '.join(missing)} {'was' if len(missing) == 1 else 'were'}"
                                    f" not evaluated with adapter {name!r}"}
             continue
@@ -45,5 +47,6 @@ def run_adapter_gates(base_adapters: str, candidate_adapters: str, thresholds: s
                         report_path=report)
         gated = [r["recovery"] for r in gate["rows"] if r.get("gated") and r.get("recovery") is not None]
         out[name] = {"passed": bool(gate["passed"]), "reason": gate["reason"],
-                     "worst_recovery": min(gated, default=None), "digest": digests.get(name)}
+                     "worst_recovery": min(gated, default=None), "digest": digests.get(name),
+                     "uri": (base_records.get(name) or {}).get("uri")}
     return out

@@ -86,6 +86,9 @@ def register_champion(
         "selection.objective": doc.get("objective", ""),
         "selection.reason": str(doc.get("decisions", {}).get(champion["recipe"], ""))[:5000],
         **{f"headline.{k}": v for k, v in head.items()},
+        # the LoRA adapters it was gated with, pinned by content: served with it (deploy_config.lora)
+        **{f"lora.{name}": f"{a.get('uri')} {a.get('digest')}"[:5000]
+           for name, a in (champion.get("adapters") or {}).items()},
     }
     description = (f"{champion['recipe'][:200]} of {base_model_uri}, packaged as {source_uri}. "
                    f"Chosen by {doc.get('objective', '')}: {doc.get('decisions', {}).get(champion['recipe'], '')}. "

@@ -94,7 +94,11 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
     elif name == "lora_adapters":
         from shipyard.models.adapters import parse_adapters
 
-        parse_adapters(value)
+        for adapter in parse_adapters(value):
+            if "://" not in adapter.uri and params.get("dry_run", BY_NAME["dry_run"].default) is False:
+                raise ShipyardError(f"lora_adapters.{adapter.name}", f"{adapter.uri} is a local folder: the gated "
+                                    "champion is deployed with its adapters and KServe cannot load a local folder",
+                                    "publish the adapter to hf://, s3:// or a pvc://, or set dry_run=true")
     elif name == "tuning":
         from shipyard.benchmarking.tuning import parse_tuning
 
@@ -112,14 +116,14 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
 
         safety_config(value, name)
     elif name == "deploy_config":
+        from shipyard.core.jsonargs import json_object
+        from shipyard.gates.verify import split_verify_options
         from shipyard.serving.kserve.config import parse_config
 
         data = json_object(value, name, '{"preset": "pd-nixl"}')
         split_verify_options(data)  # deploy_config.verify: the deploy step's verification settings
         parse_config(data, name=params.get("deploy_name") or "shipyard-llm", model_uri=_PLACEHOLDER_OCI)
     elif name == "package_mode":
-        from shipyard.core.jsonargs import json_object
-        from shipyard.gates.verify import split_verify_options
         if value not in ("modelcar", "oras"):
             raise ShipyardError(name, f"unknown mode {value!r}", "use modelcar or oras")
     elif name == "registered_model_name":

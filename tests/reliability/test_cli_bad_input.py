@@ -427,6 +427,8 @@ ROWS: list[Row] = [
         field="lora_adapters.a: embedded:// names a built-in base model", params=True),
     row("run-lora-credentials", *run_local("--param", f'lora_adapters={{"a": "s3://{AWS_KEY_ID}:{SECRET}@bucket/a"}}'),
         field="lora_adapters.a: s3://... carries credentials", params=True),
+    row("submit-lora-local-folder", *submit("--param", 'lora_adapters={"a": "/srv/adapters/a"}'),
+        field="lora_adapters.a: /srv/adapters/a is a local folder", params=True),
     row("submit-lora-bad-hf-id", *submit("--param", 'lora_adapters={"a": "hf://org/bad name"}'),
         field="lora_adapters.a: 'org/bad name' is not a Hugging Face model id", params=True),
     # --- deploy_config: wrong types inside, caught before any step --------------------------------------
