@@ -274,3 +274,18 @@ def test_latency_plots_keep_the_data_readable_next_to_a_far_slo_line() -> None:
 
     png = latency_plot("itl_ms", "ITL", 1000.0, fx.BASE_BENCH, fx.CAND_BENCH)
     assert png and png.startswith(b"\x89PNG")
+
+
+def test_a_kept_dry_run_promotion_is_replayed_as_dry_run(tmp_path: Path) -> None:
+    """A dry run's alias request kept while MLflow was down replays as ``dry-run``: the replay
+    never moves ``production`` either."""
+    from shipyard.tracking.pending import apply
+
+    url = shared_server().url
+    name = f"tiny-replay-{uuid.uuid4().hex[:6]}"
+    parent = track.start_tracking(url, f"replay-{uuid.uuid4().hex[:6]}", "optimize-and-deploy", "", "", "")
+    track.register_model(url, name, "oci://reg.local/tiny@sha256:" + "2" * 64, parent["parent_run_id"], "")
+    line = apply({"kind": "promote", "tracking_uri": url, "resolved_uri": url, "experiment": "", "kfp_run_id": "",
+                  "model_name": name, "version": "1", "recipe": "w8a8-int8", "headline": {}, "dry_run": True}, tmp_path)
+    assert "is dry-run (production unchanged)" in line
+    assert MlflowClient(url).get_registered_model(name).aliases == {"candidate": "1", "dry-run": "1"}
