@@ -183,6 +183,9 @@ def _param_names() -> list[str]:
 @example("deploy_config", '{"scaling": [1]}')
 @example("model_uri", "hf://org/my model")
 @example("model_uri", "s3://bucket")
+@example("model_uri", "x" * 300)  # a name too long for the filesystem (ENAMETOOLONG)
+@example("recipes", "q" * 300)
+@example("eval_config", '{"task_dir": "' + "x" * 300 + '"}')
 def test_any_param_text_is_typed_or_one_line(name: str, text: str) -> None:
     """``--param NAME=TEXT`` for every parameter: pre-flight types and checks it or says one line;
     what it accepts is sane (ASCII integers within int64, seeds and counts not negative)."""

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import package_dir
+from shipyard.core.files import package_dir, path_kind
 from shipyard.core.jsonargs import load_yaml, read_text
 
 PRESETS_DIR = package_dir("shipyard.compression") / "recipes"
@@ -85,8 +85,9 @@ def load_recipe(spec: str, field: str = "recipe") -> Recipe:
         data = yaml.safe_load((PRESETS_DIR / f"{spec}.yaml").read_text())
         return _from_mapping(spec, data, field)
     path = Path(spec).expanduser()
-    looks_like_path = "\n" not in spec and (spec.endswith((".yaml", ".yml")) or path.exists())
-    if looks_like_path and not path.exists():
+    exists = path_kind(spec) != ""  # a long one-line recipe is not a path (and never an OSError)
+    looks_like_path = "\n" not in spec and (spec.endswith((".yaml", ".yml")) or exists)
+    if looks_like_path and not exists:
         raise ShipyardError(field, f"recipe file {spec} does not exist", "give an existing YAML file or a preset name")
     text = read_text(path, field) if looks_like_path else spec
     try:

@@ -247,6 +247,16 @@ def ensure_writable_dir(path: str | os.PathLike[str], field: str) -> Path:
     return target
 
 
+def path_kind(path: str | os.PathLike[str]) -> str:
+    """``"dir"``, ``"file"``, ``"other"`` or ``""`` (missing) for a user-given path; a name the
+    filesystem refuses (too long, a NUL byte) counts as missing instead of raising."""
+    try:
+        info = os.stat(Path(path).expanduser())
+    except (OSError, ValueError):
+        return ""
+    return "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
+
+
 def dir_size(path: str | os.PathLike[str]) -> int:
     """Total bytes of the regular files under ``path`` (a file's own size if it is one)."""
     path = Path(path)

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import package_dir
+from shipyard.core.files import package_dir, path_kind
 from shipyard.core.jsonargs import json_object, validation_error
 
 SUITE_DIR = package_dir("shipyard.evaluation.suite")
@@ -180,7 +180,7 @@ class _EvalModel(BaseModel):
         if not value.strip():
             raise ValueError(f"must be a folder path, got {value!r}|give a folder of lm-eval task YAMLs")
         path = Path(value).expanduser()
-        if not path.is_dir():
+        if path_kind(value) != "dir":
             raise ValueError(f"{path} is not a folder|give a folder of lm-eval task YAMLs")
         return str(path.resolve())
 

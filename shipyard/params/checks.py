@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.files import path_kind
 from shipyard.params.pipeline import BY_NAME
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
 
@@ -182,9 +182,9 @@ def check_model_uris(specs: Mapping[str, ParamSpec], params: dict[str, Any]) -> 
         value = params.get(name)
         if name in specs and isinstance(value, str):
             uri = parse_model_uri(value, field=name)
-            if uri.scheme == "file" and not Path(uri.location).expanduser().exists():
-                raise ShipyardError(name, f"{uri.location} does not exist", "give an existing model folder, or a "
-                                    "model URI (hf://, s3://, oci://, pvc://, embedded://)")
+            if uri.scheme == "file" and not path_kind(uri.location):  # (a name too long counts as missing)
+                raise ShipyardError(name, f"{uri.location!r} does not exist"[:300], "give an existing model folder, "
+                                    "or a model URI (hf://, s3://, oci://, pvc://, embedded://)")
 
 
 def check_registry_param(specs: Mapping[str, ParamSpec], params: dict[str, Any]) -> None:
