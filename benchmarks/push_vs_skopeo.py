@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from shipyard.oci import image as oci
+from shipyard.oci.modelcar import build_modelcar
+from shipyard.oci.transfer import push_layout
 from shipyard.testing.registry import LocalRegistry
 
 
@@ -46,7 +47,7 @@ def main() -> None:
         work = Path(tmp)
         model = Path(args.model) if args.model else synthetic_model(work / "model", args.size_mb)
         t0 = time.perf_counter()
-        built = oci.build_modelcar(model, work / "layout", tag="bench", compression=args.compression)
+        built = build_modelcar(model, work / "layout", tag="bench", compression=args.compression)
         build_s = time.perf_counter() - t0
         size = built["size_bytes"]
         print(f"layout: {size / 2**20:.1f} MiB in {len(built['layers'])} layers ({args.compression}), "
@@ -55,7 +56,7 @@ def main() -> None:
         for i in range(args.repeats):
             with LocalRegistry() as reg:
                 t0 = time.perf_counter()
-                pushed = oci.push_layout(work / "layout", reg.address, "bench/shipyard", "bench")
+                pushed = push_layout(work / "layout", reg.address, "bench/shipyard", "bench")
                 ours.append(time.perf_counter() - t0)
                 assert pushed["digest"] == built["digest"]
             with LocalRegistry() as reg:
