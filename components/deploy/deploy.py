@@ -15,6 +15,7 @@ from shipyard.core.jsonargs import json_object
 from shipyard.gates.verify import DRY_RUN_VERIFY_HINT, split_verify_options
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import load_model_config, render, to_yaml
+from shipyard.serving.kserve.rollout import split_rollout_options
 from shipyard.serving.kserve.validate import require_valid
 
 APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": 30.0}
@@ -68,6 +69,7 @@ def run_deploy(
     what ran (``{"ran": False, "why": ...}`` when nothing did)."""
     params, options = split_apply_options(deploy_config)
     verify_opts = split_verify_options(params)  # pops "verify": checked before anything is rendered
+    rollout = split_rollout_options(params)  # pops "rollout": replace (in place) or canary
     tuned = searched_args(candidate) if candidate else {}
     if tuned:
         # tensor parallelism is the deployment's own setting (replica shape, GPUs per pod), not a flag
@@ -137,12 +139,43 @@ def run_deploy(
                                 "the deployed service does not serve what was gated: see verification.md")
 
     kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
+    waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
     try:
-        outcome = deploy(docs, kube, wait_timeout_s=options["wait_timeout_s"], poll_s=options["poll_s"],
-                         false_grace_s=options["false_grace_s"], verify=check if record is not None else None)
+        if rollout["strategy"] == "canary":
+            from shipyard.serving.kserve.rollout import canary_names, canary_rollout
+
+            svc_res = kube.resource(docs[0]["apiVersion"], docs[0]["kind"])
+            current, new = canary_names(cfg.name, lambda n: kube.get(svc_res, n, cfg.namespace) is not None)
+            new_cfg = parse_config(params, **{**overrides, "name": new})
+            old_pool, new_pool = parse_config(params, **{**overrides, "name": current}).pool_name, new_cfg.pool_name
+            if not old_pool or not new_pool or old_pool == new_pool:
+                raise ShipyardError("deploy_config.rollout", "a canary needs each service's own InferencePool "
+                                    f"(router.scheduler managed), got {old_pool!r} and {new_pool!r}",
+                                    'use the managed scheduler, or {"strategy": "replace"}')
+            docs = render(new_cfg, model_config)
+            require_valid(docs)
+            text = to_yaml(docs)
+            if manifest_path != "-":
+                atomic_write_text(manifest_path, text)
+            steps: list[dict[str, Any]] = []
+
+            def check_step(url: str, weight: int) -> None:
+                if record is not None:
+                    check(url)
+                steps.append({"weight": weight, "verified": record is not None})
+
+            out = canary_rollout(docs, kube, current=current, old_pool=old_pool, new_pool=new_pool,
+                                 route_name=rollout["route"]["name"],
+                                 route_namespace=rollout["route"]["namespace"] or cfg.namespace,
+                                 steps=rollout["steps"], check=check_step, deploy_options=waits)
+            result.update(name=new, url=out["url"], status=out["status"], generation=out["generation"],
+                          rollout={"strategy": "canary", "replaced": current, "route": out["route"],
+                                   "steps": out["steps"], "verified_steps": steps})
+        else:
+            outcome = deploy(docs, kube, **waits, verify=check if record is not None else None)
+            result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
     finally:
         kube.close()
-    result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
     if summary_path:
         atomic_write_text(summary_path, deployment_markdown(result, docs, text))
     return result

@@ -119,9 +119,11 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         from shipyard.core.jsonargs import json_object
         from shipyard.gates.verify import split_verify_options
         from shipyard.serving.kserve.config import parse_config
+        from shipyard.serving.kserve.rollout import split_rollout_options
 
         data = json_object(value, name, '{"preset": "pd-nixl"}')
         split_verify_options(data)  # deploy_config.verify: the deploy step's verification settings
+        split_rollout_options(data)  # deploy_config.rollout: replace or canary
         parse_config(data, name=params.get("deploy_name") or "shipyard-llm", model_uri=_PLACEHOLDER_OCI)
     elif name == "package_mode":
         if value not in ("modelcar", "oras"):

@@ -432,8 +432,13 @@ ROWS: list[Row] = [
     row("submit-lora-bad-hf-id", *submit("--param", 'lora_adapters={"a": "hf://org/bad name"}'),
         field="lora_adapters.a: 'org/bad name' is not a Hugging Face model id", params=True),
     # --- deploy_config: wrong types inside, caught before any step --------------------------------------
-    row("run-deploy-config-scaling-list", *run_local("--param", 'deploy_config={"scaling": [1]}'),
-        field="deploy_config.scaling", params=True),
+    row("run-deploy-config-rollout-strategy", *run_local("--param", 'deploy_config={"rollout": {"strategy": "big-bang"}}'),
+        field="deploy_config.rollout.strategy", params=True),
+    row("run-deploy-config-rollout-steps", *run_local(
+        "--param", 'deploy_config={"rollout": {"strategy": "canary", "steps": [10, 50], "route": {"name": "r"}}}'),
+        field="deploy_config.rollout.steps", params=True),
+    row("run-deploy-config-rollout-no-route", *run_local("--param", 'deploy_config={"rollout": {"strategy": "canary"}}'),
+        field="deploy_config.rollout.route", params=True),
     row("run-deploy-config-verify-tolerance", *run_local("--param", 'deploy_config={"verify": {"min_match_rate": 1.5}}'),
         field="deploy_config.verify.min_match_rate", params=True),
     row("run-deploy-config-verify-enabled-text", *run_local("--param", 'deploy_config={"verify": {"enabled": "no"}}'),
