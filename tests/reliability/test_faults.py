@@ -135,6 +135,7 @@ def test_vllm_engine_killed_mid_benchmark_is_one_line_and_leaves_nothing(tiny_mo
     lines = [x for x in err.splitlines() if "vLLM engine: died on a benchmark request (guidellm: " in x]
     assert len(lines) == 1, err[-3000:]
     line = lines[0]
+    print(f"\nthe one line: {line}")  # shown with -s
     assert "Traceback" not in err.split("shipyard")[-1]
     assert "likely cause: " in line and "(fix: set vllm_args to --dtype float32" in line, line
     assert not out.exists()  # the results folder is written whole or not at all
