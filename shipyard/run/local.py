@@ -461,8 +461,9 @@ def format_summary(summary: RunSummary, work_dir: str) -> str:
     for step in ran:
         secs = f"{step.seconds:.1f}" if step.seconds is not None else "-"
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(step.metrics.items())[:3])
-        params = ", ".join(("yes" if v else "no") if k == "Output" and isinstance(v, bool) else f"{k}={_short(v)}"
-                           for k, v in step.parameters.items())
+        shown = {k: v for k, v in step.parameters.items() if not (k == "Output" and isinstance(v, bool))}
+        params = ", ".join(f"{k}={_short(v)}" for k, v in shown.items()) or (  # never KFP's "Output=True"
+            ("yes" if step.parameters["Output"] else "no") if "Output" in step.parameters else "")
         task = fit(task_label(step.task, labels), 36)
         gate = gate_rows.get(step.task)
         figure = (f"accuracy {gate['accuracy'].get('verdict') or '-'}, SLO {gate['slo'].get('verdict') or '-'}"
