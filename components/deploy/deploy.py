@@ -167,7 +167,8 @@ def run_deploy(
             out = canary_rollout(docs, kube, current=current, old_pool=old_pool, new_pool=new_pool,
                                  route_name=rollout["route"]["name"],
                                  route_namespace=rollout["route"]["namespace"] or cfg.namespace,
-                                 steps=rollout["steps"], check=check_step, deploy_options=waits)
+                                 steps=rollout["steps"], check=check_step if record is not None else None,
+                                 deploy_options=waits)
             result.update(name=new, url=out["url"], status=out["status"], generation=out["generation"],
                           rollout={"strategy": "canary", "replaced": current, "route": out["route"],
                                    "steps": out["steps"], "verified_steps": steps})
