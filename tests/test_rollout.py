@@ -167,3 +167,20 @@ def test_run_deploy_canary_alternates_names_and_needs_the_route(double: K8sDoubl
     assert err.value.field == "deploy_config.rollout.route" and "does not exist" in err.value.problem
     assert double.get("llminferenceservices", "serving", "llm-canary") is None  # nothing was applied
     assert json.loads(json.dumps(result["rollout"]["steps"]))  # JSON-able for the step's output
+
+
+def test_an_interrupt_during_a_canary_step_restores_the_route_and_the_previous_version(double: K8sDouble,
+                                                                                       tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM (sigterm_as_interrupt turns it into KeyboardInterrupt) while step 50 is verified."""
+    before = double.get(*ROUTE_KEY)["spec"]
+
+    def check(url: str, weight: int) -> None:
+        if weight == 50:
+            raise KeyboardInterrupt
+
+    with pytest.raises(ShipyardError) as err:
+        _canary(double, tmp_path, check)
+    assert "during the canary at 50%" in err.value.problem and "route serving/llm-route restored" in err.value.problem
+    assert double.get(*ROUTE_KEY)["spec"] == before
+    assert double.get("llminferenceservices", "serving", "llm-canary") is None
+    assert double.get("llminferenceservices", "serving", "llm")["spec"]["model"]["uri"] == OLD
