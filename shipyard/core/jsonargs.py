@@ -82,8 +82,9 @@ def load_json(text: str | bytes, field: str, where: str = "") -> Any:
     return value
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that refuses duplicate keys and bounds alias expansion."""
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's safe loader (its C parser where built) that refuses duplicate keys and bounds
+    alias expansion."""
 
     field = "value"
 
@@ -160,6 +161,10 @@ def load_yaml(text: str, field: str, *, all_documents: bool = False) -> Any:
         return loader.get_single_data()
     except RecursionError:
         raise _too_deep(field) from None
+    except yaml.YAMLError as err:
+        if "maximum nesting depth" in str(err):  # libyaml's own bound (the C parser)
+            raise _too_deep(field) from None
+        raise
     finally:
         loader.dispose()
 
