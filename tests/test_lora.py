@@ -93,6 +93,24 @@ def test_an_adapter_neither_side_evaluated_fails_closed(tmp_path: Path) -> None:
     assert run_adapter_gates("", "", "") == {}
 
 
+def test_adapters_are_evaluated_on_hf_only_and_parity_compares_their_digests(tmp_path: Path) -> None:
+    from shipyard.evaluation.lmeval import evaluate_model
+    from shipyard.gates.parity import differences
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    adapter = _fake_adapter(tmp_path / "sql")
+    with pytest.raises(ShipyardError, match="^eval_backend: LoRA adapter 'sql' asked for on the openai backend"):
+        evaluate_model(str(model), '{"tasks": ["shipyard_capitals_mc"]}', str(tmp_path / "out"), backend="openai",
+                       adapter_dir=str(adapter), adapter_name="sql")
+    assert not (tmp_path / "out").exists()
+    same = {"adapter": {"digest": DIGEST}}
+    assert differences(same, dict(same)) == []
+    assert differences(same, {}) == [f"LoRA adapter (digest): {DIGEST[:19]} vs None"]
+    assert differences({}, {}) == []
+
+
 # --- real: a peft adapter on the tiny model, lm-eval hf with peft=, the gate per adapter ----------------------
 
 EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"], "limit": 4, "cache": False})
@@ -119,7 +137,8 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
     run_in_runtime("compress", "shipyard.testing.tinylora:build_tiny_adapter", model_dir=str(tiny_model),
                    out_dir=str(broken), scale=50.0)
     damaged = tmp_path / "damaged"
-    run_in_runtime("compress", "shipyard.testing.tinylora:damage_model", model_dir=str(tiny_model), out_dir=str(damaged))
+    run_in_runtime("compress", "shipyard.testing.tinylora:damage_model", model_dir=str(tiny_model), out_dir=str(damaged),
+                   noise=2.0)
     copy = tmp_path / "copy"
     shutil.copytree(tiny_model, copy)
     adapters = tmp_path / "adapters"
@@ -137,7 +156,7 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
 
     # lm-eval loaded the adapter (peft=) and summary.json pins it by content
     raw = json.loads((tmp_path / "eval" / "base" / "good" / "lm_eval_results.json").read_text())
-    assert str(adapters / "good") in json.dumps(raw["config"]["model_args"])
+    assert str((adapters / "good").resolve()) in json.dumps(raw["config"]["model_args"]), raw["config"]["model_args"]
     assert base["adapter"]["name"] == "good" and base["adapter"]["digest"] == record["digest"]
     assert base["adapter"]["rank"] == 8 and not base["cached"]
     assert _ppl(other) > 2 * _ppl(base), (_ppl(other), _ppl(base))  # the scaled adapter really moved the outputs
