@@ -106,3 +106,22 @@ def test_deploy_sizes_its_probe_and_keda_trigger_from_the_champion(tmp_path: Pat
     summary = (tmp_path / "summary.md").read_text()
     assert "## Sized from measurements" in summary and "max(measured 52.3 s" in summary
     assert "user value wins" not in summary and out["sizing"]["rows"][0]["used"] == 140
+
+
+def test_oci_native_delivery_renders_an_image_volume_uri(tmp_path: Path) -> None:
+    """KServe v0.20 (the vendored CRDs) takes oci+native:// (kserve#5558): an image volume instead of
+    the modelcar sidecar; the rendered object still validates against the vendored schema."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.serving.kserve.config import parse_config
+    from shipyard.serving.kserve.render import render
+    from shipyard.serving.kserve.validate import require_valid
+
+    uri = "oci://quay.io/org/m@sha256:" + "a" * 64
+    docs = render(parse_config({"preset": "aggregated", "oci_delivery": "native"}, name="llm", model_uri=uri))
+    require_valid(docs)
+    assert docs[0]["spec"]["model"]["uri"] == "oci+native://quay.io/org/m@sha256:" + "a" * 64
+    assert render(parse_config({"preset": "aggregated"}, name="llm", model_uri=uri))[0]["spec"]["model"]["uri"] == uri
+    with pytest.raises(ShipyardError, match="oci_delivery"):
+        parse_config({"oci_delivery": "native"}, name="llm", model_uri="s3://bucket/model")
+    with pytest.raises(ShipyardError, match="oci_delivery"):
+        parse_config({"oci_delivery": "volume"}, name="llm", model_uri=uri)

@@ -146,6 +146,9 @@ class DeployConfig:
     # a complete LLMInferenceService to deploy into (template mode); an s3:// URI until rendered
     template: dict[str, Any] | str | None = None
     probes: Probes | None = None
+    #: how an oci:// model reaches the pod: "modelcar" (KServe's sidecar, the default) or "native" (an
+    #: image volume: spec.model.uri oci+native://, KServe >= v0.20, Kubernetes >= 1.33 with image volumes)
+    oci_delivery: str = "modelcar"
     service_account: str | None = None
     image_pull_secrets: list[str] = field(default_factory=list)
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)  # {"requests": {...}, "limits": {...}}
@@ -415,6 +418,12 @@ def check_config(cfg: DeployConfig) -> None:
     if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", cfg.namespace) or len(cfg.namespace) > 63:
         raise _fail("namespace", f"{cfg.namespace!r} is not a valid namespace", "use a DNS-1123 label")
     digest = check_model_uri(cfg.model_uri, cfg.allow_mutable_tag)
+    if cfg.oci_delivery not in ("modelcar", "native"):
+        raise _fail("oci_delivery", f"unknown delivery {cfg.oci_delivery!r}",
+                    "use modelcar (a sidecar) or native (an image volume, KServe >= v0.20)")
+    if cfg.oci_delivery == "native" and not (cfg.model_uri.startswith("oci://") and not cfg.model_uri.startswith("oci:///")):
+        raise _fail("oci_delivery", f"native delivery needs a registry oci:// model_uri, got {cfg.model_uri!r}",
+                    "push the package to a registry, or use oci_delivery modelcar")
     if cfg.oci_digest and digest and cfg.oci_digest != digest:
         raise _fail("oci_digest", f"{cfg.oci_digest} differs from the digest in model_uri ({digest})",
                     "drop oci_digest or make them agree")

@@ -355,12 +355,20 @@ def link_metadata(cfg: DeployConfig) -> tuple[dict[str, str], dict[str, str]]:
     return labels, annotations
 
 
+def model_uri(cfg: DeployConfig) -> str:
+    """``spec.model.uri``: the model URI, as ``oci+native://`` when ``oci_delivery`` is ``native``
+    (KServe v0.20 mounts the image as a Kubernetes image volume: no modelcar sidecar, no copy)."""
+    if cfg.oci_delivery == "native" and cfg.model_uri.startswith("oci://"):
+        return "oci+native://" + cfg.model_uri.removeprefix("oci://")
+    return cfg.model_uri
+
+
 def render_llmisvc(cfg: DeployConfig, model_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The LLMInferenceService object (a dict ready for server-side apply)."""
     labels, annotations = link_metadata(cfg)
     keda = cfg.scaling is not None and cfg.scaling.mode == "keda"
     wva = cfg.scaling is not None and cfg.scaling.mode == "wva"
-    spec: dict[str, Any] = {"model": {"uri": cfg.model_uri, "name": cfg.served_name}}
+    spec: dict[str, Any] = {"model": {"uri": model_uri(cfg), "name": cfg.served_name}}
     if cfg.lora:
         spec["model"]["lora"] = _lora(cfg.lora)
     if wva:
@@ -530,7 +538,7 @@ def render_template(cfg: DeployConfig, model_config: dict[str, Any] | None = Non
     meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
     spec = doc["spec"]
     model = spec.setdefault("model", {})
-    model["uri"] = cfg.model_uri
+    model["uri"] = model_uri(cfg)
     if cfg.served_model_name or cfg.model_name:
         model["name"] = cfg.served_name
     else:
