@@ -89,9 +89,12 @@ def run_deploy(
     if sizing is not None:  # the startup probe and autoscaling from the champion's measurements
         params = sizing.pop("params")
     cfg = parse_config(params, **overrides)
-    record = _recorded(candidate) if candidate and verify_opts["enabled"] else None
+    wanted = bool(candidate) and verify_opts["enabled"]
+    # a real deploy needs the champion's golden outputs before anything is applied (fail closed); a dry
+    # run only when it serves the package to verify it
+    record = _recorded(candidate) if wanted and (not dry_run or verify_opts["dry_run"]) else None
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
-                                    "deploy_config.verify.enabled is false" if record is None else
+                                    "deploy_config.verify.enabled is false" if not wanted else
                                     "dry run" if dry_run else "the service was not verified"}
     served = cfg.served_name
     adapters = [str(a["name"]) for a in ((cfg.lora or {}).get("adapters") or [])]
@@ -118,7 +121,7 @@ def run_deploy(
             if not out["passed"]:
                 raise ShipyardError("verification", f"the packaged model {out['reason']}",
                                     "the package does not serve what was gated: see verification.md")
-        elif record is not None:
+        elif wanted:
             verification["why"] = "dry run: " + DRY_RUN_VERIFY_HINT
             print(f"deploy: {DRY_RUN_VERIFY_HINT}", flush=True)
         if summary_path:
