@@ -105,7 +105,8 @@ def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         (tmp / "record").mkdir()
         (tmp / "record" / "candidate.json").write_text(json.dumps(record))
         yield {"candidate": cand, "base": servers["base"], "model_dir": str(tmp / "candidate"),
-               "record": str(tmp / "record"), "golden": golden}
+               "record": str(tmp / "record"), "golden": golden,
+               "layout_uri": f"oci://{tmp / 'car'}@{packed['digest']}"}
     finally:
         for server in servers.values():
             server.stop()
@@ -217,3 +218,44 @@ def test_cli_verify_against_real_servers(served: dict[str, Any], tmp_path: Path,
     text = capsys.readouterr().out
     assert text.startswith("FAILED: failed: golden outputs") and "diverges at token" in text
     assert (tmp_path / "r" / "verification.md").is_file()
+
+
+def test_a_canary_is_verified_at_every_step_through_its_own_url(served: dict[str, Any], tmp_path: Path) -> None:
+    """deploy_config.rollout canary with the real verification (models + golden outputs) at 0, 50 and 100 %:
+    the new service's status URL is the candidate's vLLM server, the route steps, the old service goes."""
+    from test_rollout import ROUTE_KEY, changes, seeded
+
+    from shipyard.serving.kserve.rollout import weights_of
+    from shipyard.testing.k8s_double import FULL_INSTALL_GROUPS
+
+    with K8sDouble(groups=FULL_INSTALL_GROUPS) as double:
+        seeded(double)
+        double.script("llm-canary", ready_after(1, url=served["candidate"].url))
+        config = {"prefill_replicas": 1, "verify": {"checks": ["models", "golden"]},
+                  "rollout": {"strategy": "canary", "steps": [50, 100], "route": {"name": "llm-route"}},
+                  "apply": {"wait_timeout_s": 10, "poll_s": 0.05, "false_grace_s": 5, "api_timeout_s": 10}}
+        started = time.monotonic()
+        result = run_deploy(deploy_config=config, manifest_path=str(tmp_path / "m.yaml"), dry_run=False,
+                            model_dir=served["model_dir"], candidate=served["record"], verify_dir=str(tmp_path / "v"),
+                            kubeconfig=str(double.kubeconfig(tmp_path / "kc", namespace="serving")),
+                            name="llm", namespace="serving", model_uri=NEW)
+        TIMINGS["canary_verified"] = round(time.monotonic() - started, 1)
+        assert result["verification"]["passed"] and result["name"] == "llm-canary"
+        assert [s["weight"] for s in result["rollout"]["verified_steps"]] == [0, 50, 100]
+        assert all(s["verified"] for s in result["rollout"]["verified_steps"])
+        assert weights_of(double.get(*ROUTE_KEY)) == {"llm-canary-inference-pool": 100}
+        assert double.get("llminferenceservices", "serving", "llm") is None
+        print("\ncanary: applied objects in order:", changes(double))
+
+
+def test_a_dry_run_can_serve_the_package_itself_and_verify_it(served: dict[str, Any], tmp_path: Path) -> None:
+    """deploy_config.verify.dry_run: the modelcar's OCI layout is unpacked, served by a fresh vLLM and
+    verified against the champion's golden outputs (the package kept the model intact)."""
+    started = time.monotonic()
+    result = run_deploy(deploy_config={"prefill_replicas": 1, "verify": {"dry_run": True, "checks": ["models", "golden"]}},
+                        manifest_path=str(tmp_path / "m.yaml"), dry_run=True, candidate=served["record"],
+                        verify_dir=str(tmp_path / "v"), name="llm", namespace="serving", model_uri=served["layout_uri"])
+    TIMINGS["dry_run_package_verify"] = round(time.monotonic() - started, 1)
+    assert result["status"] == "DryRun" and result["verification"]["ran"] and result["verification"]["passed"]
+    assert "8 of 8 identical" in (tmp_path / "v" / "verification.md").read_text()
+    assert promotion_allowed(result, dry_run=True)[0]
