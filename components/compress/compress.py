@@ -38,7 +38,6 @@ def compress_model(
 ) -> dict[str, Any]:
     """Compress the model at ``model_dir`` into ``out_dir``; return metrics and metadata."""
     import torch
-    from llmcompressor import oneshot
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = check_model_folder(model_dir, "model")
@@ -51,33 +50,14 @@ def compress_model(
         )
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    dataset = None
-    samples = 0
-    if resolved.needs_calibration:
-        from datasets import Dataset
-
-        texts = load_calibration_texts(
-            calibration_dataset, text_column=text_column, num_samples=num_calibration_samples, seed=seed, tokenizer=tokenizer
-        )
-        samples = len(texts)
-        dataset = Dataset.from_list(
-            [dict(tokenizer(t, truncation=True, max_length=max_seq_length, add_special_tokens=False)) for t in texts]
-        )
+    dataset, samples = _calibration_set(resolved, tokenizer, calibration_dataset, text_column, num_calibration_samples,
+                                        max_seq_length, seed)
     model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
     started = time.perf_counter()
     with atomic_dir(out_dir) as tmp:
         recipe_file = tmp / "recipe.yaml"
         recipe_file.write_text(resolved.yaml_text)
-        kwargs: dict[str, Any] = {}
-        if dataset is not None:
-            kwargs.update(dataset=dataset, num_calibration_samples=samples, max_seq_length=max_seq_length)
-        try:
-            oneshot(model=model, tokenizer=tokenizer, recipe=str(recipe_file), **kwargs)
-        except ShipyardError:
-            raise
-        except (ValueError, KeyError, TypeError) as err:
-            raise ShipyardError("recipe", f"llmcompressor rejected recipe {resolved.name!r}: {err}".splitlines()[0],
-                                "check modifier names and arguments") from None
+        _oneshot(model, tokenizer, resolved, recipe_file, dataset, samples, max_seq_length)
         model.save_pretrained(tmp, save_compressed=True)
         tokenizer.save_pretrained(tmp)
         if not (tmp / "recipe.yaml").exists():
@@ -113,6 +93,39 @@ def compress_model(
         "metadata": {"recipe": resolved.name, "scheme": scheme, "quantization_format": config["quantization_config"].get("format", "")},
         "output_size_bytes": dir_size(out_dir),
     }
+
+
+def _calibration_set(resolved: Any, tokenizer: Any, calibration_dataset: str, text_column: str, num_samples: int,
+                     max_seq_length: int, seed: int) -> tuple[Any, int]:
+    """The tokenized calibration dataset and its size (None, 0 when the recipe needs no calibration)."""
+    if not resolved.needs_calibration:
+        return None, 0
+    from datasets import Dataset
+
+    texts = load_calibration_texts(
+        calibration_dataset, text_column=text_column, num_samples=num_samples, seed=seed, tokenizer=tokenizer
+    )
+    dataset = Dataset.from_list(
+        [dict(tokenizer(t, truncation=True, max_length=max_seq_length, add_special_tokens=False)) for t in texts]
+    )
+    return dataset, len(texts)
+
+
+def _oneshot(model: Any, tokenizer: Any, resolved: Any, recipe_file: Path, dataset: Any, samples: int,
+             max_seq_length: int) -> None:
+    """llmcompressor's ``oneshot`` with the recipe file; a recipe it rejects is one line."""
+    from llmcompressor import oneshot
+
+    kwargs: dict[str, Any] = {}
+    if dataset is not None:
+        kwargs.update(dataset=dataset, num_calibration_samples=samples, max_seq_length=max_seq_length)
+    try:
+        oneshot(model=model, tokenizer=tokenizer, recipe=str(recipe_file), **kwargs)
+    except ShipyardError:
+        raise
+    except (ValueError, KeyError, TypeError) as err:
+        raise ShipyardError("recipe", f"llmcompressor rejected recipe {resolved.name!r}: {err}".splitlines()[0],
+                            "check modifier names and arguments") from None
 
 
 def _scheme_name(qconfig: dict[str, Any]) -> str:
