@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from shipyard.core.files import atomic_write_text
+from shipyard.core.redact import redact
 
 FORMATS = ("json", "yaml")
 
@@ -76,12 +77,14 @@ def render(obj: Any, fmt: str) -> str:
 
 
 def emit(obj: Any, fmt: str | None, text: Callable[[], str] | None = None) -> None:
-    """Print ``obj`` as ``fmt`` (json/yaml), or ``text()`` (the human form) when ``fmt`` is None."""
+    """Print ``obj`` as ``fmt`` (json/yaml), or ``text()`` (the human form) when ``fmt`` is None;
+    either way through :func:`shipyard.core.redact.redact`, so no credential is printed (a
+    manifest, which holds Secret references by design, is printed by its command, not here)."""
     if fmt is None:
         out = text() if text is not None else render(obj, "yaml")
-        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        sys.stdout.write(redact(out if out.endswith("\n") else out + "\n"))
     else:
-        sys.stdout.write(render(obj, fmt))
+        sys.stdout.write(redact(render(obj, fmt)))
 
 
 #: ``--out-file -``: the document goes to stdout

@@ -294,3 +294,13 @@ def test_a_credential_from_a_windows_file_in_the_environment(tmp_path: Path, nam
     proc, _ = _cli(tmp_path, "runs", "--host", "http://127.0.0.1:9", env={name: f"abc\n{SECRET}"}, capture_output=True)
     line = _one_line(proc.stderr)
     assert proc.returncode == 2 and "control character" in line and SECRET not in proc.stderr + proc.stdout, line
+
+
+@pytest.mark.parametrize("fmt", [None, "json", "yaml"])
+def test_printed_objects_are_redacted(capsys: pytest.CaptureFixture[str], fmt: str | None) -> None:
+    from shipyard.cli.output import emit
+
+    emit({"url": f"https://bob:{SECRET}@kfp.example/#/runs", "note": f"Bearer {SECRET}"}, fmt,
+         lambda: f"run at https://bob:{SECRET}@kfp.example")
+    out = capsys.readouterr().out
+    assert SECRET not in out and "bob:***@kfp.example" in out, out
