@@ -36,7 +36,8 @@ def benchmark(
     The base ("base") is reused from the base benchmark cache when its content, the config, the
     vllm runtime and the hardware are unchanged (results.json "cached" says when it was measured).
     safety: the safety parameter (JSON); when it names garak probes, garak scans the same server
-    after the benchmark (results/safety/safety.json and garak's report; the cache is then not used).
+    after the benchmark (results/safety/safety.json and garak's report; the base benchmark cache
+    keys its result by the safety settings too).
     tuning: the serving-configuration search (JSON or a preset name, empty = off): one benchmark per
     point, each on its own vLLM server, scored by slo (output tok/s at the highest load meeting
     it); results are the best point's, and results/tuning.json lists every point.
