@@ -20,12 +20,13 @@ DIGEST = "sha256:" + "b" * 64
 
 
 def test_mapping_and_list_give_the_same_adapters(tmp_path: Path) -> None:
+    _fake_adapter(tmp_path / "local")
     mapping = parse_adapters('{"sql": "hf://acme/sql-lora@main", "support": "s3://adapters/support", '
-                             f'"local": "{tmp_path}", "claim": "pvc://loras/support"}}')
+                             f'"local": "{tmp_path / "local"}", "claim": "pvc://loras/support"}}')
     as_list = parse_adapters(json.dumps([{"name": a.name, "uri": a.uri} for a in mapping]))
     assert mapping == as_list
     assert [(a.name, a.uri) for a in mapping] == [("sql", "hf://acme/sql-lora@main"), ("support", "s3://adapters/support"),
-                                                  ("local", str(tmp_path)), ("claim", "pvc://loras/support")]
+                                                  ("local", str(tmp_path / "local")), ("claim", "pvc://loras/support")]
     assert parse_adapters("") == parse_adapters("{}") == parse_adapters("[]") == []
 
 

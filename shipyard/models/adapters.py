@@ -64,7 +64,7 @@ def parse_adapters(raw: str | list[Any] | dict[str, Any] | None) -> list[Adapter
     Names: unique, letters, digits, ``-``, ``_``, ``.`` (what vLLM's ``--lora-modules`` and
     KServe's ``spec.model.lora`` take). URIs: parsed by
     :func:`shipyard.models.resolve.parse_model_uri` (credentials in a URI are refused, never echoed);
-    ``oci://`` and ``embedded://`` refused.
+    ``oci://`` and ``embedded://`` refused; a local folder must hold ``adapter_config.json``.
     """
     from shipyard.models.resolve import parse_model_uri
 
@@ -100,6 +100,8 @@ def parse_adapters(raw: str | list[Any] | dict[str, Any] | None) -> list[Adapter
             raise ShipyardError(field, "embedded:// names a built-in base model, not a LoRA adapter",
                                 "give the adapter's hf://, s3://, pvc:// URI or local folder")
         parsed = parse_model_uri(uri, field=field)
+        if parsed.scheme == "file":
+            check_adapter_folder(parsed.location, field)
         adapters.append(Adapter(name, str(parsed)))
     return adapters
 
@@ -113,8 +115,8 @@ def check_adapter_folder(path: str | Path, field: str = FIELD) -> Path:
     """A usable peft adapter folder has ``adapter_config.json``; say so plainly when it does not."""
     path = Path(path)
     if not path.is_dir():
-        raise ShipyardError(field, f"{path} is not a folder", "give a peft adapter folder (adapter_config.json + "
-                            "adapter_model.safetensors)")
+        raise ShipyardError(field, f"{str(path)[:200]!r} is not a folder", "give a peft adapter folder "
+                            "(adapter_config.json + adapter_model.safetensors)")
     if not (path / ADAPTER_CONFIG).is_file():
         raise ShipyardError(field, f"{path} has no {ADAPTER_CONFIG}", "point at a peft LoRA adapter folder")
     return path

@@ -427,8 +427,12 @@ ROWS: list[Row] = [
         field="lora_adapters.a: embedded:// names a built-in base model", params=True),
     row("run-lora-credentials", *run_local("--param", f'lora_adapters={{"a": "s3://{AWS_KEY_ID}:{SECRET}@bucket/a"}}'),
         field="lora_adapters.a: s3://... carries credentials", params=True),
-    row("submit-lora-local-folder", *submit("--param", 'lora_adapters={"a": "/srv/adapters/a"}'),
-        field="lora_adapters.a: /srv/adapters/a is a local folder", params=True),
+    row("run-lora-missing-folder", *run_local("--param", 'lora_adapters={"a": "/nonexistent/adapter"}'),
+        field="lora_adapters.a: '/nonexistent/adapter' is not a folder", params=True),
+    row("run-lora-folder-without-config", *run_local("--param", 'lora_adapters={"a": "emptydir"}'),
+        field="lora_adapters.a: emptydir has no adapter_config.json", params=True),
+    row("submit-lora-local-folder", *submit("--param", 'lora_adapters={"a": "lora-adapter"}'),
+        field="lora_adapters.a: lora-adapter is a local folder", params=True),
     row("submit-lora-bad-hf-id", *submit("--param", 'lora_adapters={"a": "hf://org/bad name"}'),
         field="lora_adapters.a: 'org/bad name' is not a Hugging Face model id", params=True),
     # --- deploy_config: wrong types inside, caught before any step --------------------------------------
@@ -578,6 +582,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     for name, text in _files().items():
         (base / name).write_text(text)
     (base / "emptydir").mkdir()
+    (base / "lora-adapter").mkdir()  # a peft adapter folder's shape, for the lora_adapters rows
+    (base / "lora-adapter" / "adapter_config.json").write_text('{"r": 8, "peft_type": "LORA"}')
     (base / "utf16.yaml").write_bytes("seed: abc\r\n".encode("utf-16"))  # as PowerShell's Out-File writes it
     (base / "binary.yaml").write_bytes(bytes(range(256)) * 4)
     (base / "latin1.yaml").write_bytes("experiment: caf\u00e9\n".encode("latin-1"))
