@@ -70,19 +70,28 @@ def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     servers = {"candidate": VLLMServer(tmp / "candidate", served_model_name="llm", progress=False),
                "base": VLLMServer(base, served_model_name="llm", progress=False)}
     errors: list[BaseException] = []
+    ready = {k: threading.Event() for k in servers}
+    done = threading.Event()
 
-    def start(server: VLLMServer) -> None:
+    def serve(key: str) -> None:
+        # each server lives in the thread that started it: vLLM dies with the thread that forked it
+        # (PR_SET_PDEATHSIG follows the thread), so the thread stays until the module is done
         try:
-            server.start()
+            servers[key].start()
         except BaseException as err:  # re-raised below, in the test's thread
             errors.append(err)
+            return
+        finally:
+            ready[key].set()
+        done.wait()
+        servers[key].stop()
 
     started = time.monotonic()
-    threads = [threading.Thread(target=start, args=(s,)) for s in servers.values()]
+    threads = [threading.Thread(target=serve, args=(k,), daemon=True) for k in servers]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    for event in ready.values():
+        event.wait()
     try:
         if errors:
             raise errors[0]
@@ -108,6 +117,9 @@ def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                "record": str(tmp / "record"), "golden": golden,
                "layout_uri": f"oci://{tmp / 'car'}@{packed['digest']}"}
     finally:
+        done.set()
+        for t in threads:
+            t.join(timeout=120)
         for server in servers.values():
             server.stop()
         print(f"\ntest_deploy_verify timings (s): {TIMINGS}")
