@@ -622,6 +622,39 @@ def engine_identity() -> dict[str, Any]:
     return {"engine": "vllm", "distribution": None, "version": None}
 
 
+def _run_guidellm_retrying_the_race(tmp: Path, server: VLLMServer, cfg: dict[str, Any], n_levels: int,
+                                    timeout: float) -> None:
+    """guidellm on ``tmp/scenario.json``; guidellm 0.8.1 sometimes finds no measurement window on very
+    short levels (:data:`GUIDELLM_RACE`): then it runs once more."""
+    progress = {"levels": n_levels, "requests_per_level": int(cfg["max_requests"]) if cfg.get("max_requests") else None}
+    try:
+        run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=timeout, **progress)
+    except ShipyardError as err:
+        if GUIDELLM_RACE not in str(err):
+            raise
+        run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=timeout, **progress)
+
+
+def _read_levels(json_path: Path, server: VLLMServer) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """guidellm's JSON report and its load levels; no report, no levels or no successful request
+    at all is one line (the last with vLLM's log tail)."""
+    if not json_path.is_file():
+        raise ShipyardError("guidellm", "wrote no JSON report", "see guidellm.log")
+    report = json.loads(json_path.read_text())
+    levels = parse_guidellm_report(report)
+    if not levels:
+        raise ShipyardError("guidellm", "the report has no benchmarks", "see guidellm.log")
+    total = sum(lv["total"] for lv in levels)
+    ok = sum(lv["successful"] for lv in levels)
+    if ok == 0:
+        first = next((e for lv in levels for e in lv["first_errors"]), "no error text")
+        raise ShipyardError(
+            "benchmark", f"all {total} requests failed (first error: {first}); vLLM: {server.log_tail(3)}",
+            "check the model serves completions (try one request by hand) and request_format",
+        )
+    return report, levels
+
+
 def benchmark_step(
     model_dir: str,
     benchmark_config: str | dict[str, Any] | None,
@@ -683,16 +716,7 @@ def benchmark_step(
                 server.check_engine("a golden-answer request (before the benchmark)", log_name="vllm.log")
                 raise
             bench_started = time.monotonic()
-            progress = {"levels": n_levels, "requests_per_level": int(cfg["max_requests"]) if cfg.get("max_requests") else None}
-            try:
-                run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300,
-                             **progress)
-            except ShipyardError as err:
-                if GUIDELLM_RACE not in str(err):
-                    raise
-                # guidellm 0.8.1 sometimes finds no measurement window on very short levels: run again once
-                run_guidellm(tmp / "scenario.json", tmp / "guidellm.log", server, timeout=n_levels * per_level + 300,
-                             **progress)
+            _run_guidellm_retrying_the_race(tmp, server, cfg, n_levels, timeout=n_levels * per_level + 300)
             bench_seconds = round(time.monotonic() - bench_started, 2)
             server.check_engine("the benchmark's last requests", probe=False, log_name="vllm.log")
             server.check_alive("vLLM server")
@@ -702,20 +726,7 @@ def benchmark_step(
             startup = server.startup_seconds
             # start-up phases from vLLM's own log lines (weight load, engine init: shipyard.serving.startup)
             phases = phases_from_log(server.log_text())
-        if not json_path.is_file():
-            raise ShipyardError("guidellm", "wrote no JSON report", "see guidellm.log")
-        report = json.loads(json_path.read_text())
-        levels = parse_guidellm_report(report)
-        if not levels:
-            raise ShipyardError("guidellm", "the report has no benchmarks", "see guidellm.log")
-        total = sum(lv["total"] for lv in levels)
-        ok = sum(lv["successful"] for lv in levels)
-        if ok == 0:
-            first = next((e for lv in levels for e in lv["first_errors"]), "no error text")
-            raise ShipyardError(
-                "benchmark", f"all {total} requests failed (first error: {first}); vLLM: {server.log_tail(3)}",
-                "check the model serves completions (try one request by hand) and request_format",
-            )
+        report, levels = _read_levels(json_path, server)
         results = {
             "schema": "shipyard.benchmark/v1",
             "model_name": name,
