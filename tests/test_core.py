@@ -161,3 +161,16 @@ def test_one_number_check(value: object, kind: type, bounds: dict, problem: str)
         check_number(value, "field", kind, fix="fix it", **bounds)
     assert (info.value.field, info.value.problem) == ("field", problem)
     assert check_number(None, "field", optional=True) is None and check_number(2, "f", int, minimum=1) == 2
+
+
+@pytest.mark.parametrize(("raw", "problem"), [
+    ("[--max", "is not valid JSON"), ('{"a": 1}', "is not a JSON list of text"), ("[1]", "is not a JSON list of text")])
+def test_eval_vllm_args_variable_is_one_line_before_vllm_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                raw: str, problem: str) -> None:
+    from shipyard.evaluation import lmeval
+    from shipyard.evaluation.config import parse_eval_config
+
+    monkeypatch.setenv("SHIPYARD_EVAL_VLLM_ARGS", raw)
+    with pytest.raises(ShipyardError) as info:
+        lmeval._run_openai(parse_eval_config(""), tmp_path / "no-model", None, tmp_path)
+    assert info.value.field == "SHIPYARD_EVAL_VLLM_ARGS" and info.value.problem.startswith(problem)

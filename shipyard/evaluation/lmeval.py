@@ -30,7 +30,6 @@ import importlib.metadata
 import json
 import logging
 import math
-import os
 import re
 import shutil
 import sys
@@ -40,9 +39,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from shipyard.core.env import env_int
+from shipyard.core.env import env_int, env_str
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, failed_logs_dir, keep_failed_logs, point_at_kept_logs
+from shipyard.core.jsonargs import load_json
 from shipyard.evaluation import cache
 from shipyard.evaluation.config import EvalConfig, parse_eval_config
 from shipyard.models.resolve import check_model_folder
@@ -271,7 +271,12 @@ def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
     from shipyard.serving.vllm_server import VLLMServer
 
     batch = cfg.batch_size if isinstance(cfg.batch_size, int) else 1
-    extra = json.loads(os.environ.get("SHIPYARD_EVAL_VLLM_ARGS", "[]"))
+    try:
+        extra = load_json(env_str("SHIPYARD_EVAL_VLLM_ARGS", "[]"), "SHIPYARD_EVAL_VLLM_ARGS")
+    except ValueError as err:
+        raise ShipyardError("SHIPYARD_EVAL_VLLM_ARGS", f"is not valid JSON ({err})", 'write e.g. ["--max-model-len", "2048"]') from None
+    if not isinstance(extra, list) or not all(isinstance(arg, str) for arg in extra):
+        raise ShipyardError("SHIPYARD_EVAL_VLLM_ARGS", "is not a JSON list of text", 'write e.g. ["--max-model-len", "2048"]')
     serving = contextlib.nullcontext(shared) if shared else VLLMServer(model_dir, served_model_name=SERVED_NAME,
                                                                        extra_args=extra, log_path=logs / VLLM_LOG)
     try:
