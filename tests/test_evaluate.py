@@ -118,7 +118,7 @@ def test_different_config_results_are_refused_by_the_gate(base_run: tuple[dict, 
     assert other["config_hash"] != json.loads((base_dir / "summary.json").read_text())["config_hash"]
     out = run_gate(str(base_dir), str(tmp_path / "other"), "")
     assert out["passed"] is False
-    assert "different configs" in out["reason"] and "limit" in out["reason"]
+    assert "evaluated differently" in out["reason"] and "limit" in out["reason"]
 
 
 def test_user_task_folder(tiny_model: Path, eval_cache: Path, tmp_path: Path) -> None:

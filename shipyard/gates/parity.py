@@ -78,6 +78,7 @@ def check_parity(base: dict[str, Any], candidate: dict[str, Any],
     if base_samples and candidate_samples:
         found += prompt_differences(base_samples, candidate_samples)
     if found:
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        others = [f.split(":", 1)[0] for f in found[1:]]
+        more = f" (also: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})" if others else ""
         raise ShipyardError("eval parity", f"base and candidate were evaluated differently: {found[0]}{more}",
                             "evaluate both with the same eval_config, backend, lm-eval version and chat template")
