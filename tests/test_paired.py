@@ -119,7 +119,7 @@ def test_parity_guard_compares_prompts_question_by_question(tmp_path: Path) -> N
         check_parity(summ, summ, base, cand)
 
 
-@pytest.mark.parametrize("value", ["-1", "\"x\"", "1e999"])
+@pytest.mark.parametrize("value", ["-1", "\"x\"", "2e6"])
 def test_bad_paired_max_loss_is_one_line(tmp_path: Path, value: str) -> None:
     b = _summary(tmp_path / "b", 0.7, 0.02)
     out = run_gate(b, b, '{"paired_max_loss": ' + value + "}")
