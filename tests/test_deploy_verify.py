@@ -154,7 +154,7 @@ def deploy_to(cluster: tuple[K8sDouble, Path], url: str, served: dict[str, Any],
               verify: dict[str, Any]) -> dict[str, Any]:
     double, kubeconfig = cluster
     double.script("llm", ready_after(1, url=url))
-    config = {"prefill_replicas": 1, "verify": verify,
+    config = {"prefill_replicas": 1, "gpu_memory_gib": 80, "verify": verify,
               "apply": {"wait_timeout_s": 10, "poll_s": 0.05, "false_grace_s": 5, "api_timeout_s": 10}}
     return run_deploy(deploy_config=config, manifest_path=str(tmp_path / "manifest.yaml"), dry_run=False,
                       model_dir=served["model_dir"], kubeconfig=str(kubeconfig), candidate=served["record"],
@@ -228,7 +228,7 @@ def test_cli_verify_against_real_servers(served: dict[str, Any], tmp_path: Path,
     assert main([*base, "--url", served["base"].url, "--served-model-name", "llm",
                  "--report-dir", str(tmp_path / "r")]) == 1
     text = capsys.readouterr().out
-    assert text.startswith("FAILED: failed: golden outputs") and "diverges at token" in text
+    assert "\nFAILED: failed: golden outputs" in text and "diverges at token" in text
     assert (tmp_path / "r" / "verification.md").is_file()
 
 
@@ -243,7 +243,7 @@ def test_a_canary_is_verified_at_every_step_through_its_own_url(served: dict[str
     with K8sDouble(groups=FULL_INSTALL_GROUPS) as double:
         seeded(double)
         double.script("llm-canary", ready_after(1, url=served["candidate"].url))
-        config = {"prefill_replicas": 1, "verify": {"checks": ["models", "golden"]},
+        config = {"prefill_replicas": 1, "gpu_memory_gib": 80, "verify": {"checks": ["models", "golden"]},
                   "rollout": {"strategy": "canary", "steps": [50, 100], "route": {"name": "llm-route"}},
                   "apply": {"wait_timeout_s": 10, "poll_s": 0.05, "false_grace_s": 5, "api_timeout_s": 10}}
         started = time.monotonic()
@@ -264,7 +264,7 @@ def test_a_dry_run_can_serve_the_package_itself_and_verify_it(served: dict[str, 
     """deploy_config.verify.dry_run: the modelcar's OCI layout is unpacked, served by a fresh vLLM and
     verified against the champion's golden outputs (the package kept the model intact)."""
     started = time.monotonic()
-    result = run_deploy(deploy_config={"prefill_replicas": 1, "verify": {"dry_run": True, "checks": ["models", "golden"]}},
+    result = run_deploy(deploy_config={"prefill_replicas": 1, "gpu_memory_gib": 80, "verify": {"dry_run": True, "checks": ["models", "golden"]}},
                         manifest_path=str(tmp_path / "m.yaml"), dry_run=True, candidate=served["record"],
                         verify_dir=str(tmp_path / "v"), name="llm", namespace="serving", model_uri=served["layout_uri"])
     TIMINGS["dry_run_package_verify"] = round(time.monotonic() - started, 1)
