@@ -113,7 +113,7 @@ def parse_verify_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
 
 VERIFY_SWITCHES = {"enabled": True, "dry_run": False}
 DRY_RUN_VERIFY_HINT = ("the packaged model was not served and verified on this dry run (it adds a vLLM start and "
-                       "about 2 minutes on CPU): set deploy_config.verify.dry_run=true to serve the package itself "
+                       "the checks: more than a minute on CPU): set deploy_config.verify.dry_run=true to serve the package itself "
                        "and verify it")
 
 
