@@ -5,6 +5,7 @@ model, and the per-adapter accuracy gate inside the candidate's record."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -160,16 +161,22 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
     assert str((adapters / "good").resolve()) in json.dumps(raw["config"]["model_args"]), raw["config"]["model_args"]
     assert base["adapter"]["name"] == "good" and base["adapter"]["digest"] == record["digest"]
     assert base["adapter"]["rank"] == 8 and not base["cached"]
-    assert _ppl(other) > 2 * _ppl(base), (_ppl(other), _ppl(base))  # the scaled adapter really moved the outputs
+    # another adapter's content really moves the outputs (lm-eval applied it): word perplexity of the
+    # random-weight tiny model is ~1e9 either way, so only the size of the change is asserted
+    assert abs(math.log(_ppl(other) / _ppl(base))) > 0.1, (_ppl(other), _ppl(base))
     assert base["scores"] == same["scores"]
-    assert _ppl(worse) > _ppl(base) / 0.99, (_ppl(worse), _ppl(base))
+    # the damaged weights move perplexity by more than the 1% the gate allows; on a random-weight model
+    # the direction depends on the noise, so the better side plays the base and the worse the candidate
+    assert abs(math.log(_ppl(worse) / _ppl(base))) > 0.05, (_ppl(worse), _ppl(base))
 
     results = tmp_path / "eval"
+    better, poorer = ((results / "base", results / "damaged") if _ppl(worse) > _ppl(base)
+                      else (results / "damaged", results / "base"))
     passed = run_adapter_gates(str(results / "base"), str(results / "copy"), "", str(tmp_path / "reports"))
     assert passed["good"]["passed"] and passed["good"]["worst_recovery"] == 1.0, passed
     assert passed["good"]["digest"] == record["digest"]
     assert "Accuracy gate: PASS" in (tmp_path / "reports" / "accuracy-lora-good.md").read_text()
-    failed = run_adapter_gates(str(results / "base"), str(results / "damaged"), "")
+    failed = run_adapter_gates(str(better), str(poorer), "")
     assert not failed["good"]["passed"] and "shipyard_prose_ppl word_perplexity" in failed["good"]["reason"]
     assert failed["good"]["worst_recovery"] < 0.99
     refused = run_adapter_gates(str(results / "base"), str(results / "swapped"), "")
@@ -185,8 +192,8 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
                          candidate_adapters=str(results / "copy"))
     assert ok["passed"] and ok["candidate"]["adapters"]["good"]["passed"], ok["reason"]
     assert "all 1 LoRA adapter accuracy gates passed" in ok["reason"]
-    bad = judge_candidate(**kwargs, out_dir=str(tmp_path / "bad"), base_adapters=str(results / "base"),
-                          candidate_adapters=str(results / "damaged"))
+    bad = judge_candidate(**kwargs, out_dir=str(tmp_path / "bad"), base_adapters=str(better),
+                          candidate_adapters=str(poorer))
     assert not bad["passed"] and bad["reason"].startswith("LoRA adapter good accuracy gate failed"), bad["reason"]
     assert bad["candidate"]["adapters"]["good"]["worst_recovery"] < 0.99
     assert bad["metrics"]["adapters_passed"] == 0.0
