@@ -197,3 +197,22 @@ def test_cli_bad_input_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "url: http://127.0.0.1:9/v1/models is unreachable" in capsys.readouterr().err
     assert main([*base, "--url", "http://127.0.0.1:9", "--min-match-rate", "2"]) == 2
     assert "min_match_rate: 2" in capsys.readouterr().err
+
+
+def test_without_the_vllm_runtime_the_accuracy_slice_and_slo_smoke_are_not_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deploy step runs in the base image: where no vllm runtime exists the two checks that need
+    lm-eval and guidellm say "not checked" (never "passed", and no rollback of a good service for it)."""
+    from shipyard.gates.verify import _accuracy_checks, _slo_checks
+
+    monkeypatch.setenv("SHIPYARD_VENVS", str(tmp_path))  # no runtime venvs here
+    monkeypatch.delenv("SHIPYARD_RUNTIME", raising=False)
+    record = {"accuracy": {"rows": [{"task": "shipyard_capitals_gen", "metric": "exact_match,contains",
+                                     "candidate": 0.5, "candidate_stderr": 0.1}]},
+              "slo": {"thresholds": {"ttft_p99_ms": 1000, "itl_p99_ms": 100}, "metrics": {"highest_load_meeting_slo_rps": 1}},
+              "levels": [{"name": "concurrent@1", "requests_per_s": 1.0}]}
+    cfg = parse_verify_config(None)
+    for checks in (_accuracy_checks("http://x", "m", record, str(tmp_path), cfg),
+                   _slo_checks("http://x", "m", record, str(tmp_path), cfg)):
+        assert [c.compared for c in checks] == [False]
+        assert "not checked: the vllm runtime (lm-eval, guidellm) is not installed" in checks[0].note

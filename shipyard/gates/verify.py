@@ -339,6 +339,19 @@ def slo_smoke(url: str, served_model_name: str, model_dir: str, level: dict[str,
 
 
 # --------------------------------------------------------------------------- checks
+def _no_vllm_runtime() -> str:
+    """Why the vllm runtime (lm-eval, guidellm) cannot run here, or "" when it can (in-process or its venv)."""
+    from shipyard.runtimes.runtime import current_runtime, venv_python
+
+    if current_runtime() == "vllm":
+        return ""
+    try:
+        venv_python("vllm")
+    except ShipyardError as err:
+        return f"the vllm runtime (lm-eval, guidellm) is not installed where this runs ({err.problem})"
+    return ""
+
+
 def _golden_checks(url: str, name: str, golden: dict[str, Any], cfg: dict[str, Any]) -> tuple[Check, dict[str, Any]]:
     prompts = [a["prompt"] for a in golden["answers"]]
     answers = ask_all(api_root(url), name, prompts, max_tokens=int(golden.get("max_tokens") or 16),
@@ -365,6 +378,8 @@ def _accuracy_checks(url: str, name: str, record: dict[str, Any], model_dir: str
     if not rows:
         return [Check(label, None, None, "", None, False, "",
                       f"not checked: the candidate record has no result for {cfg['accuracy_tasks']}", compared=False)]
+    if missing := _no_vllm_runtime():
+        return [Check(label, None, None, "", None, False, "", f"not checked: {missing}", compared=False)]
     from shipyard.runtimes.runtime import run_in_runtime
 
     out = run_in_runtime("vllm", "shipyard.gates.verify:accuracy_slice", url=url, served_model_name=name,
@@ -389,7 +404,7 @@ def _slo_checks(url: str, name: str, record: dict[str, Any], model_dir: str | No
     level = selected_level(record)
     why = ("no model folder (tokenizer) given" if not model_dir else
            "the candidate record has no SLO thresholds" if not thresholds.get("ttft_p99_ms") else
-           "the SLO gate selected no load level" if level is None else "")
+           "the SLO gate selected no load level" if level is None else _no_vllm_runtime())
     if why:
         return [Check("SLO smoke", None, None, "", None, False, "", f"not checked: {why}", compared=False)]
     from shipyard.runtimes.runtime import run_in_runtime
