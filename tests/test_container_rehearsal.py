@@ -136,12 +136,14 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(tiny_model: Path) -> No
         on_disk = json.loads((work / "run-summary.json").read_text())
         # as quiet as the local run (the rest is in kfp-local.log), and the same answer fields
         lines = console.getvalue().splitlines()
+        print(console.getvalue())  # shown when an assertion below fails
         assert len(lines) < 80 and not [line for line in lines if "executor_input" in line or "Executing task" in line]
         assert "Executing task" in (work / "kfp-local.log").read_text()
-        assert on_disk["champion"] and on_disk["promoted"] is True  # applied (dry_run=false), Ready
-        assert on_disk["model_uri"].startswith("oci://") and on_disk["gates"]["candidates"]
         steps = [(s["task"], s["status"], s["error"]) for s in on_disk["steps"]]
         assert summary.status == "SUCCESS", (steps, on_disk["rehearsal"]["problems"])
+        answer = {k: on_disk[k] for k in ("champion", "promoted", "production", "model_uri", "gates")}
+        assert on_disk["champion"] and on_disk["promoted"] is True, answer  # applied (dry_run=false), Ready
+        assert on_disk["model_uri"].startswith("oci://") and on_disk["gates"]["candidates"], answer
         rehearsal = on_disk["rehearsal"]
         assert on_disk["runner"] == "container" and rehearsal["problems"] == []
         assert rehearsal["staged"]["model_uri"].startswith("s3://")
