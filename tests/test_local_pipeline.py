@@ -209,8 +209,9 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     assert package_files == {"package.json", "package.md", "champion-gate.md"}  # never the layout or the weights
     deploy_files = {a.path for a in client.list_artifacts(by_name["deploy [w8a8-int8]"].info.run_id)}
     assert deploy_files == {"manifest.yaml", "deploy.md"}
-    # every report has an extension MLflow's UI previews (its artifact viewer's text/markdown/html sets)
-    previewable = {".md", ".html", ".json", ".yaml", ".yml", ".txt", ".log", ".png"}
+    # every report has an extension MLflow's UI previews (its artifact viewer's text/markdown/html sets;
+    # MLflow 3.17's text set has "jsonl": lm-eval's per-sample logs and garak's report)
+    previewable = {".md", ".html", ".json", ".jsonl", ".yaml", ".yml", ".txt", ".log", ".png"}
     for run in runs:
         for art in client.list_artifacts(run.info.run_id):
             assert art.is_dir or Path(art.path).suffix in previewable, (run.info.run_name, art.path)
