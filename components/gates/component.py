@@ -148,6 +148,8 @@ def select_champion(
             artifact.metadata.update({"champion": out["winner"], "reason": out["reason"]})
         run.log(metrics=out["metrics"], tags={"shipyard.champion": out["winner"] or "none"},
                 artifacts={"candidates.md": report.path, "candidates.html": report_html.path,
-                           "selection.json": os.path.join(decision.path, "selection.json")})
+                           "selection.json": os.path.join(decision.path, "selection.json"),
+                           "frontier.json": os.path.join(decision.path, "frontier.json"),
+                           "decision-record.json": os.path.join(decision.path, "decision-record.json")})
     print(out["reason"], flush=True)
     return out["winner_model_uri"]

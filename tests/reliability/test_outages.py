@@ -40,7 +40,7 @@ from shipyard.core.net import free_port
 from shipyard.gates import registration
 from shipyard.testing.registry import LocalRegistry
 from shipyard.testing.services import MlflowServer
-from shipyard.tracking import outbox, pending
+from shipyard.tracking import outbox, pending, promotion
 from shipyard.tracking import pipeline_runs as track
 from shipyard.tracking.steprun import PENDING_KEY, StepRun, apply_pending
 
@@ -137,7 +137,7 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         assert time.monotonic() - t0 < 3
         # The champion is not deployed unregistered: the gate fails closed, the request is kept.
         t0 = time.monotonic()
-        out = champion.register_champion(url, "outage", kfp_run_id, model, source, "sha256:" + "c" * 64,
+        out = registration.register_champion(url, "outage", kfp_run_id, model, source, "sha256:" + "c" * 64,
                                          str(_selection(tmp_path / "selection")), "hf://org/tiny", 0.0,
                                          str(tmp_path / "decision.md"))
         assert time.monotonic() - t0 < 3
@@ -146,7 +146,7 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         assert "shipyard track replay" in (tmp_path / "decision.md").read_text()
         # A deployment that became Ready during the outage stands; its 'production' alias is kept.
         t0 = time.monotonic()
-        promoted = champion.promote_production(url, "outage", kfp_run_id, deployed, "1", "w8a8-int8",
+        promoted = promotion.promote_production(url, "outage", kfp_run_id, deployed, "1", "w8a8-int8",
                                                json.dumps({"size_bytes": 163e6}))
         assert promoted["aliases"] == {} and promoted["pending"]["version"] == "1" and time.monotonic() - t0 < 3
         # The exit handler keeps the run's final state instead of failing after its retries.
