@@ -449,6 +449,8 @@ ROWS: list[Row] = [
         field="deploy_config.verify.enabled", params=True),
     row("run-deploy-config-verify-unknown", *run_local("--param", 'deploy_config={"verify": {"golden": 3}}'),
         field="deploy_config.verify.golden", params=True),
+    row("run-deploy-config-scaling-list", *run_local("--param", 'deploy_config={"scaling": [1]}'),
+        field="deploy_config.scaling", params=True),
     row("run-deploy-config-labels-list", *run_local("--param", 'deploy_config={"labels": [1]}'),
         field="deploy_config.labels", params=True),
     row("run-deploy-config-namespace-number", *run_local("--param", 'deploy_config={"namespace": 5}'),
@@ -501,8 +503,6 @@ ROWS: list[Row] = [
     row("completion-no-shell", "completion", field="shell"),
     row("images-flavor", "images", "build", "--flavor", "tpu", field="--flavor"),
     row("setup-runtime", "setup", "--runtime", "cuda", field="--runtime"),
-    row("unknown-command", "deplyo", field="deplyo"),
-    row("unknown-top-flag", "--verbose", field="--verbose"),
     # --- verify: the URL, the recorded candidate, the tolerance (a timeout and a wrong served model name: tests/test_verify.py, tests/test_deploy_verify.py)
     row("verify-url-unreachable", *verify(), field="url: http://127.0.0.1:9/v1/models is unreachable", code=3),
     row("verify-url-not-http", *verify(url="127.0.0.1:8000"), field="url"),
@@ -518,6 +518,8 @@ ROWS: list[Row] = [
     row("verify-metrics-url-pool", *verify("--metrics-url", "router=http://x/metrics"), field="--metrics-url"),
     row("verify-config-not-json", *verify("--config", "{slo"), field="--config"),
     row("verify-slo-tolerance-below-1", *verify("--config", '{"slo_tolerance": 0.5}'), field="verify.slo_tolerance"),
+    row("unknown-command", "deplyo", field="deplyo"),
+    row("unknown-top-flag", "--verbose", field="--verbose"),
 ]
 
 
@@ -560,10 +562,10 @@ def _files() -> dict[str, str]:
         "heads-bool.json": json.dumps({**LLAMA, "num_attention_heads": True}),
         "experts-negative.json": json.dumps({**LLAMA, "num_local_experts": -5}),
         "max-pos-negative.json": json.dumps({**LLAMA, "max_position_embeddings": -1}),
-        "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                      "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
         "golden.json": json.dumps({"schema": "shipyard.golden/v1", "answers": [{"prompt": "p", "text": "t"}]}),
         "empty-golden.json": json.dumps({"schema": "shipyard.golden/v1", "answers": []}),
+        "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                      "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
                       "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
     }
 
