@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, UnreachableError
 
 HOST = "127.0.0.1"
 
@@ -74,3 +74,14 @@ def wait_ready(what: str, ready: Callable[[], bool], *, timeout_s: float, interv
                 raise timeout_error()
             raise ShipyardError(what, f"not ready within {timeout_s:.0f} s", f"see {log}" if log else "check the service")
         time.sleep(interval_s)
+
+
+def unreachable(field: str, url: str, err: BaseException, timeout: float) -> UnreachableError:
+    """One line (exit 3) for an HTTP request that got no answer: a timeout, a refused or unknown
+    host, a broken connection. ``err``: the TimeoutError, URLError or OSError that ``urlopen`` raised."""
+    reason = err.reason if isinstance(err, urllib.error.URLError) else err
+    if isinstance(reason, TimeoutError | socket.timeout):
+        return UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
+                                "check the service's health, or raise the timeout")
+    what = reason if isinstance(err, urllib.error.URLError) else type(err).__name__
+    return UnreachableError(field, f"{url} is unreachable ({what})", "check the URL, the port and that the service is up")

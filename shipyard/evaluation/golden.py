@@ -14,15 +14,15 @@ The prompts are the first :data:`DEFAULT_PROMPTS` questions of the offline suite
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
+from shipyard.core.net import unreachable
 
 GOLDEN_FILE = "golden.json"
 SCHEMA = "shipyard.golden/v1"
@@ -51,15 +51,8 @@ def _post(url: str, body: dict[str, Any], timeout: float, field: str) -> dict[st
         detail = err.read().decode("utf-8", errors="replace")[:300].replace("\n", " ")
         raise ShipyardError(field, f"{url} answered HTTP {err.code}: {detail}",
                             "check the served model name and that the service serves /v1/completions") from None
-    except TimeoutError:
-        raise UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
-                            "check the service's health, or raise the timeout") from None
-    except urllib.error.URLError as err:
-        if isinstance(err.reason, TimeoutError | socket.timeout):
-            raise UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
-                                "check the service's health, or raise the timeout") from None
-        raise UnreachableError(field, f"{url} is unreachable ({err.reason})",
-                               "check the URL, the port and that the service is up") from None
+    except (TimeoutError, urllib.error.URLError) as err:
+        raise unreachable(field, url, err, timeout) from None
     except (OSError, ValueError) as err:
         raise ShipyardError(field, f"{url} gave no JSON answer ({type(err).__name__}: {err})",
                             "point the URL at an OpenAI-compatible server") from None

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import tempfile
 import time
 import urllib.error
@@ -44,9 +43,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.jsonargs import json_object
+from shipyard.core.net import unreachable
 from shipyard.core.report import Check, Doc, GateReport, level_label
 from shipyard.evaluation.golden import ask_all, check_golden, compare_golden, load_golden
 
@@ -156,18 +156,8 @@ def _get(url: str, timeout: float, field: str) -> tuple[int, str]:
             return resp.status, resp.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode("utf-8", errors="replace")
-    except TimeoutError:
-        raise UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
-                            "check the service's health, or raise the timeout") from None
-    except urllib.error.URLError as err:
-        if isinstance(err.reason, TimeoutError | socket.timeout):
-            raise UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
-                                "check the service's health, or raise the timeout") from None
-        raise UnreachableError(field, f"{url} is unreachable ({err.reason})",
-                               "check the URL, the port and that the service is up") from None
-    except OSError as err:
-        raise UnreachableError(field, f"{url} is unreachable ({type(err).__name__})",
-                               "check the URL, the port and that the service is up") from None
+    except (OSError, urllib.error.URLError) as err:  # TimeoutError and URLError are OSErrors too
+        raise unreachable(field, url, err, timeout) from None
 
 
 def served_models(url: str, timeout: float = 30.0) -> list[str]:
