@@ -681,12 +681,12 @@ def benchmark_step(
     cfg = parse_benchmark_config(benchmark_config)
     if not (Path(model_dir) / "config.json").is_file():
         raise ShipyardError("model", f"{model_dir} has no config.json", "pass a Hugging Face model folder")
-    plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
-    if cache and shared is None:
+    if cache and shared is None:  # before the planner: a hit needs no plan, a miss plans in the call below
         scan = safety_config(safety)
         keyed = {**cfg, "safety": scan} if scan["probes"] else cfg
         return _cached_benchmark(model_dir, keyed, out_dir, summary_path, origin,
                                  lambda: benchmark_step(model_dir, cfg, out_dir, summary_path, model_name, safety=safety))
+    plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
     name = shared.served_model_name if shared else (model_name or Path(model_dir).name or "model")
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
     # on failure vllm.log and guidellm.log stay in <out_dir>.failed-logs/, and the error names it
