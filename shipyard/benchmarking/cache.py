@@ -35,16 +35,19 @@ META = "cache-meta.json"
 
 
 def hardware_fingerprint() -> dict[str, Any]:
-    """GPU product and count (``nvidia-smi``), else the CPU's model, cores and kernel-relevant flags."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout.split("\n")
-        gpus = [g.strip() for g in out if g.strip()]
-        if gpus:
-            return {"gpu": gpus[0], "gpu_count": len(gpus)}
-    except (OSError, subprocess.SubprocessError):
-        pass
-    from shipyard.serving.vllm_server import cpu_info
+    """GPU product and count (``nvidia-smi``), else the CPU's model, cores and kernel-relevant flags;
+    GPU or CPU as the benchmark itself decides (:func:`~shipyard.serving.vllm_server.has_gpu`)."""
+    from shipyard.serving.vllm_server import cpu_info, has_gpu
+
+    if has_gpu():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=10, check=True).stdout.split("\n")
+            gpus = [g.strip() for g in out if g.strip()]
+            if gpus:
+                return {"gpu": gpus[0], "gpu_count": len(gpus)}
+        except (OSError, subprocess.SubprocessError):
+            pass
 
     info = cpu_info()
     return {"cpu": info.get("model"), "cores": info.get("cores"), "flags": info.get("flags")}
