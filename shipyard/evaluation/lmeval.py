@@ -377,13 +377,13 @@ def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str 
 
     manager = task_manager_for(cfg)
     start = time.perf_counter()
-    def runner(*args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return _run_hf(*args, adapter=adapter_path) if cfg.backend == "hf" else _run_openai(*args, shared=server)
-
     logs = Path(tempfile.mkdtemp(prefix="shipyard-eval-logs-"))
     try:
         with eval_logs(logs):
-            raw, runtime = runner(cfg, model, manager, logs)
+            if cfg.backend == "hf":
+                raw, runtime = _run_hf(cfg, model, manager, logs, adapter=adapter_path)
+            else:
+                raw, runtime = _run_openai(cfg, model, manager, logs, shared=server)
     except BaseException as err:
         # lm-eval's log (and vLLM's) stay in <out_dir>.failed-logs/, and the one-line error says where
         point_at_kept_logs(err, keep_failed_logs(logs, out, (EVAL_LOG, VLLM_LOG)))
