@@ -186,6 +186,11 @@ def test_a_ready_service_serving_the_candidate_passes_and_production_moves(
     assert json.loads(stored["metadata"]["annotations"][LAST_GOOD])["spec"]["model"]["uri"] == NEW
     allowed, _ = promotion_allowed(result, dry_run=False)
     assert allowed
+    record = json.loads((tmp_path / "verify" / "decision-record.json").read_text())  # issue 22 §2
+    assert record["champion"] == "w4a16" and record["verification"]["outcome"] == "passed"
+    assert record["verification"]["golden"]["match_rate"] == 1.0 and record["deployment"]["status"] == "Ready"
+    assert any(c["name"].startswith("accuracy shipyard_capitals_gen") and c["compared"]
+               for c in record["verification"]["checks"])
     promote_production(url, experiment, kfp_run, name, "2", "w4a16")
     assert MlflowClient(url).get_model_version_by_alias(name, "production").version == "2"
 
@@ -215,6 +220,10 @@ def test_a_wrong_model_fails_on_golden_outputs_rolls_back_and_production_stays(
     markdown = (tmp_path / "verify" / "verification.md").read_text()
     assert "expected (candidate)" in markdown and "got (service)" in markdown
     assert repr(first["expected"]).replace("|", "\\|") in markdown  # the diverging outputs are named
+    record = json.loads((tmp_path / "verify" / "decision-record.json").read_text())  # issue 22 §2
+    assert record["verification"]["outcome"] == "failed"
+    assert record["verification"]["failed_checks"] == ["golden outputs (exact-match rate)"]
+    assert record["deployment"]["status"] == "failed (rolled back)" and "golden outputs" in record["deployment"]["error"]
 
 
 def test_cli_verify_against_real_servers(served: dict[str, Any], tmp_path: Path,

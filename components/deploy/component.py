@@ -18,6 +18,7 @@ def deploy(
     manifest: Output[Artifact],
     summary: Output[Markdown],
     verification: Output[Markdown],
+    decision_record: Output[Artifact],
     model: Input[Model] = None,
     decision: Input[Markdown] = None,
     selection: Input[Artifact] = None,
@@ -47,6 +48,9 @@ def deploy(
         verification: The verification of the Ready service against the champion's record (golden outputs,
             accuracy slice, SLO smoke, P/D pool metrics), or why none ran. A failed verification rolls back
             and fails the run; 'production' then stays where it was.
+        decision_record: The champion's decision record (select_champion's decision-record.json) with this
+            deploy's verification (passed, failed or not run, every check) and outcome; also logged to the
+            step's MLflow run, failed or not.
         decision: Optional champion/challenger decision (metadata: uri, version, recipe, headline); when
             given with model_name, the version gets 'production' (the old one 'previous') once the
             deployment is Ready, and the pipeline's MLflow run the champion's headline figures. A
@@ -81,6 +85,7 @@ def deploy(
                          "model_name": model_name, "version": str(champion.get("version", ""))}) as run:
         checked = tempfile.mkdtemp(prefix="shipyard-verify-")
         report = os.path.join(checked, "verification.md")
+        record = os.path.join(checked, "decision-record.json")
         try:
             result = call_step(
                 "base",
@@ -102,7 +107,8 @@ def deploy(
                 shutil.copyfile(report, verification.path)
                 print(open(report, encoding="utf-8").read(), flush=True)
                 run.log(tags={"shipyard.verify.passed": "false"},
-                        artifacts={"verification.md": report, "verification.json": os.path.join(checked, "verification.json")})
+                        artifacts={"verification.md": report, "verification.json": os.path.join(checked, "verification.json"),
+                                   "decision-record.json": record})
             raise
         manifest.metadata.update({k: result[k] for k in ("name", "namespace", "kinds", "mode", "status", "planned")})
         checks = result.get("verification") or {}
@@ -113,6 +119,13 @@ def deploy(
             with open(verification.path, "w", encoding="utf-8") as fh:
                 fh.write(f"# deployment verification: not run\n\n{checks.get('why', '')}\n")
         files = {"manifest.yaml": manifest.path, "deploy.md": summary.path}
+        if os.path.isfile(record):
+            shutil.copyfile(record, decision_record.path)
+            decision_record.metadata.update({"verification": verification.metadata.get("passed", "not run")})
+            files["decision-record.json"] = record
+        else:
+            with open(decision_record.path, "w", encoding="utf-8") as fh:
+                json.dump({"verification": {"outcome": "not run", "why": "no champion record reached the step"}}, fh)
         figures: dict = {}
         if checks.get("ran"):
             files.update({"verification.md": report, "verification.json": os.path.join(checked, "verification.json")})

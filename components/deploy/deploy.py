@@ -66,7 +66,8 @@ def run_deploy(
     once the service is Ready it is verified against it (:func:`shipyard.gates.verify.verify_service`,
     reports in ``verify_dir``) before anything else; a failed or interrupted verification rolls
     back like a deployment that never became Ready and raises. ``result["verification"]`` says
-    what ran (``{"ran": False, "why": ...}`` when nothing did)."""
+    what ran (``{"ran": False, "why": ...}`` when nothing did). Passed, failed or not run, the
+    verification goes into ``verify_dir/decision-record.json`` (:func:`write_decision_record`)."""
     params, options = split_apply_options(deploy_config)
     verify_opts = split_verify_options(params)  # pops "verify": checked before anything is rendered
     rollout = split_rollout_options(params)  # pops "rollout": replace (in place) or canary
@@ -114,75 +115,122 @@ def run_deploy(
     result["verification"] = verification
     result["sizing"] = sizing
     result["engine"] = serving_engine(docs, candidate)
-    if dry_run:
-        if record is not None and verify_opts["dry_run"]:
-            out = verify_package(cfg.model_uri, served, record, adapters, verify_opts["settings"], verify_dir)
-            verification.update(ran=True, passed=out["passed"], reason=out["reason"], where="the package, served locally")
+    failure = ""
+    try:
+        if dry_run:
+            if record is not None and verify_opts["dry_run"]:
+                out = verify_package(cfg.model_uri, served, record, adapters, verify_opts["settings"], verify_dir)
+                verification.update(ran=True, passed=out["passed"], reason=out["reason"], where="the package, served locally")
+                if not out["passed"]:
+                    raise ShipyardError("verification", f"the packaged model {out['reason']}",
+                                        "the package does not serve what was gated: see verification.md")
+            elif wanted:
+                verification["why"] = "dry run: " + DRY_RUN_VERIFY_HINT
+                print(f"deploy: {DRY_RUN_VERIFY_HINT}", flush=True)
+            if summary_path:
+                atomic_write_text(summary_path, deployment_markdown(result, docs, text))
+            return result
+        from shipyard.serving.kserve.apply import Kube, api_client, deploy
+
+        def check(url: str) -> None:
+            from shipyard.gates.verify import verify_service
+
+            assert record is not None
+            out = verify_service(url, served, record, model_dir=model_dir, lora_adapters=adapters,
+                                 config=verify_opts["settings"], report_dir=verify_dir)
+            verification.update(ran=True, passed=out["passed"], reason=out["reason"], where=url,
+                                failed_checks=out["failed_checks"], golden=_golden_figures(out))
             if not out["passed"]:
-                raise ShipyardError("verification", f"the packaged model {out['reason']}",
-                                    "the package does not serve what was gated: see verification.md")
-        elif wanted:
-            verification["why"] = "dry run: " + DRY_RUN_VERIFY_HINT
-            print(f"deploy: {DRY_RUN_VERIFY_HINT}", flush=True)
+                raise ShipyardError("verification", f"{url} {out['reason']}",
+                                    "the deployed service does not serve what was gated: see verification.md")
+
+        kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
+        waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
+        try:
+            if rollout["strategy"] == "canary":
+                from shipyard.serving.kserve.rollout import canary_names, canary_rollout
+
+                svc_res = kube.resource(docs[0]["apiVersion"], docs[0]["kind"])
+                current, new = canary_names(cfg.name, lambda n: kube.get(svc_res, n, cfg.namespace) is not None)
+                new_cfg = parse_config(params, **{**overrides, "name": new})
+                old_pool, new_pool = parse_config(params, **{**overrides, "name": current}).pool_name, new_cfg.pool_name
+                if not old_pool or not new_pool or old_pool == new_pool:
+                    raise ShipyardError("deploy_config.rollout", "a canary needs each service's own InferencePool "
+                                        f"(router.scheduler managed), got {old_pool!r} and {new_pool!r}",
+                                        'use the managed scheduler, or {"strategy": "replace"}')
+                docs = render(new_cfg, model_config)
+                require_valid(docs)
+                text = to_yaml(docs)
+                if manifest_path != "-":
+                    atomic_write_text(manifest_path, text)
+                steps: list[dict[str, Any]] = []
+
+                def check_step(url: str, weight: int) -> None:
+                    if record is not None:
+                        check(url)
+                    steps.append({"weight": weight, "verified": record is not None})
+
+                out = canary_rollout(docs, kube, current=current, old_pool=old_pool, new_pool=new_pool,
+                                     route_name=rollout["route"]["name"],
+                                     route_namespace=rollout["route"]["namespace"] or cfg.namespace,
+                                     steps=rollout["steps"], check=check_step if record is not None else None,
+                                     deploy_options=waits)
+                result.update(name=new, url=out["url"], status=out["status"], generation=out["generation"],
+                              rollout={"strategy": "canary", "replaced": current, "route": out["route"],
+                                       "steps": out["steps"], "verified_steps": steps})
+            else:
+                outcome = deploy(docs, kube, **waits, verify=check if record is not None else None)
+                result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
+        finally:
+            kube.close()
         if summary_path:
             atomic_write_text(summary_path, deployment_markdown(result, docs, text))
         return result
-    from shipyard.serving.kserve.apply import Kube, api_client, deploy
-
-    def check(url: str) -> None:
-        from shipyard.gates.verify import verify_service
-
-        assert record is not None
-        out = verify_service(url, served, record, model_dir=model_dir, lora_adapters=adapters,
-                             config=verify_opts["settings"], report_dir=verify_dir)
-        verification.update(ran=True, passed=out["passed"], reason=out["reason"], where=url,
-                            failed_checks=out["failed_checks"], golden=_golden_figures(out))
-        if not out["passed"]:
-            raise ShipyardError("verification", f"{url} {out['reason']}",
-                                "the deployed service does not serve what was gated: see verification.md")
-
-    kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
-    waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
-    try:
-        if rollout["strategy"] == "canary":
-            from shipyard.serving.kserve.rollout import canary_names, canary_rollout
-
-            svc_res = kube.resource(docs[0]["apiVersion"], docs[0]["kind"])
-            current, new = canary_names(cfg.name, lambda n: kube.get(svc_res, n, cfg.namespace) is not None)
-            new_cfg = parse_config(params, **{**overrides, "name": new})
-            old_pool, new_pool = parse_config(params, **{**overrides, "name": current}).pool_name, new_cfg.pool_name
-            if not old_pool or not new_pool or old_pool == new_pool:
-                raise ShipyardError("deploy_config.rollout", "a canary needs each service's own InferencePool "
-                                    f"(router.scheduler managed), got {old_pool!r} and {new_pool!r}",
-                                    'use the managed scheduler, or {"strategy": "replace"}')
-            docs = render(new_cfg, model_config)
-            require_valid(docs)
-            text = to_yaml(docs)
-            if manifest_path != "-":
-                atomic_write_text(manifest_path, text)
-            steps: list[dict[str, Any]] = []
-
-            def check_step(url: str, weight: int) -> None:
-                if record is not None:
-                    check(url)
-                steps.append({"weight": weight, "verified": record is not None})
-
-            out = canary_rollout(docs, kube, current=current, old_pool=old_pool, new_pool=new_pool,
-                                 route_name=rollout["route"]["name"],
-                                 route_namespace=rollout["route"]["namespace"] or cfg.namespace,
-                                 steps=rollout["steps"], check=check_step if record is not None else None,
-                                 deploy_options=waits)
-            result.update(name=new, url=out["url"], status=out["status"], generation=out["generation"],
-                          rollout={"strategy": "canary", "replaced": current, "route": out["route"],
-                                   "steps": out["steps"], "verified_steps": steps})
-        else:
-            outcome = deploy(docs, kube, **waits, verify=check if record is not None else None)
-            result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
+    except BaseException as err:
+        failure = f"{type(err).__name__}: {err}" if not isinstance(err, ShipyardError) else str(err)
+        raise
     finally:
-        kube.close()
-    if summary_path:
-        atomic_write_text(summary_path, deployment_markdown(result, docs, text))
-    return result
+        write_decision_record(candidate, verify_dir, result, cfg.model_uri, dry_run, failure)
+
+
+def write_decision_record(candidate: str | None, verify_dir: str | None, result: dict[str, Any], model_uri: str,
+                          dry_run: bool, failure: str = "") -> str | None:
+    """Write ``verify_dir/decision-record.json``: the champion's decision record (select_champion's
+    ``decision-record.json`` in the ``candidate`` folder, or a new one for a promoted candidate) with
+    this deploy's verification and outcome (:func:`shipyard.gates.selection.with_verification`),
+    passed, failed or not run. ``failure``: the error the deploy ended with (a failed verification
+    rolled back). Returns the path; None without a champion record or a report folder."""
+    if not candidate or not verify_dir:
+        return None
+    from shipyard.gates.selection import DECISION_RECORD, with_verification
+    from shipyard.gates.verify import REPORT_JSON
+
+    path = Path(candidate)
+    record, champion = None, ""
+    try:
+        if path.is_dir() and (path / DECISION_RECORD).is_file():
+            record = json.loads((path / DECISION_RECORD).read_text())
+        else:
+            file = path / "candidate.json" if path.is_dir() else path
+            champion = str(json.loads(file.read_text()).get("recipe") or "")
+    except (OSError, ValueError, AttributeError):
+        record = None
+    report = Path(verify_dir) / REPORT_JSON
+    checks = None
+    if (result.get("verification") or {}).get("ran") and report.is_file():
+        try:
+            checks = json.loads(report.read_text())["report"]["checks"]
+        except (OSError, ValueError, KeyError, TypeError):
+            checks = None
+    status = result.get("status", "") if not failure else ("failed (rolled back)" if not dry_run else "failed")
+    deployment = {"champion": champion, "name": result.get("name"), "namespace": result.get("namespace"),
+                  "model_uri": model_uri, "dry_run": dry_run, "status": status, "url": result.get("url", ""),
+                  "error": failure, "rollout": result.get("rollout")}
+    out = Path(verify_dir) / DECISION_RECORD
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(with_verification(record, result.get("verification") or {}, deployment, checks),
+                                      indent=2, default=str))
+    return str(out)
 
 
 def promotion_allowed(result: dict[str, Any], dry_run: bool) -> tuple[bool, str]:
@@ -326,11 +374,6 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
                     if bench.get("version") else "not recorded")
         lines.append(f"| serving engine | `{engine['serving']['image']}` ({engine['serving']['source']}) |")
         lines.append(f"| engine the SLO gate benchmarked | {measured} |")
-    check = result.get("verification") or {}
-    if check:
-        said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))
-                if check.get("ran") else f"not run ({check.get('why', '')})")
-        lines.append(f"| verification | {said.replace('|', '/')} |")
     check = result.get("verification") or {}
     if check:
         said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))

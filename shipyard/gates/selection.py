@@ -410,6 +410,30 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
     }
 
 
+DECISION_RECORD = "decision-record.json"
+
+
+def with_verification(record: dict[str, Any] | None, verification: dict[str, Any], deployment: dict[str, Any],
+                      checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The decision record with the deploy step's outcome: ``verification`` (ran, passed, reason or why
+    it did not run, where, the failed checks, the golden match and every check's row) and
+    ``deployment`` (name, namespace, status, URL, rollout). ``record`` is select_champion's
+    decision-record.json, or None (the promote pipeline has no selection: a record naming the
+    champion is started here). A check that was not compared keeps ``compared: false``."""
+    out = dict(record) if record else {"schema": DECISION_SCHEMA, "champion": deployment.get("champion", ""),
+                                       "why": "promoted candidate (no selection in this run)"}
+    keep = ("ran", "passed", "reason", "why", "where", "failed_checks", "golden")
+    section: dict[str, Any] = {k: verification[k] for k in keep if k in verification}
+    section["outcome"] = ("passed" if verification.get("passed") else "failed") if verification.get("ran") \
+        else "not run"
+    if checks is not None:
+        section["checks"] = [{k: c.get(k) for k in ("name", "measured", "reference", "threshold", "passed", "compared", "note")}
+                             for c in checks]
+    out["verification"] = section
+    out["deployment"] = {k: v for k, v in deployment.items() if k != "champion"}
+    return out
+
+
 def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, report_md: str, report_html_path: str) -> dict[str, Any]:
     """Read every candidate record, select, write ``selection.json`` and both reports.
 
@@ -435,7 +459,7 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
                       "source": "tuning search" if (winner.get("tuning") or {}).get("points") else "benchmark defaults"}
     atomic_write_text(out / "selection.json", json.dumps(doc, indent=2, default=str))
     atomic_write_text(out / "frontier.json", json.dumps(front, indent=2, default=str))
-    atomic_write_text(out / "decision-record.json", json.dumps(decision_record(result, candidates, front, doc),
+    atomic_write_text(out / DECISION_RECORD, json.dumps(decision_record(result, candidates, front, doc),
                                                                  indent=2, default=str))
     metrics = {"candidates": float(len(candidates)), "passed": float(sum(bool(c.get("passed")) for c in candidates))}
     value = objective_value(winner, result["objective"]) if winner else None
