@@ -52,6 +52,7 @@ def test_main_pipeline_tasks_and_runtimes(compiled: dict[str, list[dict]]) -> No
     }
     assert image_of["compress"] == runtime_image("compress")
     assert image_of["resolve-model"] == runtime_image("compress")
+    assert image_of["deploy"] == runtime_image("vllm")  # lm-eval and guidellm for the verification
     for image in image_of.values():
         assert image.split("/")[-1].startswith("shipyard-")
         assert ":latest" not in image

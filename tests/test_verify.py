@@ -201,8 +201,9 @@ def test_cli_bad_input_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_without_the_vllm_runtime_the_accuracy_slice_and_slo_smoke_are_not_checked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deploy step runs in the base image: where no vllm runtime exists the two checks that need
-    lm-eval and guidellm say "not checked" (never "passed", and no rollback of a good service for it)."""
+    """Where no vllm runtime exists (``shipyard verify`` from a bare environment; the deploy step itself runs
+    in the vllm runtime) the two checks that need lm-eval and guidellm say "not checked" (never "passed",
+    and no rollback of a good service for it)."""
     from shipyard.gates.verify import _accuracy_checks, _slo_checks
 
     monkeypatch.setenv("SHIPYARD_VENVS", str(tmp_path))  # no runtime venvs here

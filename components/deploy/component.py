@@ -1,4 +1,8 @@
-"""KFP wrapper of the deploy step (runtime: base)."""
+"""KFP wrapper of the deploy step (runtime: vllm).
+
+The vllm runtime, not base: the verification of the Ready service runs lm-eval (the accuracy slice)
+and guidellm (the SLO smoke), which only the vllm runtime has, and a container cannot reach another
+image's venv; the runtime also has the Kubernetes and MLflow clients the apply and the aliases use."""
 
 from typing import NamedTuple
 
@@ -8,7 +12,7 @@ from kfp.dsl import Artifact, Input, Markdown, Model, Output
 from shipyard.runtimes.runtime import runtime_image
 
 
-@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+@dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
 def deploy(
     model_uri: str,
     name: str,
@@ -73,6 +77,7 @@ def deploy(
     import tempfile
     from collections import namedtuple
 
+    from shipyard.components.deploy.deploy import promotion_allowed
     from shipyard.runtimes.runtime import call_step
     from shipyard.tracking.steprun import StepRun
 
@@ -88,7 +93,7 @@ def deploy(
         record = os.path.join(checked, "decision-record.json")
         try:
             result = call_step(
-                "base",
+                "vllm",
                 "shipyard.components.deploy.deploy:run_deploy",
                 deploy_config=deploy_config,
                 manifest_path=manifest.path,
@@ -140,10 +145,9 @@ def deploy(
                       "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"},
                 metrics=figures, artifacts=files)
         # nothing is promoted on a verification that did not run, unless the user switched it off
-        verified, why = call_step("base", "shipyard.components.deploy.deploy:promotion_allowed",
-                                  result=result, dry_run=dry_run)
+        verified, why = promotion_allowed(result, dry_run)
         if champion and model_name and verified:
-            out = call_step("base", "shipyard.tracking.promotion:promote_production", tracking_uri=tracking_uri,
+            out = call_step("vllm", "shipyard.tracking.promotion:promote_production", tracking_uri=tracking_uri,
                             experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                             version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
                             headline_json=str(champion.get("headline", "{}")), dry_run=dry_run)
