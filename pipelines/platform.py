@@ -1,6 +1,6 @@
-"""Kubernetes settings for pipeline steps: GPU, node selection, shared memory, and the cluster
-contract (which step gets which secret, registry credentials, PVCs; caching off for steps with
-side effects).
+"""Kubernetes settings for pipeline steps: GPU, node selection, shared memory, disk, and the
+cluster contract (which step gets which secret, registry credentials, PVCs; caching off for steps
+with side effects).
 
 Loaded from ``pipelines/cluster.yaml`` (or ``SHIPYARD_CLUSTER_CONFIG``) at compile time and
 written into the pipeline's platform spec through kfp-kubernetes. ``kfp.local`` ignores the
@@ -19,7 +19,7 @@ import yaml
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
 
-from shipyard.core.contract import CONTRACT_ANNOTATION, ENV_CONTRACT
+from shipyard.core.contract import CONTRACT_ANNOTATION, ENV_CONTRACT, ENV_EPHEMERAL_STORAGE, disk_needed
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
 
@@ -61,6 +61,7 @@ _CLUSTER_SCHEMA: dict[str, Any] = {
     "registry_secret_volume": {"secret": str, "mount_path": str, "env": str, **_STEPS},
     "pvc": {"mount_root": str, "claims": list, "steps": list},
     "service_account": {"name": str, "role": str, "steps": list},
+    "ephemeral_storage": {"size": _QTY, **_STEPS},
     "layout": str,
     "layouts": ("each", dict),
     "candidate_parallelism": int,
@@ -176,6 +177,10 @@ def _contract(task: PipelineTask, cfg: dict[str, Any]) -> None:
         for claim in pvc.get("claims") or []:
             kubernetes.mount_pvc(task, pvc_name=str(claim), mount_path=f"{root}/{claim}")
         task.set_env_variable("SHIPYARD_PVC_ROOT", root)  # where the step looks for pvc://CLAIM/path
+    if step == DISK_CHECK_STEP and ephemeral_storage(cfg):
+        # resolve-model knows the model's size: it fails before any GPU work when a later step's
+        # request cannot hold it (core.contract.check_model_fits_disk)
+        task.set_env_variable(ENV_EPHEMERAL_STORAGE, json.dumps(ephemeral_storage(cfg), sort_keys=True))
     # The annotation tells the step, through the downward API, which secret and key feed each
     # variable (for its error messages) and that it runs in a cluster (SHIPYARD_CONTRACT set).
     kubernetes.add_pod_annotation(task, CONTRACT_ANNOTATION, json.dumps({"step": step, "env": sources},
@@ -183,6 +188,37 @@ def _contract(task: PipelineTask, cfg: dict[str, Any]) -> None:
     kubernetes.use_field_path_as_env(task, ENV_CONTRACT, f"metadata.annotations['{CONTRACT_ANNOTATION}']")
     if step in ALWAYS_RUN_STEPS:
         task.set_caching_options(False)
+
+
+#: KFP 2.17's IR has no ephemeral-storage field; its accelerator resource is a free resource
+#: name that the driver writes as ``limits[<name>] = <count>`` (a quantity), and Kubernetes sets a
+#: request equal to a limit given alone. The steps that get it are CPU steps: the slot is free.
+EPHEMERAL_STORAGE_RESOURCE = "ephemeral-storage"
+#: the step that knows the model's size first, and checks it against the requests
+DISK_CHECK_STEP = "resolve-model"
+
+
+def ephemeral_storage(cfg: dict[str, Any]) -> dict[str, int]:
+    """Step -> bytes of ephemeral storage it requests (``ephemeral_storage`` in cluster.yaml)."""
+    from shipyard.serving.kserve.config import parse_quantity
+
+    section = cfg.get("ephemeral_storage") or {}
+    if not section.get("size"):
+        return {}
+    size = int(parse_quantity(section["size"], "cluster_config ephemeral_storage.size"))
+    steps = [str(s) for s in section.get("steps") or []]
+    for step in steps:
+        if size < disk_needed(step, 0):
+            raise ShipyardError("cluster_config ephemeral_storage.size", f"{section['size']!r} leaves {step} no room "
+                                "for a model", 'give the model room, e.g. "40Gi" (see docs/cluster-contract.md)')
+    return {step: size for step in steps}
+
+
+def _request_ephemeral_storage(task: PipelineTask, cfg: dict[str, Any]) -> None:
+    size = ephemeral_storage(cfg).get(step_name(task))
+    if size:
+        task.set_accelerator_type(EPHEMERAL_STORAGE_RESOURCE)
+        task.set_accelerator_limit(size)
 
 
 def _common(task: PipelineTask, cfg: dict[str, Any], section: dict[str, Any]) -> None:
@@ -201,6 +237,9 @@ def on_gpu(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
     """Run ``task`` on a GPU node: accelerator, node selector, tolerations, /dev/shm, secrets."""
     cfg = load_cluster_config(config_path)
     gpu = cfg.get("gpu") or {}
+    if step_name(task) in ephemeral_storage(cfg):
+        raise ShipyardError("cluster_config ephemeral_storage.steps", f"{step_name(task)} runs on a GPU node, whose "
+                            "accelerator request holds the GPU", "list only CPU steps (package-champion, deploy)")
     _common(task, cfg, gpu)
     task.set_accelerator_type(str(gpu.get("accelerator_type", "nvidia.com/gpu")))
     task.set_accelerator_limit(int(gpu.get("accelerator_count", 1)))
@@ -218,4 +257,5 @@ def on_cpu(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
     """Run ``task`` on an ordinary node with the configured requests and secrets."""
     cfg = load_cluster_config(config_path)
     _common(task, cfg, cfg.get("cpu") or {})
+    _request_ephemeral_storage(task, cfg)
     return task

@@ -493,3 +493,109 @@ def test_the_benchmark_runtime_names_its_engine() -> None:
 
     here = engine_identity()  # the base runtime has no vLLM
     assert here["version"] is None or here["version"] == version(here["distribution"])
+
+
+# -- disk: the steps that hold a whole model request ephemeral storage ----------------------------
+
+def _doc_disk_rows() -> dict[str, tuple[str, int]]:
+    """step -> (request cell, copies of the model) of the contract page's disk table."""
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[3] == "resolve-model":
+            rows[cells[0]] = (cells[1], int(cells[2].split()[0]))
+    return rows
+
+
+def test_steps_that_hold_a_model_request_ephemeral_storage(
+        compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """package-champion and deploy keep the model (and the modelcar layout) in KFP's artifact
+    emptyDirs: each requests ephemeral_storage.size in the IR field KFP's driver turns into
+    ``limits[ephemeral-storage]`` (the accelerator's resourceType and resourceCount, a quantity),
+    resolve-model is told the requests, and cluster.yaml, the contract page and the copies the
+    check counts agree."""
+    from shipyard.serving.kserve.config import parse_quantity
+
+    section = CLUSTER["ephemeral_storage"]
+    size = int(parse_quantity(section["size"], "size"))
+    assert set(section["steps"]) == set(contract.MODEL_COPIES) == set(_doc_disk_rows())
+    for step, (cell, copies) in _doc_disk_rows().items():
+        assert cell == f"`ephemeral_storage.size` ({section['size']})" and copies == contract.MODEL_COPIES[step], step
+    seen = set()
+    for spec, platform in compiled.values():
+        steps = {step for step, _ in _executors(spec, platform).values()}
+        for label, (step, _) in _executors(spec, platform).items():
+            container = spec["deploymentSpec"]["executors"][label]["container"]
+            accelerator = (container.get("resources") or {}).get("accelerator") or {}
+            if step in section["steps"]:
+                assert accelerator["resourceType"] == "ephemeral-storage", step
+                assert int(accelerator["resourceCount"]) == size, step
+                seen.add(step)
+            else:
+                assert accelerator.get("resourceType") != "ephemeral-storage", step
+            env = {e["name"]: e["value"] for e in container.get("env", [])}
+            if step == "resolve-model":
+                assert json.loads(env[contract.ENV_EPHEMERAL_STORAGE]) == {
+                    s: size for s in section["steps"]}, "every listed step, in every pipeline"
+        assert "resolve-model" in steps
+    assert seen == set(section["steps"])
+
+
+def test_resolve_model_stops_a_model_the_later_steps_cannot_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The real resolve-model step on a 3 MiB model: package-champion keeps 2 copies + 2 GiB, so a
+    request 1 MiB short of that ends the step with one line naming the size to set; 1 MiB more
+    passes. Outside a cluster (no SHIPYARD_EPHEMERAL_STORAGE) nothing is checked."""
+    from kfp.dsl import Model
+
+    from shipyard.components.resolve.component import resolve_model
+
+    source = tmp_path / "m"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    (source / "model.safetensors").write_bytes(b"\0" * (3 * 1024**2 - (source / "config.json").stat().st_size))
+    need = 2 * 3 * 1024**2 + contract.DISK_MARGIN_BYTES
+
+    def run(request: int | None, out: str) -> None:
+        if request is None:
+            monkeypatch.delenv(contract.ENV_EPHEMERAL_STORAGE, raising=False)
+        else:
+            monkeypatch.setenv(contract.ENV_EPHEMERAL_STORAGE, json.dumps({"package-champion": request}))
+        resolve_model.python_func(model_uri=str(source), model=Model(uri=str(tmp_path / out)))
+
+    with pytest.raises(SystemExit):
+        run(need - 1024**2, "short")
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("shipyard: ") and "ephemeral_storage.size" in line and "package-champion keeps 2 copies" in line
+    assert "at least 3Gi" in line, line
+    run(need + 1024**2, "fits")
+    run(None, "local")
+    assert (tmp_path / "fits" / "config.json").exists() and (tmp_path / "local" / "config.json").exists()
+
+
+def test_disk_check_message_is_the_documented_one() -> None:
+    """The contract page's example is the check's own line for a 140 GiB model and 40Gi requests:
+    the step that needs the most is named, so the size it gives fits every step."""
+    with pytest.raises(ShipyardError) as err:
+        contract.check_model_fits_disk(140 * 1024**3, {contract.ENV_EPHEMERAL_STORAGE: json.dumps(
+            {"deploy": 40 * 1024**3, "package-champion": 40 * 1024**3})})
+    shown = str(err.value).split(" (see ")[0]
+    assert "package-champion keeps 2 copies" in shown and "at least 282Gi" in shown
+    assert shown in " ".join(DOC.read_text().split())
+    contract.check_model_fits_disk(19 * 1024**3, {contract.ENV_EPHEMERAL_STORAGE: json.dumps(
+        {"deploy": 40 * 1024**3, "package-champion": 40 * 1024**3})})  # the documented default's largest model
+
+
+@pytest.mark.parametrize(("section", "field", "problem"), [
+    ({"size": "40Gi", "steps": ["compress"]}, "ephemeral_storage.steps", "compress runs on a GPU node"),
+    ({"size": "1Gi", "steps": ["deploy"]}, "ephemeral_storage.size", "leaves deploy no room"),
+    ({"size": "lots", "steps": ["deploy"]}, "ephemeral_storage.size", "not a resource quantity"),
+    ({"size": "40Gi", "step": ["deploy"]}, "ephemeral_storage.step", "is not a cluster setting"),
+])
+def test_bad_ephemeral_storage_is_one_line_at_compile_time(tmp_path: Path, section: dict[str, Any], field: str,
+                                                           problem: str) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({**CLUSTER, "ephemeral_storage": section}))
+    with pytest.raises(ShipyardError, match=re.escape(problem)) as err:
+        compile_all(str(tmp_path / "out"), ["optimize-and-deploy"], cluster_config=str(path))
+    assert field in str(err.value) and "\n" not in str(err.value)

@@ -41,10 +41,19 @@ def resolve_model(model_uri: str, model: Output[Model], fingerprint: str = ""):
         model: The model as a Hugging Face folder (config.json, weights, tokenizer).
         fingerprint: pin_model's content fingerprint: part of KFP's cache key, so a cached model is
             reused only while the content it names is unchanged (recorded in the model's metadata).
+
+    In a cluster the step fails here, before any GPU work, when package-champion or deploy could
+    not hold the model in the ephemeral storage they request (ephemeral_storage in the cluster
+    config); the error names the size to set.
     """
+    import os
+
+    from shipyard.core.contract import ENV_EPHEMERAL_STORAGE
     from shipyard.runtimes.runtime import call_step
 
     info = call_step("compress", "shipyard.models.resolve:resolve_model", uri=model_uri, out_dir=model.path)
+    if os.environ.get(ENV_EPHEMERAL_STORAGE):  # compiled for a cluster
+        call_step("compress", "shipyard.core.contract:check_model_fits_disk", model_bytes=int(info["size_bytes"]))
     model.metadata.update(info)
     if fingerprint:
         model.metadata["fingerprint"] = fingerprint

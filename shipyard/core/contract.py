@@ -69,3 +69,46 @@ def require(name: str, why: str, env: Mapping[str, str] | None = None) -> str:
     if not value:
         raise missing(name, why, env)
     return value
+
+
+# -- disk: the ephemeral storage of the steps that hold a whole model on a CPU node ---------------
+
+#: set by ``shipyard compile`` on resolve-model: JSON ``{step: bytes}`` of the ephemeral storage
+#: each listed step requests (``ephemeral_storage`` in the cluster config)
+ENV_EPHEMERAL_STORAGE = "SHIPYARD_EPHEMERAL_STORAGE"
+#: copies of the model a step keeps on its node's disk: KFP's launcher downloads every input
+#: artifact and writes every output under /minio, /s3 or /gcs (emptyDirs), so package-champion
+#: holds the model and its modelcar layout, deploy the model it was handed
+MODEL_COPIES = {"package-champion": 2, "deploy": 1}
+#: room for the rest of the pod's disk use (logs, the container's writable layer, reports)
+DISK_MARGIN_BYTES = 2 * 1024**3
+GIB = 1024**3
+
+
+def disk_needed(step: str, model_bytes: int) -> int:
+    """Bytes of ephemeral storage ``step`` needs for a model of ``model_bytes``."""
+    return MODEL_COPIES.get(step, 1) * model_bytes + DISK_MARGIN_BYTES
+
+
+def check_model_fits_disk(model_bytes: int, env: Mapping[str, str] | None = None) -> None:
+    """Fail at once, before any GPU work, when a later step's compiled ephemeral-storage request
+    cannot hold this model: the kubelet would evict that pod hours later. Nothing to check
+    outside a cluster (``SHIPYARD_EPHEMERAL_STORAGE`` unset)."""
+    raw = (os.environ if env is None else env).get(ENV_EPHEMERAL_STORAGE, "").strip()
+    try:
+        sizes = json.loads(raw) if raw else {}
+    except ValueError:
+        sizes = {}
+    short = sorted((disk_needed(step, int(model_bytes)), step, limit)
+                   for step, limit in (sizes.items() if isinstance(sizes, dict) else [])
+                   if isinstance(limit, int) and disk_needed(step, int(model_bytes)) > limit)
+    if short:  # the step that needs the most: the size named fits every step
+        need, step, limit = short[-1]
+        copies = MODEL_COPIES.get(step, 1)
+        raise ShipyardError(
+            "ephemeral_storage.size",
+            f"the model is {model_bytes / GIB:.1f} GiB; {step} keeps {copies} cop{'y' if copies == 1 else 'ies'} "
+            f"of it on its node's disk and requests {limit / GIB:.0f} GiB, so the kubelet would evict it",
+            f"set ephemeral_storage.size in the cluster config to at least {-(-need // GIB)}Gi and compile again "
+            f"(see {CONTRACT_DOC})",
+        )
