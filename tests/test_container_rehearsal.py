@@ -4,6 +4,7 @@ Kubernetes API double (``shipyard run --local --runner container``)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import stat
@@ -14,10 +15,22 @@ import yaml
 from conftest import require_tool
 
 from shipyard.core.errors import ShipyardError
-from shipyard.run.container import SECRETS_MOUNT, check_traversable, pipeline_images, step_env
+from shipyard.pipelines.platform import cluster_layout
+from shipyard.run.container import (
+    SECRETS_MOUNT,
+    LayoutPlan,
+    check_traversable,
+    contract_env,
+    manifest_mlflow_port,
+    mlflow_allowed_hosts,
+    pipeline_images,
+    rehearsal_secrets,
+    step_env,
+)
 from shipyard.runtimes.images import BuiltImage, _local_paths, build_args, format_built
 from shipyard.runtimes.runtime import REPO_ROOT, runtime_image
-from shipyard.testing.services import KubeAPI, MotoS3, private_dir
+from shipyard.testing.registry import LocalRegistry
+from shipyard.testing.services import KubeAPI, MlflowServer, MotoS3, private_dir
 
 EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_arithmetic_mc"], "limit": 8, "batch_size": 4})
 BENCH = json.dumps({"profile": "concurrent", "loads": [1], "prompt_tokens": 16, "output_tokens": 8, "max_requests": 4})
@@ -70,20 +83,110 @@ def test_format_built_prints_tags_and_sizes() -> None:
 
 def test_step_env_uses_the_cluster_contract_names(tmp_path: Path) -> None:
     contract = yaml.safe_load((REPO_ROOT / "pipelines" / "cluster.yaml").read_text())
-
-    class _S3:
-        env = MotoS3().env
-
-    class _Mlflow:
-        url = "http://127.0.0.1:1"
-
-    env = step_env({"s3": _S3(), "mlflow": _Mlflow()}, tmp_path / "steps.jsonl")
+    values = {**MotoS3().env, "MLFLOW_TRACKING_URI": "http://mlflow.kubeflow.svc.cluster.local:5000",
+              ".dockerconfigjson": "{}"}
+    env = step_env(contract_env(rehearsal_secrets("kubeflow", values)), tmp_path / "steps.jsonl")
     s3_names = set(contract["secrets"]["shipyard-s3"]["env"].values())
     assert s3_names <= set(env)
+    assert env["MLFLOW_TRACKING_URI"] == values["MLFLOW_TRACKING_URI"]
     assert "MLFLOW_TRACKING_URI" in contract["secrets"]["shipyard-mlflow"]["env"].values()
     registry_env = contract["registry_secret_volume"].get("env", "SHIPYARD_REGISTRY_AUTH_FILE")
     assert env[registry_env].startswith(SECRETS_MOUNT) and env["KUBECONFIG"].startswith(SECRETS_MOUNT)
     assert env["HF_HUB_OFFLINE"] == "1"
+    assert "HF_TOKEN" not in env  # no value in the rehearsal: the optional key is absent, as in a pod
+    # each step knows it runs in a cluster, and which Secret feeds each variable
+    assert json.loads(env["SHIPYARD_CONTRACT"])["env"]["MLFLOW_TRACKING_URI"] == "shipyard-mlflow/MLFLOW_TRACKING_URI"
+
+
+LAYOUTS = ["kfp-standalone", "kubeflow-multi-user"]
+
+
+def _without_allowed_hosts(docs: list[dict]) -> list[dict]:
+    """The overlay as it was before issue 19: MLflow's Deployment sets no allowed hosts."""
+    old = json.loads(json.dumps(docs))
+    for doc in old:
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "mlflow":
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container["env"] = [e for e in container["env"] if e["name"] != "MLFLOW_SERVER_ALLOWED_HOSTS"]
+    return old
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_mlflow_allowed_hosts_come_from_the_overlay(layout: str) -> None:
+    require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize")
+    plan = LayoutPlan.of(layout)
+    ns = cluster_layout(layout)["pipeline_namespace"]
+    assert manifest_mlflow_port(plan.docs) == 5000
+    hosts = mlflow_allowed_hosts(plan.docs, 5000).split(",")
+    assert f"mlflow.{ns}.svc.cluster.local:5000" in hosts and "$(POD_NAMESPACE)" not in ",".join(hosts)
+    assert f"mlflow.{ns}.svc.cluster.local" in hosts and "127.0.0.1:*" in hosts
+    # on another port only the port part moves; the names stay the manifest's
+    moved = mlflow_allowed_hosts(plan.docs, 41234).split(",")
+    assert f"mlflow.{ns}.svc.cluster.local:41234" in moved and not [h for h in moved if h.endswith(":5000")]
+    assert [h.rsplit(":", 1)[0] for h in moved] == [h.rsplit(":", 1)[0] for h in hosts]
+    assert mlflow_allowed_hosts(_without_allowed_hosts(plan.docs), 5000) is None  # MLflow's default then
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_steps_reach_each_service_by_its_cluster_name(layout: str, tmp_path: Path) -> None:
+    require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize")
+    chosen = cluster_layout(layout)
+    plan = LayoutPlan.of(layout)
+    mlflow, s3, registry = MlflowServer(tmp_path / "m", port=plan.mlflow_port), MotoS3(), LocalRegistry(root=tmp_path / "registry")
+    with plan.kube_api(tmp_path / "kube") as kube:
+        wired = plan.wire(s3, mlflow, registry, kube)
+        names, hosts, env = wired["names"], wired["hosts"], wired["contract"]
+        assert names["mlflow"] == f"http://mlflow.{chosen['pipeline_namespace']}.svc.cluster.local:{plan.mlflow_port}"
+        if plan.mlflow_port == 5000:
+            assert names["mlflow"] == chosen["tracking_uri"]  # the layout's own tracking URI
+        assert names["s3"] == f"http://minio.minio.svc:{s3.port}"
+        assert names["kubernetes"].startswith("http://kubernetes.default.svc:")
+        assert names["registry"] == registry.address  # a node pulls the modelcar: a name nodes resolve
+        assert hosts == {f"mlflow.{chosen['pipeline_namespace']}.svc.cluster.local": "127.0.0.1",
+                         "minio.minio.svc": "127.0.0.1", "kubernetes.default.svc": "127.0.0.1"}
+        assert env["MLFLOW_TRACKING_URI"] == names["mlflow"] and env["AWS_ENDPOINT_URL_S3"] == names["s3"]
+        # the contract Secrets are where the pipeline pods run, with the values the steps get
+        secret = kube.double.get("secrets", chosen["pipeline_namespace"], "shipyard-mlflow")
+        assert secret and base64.b64decode(secret["data"]["MLFLOW_TRACKING_URI"]).decode() == names["mlflow"]
+        config = yaml.safe_load(kube.kubeconfig.read_text())
+        assert config["clusters"][0]["cluster"]["server"] == names["kubernetes"]
+        assert config["contexts"][0]["context"]["namespace"] == chosen["pipeline_namespace"]
+        assert kube.double.users[config["users"][0]["user"]["token"]] == (
+            f"system:serviceaccount:{chosen['pipeline_namespace']}:{chosen['service_account']}")
+        assert kube.double.enforce_rbac
+        assert kube.double.get("roles", chosen["serving_namespace"], "shipyard-deployer")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_deploy_identity_is_held_to_the_overlays_role(layout: str, tmp_path: Path) -> None:
+    """The steps' kubeconfig acts as the layout's pipeline identity: it may apply in the serving
+    namespace as the overlay's RoleBinding allows; a verb taken from the Role is a 403 naming it."""
+    require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize")
+    from shipyard.serving.kserve.apply import Kube, api_client
+    from shipyard.serving.kserve.config import parse_config
+    from shipyard.serving.kserve.render import render
+
+    chosen = cluster_layout(layout)
+    serving, pods = chosen["serving_namespace"], chosen["pipeline_namespace"]
+    plan = LayoutPlan.of(layout)
+    with plan.kube_api(tmp_path / "kube") as kube:
+        plan.wire(MotoS3(), MlflowServer(tmp_path / "m", port=plan.mlflow_port), LocalRegistry(root=tmp_path / "registry"), kube)
+        # the test process reaches the double on 127.0.0.1 (a step resolves kubernetes.default.svc)
+        config = yaml.safe_load(kube.kubeconfig.read_text())
+        config["clusters"][0]["cluster"]["server"] = kube.double.url
+        (tmp_path / "here").write_text(yaml.safe_dump(config))
+        api = Kube(api_client(str(tmp_path / "here")))
+        (obj,) = [d for d in render(parse_config({"preset": "aggregated"}, name="llm", namespace=serving,
+                                                 model_uri="oci://quay.io/org/m@sha256:" + "0" * 64))
+                  if d["kind"] == "LLMInferenceService"]
+        res = api.resource(obj["apiVersion"], obj["kind"])
+        assert api.apply(res, obj)["metadata"]["namespace"] == serving
+        role = kube.double.objects[("roles", serving, "shipyard-deployer")]
+        next(r for r in role["rules"] if r["resources"] == ["llminferenceservices"])["verbs"].remove("patch")
+        with pytest.raises(ShipyardError) as err:
+            api.apply(res, obj)
+        assert "403" in str(err.value) or "forbidden" in str(err.value).lower()
+        assert f"system:serviceaccount:{pods}:{chosen['service_account']}" in str(err.value)
 
 
 def test_a_work_dir_the_step_user_cannot_reach_is_refused(tmp_path: Path) -> None:
@@ -116,23 +219,91 @@ def test_pipeline_images_reads_the_compiled_executors(tmp_path: Path) -> None:
                                          "vllm": "ghcr.io/x/shipyard-vllm:0.1.0-def-cpu@sha256:" + "0" * 64}
 
 
+PREFLIGHT = ("from shipyard.runtimes.runtime import call_step; call_step('base', "
+             "'shipyard.components.preflight.preflight:preflight_step', pipeline='optimize-and-deploy', "
+             "params={'dry_run': True}, tracking_uri='', experiment='shipyard', kfp_run_id='host-check')")
+
+
 @pytest.mark.slow
-def test_rehearsal_runs_the_whole_pipeline_in_containers(tiny_model: Path) -> None:
+def test_todays_mlflow_manifest_would_fail_the_rehearsal(capfd: pytest.CaptureFixture) -> None:
+    """Before issue 19, manifests/base/mlflow set no MLFLOW_SERVER_ALLOWED_HOSTS: /health answered
+    (the pod looked Ready), then the first API call by mlflow.kubeflow.svc.cluster.local was a 403.
+    The pre-flight step as the pre-flight component calls it, in the base runtime image, with the
+    rehearsal's own runner settings (host entries, host network, the contract's environment):
+    against MLflow as the old manifest started it, it fails in one line naming the Host check;
+    as the overlay starts it, it passes."""
     require_tool(shutil.which("podman") is not None and shutil.which("mmdebstrap") is not None,
                  "bash .ci/podman-setup")
+    require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize")
+    import docker
+    from kfp.local import docker_task_handler
+
+    from shipyard.core.net import http_ok
+    from shipyard.run.container import _runner, exact_exit_codes, write_secrets
+    from shipyard.runtimes.images import build_image
+    from shipyard.testing.services import PodmanSocket
+
+    image = build_image("base", "cpu").ref  # the rehearsal's base image (built when missing)
+    exact_exit_codes()
+    plan = LayoutPlan.of("kfp-standalone")
+    work = private_dir("shipyard-host-check-")
+    outcomes = {}
+    try:
+        with PodmanSocket(work / "podman") as podman:
+            client = docker.DockerClient(base_url=podman.docker_host)
+            for label, docs in (("old manifest", _without_allowed_hosts(plan.docs)), ("overlay", plan.docs)):
+                folder = work / label.replace(" ", "-")
+                manifest = LayoutPlan(plan.layout, docs, plan.mlflow_port, mlflow_allowed_hosts(docs, plan.mlflow_port))
+                with manifest.mlflow_server(folder / "mlflow") as mlflow, manifest.kube_api(folder / "kube") as kube:
+                    wired = manifest.wire(MotoS3(), mlflow, LocalRegistry(root=folder / "registry"), kube)
+                    assert http_ok(f"{mlflow.url}/health")  # Ready either way: /health skips the Host check
+                    write_secrets(folder / "secrets", wired["names"]["registry"], kube.kubeconfig)
+                    runner = _runner(wired["contract"], wired["hosts"], Path("/tmp/steps.jsonl"), folder / "secrets")
+                    capfd.readouterr()
+                    code = docker_task_handler.run_docker_container(client, image, ["python", "-c", PREFLIGHT],
+                                                                    volumes={}, **runner.container_run_args)
+                    outcomes[label] = (code, capfd.readouterr().out, wired["names"]["mlflow"])
+            client.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    code, out, url = outcomes["old manifest"]
+    print(out)
+    host = url.removeprefix("http://")
+    assert code == 1, out
+    failure = [line for line in out.splitlines() if line.startswith("shipyard: ")]
+    assert failure == [f"shipyard: mlflow api: MLflow rejects Host {host} (403 Invalid Host header): /health still "
+                       "answers, so the pod looks Ready (fix: allow the Service names: MLFLOW_SERVER_ALLOWED_HOSTS as "
+                       "in manifests/base/mlflow, then restart MLflow)"], out
+    code, out, _ = outcomes["overlay"]
+    assert code == 0, out
+    assert f"pre-flight: PASS mlflow api: experiments/search as Host {host} answered 200" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rehearsal_runs_the_whole_pipeline_in_containers(layout: str, tiny_model: Path) -> None:
+    """Each namespace layout: its overlay's RBAC enforced for its pipeline identity, every service
+    reached by its cluster name, the pipeline's namespace the layout's serving namespace."""
+    require_tool(shutil.which("podman") is not None and shutil.which("mmdebstrap") is not None,
+                 "bash .ci/podman-setup")
+    require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize")
     import contextlib
     import io
+    import time
 
     from shipyard.run.container import run_container
 
+    chosen = cluster_layout(layout)
     work = private_dir("shipyard-rehearsal-")
     try:
         console = io.StringIO()
+        started = time.perf_counter()
         with contextlib.redirect_stdout(console):
             summary = run_container("optimize-and-deploy", str(work), overrides=[
                 f"model_uri={tiny_model}", "num_calibration_samples=8", "max_seq_length=64",
                 f"eval_config={EVAL}", f"benchmark_config={BENCH}", "registered_model_name=tiny-llama",
-            ])
+            ], layout=layout)
+        print(f"rehearsal of {layout}: {time.perf_counter() - started:.0f} s")
         on_disk = json.loads((work / "run-summary.json").read_text())
         # as quiet as the local run (the rest is in kfp-local.log), and the same answer fields
         lines = console.getvalue().splitlines()
@@ -153,6 +324,20 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(tiny_model: Path) -> No
         assert rehearsal["digest_resolves"] is True
         assert rehearsal["applied_object"]["model_uri"] == ref and rehearsal["applied_object"]["ready"] is True
         assert rehearsal["mlflow_runs"]
+        # the layout: its identity, its namespaces, the services by their cluster names
+        pods, serving = chosen["pipeline_namespace"], chosen["serving_namespace"]
+        identity = f"system:serviceaccount:{pods}:{chosen['service_account']}"
+        assert rehearsal["layout"]["identity"] == identity
+        assert rehearsal["applied_object"]["namespace"] == serving == on_disk["parameters"]["namespace"]
+        names = rehearsal["cluster_names"]
+        mlflow_host = f"mlflow.{pods}.svc.cluster.local"
+        assert names["mlflow"].startswith(f"http://{mlflow_host}:") and names["kubernetes"].startswith(
+            "http://kubernetes.default.svc:") and names["s3"].startswith("http://minio.minio.svc:")
+        assert set(rehearsal["hosts"]) == {mlflow_host, "kubernetes.default.svc", "minio.minio.svc"}
+        log = (work / "kfp-local.log").read_text()
+        # the pre-flight ran as in a pod: MLflow's API by its in-cluster Host, the identity's permissions
+        assert f"pre-flight: PASS mlflow api: experiments/search as Host {names['mlflow'].removeprefix('http://')}" in log
+        assert f"pre-flight: PASS deploy permissions: ServiceAccount {pods}/{chosen['service_account']} may apply" in log
         ran = {s["task"].rsplit("/", 1)[-1] for s in on_disk["steps"] if s["status"] == "SUCCESS"}
         assert {"resolve-model", "compress", "package-champion", "deploy"} <= ran
         # every step ran in its image, as the image's user, and wrote its outputs there

@@ -16,6 +16,28 @@ in its runtime image, as the image's non-root user, as a cluster runs it. Around
 * the Kubernetes API double over HTTP; the deploy step applies (``dry_run=false``) through a
   kubeconfig named by ``KUBECONFIG`` and waits for Ready.
 
+It rehearses one namespace layout (``--layout``, ``layouts`` in pipelines/cluster.yaml, default
+kfp-standalone), as :class:`LayoutPlan` sets it up:
+
+* the API double holds what ``kubectl apply -k manifests/overlays/<layout>`` creates (Roles,
+  RoleBindings, ServiceAccounts, presets, MLflow's Deployment) and the contract Secrets in the
+  namespace the pipeline pods run in; RBAC is enforced and the steps' kubeconfig authenticates
+  as the layout's identity (``system:serviceaccount:<pipeline_namespace>:<service_account>``),
+  so a verb the overlay's Role lacks is a 403 in the deploy step. The pipeline's ``namespace`` is
+  the layout's serving namespace unless you set it;
+* steps reach MLflow as ``mlflow.<pipeline_namespace>.svc.cluster.local`` (the layout's
+  tracking URI), S3 as the ``shipyard-s3`` template's ``minio.minio.svc`` and the API server as
+  ``kubernetes.default.svc``, each mapped to 127.0.0.1 by the container engine's host entries
+  (the steps share the host's network). Only the names are the cluster's: the double and S3
+  listen on free ports, and the API double speaks plain HTTP. The registry stays on 127.0.0.1
+  (:meth:`LayoutPlan.wire` says why);
+* MLflow runs with the ``MLFLOW_SERVER_ALLOWED_HOSTS`` of the overlay's Deployment (as the
+  kubelet expands it), on the manifest's port 5000 when it is free here; otherwise on a free
+  port, with only the port of the entries that name 5000 rewritten to it;
+* every step gets ``SHIPYARD_CONTRACT`` (a cluster sets it through the downward API), so each
+  behaves as in a pod: the pre-flight calls MLflow's API by its in-cluster name (its Host check)
+  and asks the API server whether the identity may deploy.
+
 Afterwards it checks what a cluster run would have left behind (the pushed digest resolves in
 the registry, the applied object's ``model.uri`` is that reference and is Ready, MLflow holds the
 runs) and writes it into ``run-summary.json`` under ``rehearsal``. A step whose container left
@@ -30,6 +52,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +85,229 @@ REGISTRY_PASSWORD = "rehearsal"  # noqa: S105 - a throwaway registry on 127.0.0.
 CALIBRATION = package_dir("shipyard.compression") / "calibration" / "default.jsonl"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                "TOKENIZERS_PARALLELISM": "false"}
+
+
+#: the Kubernetes API's in-cluster name (a pod's ``kubernetes.default.svc``); the double serves
+#: plain HTTP on a free loopback port, so only the name is the cluster's
+KUBE_API_HOST = "kubernetes.default.svc"
+LOOPBACK = "127.0.0.1"
+#: the rehearsal's bearer token of the layout's pipeline identity (the deploy step's)
+SA_TOKEN = "rehearsal-pipeline-identity"  # noqa: S105 - a throwaway token for the API double
+
+
+def overlay_objects(layout: str) -> list[dict[str, Any]]:
+    """What ``kubectl apply -k manifests/overlays/<layout>`` would create (``kubectl kustomize``)."""
+    import shutil
+    import subprocess
+
+    from shipyard.runtimes.runtime import REPO_ROOT
+
+    folder = REPO_ROOT / "manifests" / "overlays" / layout
+    if not folder.is_dir():
+        raise ShipyardError("--layout", f"no overlay {folder}", "use a layout of pipelines/cluster.yaml")
+    if shutil.which("kubectl") is None:
+        raise ShipyardError("kubectl", "not installed (the rehearsal builds the layout's overlay with "
+                            "`kubectl kustomize`)", "install kubectl (Debian: apt-get install kubernetes-client)")
+    out = subprocess.run(["kubectl", "kustomize", str(folder)], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise ShipyardError(f"overlay {layout}", f"kubectl kustomize failed: {out.stderr.strip()[:300]}",
+                            f"kubectl kustomize {folder}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def _mlflow_container(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """The ``mlflow`` container of the overlay's Deployment, and the Deployment's namespace."""
+    for doc in docs:
+        if doc.get("kind") == "Deployment" and doc["metadata"]["name"] == "mlflow":
+            containers = doc["spec"]["template"]["spec"]["containers"]
+            return next(c for c in containers if c["name"] == "mlflow"), doc["metadata"].get("namespace", "default")
+    raise ShipyardError("overlay", "has no Deployment mlflow", "include manifests/base/mlflow in the layout's overlay")
+
+
+def manifest_mlflow_port(docs: list[dict[str, Any]]) -> int:
+    """The port the overlay's MLflow container listens on (its ``containerPort``)."""
+    container, _ = _mlflow_container(docs)
+    return int((container.get("ports") or [{"containerPort": 5000}])[0]["containerPort"])
+
+
+def mlflow_allowed_hosts(docs: list[dict[str, Any]], port: int) -> str | None:
+    """``MLFLOW_SERVER_ALLOWED_HOSTS`` as the overlay's MLflow Deployment sets it, expanded as the
+    kubelet does (``$(POD_NAMESPACE)`` is the Deployment's namespace); None when the Deployment sets
+    none (MLflow's default: localhost and private addresses only).
+
+    The rehearsal's MLflow listens on ``port``; when that is not the manifest's port (taken on
+    this machine), only the port part of the entries naming the manifest's port is rewritten
+    (``mlflow.<ns>.svc.cluster.local:5000`` -> ``...:<port>``): the names are the manifest's.
+    """
+    container, namespace = _mlflow_container(docs)
+    values: dict[str, str] = {}
+    for item in container.get("env") or []:
+        field = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        value = namespace if field == "metadata.namespace" else item.get("value")
+        if value is not None:
+            for name, known in values.items():  # $(VAR) of a variable defined before it
+                value = value.replace(f"$({name})", known)
+            values[item["name"]] = value
+    raw = values.get("MLFLOW_SERVER_ALLOWED_HOSTS")
+    if raw is None:
+        return None
+    manifest_port = manifest_mlflow_port(docs)
+    entries = [e.strip() for e in raw.split(",") if e.strip()]
+    if port != manifest_port:
+        entries = [e.removesuffix(f":{manifest_port}") + f":{port}" if e.endswith(f":{manifest_port}") else e
+                   for e in entries]
+    return ",".join(entries)
+
+
+def port_free(port: int, host: str = LOOPBACK) -> bool:
+    """Whether nothing listens on ``host:port`` now."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def s3_cluster_host() -> str:
+    """The object store's host as the ``shipyard-s3`` Secret template names it (``minio.minio.svc``)."""
+    from urllib.parse import urlparse
+
+    from shipyard.runtimes.runtime import REPO_ROOT
+
+    for doc in yaml.safe_load_all((REPO_ROOT / "manifests" / "base" / "secrets" / "secret.yaml").read_text()):
+        if doc and doc["metadata"]["name"] == "shipyard-s3":
+            return str(urlparse(doc["stringData"]["AWS_ENDPOINT_URL_S3"]).hostname)
+    raise ShipyardError("manifests/base/secrets", "has no shipyard-s3 template", "restore it from git")
+
+
+def cluster_url(url: str, host: str) -> str:
+    """``url`` (a loopback service) with its host replaced by ``host``, the port kept."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    return parsed._replace(netloc=f"{host}:{parsed.port}").geturl()
+
+
+def cluster_hosts(*urls: str) -> dict[str, str]:
+    """The container engine's host entries (``--add-host``) that map each URL's host to the loopback."""
+    from urllib.parse import urlparse
+
+    return {str(urlparse(u).hostname): LOOPBACK for u in urls if urlparse(u).hostname not in (LOOPBACK, "localhost")}
+
+
+def rehearsal_secrets(pods_ns: str, values: dict[str, str]) -> list[dict[str, Any]]:
+    """The contract Secrets (templates of ``manifests/base/secrets``) created where the pipeline
+    pods run, holding the rehearsal's ``values``; a key without a value is left out (an
+    ``optional`` key the step does not get), a Secret without any is not created."""
+    from shipyard.runtimes.runtime import REPO_ROOT
+
+    docs = []
+    for template in yaml.safe_load_all((REPO_ROOT / "manifests" / "base" / "secrets" / "secret.yaml").read_text()):
+        if not template or template["metadata"]["name"] == "minio-root-credentials":
+            continue
+        data = {k: values[k] for k in template["stringData"] if values.get(k)}
+        if data:
+            docs.append({"apiVersion": "v1", "kind": "Secret", "type": template.get("type", "Opaque"),
+                         "metadata": {"name": template["metadata"]["name"], "namespace": pods_ns}, "stringData": data})
+    return docs
+
+
+def contract_env(secrets: list[dict[str, Any]]) -> dict[str, str]:
+    """The environment the cluster contract (``secrets`` of pipelines/cluster.yaml) gives a step from
+    these Secrets, and ``SHIPYARD_CONTRACT`` as the downward API sets it (so each step knows it runs
+    in a cluster: the pre-flight then checks MLflow's API by its in-cluster name and the deploy
+    identity's permissions). kfp.local gives every step one environment: the union of the steps'."""
+    from shipyard.core.contract import ENV_CONTRACT
+    from shipyard.pipelines.platform import load_cluster_config
+
+    held = {d["metadata"]["name"]: d.get("stringData") or {} for d in secrets}
+    env: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for secret, entry in (load_cluster_config().get("secrets") or {}).items():
+        for key, var in ((entry or {}).get("env") or {}).items():
+            sources[str(var)] = f"{secret}/{key}"
+            if held.get(secret, {}).get(key):
+                env[str(var)] = str(held[secret][key])
+    registry = load_cluster_config().get("registry_secret_volume") or {}
+    sources[registry.get("env") or "SHIPYARD_REGISTRY_AUTH_FILE"] = f"{registry.get('secret')}/.dockerconfigjson"
+    env[ENV_CONTRACT] = json.dumps({"step": "rehearsal", "env": sources}, sort_keys=True)
+    return env
+
+
+@dataclass
+class LayoutPlan:
+    """The rehearsal of one namespace layout (``layouts`` of pipelines/cluster.yaml), decided before
+    any service starts: the overlay's objects, the pipeline identity, MLflow's port and allowed hosts."""
+
+    layout: dict[str, str]
+    docs: list[dict[str, Any]]
+    mlflow_port: int
+    allowed_hosts: str | None
+
+    @classmethod
+    def of(cls, layout: str = "") -> LayoutPlan:
+        """``layout`` (default: the cluster config's); MLflow on the manifest's port when it is free
+        here, so that the steps' tracking URI is the layout's own, else on a free one."""
+        from shipyard.core.net import free_port
+        from shipyard.pipelines.platform import cluster_layout
+
+        chosen = cluster_layout(layout)
+        docs = overlay_objects(chosen["name"])
+        manifest_port = manifest_mlflow_port(docs)
+        port = manifest_port if port_free(manifest_port) else free_port()
+        return cls(chosen, docs, port, mlflow_allowed_hosts(docs, port))
+
+    @property
+    def pods_namespace(self) -> str:
+        return self.layout["pipeline_namespace"]
+
+    @property
+    def identity(self) -> str:
+        """The user the pipeline pods (the deploy step's among them) run as."""
+        return f"system:serviceaccount:{self.pods_namespace}:{self.layout['service_account']}"
+
+    def mlflow_server(self, root: Path) -> Any:
+        """MLflow with the overlay's allowed hosts (none when its Deployment sets none)."""
+        from shipyard.testing.services import MlflowServer
+
+        env = {} if self.allowed_hosts is None else {"MLFLOW_SERVER_ALLOWED_HOSTS": self.allowed_hosts}
+        return MlflowServer(root, env=env, port=self.mlflow_port)
+
+    def kube_api(self, root: Path) -> Any:
+        """The API double, RBAC enforced; its kubeconfig authenticates as :attr:`identity` and
+        names the API server ``kubernetes.default.svc``."""
+        from shipyard.testing.services import KubeAPI
+
+        return KubeAPI(root, users={SA_TOKEN: self.identity}, enforce_rbac=True, token=SA_TOKEN,
+                       namespace=self.pods_namespace, server_host=KUBE_API_HOST)
+
+    def mlflow_url(self, mlflow: Any) -> str:
+        """The steps' MLflow URL: the layout's tracking URI's host, the server's port."""
+        from urllib.parse import urlparse
+
+        return cluster_url(mlflow.url, str(urlparse(self.layout["tracking_uri"]).hostname))
+
+    def wire(self, s3: Any, mlflow: Any, registry: Any, kube: Any) -> dict[str, Any]:
+        """Install the layout in the double (its overlay, the contract Secrets where the pods run)
+        and return the steps' view: ``names`` (each service's cluster URL), ``contract`` (their
+        environment) and ``hosts`` (the host entries mapping the names to 127.0.0.1).
+
+        The registry keeps its loopback address: the modelcar reference it names is pulled by a
+        node's container runtime, which does not resolve cluster Service names, so a
+        ``*.svc.cluster.local`` registry would rehearse a reference no node can pull (and plain
+        HTTP to a name other than 127.0.0.1/localhost needs ``insecure_registry=true``).
+        """
+        names = {"mlflow": self.mlflow_url(mlflow), "s3": cluster_url(s3.endpoint, s3_cluster_host()),
+                 "kubernetes": kube.server, "registry": registry.address}
+        secrets = rehearsal_secrets(self.pods_namespace, {
+            **s3.env, "AWS_ENDPOINT_URL_S3": names["s3"], "MLFLOW_TRACKING_URI": names["mlflow"],
+            ".dockerconfigjson": dockerconfig(registry.address)})
+        kube.load([*self.docs, *secrets])
+        return {"names": names, "contract": contract_env(secrets),
+                "hosts": cluster_hosts(names["mlflow"], names["s3"], names["kubernetes"])}
 
 
 def compile_for_containers(pipeline: str, out_dir: Path) -> Path:
@@ -157,22 +403,27 @@ def stage_inputs(params: dict[str, Any], work: Path, explicit: set[str]) -> dict
     return out
 
 
+def dockerconfig(registry: str) -> str:
+    """The ``.dockerconfigjson`` of the contract's ``shipyard-registry`` Secret for ``registry``."""
+    auth = base64.b64encode(f"{REGISTRY_USER}:{REGISTRY_PASSWORD}".encode()).decode()
+    return json.dumps({"auths": {registry: {"auth": auth}}})
+
+
 def write_secrets(root: Path, registry: str, kubeconfig: Path) -> None:
     """The files a cluster mounts from Secrets: a kubeconfig and a registry ``.dockerconfigjson``."""
     (root / "kube").mkdir(parents=True, exist_ok=True)
     (root / "registry").mkdir(parents=True, exist_ok=True)
     (root / "kube" / "config").write_text(kubeconfig.read_text())
-    auth = base64.b64encode(f"{REGISTRY_USER}:{REGISTRY_PASSWORD}".encode()).decode()
-    (root / "registry" / ".dockerconfigjson").write_text(json.dumps({"auths": {registry: {"auth": auth}}}))
+    (root / "registry" / ".dockerconfigjson").write_text(dockerconfig(registry))
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def step_env(services: dict[str, Any], step_log: Path) -> dict[str, str]:
-    """Every step's environment: the cluster contract's names, pointed at the loopback services."""
+def step_env(contract: dict[str, str], step_log: Path) -> dict[str, str]:
+    """Every step's environment: what the contract Secrets give it (:func:`contract_env`: the
+    services by their cluster names), the mounted registry auth file and kubeconfig."""
     return {
-        **services["s3"].env,
-        "MLFLOW_TRACKING_URI": services["mlflow"].url,
+        **contract,
         "SHIPYARD_REGISTRY_AUTH_FILE": f"{SECRETS_MOUNT}/registry/.dockerconfigjson",
         "KUBECONFIG": f"{SECRETS_MOUNT}/kube/config",
         "SHIPYARD_STEP_LOG": str(step_log),
@@ -278,14 +529,17 @@ def exact_exit_codes() -> None:
     docker_task_handler.run_docker_container = run_docker_container
 
 
-def _runner(services: dict[str, Any], step_log: Path, secrets: Path) -> Any:
+def _runner(contract: dict[str, str], hosts: dict[str, str], step_log: Path, secrets: Path) -> Any:
     from docker.types import Mount
     from kfp import local
 
     return local.DockerRunner(
         network_mode="host",  # steps reach the loopback services
+        # the services' cluster names -> 127.0.0.1 in each step's /etc/hosts (podman honours
+        # --add-host with the host network; tests/test_container_rehearsal.py checks it)
+        extra_hosts=hosts,
         shm_size="1g",  # vLLM's CPU workers need more than the 64 MiB default /dev/shm
-        environment=step_env(services, step_log),
+        environment=step_env(contract, step_log),
         mounts=[Mount(target=SECRETS_MOUNT, source=str(secrets), type="bind", read_only=True)],
     )
 
@@ -296,13 +550,16 @@ def run_container(
     params_file: str | None = None,
     overrides: list[str] | None = None,
     build: bool = True,
+    layout: str = "",
 ) -> RunSummary:
-    """Run ``pipeline`` in its runtime images against loopback services; write the summary."""
+    """Run ``pipeline`` in its runtime images against loopback services reached by their cluster
+    names, in the namespace ``layout`` of pipelines/cluster.yaml (default: its ``layout``); write
+    the summary."""
     from kfp import components, local
 
     from shipyard.run.kfp_local_compat import enable_oneof_artifacts
     from shipyard.testing.registry import LocalRegistry
-    from shipyard.testing.services import KubeAPI, MlflowServer, MotoS3, PodmanSocket
+    from shipyard.testing.services import MotoS3, PodmanSocket
 
     overrides = overrides or []
     work = Path(work_dir).resolve()
@@ -314,6 +571,7 @@ def run_container(
     params = resolve_params(pipeline_func, params_file, overrides)
     defaults = {k: v for k, v in pipeline_parameters(pipeline_func).items() if v is not None}
     explicit = _user_keys(params_file, overrides)
+    plan = LayoutPlan.of(layout)  # a bad --layout fails before any image is built
     compiled, built = compile_with_images(pipeline, work / "compiled", build)
     step_log = root / "shipyard-steps.jsonl"
     step_log.write_text("")
@@ -321,15 +579,17 @@ def run_container(
     services_dir = work / "services"
     secrets = work / "secrets"
     started = time.perf_counter()
-    with (PodmanSocket(services_dir / "podman") as podman, MotoS3() as s3, MlflowServer(services_dir / "mlflow") as mlflow,
-          LocalRegistry(users={REGISTRY_USER: REGISTRY_PASSWORD}, root=services_dir / "registry") as registry,
-          KubeAPI(services_dir / "kube") as kube):
+    with (PodmanSocket(services_dir / "podman") as podman, MotoS3() as s3,
+          plan.mlflow_server(services_dir / "mlflow") as mlflow, LocalRegistry(users={REGISTRY_USER: REGISTRY_PASSWORD}, root=services_dir / "registry") as registry,
+          plan.kube_api(services_dir / "kube") as kube):
         services = {"podman": podman, "s3": s3, "mlflow": mlflow, "registry": registry, "kube": kube}
+        wired = plan.wire(s3, mlflow, registry, kube)  # steps reach each service by its cluster name
         os.environ.update(s3.env)
         s3.make_bucket(BUCKET)
         staged = stage_inputs({**defaults, **params}, work, explicit)
         # safety off: the cpu vllm image is built without the garak venv (GARAK=0, a shorter build)
         rehearsal = {"registry": registry.address, "dry_run": False, "tracking_uri": "", "safety": "",
+                     "namespace": plan.layout["serving_namespace"],
                      "deploy_config": _verification_off({**defaults, **params}.get("deploy_config"))}
         params.update({k: v for k, v in {**rehearsal, **staged}.items() if k not in explicit or k in staged})
         kube.expect(str({**defaults, **params}["deploy_name"]), str({**defaults, **params}["namespace"]))
@@ -338,7 +598,7 @@ def run_container(
         before = {p.name for p in root.iterdir()}
         enable_oneof_artifacts()
         exact_exit_codes()
-        local.init(runner=_runner(services, step_log, secrets), pipeline_root=str(root), raise_on_error=False)
+        local.init(runner=_runner(wired["contract"], wired["hosts"], step_log, secrets), pipeline_root=str(root), raise_on_error=False)
         run_started = time.perf_counter()
         component = components.load_component_from_file(str(compiled))
         # as quiet as the local run: one line per task start and end; kfp.local's log, the executor
@@ -361,6 +621,8 @@ def run_container(
         checks = verify(summary, {**defaults, **params}, services)
     checks.update(services={"registry": registry.address, "mlflow": mlflow.url, "s3": s3.endpoint,
                             "kubernetes": kube.double.url},
+                  cluster_names=wired["names"], hosts=wired["hosts"], mlflow_allowed_hosts=plan.allowed_hosts,
+                  layout={**plan.layout, "identity": plan.identity},
                   wall_seconds=round(time.perf_counter() - started, 2),
                   images_built=[b.__dict__ for b in built], staged=staged)
     if checks["problems"]:
@@ -408,6 +670,12 @@ def format_rehearsal(summary: RunSummary, work_dir: str) -> str:
     """The local run's table plus where everything went."""
     checks: dict[str, Any] = getattr(summary, "rehearsal", {})
     lines = [format_summary(summary, work_dir), "", "rehearsal (containers, podman):"]
+    layout = checks.get("layout") or {}
+    if layout:
+        lines.append(f"  layout {layout['name']}: steps in {layout['pipeline_namespace']} as {layout['identity']}, "
+                     f"deploy into {layout['serving_namespace']}")
+    for service, url in (checks.get("cluster_names") or {}).items():
+        lines.append(f"  {service}: {url}")
     lines.append(f"  registry reference: {checks.get('registry_reference') or '-'}"
                  f"  (digest resolves: {checks.get('digest_resolves', False)})")
     obj = checks.get("applied_object") or {}

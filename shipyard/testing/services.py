@@ -62,12 +62,13 @@ class PodmanSocket:
 
 class MlflowServer:
     """``mlflow server`` with a sqlite database and proxied artifacts under ``root``; ``env`` adds
-    server settings (e.g. ``MLFLOW_SERVER_ALLOWED_HOSTS`` as ``manifests/base/mlflow`` sets it)."""
+    server settings (e.g. ``MLFLOW_SERVER_ALLOWED_HOSTS`` as ``manifests/base/mlflow`` sets it);
+    ``port`` chooses the loopback port (default: a free one)."""
 
-    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.root = Path(root)
         self.env = dict(env or {})
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -138,25 +139,46 @@ class MotoS3:
 
 class KubeAPI:
     """The Kubernetes API double over HTTP, with a kubeconfig; LLMInferenceServices become Ready
-    after a few polls, as KServe's controller would report them."""
+    after a few polls, as KServe's controller would report them.
 
-    def __init__(self, root: Path, ready_after_polls: int = 2) -> None:
+    ``users`` (token -> user) and ``enforce_rbac`` as :class:`~shipyard.testing.k8s_double.K8sDouble`;
+    the kubeconfig authenticates with ``token`` (default: the double's admin), names ``namespace``
+    as its context's, and reaches the server as ``http://<server_host>:<port>`` when ``server_host``
+    is given (an in-cluster name such as ``kubernetes.default.svc`` that the steps map to the
+    loopback) instead of ``127.0.0.1``.
+    """
+
+    def __init__(self, root: Path, ready_after_polls: int = 2, *, users: dict[str, str] | None = None,
+                 enforce_rbac: bool = False, token: str = "test-token", namespace: str = "default",
+                 server_host: str = "") -> None:
         from shipyard.testing.k8s_double import K8sDouble
 
         self.root = Path(root)
-        self.double = K8sDouble()
+        self.double = K8sDouble(users=users, enforce_rbac=enforce_rbac)
         self.ready_after_polls = ready_after_polls
         self.kubeconfig = self.root / "kubeconfig"
+        self.token, self.namespace = token, namespace
+        port = self.double.server.server_address[1]
+        self.server = f"http://{server_host}:{port}" if server_host else self.double.url
 
     def __enter__(self) -> KubeAPI:
+        import yaml
+
         self.double.__enter__()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.double.kubeconfig(self.kubeconfig)
+        self.double.kubeconfig(self.kubeconfig, namespace=self.namespace, token=self.token)
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        config["clusters"][0]["cluster"]["server"] = self.server
+        self.kubeconfig.write_text(yaml.safe_dump(config))
         self.kubeconfig.chmod(0o644)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.double.__exit__(*exc)
+
+    def load(self, docs: list[dict[str, Any]]) -> None:
+        """Store what ``kubectl apply`` would (an overlay's objects, Secrets) in their namespaces."""
+        self.double.load(docs)
 
     def expect(self, name: str, namespace: str) -> None:
         """Make ``name`` become Ready (with a gateway URL) after a few status reads."""

@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="subprocess: steps in the local venvs (default); container: the compiled pipeline's steps in "
                         "their cpu-flavor images (podman) against a registry, MLflow server, S3 and the API double")
     p.add_argument("--no-build", action="store_true", help="with --runner container: fail instead of building missing images")
+    p.add_argument("--layout", default="", help="with --runner container: the namespace layout of the cluster config to "
+                   "rehearse, kfp-standalone or kubeflow-multi-user (default: the config's `layout`, kfp-standalone): "
+                   "its overlay's RBAC enforced for its pipeline identity, its namespaces, MLflow by its name there")
     p.set_defaults(func=_run)
 
 
@@ -49,10 +52,14 @@ def _run(args: argparse.Namespace) -> int:
         raise ShipyardError("--work-dir", f"{work} is a system or home folder; a run fills its work dir with "
                             "pipeline-root/, logs and run-summary.json", "give a folder of its own, e.g. ./shipyard-run")
     ensure_writable_dir(args.work_dir, "--work-dir")  # a read-only or bad work dir fails before any work
+    if args.layout and args.runner != "container":
+        raise ShipyardError("--layout", "only the container rehearsal runs in a namespace layout",
+                            "add --runner container, or leave --layout out")
     if args.runner == "container":
         from shipyard.run.container import format_rehearsal, run_container
 
-        summary = run_container(args.pipeline, args.work_dir, args.params_file, args.param, build=not args.no_build)
+        summary = run_container(args.pipeline, args.work_dir, args.params_file, args.param, build=not args.no_build,
+                                layout=args.layout)
         print(format_rehearsal(summary, args.work_dir))
         return 0 if summary.status == "SUCCESS" else 1
     from shipyard.run.local import format_summary, run_local
