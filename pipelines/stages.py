@@ -173,7 +173,7 @@ def release(p: Params, selected: Any) -> None:
             insecure_tls=p["insecure_registry"], model_name=p["registered_model_name"], base_model_uri=p["model_uri"],
             champion_tolerance=p["champion_tolerance"], **tracking(p),
         ).set_display_name("package + register + champion/challenger gate"))
-        rollout(p, packaged, model.output, selected.outputs["decision"])
+        rollout(p, packaged, selected.outputs["decision"], model_files=packaged.outputs["model_files"])
 
 
 def promote_champion(p: Params, selection: Any, model: Any, source_uri: Any, digest: Any) -> None:
@@ -183,16 +183,19 @@ def promote_champion(p: Params, selection: Any, model: Any, source_uri: Any, dig
         model_name=p["registered_model_name"], source_uri=source_uri, digest=digest,
         base_model_uri=p["model_uri"], champion_tolerance=p["champion_tolerance"], selection=selection, **tracking(p),
     ).set_display_name("register + champion/challenger gate"))
-    rollout(p, registered, model, selection)
+    rollout(p, registered, selection, model=model)
 
 
-def rollout(p: Params, gated: Any, model: Any, selection: Any) -> None:
+def rollout(p: Params, gated: Any, selection: Any, model_files: Any = None, model: Any = None) -> None:
     """When the champion beats production: deploy it and, in the same task once it is Ready and
     verified against the champion's record ``selection`` (or rendered, on a dry run), move
-    ``production`` to it."""
+    ``production`` to it. ``model_files``: the package step's config and tokenizer (no weights), so
+    the deploy step downloads no model; ``model``: the whole model folder where no such output exists
+    (the promote pipeline's resolved candidate)."""
     with dsl.If(gated.outputs["Output"] == True, name="beats-production"):  # noqa: E712 - KFP condition
         on_cpu(deploy(
             model_uri="", name=p["deploy_name"], namespace=p["namespace"], deploy_config=p["deploy_config"],
-            dry_run=p["dry_run"], model=model, decision=gated.outputs["decision"], selection=selection,
+            dry_run=p["dry_run"], decision=gated.outputs["decision"], selection=selection,
+            **({"model_files": model_files} if model_files is not None else {"model": model}),
             model_name=p["registered_model_name"], **tracking(p),
         ).set_display_name("deploy LLMInferenceService + alias production"))

@@ -86,6 +86,7 @@ def package_champion(
     modelcar: Output[Artifact],
     package_summary: Output[Markdown],
     decision: Output[Markdown],
+    model_files: Output[Artifact],
     tracking_uri: str = "",
     experiment: str = "",
     kfp_run_id: str = "",
@@ -107,6 +108,8 @@ def package_champion(
         modelcar: The OCI layout (weights stay here; they are never copied into MLflow).
         package_summary: What was pushed (reference, digest, layers, annotations), shown inline by the KFP UI.
         decision: The champion/challenger report; metadata: uri, digest, version, passed, reason, recipe, headline.
+        model_files: The model's config.json, tokenizer and chat template, without weights: what the deploy
+            step needs (memory planner, the verification's tokenizer), so it never downloads the model.
         tracking_uri: MLflow tracking URI (the pipeline parameter).
         experiment: MLflow experiment.
         kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
@@ -133,6 +136,9 @@ def package_champion(
                            base_image=base_image, annotations=annotations, insecure_tls=insecure_tls)
         modelcar.metadata.update(artifact_metadata(packed))
         shutil.copyfile(f"{modelcar.path}/shipyard-package.md", package_summary.path)
+        small = call_step("base", "shipyard.serving.kserve.render:copy_model_files", model_dir=model.path,
+                          out_dir=model_files.path)
+        model_files.metadata.update(small)
         package_summary.metadata.update({"uri": packed["uri"], "digest": packed["digest"]})
         print(f"packaged: {packed['uri']}", flush=True)
         run.log(params={"uri": packed["uri"]}, metrics={"size_bytes": packed["size_bytes"]},

@@ -603,5 +603,36 @@ def load_model_config(path: str | Path | None) -> dict[str, Any] | None:
     return planner_load(path)
 
 
+#: a model file the deploy step may take: small (config, tokenizer, chat template), never a weight
+MODEL_FILE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def copy_model_files(model_dir: str, out_dir: str) -> dict[str, Any]:
+    """Copy what the deploy step needs from a model folder, without its weights, into ``out_dir``:
+    every top-level file that is not a weight (``config.json`` for the memory planner, the tokenizer
+    and chat template for the verification's lm-eval slice and guidellm smoke, generation_config.json).
+    The package step hands this on, so the deploy step never downloads the model. Returns the file
+    names and their total size."""
+    import shutil
+
+    from shipyard.oci.modelcar import WEIGHT_SUFFIXES
+
+    src, out = Path(model_dir), Path(out_dir)
+    if not (src / "config.json").is_file():
+        raise ShipyardError("model", f"{src} has no config.json", "give the model folder (config, weights, tokenizer)")
+    out.mkdir(parents=True, exist_ok=True)
+    names, total = [], 0
+    for path in sorted(src.iterdir()):
+        if not path.is_file() or path.name.endswith(WEIGHT_SUFFIXES) or path.name.endswith(".index.json"):
+            continue
+        size = path.stat().st_size
+        if size > MODEL_FILE_MAX_BYTES:
+            continue
+        shutil.copyfile(path, out / path.name)
+        names.append(path.name)
+        total += size
+    return {"files": names, "size_bytes": total}
+
+
 __all__ = ["NONE", "render", "render_llmisvc", "render_scaled_objects", "render_objectives", "render_template",
-           "to_yaml", "vllm_arguments", "load_model_config", "link_metadata", "precise_prefix_config"]
+           "to_yaml", "vllm_arguments", "load_model_config", "copy_model_files", "link_metadata", "precise_prefix_config"]
