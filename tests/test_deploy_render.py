@@ -156,6 +156,21 @@ def test_wva_scaling_replaces_replicas():
     assert spec["prefill"]["scaling"]["maxReplicas"] == 3
 
 
+def test_wva_gets_the_accelerator_label_kserve_copies_onto_its_variant_autoscalings():
+    """KServe v0.20 copies spec.labels / spec.prefill.labels' inference.optimization/acceleratorName onto
+    the VariantAutoscaling it creates for WVA ("unknown" without it); validated against the vendored CRD."""
+    label = "inference.optimization/acceleratorName"
+    (svc,) = rendered(prefill_replicas=1, gpu_type="NVIDIA-H100-80GB-HBM3", scaling={"mode": "wva", "max_replicas": 4})
+    assert svc["spec"]["labels"] == {label: "NVIDIA-H100-80GB-HBM3"}
+    assert svc["spec"]["prefill"]["labels"] == {label: "NVIDIA-H100-80GB-HBM3"}
+    (own,) = rendered(gpu_type="NVIDIA-H100-80GB-HBM3", scaling={"mode": "wva", "accelerator_name": "H100"})
+    assert own["spec"]["labels"] == {label: "H100"}
+    assert own["spec"]["template"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    keda = rendered(gpu_type="NVIDIA-H100-80GB-HBM3", scaling={"mode": "keda", "max_replicas": 4})[0]
+    assert "labels" not in keda["spec"]  # WVA only
+    assert "labels" not in rendered(scaling={"mode": "wva"})[0]["spec"]  # nothing to say: the deploy step warns
+
+
 def test_keda_scaled_objects():
     svc, decode, prefill = rendered(preset="autoscale-keda", namespace="serving")
     assert "replicas" not in svc["spec"]
@@ -189,6 +204,11 @@ def test_router_references():
         ({"vllm_args": {"tensor_parallel_size": 2}}, "deploy_config.vllm_args", "--tensor-parallel-size"),
         ({"gpus": 4}, "deploy_config.gpus", "uses 1"),
         ({"scaling": {"mode": "wva", "min_replicas": 5, "max_replicas": 2}}, "deploy_config.scaling", "valid range"),
+        ({"scaling": {"mode": "wva", "accelerator_name": "H100 80GB"}}, "deploy_config.scaling.accelerator_name",
+         "not a Kubernetes label value"),
+        ({"gpu_type": "x" * 64, "scaling": {"mode": "wva"}}, "deploy_config.gpu_type", "not a Kubernetes label value"),
+        ({"scaling": {"mode": "keda", "accelerator_name": "H100"}}, "deploy_config.scaling.accelerator_name",
+         "only applies to WVA"),
         ({"planner": {"max_len": 5}}, "deploy_config.planner.max_len", "not a planner option"),
         ({"preset": "nope"}, "deploy_config.preset", "unknown preset"),
     ],

@@ -13,7 +13,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.gates.verify import DRY_RUN_VERIFY_HINT, split_verify_options
-from shipyard.serving.kserve.config import parse_config
+from shipyard.serving.kserve.config import WVA_ACCELERATOR_LABEL, parse_config, wva_accelerator
 from shipyard.serving.kserve.render import load_model_config, render, to_yaml
 from shipyard.serving.kserve.rollout import split_rollout_options
 from shipyard.serving.kserve.validate import require_valid
@@ -90,6 +90,10 @@ def run_deploy(
     if sizing is not None:  # the startup probe and autoscaling from the champion's measurements
         params = sizing.pop("params")
     cfg = parse_config(params, **overrides)
+    if cfg.scaling is not None and cfg.scaling.mode == "wva" and not wva_accelerator(cfg):
+        print(f"deploy: WARNING: WVA scaling without an accelerator name: KServe labels the VariantAutoscaling "
+              f"{WVA_ACCELERATOR_LABEL}=unknown; set gpu_type (nvidia.com/gpu.product) or scaling.accelerator_name",
+              flush=True)
     wanted = bool(candidate) and verify_opts["enabled"]
     # a real deploy needs the champion's golden outputs before anything is applied (fail closed); a dry
     # run only when it serves the package to verify it

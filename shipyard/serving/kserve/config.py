@@ -95,6 +95,8 @@ class Scaling:
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     polling_interval: int = 15
     cooldown_period: int = 300
+    # wva: the accelerator WVA attributes the variant to (default: gpu_type), see WVA_ACCELERATOR_LABEL
+    accelerator_name: str | None = None
 
 
 @dataclass
@@ -759,6 +761,22 @@ def _check_scheduler(sched: dict[str, Any]) -> None:
         raise _fail("router.scheduler.hash_seed", f"{seed!r} must be a whole number", "PYTHONHASHSEED, e.g. 42")
 
 
+#: KServe v0.20's LLMInferenceService controller copies this label from spec.labels (decode) and
+#: spec.prefill.labels onto the VariantAutoscaling (and HPA / ScaledObject) it creates for WVA, "unknown"
+#: when absent; WVA reads the accelerator from it (llm-d workload-variant-autoscaler).
+WVA_ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
+LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def wva_accelerator(cfg: DeployConfig) -> str | None:
+    """The accelerator name WVA gets (``scaling.accelerator_name``, else ``gpu_type``), or None when
+    scaling is not WVA or neither is given."""
+    s = cfg.scaling
+    if s is None or s.mode != "wva":
+        return None
+    return s.accelerator_name or cfg.gpu_type or None
+
+
 def _check_scaling(s: Scaling, cfg: DeployConfig) -> None:
     if s.mode not in ("wva", "keda"):
         raise _fail("scaling.mode", f"unknown mode {s.mode!r}", "use 'wva' (spec.scaling) or 'keda' (ScaledObject)")
@@ -767,5 +785,12 @@ def _check_scaling(s: Scaling, cfg: DeployConfig) -> None:
     if not 0 <= s.min_replicas <= s.max_replicas or s.max_replicas < 1:
         raise _fail("scaling", f"min_replicas={s.min_replicas} max_replicas={s.max_replicas} is not a valid range",
                     "use 0 <= min_replicas <= max_replicas, max_replicas >= 1")
+    if s.accelerator_name is not None and s.mode != "wva":
+        raise _fail("scaling.accelerator_name", "only applies to WVA", 'use "mode": "wva", or drop it')
+    name = wva_accelerator(cfg)
+    if name is not None and (not isinstance(name, str) or len(name) > 63 or not LABEL_VALUE_RE.match(name)):
+        field = "scaling.accelerator_name" if s.accelerator_name else "gpu_type"
+        raise _fail(field, f"{name!r} is not a Kubernetes label value (WVA reads it from {WVA_ACCELERATOR_LABEL})",
+                    "use at most 63 letters, digits, '-', '_' or '.', e.g. NVIDIA-H100-80GB-HBM3")
     if s.mode == "keda" and s.threshold <= 0:
         raise _fail("scaling.threshold", "must be positive", "e.g. 5 waiting requests per replica")

@@ -23,7 +23,14 @@ from typing import Any
 import yaml
 
 from shipyard.core.errors import ShipyardError
-from shipyard.serving.kserve.config import MANAGED, NONE, DeployConfig, parse_quantity
+from shipyard.serving.kserve.config import (
+    MANAGED,
+    NONE,
+    WVA_ACCELERATOR_LABEL,
+    DeployConfig,
+    parse_quantity,
+    wva_accelerator,
+)
 
 API_VERSION = "serving.kserve.io/v1alpha2"
 KIND = "LLMInferenceService"
@@ -371,8 +378,11 @@ def render_llmisvc(cfg: DeployConfig, model_config: dict[str, Any] | None = None
     spec: dict[str, Any] = {"model": {"uri": model_uri(cfg), "name": cfg.served_name}}
     if cfg.lora:
         spec["model"]["lora"] = _lora(cfg.lora)
+    accelerator = wva_accelerator(cfg)
     if wva:
         spec["scaling"] = _wva(cfg, None, None)
+        if accelerator:  # the controller copies it onto the decode VariantAutoscaling
+            spec["labels"] = {WVA_ACCELERATOR_LABEL: accelerator}
     elif not keda:
         spec["replicas"] = cfg.replicas
     base_refs = list(cfg.base_refs)
@@ -396,6 +406,8 @@ def render_llmisvc(cfg: DeployConfig, model_config: dict[str, Any] | None = None
             s = cfg.scaling
             assert s is not None
             prefill["scaling"] = _wva(cfg, s.prefill_min_replicas, s.prefill_max_replicas)
+            if accelerator:
+                prefill["labels"] = {WVA_ACCELERATOR_LABEL: accelerator}
         elif not keda:
             prefill["replicas"] = cfg.prefill_replicas
         if cfg.kv_cache_offloading:
