@@ -42,7 +42,7 @@ def candidate_gates(
         slo: slo JSON.
         candidate: candidate.json: everything the candidates report shows for this candidate.
         accuracy_report: The accuracy gate's table (recovery per metric).
-        slo_report: The SLO gate's HTML report with plots.
+        slo_report: The SLO gate's HTML report with plots (stored as slo_report.html).
         compress_metrics: The compress step's figures (size before/after); none for a packaged candidate.
         compress_summary: The compress step's summary (its metadata names the model artifact).
         tracking_uri: MLflow tracking URI (the pipeline parameter).
@@ -62,9 +62,10 @@ def candidate_gates(
     import os
     import shutil
 
-    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.tracking.steprun import StepRun, apply_pending
 
+    name_output(slo_report, ".html")  # stored and recorded as slo_report.html (KFP and the run folder)
     with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
         out = call_step("base", "shipyard.gates.candidate:judge_candidate", recipe=recipe,
@@ -125,7 +126,7 @@ def select_champion(
         selection: throughput, size, recovery or kv_cache (or JSON with tie-breakers).
         decision: selection.json: the ranking, the champion's record and every decision.
         report: The candidates report (Markdown).
-        report_html: The candidates report with a plot (HTML, self-contained).
+        report_html: The candidates report with a plot (HTML, self-contained; stored as report_html.html).
         tracking_uri: MLflow tracking URI (the pipeline parameter).
         experiment: MLflow experiment.
         kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
@@ -135,9 +136,10 @@ def select_champion(
     """
     import os
 
-    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.tracking.steprun import StepRun
 
+    name_output(report_html, ".html")  # stored and recorded as report_html.html (KFP and the run folder)
     with StepRun("select", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
         out = call_step("base", "shipyard.gates.selection:select_champion",
