@@ -205,7 +205,11 @@ def ephemeral_storage(cfg: dict[str, Any]) -> dict[str, int]:
     section = cfg.get("ephemeral_storage") or {}
     if not section.get("size"):
         return {}
-    size = int(parse_quantity(section["size"], "cluster_config ephemeral_storage.size"))
+    try:
+        size = int(parse_quantity(section["size"], "size"))
+    except ShipyardError:
+        raise ShipyardError("cluster_config ephemeral_storage.size", f"{section['size']!r} is not a resource quantity",
+                            'write e.g. "40Gi"') from None
     steps = [str(s) for s in section.get("steps") or []]
     for step in steps:
         if size < disk_needed(step, 0):

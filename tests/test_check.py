@@ -88,6 +88,7 @@ def cluster(services: dict[str, Any], tmp_path: Path, groups: dict[str, Any] | N
     double.load(docs)
     double.install_kserve("v0.20.0")
     double.add_node("gpu-1", {"nvidia.com/gpu.present": "true"}, {"nvidia.com/gpu": "8", "cpu": "96"})
+    double.add_node("cpu-1", {}, {"cpu": "16", "ephemeral-storage": "190143893Ki"})  # a 200 GB disk, as kubelets say it
     double.__enter__()
     return double, double.kubeconfig(tmp_path / "kubeconfig", pods_ns)
 
@@ -112,7 +113,7 @@ def test_a_correct_install_passes(layout_name: str, services: dict[str, Any], tm
         names = " ".join(lines)
         for what in ("kserve version", "crd LLMInferenceService v1alpha2", "crd InferencePool", "crd Gateway API",
                      f"secret {pods_ns}/shipyard-mlflow", "mlflow api", "registry", "s3", "gpu nodes",
-                     "deploy permissions", f"namespace {pods_ns}", f"namespace {serving_ns}"):
+                     "node disk", "deploy permissions", f"namespace {pods_ns}", f"namespace {serving_ns}"):
             assert what in names, what
         assert main(["check", "--kubeconfig", str(kubeconfig), "--layout", layout_name, "--mlflow-url",
                      services["mlflow"].url, "--no-s3", "-o", "json"]) == 0
@@ -205,6 +206,31 @@ def test_known_bad_kserve_versions_are_named() -> None:
     assert cc.kserve_version_check("kserve/kserve-controller:v0.20.0", tp4).status == "pass"
     assert cc.kfp_version_check("2.16.1").status == "fail" and cc.kfp_version_check("2.17.0").status == "pass"
     assert "\n" not in v19.line() and v19.line().startswith("FAIL kserve version: ")
+
+
+def test_node_disk_check_finds_room_for_the_ephemeral_storage_requests() -> None:
+    """package-champion and deploy request ephemeral_storage.size: without a node that allocates
+    that much they stay Pending, which shipyard check names before a run does."""
+    from shipyard.pipelines.platform import ephemeral_storage, load_cluster_config
+
+    requests = ephemeral_storage(load_cluster_config())
+    assert requests == {"package-champion": 40 * 1024**3, "deploy": 40 * 1024**3}
+    small = {"status": {"allocatable": {"ephemeral-storage": "30Gi"}}}
+    big = {"status": {"allocatable": {"ephemeral-storage": "190143893Ki"}}}
+    assert cc.disk_node_check([small, big], requests).status == "pass"
+    failed = cc.disk_node_check([small, {"status": {"allocatable": {"ephemeral-storage": "many"}}}], requests)
+    assert failed.status == "fail" and "no node has 40 GiB" in failed.detail and "deploy, package-champion" in failed.detail
+    assert "\n" not in failed.line() and "(fix: " in failed.line()
+    assert cc.disk_node_check(None, requests).status == "warn"
+    assert cc.disk_node_check([small], {}).status == "skip"
+
+
+def test_readme_states_the_kfp_minimum_the_check_enforces() -> None:
+    """KFP 2.17.0 is a hard minimum (artifact OneOf): the README's versions matrix says so, with the
+    version `shipyard check` enforces."""
+    minimum = ".".join(map(str, cc.KFP_MINIMUM))
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| Kubeflow Pipelines |"))
+    assert f"**{minimum} or newer**" in row and "hard minimum" in row and "OneOf" in row, row
 
 
 def test_the_pre_flight_pod_checks_name_the_host_check_and_a_missing_verb(services: dict[str, Any],

@@ -19,7 +19,7 @@ import urllib.request
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError
-from shipyard.pipelines.platform import cluster_layout, load_cluster_config
+from shipyard.pipelines.platform import cluster_layout, ephemeral_storage, load_cluster_config
 from shipyard.serving import cluster_check as cc
 from shipyard.serving.cluster_check import Check
 
@@ -120,6 +120,8 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
     code, nodes = kube.call("GET", "/api/v1/nodes?labelSelector=" + ",".join(
         f"{k}={v}" for k, v in ((cfg.get("gpu") or {}).get("node_selector") or {}).items()))
     checks.append(cc.gpu_node_check((nodes or {}).get("items", []) if code == 200 else None, cfg.get("gpu") or {}))
+    code, nodes = kube.call("GET", "/api/v1/nodes")
+    checks.append(cc.disk_node_check((nodes or {}).get("items", []) if code == 200 else None, ephemeral_storage(cfg)))
     user = f"system:serviceaccount:{chosen['pipeline_namespace']}:{chosen['service_account']}"
 
     def review(verb: str, group: str, resource: str, ns: str) -> bool:

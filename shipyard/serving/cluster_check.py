@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from shipyard.core.errors import ShipyardError
+
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 KFP_MINIMUM = (2, 17, 0)  # artifact OneOf (dsl.OneOf over the eval backends) needs KFP 2.17.0
 KSERVE_NAMESPACE = "kserve"
@@ -307,6 +309,33 @@ def gpu_node_check(nodes: list[dict[str, Any]] | None, gpu: dict[str, Any]) -> C
                      "Pending", "label the GPU nodes (GPU operator: nvidia.com/gpu.present=true) or set gpu.node_selector "
                      "in the cluster config")
     return Check("gpu nodes", PASS, f"{len(usable)} node(s) labelled {shown} with {resource}")
+
+
+def disk_node_check(nodes: list[dict[str, Any]] | None, requests: dict[str, int]) -> Check:
+    """A node with the allocatable ephemeral storage that the steps holding a whole model request
+    (``ephemeral_storage`` in the cluster config; :func:`shipyard.pipelines.platform.ephemeral_storage`)."""
+    from shipyard.serving.kserve.config import parse_quantity
+
+    if not requests:
+        return Check("node disk", SKIP, "no ephemeral_storage in the cluster config")
+    if nodes is None:
+        return Check("node disk", WARN, "cannot list nodes with these credentials", "run shipyard check as a cluster admin")
+    need, steps = max(requests.values()), ", ".join(sorted(requests))
+
+    def allocatable(node: dict[str, Any]) -> float:
+        value = ((node.get("status") or {}).get("allocatable") or {}).get("ephemeral-storage", "0")
+        try:
+            return parse_quantity(value, "ephemeral-storage")
+        except ShipyardError:
+            return 0.0
+
+    usable = [n for n in nodes if allocatable(n) >= need]
+    gib = need / 1024**3
+    if not usable:
+        return Check("node disk", FAIL, f"no node has {gib:.0f} GiB of allocatable ephemeral storage: {steps} would "
+                     "stay Pending", "add nodes with larger disks, or lower ephemeral_storage.size in the cluster "
+                     "config while 2 x the model + 2Gi still fits (docs/cluster-contract.md, Disk)")
+    return Check("node disk", PASS, f"{len(usable)} node(s) with {gib:.0f} GiB of allocatable ephemeral storage for {steps}")
 
 
 def registry_check(registry: str, auth: dict[str, Any] | None, insecure: bool = False, timeout_s: float = 10.0) -> Check:
