@@ -27,6 +27,11 @@ from shipyard.pipelines.platform import load_cluster_config, on_cpu, on_gpu
 
 Params = dict[str, Any]
 
+#: The deploy task's name (KFP UI, console, README graph). True on both paths: a dry run renders
+#: and verifies but never moves ``production`` (the version gets ``dry-run``); a real deploy moves
+#: it once the service is Ready and verified. At most 30 characters: the console never cuts it.
+DEPLOY_TASK = "deploy; promote unless dry run"
+
 
 def tracking(p: Params) -> dict[str, Any]:
     """What every step needs to log into the pipeline's MLflow run (found by the KFP run id tag;
@@ -198,4 +203,4 @@ def rollout(p: Params, gated: Any, selection: Any, model_files: Any = None, mode
             dry_run=p["dry_run"], decision=gated.outputs["decision"], selection=selection,
             **({"model_files": model_files} if model_files is not None else {"model": model}),
             model_name=p["registered_model_name"], **tracking(p),
-        ).set_display_name("deploy LLMInferenceService + alias production"))
+        ).set_display_name(DEPLOY_TASK))

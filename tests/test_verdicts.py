@@ -137,7 +137,7 @@ def test_a_recovery_bar_below_the_threshold_is_not_drawn_as_a_plain_pass(tmp_pat
 def test_console_names_are_never_cut_mid_word_and_loop_tasks_carry_their_candidate() -> None:
     from shipyard.run.console import fit, key_figure, task_label
 
-    name = "deploy LLMInferenceService + alias production"
+    name = "deploy LLMInferenceService and move the production alias"
     assert fit(name, 30) == "deploy LLMInferenceService…" and fit(name, 60) == name
     for width in (12, 20, 30, 40):
         shown = fit(name, width)
@@ -148,6 +148,34 @@ def test_console_names_are_never_cut_mid_word_and_loop_tasks_carry_their_candida
     assert task_label("condition-1/importer") == "champion model (import)"
     assert task_label("benchmark-2") == "benchmark-2"
     assert key_figure("some-step", {"Output": True}, {}, {}) == "yes"  # never KFP's "Output=True"
+
+
+def test_the_deploy_task_name_is_true_on_a_dry_run_and_never_cut() -> None:
+    """The deploy task runs on a dry run too, where it never moves ``production``: its name (KFP UI,
+    console, README graph) says so, in every pipeline with a deploy, and fits the console's
+    narrowest name column (the summary's 30 characters) whole."""
+    from google.protobuf import json_format
+
+    from shipyard.pipelines import PIPELINES, get_pipeline
+    from shipyard.pipelines.stages import DEPLOY_TASK
+    from shipyard.run.console import fit
+
+    def deploy_names(dag: dict, components: dict) -> list[str]:
+        found = []
+        for task in (dag.get("tasks") or {}).values():
+            ref = task["componentRef"]["name"]
+            if ref == "comp-deploy":
+                found.append(task["taskInfo"]["name"])
+            found += deploy_names((components.get(ref) or {}).get("dag") or {}, components)
+        return found
+
+    names = []
+    for pipeline in PIPELINES:
+        spec = json_format.MessageToDict(get_pipeline(pipeline).pipeline_spec)
+        names += deploy_names(spec["root"]["dag"], spec.get("components") or {})
+    assert len(names) >= 2 and set(names) == {DEPLOY_TASK}, names  # optimize-and-deploy and promote
+    assert "dry run" in DEPLOY_TASK and "alias production" not in DEPLOY_TASK
+    assert fit(DEPLOY_TASK, 30) == DEPLOY_TASK
 
 
 def test_every_subcommand_has_a_description() -> None:
