@@ -218,9 +218,16 @@ def ephemeral_storage(cfg: dict[str, Any]) -> dict[str, int]:
     return {step: size for step in steps}
 
 
+def holds_a_model(task: PipelineTask) -> bool:
+    """Whether ``task`` is handed a whole model (a Model artifact, which KFP's launcher downloads):
+    deploy is in promote, not in optimize-and-deploy (package-champion's config and tokenizer)."""
+    specs = task.component_spec.inputs or {}
+    return any(name in specs and str(specs[name].type).startswith("system.Model") for name in task.inputs)
+
+
 def _request_ephemeral_storage(task: PipelineTask, cfg: dict[str, Any]) -> None:
     size = ephemeral_storage(cfg).get(step_name(task))
-    if size:
+    if size and holds_a_model(task):
         task.set_accelerator_type(EPHEMERAL_STORAGE_RESOURCE)
         task.set_accelerator_limit(size)
 

@@ -509,7 +509,7 @@ def _doc_disk_rows() -> dict[str, tuple[str, int]]:
 
 def test_steps_that_hold_a_model_request_ephemeral_storage(
         compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
-    """package-champion and deploy keep the model (and the modelcar layout) in KFP's artifact
+    """package-champion and promote's deploy keep the model (and the modelcar layout) in KFP's artifact
     emptyDirs: each requests ephemeral_storage.size in the IR field KFP's driver turns into
     ``limits[ephemeral-storage]`` (the accelerator's resourceType and resourceCount, a quantity),
     resolve-model is told the requests, and cluster.yaml, the contract page and the copies the
@@ -521,16 +521,21 @@ def test_steps_that_hold_a_model_request_ephemeral_storage(
     assert set(section["steps"]) == set(contract.MODEL_COPIES) == set(_doc_disk_rows())
     for step, (cell, copies) in _doc_disk_rows().items():
         assert cell == f"`ephemeral_storage.size` ({section['size']})" and copies == contract.MODEL_COPIES[step], step
-    seen = set()
-    for spec, platform in compiled.values():
+    requested = {}
+    for name, (spec, platform) in compiled.items():
         steps = {step for step, _ in _executors(spec, platform).values()}
+        handed_a_model = {task["componentRef"]["name"] for _, task in _all_task_specs(spec["root"]["dag"], spec["components"])
+                          if any(spec["components"][task["componentRef"]["name"]]["inputDefinitions"]["artifacts"][a]
+                                 ["artifactType"]["schemaTitle"] == "system.Model"
+                                 for a in (task.get("inputs") or {}).get("artifacts") or {})}
         for label, (step, _) in _executors(spec, platform).items():
             container = spec["deploymentSpec"]["executors"][label]["container"]
             accelerator = (container.get("resources") or {}).get("accelerator") or {}
-            if step in section["steps"]:
+            comp = next(c for c, v in spec["components"].items() if v.get("executorLabel") == label)
+            if step in section["steps"] and comp in handed_a_model:
                 assert accelerator["resourceType"] == "ephemeral-storage", step
                 assert int(accelerator["resourceCount"]) == size, step
-                seen.add(step)
+                requested.setdefault(name, set()).add(step)
             else:
                 assert accelerator.get("resourceType") != "ephemeral-storage", step
             env = {e["name"]: e["value"] for e in container.get("env", [])}
@@ -538,7 +543,9 @@ def test_steps_that_hold_a_model_request_ephemeral_storage(
                 assert json.loads(env[contract.ENV_EPHEMERAL_STORAGE]) == {
                     s: size for s in section["steps"]}, "every listed step, in every pipeline"
         assert "resolve-model" in steps
-    assert seen == set(section["steps"])
+    # deploy holds the model in promote only: optimize-and-deploy hands it config and tokenizer files
+    assert requested == {"optimize-and-deploy": {"package-champion"}, "requantize": {"package-champion"},
+                         "promote": {"deploy"}}
 
 
 def test_resolve_model_stops_a_model_the_later_steps_cannot_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
