@@ -28,7 +28,7 @@ def build_promote(p: dict[str, Any]) -> None:
         cand_eval, cand_bench = measure(p, candidate.outputs["model"], "candidate", "candidate")
         judged = gates(p, "candidate", base_eval, base_bench, cand_eval, cand_bench)
         with dsl.If(judged.outputs["Output"] == True, name="gates-passed"):  # noqa: E712 - KFP condition
-            promote_champion(p, judged.outputs["candidate"], candidate.outputs["model"], p["candidate_uri"], "")
+            promote_champion(p, judged.outputs["candidate"], candidate.outputs["model_files"], p["candidate_uri"], "")
 
     checked(p, PIPELINE_NAME, body)
 

@@ -178,29 +178,28 @@ def release(p: Params, selected: Any) -> None:
             insecure_tls=p["insecure_registry"], model_name=p["registered_model_name"], base_model_uri=p["model_uri"],
             champion_tolerance=p["champion_tolerance"], **tracking(p),
         ).set_display_name("package + register + champion/challenger gate"))
-        rollout(p, packaged, selected.outputs["decision"], model_files=packaged.outputs["model_files"])
+        rollout(p, packaged, selected.outputs["decision"], packaged.outputs["model_files"])
 
 
-def promote_champion(p: Params, selection: Any, model: Any, source_uri: Any, digest: Any) -> None:
+def promote_champion(p: Params, selection: Any, model_files: Any, source_uri: Any, digest: Any) -> None:
     """For a candidate packaged earlier (the promote pipeline): register it, gate it against
-    production, then :func:`rollout`."""
+    production, then :func:`rollout` (``model_files``: the resolve step's config and tokenizer)."""
     registered = on_cpu(register_champion(
         model_name=p["registered_model_name"], source_uri=source_uri, digest=digest,
         base_model_uri=p["model_uri"], champion_tolerance=p["champion_tolerance"], selection=selection, **tracking(p),
     ).set_display_name("register + champion/challenger gate"))
-    rollout(p, registered, selection, model=model)
+    rollout(p, registered, selection, model_files)
 
 
-def rollout(p: Params, gated: Any, selection: Any, model_files: Any = None, model: Any = None) -> None:
+def rollout(p: Params, gated: Any, selection: Any, model_files: Any) -> None:
     """When the champion beats production: deploy it and, in the same task once it is Ready and
     verified against the champion's record ``selection`` (or rendered, on a dry run), move
-    ``production`` to it. ``model_files``: the package step's config and tokenizer (no weights), so
-    the deploy step downloads no model; ``model``: the whole model folder where no such output exists
-    (the promote pipeline's resolved candidate)."""
+    ``production`` to it. ``model_files``: the champion's config and tokenizer without the weights
+    (package-champion's or resolve-model's output), so the deploy step downloads no model."""
     with dsl.If(gated.outputs["Output"] == True, name="beats-production"):  # noqa: E712 - KFP condition
         on_cpu(deploy(
             model_uri="", name=p["deploy_name"], namespace=p["namespace"], deploy_config=p["deploy_config"],
             dry_run=p["dry_run"], decision=gated.outputs["decision"], selection=selection,
-            **({"model_files": model_files} if model_files is not None else {"model": model}),
+            model_files=model_files,
             model_name=p["registered_model_name"], **tracking(p),
         ).set_display_name(DEPLOY_TASK))

@@ -509,7 +509,7 @@ def _doc_disk_rows() -> dict[str, tuple[str, int]]:
 
 def test_steps_that_hold_a_model_request_ephemeral_storage(
         compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
-    """package-champion and promote's deploy keep the model (and the modelcar layout) in KFP's artifact
+    """package-champion keeps the model (and the modelcar layout) in KFP's artifact
     emptyDirs: each requests ephemeral_storage.size in the IR field KFP's driver turns into
     ``limits[ephemeral-storage]`` (the accelerator's resourceType and resourceCount, a quantity),
     resolve-model is told the requests, and cluster.yaml, the contract page and the copies the
@@ -543,9 +543,9 @@ def test_steps_that_hold_a_model_request_ephemeral_storage(
                 assert json.loads(env[contract.ENV_EPHEMERAL_STORAGE]) == {
                     s: size for s in section["steps"]}, "every listed step, in every pipeline"
         assert "resolve-model" in steps
-    # deploy holds the model in promote only: optimize-and-deploy hands it config and tokenizer files
-    assert requested == {"optimize-and-deploy": {"package-champion"}, "requantize": {"package-champion"},
-                         "promote": {"deploy"}}
+    # deploy never holds the model: package-champion (or, in promote, resolve-model) hands it config and
+    # tokenizer files; it stays listed for a pipeline that hands it a whole model
+    assert requested == {"optimize-and-deploy": {"package-champion"}, "requantize": {"package-champion"}}
 
 
 def test_resolve_model_stops_a_model_the_later_steps_cannot_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

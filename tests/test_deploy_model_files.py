@@ -24,15 +24,18 @@ def _task(dag: dict, components: dict, name: str) -> dict | None:
     return None
 
 
-def test_the_deploy_task_takes_the_package_steps_small_files_not_the_model(tmp_path: Path) -> None:
-    compile_all(str(tmp_path), ["optimize-and-deploy"])
-    spec, _ = yaml.safe_load_all((tmp_path / "optimize-and-deploy.yaml").read_text())
-    deploy = _task(spec["root"]["dag"], spec["components"], "deploy")
-    assert deploy is not None
-    artifacts = deploy["inputs"]["artifacts"]
-    assert "model" not in artifacts  # the champion's Model artifact (every weight) is not an input
-    assert artifacts["model_files"] == {"componentInputArtifact": "pipelinechannel--package-champion-model_files"}
-    assert not any("importer" in str(a) or "model-output" in str(a) for a in artifacts.values())
+def test_the_deploy_task_takes_small_files_not_the_model_in_every_pipeline(tmp_path: Path) -> None:
+    compile_all(str(tmp_path), ["optimize-and-deploy", "promote"])
+    for name, producer in (("optimize-and-deploy", "package-champion"), ("promote", "resolve-model")):
+        spec, _ = yaml.safe_load_all((tmp_path / f"{name}.yaml").read_text())
+        deploy = _task(spec["root"]["dag"], spec["components"], "deploy")
+        assert deploy is not None
+        artifacts = deploy["inputs"]["artifacts"]
+        assert "model" not in artifacts  # no Model artifact (every weight, which KFP downloads) is an input
+        assert artifacts["model_files"]["componentInputArtifact"].startswith(f"pipelinechannel--{producer}")
+        assert artifacts["model_files"]["componentInputArtifact"].endswith("-model_files")
+        types = spec["components"][deploy["componentRef"]["name"]]["inputDefinitions"]["artifacts"]
+        assert not any(t["artifactType"]["schemaTitle"] == "system.Model" for t in types.values())
 
 
 def test_the_small_files_plan_and_render_like_the_whole_model(tiny_model: Path, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ image's venv; the runtime also has the Kubernetes and MLflow clients the apply a
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Artifact, Input, Markdown, Model, Output
+from kfp.dsl import Artifact, Input, Markdown, Output
 
 from shipyard.runtimes.runtime import runtime_image
 
@@ -24,7 +24,6 @@ def deploy(
     verification: Output[Markdown],
     decision_record: Output[Artifact],
     model_files: Input[Artifact] = None,
-    model: Input[Model] = None,
     decision: Input[Markdown] = None,
     selection: Input[Artifact] = None,
     model_name: str = "",
@@ -49,11 +48,10 @@ def deploy(
         dry_run: Only render and validate the manifest (no cluster needed; the default for local runs).
         manifest: The rendered, validated manifest (multi-document YAML).
         summary: What was deployed (objects, status, URL and the manifest), shown inline by the KFP UI.
-        model_files: The package step's small model files (config.json, tokenizer, chat template; no weights):
-            config.json sizes vLLM through the memory planner, the tokenizer serves the verification's
-            accuracy slice and SLO smoke. The step never downloads the model's weights.
-        model: The whole model folder, only where no model_files exist (the promote pipeline); KFP downloads
-            it all, so prefer model_files.
+        model_files: The model's small files (config.json, tokenizer, chat template; no weights), from
+            package-champion or resolve-model: config.json sizes vLLM through the memory planner, the
+            tokenizer serves the verification's accuracy slice and SLO smoke. The step never downloads
+            the model's weights.
         verification: The verification of the Ready service against the champion's record (golden outputs,
             accuracy slice, SLO smoke, P/D pool metrics), or why none ran. A failed verification rolls back
             and fails the run; 'production' then stays where it was.
@@ -88,7 +86,7 @@ def deploy(
 
     champion = dict(decision.metadata) if decision is not None else {}
     model_uri = model_uri or str(champion.get("uri", ""))
-    model_dir = model_files.path if model_files is not None else model.path if model is not None else None
+    model_dir = model_files.path if model_files is not None else None
     with StepRun("deploy", str(champion.get("recipe", "")), tracking_uri=tracking_uri, experiment=experiment,
                  kfp_run_id=kfp_run_id if champion else "",
                  params={"name": name, "namespace": namespace, "model_uri": model_uri, "dry_run": dry_run,

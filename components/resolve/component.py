@@ -32,19 +32,21 @@ def pin_model(model_uri: str) -> NamedTuple("Pinned", [("uri", str), ("fingerpri
 
 
 @dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
-def resolve_model(model_uri: str, model: Output[Model], fingerprint: str = ""):
+def resolve_model(model_uri: str, model: Output[Model], model_files: Output[Artifact], fingerprint: str = ""):
     """Fetch the base model into a pipeline artifact.
 
     Args:
         model_uri: Where the model is: hf://org/name[@rev], s3://bucket/prefix, oci://registry/repo@sha256:...,
             pvc://claim/path, a local folder, or embedded://smollm2-135m-instruct (the default local model).
         model: The model as a Hugging Face folder (config.json, weights, tokenizer).
+        model_files: The model's config.json, tokenizer and chat template without the weights, for a step
+            that needs only those (the promote pipeline's deploy): KFP downloads a whole Model artifact.
         fingerprint: pin_model's content fingerprint: part of KFP's cache key, so a cached model is
             reused only while the content it names is unchanged (recorded in the model's metadata).
 
-    In a cluster the step fails here, before any GPU work, when package-champion or deploy could
-    not hold the model in the ephemeral storage they request (ephemeral_storage in the cluster
-    config); the error names the size to set.
+    In a cluster the step fails here, before any GPU work, when package-champion could not hold
+    the model in the ephemeral storage it requests (ephemeral_storage in the cluster config); the
+    error names the size to set.
     """
     import os
 
@@ -55,6 +57,9 @@ def resolve_model(model_uri: str, model: Output[Model], fingerprint: str = ""):
     if os.environ.get(ENV_EPHEMERAL_STORAGE):  # compiled for a cluster
         call_step("compress", "shipyard.core.contract:check_model_fits_disk", model_bytes=int(info["size_bytes"]))
     model.metadata.update(info)
+    from shipyard.serving.kserve.render import copy_model_files
+
+    model_files.metadata.update(copy_model_files(model.path, model_files.path))
     if fingerprint:
         model.metadata["fingerprint"] = fingerprint
 
