@@ -225,3 +225,42 @@ def test_template_mode_applies_and_rolls_back(double, kube):
     with pytest.raises(DeployFailed, match="ImagePullBackOff"):
         run(kube, render(parse_config({"template": template, "model_uri": NEW})))
     assert double.get(*KEY)["spec"]["model"]["uri"] == OLD
+
+
+def test_an_api_server_that_accepts_no_connection_is_named_so_not_as_a_read_timeout(tmp_path):
+    """A full accept queue drops the SYNs (as a blackholed address does): each connect attempt ends after
+    the connect timeout, and the line says so instead of "timed out after <read timeout>"."""
+    import socket
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))  # fills the backlog: later SYNs go unanswered
+    config = tmp_path / "kc"
+    config.write_text(f"apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+                      "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                      "current-context: x\n")
+    client = Kube(api_client(str(config), timeout_s=1), timeout_s=1)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ShipyardError) as info:
+            run(client, docs())
+    finally:
+        client.close()
+        filler.close()
+        server.close()
+    assert "did not accept a connection within 1s (3 attempts)" in str(info.value), str(info.value)
+    assert "\n" not in str(info.value) and time.monotonic() - started < 15
+
+
+def test_the_api_timeout_outlasts_the_api_servers_own_request_timeout():
+    """kube-apiserver answers within --request-timeout (60 s by default, admission webhooks included):
+    a client that gives up first sees a slow but committed apply as failed, and rolls it back."""
+    from shipyard.components.deploy.deploy import split_apply_options
+    from shipyard.serving.kserve.config import apply_options
+
+    assert split_apply_options({})[1]["api_timeout_s"] > 60
+    assert apply_options(None)["api_timeout_s"] > 60
+    assert Kube.__init__.__kwdefaults__["timeout_s"] > 60 and api_client.__kwdefaults__["timeout_s"] > 60

@@ -316,22 +316,23 @@ LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "h
 def test_component_dry_run_with_kfp_local(tmp_path):
     import kfp.local
     from kfp import dsl
-    from kfp.dsl import Model, Output
+    from kfp.dsl import Artifact, Output
 
     from shipyard.components.deploy.component import deploy
 
     @dsl.component(base_image="python:3.11", install_kfp_package=False)
-    def candidate(config_json: str, model: Output[Model]):
+    def candidate(config_json: str, model_files: Output[Artifact]):
         import os
 
-        os.makedirs(model.path, exist_ok=True)
-        with open(os.path.join(model.path, "config.json"), "w") as fh:
+        os.makedirs(model_files.path, exist_ok=True)  # the package step's model_files: config, no weights
+        with open(os.path.join(model_files.path, "config.json"), "w") as fh:
             fh.write(config_json)
 
     @dsl.pipeline(name="deploy-dry-run")
     def pipeline(model_uri: str):
         made = candidate(config_json=json.dumps(LLAMA_CONFIG))
-        deploy(model_uri=model_uri, name="llm", namespace="serving", dry_run=True, model=made.outputs["model"],
+        deploy(model_uri=model_uri, name="llm", namespace="serving", dry_run=True,
+               model_files=made.outputs["model_files"],
                deploy_config=json.dumps({"preset": "pd-nixl", "gpu_memory_gib": 24,
                                          "planner": {"max_model_len": 8192}}))
 

@@ -13,12 +13,10 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.gates.verify import DRY_RUN_VERIFY_HINT, split_verify_options
-from shipyard.serving.kserve.config import WVA_ACCELERATOR_LABEL, parse_config, wva_accelerator
+from shipyard.serving.kserve.config import APPLY_KEYS, WVA_ACCELERATOR_LABEL, parse_config, wva_accelerator
 from shipyard.serving.kserve.render import load_model_config, render, to_yaml
 from shipyard.serving.kserve.rollout import split_rollout_options
 from shipyard.serving.kserve.validate import require_valid
-
-APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": 30.0}
 
 
 def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:

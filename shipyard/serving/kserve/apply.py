@@ -31,6 +31,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.interrupts import shielded, signal_name
+from shipyard.serving.kserve.config import API_TIMEOUT_S
 from shipyard.serving.kserve.validate import require_valid
 
 FIELD_MANAGER = "shipyard"
@@ -66,10 +67,18 @@ class DeployFailed(ShipyardError):
 
 # --- client ----------------------------------------------------------------------------------
 
-def api_client(kubeconfig: str | None = None, context: str | None = None, *, timeout_s: float = 30.0) -> Any:
+#: an API server that does not accept the connection: this long per attempt, CONNECT_ATTEMPTS attempts
+CONNECT_TIMEOUT_S = 5.0
+CONNECT_ATTEMPTS = 3
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None, *,
+               timeout_s: float = API_TIMEOUT_S) -> Any:
     """A kubernetes ``ApiClient`` from a kubeconfig (``--kubeconfig``, ``$KUBECONFIG``,
-    ``~/.kube/config``) or the in-cluster service account, with a default socket timeout so
-    that a hung API server ends in an error instead of a hang."""
+    ``~/.kube/config``) or the in-cluster service account, with default socket timeouts so that a
+    hung API server ends in an error instead of a hang: connect within :data:`CONNECT_TIMEOUT_S`
+    (:data:`CONNECT_ATTEMPTS` attempts), read within ``timeout_s`` (default
+    :data:`~shipyard.serving.kserve.config.API_TIMEOUT_S`, above the API server's own 60 s)."""
     import urllib3
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
@@ -85,10 +94,11 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, *, tim
     except (ConfigException, OSError, TypeError, ValueError) as err:
         raise ShipyardError("kubeconfig", f"cannot load cluster credentials: {str(err).splitlines()[0]}",
                             "give --kubeconfig, set KUBECONFIG, or run inside the cluster") from None
-    configuration.retries = urllib3.Retry(total=2, connect=2, read=0, status=0, backoff_factor=0.2)
+    retries = CONNECT_ATTEMPTS - 1
+    configuration.retries = urllib3.Retry(total=retries, connect=retries, read=0, status=0, backoff_factor=0.2)
     api = client.ApiClient(configuration)
-    api.rest_client.pool_manager = _DefaultTimeout(api.rest_client.pool_manager, urllib3.Timeout(connect=min(5.0, timeout_s),
-                                                                                          read=timeout_s))
+    api.rest_client.pool_manager = _DefaultTimeout(api.rest_client.pool_manager,
+                                                   urllib3.Timeout(connect=min(CONNECT_TIMEOUT_S, timeout_s), read=timeout_s))
     return api
 
 
@@ -112,9 +122,10 @@ class _DefaultTimeout:
 class Kube:
     """The few API calls a deploy makes, with every failure turned into one line."""
 
-    def __init__(self, api: Any, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, api: Any, *, timeout_s: float = API_TIMEOUT_S) -> None:
         self.api = api
         self.timeout_s = timeout_s
+        self.connect_timeout_s = min(CONNECT_TIMEOUT_S, timeout_s)
         self.host = api.configuration.host
         self._tmp = tempfile.TemporaryDirectory(prefix="shipyard-discovery-")
         self._dyn: Any = None
@@ -182,6 +193,12 @@ class Kube:
                                 f"({type(err).__name__})", "check the API server's health and retry") from None
         except urllib3.exceptions.MaxRetryError as err:
             reason = err.reason
+            if isinstance(reason, urllib3.exceptions.ConnectTimeoutError) \
+                    and not isinstance(reason, urllib3.exceptions.NewConnectionError):
+                raise UnreachableError(f"kubernetes API {self.host}", f"did not accept a connection within "
+                                       f"{self.connect_timeout_s:g}s ({CONNECT_ATTEMPTS} attempts) trying to {what}",
+                                       "check the kubeconfig server address, the network path and the API server's "
+                                       "health") from None
             if isinstance(reason, urllib3.exceptions.TimeoutError) \
                     and not isinstance(reason, urllib3.exceptions.NewConnectionError):
                 raise UnreachableError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to "

@@ -286,7 +286,11 @@ def load_preset(name: str) -> dict[str, Any]:
     return data
 
 
-APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": 30.0}
+#: one API call's read timeout: above kube-apiserver's own --request-timeout (60 s by default, admission
+#: webhooks included, each at most 30 s), so the server's verdict (applied, or its 504) arrives before the
+#: client gives up on an apply the server may still commit (which the deploy then rolls back unseen)
+API_TIMEOUT_S = 75.0
+APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": API_TIMEOUT_S}
 
 
 def apply_options(options: Any) -> dict[str, float]:
