@@ -68,29 +68,56 @@ def test_the_experiment_shipyard_links_to_opens_in_the_classic_view(tmp_path: Pa
 
 
 def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The SLO report and the candidates report, logged as run artifacts, render in MLflow's
-    artifact viewer (its sandboxed iframe): the preview area of the screenshot is not blank and
-    holds the report's green PASS heading / champion colour."""
-    import numpy as np
+    """Every HTML report the gates steps log (through StepRun, the components' own path: the REST
+    upload into the server's proxied store) renders in MLflow's artifact viewer (a sandboxed
+    ``blob:`` iframe): its green heading paints at the top, and scrolling inside the frame reaches
+    the plots (matplotlib's colours). Real-time screenshots over the DevTools protocol
+    (:mod:`chromium_cdp`): ``--screenshot --virtual-time-budget`` can shoot before the sandboxed
+    frame paints, which showed one report or the other blank at random."""
     import report_fixtures as fx
-    from PIL import Image
+    from chromium_cdp import Chromium, has_colour, ink
 
     from shipyard.gates.selection import select_champion
+    from shipyard.tracking.steprun import StepRun
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     fx.judged(tmp_path)
     select_champion([str(tmp_path / "w8a8-int8-gates")], "", str(tmp_path / "d"), str(tmp_path / "c.md"),
                     str(tmp_path / "candidates.html"))
     server = shared_server()
+    name, kfp_run_id = f"previews-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:8]
+    track.start_tracking(server.url, name, "optimize-and-deploy", kfp_run_id)
+    where = {"tracking_uri": server.url, "experiment": name, "kfp_run_id": kfp_run_id}
+    with StepRun("gates", "w8a8-int8", **where) as run:
+        run.log(artifacts={f.name: str(f) for f in (tmp_path / "w8a8-int8-gates").iterdir() if f.is_file()})
+    with StepRun("select", "", **where) as run:
+        run.log(artifacts={"candidates.html": str(tmp_path / "candidates.html"), "candidates.md": str(tmp_path / "c.md")})
+
     client = MlflowClient(server.url)
-    experiment = client.create_experiment(f"previews-{uuid.uuid4().hex[:6]}")
-    run = client.create_run(experiment).info.run_id
-    client.log_artifact(run, str(tmp_path / "w8a8-int8-gates" / "slo.html"))
-    client.log_artifact(run, str(tmp_path / "candidates.html"))
-    for name in ("slo.html", "candidates.html"):
-        open_page(f"{ui_url(server.url, experiment, run).split('?')[0]}/artifacts/{name}?{CLASSIC_VIEW_QUERY}",
-                  tmp_path, f"mlflow-preview-{name.removesuffix('.html')}", budget_ms=40000)
-        pixels = np.asarray(Image.open(tmp_path / f"mlflow-preview-{name.removesuffix('.html')}.png").convert("RGB"))
-        preview = pixels[200:900, 420:980].astype(int)  # the artifact viewer's iframe (1400x900 window)
-        ink = (np.abs(preview - 255).sum(axis=-1) > 60).mean()
-        assert ink > 0.05, (name, ink)  # text, tables, plots: not a blank frame
+    experiment = client.get_experiment_by_name(name).experiment_id
+    reports = [(run.info.run_id, art.path) for run in client.search_runs([experiment])
+               for art in client.list_artifacts(run.info.run_id) if art.path.endswith(".html")]
+    assert sorted(path for _, path in reports) == ["candidates.html", "slo.html"]
+
+    green, plot_colours = (23, 128, 61), [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
+    frame = (slice(200, 850), slice(420, 980))  # the artifact viewer's iframe (1400x900 window)
+    for run_id, path in reports:
+        label = f"mlflow-preview-{path.removesuffix('.html')}"
+        with Chromium(tmp_path / f"profile-{label}") as browser:
+            browser.open(f"{ui_url(server.url, experiment, run_id).split('?')[0]}/artifacts/{path}?{CLASSIC_VIEW_QUERY}")
+            top = browser.wait_for(lambda px: ink(px[frame]) > 0.05 and has_colour(px[frame], green))
+            browser.save(top, tmp_path / f"{label}.png")
+            assert ink(top[frame]) > 0.05 and has_colour(top[frame], green), (path, ink(top[frame]))
+            plotted = False
+            for _ in range(8):  # down the report, inside the sandboxed frame
+                browser.wheel(700, 500, 700)
+                shot = browser.wait_for(lambda px: any(has_colour(px[frame], c, least=300) for c in plot_colours), 4)
+                if any(has_colour(shot[frame], c, least=300) for c in plot_colours):
+                    plotted = True
+                    browser.save(shot, tmp_path / f"{label}-plot.png")
+                    break
+            assert plotted, f"{path}: no plot painted in MLflow's preview"
+        if os.environ.get("SHIPYARD_SCREENSHOTS"):
+            for png in tmp_path.glob(f"{label}*.png"):
+                Path(os.environ["SHIPYARD_SCREENSHOTS"]).mkdir(parents=True, exist_ok=True)
+                shutil.copy(png, Path(os.environ["SHIPYARD_SCREENSHOTS"]) / png.name)
