@@ -553,7 +553,7 @@ def test_resolve_model_stops_a_model_the_later_steps_cannot_hold(tmp_path: Path,
     """The real resolve-model step on a 3 MiB model: package-champion keeps 2 copies + 2 GiB, so a
     request 1 MiB short of that ends the step with one line naming the size to set; 1 MiB more
     passes. Outside a cluster (no SHIPYARD_EPHEMERAL_STORAGE) nothing is checked."""
-    from kfp.dsl import Model
+    from kfp.dsl import Artifact, Model
 
     from shipyard.components.resolve.component import resolve_model
 
@@ -568,7 +568,8 @@ def test_resolve_model_stops_a_model_the_later_steps_cannot_hold(tmp_path: Path,
             monkeypatch.delenv(contract.ENV_EPHEMERAL_STORAGE, raising=False)
         else:
             monkeypatch.setenv(contract.ENV_EPHEMERAL_STORAGE, json.dumps({"package-champion": request}))
-        resolve_model.python_func(model_uri=str(source), model=Model(uri=str(tmp_path / out)))
+        resolve_model.python_func(model_uri=str(source), model=Model(uri=str(tmp_path / out)),
+                                  model_files=Artifact(uri=str(tmp_path / f"{out}-files")))
 
     with pytest.raises(SystemExit):
         run(need - 1024**2, "short")
@@ -578,6 +579,8 @@ def test_resolve_model_stops_a_model_the_later_steps_cannot_hold(tmp_path: Path,
     run(need + 1024**2, "fits")
     run(None, "local")
     assert (tmp_path / "fits" / "config.json").exists() and (tmp_path / "local" / "config.json").exists()
+    # its model_files output (what promote's deploy gets): config, no weights
+    assert sorted(p.name for p in (tmp_path / "fits-files").iterdir()) == ["config.json"]
 
 
 def test_disk_check_message_is_the_documented_one() -> None:
