@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -383,3 +384,32 @@ def test_image_names_must_start_with_a_registry_host() -> None:
         _check_qualified(ok)
     with pytest.raises(ShipyardError, match="registry host"):
         _check_qualified("team/shipyard-base:t")
+
+
+def test_a_layout_is_named_once_and_checked_before_any_build(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    from shipyard.cli.main import main
+
+    assert main(["run", "--local", "--layout", "kfp-standalone", "--work-dir", str(tmp_path / "w")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--layout" in err[0] and "--runner container" in err[0], err
+    with pytest.raises(ShipyardError, match="kfp-standalone, kubeflow-multi-user"):
+        LayoutPlan.of("kubeflow-single-user")
+
+
+def test_s3_answers_path_style_to_its_cluster_name() -> None:
+    """moto reads the first label of ``minio.minio.svc`` as a bucket name unless told the name is an
+    S3-compatible endpoint (MinIO answers path-style): the pin-model step failed with NoSuchBucket."""
+    import requests
+
+    with MotoS3() as s3:
+        s3.make_bucket("shipyard-rehearsal")
+        cluster = f"minio.minio.svc:{s3.port}"
+
+        def list_bucket() -> int:
+            return requests.get(f"{s3.endpoint}/shipyard-rehearsal", headers={"Host": cluster}, timeout=10).status_code
+
+        assert list_bucket() == 404
+        s3.also_named(f"http://{cluster}")
+        assert list_bucket() == 200
+    assert f"http://{cluster}" not in os.environ.get("MOTO_S3_CUSTOM_ENDPOINTS", "")

@@ -584,6 +584,7 @@ def run_container(
           plan.kube_api(services_dir / "kube") as kube):
         services = {"podman": podman, "s3": s3, "mlflow": mlflow, "registry": registry, "kube": kube}
         wired = plan.wire(s3, mlflow, registry, kube)  # steps reach each service by its cluster name
+        s3.also_named(wired["names"]["s3"])
         os.environ.update(s3.env)
         s3.make_bucket(BUCKET)
         staged = stage_inputs({**defaults, **params}, work, explicit)

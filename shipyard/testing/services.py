@@ -104,6 +104,7 @@ class MotoS3:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.server: Any = None
+        self._custom_before: str | None = None
 
     def __enter__(self) -> MotoS3:
         try:
@@ -121,6 +122,18 @@ class MotoS3:
     def __exit__(self, *exc: object) -> None:
         if self.server is not None:
             self.server.stop()
+        if self._custom_before is not None:
+            _restore_env("MOTO_S3_CUSTOM_ENDPOINTS", self._custom_before or None)
+
+    def also_named(self, endpoint: str) -> None:
+        """Answer requests addressed to ``endpoint`` (another name of this server, e.g. a cluster
+        Service name such as ``http://minio.minio.svc:PORT``) path-style, as MinIO does. moto
+        otherwise reads the first label of a dotted host as a bucket (virtual-hosted style);
+        ``MOTO_S3_CUSTOM_ENDPOINTS`` is its setting for S3-compatible endpoints (restored on exit)."""
+        before = os.environ.get("MOTO_S3_CUSTOM_ENDPOINTS", "")
+        if self._custom_before is None:
+            self._custom_before = before
+        os.environ["MOTO_S3_CUSTOM_ENDPOINTS"] = ",".join(e for e in (before, endpoint) if e)
 
     @property
     def env(self) -> dict[str, str]:
@@ -189,6 +202,13 @@ class KubeAPI:
     def get(self, name: str, namespace: str) -> dict[str, Any] | None:
         """The stored LLMInferenceService (as the API server holds it)."""
         return self.double.get("llminferenceservices", namespace, name)
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def private_dir(prefix: str) -> Path:
