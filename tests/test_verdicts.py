@@ -134,6 +134,34 @@ def test_a_recovery_bar_below_the_threshold_is_not_drawn_as_a_plain_pass(tmp_pat
     assert has(green)   # the base's 1.0 bar
 
 
+def test_candidates_report_plots_keep_every_label_inside_the_picture(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The level label (``c=2``) next to the last point of the TTFT plot was cut at the plot's
+    right edge; every label of every candidates plot now lies inside its axes when the figure is
+    saved (measured by matplotlib's renderer)."""
+    from matplotlib.figure import Figure
+    from report_fixtures import judged
+
+    from shipyard.gates.selection import plot_pngs
+
+    outside: list[str] = []
+    save = Figure.savefig
+
+    def checked_save(fig: Figure, *args: object, **kwargs: object) -> None:
+        renderer = fig.canvas.get_renderer()
+        fig.draw(renderer)
+        for ax in fig.axes:
+            for text in ax.texts:
+                box = text.get_window_extent(renderer)
+                if box.x0 < ax.bbox.x0 or box.x1 > ax.bbox.x1 or box.y0 < ax.bbox.y0 or box.y1 > ax.bbox.y1:
+                    outside.append(text.get_text())
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", checked_save)
+    assert len(plot_pngs([judged(tmp_path)["candidate"]])) >= 3
+    assert outside == [], f"labels cut at the plot's edge: {outside}"
+
+
 def test_console_names_are_never_cut_mid_word_and_loop_tasks_carry_their_candidate() -> None:
     from shipyard.run.console import fit, key_figure, task_label
 

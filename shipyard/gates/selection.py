@@ -285,7 +285,7 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     def png(fig: Any) -> bytes:
         fig.tight_layout()
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=90)
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", pad_inches=0.15)  # labels never clipped
         plt.close(fig)
         return buf.getvalue()
 
@@ -312,6 +312,7 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
         ax.set_yscale("log")
     ax.set_xlabel("achieved output tokens/s")
     ax.set_ylabel("TTFT p99 (ms)")
+    ax.margins(x=0.12)  # room for the level labels at the right end, inside the axes
     ax.set_title("TTFT p99 vs achieved throughput" + (f"\nhollow: < {MIN_SAMPLES} requests" if few else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
