@@ -1,7 +1,7 @@
 """The deploy step's decision record and summary (issue 22 §2): the verification, passed, failed or
-not run, goes into the champion's decision-record.json; the summary names it once."""
+not run, goes into the champion's decision-record.json; the summary names it once.
 
-from __future__ import annotations
+No ``from __future__ import annotations``: KFP reads the test component's annotations."""
 
 import json
 from pathlib import Path
@@ -58,3 +58,43 @@ def test_a_failed_verification_is_recorded_with_its_checks_and_error() -> None:
     assert record["verification"]["outcome"] == "failed" and record["verification"]["golden"]["match_rate"] == 0.25
     assert [c["compared"] for c in record["verification"]["checks"]] == [True, True, False]
     assert record["deployment"] == {"status": "failed (rolled back)"}
+
+
+def test_the_deploy_component_outputs_the_decision_record_with_its_verification(tmp_path: Path) -> None:
+    """The KFP wrapper (kfp.local): select_champion's record goes in as the selection, the updated record
+    comes out as the decision_record output (and is what the step logs to MLflow)."""
+    import kfp.local
+    from kfp import dsl
+    from kfp.dsl import Artifact, Markdown, Output
+
+    from shipyard.components.deploy.component import deploy
+
+    decision_dir = selection_dir(tmp_path)
+    files = {p.name: p.read_text() for p in decision_dir.iterdir()}
+
+    @dsl.component(base_image="python:3.11", install_kfp_package=False)
+    def champion(files_json: str, selection: Output[Artifact], decision: Output[Markdown]):
+        import json
+        import os
+
+        os.makedirs(selection.path, exist_ok=True)
+        for name, text in json.loads(files_json).items():
+            with open(os.path.join(selection.path, name), "w") as fh:
+                fh.write(text)
+        decision.metadata.update({"recipe": "w8a8-int8", "version": "2", "headline": "{}"})
+        with open(decision.path, "w") as fh:
+            fh.write("# champion\n")
+
+    @dsl.pipeline(name="deploy-record")
+    def pipeline(model_uri: str):
+        made = champion(files_json=json.dumps(files))
+        deploy(model_uri=model_uri, name="llm", namespace="serving", dry_run=True,
+               deploy_config=json.dumps({"prefill_replicas": 1, "gpu_memory_gib": 80}),
+               decision=made.outputs["decision"], selection=made.outputs["selection"])
+
+    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    pipeline(model_uri="oci://registry.example/m@sha256:" + "2" * 64)
+    (path,) = (tmp_path / "root").rglob("deploy/decision_record")
+    record = json.loads(path.read_text())
+    assert record["champion"] == "w8a8-int8" and record["candidates"]  # select_champion's record, kept
+    assert record["verification"]["outcome"] == "not run" and record["deployment"]["status"] == "DryRun"

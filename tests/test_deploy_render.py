@@ -355,6 +355,9 @@ def test_component_without_model_artifact(tmp_path):
     task = deploy(model_uri=URI, name="llm", namespace="serving", deploy_config="{}", dry_run=True)
     assert task.outputs["status"] == "DryRun" and task.outputs["url"] == ""
     assert task.outputs["manifest"].metadata["mode"] == "aggregated"
+    # no champion record reached the step: the decision_record output says the verification did not run
+    record = json.loads(open(task.outputs["decision_record"].path).read())
+    assert record["verification"]["outcome"] == "not run"
     (svc,) = yaml.safe_load_all(Path(task.outputs["manifest"].path).read_text())
     assert svc["spec"]["replicas"] == 1
 
