@@ -233,6 +233,15 @@ def test_readme_states_the_kfp_minimum_the_check_enforces() -> None:
     assert f"**{minimum} or newer**" in row and "hard minimum" in row and "OneOf" in row, row
 
 
+def test_readme_says_what_to_do_with_each_failing_check() -> None:
+    """Every check with a fixed name has a row in the README's "failing check | what to do" table."""
+    rows = {line.split("|")[1].strip().strip("`") for line in (ROOT / "README.md").read_text().splitlines()
+            if line.startswith("| `")}
+    for name in ("kfp version", "kserve version", "mlflow name", "mlflow api", "registry", "s3", "gpu nodes",
+                 "node disk", "deploy permissions"):
+        assert name in rows, name
+
+
 def test_the_pre_flight_pod_checks_name_the_host_check_and_a_missing_verb(services: dict[str, Any],
                                                                           tmp_path: Path) -> None:
     """What the pipeline's pre-flight runs from its pod: MLflow's API with the Host of the URI the
