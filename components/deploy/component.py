@@ -110,13 +110,15 @@ def deploy(
                 verify_dir=checked,
             )
         except SystemExit:
-            # rolled back (or never applied): the verification report, when one was written, says why
+            # rolled back (or never applied): the verification report, when one was written, says why, and
+            # the decision record keeps the failed deploy (and its verification) in MLflow
             if os.path.isfile(report):
                 shutil.copyfile(report, verification.path)
                 print(open(report, encoding="utf-8").read(), flush=True)
                 run.log(tags={"shipyard.verify.passed": "false"},
-                        artifacts={"verification.md": report, "verification.json": os.path.join(checked, "verification.json"),
-                                   "decision-record.json": record})
+                        artifacts={"verification.md": report, "verification.json": os.path.join(checked, "verification.json")})
+            if os.path.isfile(record):
+                run.log(artifacts={"decision-record.json": record})
             raise
         manifest.metadata.update({k: result[k] for k in ("name", "namespace", "kinds", "mode", "status", "planned")})
         checks = result.get("verification") or {}
