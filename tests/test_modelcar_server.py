@@ -217,6 +217,22 @@ def test_a_modelcar_of_another_model_fails_golden_outputs_and_its_server_goes_wi
 
 
 @pytest.mark.slow
+def test_a_served_model_whose_server_dies_turns_not_ready(cluster: dict[str, Any]) -> None:
+    """After Ready, a dead server (here killed) turns the service's Ready False, with how it ended."""
+    servers, double, key = cluster["servers"], cluster["double"], ("serving", "llm")
+    server = servers.servers[key]
+    assert servers.script(double.get("llminferenceservices", *key), 5).get("url") == server.url
+    subprocess.run(["podman", "kill", "--signal", "KILL", server.container], check=True, capture_output=True)
+    deadline = time.monotonic() + 60
+    while server.phase == "ready" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    status = servers.script(double.get("llminferenceservices", *key), 6)
+    ready = {c["type"]: c for c in status["conditions"]}["WorkloadsReady"]
+    assert (ready["status"], ready["reason"]) == ("False", "ServerExited"), ready
+    assert "vLLM exited with status 137" in ready["message"] and "url" not in status
+
+
+@pytest.mark.slow
 def test_a_server_that_dies_reports_workloads_not_ready_with_its_log(pushed: dict[str, Any], tmp_path: Path) -> None:
     from shipyard.testing.k8s_double import K8sDouble
 

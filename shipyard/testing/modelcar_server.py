@@ -238,6 +238,9 @@ class ModelcarServer:
         if done.returncode != 0:
             self._fail("ServerStartFailed", f"podman run failed: {log_tail(done.stderr or done.stdout)}")
             return False
+        if self._stop.is_set():  # stopped while ``podman run`` started it: stop() removed nothing yet
+            self.owner.podman("rm", "--force", "--time", "0", self.container, check=False, timeout=60)
+            return False
         threading.Thread(target=self._wait_exit, name=f"modelcar-wait-{self.name}", daemon=True).start()
         return True
 
