@@ -27,7 +27,7 @@ def _lock_pins(path: Path) -> dict[str, str]:
         line = line.split("#")[0].strip()
         if "==" in line:
             name, _, version = line.partition("==")
-            pins[name.split("[")[0].strip().lower().replace("_", "-")] = version.strip()
+            pins[name.split("[")[0].strip().lower().replace("_", "-")] = version.split()[0]  # before " \\ --hash"
     return pins
 
 
@@ -183,9 +183,8 @@ def test_nothing_reads_outside_the_repository() -> None:
 
 def test_no_image_build_resolves_versions() -> None:
     """Every pip install in a Containerfile installs pinned locks (or shipyard itself) with --no-deps,
-    or one exact ``name==version`` pin. The one such pin is the GPU flavor's CUDA torch from
-    TORCH_INDEX: its CUDA libraries are pinned (==) by torch's own metadata, and their wheels are on
-    no index this project can reach to lock them by hand."""
+    or one exact ``name==version`` pin (none today: the GPU flavors' torch and its CUDA libraries
+    are in their hashed locks; tests/test_images.py checks --require-hashes)."""
     for containerfile in IMAGES_DIR.glob("*/Containerfile"):
         text = containerfile.read_text().replace("\\\n", " ")
         installs = [cmd.strip() for line in text.splitlines() if not line.lstrip().startswith("#")

@@ -5,7 +5,9 @@
 flavor is the cluster image and uses the Containerfile's default base images. The **cpu** flavor
 is what local container runs use: the same locks as the local venvs, on a Debian bookworm
 Python base that this module makes with ``mmdebstrap`` and ``podman import`` when
-``SHIPYARD_PYTHON_BASE`` names none (docker.io cannot be reached from every machine).
+``SHIPYARD_PYTHON_BASE`` names none (docker.io cannot be reached from every machine). A gpu
+build takes its base by digest only (``SHIPYARD_GPU_BASE_IMAGE``); every Python distribution
+comes from a hashed lock (``pip install --require-hashes``).
 
 A build sees the host's pip settings (index URLs, find-links, CA bundle; ``pip config list`` and
 ``PIP_*``), mounted for the build only, and the host's pip cache, so the large torch and vLLM
@@ -15,7 +17,9 @@ wheels are not downloaded twice. Nothing of either stays in the image.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +35,13 @@ from shipyard.runtimes.runtime import FLAVORS, IMAGES_DIR, REPO_ROOT, RUNTIMES, 
 #: The Debian bookworm Python base of the cpu flavor, made here when it is missing.
 PYTHON_BASE = "localhost/shipyard-python-base:bookworm"
 PYTHON_BASE_PACKAGES = ("python3.11", "python3.11-venv", "ca-certificates")
+#: torch's CPU builds (``+cpu``, in the cpu flavor's locks and the garak lock) are only on PyTorch's
+#: CPU index. A build (and ``shipyard setup``) adds torch's page there as find-links when it answers;
+#: the lock's hash pins the file wherever it comes from (the host's find-links otherwise). Not in
+#: the locks: pip would retry an unreachable page once per package.
+TORCH_CPU_LINKS = "https://download.pytorch.org/whl/cpu/torch/"
+#: The gpu flavor's base (every Containerfile's default), by tag: builds take it by digest only.
+GPU_BASE = "docker.io/library/python:3.11-slim-bookworm"
 #: Where a build sees the host's pip settings (read-only) and pip cache.
 BUILD_MOUNT = "/run/shipyard-build"
 #: pip options carried from the host into a build.
@@ -99,7 +110,7 @@ def ensure_python_base(tool: str | None = None, rebuild: bool = False) -> str:
     return PYTHON_BASE
 
 
-def _host_pip_settings() -> dict[str, str]:
+def host_pip_settings() -> dict[str, str]:
     """The host's pip options that a build needs (``pip config list``, then ``PIP_*`` env)."""
     settings: dict[str, str] = {}
     out = subprocess.run([str(_host_python()), "-m", "pip", "config", "list"], capture_output=True, text=True)
@@ -115,6 +126,18 @@ def _host_pip_settings() -> dict[str, str]:
     if "default-timeout" in settings:
         settings["timeout"] = settings.pop("default-timeout")
     return settings
+
+
+@functools.lru_cache(maxsize=1)
+def torch_cpu_links() -> list[str]:
+    """``[TORCH_CPU_LINKS]`` when that page answers within a few seconds, else ``[]``."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(TORCH_CPU_LINKS, method="HEAD"), timeout=5):
+            return [TORCH_CPU_LINKS]
+    except OSError:
+        return []
 
 
 def _host_python() -> Path:
@@ -147,7 +170,7 @@ def pip_build_context() -> Iterator[list[str]]:
     CA bundle beside it); the Containerfiles' ``ARG PIP_CONFIG_FILE`` points pip at it. Local
     index and find-links folders are mounted read-only at their own paths.
     """
-    settings = _host_pip_settings()
+    settings = host_pip_settings()
     volumes: list[str] = []
     cache = pip_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -155,6 +178,9 @@ def pip_build_context() -> Iterator[list[str]]:
         conf_dir = Path(tmp)
         os.chmod(conf_dir, 0o755)
         lines = ["[global]"]
+        links = " ".join([settings.get("find-links", ""), *torch_cpu_links()]).strip()
+        if links:
+            settings["find-links"] = links
         for name, value in settings.items():
             if name == "cert":
                 shutil.copyfile(value, conf_dir / "ca.crt")
@@ -171,15 +197,25 @@ def pip_build_context() -> Iterator[list[str]]:
         yield args
 
 
+def gpu_base_image() -> str:
+    """The gpu flavor's base, pinned by digest: ``SHIPYARD_GPU_BASE_IMAGE`` (``<image>@sha256:<digest>``).
+    The Containerfiles' default names a tag only, so a cluster build never takes a moving base."""
+    value = os.environ.get("SHIPYARD_GPU_BASE_IMAGE", "")
+    if not re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", value):
+        raise ShipyardError("SHIPYARD_GPU_BASE_IMAGE", f"{value or 'unset'}: the gpu images' base must be pinned by digest",
+                            f"set it to {GPU_BASE}@sha256:<digest> (skopeo inspect --format '{{{{.Digest}}}}' docker://{GPU_BASE})")
+    return value
+
+
 def build_args(runtime: str, flavor: str, tool: str | None = None) -> list[str]:
     """``--build-arg`` pairs of one runtime and flavor (the Containerfile defaults are the gpu flavor)."""
     if flavor == "gpu":
-        return []
+        return ["--build-arg", f"BASE_IMAGE={gpu_base_image()}"]
     args = ["--build-arg", f"BASE_IMAGE={ensure_python_base(tool)}"]
-    if runtime == "compress":
-        args += ["--build-arg", "TORCH_INDEX="]
+    if runtime in ("compress", "vllm"):
+        args += ["--build-arg", "FLAVOR=cpu"]
     if runtime == "vllm":  # no garak venv in the local image (the rehearsal runs without a safety scan)
-        args += ["--build-arg", "FLAVOR=cpu", "--build-arg", "GARAK=0"]
+        args += ["--build-arg", "GARAK=0"]
     return args
 
 

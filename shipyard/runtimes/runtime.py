@@ -68,7 +68,8 @@ def lock_file(runtime: str) -> Path:
 
 
 #: What goes into every image: the package's code and data, by their path inside the package.
-_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".jsonl", ".json", ".md", ".jinja", ".proto", ".in", ".lock")
+#: ``.toml``: images/pyproject.toml, a link to the pyproject.toml every image build copies and installs.
+_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".jsonl", ".json", ".md", ".jinja", ".proto", ".in", ".lock", ".toml")
 #: Written by an image build; derived from the image, so never part of the tag it is keyed by.
 _NOT_HASHED = ("image-digest",)
 
@@ -83,13 +84,8 @@ def _package_roots() -> list[tuple[str, Path]]:
     ]
 
 
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
-    """Content hash of the code and data every image installs (the shipyard package).
-
-    The same files hash the same in a checkout and in an installed wheel, so ``shipyard compile``
-    names the same image tags from either; any change to a step's code changes every tag.
-    """
+def hashed_files() -> dict[str, Path]:
+    """The files :func:`code_digest` hashes, by their path inside the installed package."""
     nested = {"components", "pipelines", "runtime_images"}
     files: dict[str, Path] = {}
     for prefix, root in _package_roots():
@@ -101,6 +97,17 @@ def code_digest() -> str:
                 continue  # inside an installed wheel these are the other roots
             if path.suffix in _CODE_SUFFIXES or path.name == "Containerfile" or path.name.startswith("LICENSE"):
                 files[prefix + rel.as_posix()] = path
+    return files
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """Content hash of the code and data every image installs (the shipyard package).
+
+    The same files hash the same in a checkout and in an installed wheel, so ``shipyard compile``
+    names the same image tags from either; any change to a step's code changes every tag.
+    """
+    files = hashed_files()
     digest = hashlib.sha256()
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")
