@@ -19,7 +19,13 @@ import yaml
 from kfp import kubernetes
 from kfp.dsl import PipelineTask
 
-from shipyard.core.contract import CONTRACT_ANNOTATION, ENV_CONTRACT, ENV_EPHEMERAL_STORAGE, disk_needed
+from shipyard.core.contract import (
+    CONTRACT_ANNOTATION,
+    ENV_CONTRACT,
+    ENV_EPHEMERAL_STORAGE,
+    ENV_IMAGE,
+    disk_needed,
+)
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
 
@@ -157,6 +163,9 @@ def _gets(section: dict[str, Any], step: str) -> bool:
 def _contract(task: PipelineTask, cfg: dict[str, Any]) -> None:
     """Secrets, registry credentials, PVCs and the contract annotation of one step."""
     step = step_name(task)
+    # the image this step's container runs, as compiled: the benchmark records it as the engine the
+    # SLO gate measured, and the deploy step serves the champion with that same image
+    task.set_env_variable(ENV_IMAGE, str(task.container_spec.image))
     sources: dict[str, str] = {}
     for secret, entry in (cfg.get("secrets") or {}).items():
         if not isinstance(entry, dict) or not _gets(entry, step):

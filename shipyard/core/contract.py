@@ -71,6 +71,12 @@ def require(name: str, why: str, env: Mapping[str, str] | None = None) -> str:
     return value
 
 
+#: set by ``shipyard compile`` on every step: the image reference the step's container runs (the
+#: compiled task's own image, as the cluster's KFP driver and the container rehearsal start it).
+#: The benchmark records it as the engine the SLO gate measured; the deploy step serves that image.
+ENV_IMAGE = "SHIPYARD_IMAGE"
+
+
 # -- disk: the ephemeral storage of the steps that hold a whole model on a CPU node ---------------
 
 #: set by ``shipyard compile`` on resolve-model: JSON ``{step: bytes}`` of the ephemeral storage

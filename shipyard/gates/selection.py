@@ -418,7 +418,9 @@ def with_verification(record: dict[str, Any] | None, verification: dict[str, Any
                       checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The decision record with the deploy step's outcome: ``verification`` (ran, passed, reason or why
     it did not run, where, the failed checks, the golden match and every check's row) and
-    ``deployment`` (name, namespace, status, URL, rollout). ``record`` is select_champion's
+    ``deployment`` (name, namespace, status, URL, rollout, and ``engine``: the image that serves and
+    where it came from next to the engine the SLO gate benchmarked, and whether they are the same
+    build). ``record`` is select_champion's
     decision-record.json, or None (the promote pipeline has no selection: a record naming the
     champion is started here). A check that was not compared keeps ``compared: false``."""
     out = dict(record) if record else {"schema": DECISION_SCHEMA, "champion": deployment.get("champion", ""),

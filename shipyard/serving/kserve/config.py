@@ -25,6 +25,17 @@ PRESETS_DIR = package_dir("shipyard.serving.kserve") / "presets"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 KV_ROLES = {"producer-consumer", "both"}
 MANAGED, NONE = "managed", "none"
+#: ``deploy_config.image: "preset"``: serve with the image of KServe's presets (llm-d's vLLM build),
+#: not the image the SLO gate benchmarked (the default). Any other value pins that image.
+PRESET_IMAGE = "preset"
+#: a container image reference: [registry[:port]/]repo[/repo...][:tag][@sha256:<64 hex>]
+#: (``deploy_config.image`` also needs a ``/``: a vLLM serving image is never a bare library name)
+IMAGE_RE = re.compile(r"^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+                      r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                      r"(?:@sha256:[0-9a-f]{64})?$")
+#: the Python module a P/D KV connector imports in the serving vLLM (vLLM raises "NIXL is not
+#: available" at start-up without ``nixl``): the image that serves P/D must have it
+CONNECTOR_MODULES = {"NixlConnector": "nixl", "LMCacheConnectorV1": "lmcache"}
 # Longest child name KServe derives is "<name>-kserve-workload-svc" and similar; Services and
 # Deployments must stay within 63 characters.
 MAX_NAME = 42
@@ -162,6 +173,11 @@ class DeployConfig:
     kv_cache_offloading: dict[str, Any] | None = None  # {"cpu": "100Gi", "eviction_policy", "secondary"}
     lora: dict[str, Any] | None = None  # {"adapters": [{"name", "uri"}], "max_adapters", "max_rank"}
     objectives: list[dict[str, Any]] = field(default_factory=list)  # InferenceObjectives [{"name", "priority"}]
+
+    @property
+    def pinned_image(self) -> str | None:
+        """The image set on the ``main`` containers; None: KServe's preset image serves."""
+        return None if not self.image or self.image == PRESET_IMAGE else self.image
 
     @property
     def disaggregated(self) -> bool:
@@ -541,8 +557,24 @@ def _check_env(cfg: DeployConfig) -> None:
                         'write "SECRET" (key = the variable name) or {"secret": "hf-token", "key": "token"}')
 
 
+def is_image_reference(text: Any) -> bool:
+    """Whether ``text`` is an image reference ``deploy_config.image`` takes (see :data:`IMAGE_RE`)."""
+    return isinstance(text, str) and bool(IMAGE_RE.match(text)) and "/" in text
+
+
+def check_image(image: Any) -> None:
+    """``deploy_config.image``: ``"preset"`` or a container image reference (no scheme, no spaces)."""
+    if image is None or image == PRESET_IMAGE:
+        return
+    if not is_image_reference(image):
+        raise _fail("image", f"{image!r} is not a container image reference"[:160],
+                    f'write REGISTRY/REPO:TAG or REPO@sha256:<64 hex>, or "{PRESET_IMAGE}" for KServe\'s preset image; '
+                    "leave it out to serve the image the benchmark ran")
+
+
 def _check_pod_options(cfg: DeployConfig) -> None:
-    """service_account, image_pull_secrets, resources, extra_resources, shm_size."""
+    """image, service_account, image_pull_secrets, resources, extra_resources, shm_size."""
+    check_image(cfg.image)
     dns = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
     if cfg.service_account is not None and (not isinstance(cfg.service_account, str) or not dns.match(cfg.service_account)):
         raise _fail("service_account", f"{cfg.service_account!r} is not a ServiceAccount name", "use a DNS-1123 name")

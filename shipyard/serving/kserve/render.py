@@ -217,8 +217,8 @@ def _probes(cfg: DeployConfig) -> dict[str, Any]:
 def _pod(cfg: DeployConfig, args: list[str]) -> dict[str, Any]:
     """A PodSpec fragment the controller merges over the preset (container ``main``)."""
     container: dict[str, Any] = {"name": "main"}
-    if cfg.image:
-        container["image"] = cfg.image
+    if cfg.pinned_image:  # the image the SLO gate benchmarked (the deploy step's default) or the user's pin
+        container["image"] = cfg.pinned_image
     env = _env(cfg, args, cfg.disaggregated)
     if env:
         container["env"] = env
