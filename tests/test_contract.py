@@ -499,7 +499,8 @@ def _champion(tmp_path: Path, nixl: bool = True) -> Path:
 def _deploy(tmp_path: Path, tag: str, deploy_config: dict[str, Any], nixl: bool = True) -> tuple[dict[str, Any], dict, dict]:
     """A dry-run deploy of the champion: (result, the rendered LLMInferenceService, the decision record)."""
     manifest, verify = tmp_path / f"{tag}.yaml", tmp_path / f"verify-{tag}"
-    result = run_deploy(deploy_config={"gpu_memory_gib": 80, "verify": {"enabled": False}, **deploy_config},
+    sizing = {} if "template" in deploy_config else {"gpu_memory_gib": 80}
+    result = run_deploy(deploy_config={**sizing, "verify": {"enabled": False}, **deploy_config},
                         manifest_path=str(manifest), dry_run=True, name="llm", model_uri=PINNED_URI, namespace="ns",
                         summary_path=str(tmp_path / f"{tag}.md"), candidate=str(_champion(tmp_path, nixl)),
                         verify_dir=str(verify))
@@ -564,6 +565,22 @@ def test_pd_without_nixl_in_the_benchmarked_image_keeps_the_preset(tmp_path: Pat
     assert "has no nixl" in result["engine"]["serving"]["source"] and "nixl" in result["engine"]["warning"]
     _, agg, _ = _deploy(tmp_path, "agg-nonixl", {"preset": "aggregated"}, nixl=False)  # aggregated needs none
     assert _main_images(agg) == [BENCH_IMAGE]
+
+
+def test_a_template_keeps_its_image_and_a_difference_is_warned(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Template mode: the template says everything (no image is added); serving another build than
+    the benchmarked one is still said, before anything is applied."""
+    template = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
+                "metadata": {"name": "team-llm"},
+                "spec": {"model": {"uri": "hf://org/m"}, "replicas": 1,
+                         "template": {"containers": [{"name": "main", "image": "quay.io/team/vllm:0.31.0"}]}}}
+    result, svc, record = _deploy(tmp_path, "tpl", {"template": template})
+    assert _main_images(svc) == ["quay.io/team/vllm:0.31.0"]
+    assert result["engine"]["serving"] == {"image": "quay.io/team/vllm:0.31.0", "source": "template"}
+    assert record["deployment"]["engine"]["same_build"] is False
+    assert f"deploy: WARNING: the deployment serves quay.io/team/vllm:0.31.0 (template), not the image the SLO gate " \
+           f"benchmarked ({BENCH_IMAGE})" in capsys.readouterr().out
 
 
 def test_the_benchmark_records_the_image_it_runs_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -101,8 +101,6 @@ def run_deploy(
     image = serving_image(cfg, benchmarked)
     if image["pin"] and not cfg.image:  # the default: serve the build the SLO gate measured
         cfg.image = params["image"] = image["pin"]  # params: a canary re-parses them
-    if image["warning"]:
-        print(f"deploy: WARNING: {image['warning']}", flush=True)
     if cfg.scaling is not None and cfg.scaling.mode == "wva" and not wva_accelerator(cfg):
         print(f"deploy: WARNING: WVA scaling without an accelerator name: KServe labels the VariantAutoscaling "
               f"{WVA_ACCELERATOR_LABEL}=unknown; set gpu_type (nvidia.com/gpu.product) or scaling.accelerator_name",
@@ -132,6 +130,8 @@ def run_deploy(
     result["verification"] = verification
     result["sizing"] = sizing
     result["engine"] = serving_engine(docs, benchmarked, image)
+    if result["engine"]["warning"]:  # before anything is applied
+        print(f"deploy: WARNING: {result['engine']['warning']}", flush=True)
     failure = ""
     try:
         if dry_run:
@@ -409,8 +409,11 @@ def serving_engine(docs: list[dict[str, Any]], benchmarked: dict[str, Any] | Non
     serving = {"image": main["image"], "source": choice["source"]} if main.get("image") else \
         {"image": ", ".join(_preset_images()) or "KServe's default", "source": preset}
     bench = (benchmarked or {}).get("image")
-    return {"serving": serving, "benchmarked": benchmarked, "same_build": bool(bench) and main.get("image") == bench,
-            "warning": choice["warning"]}
+    same = bool(bench) and main.get("image") == bench
+    warning = choice["warning"] or ("" if same or not bench else
+                                    f"the deployment serves {serving['image']} ({serving['source']}), not the image "
+                                    f"the SLO gate benchmarked ({bench})")
+    return {"serving": serving, "benchmarked": benchmarked, "same_build": same, "warning": warning}
 
 
 def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
