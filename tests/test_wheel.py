@@ -99,8 +99,12 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pa
     env_dir = home / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
+    # the base lock's pins without their hashes (a hash in a constraint would demand one for the wheel)
+    constraints = home / "constraints.txt"
+    pins = _lock_pins(IMAGES_DIR / "base" / "requirements.lock")
+    constraints.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
     proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "-c", str(IMAGES_DIR / "base" / "requirements.lock"), str(wheel)],
+                           "-c", str(constraints), str(wheel)],
                           cwd=home, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return python, home
