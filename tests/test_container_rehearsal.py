@@ -400,3 +400,23 @@ def test_s3_answers_path_style_to_its_cluster_name() -> None:
         s3.also_named(f"http://{cluster}")
         assert list_bucket() == 200
     assert f"http://{cluster}" not in os.environ.get("MOTO_S3_CUSTOM_ENDPOINTS", "")
+
+
+def test_a_port_a_stopped_server_left_in_time_wait_counts_as_free() -> None:
+    """The second rehearsal found port 5000 'taken' by the first MLflow's closed connections."""
+    import socket
+
+    from shipyard.run.container import port_free
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    assert not port_free(port)  # listening
+    conn.close()  # the server side closes first: its end of the connection waits in TIME_WAIT
+    client.close()
+    server.close()
+    assert port_free(port)

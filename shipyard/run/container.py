@@ -160,10 +160,12 @@ def mlflow_allowed_hosts(docs: list[dict[str, Any]], port: int) -> str | None:
 
 
 def port_free(port: int, host: str = LOOPBACK) -> bool:
-    """Whether nothing listens on ``host:port`` now."""
+    """Whether nothing listens on ``host:port`` now. With ``SO_REUSEADDR``, as servers bind: the
+    closed connections of a server that just stopped (TIME_WAIT) do not make it taken."""
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
