@@ -109,6 +109,8 @@ def test_vllm_locks_carry_mlflow_for_the_deploy_step() -> None:
     for name in ("requirements.lock", "requirements-gpu.lock"):
         versions = _versions(IMAGES_DIR / "vllm" / name)
         assert versions["mlflow-skinny"] == "3.17.2" and versions["cachetools"].startswith("7."), name
+        # s3:// deploy templates: the deploy step reads them with the S3 client the base runtime uses
+        assert versions["minio"] == _versions(IMAGES_DIR / "base" / "requirements.lock")["minio"], name
 
 
 def test_debian_packages_are_pinned() -> None:
