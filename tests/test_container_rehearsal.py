@@ -33,7 +33,10 @@ from shipyard.runtimes.runtime import REPO_ROOT, runtime_image
 from shipyard.testing.registry import LocalRegistry
 from shipyard.testing.services import KubeAPI, MlflowServer, MotoS3, private_dir
 
-EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_arithmetic_mc"], "limit": 8, "batch_size": 4})
+# shipyard_capitals_gen: the deploy step's verification re-runs it through the served model (its
+# default accuracy slice) and compares it with the candidate's own result
+EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_arithmetic_mc", "shipyard_capitals_gen"], "limit": 8,
+                   "batch_size": 4})
 BENCH = json.dumps({"profile": "concurrent", "loads": [1], "prompt_tokens": 16, "output_tokens": 8, "max_requests": 4})
 
 
@@ -275,7 +278,7 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(layout: str, tiny_model
     import io
     import time
 
-    from shipyard.run.container import run_container
+    from shipyard.run.container import format_rehearsal, run_container
 
     chosen = cluster_layout(layout)
     work = private_dir("shipyard-rehearsal-")
@@ -317,7 +320,23 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(layout: str, tiny_model
         mlflow_host = f"mlflow.{pods}.svc.cluster.local"
         assert names["mlflow"].startswith(f"http://{mlflow_host}:") and names["kubernetes"].startswith(
             "http://kubernetes.default.svc:") and names["s3"].startswith("http://minio.minio.svc:")
-        assert set(rehearsal["hosts"]) == {mlflow_host, "kubernetes.default.svc", "minio.minio.svc"}
+        service_host = f"{rehearsal['applied_object']['name']}.{serving}.svc.cluster.local"
+        assert set(rehearsal["hosts"]) == {mlflow_host, "kubernetes.default.svc", "minio.minio.svc", service_host}
+        # KServe's part: a vLLM container served the pushed modelcar behind the status URL, and the deploy
+        # step verified it there (golden outputs, accuracy slice, SLO smoke) before the alias moved
+        assert rehearsal["applied_object"]["url"].startswith(f"http://{service_host}:")
+        assert [s["ref"] for s in rehearsal["serving"]] == [ref.removeprefix("oci://")]
+        verification = rehearsal["verification"]
+        assert verification["outcome"] == "passed", verification
+        ran = {c["name"]: c for c in verification["checks"] if c.get("compared") is not False}
+        assert ran["golden outputs (exact-match rate)"]["passed"] is True
+        assert [n for n in ran if n.startswith("accuracy ")] and [n for n in ran if n.startswith("SLO smoke ")], \
+            [(c["name"], c.get("note")) for c in verification["checks"]]
+        assert all(c["passed"] for c in ran.values()), ran
+        printed = format_rehearsal(summary, str(work))  # what `shipyard run --runner container` prints
+        print(printed)
+        assert f"verification through http://{service_host}:" in printed and ": passed" in printed
+        assert "    golden outputs (exact-match rate): pass" in printed
         log = (work / "kfp-local.log").read_text()
         # the pre-flight ran as in a pod: MLflow's API by its in-cluster Host, the identity's permissions
         assert f"pre-flight: PASS mlflow api: experiments/search as Host {names['mlflow'].removeprefix('http://')}" in log

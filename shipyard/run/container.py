@@ -14,7 +14,11 @@ in its runtime image, as the image's non-root user, as a cluster runs it. Around
   ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL_S3``). The base model and the calibration data
   are uploaded there and the pipeline reads them from ``s3://``;
 * the Kubernetes API double over HTTP; the deploy step applies (``dry_run=false``) through a
-  kubeconfig named by ``KUBECONFIG`` and waits for Ready.
+  kubeconfig named by ``KUBECONFIG`` and waits for Ready;
+* KServe's part (:func:`modelcar_servers`): the applied LLMInferenceService is served by a vLLM
+  container running from the pushed modelcar, and its status URL
+  (``http://NAME.NAMESPACE.svc.cluster.local:PORT``, a host entry) points there, so the deploy step
+  verifies the served model (golden outputs, accuracy slice, SLO smoke) before the alias moves.
 
 It rehearses one namespace layout (``--layout``, ``layouts`` in pipelines/cluster.yaml, default
 kfp-standalone), as :class:`LayoutPlan` sets it up:
@@ -39,8 +43,8 @@ kfp-standalone), as :class:`LayoutPlan` sets it up:
   and asks the API server whether the identity may deploy.
 
 Afterwards it checks what a cluster run would have left behind (the pushed digest resolves in
-the registry, the applied object's ``model.uri`` is that reference and is Ready, MLflow holds the
-runs) and writes it into ``run-summary.json`` under ``rehearsal``. A step whose container left
+the registry, the applied object's ``model.uri`` is that reference and is Ready, the deploy step's
+verification passed, MLflow holds the runs) and writes it into ``run-summary.json`` under ``rehearsal``. A step whose container left
 no ``executor_output.json`` counts as failed, whatever kfp's DockerRunner reported.
 """
 
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import json
 import os
 import sys
@@ -470,11 +475,28 @@ def verify(summary: RunSummary, params: dict[str, Any], services: dict[str, Any]
                                  "url": (obj.get("status") or {}).get("url", "")}
         if out["applied_object"]["model_uri"] != uri:
             problems.append(f"the applied model.uri {out['applied_object']['model_uri']!r} is not the pushed {uri!r}")
+    out["verification"] = deploy_verification(summary)
+    if out["verification"].get("outcome") != "passed":
+        problems.append(f"the deploy step's verification of the served modelcar: {out['verification'].get('outcome', 'no record')}"
+                        + (f" ({out['verification']['reason']})" if out["verification"].get("reason") else ""))
     out["mlflow_runs"] = mlflow_runs(services["mlflow"].url, str(params.get("experiment") or "shipyard"))
     if not out["mlflow_runs"]:
         problems.append("MLflow holds no run of this pipeline")
     out["problems"] = problems
     return out
+
+
+def deploy_verification(summary: RunSummary) -> dict[str, Any]:
+    """The deploy step's verification as its decision record holds it: the outcome, the golden
+    match and every check (golden outputs, accuracy slice, SLO smoke, ...) with its figures."""
+    for step in summary.steps:
+        path = step.artifacts.get("decision_record") if step.task.rsplit("/", 1)[-1] == "deploy" else None
+        if path and Path(path).is_file():
+            try:
+                return dict(json.loads(Path(path).read_text()).get("verification") or {})
+            except ValueError:
+                return {"outcome": "unreadable decision record"}
+    return {}
 
 
 def mlflow_runs(url: str, experiment: str) -> list[dict[str, str]]:
@@ -546,6 +568,28 @@ def _runner(contract: dict[str, str], hosts: dict[str, str], step_log: Path, sec
     )
 
 
+def service_host(name: str, namespace: str) -> str:
+    """The in-cluster name of a deployed service (its status URL here), mapped to the loopback."""
+    return f"{name}.{namespace}.svc.cluster.local"
+
+
+def modelcar_servers(registry: str, params: dict[str, Any]) -> Any:
+    """KServe's part in the rehearsal: every LLMInferenceService the deploy step applies is served
+    by a vLLM container (the cpu vllm image) running from the modelcar the package step pushed,
+    with the vLLM flags and KV cache of the benchmark config (the measure step's, so greedy answers
+    match its golden outputs); the double reports it Ready with ``http://NAME.NS.svc.cluster.local:PORT``
+    once ``/v1/models`` answers, and the deploy step verifies through that URL."""
+    from shipyard.benchmarking.guidellm import parse_benchmark_config
+    from shipyard.runtimes.runtime import runtime_image
+    from shipyard.testing.modelcar_server import ModelcarServers
+
+    bench = parse_benchmark_config(params.get("benchmark_config"))
+    return ModelcarServers(registry, REGISTRY_USER, REGISTRY_PASSWORD, runtime_image("vllm", "cpu"),
+                           url_for=lambda name, ns, port: f"http://{service_host(name, ns)}:{port}",
+                           vllm_args=bench["vllm_args"],
+                           cpu_kv_cache_gib=int(bench["cpu_kv_cache_gib"]))
+
+
 def run_container(
     pipeline: str = DEFAULT_PIPELINE,
     work_dir: str = "shipyard-run",
@@ -583,7 +627,7 @@ def run_container(
     started = time.perf_counter()
     with (PodmanSocket(services_dir / "podman") as podman, MotoS3() as s3,
           plan.mlflow_server(services_dir / "mlflow") as mlflow, LocalRegistry(users={REGISTRY_USER: REGISTRY_PASSWORD}, root=services_dir / "registry") as registry,
-          plan.kube_api(services_dir / "kube") as kube):
+          plan.kube_api(services_dir / "kube") as kube, contextlib.ExitStack() as stack):
         services = {"podman": podman, "s3": s3, "mlflow": mlflow, "registry": registry, "kube": kube}
         wired = plan.wire(s3, mlflow, registry, kube)  # steps reach each service by its cluster name
         s3.also_named(wired["names"]["s3"])
@@ -592,10 +636,13 @@ def run_container(
         staged = stage_inputs({**defaults, **params}, work, explicit)
         # safety off: the cpu vllm image is built without the garak venv (GARAK=0, a shorter build)
         rehearsal = {"registry": registry.address, "dry_run": False, "tracking_uri": "", "safety": "",
-                     "namespace": plan.layout["serving_namespace"],
-                     "deploy_config": _verification_off({**defaults, **params}.get("deploy_config"))}
+                     "namespace": plan.layout["serving_namespace"]}
         params.update({k: v for k, v in {**rehearsal, **staged}.items() if k not in explicit or k in staged})
-        kube.expect(str({**defaults, **params}["deploy_name"]), str({**defaults, **params}["namespace"]))
+        serving = stack.enter_context(modelcar_servers(registry.address, {**defaults, **params}))
+        serving.watch(kube.double)  # a deleted (rolled-back) service stops its server
+        deploy_name, namespace = str({**defaults, **params}["deploy_name"]), str({**defaults, **params}["namespace"])
+        kube.double.script(deploy_name, serving.script)  # KServe's part: serve the pushed modelcar, then Ready
+        wired["hosts"][service_host(deploy_name, namespace)] = LOOPBACK
         write_secrets(secrets, registry.address, kube.kubeconfig)
         os.environ["DOCKER_HOST"] = podman.docker_host
         before = {p.name for p in root.iterdir()}
@@ -622,6 +669,7 @@ def run_container(
         summary = _summarise(pipeline, compiled, root, before, step_log, params, seconds)
         summary.log = str(log_path)
         checks = verify(summary, {**defaults, **params}, services)
+        checks["serving"] = serving.timings()
     checks.update(services={"registry": registry.address, "mlflow": mlflow.url, "s3": s3.endpoint,
                             "kubernetes": kube.double.url},
                   cluster_names=wired["names"], hosts=wired["hosts"], mlflow_allowed_hosts=plan.allowed_hosts,
@@ -634,16 +682,6 @@ def run_container(
     atomic_write_text(work / "run-summary.json", json.dumps(payload, indent=2, default=str))
     summary.rehearsal = checks  # type: ignore[attr-defined]
     return summary
-
-
-def _verification_off(deploy_config: Any) -> str:
-    """The rehearsal's deploy_config with the deploy step's verification switched off: the API
-    double's status URL points at no server (no vLLM container serves the pushed modelcar in the
-    rehearsal yet), so a verification could only fail. A deploy_config you pass keeps its own."""
-    text = deploy_config if isinstance(deploy_config, str) else json.dumps(deploy_config or {})
-    data = json.loads(text) if text.strip() else {}
-    data.setdefault("verify", {"enabled": False})
-    return json.dumps(data)
 
 
 def _summarise(pipeline: str, compiled: Path, root: Path, before: set[str], step_log: Path,
@@ -685,6 +723,16 @@ def format_rehearsal(summary: RunSummary, work_dir: str) -> str:
     if obj:
         lines.append(f"  applied: {obj['kind']} {obj['namespace']}/{obj['name']} Ready={obj['ready']} "
                      f"model.uri={obj['model_uri']}")
+    verification = checks.get("verification") or {}
+    if verification:
+        lines.append(f"  verification through {obj.get('url') or 'the status URL'}: {verification.get('outcome')}")
+        for check in verification.get("checks") or []:
+            state = "not compared" if check.get("compared") is False else ("pass" if check.get("passed") else "FAIL")
+            lines.append(f"    {check.get('name')}: {state}  measured {check.get('measured')}"
+                         f" vs {check.get('reference')} (threshold {check.get('threshold')})")
+    for server in checks.get("serving") or []:
+        lines.append(f"  {server['service']} served by a vLLM container from {server['ref']}: {server['phase']}"
+                     f" (pull {server['pull_seconds']} s, start {server['start_seconds']} s)")
     for run in checks.get("mlflow_runs", [])[:5]:
         lines.append(f"  mlflow run {run['name'] or '-'} [{run['status']}]: {run['url']}")
     for problem in checks.get("problems", []):
