@@ -40,6 +40,10 @@ EXERCISED: dict[str, str] = {
     "shipyard check --layout kfp-standalone --kfp-host https://kfp.example.com --registry quay.io": (
         "cluster: needs a Kubernetes API, KFP and a registry; tests/test_check.py runs the same command against the "
         "Kubernetes API double loaded with the overlay, a real MLflow, registry and S3"),
+    ("export SHIPYARD_GPU_BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm@$(skopeo inspect --format "
+     "'{{.Digest}}' docker://docker.io/library/python:3.11-slim-bookworm)"): (
+        "cluster: needs docker.io, which this machine cannot reach; tests/test_images.py checks that a gpu build "
+        "refuses a base that is not pinned by digest"),
     "shipyard images build --flavor gpu": (
         "cluster: the gpu flavor pulls CUDA base images this machine cannot reach; the same build code "
         "runs in CI for the cpu flavor (.ci/setup) and tests/test_container_rehearsal.py checks the tags"),

@@ -54,6 +54,7 @@ def _env(name: str, value: str | None) -> Iterator[None]:
 def retarget_images(path: Path, registry: str | None = None, flavor: str | None = None) -> None:
     """Point every shipyard runtime image of a compiled pipeline at ``registry`` and/or the image
     ``flavor``'s tag (the tag the images of this checkout have now)."""
+    from shipyard.core.contract import ENV_IMAGE
     from shipyard.runtimes.runtime import code_digest, runtime_image
 
     docs = list(yaml.safe_load_all(path.read_text()))
@@ -70,6 +71,9 @@ def retarget_images(path: Path, registry: str | None = None, flavor: str | None 
         if registry:
             image = registry.rstrip("/") + "/shipyard-" + image[len(current):]
         container["image"] = image
+        for env in container.get("env") or []:  # the step's own image (SHIPYARD_IMAGE) follows it
+            if env.get("name") == ENV_IMAGE:
+                env["value"] = image
     header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
     atomic_write_text(path, header + yaml.safe_dump_all(docs, sort_keys=False))
 
