@@ -208,7 +208,7 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     package_files = {a.path for a in client.list_artifacts(by_name["package [w8a8-int8]"].info.run_id)}
     assert package_files == {"package.json", "package.md", "champion-gate.md"}  # never the layout or the weights
     deploy_files = {a.path for a in client.list_artifacts(by_name["deploy [w8a8-int8]"].info.run_id)}
-    assert deploy_files == {"manifest.yaml", "deploy.md"}
+    assert deploy_files == {"manifest.yaml", "deploy.md", "decision-record.json"}  # the record with its verification
     # every report has an extension MLflow's UI previews (its artifact viewer's text/markdown/html sets;
     # MLflow 3.17's text set has "jsonl": lm-eval's per-sample logs and garak's report)
     previewable = {".md", ".html", ".json", ".jsonl", ".yaml", ".yml", ".txt", ".log", ".png"}
