@@ -425,7 +425,7 @@ def test_a_port_a_stopped_server_left_in_time_wait_counts_as_free() -> None:
     """The second rehearsal found port 5000 'taken' by the first MLflow's closed connections."""
     import socket
 
-    from shipyard.run.container import port_free
+    from shipyard.core.net import port_free
 
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

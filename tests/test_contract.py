@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import require_tool
 
 from shipyard.cli.commands.compile import compile_all
 from shipyard.components.deploy.deploy import run_deploy
@@ -613,8 +614,7 @@ def test_the_benchmark_image_records_itself(tmp_path: Path) -> None:
     found = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
                             "ghcr.io/shipyard-llm/shipyard-vllm"], capture_output=True, text=True, check=False)
     images = [i for i in found.stdout.split() if i.endswith("-cpu")]
-    if not images:
-        pytest.skip("no cpu vllm image built here (shipyard images build --flavor cpu --runtime vllm)")
+    require_tool(bool(images), "a cpu vllm image (shipyard images build --flavor cpu --runtime vllm; .ci/setup builds it)")
     site = "/opt/venv/lib/python3.11/site-packages/shipyard"
     mounts = [arg for rel in ("benchmarking/guidellm.py", "core/contract.py", "serving/kserve/config.py")
               for arg in ("-v", f"{REPO_ROOT / 'shipyard' / rel}:{site}/{rel}:ro")]

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 
 from shipyard.core.errors import ShipyardError
 from shipyard.run.setup import _pins
@@ -191,8 +192,7 @@ _EXPECTED = re.compile(r"^(shipyard \S+ requires \S+, which is not installed\."
 @pytest.mark.parametrize("runtime", ["base", "compress", "vllm"])
 def test_pip_check_in_each_cpu_image(runtime: str) -> None:
     """Builds the cpu image if its tag is missing (minutes), then ``pip check`` inside it."""
-    if shutil.which("podman") is None and shutil.which("buildah") is None:
-        pytest.skip("no container engine (bash .ci/podman-setup)")
+    require_tool(shutil.which("podman") is not None or shutil.which("buildah") is not None, "bash .ci/podman-setup")
     ref = build_image(runtime, "cpu").ref
     proc = subprocess.run([engine(), "run", "--rm", ref, "pip", "check"], capture_output=True, text=True, timeout=300)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]

@@ -28,6 +28,19 @@ def free_port(host: str = HOST) -> int:
         return int(sock.getsockname()[1])
 
 
+def port_free(port: int, host: str = HOST, *, reuse_addr: bool = True) -> bool:
+    """Whether ``port`` on ``host`` can be bound now. With ``reuse_addr`` (``SO_REUSEADDR``, as most
+    servers bind) the closed connections of a server that just stopped (TIME_WAIT) do not count."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if reuse_addr:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def http_ok(url: str, *, timeout_s: float = 2.0, statuses: tuple[int, ...] = (200,)) -> bool:
     """Whether a GET of ``url`` answers with one of ``statuses`` (False when it cannot connect)."""
     try:

@@ -65,6 +65,7 @@ import yaml
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
+from shipyard.core.net import port_free
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.run.console import KFP_LOG, RunConsole, quiet_kfp
 from shipyard.run.local import (
@@ -164,20 +165,6 @@ def mlflow_allowed_hosts(docs: list[dict[str, Any]], port: int) -> str | None:
     return ",".join(entries)
 
 
-def port_free(port: int, host: str = LOOPBACK) -> bool:
-    """Whether nothing listens on ``host:port`` now. With ``SO_REUSEADDR``, as servers bind: the
-    closed connections of a server that just stopped (TIME_WAIT) do not make it taken."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def s3_cluster_host() -> str:
     """The object store's host as the ``shipyard-s3`` Secret template names it (``minio.minio.svc``)."""
     from urllib.parse import urlparse
@@ -264,7 +251,7 @@ class LayoutPlan:
         chosen = cluster_layout(layout)
         docs = overlay_objects(chosen["name"])
         manifest_port = manifest_mlflow_port(docs)
-        port = manifest_port if port_free(manifest_port) else free_port()
+        port = manifest_port if port_free(manifest_port, LOOPBACK) else free_port()
         return cls(chosen, docs, port, mlflow_allowed_hosts(docs, port))
 
     @property

@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.net import free_port, http_ok, wait_ready
+from shipyard.core.net import free_port, http_ok, port_free, wait_ready
 from shipyard.core.processes import own_session_with_parent_death, stop_group
 
 HOST = "127.0.0.1"
@@ -119,16 +118,6 @@ def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
         "flags": [f for f in CPU_FLAGS if f in present],
         "amx": "amx_tile" in present,
     }
-
-
-def port_in_use(port: int, host: str = HOST) -> bool:
-    """True when ``port`` cannot be bound on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 def vllm_python() -> str:
@@ -545,7 +534,7 @@ class VLLMServer:
         """Start the server and wait until ``/health`` answers; stop it again on any failure."""
         self._check_model_dir()
         if self.requested_port:
-            if port_in_use(self.requested_port):
+            if not port_free(self.requested_port, HOST, reuse_addr=False):
                 raise ShipyardError(
                     "port", f"port {self.requested_port} on {HOST} is already in use", "pass another port or none"
                 )
