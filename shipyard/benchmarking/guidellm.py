@@ -302,14 +302,21 @@ def _level_name(strategy: dict[str, Any]) -> tuple[str, str, float | None]:
 
 
 def _measured(bench: dict[str, Any], requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The requests that ended inside the measured window (guidellm lists warm-up ones too)."""
+    """The requests guidellm counted for this level: those overlapping its measured window.
+
+    guidellm lists warm-up requests too; it counts a request when it ended after the window
+    opened and started before it closed (a request still running at the stop counts), so the
+    samples are exactly the requests behind its ``request_totals``.
+    """
     start, end = bench.get("start_time"), bench.get("end_time")
     if start is None or end is None:
         return requests
     out = []
     for r in requests:
         done = r.get("request_end_time")
-        if done is None or start - 1e-6 <= done <= end + 1e-6:
+        began = r.get("request_start_time")
+        began = done if began is None else began
+        if done is None or (done >= start - 1e-6 and began <= end + 1e-6):
             out.append(r)
     return out
 
