@@ -201,22 +201,6 @@ def test_model_folder_without_config_is_refused(tmp_path: Path, eval_cache: Path
 
 
 @pytest.mark.slow
-def test_openai_backend_through_vllm(tiny_model: Path, eval_cache: Path, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    summary = evaluate(tiny_model, {"limit": 3, "tasks": ["shipyard_capitals_mc", "shipyard_capitals_gen",
-                                                          "shipyard_prose_ppl"]}, tmp_path / "vllm", "openai")
-    assert summary["backend"] == "openai" and summary["config"]["backend"] == "openai"
-    assert sorted(summary["scores"]) == ["shipyard_capitals_gen", "shipyard_capitals_mc", "shipyard_prose_ppl"]
-    assert summary["n_samples"]["shipyard_capitals_mc"] == 3
-    assert summary["scores"]["shipyard_prose_ppl"]["word_perplexity,none"]["value"] > 1.0
-    assert summary["runtime"]["server_startup_seconds"] > 0
-    # the same config on the hf backend hashes differently: the gate will not mix them
-    hf = parse_eval_config({"limit": 3, "tasks": ["shipyard_capitals_mc", "shipyard_capitals_gen",
-                                                  "shipyard_prose_ppl"]}).with_backend("hf")
-    assert hf.config_hash(summary["lm_eval_version"]) != summary["config_hash"]
-
-
-@pytest.mark.slow
 def test_openai_backend_server_that_never_gets_healthy(tiny_model: Path, eval_cache: Path, tmp_path: Path,
                                                        monkeypatch) -> None:
     broken = tmp_path / "broken-model"

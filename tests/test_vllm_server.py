@@ -275,14 +275,6 @@ def test_serves_tiny_model_and_always_stops(tiny_model: Path, capsys: pytest.Cap
 
 
 @pytest.mark.slow
-def test_stops_on_exception_inside_the_block(tiny_model: Path) -> None:
-    with pytest.raises(RuntimeError, match="boom"), VLLMServer(tiny_model) as server:
-        pgid = server.process.pid
-        raise RuntimeError("boom")
-    assert not _group_alive(pgid)
-
-
-@pytest.mark.slow
 def test_model_vllm_cannot_load_gives_one_line_with_log_tail(tmp_path: Path) -> None:
     bad = tmp_path / "bad-model"
     bad.mkdir()
@@ -313,12 +305,14 @@ AutoTokenizer.from_pretrained(src).save_pretrained(dst)
 
 
 @pytest.mark.slow
-def test_serves_w8a8_compressed_tensors_model(tiny_model: Path, tmp_path: Path) -> None:
+def test_serves_w8a8_compressed_tensors_model_and_stops_on_an_exception_inside_the_block(
+        tiny_model: Path, tmp_path: Path) -> None:
     dst = str(tmp_path / "tiny-w8a8")
     # int8 channel weights, dynamic int8 tokens: llmcompressor in the compress runtime
     subprocess.run([str(venv_python("compress")), "-c", W8A8_SCRIPT, str(tiny_model), dst], check=True)
     assert load_model_config(dst)["quantization_config"]["quant_method"] == "compressed-tensors"
-    with VLLMServer(dst) as server:
+    with pytest.raises(RuntimeError, match="boom"), VLLMServer(dst) as server:
+        pgid = server.process.pid
         request = urllib.request.Request(
             f"{server.base_url}/completions",
             data=json.dumps({"model": server.served_model_name, "prompt": "one two", "max_tokens": 3}).encode(),
@@ -327,3 +321,5 @@ def test_serves_w8a8_compressed_tensors_model(tiny_model: Path, tmp_path: Path) 
         with urllib.request.urlopen(request, timeout=60) as resp:
             assert json.loads(resp.read())["usage"]["completion_tokens"] == 3
         assert server.memory_report()["kv_cache_tokens"] == 559_232
+        raise RuntimeError("boom")  # whatever the step's code raises, the server goes with the block
+    assert not _group_alive(pgid)
