@@ -371,6 +371,7 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(
     printed = console  # what `shipyard run --runner container` printed
     assert f"verification through http://{service_host}:" in printed and ": passed" in printed
     assert "    golden outputs (exact-match rate): pass" in printed
+    assert "SLO smoke error rate: pass  measured 0.0 (threshold <= 0)" in printed and " vs None" not in printed
     log = (work / "kfp-local.log").read_text()
     # the pre-flight ran as in a pod: MLflow's API by its in-cluster Host, the identity's permissions
     assert f"pre-flight: PASS mlflow api: experiments/search as Host {names['mlflow'].removeprefix('http://')}" in log

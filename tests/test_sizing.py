@@ -72,6 +72,14 @@ def test_derived_numbers_name_their_measurements_and_margins() -> None:
     assert queued["threshold"] == 12
 
 
+def test_the_probe_source_names_only_the_figures_there_are() -> None:
+    unmeasured = {**RECORD, "startup": {}}
+    source = derive_sizing(unmeasured)["startup_probe"]["source"]
+    assert source == "predicted 66.0 s for 15.0 GiB of weights, default loader x 2", source
+    nothing = {**RECORD, "startup": {}, "planner": {}}
+    assert derive_sizing(nothing)["startup_probe"]["source"] == "no measured or predicted start-up: the 1 s floor x 2"
+
+
 def test_user_values_win_and_the_rows_say_so() -> None:
     sized = derive_sizing(RECORD)
     params, rows = apply_sizing({"probes": {"startup_seconds": 900}, "scaling": {"mode": "keda", "threshold": 3}}, sized)

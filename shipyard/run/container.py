@@ -715,8 +715,9 @@ def format_rehearsal(summary: RunSummary, work_dir: str) -> str:
         lines.append(f"  verification through {obj.get('url') or 'the status URL'}: {verification.get('outcome')}")
         for check in verification.get("checks") or []:
             state = "not compared" if check.get("compared") is False else ("pass" if check.get("passed") else "FAIL")
-            lines.append(f"    {check.get('name')}: {state}  measured {check.get('measured')}"
-                         f" vs {check.get('reference')} (threshold {check.get('threshold')})")
+            reference = "" if check.get("reference") is None else f" vs {check.get('reference')}"
+            lines.append(f"    {check.get('name')}: {state}  measured {check.get('measured')}{reference}"
+                         f" (threshold {check.get('threshold')})")
     for server in checks.get("serving") or []:
         lines.append(f"  {server['service']} served by a vLLM container from {server['ref']}: {server['phase']}"
                      f" (pull {server['pull_seconds']} s, start {server['start_seconds']} s)")

@@ -286,14 +286,14 @@ def permission_checks(review: Callable[[str, str, str, str], bool], layout: dict
     scaling = getattr(deploy, "scaling", None)
     if scaling is not None and scaling.mode == "keda":
         needs += [(v, "keda.sh", "scaledobjects") for v in ("get", "create", "patch", "delete")]
-    ns, who = layout["serving_namespace"], f"{layout['pipeline_namespace']}/{layout['service_account']}"
+    ns = layout["serving_namespace"]
+    who = layout.get("identity") or f"ServiceAccount {layout['pipeline_namespace']}/{layout['service_account']}"
     missing = [f"{verb} {resource}" + (f".{group}" if group else "") for verb, group, resource in needs
                if not review(verb, group, resource, ns)]
     if missing:
-        return [Check("deploy permissions", FAIL, f"ServiceAccount {who} may not {', '.join(missing)} in namespace {ns}",
+        return [Check("deploy permissions", FAIL, f"{who} may not {', '.join(missing)} in namespace {ns}",
                       f"bind Role shipyard-deployer to {who} in {ns}: kubectl apply -k manifests/overlays/{layout['name']}")]
-    return [Check("deploy permissions", PASS, f"ServiceAccount {who} may apply, watch and roll back "
-                  f"LLMInferenceServices in {ns}")]
+    return [Check("deploy permissions", PASS, f"{who} may apply, watch and roll back LLMInferenceServices in {ns}")]
 
 
 def gpu_node_check(nodes: list[dict[str, Any]] | None, gpu: dict[str, Any]) -> Check:
@@ -407,9 +407,7 @@ def pod_checks(*, tracking_uri: str, namespace: str, dry_run: bool, api: Any = N
                 return True  # cannot ask: the deploy step will say it
             return bool((data.get("status") or {}).get("allowed"))
 
-        own = "this pod's"
-        layout = {"name": "<layout>", "pipeline_namespace": own, "service_account": "ServiceAccount",
-                  "serving_namespace": namespace}
+        layout = {"name": "<layout>", "identity": "this pod's ServiceAccount", "serving_namespace": namespace}
         checks.extend(permission_checks(review, layout, None))
     return checks
 

@@ -109,6 +109,20 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     return my - slope * mx, slope
 
 
+def _probe_source(measured: float | None, predicted: float | None, weights: float | None, runai: bool) -> str:
+    """Where the startup probe's number comes from, naming only the figures there are."""
+    parts = []
+    if measured is not None:
+        parts.append(f"measured {measured} s on this machine")
+    if predicted is not None:
+        gib = round(weights / GIB, 2) if weights else "?"
+        parts.append(f"predicted {predicted} s for {gib} GiB of weights, "
+                     f"{'Run:ai streamer' if runai else 'default loader'}")
+    if not parts:
+        return f"no measured or predicted start-up: the 1 s floor x {FACTOR:g}"
+    return (f"max({', '.join(parts)})" if len(parts) > 1 else parts[0]) + f" x {FACTOR:g}"
+
+
 def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, tensor_parallel: int = 1,
                   vllm_args: Mapping[str, Any] | None = None, period_seconds: int = 10) -> dict[str, Any]:
     """Every derived number with its source and margin (see the module docstring). ``record``:
@@ -131,9 +145,7 @@ def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, ten
             "startup_seconds": probe_s, "factor": FACTOR, "measured_ready_seconds": measured,
             "predicted_ready_seconds": predicted, "weights_gib": round(weights / GIB, 2) if weights else None,
             "loader": "runai_streamer" if runai else "default", "gpu_type": gpu_type,
-            "source": (f"max(measured {measured} s on this machine, predicted {predicted} s for "
-                       f"{round(weights / GIB, 2) if weights else '?'} GiB of weights, {'Run:ai streamer' if runai else 'default loader'}) "
-                       f"x {FACTOR:g}"),
+            "source": _probe_source(measured, predicted, weights, runai),
         },
     }
     time_to_ready = basis
