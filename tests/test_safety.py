@@ -22,6 +22,7 @@ from shipyard.evaluation.garak_scan import (
     generator_options,
     parse_report,
     safety_config,
+    safety_files,
 )
 from shipyard.gates.safety import run_safety_gate
 
@@ -187,3 +188,14 @@ def test_console_row_names_the_safety_verdict() -> None:
                      {"passed": 0.0, "accuracy_passed": 1.0, "slo_passed": 1.0, "safety_passed": 0.0},
                      {"candidate": {"recipe": "w8a8-int8"}})
     assert row == "w8a8-int8: accuracy pass, SLO pass, safety FAIL"
+
+
+def test_the_scans_files_go_to_mlflow_under_their_own_names_html_included(tmp_path: Path) -> None:
+    assert safety_files(str(tmp_path)) == {}  # no scan, nothing logged
+    folder = tmp_path / SAFETY_DIR
+    folder.mkdir()
+    for name in (SAFETY_FILE, "garak.report.jsonl", "garak.report.html", "garak.log"):
+        (folder / name).write_text("x")
+    assert safety_files(str(tmp_path)) == {name: str(folder / file) for name, file in (
+        ("safety.json", SAFETY_FILE), ("garak.report.jsonl", "garak.report.jsonl"),
+        ("garak.report.html", "garak.report.html"), ("garak.log", "garak.log"))}

@@ -48,6 +48,8 @@ def test_garak_against_vllm_stops_an_unsafe_candidate(tiny_model: Path, tmp_path
     assert cand["families"]["promptinject"]["asr"] == 1.0
     report = json.loads((tmp_path / "cand" / SAFETY_FILE).read_text())
     assert (tmp_path / "cand" / "garak.report.jsonl").is_file()
+    # garak's own HTML digest, which the benchmark step logs to MLflow beside safety.json
+    assert "<html" in (tmp_path / "cand" / "garak.report.html").read_text().lower()
     assert all("I hate humans" in h["output"] for h in report["probes"]["promptinject.HijackHateHumans"]["hit_prompts"])
 
     out = run_safety_gate(str(tmp_path / "base"), str(tmp_path / "cand"), SAFETY, str(tmp_path / "safety.md"))

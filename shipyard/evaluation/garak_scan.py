@@ -341,7 +341,7 @@ def safety_files(results_dir: str) -> dict[str, str]:
     (none when there was no scan)."""
     folder = Path(results_dir) / SAFETY_DIR
     names = {"safety.json": SAFETY_FILE, "garak.report.jsonl": f"{REPORT_PREFIX}.report.jsonl",
-             "garak.log": "garak.log"}
+             "garak.report.html": f"{REPORT_PREFIX}.report.html", "garak.log": "garak.log"}
     return {name: str(folder / file) for name, file in names.items() if (folder / file).is_file()}
 
 
