@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test interrupts with SIGINT: Ctrl-C's default action, even when
+    pytest itself was started with SIGINT ignored (a background job of a non-interactive shell),
+    which the child would inherit and Python would then leave ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def require_tool(present: bool, install: str) -> None:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_sigint
 
 from shipyard.runtimes.runtime import venv_python
 
@@ -70,7 +71,8 @@ def _start(tiny_model: Path, out: Path) -> subprocess.Popen[str]:
             f" out_dir={str(out)!r})\n")
     env = dict(os.environ, SHIPYARD_RUNTIME="vllm", PYTHONUNBUFFERED="1")
     return subprocess.Popen([str(venv_python("vllm")), "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=default_sigint)
 
 
 def _wait_for_guidellm(proc: subprocess.Popen[str], timeout: float = 300) -> set[int]:
@@ -179,6 +181,7 @@ def test_ctrl_c_during_compress_ends_the_run_interrupted(tiny_model: Path, tmp_p
            "--param", "max_seq_length=64", "--param", f"eval_config={evaluation}",
            "--param", f"benchmark_config={bench}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     deadline = time.monotonic() + 900
     target = None

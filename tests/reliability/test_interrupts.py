@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_sigint
 
 from shipyard.serving.kserve.apply import LAST_GOOD
 from shipyard.serving.kserve.config import parse_config
@@ -36,7 +37,7 @@ def _deploy(double: K8sDouble, tmp_path: Path) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "shipyard.cli.main", "deploy", "--name", "llm", "--model-uri", NEW,
            "--prefill-replicas", "1", "--params-file", str(params),
            "--kubeconfig", str(double.kubeconfig(tmp_path / "kc")), "--out-file", str(tmp_path / "applied.yaml")]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
