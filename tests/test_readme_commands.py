@@ -32,7 +32,7 @@ BIN = REPO / ".venvs" / "base" / "bin"
 EXERCISED: dict[str, str] = {
     "bash .ci/setup && .venvs/base/bin/shipyard run --local --work-dir shipyard-run": (
         "ci:.ci/run + test:tests/test_local_pipeline.py::test_passing_run_goes_all_the_way"),
-    ".venvs/base/bin/pytest": "ci:.ci/run",
+    "bash .ci/test": "ci:.ci/run",
     "kubectl kustomize manifests/overlays/prod | shipyard validate -": "here",
     "kubectl apply -k manifests/overlays/prod": (
         "cluster: needs a Kubernetes API; what it applies is built by `kubectl kustomize` and validated "
