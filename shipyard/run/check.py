@@ -136,7 +136,8 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
         return bool((data.get("status") or {}).get("allowed"))
 
     try:
-        checks.extend(cc.permission_checks(review, chosen, deploy))
+        who = f"ServiceAccount {chosen['pipeline_namespace']}/{chosen['service_account']}"
+        checks.extend(cc.permission_checks(review, chosen["serving_namespace"], who, chosen["name"], deploy))
     except ShipyardError as err:
         checks.append(Check("deploy permissions", cc.WARN, err.problem, err.fix))
     return checks

@@ -279,20 +279,20 @@ DEPLOY_VERBS = [(v, "serving.kserve.io", "llminferenceservices") for v in ("get"
     ("get", "serving.kserve.io", "llminferenceserviceconfigs"), ("list", "", "events")]
 
 
-def permission_checks(review: Callable[[str, str, str, str], bool], layout: dict[str, str], deploy: Any) -> list[Check]:
-    """The deploy identity's permissions in the deploy target, one review per verb (``review(verb,
-    group, resource, namespace)`` is a SubjectAccessReview or SelfSubjectAccessReview)."""
+def permission_checks(review: Callable[[str, str, str, str], bool], ns: str, who: str, overlay: str,
+                      deploy: Any = None) -> list[Check]:
+    """The deploy identity's permissions in the deploy target ``ns``, one review per verb (``review(verb,
+    group, resource, namespace)`` is a SubjectAccessReview or SelfSubjectAccessReview); ``who`` names
+    the identity in the line, ``overlay`` the manifests/overlays folder the fix applies."""
     needs = list(DEPLOY_VERBS)
     scaling = getattr(deploy, "scaling", None)
     if scaling is not None and scaling.mode == "keda":
         needs += [(v, "keda.sh", "scaledobjects") for v in ("get", "create", "patch", "delete")]
-    ns = layout["serving_namespace"]
-    who = layout.get("identity") or f"ServiceAccount {layout['pipeline_namespace']}/{layout['service_account']}"
     missing = [f"{verb} {resource}" + (f".{group}" if group else "") for verb, group, resource in needs
                if not review(verb, group, resource, ns)]
     if missing:
         return [Check("deploy permissions", FAIL, f"{who} may not {', '.join(missing)} in namespace {ns}",
-                      f"bind Role shipyard-deployer to {who} in {ns}: kubectl apply -k manifests/overlays/{layout['name']}")]
+                      f"bind Role shipyard-deployer to {who} in {ns}: kubectl apply -k manifests/overlays/{overlay}")]
     return [Check("deploy permissions", PASS, f"{who} may apply, watch and roll back LLMInferenceServices in {ns}")]
 
 
@@ -407,8 +407,7 @@ def pod_checks(*, tracking_uri: str, namespace: str, dry_run: bool, api: Any = N
                 return True  # cannot ask: the deploy step will say it
             return bool((data.get("status") or {}).get("allowed"))
 
-        layout = {"name": "<layout>", "identity": "this pod's ServiceAccount", "serving_namespace": namespace}
-        checks.extend(permission_checks(review, layout, None))
+        checks.extend(permission_checks(review, namespace, "this pod's ServiceAccount", "<layout>"))
     return checks
 
 

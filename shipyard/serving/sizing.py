@@ -109,14 +109,13 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     return my - slope * mx, slope
 
 
-def _probe_source(measured: float | None, predicted: float | None, weights: float | None, runai: bool) -> str:
+def _probe_source(measured: float | None, predicted: float | None, weights_gib: float | None, runai: bool) -> str:
     """Where the startup probe's number comes from, naming only the figures there are."""
     parts = []
     if measured is not None:
         parts.append(f"measured {measured} s on this machine")
     if predicted is not None:
-        gib = round(weights / GIB, 2) if weights else "?"
-        parts.append(f"predicted {predicted} s for {gib} GiB of weights, "
+        parts.append(f"predicted {predicted} s for {weights_gib if weights_gib else '?'} GiB of weights, "
                      f"{'Run:ai streamer' if runai else 'default loader'}")
     if not parts:
         return f"no measured or predicted start-up: the 1 s floor x {FACTOR:g}"
@@ -140,12 +139,13 @@ def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, ten
     predicted = predicted_ready_seconds(weights, runai)
     basis = max(v for v in (measured, predicted, 1.0) if v is not None)
     probe_s = int(math.ceil(FACTOR * basis / period_seconds) * period_seconds)
+    weights_gib = round(weights / GIB, 2) if weights else None
     out: dict[str, Any] = {
         "startup_probe": {
             "startup_seconds": probe_s, "factor": FACTOR, "measured_ready_seconds": measured,
-            "predicted_ready_seconds": predicted, "weights_gib": round(weights / GIB, 2) if weights else None,
+            "predicted_ready_seconds": predicted, "weights_gib": weights_gib,
             "loader": "runai_streamer" if runai else "default", "gpu_type": gpu_type,
-            "source": _probe_source(measured, predicted, weights, runai),
+            "source": _probe_source(measured, predicted, weights_gib, runai),
         },
     }
     time_to_ready = basis
