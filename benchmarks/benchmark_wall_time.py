@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from shipyard.benchmarking.guidellm import load_results
+from shipyard.benchmarking.guidellm import benchmark_step, load_results
 from shipyard.gates.slo import run_slo_gate
 from shipyard.runtimes.runtime import run_in_runtime
 
@@ -25,7 +25,7 @@ from shipyard.runtimes.runtime import run_in_runtime
 def bench(model: str, config: str, out: Path) -> tuple[dict, float]:
     """One benchmark step in the vllm runtime; returns its results.json and the step wall time."""
     start = time.perf_counter()
-    run_in_runtime("vllm", "shipyard.benchmarking.guidellm:benchmark_step",
+    run_in_runtime("vllm", benchmark_step,
                    model_dir=model, benchmark_config=config, out_dir=str(out))
     return load_results(out), time.perf_counter() - start
 

@@ -29,6 +29,7 @@ from shipyard.run.local import RunSummary, run_local
 from shipyard.runtimes.images import build_images, format_built
 from shipyard.runtimes.runtime import run_in_runtime
 from shipyard.testing.services import private_dir
+from shipyard.testing.tinymodel import build_tiny_model
 
 EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_arithmetic_mc"], "limit": 8, "batch_size": 4})
 BENCH = json.dumps({"profile": "concurrent", "loads": [1], "prompt_tokens": 16, "output_tokens": 8, "max_requests": 4})
@@ -68,7 +69,7 @@ def main() -> None:
                                "max_seq_length=64", 'accuracy_thresholds={"min_recovery": 0.0}']
     if not model:
         model = str(root / "tiny-model")
-        run_in_runtime("compress", "shipyard.testing.tinymodel:build_tiny_model", out_dir=model)
+        run_in_runtime("compress", build_tiny_model, out_dir=model)
     params = [f"model_uri={model}", *params]
     os.environ["SHIPYARD_CACHE"] = str(root / "cache-local")
     local, local_s = _timed("run --local", run_local, "optimize-and-deploy", str(root / "local"), overrides=params)

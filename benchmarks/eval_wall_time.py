@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from shipyard.evaluation.lmeval import evaluate_model
 from shipyard.gates.accuracy import run_gate
 from shipyard.runtimes.runtime import run_in_runtime
 
@@ -24,7 +25,7 @@ def evaluate(model: str, config: dict, out: Path, backend: str) -> tuple[dict, f
     start = time.perf_counter()
     summary = run_in_runtime(
         "compress" if backend == "hf" else "vllm",
-        "shipyard.evaluation.lmeval:evaluate_model",
+        evaluate_model,
         model_dir=model, eval_config=json.dumps(config), out_dir=str(out), backend=backend,
     )
     return summary, time.perf_counter() - start

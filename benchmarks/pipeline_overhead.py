@@ -19,6 +19,7 @@ checkout's venv from that checkout's folder (``--skip-direct`` for the wall time
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ from typing import Any
 
 from shipyard.run.local import run_local
 from shipyard.runtimes.runtime import run_in_runtime
+from shipyard.testing.tinymodel import build_tiny_model
 
 
 def _remap(value: Any, old: str, new: str) -> Any:
@@ -56,7 +58,7 @@ def main() -> None:
     model = args.model
     if not model:
         model = str(root / "tiny-model")
-        run_in_runtime("compress", "shipyard.testing.tinymodel:build_tiny_model", out_dir=model)
+        run_in_runtime("compress", build_tiny_model, out_dir=model)
 
     os.environ["SHIPYARD_CACHE"] = fresh_cache(root / "cache-pipeline")
     work = root / "pipeline"
@@ -91,7 +93,8 @@ def main() -> None:
         for value in kwargs.values():
             if isinstance(value, str) and value.startswith(str(direct)):
                 Path(value).parent.mkdir(parents=True, exist_ok=True)
-        run_in_runtime(record["runtime"], record["target"], **kwargs)
+        module, _, name = record["target"].partition(":")  # the step log's "module:function"
+        run_in_runtime(record["runtime"], getattr(importlib.import_module(module), name), **kwargs)
     direct_s = time.perf_counter() - started
 
     figures.update(direct_s=round(direct_s, 1), overhead_ratio=round(pipeline_s / direct_s, 3))

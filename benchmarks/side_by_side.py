@@ -26,8 +26,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="shipyard-side-by-side-"))
     model = root / "tiny-llama"
     subprocess.run([str(checkouts[-1] / ".venvs/base/bin/python"), "-c",
-                    "from shipyard.runtimes.runtime import run_in_runtime; run_in_runtime('compress', "
-                    f"'shipyard.testing.tinymodel:build_tiny_model', out_dir='{model}')"], cwd=checkouts[-1], check=True)
+                    "from shipyard.runtimes.runtime import run_in_runtime; from shipyard.testing.tinymodel import build_tiny_model; "
+                    f"run_in_runtime('compress', build_tiny_model, out_dir='{model}')"], cwd=checkouts[-1], check=True)
     procs = []
     for i, checkout in enumerate(checkouts):
         env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", SHIPYARD_CACHE=str(root / f"cache-{i}"))

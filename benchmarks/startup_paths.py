@@ -146,9 +146,10 @@ def main() -> None:
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     if args.model == "embedded":
+        from shipyard.models.embedded import materialise_embedded
         from shipyard.runtimes.runtime import run_in_runtime
 
-        model = Path(run_in_runtime("compress", "shipyard.models.embedded:materialise_embedded",
+        model = Path(run_in_runtime("compress", materialise_embedded,
                                     name="smollm2-135m-instruct"))
     else:
         model = Path(args.model)

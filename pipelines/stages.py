@@ -50,7 +50,7 @@ def gpu_tracking(p: Params) -> dict[str, Any]:
 def resolved(uri: Any, label: str, after: Any = None) -> Any:
     """Pin ``uri`` (never cached), then fetch it: the fetch is cached by the pinned URI and the
     content fingerprint, so a moved ``hf://`` branch or changed ``s3://`` prefix is fetched anew,
-    and an unchanged model keeps KFP's cache hits all the way down (see components/resolve/pin.py)."""
+    and an unchanged model keeps KFP's cache hits all the way down (see shipyard/steps/pin.py)."""
     pin = on_cpu(pin_model(model_uri=uri).set_display_name(f"pin {label} model"))
     if after is not None:
         pin.after(after)

@@ -57,9 +57,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight Llama (HF folder) with a locally trained tokenizer."""
     from shipyard.runtimes.runtime import run_in_runtime
+    from shipyard.testing.tinymodel import build_tiny_model
 
     out = tmp_path_factory.mktemp("models") / "tiny-llama"
-    run_in_runtime("compress", "shipyard.testing.tinymodel:build_tiny_model", out_dir=str(out))
+    run_in_runtime("compress", build_tiny_model, out_dir=str(out))
     return out
 
 

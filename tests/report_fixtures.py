@@ -98,7 +98,7 @@ SLO = json.dumps({"ttft_p99_ms": 500, "itl_p99_ms": 200, "min_output_tokens_per_
 def judged(tmp: Path, recipe: str = "w8a8-int8", cand_bench: dict[str, Any] | None = None,
            cand_scores: dict[str, Any] | None = None, slo: str = SLO) -> dict[str, Any]:
     """Run the real candidate gates on the fixtures; returns judge_candidate's result."""
-    from shipyard.gates.candidate import judge_candidate
+    from shipyard.steps.judge import judge_candidate
 
     return judge_candidate(
         recipe=recipe,

@@ -11,10 +11,12 @@ import pytest
 from shipyard.benchmarking.guidellm import (
     CLUSTER_DEFAULTS,
     GuidellmProgress,
+    benchmark_step,
     build_scenario,
     comparable_key,
     parse_benchmark_config,
     parse_guidellm_report,
+    validate_scenario,
 )
 from shipyard.core.errors import ShipyardError
 from shipyard.gates.slo import check_level, compare, goodput, parse_slo, run_slo_gate
@@ -88,7 +90,7 @@ def test_scenario_validates_against_guidellm(config: dict[str, Any], tiny_model:
     cfg = parse_benchmark_config(config)
     scenario = build_scenario(cfg, target="http://127.0.0.1:9", model_name="m", tokenizer=str(tiny_model),
                               json_path="/tmp/x.json")
-    resolved = run_in_runtime("vllm", "shipyard.benchmarking.guidellm:validate_scenario", scenario=scenario)
+    resolved = run_in_runtime("vllm", validate_scenario, scenario=scenario)
     spec = resolved["spec"]
     assert spec["profile"]["kind"] == cfg["profile"]
     assert spec["tokenizer"]["model"] == str(tiny_model)  # always a local tokenizer
@@ -248,7 +250,7 @@ def test_every_request_erroring_is_one_line_error(tiny_model: Path, tmp_path: Pa
     config = {"loads": [1], "max_requests": 3, "prompt_tokens": 64, "output_tokens": 8, "warmup_requests": None,
               "vllm_args": ["--max-model-len", "32"]}
     with pytest.raises(ShipyardError) as info:
-        run_in_runtime("vllm", "shipyard.benchmarking.guidellm:benchmark_step", model_dir=str(tiny_model),
+        run_in_runtime("vllm", benchmark_step, model_dir=str(tiny_model),
                        benchmark_config=json.dumps(config), out_dir=str(tmp_path / "out"))
     assert "\n" not in str(info.value)
     assert "requests failed" in str(info.value) or "guidellm" in str(info.value)

@@ -272,9 +272,9 @@ def test_the_pre_flight_step_stops_a_run_whose_identity_cannot_deploy(services: 
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The pipeline's first task, in a cluster (SHIPYARD_CONTRACT set) and as kubeflow/pipeline-runner:
     a Role without ``patch`` fails it in seconds with one line, before any GPU step."""
-    from shipyard.components.preflight.preflight import preflight_step
     from shipyard.core.contract import ENV_CONTRACT
     from shipyard.core.errors import ShipyardError
+    from shipyard.steps.preflight import preflight_step
 
     double, _ = cluster(services, tmp_path)
     try:

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from shipyard.core.errors import ShipyardError
+from shipyard.models.embedded import answer
 from shipyard.runtimes.runtime import run_in_runtime
-
-TARGET = "shipyard.components.compress.compress:compress_model"
+from shipyard.steps.compress import compress_model
 
 
 def _compress(model: Path, out: Path, **kwargs) -> dict:
     kwargs.setdefault("num_calibration_samples", 8)
     kwargs.setdefault("max_seq_length", 64)
-    return run_in_runtime("compress", TARGET, model_dir=str(model), out_dir=str(out), **kwargs)
+    return run_in_runtime("compress", compress_model, model_dir=str(model), out_dir=str(out), **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_w8a8_writes_compressed_tensors_folder(w8a8: tuple[Path, dict]) -> None:
 
 def test_compressed_model_reloads_and_generates(w8a8: tuple[Path, dict]) -> None:
     out, _ = w8a8
-    text = run_in_runtime("compress", "shipyard.models.embedded:answer", model_dir=str(out), prompt="the capital", max_new_tokens=5)
+    text = run_in_runtime("compress", answer, model_dir=str(out), prompt="the capital", max_new_tokens=5)
     assert isinstance(text, str) and text.strip()
 
 

@@ -207,8 +207,8 @@ def test_pipeline_images_reads_the_compiled_executors(tmp_path: Path) -> None:
                                          "vllm": "ghcr.io/x/shipyard-vllm:0.1.0-def-cpu@sha256:" + "0" * 64}
 
 
-PREFLIGHT = ("from shipyard.runtimes.runtime import call_step; call_step('base', "
-             "'shipyard.components.preflight.preflight:preflight_step', pipeline='optimize-and-deploy', "
+PREFLIGHT = ("from shipyard.runtimes.runtime import call_step; from shipyard.steps.preflight import preflight_step; "
+             "call_step('base', preflight_step, pipeline='optimize-and-deploy', "
              "params={'dry_run': True}, tracking_uri='', experiment='shipyard', kfp_run_id='host-check')")
 
 

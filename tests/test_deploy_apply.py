@@ -258,8 +258,8 @@ def test_an_api_server_that_accepts_no_connection_is_named_so_not_as_a_read_time
 def test_the_api_timeout_outlasts_the_api_servers_own_request_timeout():
     """kube-apiserver answers within --request-timeout (60 s by default, admission webhooks included):
     a client that gives up first sees a slow but committed apply as failed, and rolls it back."""
-    from shipyard.components.deploy.deploy import split_apply_options
     from shipyard.serving.kserve.config import apply_options
+    from shipyard.steps.deploy import split_apply_options
 
     assert split_apply_options({})[1]["api_timeout_s"] > 60
     assert apply_options(None)["api_timeout_s"] > 60

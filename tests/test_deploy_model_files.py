@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from shipyard.cli.commands.compile import compile_all
-from shipyard.components.deploy.deploy import run_deploy
 from shipyard.serving.kserve.render import copy_model_files
+from shipyard.steps.deploy import run_deploy
 
 MODEL_URI = "oci://registry.example/team/tiny@sha256:" + "1" * 64
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from test_selection import cand
 
-from shipyard.components.deploy.deploy import run_deploy
 from shipyard.gates.selection import select_champion, with_verification
+from shipyard.steps.deploy import run_deploy
 
 
 def selection_dir(tmp_path: Path) -> Path:

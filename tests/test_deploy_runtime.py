@@ -23,11 +23,11 @@ def test_in_the_vllm_image_the_accuracy_slice_and_slo_smoke_run_in_process(tmp_p
     """As in the vllm image: SHIPYARD_RUNTIME=vllm and no other venvs. The verification finds its runtime
     (nothing "not checked" for a missing venv) and run_in_runtime("vllm", ...) stays in this process."""
     code = ("import json, os\n"
-            "from shipyard.gates.verify import _no_vllm_runtime\n"
+            "from shipyard.steps.verify import _no_vllm_runtime\n"
             "from shipyard.runtimes.runtime import run_in_runtime\n"
             "import lm_eval, guidellm, mlflow, kubernetes\n"
             "print(json.dumps({'missing': _no_vllm_runtime(), 'pid': os.getpid(),"
-            " 'child': run_in_runtime('vllm', 'os:getpid')}))\n")
+            " 'child': run_in_runtime('vllm', os.getpid)}))\n")
     env = {**os.environ, "SHIPYARD_RUNTIME": "vllm", "SHIPYARD_VENVS": str(tmp_path / "none")}
     out = subprocess.run([str(venv_python("vllm")), "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=300)

@@ -27,7 +27,6 @@ from mlflow import MlflowClient
 from mlflow_server import shared_server
 
 from shipyard.cli.main import main
-from shipyard.components.deploy.deploy import promotion_allowed, run_deploy
 from shipyard.core.errors import ShipyardError
 from shipyard.evaluation.golden import record_golden
 from shipyard.runtimes.runtime import run_in_runtime
@@ -35,7 +34,10 @@ from shipyard.serving.kserve.apply import LAST_GOOD
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import render
 from shipyard.serving.vllm_server import VLLMServer
+from shipyard.steps.deploy import promotion_allowed, run_deploy
+from shipyard.steps.verify import accuracy_slice
 from shipyard.testing.k8s_double import K8sDouble, ready_after
+from shipyard.testing.tinymodel import build_tiny_model
 from shipyard.tracking import pipeline_runs as track
 from shipyard.tracking.promotion import promote_production
 
@@ -55,8 +57,8 @@ def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
     require_tool(bool(shutil.which("docker-registry")) and os.path.isfile("/usr/bin/busybox"),
                  "apt-get install -y docker-registry busybox-static")
-    from shipyard.components.package.package import package_model
     from shipyard.oci.transfer import pull_model
+    from shipyard.steps.package import package_model
     from shipyard.testing.registry import LocalRegistry
 
     tmp = tmp_path_factory.mktemp("verify")
@@ -65,7 +67,7 @@ def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         packed = package_model(str(tiny_model), str(tmp / "car"), registry=reg.address, repository="team/tiny")
         pull_model(packed["uri"], tmp / "candidate")
     base = tmp / "tiny-base"
-    run_in_runtime("compress", "shipyard.testing.tinymodel:build_tiny_model", out_dir=str(base), seed=1)
+    run_in_runtime("compress", build_tiny_model, out_dir=str(base), seed=1)
     TIMINGS["models"] = round(time.monotonic() - started, 1)
     servers = {"candidate": VLLMServer(tmp / "candidate", served_model_name="llm", progress=False),
                "base": VLLMServer(base, served_model_name="llm", progress=False)}
@@ -99,7 +101,7 @@ def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         cand = servers["candidate"]
         started = time.monotonic()
         golden = record_golden(cand.base_url, "llm")
-        own = run_in_runtime("vllm", "shipyard.gates.verify:accuracy_slice", url=cand.url, served_model_name="llm",
+        own = run_in_runtime("vllm", accuracy_slice, url=cand.url, served_model_name="llm",
                              model_dir=str(tmp / "candidate"), tasks=["shipyard_capitals_gen"])
         TIMINGS["record"] = round(time.monotonic() - started, 1)
         rows = [{"task": task, "metric": key, "candidate": s["value"], "candidate_stderr": s["stderr"]}

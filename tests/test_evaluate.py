@@ -11,10 +11,10 @@ import pytest
 
 from shipyard.core.errors import ShipyardError
 from shipyard.evaluation.config import SUITE_DIR, parse_eval_config
+from shipyard.evaluation.lmeval import evaluate_model
 from shipyard.gates.accuracy import run_gate
 from shipyard.runtimes.runtime import run_in_runtime
 
-TARGET = "shipyard.evaluation.lmeval:evaluate_model"
 SUITE_TASKS = ["shipyard_arithmetic_mc", "shipyard_capitals_gen", "shipyard_capitals_mc",
                "shipyard_opposites_mc", "shipyard_prose_ppl"]
 SMALL = {"limit": 4, "tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"]}
@@ -22,7 +22,7 @@ SMALL = {"limit": 4, "tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"]}
 
 def evaluate(model: Path, config: dict, out: Path, backend: str = "hf") -> dict:
     runtime = "compress" if backend == "hf" else "vllm"
-    return run_in_runtime(runtime, TARGET, model_dir=str(model), eval_config=json.dumps(config),
+    return run_in_runtime(runtime, evaluate_model, model_dir=str(model), eval_config=json.dumps(config),
                           out_dir=str(out), backend=backend)
 
 

@@ -3,8 +3,11 @@
 - Layers import downwards only: a module may import its own layer and the layers below it.
 - No import circles between modules, whatever layer (function-level imports count too: they run).
 - A component folder holds one step: it imports the library, never another component folder.
-- Every ``"module:function"`` step target in the product resolves, so a moved module cannot
-  break a step only at run time.
+- ``call_step``/``run_in_runtime`` take the step function itself, never a ``"module:function"``
+  string: the step's import is an ordinary import edge the checks above see, and a moved module
+  fails at import, not only at run time. Every function they are given imports in the base runtime.
+- No dynamic imports of project modules (``importlib.import_module``, ``__import__``) beyond the
+  few listed in :data:`DYNAMIC_IMPORTS`: an import the graph cannot see could go upward or in a circle.
 - Data folders are found through ``importlib.resources``, not ``__file__`` arithmetic.
 """
 
@@ -14,6 +17,7 @@ import ast
 import importlib
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,9 +27,23 @@ FOLDERS = {"shipyard": "shipyard", "components": "shipyard.components", "pipelin
 #: bottom to top; the map in CONTRIBUTING.md says the same
 LAYERS = [
     "core", "schemas", "runtimes", "oci", "models", "compression", "tracking", "serving", "evaluation",
-    "benchmarking", "gates", "params", "components", "pipelines", "testing", "run", "cli",
+    "benchmarking", "gates", "params", "steps", "components", "pipelines", "testing", "run", "cli",
 ]
-TARGET = re.compile(r"^(shipyard(?:\.\w+)+):(\w+)$")
+#: the functions that run a step function in a runtime: their second argument is the function itself
+STEP_CALLERS = ("call_step", "run_in_runtime")
+#: the product's dynamic imports, by file, each with why it cannot be an ordinary import
+DYNAMIC_IMPORTS = {
+    "shipyard/runtimes/runtime.py": "the child process imports the step function the parent named (_import_target)",
+    "shipyard/cli/main.py": "the subcommands, found by listing shipyard.cli.commands (each imports on its own)",
+    "pipelines/__init__.py": "get_pipeline: importing every pipeline (each builds its KFP graph and reads the "
+                             "cluster config) at package import would slow and break the light users of "
+                             "shipyard.pipelines (platform, local-params.yaml)",
+}
+#: files left out of the __file__ check, each with why
+FILE_RELATIVE = {
+    "shipyard/evaluation/suite/utils.py": "lm-eval loads it by path (``!function utils.load_jsonl``), and a copy "
+                                          "next to a user's own task YAMLs must read the data files beside it",
+}
 
 
 def _module(path: Path) -> str:
@@ -40,8 +58,6 @@ def _sources() -> dict[str, Path]:
     found = {}
     for folder in FOLDERS:
         for path in (ROOT / folder).rglob("*.py"):
-            if "suite" in path.relative_to(ROOT).parts:  # lm-eval task helpers, loaded by lm-eval
-                continue
             found[_module(path)] = path
     return found
 
@@ -49,11 +65,11 @@ def _sources() -> dict[str, Path]:
 SOURCES = _sources()
 
 
-def _imports(module: str, path: Path) -> set[str]:
+def _imports(module: str, path: Path, source: str | None = None) -> set[str]:
     """Every shipyard module ``module`` imports (module level and inside functions)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -141,27 +157,143 @@ def test_no_import_circles() -> None:
     assert _cycles() == []
 
 
-def _targets() -> set[tuple[str, str]]:
-    out = set()
-    for path in SOURCES.values():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and (m := TARGET.match(node.value)):
-                out.add((m.group(1), m.group(2)))
+def _caller(node: ast.Call) -> str | None:
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    return name if name in STEP_CALLERS else None
+
+
+def string_targets(source: str) -> list[str]:
+    """``line: call`` of each call_step/run_in_runtime whose function is a string (constant or f-string)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _caller(node) and len(node.args) >= 2 and (
+                isinstance(node.args[1], ast.JoinedStr)
+                or (isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))):
+            out.append(f"{node.lineno}: {ast.unparse(node)[:120]}")
     return out
 
 
-@pytest.mark.parametrize("module,function", sorted(_targets()))
-def test_step_target_resolves(module: str, function: str) -> None:
-    """Each "module:function" a wrapper or a runner names exists (heavy runtimes import lazily)."""
+def test_steps_are_called_by_reference() -> None:
+    offenders = [f"{p.relative_to(ROOT)}:{line}" for p in SOURCES.values() for line in string_targets(p.read_text())]
+    assert not offenders, ("pass the step function itself, imported like any other, not a "
+                           '"module:function" string:\n' + "\n".join(offenders))
+
+
+def test_a_string_target_is_caught() -> None:
+    planted = ("def step():\n    from shipyard.runtimes.runtime import call_step\n"
+               "    call_step('base', 'shipyard.steps.pin:pin_model', uri='x')\n"
+               "    run_in_runtime('vllm', f'shipyard.steps.{name}:run')\n"
+               "    call_step('base', pin_model, uri='x')\n")
+    assert [line.split(":")[0] for line in string_targets(planted)] == ["3", "4"]
+
+
+def step_functions(source: str, module: str) -> set[tuple[str, str]]:
+    """(module, name) of each function a call_step/run_in_runtime call in ``source`` is given by name:
+    the module it is imported from in that file, or ``module`` itself for one defined there."""
+    tree = ast.parse(source)
+    imported = {(a.asname or a.name): (n.module, a.name) for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module and not n.level for a in n.names}
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _caller(node) and len(node.args) >= 2 and isinstance(node.args[1], ast.Name):
+            name = node.args[1].id
+            if name in imported:
+                out.add(imported[name])
+            elif name in defined:
+                out.add((module, name))
+    return out
+
+
+def _step_functions() -> set[tuple[str, str]]:
+    found = set()
+    for module, path in SOURCES.items():
+        found |= step_functions(path.read_text(), module)
+    return found
+
+
+def test_step_functions_are_found() -> None:
+    """The wrappers' step functions are seen (a change in how they are written cannot empty the list below)."""
+    found = _step_functions()
+    assert ("shipyard.steps.compress", "compress_model") in found and ("shipyard.steps.pin", "pin_model") in found
+    assert len(found) >= 15
+
+
+@pytest.mark.parametrize("module,function", sorted(_step_functions()))
+def test_step_function_imports_in_the_base_runtime(module: str, function: str) -> None:
+    """Each step function a wrapper or a runner calls imports here, in the base runtime (heavy
+    libraries import lazily inside the step), and is a module-level function, so the child
+    process can import it again by ``"module:function"``."""
+    from shipyard.runtimes.runtime import step_target
+
     assert module in SOURCES, f"{module} is not a module of the tree"
-    tree = ast.parse(SOURCES[module].read_text())
-    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
-    assert function in defined, f"{module} defines no {function}"
-    importlib.import_module(module)
+    func: Any = getattr(importlib.import_module(module), function)
+    assert step_target(func) == f"{module}:{function}"
+
+
+def dynamic_imports(source: str) -> list[str]:
+    """``line: call`` of each ``importlib.import_module(...)``/``import_module(...)``/``__import__(...)``."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name in ("import_module", "__import__"):
+            out.append(f"{node.lineno}: {ast.unparse(node)[:120]}")
+    return out
+
+
+def test_no_dynamic_imports_of_project_modules() -> None:
+    offenders = [f"{rel}:{line}" for p in SOURCES.values() if (rel := str(p.relative_to(ROOT))) not in DYNAMIC_IMPORTS
+                 for line in dynamic_imports(p.read_text())]
+    assert not offenders, ("import the module (the layer checks see an ordinary import; they cannot see "
+                           "this one), or add it to DYNAMIC_IMPORTS with the reason:\n" + "\n".join(offenders))
+
+
+def test_the_listed_dynamic_imports_still_exist() -> None:
+    stale = [rel for rel in DYNAMIC_IMPORTS if not dynamic_imports((ROOT / rel).read_text())]
+    assert not stale, f"no dynamic import left in {stale}: drop them from DYNAMIC_IMPORTS"
+
+
+def test_a_dynamic_import_is_caught() -> None:
+    planted = ("import importlib\nfrom importlib import import_module\n"
+               "a = importlib.import_module('shipyard.steps.pin')\nb = import_module('x')\nc = __import__('y')\n")
+    assert [line.split(":")[0] for line in dynamic_imports(planted)] == ["3", "4", "5"]
+
+
+def test_step_imports_are_import_edges() -> None:
+    """A wrapper's import of its step function is an edge of the graph the layer and circle checks walk."""
+    assert "shipyard.steps.compress" in GRAPH["shipyard.components.compress.component"]
+    assert "shipyard.steps.pin" in GRAPH["shipyard.components.resolve.component"]
+
+
+def test_an_upward_step_import_is_caught() -> None:
+    planted = "def f():\n    from shipyard.steps.register import register_champion\n"
+    path = ROOT / "shipyard" / "gates" / "selection.py"
+    edges = _imports("shipyard.gates.selection", path, planted)
+    assert "shipyard.steps.register" in edges and layer_of("shipyard.steps.register") > layer_of("shipyard.gates.selection")
 
 
 def test_data_found_through_importlib_resources() -> None:
-    offenders = sorted(str(p.relative_to(ROOT)) for p in SOURCES.values()
-                       if re.search(r"Path\(__file__\)|\b__file__\)\.", p.read_text()))
+    offenders = sorted(rel for p in SOURCES.values() if (rel := str(p.relative_to(ROOT))) not in FILE_RELATIVE
+                       and re.search(r"Path\(__file__\)|\b__file__\)\.", p.read_text()))
     assert not offenders, f"find data with importlib.resources.files(...), not __file__: {offenders}"
+
+
+def test_a_function_the_child_cannot_import_is_refused() -> None:
+    """call_step/run_in_runtime name the function to the child process as ``module:function``:
+    a lambda, a nested function or a method is refused with one line, before anything runs."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.runtimes.runtime import run_in_runtime, step_target
+
+    def nested() -> None:
+        return None
+
+    for bad in (nested, lambda: None, ShipyardError.from_line, "shipyard.steps.pin:pin_model"):
+        with pytest.raises(ShipyardError, match="not a module-level function"):
+            run_in_runtime("base", bad)
+    from shipyard.steps.pin import pin_model
+
+    assert step_target(pin_model) == "shipyard.steps.pin:pin_model"

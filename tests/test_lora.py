@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from shipyard.core.errors import ShipyardError
+from shipyard.evaluation.lora import evaluate_adapters
 from shipyard.gates.adapters import run_adapter_gates
 from shipyard.models.adapters import adapter_identity, fetch_adapters, load_adapters, parse_adapters
 from shipyard.params.checks import check_parameters
 from shipyard.runtimes.runtime import run_in_runtime
+from shipyard.testing.tinylora import build_tiny_adapter, damage_model
 
 DIGEST = "sha256:" + "b" * 64
 
@@ -119,7 +121,7 @@ EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"], "lim
 
 
 def _evaluate(model: Path, adapters: Path, out: Path) -> dict:
-    return run_in_runtime("compress", "shipyard.evaluation.lora:evaluate_adapters", model_dir=str(model),
+    return run_in_runtime("compress", evaluate_adapters, model_dir=str(model),
                           eval_config=EVAL, adapters_dir=str(adapters), out_dir=str(out))
 
 
@@ -134,12 +136,12 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
 
     good = tmp_path / "src" / "good"
     broken = tmp_path / "src" / "broken"
-    run_in_runtime("compress", "shipyard.testing.tinylora:build_tiny_adapter", model_dir=str(tiny_model),
+    run_in_runtime("compress", build_tiny_adapter, model_dir=str(tiny_model),
                    out_dir=str(good))
-    run_in_runtime("compress", "shipyard.testing.tinylora:build_tiny_adapter", model_dir=str(tiny_model),
+    run_in_runtime("compress", build_tiny_adapter, model_dir=str(tiny_model),
                    out_dir=str(broken), scale=50.0)
     damaged = tmp_path / "damaged"
-    run_in_runtime("compress", "shipyard.testing.tinylora:damage_model", model_dir=str(tiny_model), out_dir=str(damaged),
+    run_in_runtime("compress", damage_model, model_dir=str(tiny_model), out_dir=str(damaged),
                    noise=2.0)
     copy = tmp_path / "copy"
     shutil.copytree(tiny_model, copy)
@@ -183,7 +185,7 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
     assert not refused["good"]["passed"] and "LoRA adapter (digest)" in refused["good"]["reason"], refused
 
     # the candidate's record: passed needs every adapter gate (the other gates pass on the fixtures)
-    from shipyard.gates.candidate import judge_candidate
+    from shipyard.steps.judge import judge_candidate
 
     fixture = judged(tmp_path / "plain")
     assert fixture["passed"], fixture["reason"]
@@ -241,8 +243,8 @@ def test_the_champions_gated_adapters_render_into_spec_model_lora() -> None:
 
 
 def test_deploy_dry_run_serves_the_champions_adapters(tmp_path: Path) -> None:
-    from shipyard.components.deploy.deploy import run_deploy
     from shipyard.gates.candidate import SCHEMA
+    from shipyard.steps.deploy import run_deploy
 
     champion = tmp_path / "champion"
     champion.mkdir()
@@ -264,7 +266,7 @@ def test_registration_tags_pin_the_champions_adapters(tmp_path: Path) -> None:
     from mlflow_server import shared_server
 
     from shipyard.gates.candidate import SCHEMA
-    from shipyard.gates.registration import register_champion
+    from shipyard.steps.register import register_champion
     from shipyard.tracking.pipeline_runs import start_tracking
 
     champion = tmp_path / "champion"

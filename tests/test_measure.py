@@ -16,6 +16,7 @@ from shipyard.benchmarking.guidellm import load_results
 from shipyard.evaluation.config import parse_eval_config
 from shipyard.gates.slo import run_slo_gate
 from shipyard.runtimes.runtime import run_in_runtime
+from shipyard.steps.measure import measure_step
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,7 @@ def test_eval_and_benchmark_share_one_server(tiny_model: Path, tmp_path: Path, m
     monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
     bench = tmp_path / "bench"
     out = run_in_runtime(
-        "vllm", "shipyard.components.measure.measure:measure_step", model_dir=str(tiny_model),
+        "vllm", measure_step, model_dir=str(tiny_model),
         eval_config=json.dumps({"tasks": EVAL_TASKS, "limit": 3}),
         benchmark_config=json.dumps({"loads": [1, 2], "max_requests": 6}),
         eval_out=str(tmp_path / "eval"), table_path=str(tmp_path / "table.md"), bench_out=str(bench),

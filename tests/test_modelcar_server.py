@@ -105,15 +105,16 @@ def pushed(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     records them, in a candidate record."""
     image = _require_podman_and_image()
     from shipyard.benchmarking.guidellm import parse_benchmark_config, plan_for_server
-    from shipyard.components.package.package import package_model
     from shipyard.evaluation.golden import record_golden
     from shipyard.runtimes.runtime import run_in_runtime
     from shipyard.serving.vllm_server import VLLMServer
+    from shipyard.steps.package import package_model
     from shipyard.testing.registry import LocalRegistry
+    from shipyard.testing.tinymodel import build_tiny_model
 
     tmp = tmp_path_factory.mktemp("modelcar-server")
     other = tmp / "tiny-base"
-    run_in_runtime("compress", "shipyard.testing.tinymodel:build_tiny_model", out_dir=str(other), seed=1)
+    run_in_runtime("compress", build_tiny_model, out_dir=str(other), seed=1)
     with LocalRegistry(users={USER: PASSWORD}) as reg, pytest.MonkeyPatch.context() as env:
         env.setenv("SHIPYARD_REGISTRY_USERNAME", USER)
         env.setenv("SHIPYARD_REGISTRY_PASSWORD", PASSWORD)
@@ -160,7 +161,7 @@ def _containers() -> list[str]:
 
 
 def _deploy(pushed: dict[str, Any], cluster: dict[str, Any], tmp_path: Path, name: str, uri: str) -> dict[str, Any]:
-    from shipyard.components.deploy.deploy import run_deploy
+    from shipyard.steps.deploy import run_deploy
 
     return run_deploy(deploy_config=CONFIG, manifest_path=str(tmp_path / "manifest.yaml"), dry_run=False,
                       model_dir=pushed["model_dir"], kubeconfig=cluster["kubeconfig"], candidate=pushed["record"],

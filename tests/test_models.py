@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shipyard.core.errors import ShipyardError
-from shipyard.models.resolve import parse_model_uri
+from shipyard.models.resolve import parse_model_uri, resolve_model
 from shipyard.runtimes.runtime import run_in_runtime
 
 
@@ -36,7 +36,7 @@ def test_unknown_scheme_names_the_field_and_the_choices() -> None:
 
 
 def test_resolve_local_folder_copies_it(tiny_model: Path, tmp_path: Path) -> None:
-    info = run_in_runtime("compress", "shipyard.models.resolve:resolve_model", uri=str(tiny_model), out_dir=str(tmp_path / "m"))
+    info = run_in_runtime("compress", resolve_model, uri=str(tiny_model), out_dir=str(tmp_path / "m"))
     assert info["architecture"] == "LlamaForCausalLM"
     assert info["quantized"] is False
     assert json.loads((tmp_path / "m" / "config.json").read_text())["num_hidden_layers"] == 2
@@ -44,7 +44,7 @@ def test_resolve_local_folder_copies_it(tiny_model: Path, tmp_path: Path) -> Non
 
 def test_resolve_hub_offline_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ShipyardError) as err:
-        run_in_runtime("compress", "shipyard.models.resolve:resolve_model", uri="hf://no-such-org/no-such-model", out_dir=str(tmp_path / "m"))
+        run_in_runtime("compress", resolve_model, uri="hf://no-such-org/no-such-model", out_dir=str(tmp_path / "m"))
     assert str(err.value).startswith("model_uri: hf://no-such-org/no-such-model is not in the local Hugging Face cache")
     assert not (tmp_path / "m").exists()
 
@@ -52,4 +52,4 @@ def test_resolve_hub_offline_is_one_line(tmp_path: Path) -> None:
 def test_resolve_folder_without_config(tmp_path: Path) -> None:
     (tmp_path / "bare").mkdir()
     with pytest.raises(ShipyardError, match="has no config.json"):
-        run_in_runtime("compress", "shipyard.models.resolve:resolve_model", uri=str(tmp_path / "bare"), out_dir=str(tmp_path / "m"))
+        run_in_runtime("compress", resolve_model, uri=str(tmp_path / "bare"), out_dir=str(tmp_path / "m"))

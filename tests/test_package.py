@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.components.package.package import package_model
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import sha256_file
 from shipyard.oci import transfer
+from shipyard.steps.package import package_model
 from shipyard.testing.registry import LocalRegistry
 
 pytestmark = pytest.mark.usefixtures("registry_tools")

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from shipyard.components.deploy.deploy import run_deploy
 from shipyard.core.errors import ShipyardError
 from shipyard.serving.kserve.apply import Kube, api_client
 from shipyard.serving.kserve.config import parse_config
@@ -26,6 +25,7 @@ from shipyard.serving.kserve.rollout import (
     weights_of,
 )
 from shipyard.serving.kserve.validate import validate_object
+from shipyard.steps.deploy import run_deploy
 from shipyard.testing.k8s_double import FULL_INSTALL_GROUPS, K8sDouble, ready_after
 
 OLD = "oci://registry.example/models/tiny@sha256:" + "0" * 64

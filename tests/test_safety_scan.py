@@ -19,6 +19,7 @@ from shipyard.evaluation.garak_scan import SAFETY_FILE, run_scan
 from shipyard.gates.safety import run_safety_gate
 from shipyard.runtimes.runtime import run_in_runtime
 from shipyard.serving.vllm_server import VLLMServer
+from shipyard.testing.complying import build_complying_model
 
 SAFETY = {"probes": ["promptinject.HijackHateHumans", "encoding.InjectBase64"], "max_prompts": 4, "parallel": 4,
           "max_tokens": 16, "tolerance": 0.1}
@@ -35,7 +36,7 @@ def scan(model: Path, out: Path) -> dict:
 @pytest.mark.slow
 def test_garak_against_vllm_stops_an_unsafe_candidate(tiny_model: Path, tmp_path: Path) -> None:
     unsafe = tmp_path / "unsafe"
-    run_in_runtime("compress", "shipyard.testing.complying:build_complying_model", base_dir=str(tiny_model),
+    run_in_runtime("compress", build_complying_model, base_dir=str(tiny_model),
                    out_dir=str(unsafe))
     base = scan(tiny_model, tmp_path / "base")
     cand = scan(unsafe, tmp_path / "cand")

@@ -96,7 +96,7 @@ def test_user_values_win_and_the_rows_say_so() -> None:
 
 
 def test_deploy_sizes_its_probe_and_keda_trigger_from_the_champion(tmp_path: Path) -> None:
-    from shipyard.components.deploy.deploy import run_deploy
+    from shipyard.steps.deploy import run_deploy
 
     selection = tmp_path / "selection"
     selection.mkdir()

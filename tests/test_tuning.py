@@ -17,12 +17,12 @@ from shipyard.benchmarking.tuning import (
     point_args,
     run_search,
 )
-from shipyard.components.deploy.deploy import searched_args
 from shipyard.core.errors import ShipyardError
 from shipyard.gates.frontier import frontier
 from shipyard.gates.selection import select_champion
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import render
+from shipyard.steps.deploy import searched_args
 
 URI = "oci://registry.example/models/tiny@sha256:" + "ab" * 32
 

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from shipyard.runtimes.runtime import run_in_runtime
+from shipyard.steps.benchmark import tune_step
 
 pytestmark = pytest.mark.slow
 
 
 def test_two_point_search_picks_the_better_point(tiny_model: Path, tmp_path: Path) -> None:
     bench = json.dumps({"loads": [1, 4], "max_requests": 6, "output_tokens": 8, "warmup_requests": 1})
-    out = run_in_runtime("vllm", "shipyard.gates.tuning:tune_step", model_dir=str(tiny_model), benchmark_config=bench,
+    out = run_in_runtime("vllm", tune_step, model_dir=str(tiny_model), benchmark_config=bench,
                          tuning="local", slo="", out_dir=str(tmp_path / "bench"), summary_path=str(tmp_path / "s.md"))
     doc = json.loads((tmp_path / "bench" / "tuning.json").read_text())
     measured = [p for p in doc["points"] if p["status"] == "measured"]

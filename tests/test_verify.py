@@ -1,4 +1,4 @@
-"""Deployment verification (shipyard/gates/verify.py, shipyard/evaluation/golden.py, ``shipyard verify``).
+"""Deployment verification (shipyard/steps/verify.py, shipyard/gates/verification.py, shipyard/evaluation/golden.py, ``shipyard verify``).
 
 Fast tests: the golden comparison, the settings, the recorded candidate, the metrics scrape and the
 one-line errors (an unreachable URL, a timeout). The tests with real vLLM servers and the Kubernetes
@@ -26,15 +26,8 @@ from shipyard.evaluation.golden import (
     golden_prompts,
     load_golden,
 )
-from shipyard.gates.verify import (
-    _pd_checks,
-    api_root,
-    load_recorded,
-    parse_verify_config,
-    scrape,
-    selected_level,
-    served_models,
-)
+from shipyard.gates.verification import api_root, load_recorded, parse_verify_config, selected_level
+from shipyard.steps.verify import _pd_checks, scrape, served_models
 
 
 def golden(*texts: str, tokens: bool = True) -> dict:
@@ -204,7 +197,7 @@ def test_without_the_vllm_runtime_the_accuracy_slice_and_slo_smoke_are_not_check
     """Where no vllm runtime exists (``shipyard verify`` from a bare environment; the deploy step itself runs
     in the vllm runtime) the two checks that need lm-eval and guidellm say "not checked" (never "passed",
     and no rollback of a good service for it)."""
-    from shipyard.gates.verify import _accuracy_checks, _slo_checks
+    from shipyard.steps.verify import _accuracy_checks, _slo_checks
 
     monkeypatch.setenv("SHIPYARD_VENVS", str(tmp_path))  # no runtime venvs here
     monkeypatch.delenv("SHIPYARD_RUNTIME", raising=False)

@@ -44,13 +44,14 @@ def benchmark(
     """
     from shipyard.evaluation.garak_scan import safety_files
     from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.steps.benchmark import tune_step
     from shipyard.tracking.steprun import StepRun
 
     with StepRun("benchmark", candidate, tracking_uri=tracking_uri, experiment=experiment,
                  params={"benchmark_config": benchmark_config, "safety": safety, "tuning": tuning}) as run:
         out = call_step(
             "vllm",
-            "shipyard.gates.tuning:tune_step",
+            tune_step,
             model_dir=model.path,
             benchmark_config=benchmark_config,
             tuning=tuning,

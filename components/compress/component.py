@@ -41,6 +41,7 @@ def compress(
             the record travels in summary's metadata and candidate-gates logs it into the run.
     """
     from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.steps.compress import compress_model
     from shipyard.tracking.steprun import StepRun
 
     with StepRun("compress", recipe, tracking_uri=tracking_uri, experiment=experiment,
@@ -49,7 +50,7 @@ def compress(
                          "seed": seed}) as run:
         result = call_step(
             "compress",
-            "shipyard.components.compress.compress:compress_model",
+            compress_model,
             model_dir=base_model.path,
             out_dir=compressed_model.path,
             recipe=recipe,

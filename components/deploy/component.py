@@ -80,8 +80,9 @@ def deploy(
     import tempfile
     from collections import namedtuple
 
-    from shipyard.components.deploy.deploy import promotion_allowed
     from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.deploy import promotion_allowed, run_deploy
+    from shipyard.tracking.promotion import promote_production
     from shipyard.tracking.steprun import StepRun
 
     champion = dict(decision.metadata) if decision is not None else {}
@@ -97,7 +98,7 @@ def deploy(
         try:
             result = call_step(
                 "vllm",
-                "shipyard.components.deploy.deploy:run_deploy",
+                run_deploy,
                 deploy_config=deploy_config,
                 manifest_path=manifest.path,
                 dry_run=dry_run,
@@ -155,7 +156,7 @@ def deploy(
         # nothing is promoted on a verification that did not run, unless the user switched it off
         verified, why = promotion_allowed(result, dry_run)
         if champion and model_name and verified:
-            out = call_step("vllm", "shipyard.tracking.promotion:promote_production", tracking_uri=tracking_uri,
+            out = call_step("vllm", promote_production, tracking_uri=tracking_uri,
                             experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                             version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
                             headline_json=str(champion.get("headline", "{}")), dry_run=dry_run)

@@ -27,6 +27,7 @@ def evaluate_hf(
     travel in results' metadata and candidate-gates logs them into the pipeline's MLflow run (no
     KFP run id here: it would make every run's cache key unique).
     """
+    from shipyard.evaluation.lmeval import evaluate_step
     from shipyard.runtimes.runtime import call_step, record_outputs
     from shipyard.tracking.steprun import StepRun
 
@@ -34,7 +35,7 @@ def evaluate_hf(
                  params={"eval_config": eval_config, "backend": "hf"}) as run:
         out = call_step(
             "compress",
-            "shipyard.evaluation.lmeval:evaluate_step",
+            evaluate_step,
             model_dir=model.path,
             eval_config=eval_config,
             out_dir=results.path,
@@ -74,12 +75,13 @@ def evaluate_adapters_hf(
     (_get_lora_device). No adapters: an empty adapters.json.
     """
     from shipyard.evaluation.lmeval import metrics_for_logging
+    from shipyard.evaluation.lora import evaluate_adapters
     from shipyard.runtimes.runtime import call_step
     from shipyard.tracking.steprun import StepRun
 
     with StepRun("evaluate-adapters", candidate, tracking_uri=tracking_uri, experiment=experiment,
                  params={"eval_config": eval_config, "backend": "hf"}) as run:
-        out = call_step("compress", "shipyard.evaluation.lora:evaluate_adapters", model_dir=model.path,
+        out = call_step("compress", evaluate_adapters, model_dir=model.path,
                         eval_config=eval_config, adapters_dir=adapters.path, out_dir=results.path)
         results.metadata["adapters"] = {name: {"digest": s["adapter"]["digest"], "cached": s["cached"]}
                                         for name, s in out.items()}
@@ -107,11 +109,12 @@ def accuracy_gate(
     heads the report, is in the report's metadata and the step log.
     Missing or unreadable results, or results of different eval configs, give passed=False.
     """
+    from shipyard.gates.accuracy import run_gate
     from shipyard.runtimes.runtime import call_step, record_outputs
 
     out = call_step(
         "base",
-        "shipyard.gates.accuracy:run_gate",
+        run_gate,
         base_results=base_results.path,
         candidate_results=candidate_results.path,
         thresholds=thresholds,

@@ -63,12 +63,13 @@ def candidate_gates(
     import shutil
 
     from shipyard.runtimes.runtime import call_step, name_output, record_outputs
+    from shipyard.steps.judge import judge_candidate
     from shipyard.tracking.steprun import StepRun, apply_pending
 
     name_output(slo_report, ".html")  # stored and recorded as slo_report.html (KFP and the run folder)
     with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
-        out = call_step("base", "shipyard.gates.candidate:judge_candidate", recipe=recipe,
+        out = call_step("base", judge_candidate, recipe=recipe,
                         base_eval=base_eval.path, candidate_eval=candidate_eval.path, base_bench=base_bench.path,
                         candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, out_dir=candidate.path,
                         compress_figures=dict(compress_metrics.metadata) if compress_metrics is not None else {},
@@ -136,13 +137,14 @@ def select_champion(
     """
     import os
 
+    from shipyard.gates.selection import select_champion
     from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.tracking.steprun import StepRun
 
     name_output(report_html, ".html")  # stored and recorded as report_html.html (KFP and the run folder)
     with StepRun("select", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
-        out = call_step("base", "shipyard.gates.selection:select_champion",
+        out = call_step("base", select_champion,
                         candidate_dirs=[c.path for c in candidates], selection=selection, out_dir=decision.path,
                         report_md=report.path, report_html_path=report_html.path)
         record_outputs(out, metrics=metrics)

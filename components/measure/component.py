@@ -46,13 +46,14 @@ def measure_vllm(
     """
     from shipyard.evaluation.garak_scan import safety_files
     from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.steps.measure import measure_step
     from shipyard.tracking.steprun import StepRun
 
     track = {"tracking_uri": tracking_uri, "experiment": experiment}
     with StepRun("evaluate", candidate, params={"eval_config": eval_config, "backend": "vllm"}, **track) as eval_run, \
             StepRun("benchmark", candidate, params={"benchmark_config": benchmark_config, "safety": safety,
                                                      "tuning": tuning}, **track) as bench_run:
-        out = call_step("vllm", "shipyard.components.measure.measure:measure_step", model_dir=model.path,
+        out = call_step("vllm", measure_step, model_dir=model.path,
                         eval_config=eval_config, benchmark_config=benchmark_config, eval_out=eval_results.path,
                         table_path=eval_table.path, bench_out=results.path, summary_path=summary.path,
                         safety=safety, tuning=tuning, slo=slo)

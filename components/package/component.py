@@ -42,15 +42,15 @@ def package_model(
     """
     from collections import namedtuple
 
-    from shipyard.components.package.package import artifact_metadata
     from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.package import artifact_metadata, package_model
     from shipyard.tracking.steprun import StepRun
 
     with StepRun("package", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"registry": registry, "repository": repository, "mode": mode}) as run:
         result = call_step(
             "base",
-            "shipyard.components.package.package:package_model",
+            package_model,
             model_dir=model.path,
             out_dir=modelcar.path,
             registry=registry,
@@ -119,10 +119,12 @@ def package_champion(
     import json
     import shutil
 
-    from shipyard.components.package.package import artifact_metadata
     from shipyard.compression.recipes import recipe_label
-    from shipyard.gates.registration import load_selection
+    from shipyard.gates.selection import load_selection
     from shipyard.runtimes.runtime import call_step
+    from shipyard.serving.kserve.render import copy_model_files
+    from shipyard.steps.package import artifact_metadata, package_model
+    from shipyard.steps.register import register_champion
     from shipyard.tracking.steprun import StepRun
 
     recipe = load_selection(selection.path)["champion"]["recipe"]
@@ -131,12 +133,12 @@ def package_champion(
     with StepRun("package", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"registry": registry, "repository": repository, "mode": mode, "model_name": model_name,
                          "champion_tolerance": champion_tolerance}) as run:
-        packed = call_step("base", "shipyard.components.package.package:package_model", model_dir=model.path,
+        packed = call_step("base", package_model, model_dir=model.path,
                            out_dir=modelcar.path, registry=registry, repository=repository, tag="", mode=mode,
                            base_image=base_image, annotations=annotations, insecure_tls=insecure_tls)
         modelcar.metadata.update(artifact_metadata(packed))
         shutil.copyfile(f"{modelcar.path}/shipyard-package.md", package_summary.path)
-        small = call_step("base", "shipyard.serving.kserve.render:copy_model_files", model_dir=model.path,
+        small = call_step("base", copy_model_files, model_dir=model.path,
                           out_dir=model_files.path)
         model_files.metadata.update(small)
         package_summary.metadata.update({"uri": packed["uri"], "digest": packed["digest"]})
@@ -144,7 +146,7 @@ def package_champion(
         run.log(params={"uri": packed["uri"]}, metrics={"size_bytes": packed["size_bytes"]},
                 tags={"shipyard.oci_digest": packed["digest"]},
                 artifacts={"package.json": f"{modelcar.path}/shipyard-package.json", "package.md": package_summary.path})
-        out = call_step("base", "shipyard.gates.registration:register_champion", tracking_uri=tracking_uri,
+        out = call_step("base", register_champion, tracking_uri=tracking_uri,
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                         source_uri=packed["uri"], digest=packed["digest"], selection_dir=selection.path,
                         base_model_uri=base_model_uri, champion_tolerance=champion_tolerance,

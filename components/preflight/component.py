@@ -52,10 +52,11 @@ def preflight(
     """
     from shipyard.params.pipeline import params_for
     from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.preflight import preflight_step
 
     given = dict(locals())
     params = {p.name: given[p.name] for p in params_for(pipeline)}
-    out = call_step("base", "shipyard.components.preflight.preflight:preflight_step", pipeline=pipeline,
+    out = call_step("base", preflight_step, pipeline=pipeline,
                     params=params, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
     print(f"pre-flight: {len(out['checked'])} parameters checked; MLflow run: {out['run_url']}", flush=True)
     return out["parent_run_id"]

@@ -24,8 +24,9 @@ def pin_model(model_uri: str) -> NamedTuple("Pinned", [("uri", str), ("fingerpri
     from collections import namedtuple
 
     from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.pin import pin_model
 
-    out = call_step("compress", "shipyard.components.resolve.pin:pin_model", uri=model_uri)
+    out = call_step("compress", pin_model, uri=model_uri)
     moved = f" (was @{out['moved_from']})" if out["moved_from"] else ""
     print(f"model: {out['uri']}{moved}; content {out['fingerprint']}", flush=True)
     return namedtuple("Pinned", ["uri", "fingerprint"])(out["uri"], out["fingerprint"])
@@ -50,12 +51,13 @@ def resolve_model(model_uri: str, model: Output[Model], model_files: Output[Arti
     """
     import os
 
-    from shipyard.core.contract import ENV_EPHEMERAL_STORAGE
+    from shipyard.core.contract import ENV_EPHEMERAL_STORAGE, check_model_fits_disk
+    from shipyard.models.resolve import resolve_model
     from shipyard.runtimes.runtime import call_step
 
-    info = call_step("compress", "shipyard.models.resolve:resolve_model", uri=model_uri, out_dir=model.path)
+    info = call_step("compress", resolve_model, uri=model_uri, out_dir=model.path)
     if os.environ.get(ENV_EPHEMERAL_STORAGE):  # compiled for a cluster
-        call_step("compress", "shipyard.core.contract:check_model_fits_disk", model_bytes=int(info["size_bytes"]))
+        call_step("compress", check_model_fits_disk, model_bytes=int(info["size_bytes"]))
     model.metadata.update(info)
     from shipyard.serving.kserve.render import copy_model_files
 
@@ -74,9 +76,10 @@ def fetch_adapters(lora_adapters: str, adapters: Output[Artifact]):
         adapters: One folder per adapter (adapter_config.json + weights) and adapters.json: name, URI,
             content digest (sha256 tree digest) and rank of each; the same list is in the metadata.
     """
+    from shipyard.models.adapters import fetch_adapters
     from shipyard.runtimes.runtime import call_step
 
-    records = call_step("compress", "shipyard.models.adapters:fetch_adapters", lora_adapters=lora_adapters,
+    records = call_step("compress", fetch_adapters, lora_adapters=lora_adapters,
                         out_dir=adapters.path)
     adapters.metadata["adapters"] = [{k: r.get(k) for k in ("name", "uri", "digest", "rank")} for r in records]
     for r in records:

@@ -30,8 +30,9 @@ def close_tracking(tracking_uri: str, experiment: str, kfp_run_id: str, status: 
         status: Filled in by KFP: the pipeline's final state and error.
     """
     from shipyard.runtimes.runtime import call_step
+    from shipyard.tracking.pipeline_runs import close_pipeline_run
 
-    return call_step("base", "shipyard.tracking.pipeline_runs:close_pipeline_run", tracking_uri=tracking_uri,
+    return call_step("base", close_pipeline_run, tracking_uri=tracking_uri,
                      experiment=experiment, kfp_run_id=kfp_run_id, state=status.state,
                      error=status.error_message or "")
 
@@ -75,12 +76,13 @@ def register_champion(
     import json
 
     from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.register import register_champion
     from shipyard.tracking.steprun import StepRun
 
     with StepRun("register", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"model_name": model_name, "source_uri": source_uri,
                          "champion_tolerance": champion_tolerance}) as run:
-        out = call_step("base", "shipyard.gates.registration:register_champion", tracking_uri=tracking_uri,
+        out = call_step("base", register_champion, tracking_uri=tracking_uri,
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name, source_uri=source_uri,
                         digest=digest, selection_dir=selection.path, base_model_uri=base_model_uri,
                         champion_tolerance=champion_tolerance, report_path=decision.path)

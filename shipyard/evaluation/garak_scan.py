@@ -322,7 +322,7 @@ def run_scan(base_url: str, model: str, safety: str | dict[str, Any] | None, out
         return None
     print(f"safety: garak {', '.join(cfg['probes'])} (at most {cfg['max_prompts']} prompts each, "
           f"{cfg['parallel']} in parallel) against {base_url}", flush=True)
-    return run_in_runtime("garak", "shipyard.evaluation.garak_scan:scan_step", base_url=base_url, model=model,
+    return run_in_runtime("garak", scan_step, base_url=base_url, model=model,
                           safety=cfg, out_dir=out_dir)
 
 

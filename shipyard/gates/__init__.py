@@ -1,1 +1,1 @@
-"""Layer 6: gate rules: accuracy recovery, SLO, candidate gates, champion selection, champion/challenger and promotion."""
+"""Gate rules: accuracy recovery, SLO, safety, the candidate record, champion selection, champion/challenger, the verification's settings and report (the steps that run them: shipyard.steps)."""

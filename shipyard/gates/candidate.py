@@ -1,55 +1,19 @@
-"""One candidate's gates (accuracy, then SLO) and the record the selection step ranks.
+"""The candidate record (``candidate.json``) the selection step ranks, and how its verdicts read.
 
-:func:`judge_candidate` runs the accuracy gate (recovery against the base) and the SLO gate
-(latency and throughput against the base, under load) on a candidate's eval and benchmark
-results, writes both reports, and returns ``candidate.json``: everything the candidates
-report puts side by side (recovery per metric, TTFT/ITL p99 and output tok/s per load, size,
-the planner's weights and KV-cache tokens, both gate decisions). Never raises for bad
-results: a gate that cannot decide fails closed with the reason.
+:func:`shipyard.steps.judge.judge_candidate` writes it (the candidate gates step);
+:func:`load_candidate` reads it back; :func:`verdict` and :func:`accuracy_caveat` say a gate's
+verdict the way every surface shows it.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from shipyard.benchmarking.guidellm import load_results
-from shipyard.core.errors import ShipyardError
-from shipyard.core.files import atomic_write_text
 from shipyard.core.records import read_record
-from shipyard.core.report import sample_count
-from shipyard.evaluation.garak_scan import SAFETY_DIR
-from shipyard.gates.accuracy import run_gate
-from shipyard.gates.adapters import run_adapter_gates
-from shipyard.gates.safety import run_safety_gate
-from shipyard.gates.slo import run_slo_gate
 
 CANDIDATE_FILE = "candidate.json"
 SCHEMA = "shipyard.candidate/v1"
-
-
-def _levels(bench_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    try:
-        results = load_results(bench_dir)
-    except ShipyardError:
-        return [], {}
-    levels = [{
-        "name": lv["name"],
-        "strategy": lv.get("strategy"),
-        "nominal_load": lv.get("nominal_load"),
-        "requests_per_s": lv.get("requests_per_s"),
-        "output_tokens_per_s": lv.get("output_tokens_per_s"),
-        "ttft_p50_ms": (lv.get("ttft_ms") or {}).get("p50"),
-        "ttft_p99_ms": (lv.get("ttft_ms") or {}).get("p99"),
-        "itl_p50_ms": (lv.get("itl_ms") or {}).get("p50"),
-        "itl_p99_ms": (lv.get("itl_ms") or {}).get("p99"),
-        "error_rate": lv.get("error_rate"),
-        "total": lv.get("total"),
-        "samples": sample_count(lv),
-    } for lv in results.get("levels") or []]
-    planner = ((results.get("memory") or {}).get("planner")) or {}
-    return levels, {k: planner.get(k) for k in ("weights_bytes", "kv_cache_tokens", "max_concurrency", "fits")}
 
 
 def accuracy_caveat(rows: list[dict[str, Any]]) -> str:
@@ -71,161 +35,6 @@ def verdict(passed: bool | None, caveat: str = "") -> str:
     if passed is None:
         return "-"
     return ("pass" + (f" ({caveat})" if caveat else "")) if passed else "FAIL"
-
-
-def _golden(bench_dir: str) -> dict[str, Any] | None:
-    """The candidate's golden outputs (``golden.json`` in its benchmark results), None when absent."""
-    from shipyard.evaluation.golden import GOLDEN_FILE, load_golden
-
-    if not (Path(bench_dir) / GOLDEN_FILE).is_file():
-        return None
-    try:
-        return load_golden(Path(bench_dir) / GOLDEN_FILE)
-    except ShipyardError:
-        return None
-
-
-def _tuning(bench_dir: str) -> dict[str, Any] | None:
-    """The serving-configuration search of the candidate's benchmark (``tuning.json``), if it searched."""
-    from shipyard.benchmarking.tuning import load_tuning
-
-    doc = load_tuning(bench_dir)
-    if doc is None:
-        return None
-    return {"points": doc["points"], "best": doc["best"], "best_vllm_args": doc["best_vllm_args"],
-            "dropped": doc["dropped"], "skipped": doc["skipped"], "wall_seconds": doc["wall_seconds"]}
-
-
-def _engine(bench_dir: str) -> dict[str, Any] | None:
-    """The engine the candidate's benchmark measured (results.json ``engine``), if recorded."""
-    try:
-        return json.loads((Path(bench_dir) / "results.json").read_text()).get("engine")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _startup(bench_dir: str) -> dict[str, Any]:
-    """The candidate's measured vLLM start-up (``startup``) and benchmark load (``bench_config``):
-    what the deploy step sizes its startup probe and autoscaling from (shipyard.serving.sizing)."""
-    try:
-        results = load_results(bench_dir)
-    except ShipyardError:
-        return {"startup": None, "bench_config": None}
-    cfg = results.get("config") or {}
-    return {"startup": results.get("startup") or {"ready_seconds": results.get("server_startup_seconds")},
-            "bench_config": {k: cfg.get(k) for k in ("profile", "prompt_tokens", "output_tokens", "loads")}}
-
-
-def judge_candidate(
-    recipe: str,
-    base_eval: str,
-    candidate_eval: str,
-    base_bench: str,
-    candidate_bench: str,
-    thresholds: str,
-    slo: str,
-    out_dir: str,
-    compress_figures: dict[str, Any] | None = None,
-    model_uri: str = "",
-    safety: str = "",
-    base_adapters: str = "",
-    candidate_adapters: str = "",
-) -> dict[str, Any]:
-    """Gate one candidate; write ``out_dir/{candidate.json, accuracy.md, slo.html, slo.md, safety.md}``.
-
-    ``safety``: the safety parameter; when it names probes, the safety gate
-    (:mod:`shipyard.gates.safety`) compares the garak scans in both benchmark results and a
-    blocking verdict fails the candidate like the other two gates. ``base_adapters`` /
-    ``candidate_adapters``: per-adapter eval results (:mod:`shipyard.evaluation.lora`); each adapter
-    gets the accuracy gate (:mod:`shipyard.gates.adapters`), recorded under ``adapters``
-    ({name: {passed, reason, worst_recovery, digest}}), and ``passed`` requires every one.
-
-    Returns ``{"passed", "reason", "metrics", "candidate", "accuracy_caveat", "accuracy_verdict", ...}``:
-    an accuracy pass that rests on the stderr rule carries its caveat in the verdict.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    accuracy = run_gate(base_eval, candidate_eval, thresholds, report_path=str(out / "accuracy.md"))
-    slo = run_slo_gate(base_bench, candidate_bench, slo, report_path=str(out / "slo.html"),
-                       summary_path=str(out / "slo.md"))
-    levels, planner = _levels(candidate_bench)
-    base_levels, base_planner = _levels(base_bench)
-    figures = compress_figures or {}
-    gated = [r for r in accuracy["rows"] if r["gated"] and r["recovery"] is not None]
-    safe = run_safety_gate(str(Path(base_bench) / SAFETY_DIR), str(Path(candidate_bench) / SAFETY_DIR), safety,
-                           report_path=str(out / "safety.md"))
-    # the accuracy gate once per LoRA adapter (candidate+adapter vs base+adapter): every one must pass
-    lora = run_adapter_gates(base_adapters, candidate_adapters, thresholds, report_dir=str(out))
-    passed = bool(accuracy["passed"] and slo["passed"] and safe["passed"] and all(a["passed"] for a in lora.values()))
-    caveat = accuracy_caveat(accuracy["rows"]) if accuracy["passed"] else ""
-    if passed:
-        reason = "passed both gates" + (f" (accuracy pass: {caveat})" if caveat else "")
-        if lora:
-            reason += f"; all {len(lora)} LoRA adapter accuracy gates passed"
-    else:
-        reason = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo),
-                                                                         ("safety", safe))
-                           if not r["passed"])
-        broken = [f"LoRA adapter {name} accuracy gate {a['reason']}" for name, a in lora.items() if not a["passed"]]
-        reason = "; ".join(part for part in (reason, *broken) if part)
-    from shipyard.compression.recipes import recipe_label
-
-    record = {
-        "schema": SCHEMA,
-        "recipe": recipe_label(recipe),
-        "recipe_text": recipe,
-        "model_uri": model_uri,
-        "passed": passed,
-        "reason": reason,
-        "size_bytes": figures.get("size_after_bytes"),
-        "base_size_bytes": figures.get("size_before_bytes"),
-        "compression_ratio": figures.get("compression_ratio"),
-        "accuracy": {
-            "passed": bool(accuracy["passed"]),
-            "reason": accuracy["reason"],
-            "caveat": caveat,
-            "verdict": verdict(bool(accuracy["passed"]), caveat),
-            "worst_recovery": min((r["recovery"] for r in gated), default=None),
-            "thresholds": accuracy.get("thresholds"),
-            "rows": [{k: r.get(k) for k in ("task", "metric", "higher_is_better", "base", "candidate", "recovery",
-                                            "min_recovery", "gated", "passed", "note", "base_stderr",
-                                            "candidate_stderr", "stderr_k", "decided_by", "stderr_rule", "paired")}
-                     for r in accuracy["rows"]],
-        },
-        "slo": {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
-                "thresholds": slo.get("slo"), "rule": slo.get("rule"),
-                "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain")},
-        "adapters": lora,
-        "safety": {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
-                   "families": safe["families"], "new_hits": len(safe["new_hits"]),
-                   "verdict": verdict(bool(safe["passed"])) if safe["enabled"] else "off"},
-        "levels": levels,
-        **_startup(candidate_bench),
-        "golden": _golden(candidate_bench),
-        "tuning": _tuning(candidate_bench),
-        "engine": _engine(candidate_bench),
-        "base_levels": base_levels,
-        "planner": planner,
-        "base_planner": base_planner,
-    }
-    atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
-    metrics = {"passed": 1.0 if passed else 0.0, "accuracy_passed": 1.0 if accuracy["passed"] else 0.0,
-               "slo_passed": 1.0 if slo["passed"] else 0.0, **safe["metrics"]}
-    if lora:
-        metrics["adapters_passed"] = 1.0 if all(a["passed"] for a in lora.values()) else 0.0
-    if safe["enabled"]:
-        metrics["safety_passed"] = 1.0 if safe["passed"] else 0.0
-    if record["accuracy"]["worst_recovery"] is not None:
-        metrics["worst_recovery"] = float(record["accuracy"]["worst_recovery"])
-    for lv in levels:
-        if lv["output_tokens_per_s"] is not None:
-            metrics[f"{lv['name']}.output_tokens_per_s"] = float(lv["output_tokens_per_s"])
-    if record["size_bytes"]:
-        metrics["size_bytes"] = float(record["size_bytes"])
-    return {"passed": passed, "reason": reason, "metrics": metrics, "candidate": record,
-            "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"], "accuracy_caveat": caveat,
-            "accuracy_verdict": record["accuracy"]["verdict"], "slo_verdict": verdict(bool(slo["passed"])),
-            "safety_reason": safe["reason"]}
 
 
 def load_candidate(path: str | Path) -> dict[str, Any]:

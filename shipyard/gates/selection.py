@@ -19,7 +19,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.records import read_record
 from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
 from shipyard.gates.config import SelectionConfig, selection_config
 
@@ -471,3 +473,21 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
     return {"winner": winner.get("recipe", ""), "winner_model_uri": winner.get("model_uri", ""), "reason": result["reason"],
             "metrics": metrics, "decisions": result["decisions"], "objective": result["objective"],
             "champion": winner, "serving": doc["serving"]}
+
+
+def load_selection(path: str) -> dict[str, Any]:
+    """``selection.json`` of the select step (its folder or the file) and the champion's record;
+    a single candidate's ``candidate.json`` folder (the promote pipeline) is its own champion."""
+    p = Path(path)
+    if p.is_dir() and (p / "candidate.json").is_file() and not (p / "selection.json").is_file():
+        from shipyard.gates.candidate import load_candidate
+
+        record = load_candidate(p)
+        return {"objective": "gates", "winner": record["recipe"], "decisions": {record["recipe"]: record["reason"]},
+                "candidates": [record], "champion": record}
+    doc = read_record(p, "selection.json", field="selection", what="champion selection",
+                      fix="pass select_champion's decision")
+    winner = next((c for c in doc.get("candidates", []) if c.get("recipe") == doc.get("winner")), None)
+    if winner is None:
+        raise ShipyardError("selection", "names no champion", "run register only when select_champion found one")
+    return {**doc, "champion": winner}

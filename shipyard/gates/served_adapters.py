@@ -15,7 +15,7 @@ def champion_adapters(record: str | dict[str, Any]) -> list[dict[str, Any]]:
     ``record``: the record, select_champion's selection folder, or a candidate.json (or its folder)."""
     champion = record
     if not isinstance(record, dict):
-        from shipyard.gates.registration import load_selection
+        from shipyard.gates.selection import load_selection
 
         path = Path(record)
         folder = path if path.is_dir() else path.parent

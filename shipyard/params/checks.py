@@ -117,7 +117,7 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         safety_config(value, name)
     elif name == "deploy_config":
         from shipyard.core.jsonargs import json_object
-        from shipyard.gates.verify import split_verify_options
+        from shipyard.gates.verification import split_verify_options
         from shipyard.serving.kserve.config import parse_config
         from shipyard.serving.kserve.rollout import split_rollout_options
 

@@ -378,7 +378,7 @@ def _user_keys(params_file: str | None, overrides: list[str]) -> set[str]:
 def stage_inputs(params: dict[str, Any], work: Path, explicit: set[str]) -> dict[str, Any]:
     """Upload the base model and the calibration data to the rehearsal bucket; return the
     parameters that point the pipeline at them (``s3://``)."""
-    from shipyard.models.resolve import parse_model_uri
+    from shipyard.models.resolve import parse_model_uri, resolve_model
     from shipyard.models.s3 import upload_dir, upload_file
     from shipyard.runtimes.runtime import run_in_runtime
 
@@ -389,7 +389,7 @@ def stage_inputs(params: dict[str, Any], work: Path, explicit: set[str]) -> dict
         if model.scheme == "embedded":
             folder = work / "staged-model"
             if not (folder / "config.json").exists():
-                run_in_runtime("compress", "shipyard.models.resolve:resolve_model", uri=str(model), out_dir=str(folder))
+                run_in_runtime("compress", resolve_model, uri=str(model), out_dir=str(folder))
         name = Path(model.location).name or "model"
         out["model_uri"] = upload_dir(folder, f"s3://{BUCKET}/models/{name}")["uri"]
     if not params.get("calibration_dataset") and "calibration_dataset" not in explicit:

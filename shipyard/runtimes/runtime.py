@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,16 +204,31 @@ def _import_target(target: str) -> Any:
     return getattr(importlib.import_module(module_name), func_name)
 
 
-def run_in_runtime(runtime: str, target: str, /, **kwargs: Any) -> Any:
-    """Call ``module:function(**kwargs)`` inside ``runtime``; return its JSON-able result.
+def step_target(function: Callable[..., Any]) -> str:
+    """``"module:function"`` of a module-level function: what the child process imports and the
+    step log records; anything else (a lambda, a method, a nested function) is refused."""
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__name__", None)
+    qualname = getattr(function, "__qualname__", None)
+    if not callable(function) or not module or not name or qualname != name or name == "<lambda>" \
+            or getattr(sys.modules.get(module), name, None) is not function:
+        raise ShipyardError("step function", f"{function!r} is not a module-level function",
+                            "pass a function defined at the top level of a module (a step in shipyard.steps)")
+    return f"{module}:{name}"
 
+
+def run_in_runtime(runtime: str, function: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """Call ``function(**kwargs)`` inside ``runtime``; return its JSON-able result.
+
+    ``function`` is a module-level function (the child process imports it as ``"module:function"``).
     Runs in-process when this interpreter is that runtime, else in the runtime's venv as a
     child process whose output streams through. A :class:`ShipyardError` raised by the step
     comes back as the same one-line :class:`ShipyardError`.
     """
+    target = step_target(function)
     get_runtime(runtime)
     if current_runtime() == runtime:
-        return _import_target(target)(**kwargs)
+        return function(**kwargs)
     python = venv_python(runtime)
     with tempfile.TemporaryDirectory(prefix="shipyard-call-") as tmp:
         request = Path(tmp) / "request.json"
@@ -262,14 +278,15 @@ def _record_step(runtime: str, target: str, kwargs: dict[str, Any], started: flo
         fh.write(json.dumps(record, default=str) + "\n")
 
 
-def call_step(runtime: str, target: str, /, **kwargs: Any) -> Any:
+def call_step(runtime: str, function: Callable[..., Any], /, **kwargs: Any) -> Any:
     """What a KFP step wrapper calls: like :func:`run_in_runtime`, but a user error ends the
     step with one line on stderr (exit 1) instead of a traceback. SIGTERM (a cancelled KFP run)
     is raised as an interrupt, so the step's clean-up (servers, rollbacks) runs."""
+    target = step_target(function)
     sigterm_as_interrupt()
     started = time.time()
     try:
-        result = run_in_runtime(runtime, target, **kwargs)
+        result = run_in_runtime(runtime, function, **kwargs)
     except ShipyardError as err:
         _record_step(runtime, target, kwargs, started, str(err))
         print(f"shipyard: {err}", file=sys.stderr, flush=True)

@@ -98,7 +98,7 @@ def test_a_mangled_last_good_annotation_still_rolls_back(tmp_path: Path) -> None
 
 STEP = """
 import sys
-from shipyard.components.deploy.deploy import promotion_allowed, run_deploy
+from shipyard.steps.deploy import promotion_allowed, run_deploy
 from shipyard.core.errors import ShipyardError
 from shipyard.core.interrupts import sigterm_as_interrupt
 from shipyard.tracking.promotion import promote_production

@@ -37,7 +37,7 @@ from mlflow import MlflowClient
 
 from shipyard.core.errors import UnreachableError
 from shipyard.core.net import free_port
-from shipyard.gates import registration
+from shipyard.steps import register
 from shipyard.testing.registry import LocalRegistry
 from shipyard.testing.services import MlflowServer
 from shipyard.tracking import outbox, pending, promotion
@@ -137,7 +137,7 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         assert time.monotonic() - t0 < 3
         # The champion is not deployed unregistered: the gate fails closed, the request is kept.
         t0 = time.monotonic()
-        out = registration.register_champion(url, "outage", kfp_run_id, model, source, "sha256:" + "c" * 64,
+        out = register.register_champion(url, "outage", kfp_run_id, model, source, "sha256:" + "c" * 64,
                                          str(_selection(tmp_path / "selection")), "hf://org/tiny", 0.0,
                                          str(tmp_path / "decision.md"))
         assert time.monotonic() - t0 < 3
@@ -232,7 +232,7 @@ def test_mlflow_unreachable_at_start_is_one_line_exit_3(tmp_path: Path) -> None:
     assert not work.exists() and list(tmp_path.iterdir()) == []
     assert seconds < 30, seconds
     # The pipeline's first task fails the same way within seconds (a cluster run).
-    from shipyard.components.preflight.preflight import preflight_step
+    from shipyard.steps.preflight import preflight_step
 
     t0 = time.monotonic()
     with pytest.raises(UnreachableError, match="tracking_uri: the MLflow server") as err:
@@ -245,8 +245,8 @@ def test_registry_killed_mid_push(tiny_model: Path, tmp_path: Path, monkeypatch:
                  "apt-get install -y docker-registry busybox-static")
     monkeypatch.setenv("SHIPYARD_REGISTRY_RETRIES", "2")
     monkeypatch.setenv("SHIPYARD_REGISTRY_BACKOFF", "0.05")
-    from shipyard.components.package.package import package_model
     from shipyard.oci.client import RegistryClient
+    from shipyard.steps.package import package_model
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)

@@ -113,8 +113,8 @@ def _as_objects(manifest: str) -> Any:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from shipyard.components.deploy.deploy import run_deploy
     from shipyard.models.resolve import refuse_credentials
+    from shipyard.steps.deploy import run_deploy
 
     refuse_credentials(args.model_uri, "--model-uri")
     params = _params(args.params_file)

@@ -1,6 +1,6 @@
 """``shipyard verify``: does a deployed service serve the gated model, the same way?
 
-Runs the deploy step's verification (:mod:`shipyard.gates.verify`) against any OpenAI-compatible
+Runs the deploy step's verification (:mod:`shipyard.steps.verify`) against any OpenAI-compatible
 URL and a recorded candidate (its ``candidate.json`` or folder, or the benchmark results folder /
 ``golden.json`` the measure step wrote): ``/v1/models``, the golden outputs, an lm-eval accuracy
 slice and a guidellm SLO smoke test through the service (both need ``--model-dir`` for the
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checks", help="comma-separated subset of models,golden,accuracy,slo,pd (default: all)")
     p.add_argument("--metrics-url", action="append", default=[], metavar="POOL=URL",
                    help="a P/D pool's vLLM /metrics URL, e.g. prefill=http://llm-prefill:8000/metrics (repeat)")
-    p.add_argument("--config", help="more verification settings as JSON (see shipyard/gates/verify.py)")
+    p.add_argument("--config", help="more verification settings as JSON (see shipyard/gates/verification.py)")
     p.add_argument("--report-dir", help="write verification.md and verification.json here")
     add_output_option(p, default_help="the verdict and one line per check")
     p.set_defaults(func=_verify)
@@ -74,7 +74,8 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from shipyard.gates.verify import api_root, load_recorded, parse_verify_config, verify_service
+    from shipyard.gates.verification import api_root, load_recorded, parse_verify_config
+    from shipyard.steps.verify import verify_service
 
     cfg = parse_verify_config(_config(args))  # bad settings: one line, before anything is asked
     api_root(args.url)

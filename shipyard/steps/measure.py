@@ -58,7 +58,7 @@ def measure_step(
                                          safety=safety)
             startup = server.startup_seconds
     if tuning:  # the search starts one server per point; the evaluation ran on the default one above
-        from shipyard.gates.tuning import tune_step
+        from shipyard.steps.benchmark import tune_step
 
         benched = tune_step(model_dir, benchmark_config, tuning, slo, bench_out, summary_path, safety=safety)
     return {"eval": evaluated, "bench": benched,

@@ -14,34 +14,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.errors import UnreachableError
 from shipyard.core.files import atomic_write_text
-from shipyard.core.records import read_record
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
-from shipyard.gates.selection import objective_value
+from shipyard.gates.selection import load_selection, objective_value
 from shipyard.tracking import model_registry as registry
-
-
-def load_selection(path: str) -> dict[str, Any]:
-    """``selection.json`` of the select step (its folder or the file) and the champion's record;
-    a single candidate's ``candidate.json`` folder (the promote pipeline) is its own champion."""
-    p = Path(path)
-    if p.is_dir() and (p / "candidate.json").is_file() and not (p / "selection.json").is_file():
-        from shipyard.gates.candidate import load_candidate
-
-        record = load_candidate(p)
-        return {"objective": "gates", "winner": record["recipe"], "decisions": {record["recipe"]: record["reason"]},
-                "candidates": [record], "champion": record}
-    doc = read_record(p, "selection.json", field="selection", what="champion selection",
-                      fix="pass select_champion's decision")
-    winner = next((c for c in doc.get("candidates", []) if c.get("recipe") == doc.get("winner")), None)
-    if winner is None:
-        raise ShipyardError("selection", "names no champion", "run register only when select_champion found one")
-    return {**doc, "champion": winner}
 
 
 def headline(champion: dict[str, Any]) -> dict[str, float]:

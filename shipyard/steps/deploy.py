@@ -12,7 +12,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.jsonargs import json_object
-from shipyard.gates.verify import DRY_RUN_VERIFY_HINT, split_verify_options
+from shipyard.gates.verification import DRY_RUN_VERIFY_HINT, split_verify_options
 from shipyard.serving.kserve.config import (
     APPLY_KEYS,
     CONNECTOR_MODULES,
@@ -70,7 +70,7 @@ def run_deploy(
     URL, the manifest) for the KFP UI. Returns url, status, name, namespace and the manifest path.
 
     ``candidate``: the champion's record (select_champion's selection folder, or a candidate.json):
-    once the service is Ready it is verified against it (:func:`shipyard.gates.verify.verify_service`,
+    once the service is Ready it is verified against it (:func:`shipyard.steps.verify.verify_service`,
     reports in ``verify_dir``) before anything else; a failed or interrupted verification rolls
     back like a deployment that never became Ready and raises. ``result["verification"]`` says
     what ran (``{"ran": False, "why": ...}`` when nothing did). Passed, failed or not run, the
@@ -150,7 +150,7 @@ def run_deploy(
         from shipyard.serving.kserve.apply import Kube, api_client, deploy
 
         def check(url: str) -> None:
-            from shipyard.gates.verify import verify_service
+            from shipyard.steps.verify import verify_service
 
             assert record is not None
             out = verify_service(url, served, record, model_dir=model_dir, lora_adapters=adapters,
@@ -220,7 +220,7 @@ def write_decision_record(candidate: str | None, verify_dir: str | None, result:
     if not candidate or not verify_dir:
         return None
     from shipyard.gates.selection import DECISION_RECORD, with_verification
-    from shipyard.gates.verify import REPORT_JSON
+    from shipyard.gates.verification import REPORT_JSON
 
     path = Path(candidate)
     record, champion = None, ""
@@ -289,8 +289,8 @@ def searched_args(candidate: str) -> dict[str, Any]:
 def _recorded(candidate: str) -> dict[str, Any]:
     """The champion's record from a selection folder (selection.json) or a candidate.json, with its
     golden outputs checked (one line, before anything is applied, when they are missing)."""
-    from shipyard.gates.registration import load_selection
-    from shipyard.gates.verify import load_recorded
+    from shipyard.gates.selection import load_selection
+    from shipyard.gates.verification import load_recorded
 
     path = Path(candidate)
     if path.is_dir() and (path / "selection.json").is_file():
@@ -310,9 +310,9 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
     champion's record: proves the package kept the model intact."""
     import tempfile
 
-    from shipyard.gates.verify import verify_service
     from shipyard.oci.transfer import pull_model
     from shipyard.serving.vllm_server import VLLMServer
+    from shipyard.steps.verify import verify_service
 
     with tempfile.TemporaryDirectory(prefix="shipyard-verify-package-") as tmp:
         model = Path(tmp) / "model"
@@ -332,7 +332,7 @@ def benchmarked_engine(candidate: str | None) -> dict[str, Any] | None:
     path = Path(candidate)
     try:
         if path.is_dir() and (path / "selection.json").is_file():
-            from shipyard.gates.registration import load_selection
+            from shipyard.gates.selection import load_selection
 
             return (load_selection(str(path)).get("champion") or {}).get("engine")
         file = path / "candidate.json" if path.is_dir() else path
@@ -466,7 +466,7 @@ def measured_sizing(candidate: str, params: dict[str, Any], overrides: dict[str,
     (:mod:`shipyard.serving.sizing`): ``{"params", "rows", "derived", "warning"}`` with ``params``
     the deploy_config carrying the derived values where the user gave none; None when the record
     cannot be read (the deploy then keeps its defaults and says so)."""
-    from shipyard.gates.registration import load_selection
+    from shipyard.gates.selection import load_selection
     from shipyard.serving.sizing import apply_sizing, derive_sizing, scale_to_zero_warning
 
     try:
