@@ -1,7 +1,10 @@
 """Recovery math and the accuracy gate (pure Python, base runtime).
 
-The summaries here are written in the evaluate step's format by hand so the math is checked
-against known numbers; tests/test_evaluate.py runs the gate on real lm-eval results.
+The summaries here are written in the evaluate step's format by hand, without per-sample logs, so
+the recovery rule (``"rule": "recovery"``, the rule before paired non-inferiority became the
+default) is checked against known numbers, and the default rule is shown to fail closed without
+logs; tests/test_paired.py checks the default rule on per-sample logs (made up and real), and
+tests/test_evaluate.py runs the gate on real lm-eval results.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import pytest
 from shipyard.core.errors import ShipyardError
 from shipyard.gates.accuracy import run_gate
 from shipyard.gates.recovery import compare, parse_thresholds, recovery
+
+RECOVERY = json.dumps({"rule": "recovery"})
 
 
 def score(value: float, stderr: float | None = None, hib: bool = True) -> dict:
@@ -63,13 +68,13 @@ def test_recovery_zero_denominator() -> None:
     assert recovery(0.0, 0.0, False) == 1.0
 
 
-def test_gate_passes_a_candidate_that_recovers(tmp_path: Path) -> None:
+def test_recovery_rule_passes_a_candidate_that_recovers(tmp_path: Path) -> None:
     cand = {
         "mc": {"acc,none": score(0.795, 0.04), "acc_norm,none": score(0.71, 0.05)},
         "ppl": {"word_perplexity,none": score(20.1, None, False), "bits_per_byte,none": score(1.005, None, False)},
     }
     report = tmp_path / "report.md"
-    out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", summary(cand)), "", str(report))
+    out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", summary(cand)), RECOVERY, str(report))
     assert out["passed"] is True, out["reason"]
     assert out["reason"].startswith("passed: all 4 gated metrics")
     assert out["metrics"]["gate_passed"] == 1.0
@@ -82,16 +87,18 @@ def test_gate_passes_a_candidate_that_recovers(tmp_path: Path) -> None:
     assert "| mc | acc ↑ | 0.8000 ± 0.0400 | 0.7950 ± 0.0400 | 0.9938 | 0.99 | +0.0038 | off | – | recovery >= min | pass |" in text
     assert "| ppl | word_perplexity ↓ |" in text
     assert "| min_recovery (default) | 0.99 |" in text and "| stderr_k (default) | off |" in text
+    assert "| rule | recovery |" in text and out["rule"] == "recovery" and out["rows"][0]["decision"] == "recovered"
     assert "4 metrics compared, 4 gated: 4 recovered, 0 passed by the stderr rule, 0 failed; 0 not gated" in text
     assert "None" not in text and "{'" not in text
 
 
-def test_gate_fails_on_a_lower_is_better_regression_and_names_it(tmp_path: Path) -> None:
+def test_recovery_rule_fails_on_a_lower_is_better_regression_and_names_it(tmp_path: Path) -> None:
     cand = {
         "mc": {"acc,none": score(0.80, 0.04), "acc_norm,none": score(0.70, 0.05)},
         "ppl": {"word_perplexity,none": score(30.0, None, False), "bits_per_byte,none": score(1.0, None, False)},
     }
-    out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", summary(cand)), "", str(tmp_path / "r.md"))
+    out = run_gate(write(tmp_path, "b", summary(BASE)), write(tmp_path, "c", summary(cand)), RECOVERY,
+                   str(tmp_path / "r.md"))
     assert out["passed"] is False
     assert "ppl word_perplexity,none: recovery 0.6667 < 0.99 (base 20.0000, candidate 30.0000)" in out["reason"]
     assert "1 of 4 gated" in out["reason"]
@@ -106,6 +113,7 @@ def test_overrides_most_specific_wins_and_ungated_metrics_do_not_fail(tmp_path: 
         "ppl": {"word_perplexity,none": score(40.0, None, False), "bits_per_byte,none": score(1.0, None, False)},
     }
     thresholds = json.dumps({
+        "rule": "recovery",
         "min_recovery": 0.99,
         "metrics": {"acc": 0.5, "mc:acc_norm": {"min_recovery": 0.9}, "ppl:word_perplexity": {"gate": False}},
     })
@@ -123,9 +131,9 @@ def test_stderr_rule_passes_a_loss_within_k_standard_errors(tmp_path: Path) -> N
     base = {"mc": {"acc,none": score(0.80, 0.04)}}
     cand = {"mc": {"acc,none": score(0.75, 0.045)}}  # loss 0.05, se of the difference 0.0602
     b, c = write(tmp_path, "b", summary(base)), write(tmp_path, "c", summary(cand))
-    assert run_gate(b, c, "")["passed"] is False
+    assert run_gate(b, c, RECOVERY)["passed"] is False
     report = tmp_path / "r.md"
-    out = run_gate(b, c, json.dumps({"stderr_k": 1}), str(report))
+    out = run_gate(b, c, json.dumps({"rule": "recovery", "stderr_k": 1}), str(report))
     assert out["passed"] is True
     assert "passed by the stderr rule: loss 0.05 <= 1 x stderr 0.06021" in out["rows"][0]["note"]
     assert out["rows"][0]["decided_by"] == "stderr rule"
@@ -138,7 +146,7 @@ def test_stderr_rule_passes_a_loss_within_k_standard_errors(tmp_path: Path) -> N
     assert "1 passed by the stderr rule" in text
     # a larger loss is outside 1 stderr even with the rule
     far = write(tmp_path, "far", summary({"mc": {"acc,none": score(0.60, 0.05)}}))
-    assert run_gate(b, far, json.dumps({"stderr_k": 1}))["passed"] is False
+    assert run_gate(b, far, json.dumps({"rule": "recovery", "stderr_k": 1}))["passed"] is False
 
 
 def test_different_configs_are_refused(tmp_path: Path) -> None:
@@ -204,9 +212,32 @@ def test_bad_thresholds_fail_closed_with_one_line(tmp_path: Path, thresholds: st
     assert out["passed"] is False and message in out["reason"]
 
 
-def test_identical_results_pass(tmp_path: Path) -> None:
+def test_identical_results_pass_the_recovery_rule(tmp_path: Path) -> None:
     b = write(tmp_path, "b", summary(BASE))
-    out = run_gate(b, b, "")
+    out = run_gate(b, b, RECOVERY)
     assert out["passed"] is True
     assert all(r["recovery"] == 1.0 for r in out["rows"])
+
+
+def test_default_rule_without_per_sample_logs_fails_closed_and_says_how_to_fix(tmp_path: Path) -> None:
+    """The default rule (paired non-inferiority) needs per-sample logs for accuracy metrics: without
+    them it fails closed naming eval_config.log_samples; perplexity and bits per byte have no
+    per-sample values and are decided by recovery, said on their rows; recovery is on every row.
+    The reason never says "recovered" for metrics that were not."""
+    b = write(tmp_path, "b", summary(BASE))
+    report = tmp_path / "r.md"
+    out = run_gate(b, b, "", str(report))
+    rows = {(r["task"], r["metric"]): r for r in out["rows"]}
+    assert out["passed"] is False and out["rule"] == "non-inferiority"
+    assert rows[("mc", "acc,none")]["decision"] == "no samples" and rows[("mc", "acc,none")]["recovery"] == 1.0
+    assert rows[("ppl", "word_perplexity,none")]["decision"] == "recovered"
+    assert rows[("ppl", "word_perplexity,none")]["note"] == "recovered (no per-sample values: recovery rule)"
+    assert out["reason"].startswith("failed: 2 of 4 gated metrics: mc acc,none: no per-sample logs for mc on the base "
+                                    "and candidate: evaluate with eval_config.log_samples (the default)")
+    assert out["reason"].endswith("(2 without per-sample logs, 2 recovered (recovery rule))")
+    assert "recovered (of" not in out["reason"]
+    assert out["power"].startswith("no gated metric has per-sample values")
+    text = report.read_text()
+    assert "| task | metric | base ± stderr | candidate ± stderr | recovery | loss (base - candidate) [interval] |" in text
+    assert "**Power:** no gated metric has per-sample values" in text
 

@@ -104,7 +104,8 @@ DEPLOY_KEYS = ["preset", "mode", "replicas", "prefill_replicas", "tensor_paralle
                "namespace", "router", "scaling", "labels", "annotations", "env", "vllm_args", "node_selector",
                "tolerations", "probes", "resources", "cpu", "memory", "objectives", "lora", "image_pull_secrets"]
 SLO_KEYS = ["ttft_p99_ms", "itl_p99_ms", "min_output_tokens_per_s", "max_error_rate", "min_goodput", "require"]
-ACCURACY_KEYS = ["min_recovery", "stderr_k", "paired_max_loss", "paired_confidence", "metrics"]
+ACCURACY_KEYS = ["rule", "max_loss", "max_relative_loss", "alpha", "power", "allow_inconclusive", "multiple_comparisons",
+                 "min_recovery", "stderr_k", "metrics", "paired_max_loss", "paired_confidence"]
 
 
 @FAST

@@ -14,7 +14,15 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.jsonargs import json_object
@@ -22,6 +30,13 @@ from shipyard.core.jsonargs import json_object
 M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_MIN_RECOVERY = 0.99
+#: the accuracy gate's default non-inferiority margin: a loss of at most 2 points (0.02 on a 0-1
+#: accuracy) is "no worse"; absolute, in the metric's units (``max_relative_loss`` for a share of the base)
+DEFAULT_MAX_LOSS = 0.02
+#: the one-sided significance level of the non-inferiority test (the interval shown is 1 - 2 x alpha)
+DEFAULT_ALPHA = 0.05
+#: the power the minimum detectable loss is computed for
+DEFAULT_POWER = 0.8
 
 
 def number(value: Any, *, low: float | None = None, high: float | None = None, positive: bool = False,
@@ -42,23 +57,49 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _replaced(old: str, new: str) -> Any:
+    """A validator for a removed key: any value is one line naming the key that replaced it."""
+    def check(cls: type, v: Any) -> Any:
+        raise ValueError(f"{old} is now {new} (the accuracy gate's non-inferiority margin, absolute in the metric's "
+                         f"units; default {DEFAULT_MAX_LOSS})|rename {old} to {new}"
+                         if new == "max_loss" else
+                         f"{old} is now {new} (the one-sided alpha of the non-inferiority test; the reported "
+                         f"interval is two-sided at 1 - 2 x alpha)|replace it with {new}, e.g. 0.05 for 95 %")
+    return field_validator(old, mode="before")(classmethod(check))
+
+
+def _margin(v: Any, name: str) -> float | None:
+    return None if v is None else number(v, low=0.0, high=1e6, example=f"0.02 for {name}")
+
+
 class MetricRule(_Strict):
-    """A per-metric override of the accuracy gate."""
+    """A per-metric override of the accuracy gate: any of the gate-wide margin and recovery keys,
+    and ``gate`` (false: reported, never blocks)."""
 
     min_recovery: float | None = None
     stderr_k: float | None = None
-    paired_max_loss: float | None = None
+    max_loss: float | None = None
+    max_relative_loss: float | None = None
     gate: StrictBool = True
+    #: removed keys: a one-line error naming the replacement
+    paired_max_loss: Any = Field(default=None, exclude=True, repr=False)
+
+    _paired_max_loss = _replaced("paired_max_loss", "max_loss")
 
     @field_validator("min_recovery", mode="before")
     @classmethod
     def _min_recovery(cls, v: Any) -> float | None:
         return None if v is None else number(v, low=0.0, high=10.0, example="0.99 for min_recovery")
 
-    @field_validator("paired_max_loss", mode="before")
+    @field_validator("max_loss", mode="before")
     @classmethod
-    def _paired_max_loss(cls, v: Any) -> float | None:
-        return None if v is None else number(v, low=0.0, high=1e6, example="0.02 for paired_max_loss")
+    def _max_loss(cls, v: Any) -> float | None:
+        return _margin(v, "max_loss")
+
+    @field_validator("max_relative_loss", mode="before")
+    @classmethod
+    def _max_relative_loss(cls, v: Any) -> float | None:
+        return None if v is None else number(v, low=0.0, high=1.0, example="0.02 for max_relative_loss (2 %)")
 
     @field_validator("stderr_k", mode="before")
     @classmethod
@@ -67,27 +108,60 @@ class MetricRule(_Strict):
 
 
 class AccuracyConfig(_Strict):
-    """``accuracy_thresholds``: recovery of every metric against the base (candidate/base, or
-    base/candidate for lower-is-better metrics), with optional per-metric overrides and the
-    small-eval-set rule ``stderr_k`` (a drop within k standard errors passes)."""
+    """``accuracy_thresholds``: how a candidate's accuracy is judged against the base's.
 
+    ``rule`` ``non-inferiority`` (the default): per metric with per-sample logs, a one-sided test
+    that the loss (base - candidate, question by question) is under the margin ``max_loss``
+    (absolute, in the metric's units; default :data:`DEFAULT_MAX_LOSS`) or ``max_relative_loss`` x
+    |base|, at ``alpha`` with Holm's correction across the gated metrics; a metric the test cannot
+    decide is "inconclusive" and fails unless ``allow_inconclusive``. Metrics without per-sample
+    values (perplexity, bits per byte) fall back to the recovery rule. ``rule`` ``recovery``:
+    recovery >= ``min_recovery`` on every metric, with the opt-in small-eval-set rule ``stderr_k``
+    (a drop within k standard errors passes). ``metrics``: per-metric overrides.
+    """
+
+    rule: Literal["non-inferiority", "recovery"] = "non-inferiority"
+    max_loss: float = DEFAULT_MAX_LOSS
+    max_relative_loss: float | None = None
+    alpha: float = DEFAULT_ALPHA
+    power: float = DEFAULT_POWER
+    allow_inconclusive: StrictBool = False
+    multiple_comparisons: Literal["holm", "none"] = "holm"
     min_recovery: float = DEFAULT_MIN_RECOVERY
     stderr_k: float | None = None
-    #: the paired rule: pass when the upper bound of the paired loss interval is at most this
-    #: (in the metric's units; needs ``eval_config.log_samples`` for base and candidate)
-    paired_max_loss: float | None = None
-    paired_confidence: float = 0.95
     metrics: dict[str, MetricRule] = {}
+    #: removed keys: a one-line error naming the replacement
+    paired_max_loss: Any = Field(default=None, exclude=True, repr=False)
+    paired_confidence: Any = Field(default=None, exclude=True, repr=False)
 
-    @field_validator("paired_max_loss", mode="before")
-    @classmethod
-    def _paired_max_loss(cls, v: Any) -> float | None:
-        return None if v is None else number(v, low=0.0, high=1e6, example="0.02 for paired_max_loss")
+    _paired_max_loss = _replaced("paired_max_loss", "max_loss")
+    _paired_confidence = _replaced("paired_confidence", "alpha")
 
-    @field_validator("paired_confidence", mode="before")
+    @field_validator("max_loss", mode="before")
     @classmethod
-    def _paired_confidence(cls, v: Any) -> float:
-        return number(v, low=0.5, high=0.999, example="0.95 for paired_confidence")
+    def _max_loss(cls, v: Any) -> float:
+        return number(v, low=0.0, high=1e6, example="0.02 for max_loss")
+
+    @field_validator("max_relative_loss", mode="before")
+    @classmethod
+    def _max_relative_loss(cls, v: Any) -> float | None:
+        return None if v is None else number(v, low=0.0, high=1.0, example="0.02 for max_relative_loss (2 %)")
+
+    @field_validator("alpha", mode="before")
+    @classmethod
+    def _alpha(cls, v: Any) -> float:
+        value = number(v, example="0.05 for alpha")
+        if not 0 < value <= 0.25:
+            raise ValueError(f"must be in (0, 0.25], got {v!r}|use e.g. 0.05 (one-sided)")
+        return value
+
+    @field_validator("power", mode="before")
+    @classmethod
+    def _power(cls, v: Any) -> float:
+        value = number(v, example="0.8 for power")
+        if not 0.5 <= value < 1:
+            raise ValueError(f"must be in [0.5, 1), got {v!r}|use e.g. 0.8")
+        return value
 
     @field_validator("min_recovery", mode="before")
     @classmethod
@@ -230,8 +304,8 @@ def parse(model: type[M], value: str | Mapping[str, Any] | None, field: str, exa
 
 
 def accuracy_config(value: str | Mapping[str, Any] | None, field: str = "accuracy_thresholds") -> AccuracyConfig:
-    """The accuracy gate's config (empty: 0.99 recovery on every metric)."""
-    return parse(AccuracyConfig, value, field, '{"min_recovery": 0.99}')
+    """The accuracy gate's config (empty: paired non-inferiority, margin 0.02, alpha 0.05, Holm)."""
+    return parse(AccuracyConfig, value, field, '{"max_loss": 0.02}')
 
 
 def slo_config(value: str | Mapping[str, Any] | None, field: str = "slo") -> SloConfig:

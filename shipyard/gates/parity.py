@@ -59,11 +59,12 @@ def differences(base: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
 
 def prompt_differences(base: dict[str, dict[Any, dict[str, Any]]],
                        candidate: dict[str, dict[Any, dict[str, Any]]]) -> list[str]:
-    """Questions both logged whose prompts differ (lm-eval's ``prompt_hash``), per task."""
+    """Questions both logged whose prompts differ (lm-eval's ``prompt_hash``), per task. Rows are
+    keyed ``(doc_id, filter)`` (:func:`shipyard.gates.paired.load_samples`): a question counts once."""
     found = []
     for task in sorted(set(base) & set(candidate)):
-        diff = [doc for doc in set(base[task]) & set(candidate[task])
-                if base[task][doc].get("prompt_hash") != candidate[task][doc].get("prompt_hash")]
+        diff = {key[0] if isinstance(key, tuple) else key for key in set(base[task]) & set(candidate[task])
+                if base[task][key].get("prompt_hash") != candidate[task][key].get("prompt_hash")}
         if diff:
             found.append(f"task {task}: {len(diff)} question(s) asked with different prompts "
                          f"(first doc_id {sorted(diff, key=str)[0]})")
