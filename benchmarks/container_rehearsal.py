@@ -66,7 +66,7 @@ def main() -> None:
 
     model = args.model
     params = [] if model else [f"eval_config={EVAL}", f"benchmark_config={BENCH}", "num_calibration_samples=8",
-                               "max_seq_length=64", 'accuracy_thresholds={"min_recovery": 0.0}']
+                               "max_seq_length=64", 'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}']
     if not model:
         model = str(root / "tiny-model")
         run_in_runtime("compress", build_tiny_model, out_dir=model)

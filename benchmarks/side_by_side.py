@@ -34,7 +34,7 @@ def main() -> None:
         cmd = [str(checkout / ".venvs/base/bin/python"), "-m", "shipyard.cli.main", "run", "--local", "--work-dir",
                str(root / f"run-{i}"), "--param", f"model_uri={model}", "--param", "num_calibration_samples=8",
                "--param", "max_seq_length=64", "--param", f"eval_config={EVAL}", "--param", f"benchmark_config={BENCH}",
-               "--param", 'accuracy_thresholds={"min_recovery": 0.0}', "--param", f"registered_model_name=tiny-{i}"]
+               "--param", 'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}', "--param", f"registered_model_name=tiny-{i}"]
         procs.append(subprocess.Popen(cmd, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     for proc in procs:
         proc.wait()

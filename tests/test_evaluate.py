@@ -102,10 +102,19 @@ def test_base_result_is_cached_and_reused(base_run: tuple[dict, Path], tiny_mode
 
 
 def test_gate_on_real_results(base_run: tuple[dict, Path], tmp_path: Path) -> None:
+    """The same real results on both sides: the default rule (paired non-inferiority) cannot show a
+    loss under 0.02 with 4 questions per task and says so (fails closed); the recovery rule passes
+    them, and fails them against an impossible threshold."""
     _, base_dir = base_run
-    passed = run_gate(str(base_dir), str(base_dir), "", str(tmp_path / "pass.md"))
+    default = run_gate(str(base_dir), str(base_dir), "", str(tmp_path / "default.md"))
+    assert default["passed"] is False and "inconclusive: 4 questions cannot show a loss under 0.02" in default["reason"]
+    decisions = {(r["task"], r["metric"]): r["decision"] for r in default["rows"]}
+    assert decisions[("shipyard_capitals_gen", "exact_match,contains")] == "inconclusive"
+    assert decisions[("shipyard_prose_ppl", "word_perplexity,none")] == "recovered"  # no per-sample values
+    passed = run_gate(str(base_dir), str(base_dir), json.dumps({"rule": "recovery"}), str(tmp_path / "pass.md"))
     assert passed["passed"] is True, passed["reason"]
-    failed = run_gate(str(base_dir), str(base_dir), json.dumps({"min_recovery": 1.5}), str(tmp_path / "fail.md"))
+    failed = run_gate(str(base_dir), str(base_dir), json.dumps({"rule": "recovery", "min_recovery": 1.5}),
+                      str(tmp_path / "fail.md"))
     assert failed["passed"] is False
     assert "recovery 1.0000 < 1.5" in failed["reason"]
     assert "| shipyard_prose_ppl | word_perplexity ↓ |" in (tmp_path / "fail.md").read_text()

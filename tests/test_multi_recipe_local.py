@@ -25,7 +25,7 @@ def test_two_passing_recipes_one_champion_one_deploy(tiny_model: Path, tmp_path:
 
     url = shared_server().url
     name = f"tiny-multi-{uuid.uuid4().hex[:6]}"
-    summary = run_tiny(tmp_path, tiny_model, url, 'accuracy_thresholds={"min_recovery": 0.0}',
+    summary = run_tiny(tmp_path, tiny_model, url, 'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}',
                        f"recipes={json.dumps(['w8a8-int8', GPTQ_ONLY])}", "selection=size",
                        f"registered_model_name={name}")
     assert summary.status == "SUCCESS", [(s.task, s.status, s.error) for s in summary.steps]

@@ -115,14 +115,16 @@ def _eval_pipeline():
 @pytest.mark.slow
 def test_evaluate_and_gate_in_a_local_pipeline(tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
     """Real lm-eval through the KFP wrappers: the second evaluation reuses the first (cache),
-    the gate passes with the defaults and fails with an injected threshold."""
+    the gate (rule recovery) passes identical results and fails with an injected threshold."""
     from kfp import local
 
     monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
     config = json.dumps({"limit": 3, "tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"]})
     pipeline = _eval_pipeline()
-    for name, thresholds in (("pass", ""), ("fail", json.dumps({"min_recovery": 1.2}))):
+    # the recovery rule: 3 questions per task are too few for the default rule to show anything
+    for name, thresholds in (("pass", json.dumps({"rule": "recovery"})),
+                             ("fail", json.dumps({"rule": "recovery", "min_recovery": 1.2}))):
         promoted, stopped = tmp_path / f"{name}-promoted", tmp_path / f"{name}-stopped"
         pipeline(model_dir=str(tiny_model), eval_config=config, thresholds=thresholds,
                  promoted=str(promoted), stopped=str(stopped))

@@ -100,10 +100,12 @@ def accuracy_gate(
     report: Output[Markdown],
     metrics: Output[Metrics],
 ) -> bool:
-    """Promote the candidate only if it recovers the base's scores (fails closed).
+    """Promote the candidate only if it is shown to be no worse than the base (fails closed).
 
-    thresholds: JSON, e.g. {"min_recovery": 0.99, "stderr_k": 2, "metrics": {"shipyard_prose_ppl:
-    word_perplexity": {"gate": false}, "acc_norm": 0.97}}; empty means 0.99 on every metric.
+    thresholds: JSON, e.g. {"max_loss": 0.02, "alpha": 0.05, "metrics": {"shipyard_prose_ppl:
+    word_perplexity": {"gate": false}, "acc_norm": {"max_loss": 0.03}}}; empty means paired
+    non-inferiority on every metric with per-sample logs (margin 0.02, alpha 0.05, Holm), recovery
+    >= 0.99 on the others; {"rule": "recovery", "min_recovery": 0.99, "stderr_k": 2} is the older rule.
     Returns True to promote: drive dsl.If with gate.outputs["Output"] (one bool output, so the
     condition also resolves under kfp.local). The reason (e.g. which metric failed by how much)
     heads the report, is in the report's metadata and the step log.
