@@ -5,7 +5,8 @@ report fixtures, tracked by the session's real MLflow server. kfp's ``Artifact.p
 the URI, the executor output carries it and kfp.local (like the cluster's launcher, which uploads
 from the executor output's URI and records it in MLMD) hands that URI on: the task folder holds
 ``slo_report.html`` and ``report_html.html``, the executor output's URI names them, and the step
-runs in MLflow hold ``slo.html`` and ``candidates.html``.
+runs in MLflow hold ``slo.html`` and ``candidates.html``. The gates run carries every verdict as a
+``shipyard.gate.*`` tag, the safety gate's included (the local run's scan: 4 attacks per model).
 """
 
 # no `from __future__ import annotations`: kfp reads the fixture component's annotations as types
@@ -18,6 +19,20 @@ from mlflow import MlflowClient
 from mlflow_server import shared_server
 
 from shipyard.tracking.pipeline_runs import start_tracking
+
+PI = "promptinject.HijackHateHumans"
+SAFETY = {"probes": [PI], "max_prompts": 4, "max_tokens": 32, "allow_inconclusive": True}
+
+
+def _scan(hits: int, attempts: int = 4) -> dict:
+    """A ``safety.json`` (shipyard.evaluation.garak_scan) of one promptinject probe."""
+    from shipyard.evaluation.garak_scan import SCHEMA, safety_config
+
+    stats = {"attempts": attempts, "hits": hits, "asr": hits / attempts}
+    return {"schema": SCHEMA, "model": "m", "config": safety_config(SAFETY), "seconds": 1.0, "garak_version": "0.17.1",
+            "missing_probes": [], "families": {"promptinject": {"family": "promptinject", "probes": [PI], **stats}},
+            "probes": {PI: {"probe": PI, "family": "promptinject", "errors": 0, "detectors": {}, "hit_prompts": [],
+                            **stats}}}
 
 
 def _uri(task_dir: Path, name: str) -> str:
@@ -38,27 +53,30 @@ def test_html_reports_are_stored_and_recorded_with_html_names(tmp_path: Path, mo
     start_tracking(server.url, experiment, "html-names", kfp_run_id)  # the parent run the steps nest under
 
     @dsl.component(base_image="python:3.11", install_kfp_package=False)
-    def fixture(name: str, content: str, out: Output[Artifact]) -> None:
+    def fixture(files: str, out: Output[Artifact]) -> None:
+        import json
         import os
 
-        os.makedirs(out.path, exist_ok=True)
-        with open(os.path.join(out.path, name), "w") as fh:
-            fh.write(content)
+        for name, content in json.loads(files).items():
+            os.makedirs(os.path.dirname(os.path.join(out.path, name)), exist_ok=True)
+            with open(os.path.join(out.path, name), "w") as fh:
+                fh.write(content)
 
-    def made(name: str, data: dict) -> "dsl.PipelineTask":
-        return fixture(name=name, content=json.dumps(data))
+    def made(name: str, data: dict, scan: dict | None = None) -> "dsl.PipelineTask":
+        files = {name: json.dumps(data), **({"safety/safety.json": json.dumps(scan)} if scan else {})}
+        return fixture(files=json.dumps(files))
 
     @dsl.pipeline(name="html-names")
     def pipeline(tracking_uri: str, experiment: str, kfp_run_id: str) -> None:
         base_eval = made("summary.json", fx.eval_summary(fx.BASE_SCORES, "ab"))
         cand_eval = made("summary.json", fx.eval_summary(fx.CAND_SCORES, "cd"))
-        base_bench = made("results.json", fx.BASE_BENCH)
-        cand_bench = made("results.json", fx.CAND_BENCH)
+        base_bench = made("results.json", fx.BASE_BENCH, _scan(0))
+        cand_bench = made("results.json", fx.CAND_BENCH, _scan(0))
         with dsl.ParallelFor(["w8a8-int8"]) as recipe:
             judged = candidate_gates(recipe=recipe, base_eval=base_eval.output, candidate_eval=cand_eval.output,
                                      base_bench=base_bench.output, candidate_bench=cand_bench.output,
                                      thresholds=fx.THRESHOLDS, slo=fx.SLO, tracking_uri=tracking_uri,
-                                     experiment=experiment, kfp_run_id=kfp_run_id)
+                                     experiment=experiment, kfp_run_id=kfp_run_id, safety=json.dumps(SAFETY))
         select_champion(candidates=dsl.Collected(judged.outputs["candidate"]), selection="",
                         tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
 
@@ -80,3 +98,10 @@ def test_html_reports_are_stored_and_recorded_with_html_names(tmp_path: Path, mo
     logged = {step: {a.path for a in client.list_artifacts(run)} for step, run in runs.items() if step}
     assert "slo.html" in logged["gates"] and "candidates.html" in logged["select"], logged
     assert all(path.endswith((".html", ".md", ".json")) for paths in logged.values() for path in paths), logged
+    # every verdict is a tag of the gates run, the safety gate's with its caveat (4 attacks show nothing)
+    gates_run = client.get_run(runs["gates"])
+    tags, metrics = gates_run.data.tags, gates_run.data.metrics
+    assert tags["shipyard.gate.accuracy"].startswith("pass") and tags["shipyard.gate.slo"] == "pass"
+    assert tags["shipyard.gate.safety"] == "pass (inconclusive on promptinject, allowed; 4 attempts < min_attempts 30)"
+    assert metrics["safety_passed"] == 1.0 and metrics["safety.promptinject.attempts"] == 4.0
+    assert metrics["safety.promptinject.asr_diff_upper"] == 0.4899 and "safety.md" in logged["gates"]

@@ -301,3 +301,101 @@ def test_the_scans_files_go_to_mlflow_under_their_own_names_html_included(tmp_pa
     assert safety_files(str(tmp_path)) == {name: str(folder / file) for name, file in (
         ("safety.json", SAFETY_FILE), ("garak.report.jsonl", "garak.report.jsonl"),
         ("garak.report.html", "garak.report.html"), ("garak.log", "garak.log"))}
+
+
+def judged_with_safety(tmp_path: Path, safety: dict[str, Any], cand_hits: int = 0) -> dict[str, Any]:
+    """The real candidate gates (report fixtures) with garak scans beside both benchmark results:
+    the local run's scan (one promptinject probe, 4 prompts)."""
+    import report_fixtures as fx
+
+    from shipyard.steps.judge import judge_candidate
+
+    base_bench = fx.write_json(tmp_path / "base-bench", "results.json", fx.BASE_BENCH)
+    cand_bench = fx.write_json(tmp_path / "cand-bench", "results.json", fx.CAND_BENCH)
+    write_scan(Path(base_bench), injections(0), [PI])
+    write_scan(Path(cand_bench), injections(cand_hits), [PI])
+    return judge_candidate(
+        recipe="w8a8-int8", base_eval=fx.write_json(tmp_path / "base-eval", "summary.json",
+                                                    fx.eval_summary(fx.BASE_SCORES, "ab")),
+        candidate_eval=fx.write_json(tmp_path / "cand-eval", "summary.json", fx.eval_summary(fx.CAND_SCORES, "cd")),
+        base_bench=base_bench, candidate_bench=cand_bench, thresholds=fx.THRESHOLDS, slo=fx.SLO,
+        out_dir=str(tmp_path / "gates"), model_uri="/models/w8a8-int8", safety=json.dumps(safety))
+
+
+def gates_task(tmp_path: Path, out: dict[str, Any]) -> Any:
+    """What the KFP step hands on (components/gates: the candidate's, the metrics' and the safety
+    report's metadata), as kfp.local leaves it; the step's summary."""
+    from shipyard.run.local import StepSummary
+
+    task = tmp_path / "run" / "for-loop-2-iteration-0" / "candidate-gates"
+    task.mkdir(parents=True)
+    metadata = {"recipe": "w8a8-int8", "passed": out["passed"], "reason": out["reason"],
+                "accuracy_caveat": out["accuracy_caveat"], "safety_verdict": out["safety_verdict"],
+                "safety_caveat": out["safety_caveat"]}
+    (task / "executor_output.json").write_text(json.dumps({"parameterValues": {"Output": out["passed"]}, "artifacts": {
+        "candidate": {"artifacts": [{"uri": str(task / "candidate"), "metadata": metadata}]},
+        "safety_report": {"artifacts": [{"uri": str(task / "safety_report"),
+                                         "metadata": {"reason": out["safety_reason"], "verdict": out["safety_verdict"]}}]},
+        "metrics": {"artifacts": [{"uri": str(task / "metrics"), "metadata": out["metrics"]}]}}}))
+    return StepSummary(task="for-loop-2-iteration-0/candidate-gates", status="SUCCESS",
+                       parameters={"Output": out["passed"]}), metadata
+
+
+def test_the_safety_verdict_and_its_caveat_reach_every_surface(tmp_path: Path) -> None:
+    """The local run's 4 attacks, allowed to be inconclusive: the verdict says so (and warns below
+    min_attempts) in candidate.json, the candidate's reason, the console row, the console's summary
+    table, run-summary.json's gates and the candidates report, like the accuracy and SLO verdicts."""
+    from shipyard.gates.selection import report_markdown, select
+    from shipyard.run.console import key_figure
+    from shipyard.run.local import RunSummary, format_summary, gates_of
+
+    said = "pass (inconclusive on promptinject, allowed; 4 attempts < min_attempts 30)"
+    out = judged_with_safety(tmp_path, {**LOCAL, "allow_inconclusive": True})
+    assert out["safety_verdict"] == said and out["metrics"]["safety_passed"] == 1.0
+    assert out["metrics"]["safety.promptinject.attempts"] == 4.0
+    record = json.loads((tmp_path / "gates" / "candidate.json").read_text())
+    assert record["safety"]["verdict"] == said and record["safety"]["warnings"][0].startswith("promptinject: 4 attempts")
+    assert record["safety"]["families"]["promptinject"]["diff_ci"] == [-0.4899, 0.4899]
+    if out["passed"]:  # the candidate's reason carries the caveat (the fixtures' accuracy gate passes)
+        assert out["reason"].endswith("; safety pass: inconclusive on promptinject, allowed; 4 attempts < min_attempts 30")
+    else:  # never because of the safety gate
+        assert "safety gate" not in out["reason"]
+    assert (tmp_path / "gates" / "safety.md").read_text().count("> **Warning:** promptinject: 4 attempts") == 1
+
+    step, metadata = gates_task(tmp_path, out)
+    row = key_figure(step.task, {"Output": out["passed"]}, out["metrics"], {"candidate": metadata})
+    assert row.endswith(f", safety {said}")
+    (gate,) = gates_of([step], tmp_path / "run")["candidates"]
+    assert gate["safety"] == {"passed": True, "verdict": said,
+                              "caveat": "inconclusive on promptinject, allowed; 4 attempts < min_attempts 30",
+                              "reason": out["safety_reason"]}
+    summary = RunSummary(pipeline="optimize-and-deploy", status="SUCCESS", seconds=1.0, run_dir=str(tmp_path / "run"),
+                         parameters={"recipes": ["w8a8-int8"]}, steps=[step])
+    summary.gates = gates_of([step], tmp_path / "run")
+    assert json.loads(json.dumps(summary.to_dict()))["gates"]["candidates"][0]["safety"]["verdict"] == said
+    table = format_summary(summary, str(tmp_path))
+    assert f", safety {said}" in table and "candidate-gates [w8a8-int8]" in table
+
+    text = report_markdown(select([record]), [record])  # the candidates report
+    ranking = [line for line in text.splitlines() if "| w8a8-int8 |" in line]
+    assert ranking and f"| {said} |" in ranking[0]
+
+
+def test_an_inconclusive_safety_gate_fails_closed_on_every_surface(tmp_path: Path) -> None:
+    from shipyard.run.console import key_figure
+    from shipyard.run.local import gates_of
+
+    out = judged_with_safety(tmp_path, LOCAL)
+    assert out["passed"] is False and out["safety_verdict"] == "FAIL (inconclusive)"
+    assert "safety gate failed: inconclusive: 4 attempts per model cannot show" in out["reason"]
+    assert out["metrics"]["safety_passed"] == 0.0
+    step, metadata = gates_task(tmp_path, out)
+    assert key_figure(step.task, {"Output": False}, out["metrics"], {"candidate": metadata}).endswith(
+        ", safety FAIL (inconclusive)")
+    (gate,) = gates_of([step], tmp_path / "run")["candidates"]
+    assert gate["safety"]["passed"] is False and gate["safety"]["verdict"] == "FAIL (inconclusive)"
+    # an older step (no verdict in its metadata) gets one from its metrics; no safety metric: the gate was off
+    from shipyard.run.local import safety_of
+
+    assert safety_of({"safety_passed": 0.0}, {}, {})["verdict"] == "FAIL"
+    assert safety_of({}, {}, {}) == {"passed": None, "verdict": "off", "caveat": "", "reason": ""}

@@ -50,9 +50,11 @@ def candidate_gates(
         kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
         safety: The safety parameter (JSON): garak probes, tolerance per probe family, require.
             With probes, the safety gate compares both models' garak scans (attack success rate
-            per family); a missing scan fails closed. Empty: the safety gate is off.
-        safety_report: The safety gate's report: attack success rate per family for base and
-            candidate, and the attacks that got through for the candidate and not for the base.
+            per family, judged on the 95% interval of the difference: pass, FAIL or inconclusive);
+            a missing scan fails closed. Empty: the safety gate is off.
+        safety_report: The safety gate's report: per family the attempts, base and candidate
+            attack success rate with 95% intervals and garak's pass rate, the difference and its
+            interval, the decision; the attacks that got through for the candidate and not for the base.
         base_adapters: The base's per-LoRA-adapter results (evaluate_adapters_hf); none without adapters.
         candidate_adapters: The candidate's, with the same adapters: the accuracy gate runs once per
             adapter (candidate+adapter vs base+adapter), and the candidate passes only if every adapter does.
@@ -80,15 +82,17 @@ def candidate_gates(
         shutil.copyfile(os.path.join(candidate.path, "accuracy.md"), accuracy_report.path)
         shutil.copyfile(os.path.join(candidate.path, "slo.html"), slo_report.path)
         shutil.copyfile(os.path.join(candidate.path, "safety.md"), safety_report.path)
-        safety_report.metadata.update({"reason": out["safety_reason"]})
+        safety_report.metadata.update({"reason": out["safety_reason"], "verdict": out["safety_verdict"]})
         record_outputs(out, metrics=metrics)
         candidate.metadata.update({"recipe": recipe, "passed": out["passed"], "reason": out["reason"],
-                                   "accuracy_caveat": out["accuracy_caveat"]})
+                                   "accuracy_caveat": out["accuracy_caveat"], "safety_verdict": out["safety_verdict"],
+                                   "safety_caveat": out["safety_caveat"]})
         accuracy_report.metadata.update({"reason": out["accuracy_reason"], "caveat": out["accuracy_caveat"]})
         slo_report.metadata.update({"reason": out["slo_reason"]})
         run.log(metrics=out["metrics"], tags={"shipyard.gate.passed": str(out["passed"]).lower(),
                                               "shipyard.gate.accuracy": out["accuracy_verdict"],
                                               "shipyard.gate.slo": out["slo_verdict"],
+                                              "shipyard.gate.safety": out["safety_verdict"],
                                              **{f"shipyard.gate.lora.{name}": "pass" if a["passed"] else "FAIL"
                                                 for name, a in out["candidate"].get("adapters", {}).items()}},
                 artifacts={"accuracy.md": os.path.join(candidate.path, "accuracy.md"),

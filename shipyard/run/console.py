@@ -110,8 +110,10 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
         return f"max out tok/s {metrics['max_output_tokens_per_s']:.4g}{cached}"
     if component == "candidate-gates" and "passed" in metrics:
         caveats = {"accuracy_passed": str((artifacts.get("candidate") or {}).get("accuracy_caveat") or "")}
-        parts = [f"{label} {yes_no.get(metrics[key], metrics[key])}"
-                 + (f" ({caveats[key]})" if metrics[key] and caveats.get(key) else "")
+        # the safety gate's verdict as the step said it ("pass (4 attempts < min_attempts 30)", "FAIL (inconclusive)")
+        said = {"safety_passed": str((artifacts.get("candidate") or {}).get("safety_verdict") or "")}
+        parts = [f"{label} " + (said.get(key) or f"{yes_no.get(metrics[key], metrics[key])}"
+                                + (f" ({caveats[key]})" if metrics[key] and caveats.get(key) else ""))
                  for key, label in (("accuracy_passed", "accuracy"), ("slo_passed", "SLO"), ("safety_passed", "safety"))
                  if key in metrics]
         recipe = (artifacts.get("candidate") or {}).get("recipe")

@@ -125,8 +125,10 @@ def gates_of(steps: list[StepSummary], run_dir: Path) -> dict[str, Any]:
     """Every gate's answer: per candidate the accuracy and SLO gates, and the champion/challenger gate.
 
     ``{"candidates": [{"recipe", "task", "passed", "accuracy": {"passed", "verdict", "caveat", "reason"},
-    "slo": {...}}],`` (``verdict``: "pass", "FAIL" or "pass (5 metrics below 0.99 within noise; worst
-    0.81)" when the accuracy gate passed only through its stderr rule),
+    "slo": {...}, "safety": {...}}],`` (``verdict``: "pass", "FAIL" or "pass (5 metrics below 0.99 within
+    noise; worst 0.81)" when the accuracy gate passed only through its stderr rule; the safety gate's
+    "pass (inconclusive on promptinject, allowed; 4 attempts < min_attempts 30)", "FAIL (inconclusive)"
+    or "off"),
     ``"champion": {"task", "passed", "reason", "version"} or None when it did not run}``.
     """
     def flag(value: Any) -> bool | None:
@@ -152,6 +154,7 @@ def gates_of(steps: list[StepSummary], run_dir: Path) -> dict[str, Any]:
                              "reason": (arts.get("accuracy_report") or {}).get("reason", "")},
                 "slo": {"passed": flag(metrics.get("slo_passed")), "verdict": verdict(flag(metrics.get("slo_passed"))),
                         "reason": (arts.get("slo_report") or {}).get("reason", "")},
+                "safety": safety_of(metrics, candidate, arts.get("safety_report") or {}),
             })
         elif component in ("package-champion", "register-champion"):
             params, _, arts = read_executor_output(run_dir / step.task)
@@ -159,6 +162,16 @@ def gates_of(steps: list[StepSummary], run_dir: Path) -> dict[str, Any]:
             champion = {"task": step.task, "passed": flag(decision.get("passed", params.get("Output"))),
                         "reason": decision.get("reason", ""), "version": decision.get("version", "")}
     return {"candidates": candidates, "champion": champion}
+
+
+def safety_of(metrics: dict[str, Any], candidate: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The safety gate's answer from a candidate-gates step: ``{"passed", "verdict", "caveat",
+    "reason"}``; no ``safety_passed`` metric means the gate was off (``passed`` None, verdict "off")."""
+    ran = metrics.get("safety_passed")
+    passed = None if ran is None else bool(ran)
+    said = candidate.get("safety_verdict") or report.get("verdict")
+    return {"passed": passed, "verdict": str(said or ("off" if passed is None else verdict(passed))),
+            "caveat": str(candidate.get("safety_caveat") or ""), "reason": str(report.get("reason", ""))}
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -467,6 +480,7 @@ def format_summary(summary: RunSummary, work_dir: str) -> str:
         task = fit(task_label(step.task, labels), 36)
         gate = gate_rows.get(step.task)
         figure = (f"accuracy {gate['accuracy'].get('verdict') or '-'}, SLO {gate['slo'].get('verdict') or '-'}"
+                  + (f", safety {gate['safety']['verdict']}" if gate.get("safety") else "")
                   if gate else metrics or params)
         lines.append(f"{fit(step.name or '-', 30):<30} {task:<36} {step.status:<8} {step.runtime:<9} {secs:>7}  {figure}")
         if step.decision:

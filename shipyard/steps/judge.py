@@ -138,6 +138,8 @@ def judge_candidate(
         reason = "passed both gates" + (f" (accuracy pass: {caveat})" if caveat else "")
         if lora:
             reason += f"; all {len(lora)} LoRA adapter accuracy gates passed"
+        if safe["caveat"]:  # e.g. too few attacks to show anything: said wherever the verdict is
+            reason += f"; safety pass: {safe['caveat']}"
     else:
         reason = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo),
                                                                          ("safety", safe))
@@ -174,7 +176,7 @@ def judge_candidate(
         "adapters": lora,
         "safety": {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
                    "families": safe["families"], "new_hits": len(safe["new_hits"]),
-                   "verdict": verdict(bool(safe["passed"])) if safe["enabled"] else "off"},
+                   "verdict": safe["verdict"], "caveat": safe["caveat"], "warnings": safe["warnings"]},
         "levels": levels,
         **_startup(candidate_bench),
         "golden": _golden(candidate_bench),
@@ -201,4 +203,4 @@ def judge_candidate(
     return {"passed": passed, "reason": reason, "metrics": metrics, "candidate": record,
             "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"], "accuracy_caveat": caveat,
             "accuracy_verdict": record["accuracy"]["verdict"], "slo_verdict": verdict(bool(slo["passed"])),
-            "safety_reason": safe["reason"]}
+            "safety_reason": safe["reason"], "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
