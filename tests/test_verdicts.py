@@ -70,26 +70,22 @@ def test_the_run_summary_and_console_say_production_is_unchanged_after_a_dry_run
 CAVEAT = "1 metric below 0.99 within noise; worst 0.93"  # report_fixtures: arithmetic acc recovery 0.926
 
 
-def test_a_pass_through_the_stderr_rule_carries_its_caveat_in_every_verdict(tmp_path: Path) -> None:
-    """The accuracy gate passes the fixtures only through the stderr rule (recovery 0.926 < 0.99):
-    the gate result, candidate.json, the console row, run-summary.json's gates and the candidates
-    report's ranking all say "pass (1 metric below 0.99 within noise; worst 0.93)"."""
-    from report_fixtures import judged
-
+def _every_surface_says(tmp_path: Path, out: dict, caveat: str) -> None:
+    """The gate result, candidate.json, the console row, run-summary.json's gates and the candidates
+    report's ranking all say "pass (<caveat>)"."""
     from shipyard.gates.selection import select_champion
     from shipyard.run.console import key_figure
     from shipyard.run.local import gates_of
 
-    out = judged(tmp_path)
-    assert out["passed"] and out["accuracy_caveat"] == CAVEAT
-    assert out["accuracy_verdict"] == f"pass ({CAVEAT})" and f"accuracy pass: {CAVEAT}" in out["reason"]
+    assert out["passed"] and out["accuracy_caveat"] == caveat
+    assert out["accuracy_verdict"] == f"pass ({caveat})" and f"accuracy pass: {caveat}" in out["reason"]
     record = json.loads((tmp_path / "w8a8-int8-gates" / "candidate.json").read_text())
-    assert record["accuracy"]["verdict"] == f"pass ({CAVEAT})"
+    assert record["accuracy"]["verdict"] == f"pass ({caveat})"
 
     # what the KFP step hands on (components/gates: candidate metadata) -> console and run-summary.json
     metadata = {"recipe": "w8a8-int8", "passed": True, "reason": out["reason"], "accuracy_caveat": out["accuracy_caveat"]}
     row = key_figure("for-loop-2-iteration-0/candidate-gates", {"Output": True}, out["metrics"], {"candidate": metadata})
-    assert row == f"w8a8-int8: accuracy pass ({CAVEAT}), SLO pass"
+    assert row == f"w8a8-int8: accuracy pass ({caveat}), SLO pass"
     task = tmp_path / "run" / "for-loop-2-iteration-0" / "candidate-gates"
     task.mkdir(parents=True)
     (task / "executor_output.json").write_text(json.dumps({"parameterValues": {"Output": True}, "artifacts": {
@@ -97,17 +93,64 @@ def test_a_pass_through_the_stderr_rule_carries_its_caveat_in_every_verdict(tmp_
         "metrics": {"artifacts": [{"uri": str(task / "metrics"), "metadata": out["metrics"]}]}}}))
     step = StepSummary(task="for-loop-2-iteration-0/candidate-gates", status="SUCCESS", parameters={"Output": True})
     (gate,) = gates_of([step], tmp_path / "run")["candidates"]
-    assert gate["accuracy"]["verdict"] == f"pass ({CAVEAT})" and gate["accuracy"]["caveat"] == CAVEAT
+    assert gate["accuracy"]["verdict"] == f"pass ({caveat})" and gate["accuracy"]["caveat"] == caveat
     summary = _summary([step], {"recipes": ["w8a8-int8"]})
     summary.gates = {"candidates": [gate], "champion": None}
     text = format_summary(summary, str(tmp_path))
-    assert f"accuracy pass ({CAVEAT}), SLO pass" in text and "candidate-gates [w8a8-int8]" in text
+    assert f"accuracy pass ({caveat}), SLO pass" in text and "candidate-gates [w8a8-int8]" in text
 
     decision = select_champion([str(tmp_path / "w8a8-int8-gates")], "", str(tmp_path / "d"), str(tmp_path / "c.md"),
                                str(tmp_path / "c.html"))
     assert decision["winner"] == "w8a8-int8"
     ranking = [line for line in (tmp_path / "c.md").read_text().splitlines() if line.startswith("| 1 | w8a8-int8 |")]
-    assert ranking and f"| pass ({CAVEAT}) |" in ranking[0]
+    assert ranking and f"| pass ({caveat}) |" in ranking[0]
+
+
+def test_a_pass_through_the_stderr_rule_carries_its_caveat_in_every_verdict(tmp_path: Path) -> None:
+    """Under rule recovery the accuracy gate passes the fixtures only through the stderr rule
+    (recovery 0.926 < 0.99): every verdict says "pass (1 metric below 0.99 within noise; worst 0.93)"."""
+    from report_fixtures import judged
+
+    _every_surface_says(tmp_path, judged(tmp_path), CAVEAT)
+
+
+def _fixture_samples(tmp_path: Path) -> None:
+    """32 questions per task for the report fixtures' 0/1 metrics: the candidate loses one
+    arithmetic question; the rest answer alike."""
+    def write(folder: Path, task: str, rows: list[dict]) -> None:
+        (folder / "samples").mkdir(parents=True, exist_ok=True)
+        (folder / "samples" / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    for folder, lost in ((tmp_path / "base-eval", 0), (tmp_path / "w8a8-int8-eval", 1)):
+        write(folder, "shipyard_arithmetic_mc", [{"doc_id": i, "filter": "none", "acc": float(lost <= i < 15),
+                                                  "acc_norm": float(i < 16), "prompt_hash": f"a{i}"} for i in range(32)])
+        write(folder, "shipyard_capitals_mc", [{"doc_id": i, "filter": "none", "acc": float(i < 26),
+                                                "prompt_hash": f"c{i}"} for i in range(32)])
+
+
+def test_an_inconclusive_pass_carries_its_caveat_in_every_verdict(tmp_path: Path) -> None:
+    """The default rule on 32 questions per task cannot show a loss under 0.02: every metric is
+    inconclusive and the gate fails closed; with allow_inconclusive it passes, and every verdict
+    says so ("pass (3 metrics inconclusive at margin 0.02, allowed; loss bound up to ...)");
+    candidate.json carries the rule, alpha, correction, power statement and per-row decisions."""
+    from report_fixtures import judged
+
+    _fixture_samples(tmp_path)
+    closed = judged(tmp_path, thresholds="")
+    assert closed["passed"] is False and "inconclusive: 32 questions cannot show a loss under 0.02" in closed["reason"]
+    out = judged(tmp_path, thresholds=json.dumps({"allow_inconclusive": True}))
+    record = out["candidate"]["accuracy"]
+    assert (record["rule"], record["alpha"], record["multiple_comparisons"], record["comparisons"]) == (
+        "non-inferiority", 0.05, "holm", 3)
+    assert record["power"].startswith("with n=32 per task the smallest loss this gate can rule out at alpha 0.05 "
+                                      "(Holm over 3 metrics), power 0.8, is ")
+    rows = {(r["task"], r["metric"]): r for r in record["rows"]}
+    arith = rows[("shipyard_arithmetic_mc", "acc,none")]
+    assert arith["decision"] == "inconclusive" and arith["margin"] == 0.02 and arith["mdl"] > 0.02
+    assert arith["p_value"] <= arith["p_adjusted"] and arith["rule"] == "non-inferiority"
+    assert rows[("shipyard_prose_ppl", "word_perplexity,none")]["decision"] == "recovered"
+    bound = max(r["paired"]["loss_high"] for r in record["rows"] if r["paired"])
+    _every_surface_says(tmp_path, out, f"3 metrics inconclusive at margin 0.02, allowed; loss bound up to {bound:.2g}")
 
 
 def test_a_recovery_bar_below_the_threshold_is_not_drawn_as_a_plain_pass(tmp_path: Path) -> None:

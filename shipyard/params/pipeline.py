@@ -71,9 +71,13 @@ _ALL: list[Param] = [
     P("eval_config", str, CLUSTER_EVAL,
       "lm-eval config as JSON (tasks, num_fewshot, limit, batch_size, apply_chat_template, seed, gen_kwargs, "
       "task_dir). Base and candidate use the same one; the base result is cached per config.", json=True),
-    P("accuracy_thresholds", str, '{"min_recovery": 0.99}',
-      'Accuracy gate as JSON: min_recovery (default 0.99 on every metric), per-metric overrides under "metrics", '
-      "optional stderr_k.", json=True),
+    P("accuracy_thresholds", str, '{"max_loss": 0.02}',
+      "Accuracy gate as JSON. Default rule non-inferiority: per metric, the loss against the base on the same "
+      "questions must be shown under the margin max_loss (absolute, default 0.02) or max_relative_loss (share of "
+      "the base) at alpha (0.05, one-sided) with Holm's correction (multiple_comparisons); a metric the sample "
+      "cannot decide is inconclusive and fails unless allow_inconclusive; metrics without per-sample values use "
+      'min_recovery (0.99). rule "recovery": recovery >= min_recovery, optional stderr_k. Per-metric overrides '
+      'under "metrics".', json=True),
     P("lora_adapters", str, "",
       'LoRA adapters to evaluate and gate with every model, and to serve with the champion: JSON {"name": "URI"} '
       'or [{"name": ..., "uri": ...}], URIs hf://, s3://, pvc:// or a local folder (not oci://: KServe does not '

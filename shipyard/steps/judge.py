@@ -1,9 +1,11 @@
 """The candidate gates step: one candidate's gates (accuracy, then SLO) and the record the selection step ranks.
 
-:func:`judge_candidate` runs the accuracy gate (recovery against the base) and the SLO gate
-(latency and throughput against the base, under load) on a candidate's eval and benchmark
-results, writes both reports, and returns ``candidate.json``: everything the candidates
-report puts side by side (recovery per metric, TTFT/ITL p99 and output tok/s per load, size,
+:func:`judge_candidate` runs the accuracy gate (paired non-inferiority against the base by
+default: :mod:`shipyard.gates.recovery`) and the SLO gate (latency and throughput against the
+base, under load) on a candidate's eval and benchmark results, writes both reports, and returns
+``candidate.json``: everything the candidates report puts side by side (per metric the recovery,
+the loss interval, margin, p-values, minimum detectable loss and decision; the accuracy rule,
+alpha, correction and power statement; TTFT/ITL p99 and output tok/s per load, size,
 the planner's weights and KV-cache tokens, both gate decisions). Never raises for bad
 results: a gate that cannot decide fails closed with the reason.
 """
@@ -117,7 +119,7 @@ def judge_candidate(
     ({name: {passed, reason, worst_recovery, digest}}), and ``passed`` requires every one.
 
     Returns ``{"passed", "reason", "metrics", "candidate", "accuracy_caveat", "accuracy_verdict", ...}``:
-    an accuracy pass that rests on the stderr rule carries its caveat in the verdict.
+    an accuracy pass that rests on ``allow_inconclusive`` or the stderr rule carries its caveat in the verdict.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -165,9 +167,12 @@ def judge_candidate(
             "verdict": verdict(bool(accuracy["passed"]), caveat),
             "worst_recovery": min((r["recovery"] for r in gated), default=None),
             "thresholds": accuracy.get("thresholds"),
+            # the rule that decided, its one-sided alpha, the correction and the power statement
+            **{k: accuracy.get(k) for k in ("rule", "alpha", "multiple_comparisons", "comparisons", "power")},
             "rows": [{k: r.get(k) for k in ("task", "metric", "higher_is_better", "base", "candidate", "recovery",
                                             "min_recovery", "gated", "passed", "note", "base_stderr",
-                                            "candidate_stderr", "stderr_k", "decided_by", "stderr_rule", "paired")}
+                                            "candidate_stderr", "stderr_k", "decided_by", "stderr_rule", "paired",
+                                            "rule", "decision", "margin", "p_value", "p_adjusted", "mdl")}
                      for r in accuracy["rows"]],
         },
         "slo": {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
