@@ -104,8 +104,8 @@ def mlflow_url() -> str:
 @pytest.fixture(scope="module")
 def passing_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, mlflow_url: str) -> tuple[Path, RunSummary]:
     work = tmp_path_factory.mktemp("run-pass")
-    # The tiny model is random: any recovery passes a 0.0 threshold, so the whole chain runs.
-    return work, run_tiny(work, tiny_model, mlflow_url, 'accuracy_thresholds={"min_recovery": 0.0}',
+    # The tiny model is random: any recovery passes a 0.0 threshold (rule recovery), so the whole chain runs.
+    return work, run_tiny(work, tiny_model, mlflow_url, 'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}',
                           "registered_model_name=tiny-llama")
 
 
@@ -218,7 +218,7 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
 
 
 def test_failing_gate_ends_cleanly_after_the_selection(tiny_model: Path, tmp_path: Path, mlflow_url: str) -> None:
-    summary = run_tiny(tmp_path, tiny_model, mlflow_url, 'accuracy_thresholds={"min_recovery": 1.5}',
+    summary = run_tiny(tmp_path, tiny_model, mlflow_url, 'accuracy_thresholds={"rule": "recovery", "min_recovery": 1.5}',
                        "registered_model_name=tiny-llama-fail")
     assert summary.status == "SUCCESS", [(s.task, s.status, s.error) for s in summary.steps]
     gates = one(summary, "candidate-gates")
@@ -243,7 +243,7 @@ def test_promote_pipeline_gates_and_deploys_a_packaged_candidate(
     _, first = passing_run
     uri = one(first, "package-champion").parameters["uri"]
     summary = run_tiny(tmp_path, tiny_model, mlflow_url, f"candidate_uri={uri}", "eval_backend=hf",
-                       'accuracy_thresholds={"min_recovery": 0.0}', "slo=", "dry_run=true",
+                       'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}', "slo=", "dry_run=true",
                        "registered_model_name=tiny-llama", "champion_tolerance=1.0", pipeline="promote")
     assert summary.status == "SUCCESS", [(s.task, s.status, s.error) for s in summary.steps]
     assert one(summary, "resolve-model-2").status == "SUCCESS"  # the candidate, pulled from its OCI layout
