@@ -137,7 +137,7 @@ def power_statement(rows: list[Row], rules: Thresholds) -> str:
     margins = _margins(tested)
     short = [r for r in tested if r.margin is not None and float(r.mdl or 0.0) > r.margin]
     if short:
-        text += f"; {margins}: {len(short)} of {len(tested)} metrics cannot resolve it"
+        text += f"; {margins}, smaller than the minimum detectable loss of {len(short)} of {len(tested)} metrics"
     elif margins:
         text += f"; {margins}"
     return text
