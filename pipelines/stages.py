@@ -140,10 +140,11 @@ def gates(p: Params, recipe: Any, base_eval: Any, base_bench: Any, cand_eval: An
     ).set_display_name("accuracy, SLO and safety gates"))
 
 
-def select(p: Params, judged: Any) -> Any:
-    """Fan-in: one selection over every candidate's gates (dsl.Collected)."""
+def select(p: Params, judged: Any, base: Any, base_eval: Any, base_bench: Any) -> Any:
+    """Fan-in: one selection over every candidate's gates (dsl.Collected) and the base, always a candidate."""
     return on_cpu(select_champion(
-        candidates=dsl.Collected(judged.outputs["candidate"]), selection=p["selection"], **tracking(p),
+        candidates=dsl.Collected(judged.outputs["candidate"]), selection=p["selection"],
+        base_model=base.outputs["model"], base_eval=base_eval, base_bench=base_bench, slo=p["slo"], **tracking(p),
     ).set_display_name("select champion"))
 
 
@@ -162,7 +163,7 @@ def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any, adapters: 
         cand_lora = None if adapters is None else adapter_eval(p, squeezed.outputs["compressed_model"], adapters,
                                                                  "candidate")
         judged = gates(p, recipe, base_eval, base_bench, cand_eval, cand_bench, squeezed, base_lora, cand_lora)
-    return select(p, judged)
+    return select(p, judged, base, base_eval, base_bench)
 
 
 def release(p: Params, selected: Any) -> None:

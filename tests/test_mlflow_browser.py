@@ -77,7 +77,7 @@ def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monke
     import report_fixtures as fx
     from chromium_cdp import Chromium, has_colour, ink
 
-    from shipyard.gates.selection import select_champion
+    from shipyard.steps.select import select_champion
     from shipyard.tracking.steprun import StepRun
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import report_fixtures as fx
 
-from shipyard.gates.selection import select_champion
+from shipyard.steps.select import select_champion
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

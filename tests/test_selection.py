@@ -8,7 +8,8 @@ import pytest
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
 from shipyard.gates.direction import higher_is_better
-from shipyard.gates.selection import report_html, report_markdown, select, select_champion
+from shipyard.gates.selection import report_html, report_markdown, select
+from shipyard.steps.select import select_champion
 
 
 def cand(recipe: str, *, passed: bool = True, tok_s: float = 100.0, size: int = 100_000_000, recovery: float = 0.99,
@@ -45,7 +46,7 @@ def test_failed_candidates_are_not_eligible_and_none_passing_ends_cleanly() -> N
     assert result["winner"]["recipe"] == "fp8"
     assert result["decisions"]["w8a8"].startswith("not eligible: accuracy gate failed")
     none = select([cand("w8a8", passed=False, reason="SLO gate failed")], "")
-    assert none["winner"] is None and none["reason"].startswith("no candidate passed both gates")
+    assert none["winner"] is None and none["reason"].startswith("no candidate passed its gates")
 
 
 def test_ties_go_to_the_next_objective_then_the_first_listed() -> None:

@@ -19,10 +19,10 @@ from shipyard.benchmarking.tuning import (
 )
 from shipyard.core.errors import ShipyardError
 from shipyard.gates.frontier import frontier
-from shipyard.gates.selection import select_champion
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import render
 from shipyard.steps.deploy import searched_args
+from shipyard.steps.select import select_champion
 
 URI = "oci://registry.example/models/tiny@sha256:" + "ab" * 32
 

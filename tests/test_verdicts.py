@@ -73,9 +73,9 @@ CAVEAT = "1 metric below 0.99 within noise; worst 0.93"  # report_fixtures: arit
 def _every_surface_says(tmp_path: Path, out: dict, caveat: str) -> None:
     """The gate result, candidate.json, the console row, run-summary.json's gates and the candidates
     report's ranking all say "pass (<caveat>)"."""
-    from shipyard.gates.selection import select_champion
     from shipyard.run.console import key_figure
     from shipyard.run.local import gates_of
+    from shipyard.steps.select import select_champion
 
     assert out["passed"] and out["accuracy_caveat"] == caveat
     assert out["accuracy_verdict"] == f"pass ({caveat})" and f"accuracy pass: {caveat}" in out["reason"]

@@ -1,7 +1,7 @@
 """KFP wrappers of the gates (runtime: base). Logic: ``candidate.py``, ``selection.py``, ``champion.py``."""
 
 from kfp import dsl
-from kfp.dsl import HTML, Artifact, Input, Markdown, Metrics, Output
+from kfp.dsl import HTML, Artifact, Input, Markdown, Metrics, Model, Output
 
 from shipyard.runtimes.runtime import runtime_image
 
@@ -118,17 +118,28 @@ def select_champion(
     report: Output[Markdown],
     report_html: Output[HTML],
     metrics: Output[Metrics],
+    base_model: Input[Model] = None,
+    base_eval: Input[Artifact] = None,
+    base_bench: Input[Artifact] = None,
+    slo: str = "",
     tracking_uri: str = "",
     experiment: str = "",
     kfp_run_id: str = "",
 ) -> str:
-    """Fan-in: rank the candidates that passed both gates by the selection objective and pick one
-    champion; write the candidates report (every candidate side by side, Markdown and HTML
-    with a plot) and why each candidate won or lost.
+    """Fan-in: the base is always a candidate (keep-the-base). Rank the base and the compressed
+    candidates that passed their gates by the selection objective and pick one champion; a compressed
+    candidate the base dominates on (accuracy, objective) is never champion. Write the candidates
+    report (every candidate side by side, Markdown and HTML with plots), why each won or lost, and
+    the headline that compares the champion with the base.
 
     Args:
         candidates: Every candidate's candidate.json (dsl.Collected over the recipes).
         selection: throughput, size, recovery or kv_cache (or JSON with tie-breakers).
+        base_model: The base model (its URI is the champion's when the base is kept). The pipelines
+            always pass the base; without it only the compressed candidates are ranked.
+        base_eval: The base model's evaluate results.
+        base_bench: The base model's benchmark results (its own SLO gate and figures).
+        slo: slo JSON (the base must meet the absolute SLO like any candidate).
         decision: selection.json: the ranking, the champion's record and every decision.
         report: The candidates report (Markdown).
         report_html: The candidates report with a plot (HTML, self-contained; stored as report_html.html).
@@ -136,13 +147,14 @@ def select_champion(
         experiment: MLflow experiment.
         kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
 
-    Returns the champion's model artifact URI, or "" when no candidate passed both gates (the
-    run then ends cleanly: nothing is packaged or deployed).
+    Returns the champion's model artifact URI (the base model's when the base is kept), or "" when
+    nothing passed its gates, the base included (the run then ends cleanly: nothing is packaged or
+    deployed).
     """
     import os
 
-    from shipyard.gates.selection import select_champion
     from shipyard.runtimes.runtime import call_step, name_output, record_outputs
+    from shipyard.steps.select import select_champion
     from shipyard.tracking.steprun import StepRun
 
     name_output(report_html, ".html")  # stored and recorded as report_html.html (KFP and the run folder)
@@ -150,14 +162,18 @@ def select_champion(
                  params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
         out = call_step("base", select_champion,
                         candidate_dirs=[c.path for c in candidates], selection=selection, out_dir=decision.path,
-                        report_md=report.path, report_html_path=report_html.path)
+                        report_md=report.path, report_html_path=report_html.path,
+                        base_eval=base_eval.path if base_eval is not None else "",
+                        base_bench=base_bench.path if base_bench is not None else "",
+                        base_model_uri=base_model.uri if base_model is not None else "", slo=slo)
         record_outputs(out, metrics=metrics)
         for artifact in (decision, report, report_html):
-            artifact.metadata.update({"champion": out["winner"], "reason": out["reason"]})
-        run.log(metrics=out["metrics"], tags={"shipyard.champion": out["winner"] or "none"},
+            artifact.metadata.update({"champion": out["winner"], "reason": out["reason"], "headline": out["headline"]})
+        run.log(metrics=out["metrics"], tags={"shipyard.champion": out["winner"] or "none",
+                                              "shipyard.headline": out["headline"][:5000]},
                 artifacts={"candidates.md": report.path, "candidates.html": report_html.path,
                            "selection.json": os.path.join(decision.path, "selection.json"),
                            "frontier.json": os.path.join(decision.path, "frontier.json"),
                            "decision-record.json": os.path.join(decision.path, "decision-record.json")})
-    print(out["reason"], flush=True)
+    print(out["headline"], flush=True)
     return out["winner_model_uri"]

@@ -1,5 +1,8 @@
-"""Fan-in: rank the candidates that passed both gates by the declared objective, pick one
+"""Fan-in: rank the candidates that passed their gates by the declared objective, pick one
 champion, and write the candidates report (Markdown and self-contained HTML with a plot).
+
+The base is always a candidate (keep-the-base, :mod:`shipyard.gates.baseline`): ranked with its
+own figures, and a compressed candidate it dominates on (accuracy, objective) is not eligible.
 
 Objectives (the ``selection`` parameter, see :class:`~shipyard.gates.config.SelectionConfig`):
 
@@ -15,15 +18,15 @@ gets a line saying why it won or lost.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import atomic_write_text
 from shipyard.core.records import read_record
 from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
-from shipyard.gates.config import SelectionConfig, selection_config
+from shipyard.gates.accuracy import METHOD
+from shipyard.gates.baseline import dominance, headline, is_base
+from shipyard.gates.config import OBJECTIVES, SelectionConfig, selection_config
 
 LABELS = {
     "throughput": "output tok/s at the highest load meeting the SLO",
@@ -71,36 +74,56 @@ def _sort_key(cand: dict[str, Any], order: list[str]) -> tuple[float, ...]:
     return tuple(key)
 
 
-def select(candidates: list[dict[str, Any]], selection: str | SelectionConfig = "") -> dict[str, Any]:
-    """Rank the passing candidates; returns ``{"winner", "ranking", "decisions", "objective"}``.
-
-    ``winner`` is the champion's record (None when no candidate passed both gates);
-    ``decisions`` says for each recipe why it won or lost.
-    """
-    cfg = selection if isinstance(selection, SelectionConfig) else selection_config(selection)
-    order = [cfg.objective] + [o for o in cfg.then if o != cfg.objective]
-    indexed = list(enumerate(candidates))
-    passing = [(i, c) for i, c in indexed if c.get("passed")]
-    ranked = sorted(passing, key=lambda ic: (_sort_key(ic[1], order), ic[0]))
-    winner = ranked[0][1] if ranked else None
+def _ranked_decisions(ranked: list[dict[str, Any]], objective: str) -> dict[str, str]:
+    """Why each eligible candidate won or lost, by the objective's figure."""
+    label = LABELS[objective]
+    winner = ranked[0] if ranked else None
     decisions: dict[str, str] = {}
-    label = LABELS[cfg.objective]
-    for rank, (_, cand) in enumerate(ranked, start=1):
-        value = _objective_text(objective_value(cand, cfg.objective), cfg.objective)
+    for rank, cand in enumerate(ranked, start=1):
+        value = _objective_text(objective_value(cand, objective), objective)
         if rank == 1:
-            runner_up = ranked[1][1] if len(ranked) > 1 else None
-            versus = (f" vs {_objective_text(objective_value(runner_up, cfg.objective), cfg.objective)} for {runner_up['recipe']}"
-                      if runner_up else " (the only candidate that passed both gates)")
+            runner_up = ranked[1] if len(ranked) > 1 else None
+            versus = (f" vs {_objective_text(objective_value(runner_up, objective), objective)} for {runner_up['recipe']}"
+                      if runner_up else " (the only candidate that passed its gates)")
             decisions[cand["recipe"]] = f"champion: {label} {value}{versus}"
         else:
             decisions[cand["recipe"]] = (f"rank {rank}: {label} {value} vs "
-                                         f"{_objective_text(objective_value(winner, cfg.objective), cfg.objective)} "
-                                         f"for the champion {winner['recipe']}")
+                                         f"{_objective_text(objective_value(winner, objective), objective)} "
+                                         f"for the champion {winner['recipe'] if winner else ''}")
+    return decisions
+
+
+def select(candidates: list[dict[str, Any]], selection: str | SelectionConfig = "") -> dict[str, Any]:
+    """Rank the passing candidates; returns ``{"winner", "ranking", "decisions", "objective",
+    "dominated", "headline"}``.
+
+    With the keep-the-base candidate in ``candidates`` (:mod:`shipyard.gates.baseline`), it is ranked
+    like the others, and a compressed candidate the base dominates on (accuracy, objective) is not
+    eligible (``dominated``: recipe -> why). ``winner`` is the champion's record (None when nothing
+    passed); ``decisions`` says for each recipe why it won or lost; ``headline`` compares the
+    champion with the base in one line.
+    """
+    cfg = selection if isinstance(selection, SelectionConfig) else selection_config(selection)
+    order = [cfg.objective] + [o for o in cfg.then if o != cfg.objective]
+    base = next((c for c in candidates if is_base(c)), None)
+    dominated: dict[str, str] = {}
+    if base is not None:
+        for cand in candidates:
+            if not is_base(cand) and cand.get("passed"):
+                why = dominance(base, cand, cfg.objective, objective_value)
+                if why:
+                    dominated[cand["recipe"]] = why
+    indexed = list(enumerate(candidates))
+    passing = [(i, c) for i, c in indexed if c.get("passed") and c["recipe"] not in dominated]
+    ranked = [c for _, c in sorted(passing, key=lambda ic: (_sort_key(ic[1], order), ic[0]))]
+    winner = ranked[0] if ranked else None
+    decisions = _ranked_decisions(ranked, cfg.objective)
+    decisions.update(dominated)
     for _, cand in indexed:
         if not cand.get("passed"):
             decisions[cand["recipe"]] = f"not eligible: {cand.get('reason', 'a gate failed')}"
     if winner is None:
-        reason = "no candidate passed both gates: " + "; ".join(f"{c['recipe']}: {c.get('reason', '')}" for c in candidates)
+        reason = "no candidate passed its gates: " + "; ".join(f"{c['recipe']}: {c.get('reason', '')}" for c in candidates)
     else:
         reason = f"champion {winner['recipe']} by {cfg.objective}: {decisions[winner['recipe']].removeprefix('champion: ')}"
     return {
@@ -108,8 +131,10 @@ def select(candidates: list[dict[str, Any]], selection: str | SelectionConfig = 
         "order": order,
         "winner": winner,
         "reason": reason,
-        "ranking": [c["recipe"] for _, c in ranked],
+        "headline": headline(winner, base, candidates, decisions, objective_value) if base is not None else reason,
+        "ranking": [c["recipe"] for c in ranked],
         "decisions": decisions,
+        "dominated": dominated,
     }
 
 
@@ -138,6 +163,8 @@ def _first(candidates: list[dict[str, Any]], *path: str) -> Any:
 
 
 def _series(candidates: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    if any(is_base(c) for c in candidates):  # the base is a candidate: its record holds its own levels
+        return [(c["recipe"][:24], c.get("levels") or []) for c in candidates]
     out: list[tuple[str, list[dict[str, Any]]]] = []
     if candidates and candidates[0].get("base_levels"):
         out.append(("base", candidates[0]["base_levels"]))
@@ -156,10 +183,13 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
     objective = result["objective"]
     doc = Doc("shipyard candidates").h(1, f"Candidates: {'champion ' + winner if winner else 'no champion'}",
                                       "pass" if winner else "fail")
+    if result.get("headline") and result["headline"] != result["reason"]:
+        doc.p(result["headline"], "Verdict:")
     doc.p(result["reason"], "Decision:")
-    doc.p(f"only candidates that passed both gates (accuracy and SLO) are eligible; they are ranked by "
-          f"{objective} ({LABELS[objective]}); ties go to {', '.join(result['order'][1:]) or 'none'}, then to the "
-          "recipe listed first.", "Rule:")
+    doc.p("the base is always a candidate (no compression, its own measured figures, recovery 1); a compressed "
+          "candidate the base dominates on (accuracy, the objective) is not eligible; the others that passed "
+          f"their gates (accuracy, SLO, safety) are ranked with the base by {objective} ({LABELS[objective]}); ties "
+          f"go to {', '.join(result['order'][1:]) or 'none'}, then to the candidate listed first.", "Rule:")
     for cand in candidates:
         for r in _stderr_rows(cand):
             doc.warn(f"{cand['recipe'][:40]}: {r['task']} {str(r['metric']).replace(',none', '')} passed the accuracy gate "
@@ -174,7 +204,7 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
     champion_value = objective_value(result["winner"], objective) if result.get("winner") else None
     ranked = {recipe: i for i, recipe in enumerate(result.get("ranking") or [], start=1)}
     rows = []
-    base = candidates[0] if candidates else {}
+    base = candidates[0] if candidates and not any(is_base(c) for c in candidates) else {}
     if base:
         rows.append(["–", "base", "reference", "–", "–", "–", "–", "–", "1", _mb(base.get("base_size_bytes")), "1",
                      fmt((base.get("base_planner") or {}).get("kv_cache_tokens"))])
@@ -185,7 +215,9 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
         if value is not None and champion_value is not None and cand["recipe"] != winner:
             delta = float(value) - float(champion_value)
             diff = _mb(delta) if objective == "size" else f"{delta:+.4g}"
-        mark = "champion" if cand["recipe"] == winner else ("passed" if cand.get("passed") else "not eligible")
+        mark = "champion" if cand["recipe"] == winner else (
+            "dominated by the base" if cand["recipe"] in (result.get("dominated") or {})
+            else "passed" if cand.get("passed") else "not eligible")
         rows.append([str(ranked.get(cand["recipe"], "–")), cand["recipe"][:40], mark,
                      _objective_text(value, objective), diff, _accuracy_verdict(acc),
                      "pass" if slo.get("passed") else "FAIL", (cand.get("safety") or {}).get("verdict", "off"),
@@ -254,6 +286,8 @@ def _accuracy_verdict(acc: dict[str, Any]) -> str:
     worst 0.81)" when it passed only through the stderr rule); older records get it from their rows."""
     from shipyard.gates.candidate import accuracy_caveat, verdict
 
+    if acc.get("verdict") == "reference":
+        return "reference"
     passed = bool(acc.get("passed"))
     caveat = acc.get("caveat")
     if caveat is None:
@@ -337,17 +371,18 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     ax.legend(fontsize=7)
     out.append(("output tokens/s vs load level, base and every candidate, SLO minimum", png(fig)))
 
-    names = (["base"] if candidates else []) + [c["recipe"][:24] for c in candidates]
+    synthesized = bool(candidates) and not any(is_base(c) for c in candidates)  # older records: no base candidate
+    names = (["base"] if synthesized else []) + [c["recipe"][:24] for c in candidates]
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6))
-    sizes = ([candidates[0].get("base_size_bytes")] if candidates else []) + [c.get("size_bytes") for c in candidates]
+    sizes = ([candidates[0].get("base_size_bytes")] if synthesized else []) + [c.get("size_bytes") for c in candidates]
     axes[0].bar(names, [float(v or 0) / 1e6 for v in sizes], color="tab:gray")
     axes[0].set_title("size on disk (MB)", fontsize=10)
-    recov = ([1.0] if candidates else []) + [(c.get("accuracy") or {}).get("worst_recovery") for c in candidates]
+    recov = ([1.0] if synthesized else []) + [(c.get("accuracy") or {}).get("worst_recovery") for c in candidates]
     heights = [float(v or 0) for v in recov]
     minimum = float(acc.get("min_recovery") or 0.0)
     # a bar below min recovery is never drawn as a plain pass: orange and hatched when the
     # stderr rule let it through, red when the gate failed
-    passed = [True] + [bool((c.get("accuracy") or {}).get("passed")) for c in candidates]
+    passed = ([True] if synthesized else []) + [bool((c.get("accuracy") or {}).get("passed")) for c in candidates]
     colors = ["tab:green" if h >= minimum else ("tab:orange" if ok else "tab:red") for h, ok in zip(heights, passed, strict=False)]
     bars = axes[1].bar(names, heights, color=colors)
     for bar, h, ok in zip(bars, heights, passed, strict=False):
@@ -384,30 +419,39 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
     for c in candidates:
         acc, slo, safety = c.get("accuracy") or {}, c.get("slo") or {}, c.get("safety") or {}
         gates.append({
-            "candidate": c.get("recipe"), "model_uri": c.get("model_uri"), "passed": c.get("passed"),
-            "reason": c.get("reason"),
+            "candidate": c.get("recipe"), "is_base": is_base(c), "model_uri": c.get("model_uri"),
+            "passed": c.get("passed"), "reason": c.get("reason"),
+            "dominated_by_base": (result.get("dominated") or {}).get(c.get("recipe", "")) if not is_base(c) else None,
+            "figures": {o: objective_value(c, o) for o in OBJECTIVES},
             "accuracy": {"passed": acc.get("passed"), "verdict": acc.get("verdict"), "thresholds": acc.get("thresholds"),
                          "worst_recovery": acc.get("worst_recovery"),
+                         **{k: acc.get(k) for k in ("rule", "alpha", "multiple_comparisons", "comparisons", "power")},
                          "metrics": [{k: r.get(k) for k in ("task", "metric", "base", "candidate", "recovery",
-                                                            "min_recovery", "decided_by", "paired")}
+                                                            "min_recovery", "decided_by", "paired", "decision",
+                                                            "margin", "p_value", "p_adjusted", "mdl")}
                                      for r in acc.get("rows") or []]},
             "slo": {"passed": slo.get("passed"), "thresholds": slo.get("thresholds"), "rule": slo.get("rule"),
                     "reason": slo.get("reason")},
-            "safety": {"enabled": safety.get("enabled"), "passed": safety.get("passed"), "reason": safety.get("reason")},
+            "safety": {"enabled": safety.get("enabled"), "passed": safety.get("passed"), "verdict": safety.get("verdict"),
+                       "reason": safety.get("reason")},
             "tuning": (c.get("tuning") or {}).get("best_vllm_args"),
         })
     return {
         "schema": DECISION_SCHEMA,
         "objective": result["objective"],
         "champion": doc["winner"],
+        "kept_base": bool(doc.get("kept_base")),
+        "headline": result.get("headline", result["reason"]),
         "why": result["reason"],
+        "base": next((g for g in gates if g["is_base"]), None),
+        "dominance": {"rule": "a compressed candidate is not eligible when the base is at least as good on both "
+                              "accuracy (its largest loss > 0 is worse) and the objective, and better on one",
+                      "dominated": dict(result.get("dominated") or {})},
         "serving": doc.get("serving"),
         "candidates": gates,
         "frontier": front,
-        "statistics": {"accuracy": "recovery = candidate / base per metric (base / candidate when lower is better); "
-                                   "stderr rule: |loss| <= k x sqrt(se_b^2 + se_c^2); paired rule: upper bound of "
-                                   "the paired bootstrap interval of the loss <= paired_max_loss; McNemar exact "
-                                   "binomial test on 0/1 metrics; evaluation parity checked first",
+        "statistics": {"accuracy": METHOD + " Evaluation parity is checked first; recovery = candidate / base is "
+                                            "shown on every row.",
                        "slo": "per load level: TTFT p99, ITL p99, output tok/s, error rate, goodput; highest "
                               "load meeting the SLO"},
     }
@@ -437,42 +481,6 @@ def with_verification(record: dict[str, Any] | None, verification: dict[str, Any
     out["verification"] = section
     out["deployment"] = {k: v for k, v in deployment.items() if k != "champion"}
     return out
-
-
-def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, report_md: str, report_html_path: str) -> dict[str, Any]:
-    """Read every candidate record, select, write ``selection.json`` and both reports.
-
-    Returns ``{"winner", "winner_model_uri", "reason", "metrics", "decisions"}``; ``winner`` is
-    the champion's recipe, or empty when no candidate passed both gates.
-    """
-    from shipyard.gates.candidate import load_candidate
-
-    candidates = [load_candidate(path) for path in candidate_dirs]
-    result = select(candidates, selection)
-    atomic_write_text(report_md, report_markdown(result, candidates))
-    atomic_write_text(report_html_path, report_html(result, candidates))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    winner = result["winner"] or {}
-    doc = {k: v for k, v in result.items() if k != "winner"}
-    doc["winner"] = winner.get("recipe", "")
-    doc["candidates"] = candidates
-    from shipyard.gates.frontier import frontier
-
-    front = frontier(candidates, doc["winner"], _throughput)
-    doc["serving"] = {"vllm_args": front["champion"]["vllm_args"] or [],
-                      "source": "tuning search" if (winner.get("tuning") or {}).get("points") else "benchmark defaults"}
-    atomic_write_text(out / "selection.json", json.dumps(doc, indent=2, default=str))
-    atomic_write_text(out / "frontier.json", json.dumps(front, indent=2, default=str))
-    atomic_write_text(out / DECISION_RECORD, json.dumps(decision_record(result, candidates, front, doc),
-                                                                 indent=2, default=str))
-    metrics = {"candidates": float(len(candidates)), "passed": float(sum(bool(c.get("passed")) for c in candidates))}
-    value = objective_value(winner, result["objective"]) if winner else None
-    if value is not None:
-        metrics[f"champion.{result['objective']}"] = float(value)
-    return {"winner": winner.get("recipe", ""), "winner_model_uri": winner.get("model_uri", ""), "reason": result["reason"],
-            "metrics": metrics, "decisions": result["decisions"], "objective": result["objective"],
-            "champion": winner, "serving": doc["serving"]}
 
 
 def load_selection(path: str) -> dict[str, Any]:

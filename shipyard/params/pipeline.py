@@ -56,7 +56,8 @@ _ALL: list[Param] = [
       "Compression recipes to try, one candidate each, run in parallel: presets w8a8-int8, fp8-dynamic, w4a16, "
       "or llmcompressor recipe YAML text. A single name is a one-item list."),
     P("selection", str, "throughput",
-      "How the champion is chosen among the candidates that pass both gates: throughput (output tok/s at the "
+      "How the champion is chosen among the base (always a candidate) and the candidates that pass their gates: "
+      "throughput (output tok/s at the "
       "highest load meeting the SLO), size, recovery (best worst-case accuracy recovery) or kv_cache (most "
       'KV-cache tokens, memory planner); or JSON {"objective": ..., "then": [...]} for the tie-breakers.', json=True),
     P("calibration_dataset", str, "",

@@ -122,7 +122,8 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
         winner = (artifacts.get("decision") or {}).get("winner") or (artifacts.get("decision") or {}).get("champion")
         if "candidates" in metrics:
             text = f"{int(metrics.get('passed', 0))} of {int(metrics['candidates'])} candidates passed"
-            return text + (f", champion {winner}" if winner else "")
+            kept = " (kept the base)" if metrics.get("kept_base") else ""
+            return text + (f", champion {winner}{kept}" if winner else "")
     if component in ("package-champion", "register-champion") and (decision := artifacts.get("decision")):
         passed = decision.get("passed")
         return f"champion gate {yes_no.get(passed, passed)}" + (f", version {decision['version']}" if decision.get("version") else "")

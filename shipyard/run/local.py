@@ -78,6 +78,10 @@ class RunSummary:
     parameters: dict[str, Any]
     steps: list[StepSummary]
     champion: str = ""
+    #: the verdict against the base in one line ("champion w8a8-int8 vs base: ..." or "kept the base: ...")
+    headline: str = ""
+    #: the SLO every candidate and the base were judged on, in words (the default's when ``slo`` was empty)
+    slo: str = ""
     promoted: bool = False
     production: str = "unchanged"
     model_uri: str = ""
@@ -98,13 +102,18 @@ def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
         found = [s for s in steps if s.task.rsplit("/", 1)[-1] == component and s.status == "SUCCESS"]
         return found[-1] if found else None
 
-    out: dict[str, Any] = {"champion": "", "promoted": False, "production": "unchanged", "model_uri": "", "mlflow_run": ""}
+    out: dict[str, Any] = {"champion": "", "headline": "", "slo": "", "promoted": False, "production": "unchanged",
+                           "model_uri": "", "mlflow_run": ""}
     if (check := last("preflight")) is not None:
         out["mlflow_run"] = str(check.parameters.get("Output", ""))
     select = last("select-champion")
     if select is not None and select.artifacts.get("decision"):
         try:
-            out["champion"] = json.loads((Path(select.artifacts["decision"]) / "selection.json").read_text())["winner"]
+            chosen = json.loads((Path(select.artifacts["decision"]) / "selection.json").read_text())
+            out["champion"], out["headline"] = chosen["winner"], str(chosen.get("headline") or "")
+            rule = next((c["slo"]["rule"] for c in chosen.get("candidates") or [] if (c.get("slo") or {}).get("rule")), "")
+            default = " (the default: the slo parameter was empty)" if not str(params.get("slo") or "").strip() else ""
+            out["slo"] = f"{rule}{default}" if rule else ""
         except (OSError, ValueError, KeyError):
             pass
     elif (gates := last("candidate-gates")) is not None and gates.parameters.get("Output") is True:
@@ -458,6 +467,10 @@ def format_summary(summary: RunSummary, work_dir: str) -> str:
     """
     work = Path(work_dir).resolve()
     lines = [f"\nshipyard: {summary.pipeline} {summary.status} in {summary.seconds:.1f} s", ""]
+    if summary.headline:
+        lines += [summary.headline, ""]
+    if summary.slo:
+        lines += [f"SLO applied: {summary.slo}", ""]
     if summary.champion:
         verdict = "promoted to production" if summary.promoted else (
             summary.production if summary.production == DRY_RUN_NOTE else "not promoted")

@@ -209,3 +209,65 @@ def judge_candidate(
             "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"], "accuracy_caveat": caveat,
             "accuracy_verdict": record["accuracy"]["verdict"], "slo_verdict": verdict(bool(slo["passed"])),
             "safety_reason": safe["reason"], "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
+
+
+def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_uri: str = "",
+               size_bytes: int | None = None) -> dict[str, Any]:
+    """The keep-the-base candidate (:mod:`shipyard.gates.baseline`): the base model as one more
+    entry in the ranking, with its own measured figures; writes ``out_dir/{candidate.json, slo.html,
+    slo.md}`` and returns the record.
+
+    Its accuracy is the reference (every score its own, recovery 1); it must meet the absolute SLO
+    like any candidate (its SLO gate compares it with itself, so ratio rules hold trivially); the
+    safety gate's reference is the base itself. ``size_bytes``: the base's size on disk (the compress
+    step measured it; None when unknown).
+    """
+    from shipyard.gates.baseline import BASE
+    from shipyard.gates.recovery import load_summary
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    slo_result = run_slo_gate(base_bench, base_bench, slo, report_path=str(out / "slo.html"),
+                              summary_path=str(out / "slo.md"))
+    try:
+        scores = load_summary(base_eval, "base_eval")["scores"]
+    except ShipyardError:
+        scores = {}
+    rows = [{"task": task, "metric": key, "higher_is_better": bool(s.get("higher_is_better", True)),
+             "base": s.get("value"), "candidate": s.get("value"), "recovery": 1.0, "gated": True, "passed": True,
+             "decided_by": "reference", "note": "the base is the reference"}
+            for task, metrics in sorted(scores.items()) for key, s in sorted(metrics.items())
+            if s.get("value") is not None]
+    levels, planner = _levels(base_bench)
+    passed = bool(slo_result["passed"])
+    record = {
+        "schema": SCHEMA,
+        "recipe": BASE,
+        "recipe_text": "",
+        "is_base": True,
+        "model_uri": model_uri,
+        "passed": passed,
+        "reason": "the base: no compression, the benchmark's serving settings" if passed
+        else f"SLO gate {slo_result['reason']}",
+        "size_bytes": size_bytes,
+        "base_size_bytes": size_bytes,
+        "compression_ratio": 1.0,
+        "accuracy": {"passed": True, "reason": "the reference of the accuracy gate", "caveat": "",
+                     "verdict": "reference", "worst_recovery": 1.0, "thresholds": None, "rows": rows},
+        "slo": {"passed": passed, "reason": slo_result["reason"], "metrics": slo_result["metrics"],
+                "thresholds": slo_result.get("slo"), "rule": slo_result.get("rule"),
+                "worst_regression": None, "best_gain": None},
+        "adapters": {},
+        "safety": {"passed": True, "enabled": False, "reason": "the reference of the safety gate",
+                   "families": {}, "new_hits": 0, "verdict": "reference"},
+        "levels": levels,
+        **_startup(base_bench),
+        "golden": _golden(base_bench),
+        "tuning": _tuning(base_bench),
+        "engine": _engine(base_bench),
+        "base_levels": levels,
+        "planner": planner,
+        "base_planner": planner,
+    }
+    atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
+    return record

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from shipyard.core.errors import UnreachableError
 from shipyard.core.files import atomic_write_text
+from shipyard.gates.baseline import is_base
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
 from shipyard.gates.selection import load_selection, objective_value
@@ -101,6 +103,10 @@ def _register_and_gate(tracker: Any, request: dict[str, Any], champion: dict[str
     report = champion_gate(figures, holder.metrics if holder is not None else None,
                            champion_version=holder.version if holder else "",
                            config=ChampionConfig(tolerance=champion_tolerance), declared=declared)
+    if is_base(champion) and holder is not None:  # keep-the-base with a production model: nothing moves
+        report = replace(report, passed=False, reason=(
+            f"kept the base: no compressed candidate beat the base, so production (v{holder.version}) stays where it "
+            "is; nothing is deployed"))
     registry.record_metrics(tracker, model_name, info.version, {**figures, **head})
     registry.tag_version(tracker, model_name, info.version, {
         "shipyard.gate.passed": str(report.passed).lower(), "shipyard.gate.reason": report.reason[:5000],

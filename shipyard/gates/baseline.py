@@ -1,0 +1,144 @@
+"""Keep-the-base: the base model is always a candidate, and the verdict compares with it.
+
+A compressed candidate competes with the model it would replace. The base is one more entry in
+the ranking, with its own measured figures (output tok/s at the highest load meeting the SLO,
+size, KV-cache tokens) and recovery 1 by definition (it is the accuracy gate's reference). A
+compressed candidate that the base **dominates** on (accuracy, the selection objective), at
+least as good on both and better on one, is never champion. With an objective that states what
+compression buys (``size``, ``kv_cache``), a candidate that is less accurate but smaller can
+still win; the headline then names what was traded.
+
+The **headline** is the first thing the console, the summary and the decision record say, e.g.
+``champion w8a8-int8 vs base: accuracy -0.012 [-0.031, +0.006] (margin 0.02), 1.48x output tok/s
+at the SLO, 1.65x smaller`` or ``kept the base: w8a8-int8 is 0.77x as fast at the SLO and loses
+0.156 on opposites_mc acc_norm [+0.03, +0.28]``. Pure Python (base runtime).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: the recipe label of the keep-the-base candidate (never a recipe name: recipes are compressions)
+BASE = "base"
+
+#: objective -> the figure's value for a candidate, as the selection ranks it
+Value = Callable[[dict[str, Any], str], float | None]
+
+
+def is_base(cand: dict[str, Any] | None) -> bool:
+    """Whether a candidate record is the keep-the-base candidate."""
+    return bool(cand and cand.get("is_base"))
+
+
+def accuracy_loss(cand: dict[str, Any]) -> dict[str, Any] | None:
+    """The candidate's worst gated metric against the base (lowest recovery, so metrics in different
+    units compare): ``{"task", "metric", "loss", "low", "high", "margin"}`` (loss = base - candidate,
+    flipped for lower-is-better metrics: > 0 is worse; ``low``/``high``: the paired interval when
+    samples were logged, else None). None when no gated metric was compared."""
+    for row in sorted((cand.get("accuracy") or {}).get("rows") or [],
+                      key=lambda r: 1.0 if r.get("recovery") is None else float(r["recovery"])):
+        if not row.get("gated", True) or row.get("base") is None or row.get("candidate") is None:
+            continue
+        paired = row.get("paired") or {}
+        if paired.get("loss") is not None:
+            loss, low, high = float(paired["loss"]), paired.get("loss_low"), paired.get("loss_high")
+        else:
+            diff = float(row["base"]) - float(row["candidate"])
+            loss, low, high = (diff if row.get("higher_is_better", True) else -diff), None, None
+        return {"task": row.get("task"), "metric": str(row.get("metric", "")).replace(",none", ""),
+                "loss": loss, "low": low, "high": high, "margin": row.get("margin")}
+    return None
+
+
+def _compare(objective: str, base: float | None, cand: float | None) -> int | None:
+    """+1 when the base's figure is better, -1 when the candidate's is, 0 when equal, None when unknown."""
+    if base is None or cand is None:
+        return None
+    if base == cand:
+        return 0
+    better = base < cand if objective == "size" else base > cand
+    return 1 if better else -1
+
+
+def ratio_text(objective: str, base: float | None, cand: float | None) -> str:
+    """The candidate's figure relative to the base's, in words ("1.48x output tok/s at the SLO", "1.65x smaller")."""
+    if base is None or cand is None or base <= 0 or cand <= 0:
+        return ""
+    if objective == "throughput":
+        return f"{cand / base:.2f}x output tok/s at the SLO"
+    if objective == "size":
+        return f"{base / cand:.2f}x smaller"
+    if objective == "kv_cache":
+        return f"{cand / base:.2f}x KV-cache tokens"
+    return f"worst recovery {cand:.3f}"
+
+
+def loss_text(loss: dict[str, Any] | None) -> str:
+    """``loses 0.156 on opposites_mc acc_norm [+0.03, +0.28]`` (or "gains ..."); "" without a figure."""
+    if loss is None:
+        return ""
+    interval = (f" [{loss['low']:+.3g}, {loss['high']:+.3g}]"
+                if loss.get("low") is not None and loss.get("high") is not None else "")
+    verb = "loses" if loss["loss"] > 0 else "gains"
+    return f"{verb} {abs(loss['loss']):.3g} on {loss['task']} {loss['metric']}{interval}"
+
+
+def dominance(base: dict[str, Any], cand: dict[str, Any], objective: str, value: Value) -> str | None:
+    """Why the base dominates ``cand`` on (accuracy, ``objective``), or None when it does not.
+
+    Accuracy: the base is better when the candidate's largest loss is > 0, equal at 0. The objective:
+    the two measured figures (``recovery`` is accuracy itself, so accuracy alone decides). Unknown
+    figures never make a candidate dominated."""
+    loss = accuracy_loss(cand)
+    if loss is None:
+        return None
+    acc = 1 if loss["loss"] > 0 else (0 if loss["loss"] == 0 else -1)
+    obj = acc if objective == "recovery" else _compare(objective, value(base, objective), value(cand, objective))
+    if obj is None or acc < 0 or obj < 0 or (acc == 0 and obj == 0):
+        return None
+    parts = []
+    if objective != "recovery":
+        ratio = ratio_text(objective, value(base, objective), value(cand, objective))
+        parts.append(ratio.replace("output tok/s at the SLO", "as fast at the SLO") if objective == "throughput"
+                     else ratio)
+    if acc > 0:
+        parts.append(loss_text(loss))
+    return "dominated by the base: " + " and ".join(p for p in parts if p)
+
+
+def traded(base: dict[str, Any], cand: dict[str, Any], value: Value) -> str:
+    """The champion against the base: accuracy (largest loss, interval, margin), throughput, size."""
+    loss = accuracy_loss(cand)
+    parts = []
+    if loss is not None:
+        interval = (f" [{-loss['high']:+.3f}, {-loss['low']:+.3f}]"
+                    if loss.get("low") is not None and loss.get("high") is not None else "")
+        margin = f" (margin {loss['margin']:g})" if isinstance(loss.get("margin"), int | float) else ""
+        parts.append(f"accuracy {-loss['loss']:+.3f}{interval}{margin} on {loss['task']} {loss['metric']}")
+    for objective in ("throughput", "size"):
+        text = ratio_text(objective, value(base, objective), value(cand, objective))
+        if text:
+            parts.append(text)
+    return ", ".join(parts)
+
+
+def headline(winner: dict[str, Any] | None, base: dict[str, Any] | None, candidates: list[dict[str, Any]],
+             decisions: dict[str, str], value: Value) -> str:
+    """The verdict in one line, always against the base (see the module doc)."""
+    others = [c for c in candidates if not is_base(c)]
+    if winner is None:
+        return "no champion: " + "; ".join(f"{c['recipe']}: {decisions.get(c['recipe'], '')}" for c in candidates)
+    if not is_base(winner):
+        versus = traded(base, winner, value) if base is not None else ""
+        return f"champion {winner['recipe']} vs base" + (f": {versus}" if versus else " (the base was not measured)")
+    why = []
+    for cand in others:
+        said = decisions.get(cand["recipe"], "")
+        if said.startswith("dominated by the base: "):
+            why.append(f"{cand['recipe']} is {said.removeprefix('dominated by the base: ')}")
+        elif said.startswith("not eligible: "):
+            why.append(f"{cand['recipe']} {said.removeprefix('not eligible: ')}")
+        else:
+            why.append(f"{cand['recipe']}: {traded(winner, cand, value) or said}")
+    return "kept the base" + (": " + "; ".join(why) if why else " (no compressed candidate)")

@@ -1,0 +1,75 @@
+"""The select-champion step: fan-in over every candidate's gates, with the base as one more candidate.
+
+:func:`select_champion` reads every ``candidate.json``, builds the keep-the-base candidate from the
+base's own eval and benchmark results (:func:`shipyard.steps.judge.judge_base`), ranks them by the
+selection objective (:func:`shipyard.gates.selection.select`: a compressed candidate the base
+dominates is never champion), and writes ``selection.json``, ``frontier.json``,
+``decision-record.json`` and the candidates report (Markdown and HTML).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.files import atomic_write_text
+from shipyard.gates.baseline import is_base
+from shipyard.gates.candidate import load_candidate
+from shipyard.gates.frontier import frontier
+from shipyard.gates.selection import (
+    DECISION_RECORD,
+    decision_record,
+    objective_value,
+    report_html,
+    report_markdown,
+    select,
+)
+from shipyard.steps.judge import judge_base
+
+
+def _base_size(candidates: list[dict[str, Any]]) -> int | None:
+    """The base's size on disk as the compress step measured it (the same for every candidate)."""
+    return next((int(c["base_size_bytes"]) for c in candidates if c.get("base_size_bytes")), None)
+
+
+def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, report_md: str, report_html_path: str,
+                    base_eval: str = "", base_bench: str = "", base_model_uri: str = "", slo: str = "") -> dict[str, Any]:
+    """Read every candidate record, add the base (when ``base_bench`` is given), select, and write
+    ``selection.json``, ``frontier.json``, ``decision-record.json`` and both reports.
+
+    Returns ``{"winner", "winner_model_uri", "reason", "headline", "metrics", "decisions", ...}``;
+    ``winner`` is the champion's recipe (``base`` when the base is kept), or empty when no candidate,
+    the base included, passed its gates.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    candidates = [load_candidate(path) for path in candidate_dirs]
+    if base_bench:
+        base = judge_base(base_eval, base_bench, slo, str(out / "base"), model_uri=base_model_uri,
+                          size_bytes=_base_size(candidates))
+        candidates = [base, *candidates]
+    result = select(candidates, selection)
+    atomic_write_text(report_md, report_markdown(result, candidates))
+    atomic_write_text(report_html_path, report_html(result, candidates))
+    winner = result["winner"] or {}
+    doc = {k: v for k, v in result.items() if k != "winner"}
+    doc["winner"] = winner.get("recipe", "")
+    doc["kept_base"] = is_base(winner)
+    doc["candidates"] = candidates
+    front = frontier(candidates, doc["winner"], lambda c: objective_value(c, "throughput"))
+    doc["serving"] = {"vllm_args": front["champion"]["vllm_args"] or [],
+                      "source": "tuning search" if (winner.get("tuning") or {}).get("points") else "benchmark defaults"}
+    atomic_write_text(out / "selection.json", json.dumps(doc, indent=2, default=str))
+    atomic_write_text(out / "frontier.json", json.dumps(front, indent=2, default=str))
+    atomic_write_text(out / DECISION_RECORD, json.dumps(decision_record(result, candidates, front, doc),
+                                                        indent=2, default=str))
+    compressed = [c for c in candidates if not is_base(c)]
+    metrics = {"candidates": float(len(compressed)), "passed": float(sum(bool(c.get("passed")) for c in compressed)),
+               "kept_base": 1.0 if is_base(winner) else 0.0}
+    value = objective_value(winner, result["objective"]) if winner else None
+    if value is not None:
+        metrics[f"champion.{result['objective']}"] = float(value)
+    return {"winner": winner.get("recipe", ""), "winner_model_uri": winner.get("model_uri", ""), "reason": result["reason"],
+            "headline": result["headline"], "metrics": metrics, "decisions": result["decisions"],
+            "objective": result["objective"], "champion": winner, "serving": doc["serving"]}
