@@ -77,7 +77,8 @@ def check_quiet_run(work: Path, summary: RunSummary) -> list[str]:
     assert sum(line.startswith("not run (") for line in lines) == (1 if len(ran) < len(summary.steps) else 0)
     listed = lines[lines.index(next(line for line in lines if line.startswith("artifacts under"))) + 1:]
     run_dir = Path(summary.run_dir)
-    paths = [run_dir / line.strip() for line in listed if line.startswith("  ")]
+    paths = [run_dir / line.strip().rsplit(": ", 1)[-1] for line in listed if line.startswith("  ")]
+    assert not [line for line in listed if line.startswith("  for-loop-")]  # named by step and candidate
     assert paths and all(p.exists() for p in paths), [p for p in paths if not p.exists()]
     log = (work / "kfp-local.log").read_text()
     assert "Executing task" in log and summary.log == str(work / "kfp-local.log")

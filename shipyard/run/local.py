@@ -43,6 +43,7 @@ from shipyard.run.console import (
     task_label,
 )
 from shipyard.run.kfp_local_compat import enable_oneof_artifacts
+from shipyard.run.wording import not_run_line, not_run_reason, outputs_text
 from shipyard.tracking.pending import after_local_run
 from shipyard.tracking.promotion import DRY_RUN_NOTE
 from shipyard.tracking.tracker import check_tracking_uri
@@ -86,6 +87,8 @@ class RunSummary:
     production: str = "unchanged"
     model_uri: str = ""
     mlflow_run: str = ""
+    #: where to look at it: the MLflow UI's page (classic ML view) or, for a file store, the ``mlflow ui`` command
+    mlflow_link: str = ""
     gates: dict[str, Any] = field(default_factory=dict)
     interrupted_by: str = ""
     log: str = ""
@@ -331,7 +334,7 @@ def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> li
     ordered = [step for _, step in steps]
     for component in sorted(set(runtimes) - seen_components):
         ordered.append(StepSummary(task=component, status="NOT RUN", runtime=runtimes[component],
-                                 error="not run: its condition was false (a gate said no, or another branch was taken) or an upstream step failed"))
+                                 error="not run"))
     return ordered
 
 
@@ -419,15 +422,33 @@ def run_local(
         **outcome(steps, params),
     )
     summary.gates = gates_of(steps, run_dir)
+    for step in steps:  # run-summary.json says why, as the console does
+        if step.status == "NOT RUN":
+            step.error = "not run: " + not_run_reason(component_of(step.task), params, {"champion": summary.champion},
+                                                      bool(failed))
     summary.log = str(log_path)
     if interrupted is not None:
         summary.interrupted_by = signal_name(interrupted)
         _kill_mlflow_run(summary.mlflow_run, params, work)
+    summary.mlflow_link = _mlflow_link(summary.mlflow_run, params, work) if interrupted is None else ""
     atomic_write_text(work / "run-summary.json", json.dumps(summary.to_dict(), indent=2, default=str))
     after_local_run(work)  # MLflow records kept for the end (file store) or in an outage: logged now, or said
     if interrupted is not None:
         raise interrupted
     return summary
+
+
+def _mlflow_link(run_id: str, params: dict[str, Any], work: Path) -> str:
+    """The parent run's page in the MLflow UI (``?workflowType=machine_learning``), or the ``mlflow ui``
+    command for a file store; "" when there is no run or MLflow does not answer."""
+    if not run_id:
+        return ""
+    from shipyard.tracking.tracker import Tracker
+
+    try:
+        return Tracker(str(params.get("tracking_uri") or ""), work_dir=work, attempts=1, backoff_s=0.1).run_url(run_id)
+    except ShipyardError:
+        return ""
 
 
 def _kill_mlflow_run(run_id: str, params: dict[str, Any], work: Path) -> None:
@@ -441,14 +462,6 @@ def _kill_mlflow_run(run_id: str, params: dict[str, Any], work: Path) -> None:
             Tracker(str(params.get("tracking_uri") or ""), work_dir=work, attempts=2, backoff_s=0.5).finish(run_id, "KILLED")
     except ShipyardError as err:
         print(f"shipyard: warning: MLflow run {run_id} could not be marked KILLED: {err}", file=sys.stderr)
-
-
-def _short(value: Any, width: int = 60) -> str:
-    text = str(value)
-    return text if len(text) <= width else text[: width // 2 - 2] + "..." + text[-(width // 2 - 1):]
-
-
-NOT_RUN_WHY = "its condition was false (a gate said no, or another branch was taken) or an upstream step failed"
 
 
 def _where(path: str, base: Path) -> str:
@@ -487,9 +500,7 @@ def format_summary(summary: RunSummary, work_dir: str) -> str:
     for step in ran:
         secs = f"{step.seconds:.1f}" if step.seconds is not None else "-"
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(step.metrics.items())[:3])
-        shown = {k: v for k, v in step.parameters.items() if not (k == "Output" and isinstance(v, bool))}
-        params = ", ".join(f"{k}={_short(v)}" for k, v in shown.items()) or (  # never KFP's "Output=True"
-            ("yes" if step.parameters["Output"] else "no") if "Output" in step.parameters else "")
+        params = outputs_text(step.task, step.parameters)  # never KFP's "Output=..." or "url=, status=DryRun"
         task = fit(task_label(step.task, labels), 36)
         gate = gate_rows.get(step.task)
         figure = (f"accuracy {gate['accuracy'].get('verdict') or '-'}, SLO {gate['slo'].get('verdict') or '-'}"
@@ -500,13 +511,16 @@ def format_summary(summary: RunSummary, work_dir: str) -> str:
             lines.append(f"{'':<30} > {step.decision}")
         if step.error and step is not failed[0] and step.error != failed[0].error:
             lines.append(f"{'':<30} ! {step.error}")
-    not_run = [s for s in summary.steps if s.status == "NOT RUN"]
-    if not_run:
-        lines.append(f"not run ({NOT_RUN_WHY}): " + ", ".join(s.name or s.task for s in not_run))
+    answer = {"champion": summary.champion}
+    if line := not_run_line(summary.steps, summary.parameters, answer):
+        lines.append(line)
     run_dir = Path(summary.run_dir)
-    kept = [uri for step in ran for uri in step.artifacts.values() if uri and Path(uri).exists()]
+    kept = [(step, name, uri) for step in ran for name, uri in step.artifacts.items() if uri and Path(uri).exists()]
     lines.append(f"\nartifacts under {run_dir}:" + ("" if kept else " none"))
-    lines += [f"  {_where(uri, run_dir)}" for uri in kept]
+    # named by step and candidate ("compress [w8a8-int8] compressed_model: ..."), not by KFP's loop folders
+    lines += [f"  {task_label(step.task, labels)} {name}: {_where(uri, run_dir)}" for step, name, uri in kept]
     lines.append(f"\nlog: {summary.log or work / KFP_LOG} (kfp.local and every step's output)")
     lines.append(f"summary: {work / 'run-summary.json'}")
+    if summary.mlflow_link:
+        lines.append(f"MLflow: {summary.mlflow_link}")
     return "\n".join(lines)

@@ -1,0 +1,34 @@
+"""The local run's summary in words (shipyard.run.wording): no raw KFP output names, and why each step
+did not run."""
+
+from __future__ import annotations
+
+from shipyard.run.local import StepSummary
+from shipyard.run.wording import not_run_line, not_run_reason, outputs_text
+
+
+def test_outputs_are_said_in_words_never_as_kfp_names() -> None:
+    assert outputs_text("preflight", {"Output": "91b260aa11bb22cc33dd"}) == "MLflow run 91b260aa11bb"
+    assert outputs_text("close-tracking", {"Output": "FINISHED"}) == "MLflow run ended FINISHED"
+    assert outputs_text("deploy", {"url": "", "status": "DryRun"}) == "dry run: rendered and checked, nothing applied"
+    assert outputs_text("deploy", {"url": "http://llm.ns.svc", "status": "Ready"}) == "status Ready, http://llm.ns.svc"
+    assert outputs_text("for-loop-8-iteration-0/candidate-gates", {"Output": True}) == "yes"
+    assert outputs_text("pin-model", {"uri": "hf://org/m@abc", "fingerprint": ""}) == "uri=hf://org/m@abc"
+    assert "Output" not in outputs_text("select-champion", {"Output": "/runs/x/resolve-model/model"})
+
+
+def test_each_step_not_run_says_which_branch_and_why() -> None:
+    params = {"eval_backend": "hf", "lora_adapters": ""}
+    steps = [StepSummary(task="measure-vllm", status="NOT RUN", name="evaluate + benchmark base (one vLLM server)"),
+             StepSummary(task="measure-vllm-2", status="NOT RUN", name="evaluate + benchmark candidate"),
+             StepSummary(task="evaluate-adapters-hf", status="NOT RUN", name="evaluate base + each LoRA adapter (hf)"),
+             StepSummary(task="deploy", status="NOT RUN", name="deploy; promote unless dry run"),
+             StepSummary(task="compress", status="SUCCESS")]
+    line = not_run_line(steps, params, {"champion": "base"})
+    assert line == ("not run (4 steps): evaluate + benchmark base (one vLLM server), evaluate + benchmark candidate "
+                    "(eval_backend=hf: lm-eval ran in-process and a vLLM server ran the benchmark); evaluate base + "
+                    "each LoRA adapter (hf) (no LoRA adapters: the empty record was written on a CPU node); deploy; "
+                    "promote unless dry run (the champion/challenger gate said no (see its row))")
+    assert not_run_reason("package-champion", params, {"champion": ""}, failed=False).startswith("no champion")
+    assert not_run_reason("package-champion", params, {"champion": ""}, failed=True) == "an upstream step failed"
+    assert not_run_line(steps[-1:], params, {}) == ""
