@@ -52,7 +52,18 @@ def test_alias_show_set_rollback(url: str, capsys: pytest.CaptureFixture[str]) -
     assert track.get_aliases(url, name)["production"] == "1"  # nothing moved
 
 
-def test_alias_show_of_an_unknown_model(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_alias_show_of_an_unknown_model_is_an_error(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     name = f"never-registered-{uuid.uuid4().hex[:6]}"
-    code, out, _ = _run(capsys, "alias", "show", name, "--tracking-uri", url)
-    assert code == 0 and out == f"{name}: no aliases\n"
+    code, out, err = _run(capsys, "alias", "show", name, "--tracking-uri", url)
+    assert code == 2 and out == "" and err.count("\n") == 1 and f"holds no registered model '{name}'" in err
+
+
+def test_alias_show_never_creates_a_store(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --tracking-uri or MLFLOW_TRACKING_URI, a read names the missing store and writes nothing."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("KFP_MLFLOW_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(capsys, "alias", "show", "tiny-llama")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "there is no MLflow store at file://" in err
+    assert list(tmp_path.iterdir()) == []

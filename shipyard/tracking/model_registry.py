@@ -98,17 +98,27 @@ def ensure_model(tracker: Tracker, model_name: str, description: str = "") -> No
             raise
 
 
-def aliases(tracker: Tracker, model_name: str) -> dict[str, str]:
-    """``{alias: version}`` of a registered model (empty if the model does not exist)."""
+def _registered_model(tracker: Tracker, model_name: str) -> Any:
+    """The registered model called ``model_name``, or None when the store holds none."""
     from mlflow.exceptions import MlflowException
 
     try:
-        model = tracker.call("read the registered model", tracker.client.get_registered_model, model_name)
+        return tracker.call("read the registered model", tracker.client.get_registered_model, model_name)
     except MlflowException as err:
         if getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
-            return {}
+            return None
         raise
-    return {alias: str(version) for alias, version in (model.aliases or {}).items()}
+
+
+def aliases(tracker: Tracker, model_name: str) -> dict[str, str]:
+    """``{alias: version}`` of a registered model (empty if the model does not exist)."""
+    model = _registered_model(tracker, model_name)
+    return {} if model is None else {alias: str(version) for alias, version in (model.aliases or {}).items()}
+
+
+def model_exists(tracker: Tracker, model_name: str) -> bool:
+    """Whether the store holds a registered model called ``model_name``."""
+    return _registered_model(tracker, model_name) is not None
 
 
 def get_version(tracker: Tracker, model_name: str, version: str) -> VersionInfo:

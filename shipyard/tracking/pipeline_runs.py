@@ -243,5 +243,20 @@ def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> d
 
 
 def get_aliases(tracking_uri: str, model_name: str) -> dict[str, str]:
-    """All aliases of a registered model (empty when it does not exist)."""
-    return registry.aliases(Tracker(tracking_uri), model_name)
+    """All aliases of a registered model, for a person asking (``shipyard alias show``): a read never
+    creates a store (a file store that is not there is an error naming it), and a model the store
+    does not hold is an error, not "no aliases"."""
+    from urllib.parse import unquote, urlparse
+
+    from shipyard.tracking.tracker import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith("file:") and not Path(unquote(urlparse(uri).path)).is_dir():
+        raise ShipyardError("--tracking-uri", f"there is no MLflow store at {uri}",
+                            "pass --tracking-uri (an MLflow server, or a run's <work dir>/mlruns) or set "
+                            "MLFLOW_TRACKING_URI")
+    tracker = Tracker(uri)
+    if not registry.model_exists(tracker, model_name):
+        raise ShipyardError("MODEL", f"{tracker.uri} holds no registered model {model_name!r}",
+                            "check the name (the pipelines' registered_model_name parameter)")
+    return registry.aliases(tracker, model_name)
