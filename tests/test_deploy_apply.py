@@ -15,7 +15,15 @@ from shipyard.core.errors import ShipyardError
 from shipyard.serving.kserve.apply import LAST_GOOD, DeployFailed, Kube, api_client, deploy
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import render
-from shipyard.testing.k8s_double import K8sDouble, by_model_uri, fails_with, ready_after
+from shipyard.testing.k8s_double import (
+    STARTING_REASON,
+    K8sDouble,
+    by_model_uri,
+    fails_with,
+    kserve_conditions,
+    kserve_startup,
+    ready_after,
+)
 
 OLD = "oci://registry.example/models/qwen@sha256:" + "0" * 64
 NEW = "oci://registry.example/models/qwen@sha256:" + "1" * 64
@@ -258,9 +266,103 @@ def test_an_api_server_that_accepts_no_connection_is_named_so_not_as_a_read_time
 def test_the_api_timeout_outlasts_the_api_servers_own_request_timeout():
     """kube-apiserver answers within --request-timeout (60 s by default, admission webhooks included):
     a client that gives up first sees a slow but committed apply as failed, and rolls it back."""
+    from shipyard.params.deploy import parse_deploy_config
     from shipyard.serving.kserve.config import apply_options
-    from shipyard.steps.deploy import split_apply_options
 
-    assert split_apply_options({})[1]["api_timeout_s"] > 60
+    assert parse_deploy_config({}, name="llm", model_uri=OLD).apply["api_timeout_s"] > 60
     assert apply_options(None)["api_timeout_s"] > 60
     assert Kube.__init__.__kwdefaults__["timeout_s"] > 60 and api_client.__kwdefaults__["timeout_s"] > 60
+
+
+# --- KServe v0.20's real condition sequence (issue 32, item 2 and the advisory-condition minor) ----------------
+
+def test_a_start_up_longer_than_the_grace_is_waited_for(double, kube):
+    """KServe v0.20 reports a new Deployment as MainWorkloadReady=False / MinimumReplicasUnavailable
+    (rolled up into WorkloadsReady and Ready) for the whole start-up: that is progress, not failure."""
+    double.script("llm", kserve_startup(0.8, url="http://gw.example/serving/llm"))
+    lines: list[str] = []
+    outcome = run(kube, docs(), lines, false_grace_s=0.1, wait_timeout_s=10)
+    assert outcome.status == "Ready" and outcome.url == "http://gw.example/serving/llm"
+    main = [line for line in lines if "MainWorkloadReady" in line]
+    assert "MainWorkloadReady=False (Progressing)" in main[0]
+    assert any(f"MainWorkloadReady=False ({STARTING_REASON}" in line and "(still starting)" in line for line in main)
+    assert main[-1].endswith("MainWorkloadReady=True")
+
+
+def test_a_canary_start_up_longer_than_the_grace_is_waited_for(double, tmp_path):
+    """The canary's new service goes through the same wait (rollout.py calls deploy)."""
+    from shipyard.serving.kserve.rollout import canary_rollout
+    from shipyard.testing.k8s_double import FULL_INSTALL_GROUPS
+
+    with K8sDouble(groups=FULL_INSTALL_GROUPS) as full:
+        full.put(docs(OLD)[0], status={"conditions": kserve_conditions("ready")})
+        full.put({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                  "metadata": {"name": "llm-route", "namespace": "serving"},
+                  "spec": {"rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                                                       "name": "llm-inference-pool"}]}]}}, plural="httproutes")
+        full.script("llm-canary", kserve_startup(0.8, url="http://gw.example/serving/llm-canary"))
+        client = Kube(api_client(str(full.kubeconfig(tmp_path / "kc", namespace="serving")), timeout_s=5), timeout_s=5)
+        new = render(parse_config({"name": "llm-canary", "namespace": "serving", "model_uri": NEW, "prefill_replicas": 1}))
+        try:
+            out = canary_rollout(new, client, current="llm", old_pool="llm-inference-pool",
+                                 new_pool="llm-canary-inference-pool", route_name="llm-route", route_namespace="serving",
+                                 steps=[50, 100], check=None, log=lambda _: None,
+                                 deploy_options={"wait_timeout_s": 10, "poll_s": 0.01, "false_grace_s": 0.1})
+        finally:
+            client.close()
+        assert out["status"] == "Ready" and full.get(*KEY) is None  # cut over, the old service deleted
+
+
+def test_advisory_false_conditions_never_fail_the_deploy(double, kube):
+    """OciImageVolumeCompatible is outside KServe's Ready rollup (controller.go: advisory)."""
+    def script(obj, n):  # Ready not yet reported for a few reads; only the advisory condition is False
+        conds = kserve_conditions("ready", advisory=True)
+        if n < 3:
+            conds = [c if c["type"] != "Ready" else {**c, "status": "Unknown"} for c in conds]
+        return {"url": "http://gw.example/serving/llm", "conditions": conds}
+
+    double.script("llm", script)
+    lines: list[str] = []
+    assert run(kube, docs(), lines, false_grace_s=0).status == "Ready"
+    assert any("OciImageVolumeCompatible=False (ImageVolumeAlpha" in line and "advisory" in line for line in lines)
+
+
+def test_a_failed_reason_fails_at_once_without_the_grace(double, kube):
+    double.script("llm", kserve_startup(0.1, then=("ProgressDeadlineExceeded",
+                                                   'ReplicaSet "llm-kserve-abc" has timed out progressing.')))
+    with pytest.raises(DeployFailed, match="MainWorkloadReady=False ProgressDeadlineExceeded") as info:
+        run(kube, docs(), false_grace_s=3600, wait_timeout_s=30)
+    assert info.value.action == "deleted" and double.get(*KEY) is None
+
+
+def test_still_starting_at_the_timeout_says_so(double, kube):
+    double.script("llm", kserve_startup(3600))
+    with pytest.raises(DeployFailed, match=r"still starting after 0.3s .*MinimumReplicasUnavailable") as info:
+        run(kube, docs(), false_grace_s=0, wait_timeout_s=0.3)
+    assert "probes.startup_seconds" in info.value.fix and double.get(*KEY) is None
+
+
+def test_the_wait_is_derived_from_the_startup_probe(double, kube):
+    """One figure: the probe the sizing renders (or probes.startup_seconds) plus the pull allowance;
+    KServe's preset probe (60 x 10 s) when the manifest has none; apply.wait_timeout_s overrides."""
+    from shipyard.serving.kserve.apply import startup_seconds_of
+    from shipyard.serving.kserve.config import apply_options
+    from shipyard.serving.sizing import (
+        KSERVE_DEFAULT_STARTUP_S,
+        PULL_ALLOWANCE_S,
+        derive_sizing,
+        ready_wait_seconds,
+    )
+
+    probed = docs(probes={"startup_seconds": 900})
+    assert startup_seconds_of(probed[0]) == 900
+    assert startup_seconds_of(docs()[0]) is None
+    assert ready_wait_seconds(900) == 900 + PULL_ALLOWANCE_S
+    assert ready_wait_seconds(None) == KSERVE_DEFAULT_STARTUP_S + PULL_ALLOWANCE_S
+    sized = derive_sizing({"startup": {"ready_seconds": 400.0}})["startup_probe"]
+    assert sized["ready_wait_seconds"] == ready_wait_seconds(sized["startup_seconds"]) == 800 + PULL_ALLOWANCE_S
+    assert apply_options({})["wait_timeout_s"] is None and apply_options({"wait_timeout_s": 30})["wait_timeout_s"] == 30
+    double.script("llm", kserve_startup(0.0))
+    lines: list[str] = []
+    deploy(probed, kube, poll_s=0.01, false_grace_s=0, log=lines.append)
+    assert any(f"waiting up to {900 + PULL_ALLOWANCE_S:g}s for Ready (startup probe 900s" in line for line in lines)

@@ -75,6 +75,37 @@ def test_the_default_status_url_is_the_server_on_loopback() -> None:
     assert loopback_url("llm", "serving", 8123) == "http://127.0.0.1:8123"
 
 
+def test_the_status_replays_kserve_v020s_sequence_for_a_new_deployment() -> None:
+    """First read: MainWorkloadReady=False Progressing (no Deployment conditions yet); then
+    MinimumReplicasUnavailable (rolled up into WorkloadsReady and Ready) for at least min_start_s,
+    even once the server answers; then Ready with the URL. No container is started here; the
+    rehearsal's own hold is longer than the deploy's 120 s grace."""
+    from conftest import require_tool
+
+    from shipyard.run.container import REHEARSAL_START_S
+    from shipyard.testing.modelcar_server import ModelcarServer
+
+    require_tool(bool(shutil.which("podman")), "podman (bash .ci/podman-setup)")
+    assert REHEARSAL_START_S > 120
+    with ModelcarServers("127.0.0.1:5000", USER, PASSWORD, "vllm:cpu", min_start_s=0.5) as servers:
+        server = ModelcarServer(servers, "serving", "llm", f"oci://127.0.0.1:5000/m@{DIGEST}", "llm", [], 1)
+
+        def main_and_ready() -> tuple[tuple[str, str], tuple[str, str], str | None]:
+            status = server.status()
+            conds = {c["type"]: c for c in status["conditions"]}
+            return ((conds["MainWorkloadReady"]["status"], conds["MainWorkloadReady"].get("reason", "")),
+                    (conds["Ready"]["status"], conds["Ready"].get("reason", "")), status.get("url"))
+
+        assert main_and_ready() == (("False", "Progressing"), ("False", "Progressing"), None)
+        assert main_and_ready()[:2] == (("False", "MinimumReplicasUnavailable"),) * 2
+        server.phase = "ready"  # vLLM answers before min_start_s: still reported as starting
+        assert main_and_ready()[:2] == (("False", "MinimumReplicasUnavailable"),) * 2
+        time.sleep(0.6)
+        assert main_and_ready() == (("True", ""), ("True", ""), server.url)
+        server.phase, server.reason, server.message = "failed", "ServerExited", "vLLM exited with status 1"
+        assert main_and_ready()[:2] == (("False", "ServerExited"),) * 2
+
+
 # -- real servers ----------------------------------------------------------------------------------
 def _require_podman_and_image() -> str:
     """The cpu vllm image of this code, else the newest cpu vllm image in podman's store (the image
@@ -252,10 +283,11 @@ def test_a_server_that_dies_reports_workloads_not_ready_with_its_log(pushed: dic
 
 
 def _settled(servers: ModelcarServers, obj: dict[str, Any]) -> dict[str, Any]:
-    """The status once it is no longer Progressing (two minutes at most)."""
+    """The status once it no longer reports a start-up in progress (two minutes at most)."""
     deadline = time.monotonic() + 120
     status = servers.script(obj, 0)
-    while status["conditions"][-1]["status"] == "Unknown" and time.monotonic() < deadline:
+    while (status["conditions"][-1].get("reason") in ("Progressing", "MinimumReplicasUnavailable")
+           and time.monotonic() < deadline):
         time.sleep(0.5)
         status = servers.script(obj, 1)
     return status

@@ -42,6 +42,18 @@ a variant by ``modelProfile.accelerators[]: {acc, accCount, maxBatchSize, perfPa
 {alpha, beta}, prefillParms: {gamma, delta}}}`` (ITL = alpha + beta x batch, TTFT = gamma + delta x
 tokens x batch, milliseconds). The sizing fits them to the benchmark's levels and reports them; it
 renders no VariantAutoscaling object.
+
+**The Ready wait.** The deploy waits for a new Deployment as long as its start-up may take:
+
+    ready wait = startup probe seconds + PULL_ALLOWANCE (600 s)
+
+the same figure as the startup probe (the rendered ``startupProbe``: ``failureThreshold x
+periodSeconds`` plus ``initialDelaySeconds``, this sizing's number unless the user gave
+``probes.startup_seconds``; KServe's preset default of 60 x 10 s when the manifest has none) plus
+the time before the vLLM container starts, which the probe does not cover (scheduling, the
+multi-GB vLLM image, the modelcar pull or the storage initializer's download). Past the probe the
+kubelet restarts the container, so a longer wait would only watch a crash loop.
+``deploy_config.apply.wait_timeout_s`` overrides it.
 """
 
 from __future__ import annotations
@@ -59,6 +71,16 @@ GROWTH_PER_MINUTE = 0.10
 #: vLLM's default max_num_seqs on a GPU (0.32)
 DEFAULT_MAX_NUM_SEQS = 256
 GIB = 1024**3
+#: seconds before the vLLM container starts (scheduling, image and model pulls): not under the startup probe
+PULL_ALLOWANCE_S = 600.0
+#: KServe v0.20's preset startupProbe (config-llm-template.yaml: failureThreshold 60 x periodSeconds 10)
+KSERVE_DEFAULT_STARTUP_S = 600.0
+
+
+def ready_wait_seconds(startup_seconds: float | None) -> float:
+    """How long the deploy waits for Ready: the startup probe's seconds (KServe's preset default
+    when there is none) plus :data:`PULL_ALLOWANCE_S` (see the module docstring)."""
+    return float(startup_seconds or KSERVE_DEFAULT_STARTUP_S) + PULL_ALLOWANCE_S
 
 
 def predicted_ready_seconds(weights_bytes: float | None, runai: bool = False) -> float | None:
@@ -146,6 +168,7 @@ def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, ten
             "predicted_ready_seconds": predicted, "weights_gib": weights_gib,
             "loader": "runai_streamer" if runai else "default", "gpu_type": gpu_type,
             "source": _probe_source(measured, predicted, weights_gib, runai),
+            "ready_wait_seconds": ready_wait_seconds(probe_s),
         },
     }
     time_to_ready = basis

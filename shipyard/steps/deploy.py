@@ -35,8 +35,8 @@ def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dic
     unknown = sorted(set(options) - set(APPLY_KEYS))
     if unknown:
         raise ShipyardError(f"deploy_config.apply.{unknown[0]}", "is not an apply option", f"use {sorted(APPLY_KEYS)}")
-    merged = {k: float(options.get(k, v)) for k, v in APPLY_KEYS.items()}
-    if any(v <= 0 for k, v in merged.items() if k != "false_grace_s"):
+    merged = {k: None if options.get(k, v) is None else float(options.get(k, v)) for k, v in APPLY_KEYS.items()}
+    if any(v is not None and v <= 0 for k, v in merged.items() if k != "false_grace_s"):
         raise ShipyardError("deploy_config.apply", "timeouts and poll interval must be positive", "use seconds > 0")
     return data, merged
 

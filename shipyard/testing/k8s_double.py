@@ -85,6 +85,7 @@ CORE_GROUPS = {"deployments": "apps", "roles": "rbac.authorization.k8s.io",
                "rolebindings": "rbac.authorization.k8s.io", "clusterroles": "rbac.authorization.k8s.io",
                "clusterrolebindings": "rbac.authorization.k8s.io"}
 ADMIN = "kubernetes-admin"
+READY_TYPE = "Ready"
 
 
 def condition(ctype: str, status: str, reason: str = "", message: str = "") -> dict[str, Any]:
@@ -107,6 +108,63 @@ def ready_after(polls: int, url: str = "http://gateway.example/ns/name") -> Scri
                                    condition("Ready", "Unknown", "Progressing", "waiting for pods")]}
         return {"url": url, "conditions": [condition(t, "True") for t in
                                            ("PresetsCombined", "WorkloadsReady", "RouterReady", "Ready")]}
+
+    return script
+
+
+#: KServe v0.20's MainWorkloadReady while a new Deployment starts (workload_single_node.go copies the
+#: Deployment's Available=False condition; Kubernetes' deployment controller words it so)
+STARTING_REASON, STARTING_MESSAGE = "MinimumReplicasUnavailable", "Deployment does not have minimum availability."
+#: KServe v0.20's advisory condition for oci+native:// on a cluster whose ImageVolume is feature-gated (controller.go)
+OCI_IMAGE_VOLUME_ADVISORY = ("OciImageVolumeCompatible", "ImageVolumeAlpha",
+                             "Cluster K8s 1.33 has ImageVolume feature-gated (K8s 1.33–1.34 beta). Ensure "
+                             "--feature-gates=ImageVolume=true is set on kube-apiserver and kubelet.")
+
+
+def kserve_conditions(phase: str, reason: str = "", message: str = "", *, advisory: bool = False) -> list[dict[str, Any]]:
+    """The conditions KServe v0.20 reports for a single-node LLMInferenceService (managed router, no
+    autoscaling) in ``phase``: ``created`` (its Deployment has no conditions yet: reason
+    ``Progressing``), ``starting`` (``Available=False / MinimumReplicasUnavailable`` until the pods
+    pass their readiness probe), ``failed`` (``reason``/``message`` on ``MainWorkloadReady``) or
+    ``ready``. A False sub-condition is copied into ``WorkloadsReady`` and ``Ready`` with its reason
+    and message (``DetermineWorkloadReadiness``, knative's LivingConditionSet). ``advisory`` adds
+    ``OciImageVolumeCompatible=False``, which is outside the Ready rollup."""
+    if phase == "ready":
+        main = condition("MainWorkloadReady", "True")
+    elif phase == "created":
+        main = condition("MainWorkloadReady", "False", "Progressing")
+    elif phase == "starting":
+        main = condition("MainWorkloadReady", "False", STARTING_REASON, STARTING_MESSAGE)
+    else:
+        main = condition("MainWorkloadReady", "False", reason, message)
+    rolled = ("True",) if phase == "ready" else ("False", main.get("reason", ""), main.get("message", ""))
+    conds = [condition("PresetsCombined", "True"), main, condition("WorkloadsReady", *rolled),
+             condition("HTTPRoutesReady", "True"), condition("InferencePoolReady", "True"),
+             condition("SchedulerWorkloadReady", "True"), condition("RouterReady", "True"), condition(READY_TYPE, *rolled)]
+    if advisory:
+        conds.insert(0, condition(OCI_IMAGE_VOLUME_ADVISORY[0], "False", *OCI_IMAGE_VOLUME_ADVISORY[1:]))
+    return conds
+
+
+def kserve_startup(startup_s: float, url: str = "http://gateway.example/ns/name", *, advisory: bool = False,
+                   then: tuple[str, str] | None = None) -> Script:
+    """KServe v0.20's real sequence for a new Deployment, in wall-clock time since the object's
+    generation was first read: ``Progressing`` on the first read, ``MinimumReplicasUnavailable``
+    for ``startup_s`` seconds (image pull, model pull, load, CUDA-graph capture), then Ready with
+    ``url`` or, with ``then=(reason, message)``, ``MainWorkloadReady=False`` with that reason."""
+    first: dict[tuple[str, int], float] = {}
+
+    def script(obj: dict[str, Any], n: int) -> dict[str, Any]:
+        meta = obj["metadata"]
+        since = first.setdefault((meta.get("uid", ""), int(meta.get("generation") or 0)), time.monotonic())
+        elapsed = time.monotonic() - since
+        if n == 0:
+            return {"conditions": kserve_conditions("created", advisory=advisory)}
+        if elapsed < startup_s:
+            return {"conditions": kserve_conditions("starting", advisory=advisory)}
+        if then is not None:
+            return {"conditions": kserve_conditions("failed", *then, advisory=advisory)}
+        return {"url": url, "conditions": kserve_conditions("ready", advisory=advisory)}
 
     return script
 

@@ -12,9 +12,12 @@ container reads it from there. Here :class:`ModelcarServers` does the same with 
    an image volume (``--mount type=image``: the image's own files, not a local folder) at
    :data:`MOUNT`, serving ``MOUNT/models`` under ``spec.model.name`` (the name the deploy renders;
    the service's name when absent) on a free loopback port;
-3. the status: ``Progressing`` while it pulls and starts, ``Ready`` with ``url`` (``url_for``)
-   once ``/v1/models`` answers, ``WorkloadsReady=False`` with the container's log tail when the
-   pull fails, the server exits or it never answers.
+3. the status, as KServe v0.20 reports a new Deployment (:func:`~shipyard.testing.k8s_double.kserve_conditions`):
+   ``MainWorkloadReady=False / Progressing`` on the first read, ``False / MinimumReplicasUnavailable``
+   (rolled up into ``WorkloadsReady`` and ``Ready``) while it pulls and starts and for at least
+   ``min_start_s`` (the rehearsal holds it past the deploy's 120 s grace, as a GPU start-up lasts
+   minutes), ``Ready`` with ``url`` (``url_for``) once ``/v1/models`` answers, ``MainWorkloadReady=False``
+   with the container's log tail when the pull fails, the server exits or it never answers.
 
 vLLM runs as the measure step starts it on a CPU (:class:`shipyard.serving.vllm_server.VLLMServer`:
 ``--enforce-eager``, ``VLLM_CPU_KVCACHE_SPACE``), so greedy answers are the ones the candidate's
@@ -54,7 +57,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok
 from shipyard.oci.layout import MODELS_DIR
 from shipyard.oci.reference import parse
-from shipyard.testing.k8s_double import condition
+from shipyard.testing.k8s_double import kserve_conditions
 
 #: where the modelcar image is mounted in the vLLM container; the model is under ``MOUNT/models``
 MOUNT = "/mnt/modelcar"
@@ -139,8 +142,8 @@ def log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _conditions(ready: str, reason: str = "", message: str = "") -> list[dict[str, Any]]:
-    return [condition("PresetsCombined", "True"), condition("WorkloadsReady", ready, reason, message),
-            condition("RouterReady", "True"), condition("Ready", ready, reason, message)]
+    """KServe v0.20's conditions: ``True`` (Ready) or ``False`` with the failure's reason and message."""
+    return kserve_conditions("ready") if ready == "True" else kserve_conditions("failed", reason, message)
 
 
 class ModelcarServer:
@@ -167,18 +170,22 @@ class ModelcarServer:
         self.start_seconds: float | None = None
         self.exit_code: int | None = None
         self.command: list[str] = []
-        self._started = time.monotonic()
+        self._started = self._created = time.monotonic()
+        self._reads = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"modelcar-{name}", daemon=True)
 
     # -- status -----------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The LLMInferenceService status KServe would report for this server now."""
-        if self.phase == "ready":
-            return {"url": self.url, "conditions": _conditions("True")}
+        self._reads += 1
         if self.phase in ("failed", "stopped"):
             return {"conditions": _conditions("False", self.reason or "Stopped", self.message)}
-        return {"conditions": _conditions("Unknown", "Progressing", self.message)}
+        if self._reads == 1:  # the Deployment has no conditions yet
+            return {"conditions": kserve_conditions("created")}
+        if self.phase == "ready" and time.monotonic() - self._created >= self.owner.min_start_s:
+            return {"url": self.url, "conditions": _conditions("True")}
+        return {"conditions": kserve_conditions("starting")}
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> ModelcarServer:
@@ -286,14 +293,15 @@ class ModelcarServers:
         tls_verify: podman's ``--tls-verify`` for the pull (False: the loopback registry speaks HTTP).
         vllm_args: more vLLM flags (e.g. the benchmark config's ``vllm_args``, as the measure step used).
         cpu_kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE`` (the benchmark config's ``cpu_kv_cache_gib``).
-        startup_timeout_s, pull_timeout_s: after these a server reports ``WorkloadsReady=False``.
+        startup_timeout_s, pull_timeout_s: after these a server reports ``MainWorkloadReady=False``.
+        min_start_s: the shortest start-up reported (``MinimumReplicasUnavailable`` until then).
         remove_images: ``close`` also removes the modelcar images it pulled from podman's store.
     """
 
     def __init__(self, registry: str, user: str, password: str, image: str, *, url_for: UrlFor = loopback_url,
                  podman_env: Mapping[str, str] | None = None, tls_verify: bool = False,
                  vllm_args: Sequence[str] = (), cpu_kv_cache_gib: int = 1, startup_timeout_s: float = 900.0,
-                 pull_timeout_s: float = 600.0, remove_images: bool = True) -> None:
+                 pull_timeout_s: float = 600.0, remove_images: bool = True, min_start_s: float = 0.0) -> None:
         self.binary = shutil.which("podman") or ""
         if not self.binary:
             raise ShipyardError("podman", "not installed", "run `bash .ci/podman-setup`")
@@ -303,6 +311,7 @@ class ModelcarServers:
         self.vllm_args = [str(a) for a in vllm_args]
         self.cpu_kv_cache_gib = int(cpu_kv_cache_gib)
         self.startup_timeout_s, self.pull_timeout_s = float(startup_timeout_s), float(pull_timeout_s)
+        self.min_start_s = float(min_start_s)
         self._dir = Path(tempfile.mkdtemp(prefix="shipyard-modelcar-"))
         self.authfile = self._dir / "auth.json"
         auths = {registry: {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}} if user else {}

@@ -5,8 +5,20 @@
 * Wait: poll the object until ``status.observedGeneration`` has caught up with the applied
   generation and condition ``Ready`` (KServe's rollup of PresetsCombined, WorkloadsReady and
   RouterReady) is True; every condition change is printed as it happens.
-* Failure: ``PresetsCombined=False`` at once; any other condition ``False`` for longer than
-  ``false_grace_s`` (KServe reports a rollout in progress as False for a while); or the timeout.
+* Still starting vs failed (KServe v0.20, ``llm_inference_service_lifecycle.go`` and
+  ``workload_single_node.go``): while a new Deployment is ``Available=False /
+  MinimumReplicasUnavailable`` (image pull, model pull, load, CUDA-graph capture: minutes on
+  GPUs) KServe sets ``MainWorkloadReady=False`` with that reason, rolled up into
+  ``WorkloadsReady`` and ``Ready`` with the same reason; before the Deployment has conditions the
+  reason is ``Progressing``. Such progressing reasons (:data:`PROGRESSING`) are waited for until
+  the timeout. ``PresetsCombined=False`` and the reasons in :data:`FAILED` (a Deployment past its
+  progress deadline, a stopped service, pod states such as CrashLoopBackOff or ImagePullBackOff)
+  fail at once; any other ``False`` reason fails once it has lasted ``false_grace_s``.
+  Conditions outside the Ready rollup (``OciImageVolumeCompatible``, ``GroupReady``,
+  ``GroupDegraded``: advisory) are printed and never fail the deploy.
+* Timeout: ``wait_timeout_s``, by default derived from the rendered startup probe, the same
+  figure the sizing gives the probe (:func:`shipyard.serving.sizing.ready_wait_seconds`: probe
+  seconds + an allowance for the image and model pulls the probe does not cover).
 * Verify: with ``verify``, the Ready service is checked through its status URL (the deploy
   step's verification against the champion's record) before its spec becomes the last good one;
   a failed or interrupted verification rolls back exactly as a service that never became Ready.
@@ -33,11 +45,27 @@ from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.interrupts import shielded, signal_name
 from shipyard.serving.kserve.config import API_TIMEOUT_S
 from shipyard.serving.kserve.validate import require_valid
+from shipyard.serving.sizing import PULL_ALLOWANCE_S, ready_wait_seconds
 
 FIELD_MANAGER = "shipyard"
 LAST_GOOD = "shipyard.io/last-good"
 READY, PRESETS = "Ready", "PresetsCombined"
 ROLLUP = ("PresetsCombined", "WorkloadsReady", "RouterReady", READY)
+#: KServe v0.20's conditions that block Ready (llm_inference_service_lifecycle.go: the rollups, the
+#: workload and router sub-conditions, and PresetsCombined, which blocks reconciliation); any
+#: other type (OciImageVolumeCompatible, GroupReady, GroupDegraded) is advisory
+BLOCKING = frozenset({*ROLLUP, "MainWorkloadReady", "WorkerWorkloadReady", "PrefillWorkloadReady",
+                      "PrefillWorkerWorkloadReady", "ScalingReady", "PrefillScalingReady", "SchedulerWorkloadReady",
+                      "GatewaysReady", "HTTPRoutesReady", "InferencePoolReady"})
+#: False reasons of a rollout still in progress: a Deployment's (or LeaderWorkerSet's) start-up as
+#: KServe v0.20 propagates it (workload_single_node.go, workload_multi_node.go, scheduler.go), and
+#: an autoscaler not yet observed (scaling.go)
+PROGRESSING = frozenset({"Progressing", "MinimumReplicasUnavailable", "NewReplicaSetCreated", "FoundNewReplicaSet",
+                         "ReplicaSetUpdated", "HPAProgressing", "ScaledObjectProgressing"})
+#: False reasons that do not go away by waiting
+FAILED = frozenset({"ProgressDeadlineExceeded", "Stopped", "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
+                    "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+                    "FailedCreate", "ConfigNotFound", "CombineBaseError"})
 
 
 @dataclass
@@ -254,13 +282,40 @@ def _describe(cond: dict[str, Any]) -> str:
     return text
 
 
-def _failing(conds: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The most specific False condition (a sub-condition before its rollup)."""
-    false = [c for c in conds.values() if c.get("status") == "False"]
+def starting(cond: dict[str, Any]) -> bool:
+    """A False condition that reports a rollout still in progress (:data:`PROGRESSING`)."""
+    return cond.get("reason") in PROGRESSING
+
+
+def _false(conds: dict[str, dict[str, Any]], progressing: bool) -> dict[str, Any] | None:
+    """The most specific blocking False condition (a sub-condition before its rollup) that is
+    (``progressing``) or is not a rollout in progress; advisory conditions never count."""
+    false = [c for c in conds.values() if c.get("status") == "False" and c["type"] in BLOCKING
+             and starting(c) == progressing]
     if not false:
         return None
     order = {t: i for i, t in enumerate(ROLLUP)}
     return sorted(false, key=lambda c: (order.get(c["type"], -1), c["type"]))[0]
+
+
+def _failing(conds: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The most specific blocking False condition that is not a rollout in progress."""
+    return _false(conds, progressing=False)
+
+
+def startup_seconds_of(svc: dict[str, Any]) -> float | None:
+    """The longest startup probe the manifest renders (``initialDelaySeconds + failureThreshold x
+    periodSeconds`` over the decode and prefill pods' containers), None when it renders none."""
+    spec = svc.get("spec") or {}
+    found: list[float] = []
+    for part in (spec, spec.get("prefill") or {}, spec.get("worker") or {}, (spec.get("prefill") or {}).get("worker") or {}):
+        pod = part.get("template") if "template" in part else part
+        for container in (pod or {}).get("containers") or []:
+            probe = container.get("startupProbe") or {}
+            if probe:
+                found.append(float(probe.get("initialDelaySeconds") or 0)
+                             + float(probe.get("failureThreshold") or 3) * float(probe.get("periodSeconds") or 10))
+    return max(found) if found else None
 
 
 def url_of(obj: dict[str, Any]) -> str:
@@ -330,7 +385,7 @@ def deploy(
     docs: list[dict[str, Any]],
     kube: Kube,
     *,
-    wait_timeout_s: float = 1200.0,
+    wait_timeout_s: float | None = None,
     poll_s: float = 5.0,
     false_grace_s: float = 120.0,
     log: Callable[[str], None] = print,
@@ -341,7 +396,10 @@ def deploy(
 
     ``verify(url)``: called once the service is Ready, with its status URL, before the new spec
     becomes the last good one; a :class:`ShipyardError` (or an interrupt) from it rolls back
-    exactly as a deployment that never became Ready."""
+    exactly as a deployment that never became Ready.
+
+    ``wait_timeout_s``: None derives it from the manifest's startup probe
+    (:func:`shipyard.serving.sizing.ready_wait_seconds`)."""
     require_valid(docs)
     svc = docs[0]
     if svc.get("kind") != "LLMInferenceService":
@@ -398,7 +456,15 @@ def deploy(
     except KeyboardInterrupt as err:
         raise interrupted(err, "the apply") from None
     generation = int((applied.get("metadata") or {}).get("generation") or 0)
-    log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready")
+    if wait_timeout_s is None:
+        probe_s = startup_seconds_of(svc)
+        wait_timeout_s = ready_wait_seconds(probe_s)
+        basis = (f"startup probe {probe_s:g}s" if probe_s is not None
+                 else f"KServe's default startup probe {wait_timeout_s - PULL_ALLOWANCE_S:g}s")
+        log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready "
+            f"({basis} + {PULL_ALLOWANCE_S:g}s for the image and model pulls)")
+    else:
+        log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready")
     during = "the Ready wait"
     try:
         obj, events = _wait(kube, res, name, ns, generation, wait_timeout_s, poll_s, false_grace_s, log)
@@ -447,6 +513,10 @@ def _wait(kube: Kube, res: Any, name: str, ns: str, generation: int, timeout_s: 
             if seen.get(ctype) != key:
                 seen[ctype] = key
                 line = f"[{now:6.1f}s] {_describe(cond)}"
+                if cond.get("status") == "False" and ctype not in BLOCKING:
+                    line += " (advisory: not part of Ready)"
+                elif cond.get("status") == "False" and starting(cond):
+                    line += " (still starting)"
                 events.append(line)
                 log(f"{ns}/{name}: {line}")
         if current:
@@ -458,14 +528,21 @@ def _wait(kube: Kube, res: Any, name: str, ns: str, generation: int, timeout_s: 
                 raise _condition_error(name, ns, presets)
             failing = _failing(conds)
             for ctype, cond in conds.items():
-                if cond.get("status") == "False":
+                if cond.get("status") == "False" and ctype in BLOCKING and not starting(cond):
                     false_since.setdefault(ctype, now)
                 else:
                     false_since.pop(ctype, None)
-            if failing and now - false_since.get(failing["type"], now) >= false_grace_s:
+            if failing and (failing.get("reason") in FAILED
+                            or now - false_since.get(failing["type"], now) >= false_grace_s):
                 raise _condition_error(name, ns, failing)
         if now >= timeout_s:
             failing = _failing(conds) if current else None
+            still = _false(conds, progressing=True) if current else None
+            if failing is None and still is not None:
+                raise ShipyardError(f"LLMInferenceService {ns}/{name}",
+                                    f"still starting after {timeout_s:g}s (the Ready wait ran out): {_describe(still)}",
+                                    "look at the pods' events (image and model pulls, load); if start-up really takes "
+                                    "longer, raise probes.startup_seconds (the wait follows it) or apply.wait_timeout_s")
             detail = f"; last: {_describe(failing)}" if failing else (
                 "" if current else f"; the controller has not observed generation {generation} yet")
             raise ShipyardError(f"LLMInferenceService {ns}/{name}", f"not Ready after {timeout_s:g}s{detail}",

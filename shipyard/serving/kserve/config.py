@@ -306,11 +306,14 @@ def load_preset(name: str) -> dict[str, Any]:
 #: webhooks included, each at most 30 s), so the server's verdict (applied, or its 504) arrives before the
 #: client gives up on an apply the server may still commit (which the deploy then rolls back unseen)
 API_TIMEOUT_S = 75.0
-APPLY_KEYS = {"wait_timeout_s": 1200.0, "poll_s": 5.0, "false_grace_s": 120.0, "api_timeout_s": API_TIMEOUT_S}
+#: ``wait_timeout_s`` None: derived from the rendered startup probe (``shipyard.serving.sizing.ready_wait_seconds``)
+APPLY_KEYS: dict[str, float | None] = {"wait_timeout_s": None, "poll_s": 5.0, "false_grace_s": 120.0,
+                                       "api_timeout_s": API_TIMEOUT_S}
 
 
-def apply_options(options: Any) -> dict[str, float]:
-    """``deploy_config.apply``: the wait / poll / grace / API timeouts, in seconds, with defaults."""
+def apply_options(options: Any) -> dict[str, Any]:
+    """``deploy_config.apply``: the wait / poll / grace / API timeouts, in seconds, with defaults
+    (``wait_timeout_s`` None: the deploy derives it from the startup probe)."""
     if options is None:
         options = {}
     if not isinstance(options, dict):
@@ -318,9 +321,12 @@ def apply_options(options: Any) -> dict[str, float]:
     unknown = sorted(set(options) - set(APPLY_KEYS))
     if unknown:
         raise _fail(f"apply.{unknown[0]}", "is not an apply option", f"use {sorted(APPLY_KEYS)}")
-    merged: dict[str, float] = {}
+    merged: dict[str, Any] = {}
     for key, default in APPLY_KEYS.items():
         value = options.get(key, default)
+        if value is None and default is None:
+            merged[key] = None
+            continue
         low = 0 if key == "false_grace_s" else 0.0
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < low \
                 or (key != "false_grace_s" and value == 0):
