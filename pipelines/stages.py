@@ -168,7 +168,7 @@ def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any, adapters: 
 
 def release(p: Params, selected: Any) -> None:
     """The one path of the champion: package, register and gate it against production in one task,
-    then :func:`rollout`. Nothing runs when no candidate passed both gates (the selection returned
+    then :func:`rollout`. Nothing runs when nothing passed its gates, the base included (the selection returned
     no model)."""
     with dsl.If(selected.outputs["Output"] != "", name="champion-found"):
         model = dsl.importer(artifact_uri=selected.outputs["Output"], artifact_class=Model, reimport=False)

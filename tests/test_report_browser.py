@@ -146,7 +146,7 @@ def test_candidates_report_in_chromium(reports: dict[str, Path], tmp_path: Path)
     assert len(probe["imgs"]) == 4  # recovery bars, latency, throughput, the frontier
     assert all(i["complete"] and i["w"] > 300 and i["h"] > 200 and i["scheme"] == "data" for i in probe["imgs"])
     assert probe["tables"] >= 6
-    for needle in ("Candidates: champion w8a8-int8", "only candidates that passed both gates",
+    for needle in ("Candidates: champion w8a8-int8", "the base is always a candidate",
                    "Frontier: accuracy and goodput on the same axes",
                    "passed the accuracy gate below min_recovery 0.99", "by the stderr rule (k = 2)",
                    "TTFT p99 x7.31 at concurrency 2", "fewer than 100 requests", "Accuracy thresholds", "ttft_p99_ms"):

@@ -59,7 +59,7 @@ def candidate_gates(
         candidate_adapters: The candidate's, with the same adapters: the accuracy gate runs once per
             adapter (candidate+adapter vs base+adapter), and the candidate passes only if every adapter does.
 
-    Returns True when the candidate passed both gates (the reason is in candidate's metadata).
+    Returns True when the candidate passed its gates (the reason is in candidate's metadata).
     """
     import os
     import shutil

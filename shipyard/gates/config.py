@@ -249,7 +249,7 @@ OBJECTIVES = ("throughput", "size", "recovery", "kv_cache")
 
 
 class SelectionConfig(_Strict):
-    """``selection``: how the champion is chosen among the candidates that passed both gates.
+    """``selection``: how the champion is chosen among the base and the candidates that passed their gates.
 
     ``throughput``: the most output tokens/s at the highest load level that meets the SLO;
     ``size``: the smallest model; ``recovery``: the best worst-case accuracy recovery;

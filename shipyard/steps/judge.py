@@ -129,25 +129,12 @@ def judge_candidate(
     levels, planner = _levels(candidate_bench)
     base_levels, base_planner = _levels(base_bench)
     figures = compress_figures or {}
-    gated = [r for r in accuracy["rows"] if r["gated"] and r["recovery"] is not None]
     safe = run_safety_gate(str(Path(base_bench) / SAFETY_DIR), str(Path(candidate_bench) / SAFETY_DIR), safety,
                            report_path=str(out / "safety.md"))
     # the accuracy gate once per LoRA adapter (candidate+adapter vs base+adapter): every one must pass
     lora = run_adapter_gates(base_adapters, candidate_adapters, thresholds, report_dir=str(out))
     passed = bool(accuracy["passed"] and slo["passed"] and safe["passed"] and all(a["passed"] for a in lora.values()))
     caveat = accuracy_caveat(accuracy["rows"]) if accuracy["passed"] else ""
-    if passed:
-        reason = "passed both gates" + (f" (accuracy pass: {caveat})" if caveat else "")
-        if lora:
-            reason += f"; all {len(lora)} LoRA adapter accuracy gates passed"
-        if safe["caveat"]:  # e.g. too few attacks to show anything: said wherever the verdict is
-            reason += f"; safety pass: {safe['caveat']}"
-    else:
-        reason = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo),
-                                                                         ("safety", safe))
-                           if not r["passed"])
-        broken = [f"LoRA adapter {name} accuracy gate {a['reason']}" for name, a in lora.items() if not a["passed"]]
-        reason = "; ".join(part for part in (reason, *broken) if part)
     from shipyard.compression.recipes import recipe_label
 
     record = {
@@ -156,28 +143,12 @@ def judge_candidate(
         "recipe_text": recipe,
         "model_uri": model_uri,
         "passed": passed,
-        "reason": reason,
+        "reason": _reason(passed, accuracy, slo, safe, lora, caveat),
         "size_bytes": figures.get("size_after_bytes"),
         "base_size_bytes": figures.get("size_before_bytes"),
         "compression_ratio": figures.get("compression_ratio"),
-        "accuracy": {
-            "passed": bool(accuracy["passed"]),
-            "reason": accuracy["reason"],
-            "caveat": caveat,
-            "verdict": verdict(bool(accuracy["passed"]), caveat),
-            "worst_recovery": min((r["recovery"] for r in gated), default=None),
-            "thresholds": accuracy.get("thresholds"),
-            # the rule that decided, its one-sided alpha, the correction and the power statement
-            **{k: accuracy.get(k) for k in ("rule", "alpha", "multiple_comparisons", "comparisons", "power")},
-            "rows": [{k: r.get(k) for k in ("task", "metric", "higher_is_better", "base", "candidate", "recovery",
-                                            "min_recovery", "gated", "passed", "note", "base_stderr",
-                                            "candidate_stderr", "stderr_k", "decided_by", "stderr_rule", "paired",
-                                            "rule", "decision", "margin", "p_value", "p_adjusted", "mdl")}
-                     for r in accuracy["rows"]],
-        },
-        "slo": {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
-                "thresholds": slo.get("slo"), "rule": slo.get("rule"),
-                "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain")},
+        "accuracy": _accuracy_section(accuracy, caveat),
+        "slo": _slo_section(slo),
         "adapters": lora,
         "safety": {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
                    "families": safe["families"], "new_hits": len(safe["new_hits"]),
@@ -192,7 +163,62 @@ def judge_candidate(
         "base_planner": base_planner,
     }
     atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
-    metrics = {"passed": 1.0 if passed else 0.0, "accuracy_passed": 1.0 if accuracy["passed"] else 0.0,
+    return {"passed": passed, "reason": record["reason"], "metrics": _metrics(record, accuracy, slo, safe, lora),
+            "candidate": record, "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"],
+            "accuracy_caveat": caveat, "accuracy_verdict": record["accuracy"]["verdict"],
+            "slo_verdict": verdict(bool(slo["passed"])), "safety_reason": safe["reason"],
+            "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
+
+
+def _reason(passed: bool, accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
+            lora: dict[str, Any], caveat: str) -> str:
+    """The candidate's one-line reason: its gates passed (with every caveat), or what failed."""
+    if passed:
+        reason = "passed its gates" + (f" (accuracy pass: {caveat})" if caveat else "")
+        if lora:
+            reason += f"; all {len(lora)} LoRA adapter accuracy gates passed"
+        if safe["caveat"]:  # e.g. too few attacks to show anything: said wherever the verdict is
+            reason += f"; safety pass: {safe['caveat']}"
+        return reason
+    failed = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo),
+                                                                     ("safety", safe)) if not r["passed"])
+    broken = [f"LoRA adapter {name} accuracy gate {a['reason']}" for name, a in lora.items() if not a["passed"]]
+    return "; ".join(part for part in (failed, *broken) if part)
+
+
+#: what candidate.json keeps of each accuracy row
+ACCURACY_ROW_KEYS = ("task", "metric", "higher_is_better", "base", "candidate", "recovery", "min_recovery", "gated",
+                     "passed", "note", "base_stderr", "candidate_stderr", "stderr_k", "decided_by", "stderr_rule",
+                     "paired", "rule", "decision", "margin", "p_value", "p_adjusted", "mdl")
+
+
+def _accuracy_section(accuracy: dict[str, Any], caveat: str) -> dict[str, Any]:
+    """The accuracy gate's part of candidate.json: its verdict, rule and every row."""
+    gated = [r for r in accuracy["rows"] if r["gated"] and r["recovery"] is not None]
+    return {
+        "passed": bool(accuracy["passed"]),
+        "reason": accuracy["reason"],
+        "caveat": caveat,
+        "verdict": verdict(bool(accuracy["passed"]), caveat),
+        "worst_recovery": min((r["recovery"] for r in gated), default=None),
+        "thresholds": accuracy.get("thresholds"),
+        # the rule that decided, its one-sided alpha, the correction and the power statement
+        **{k: accuracy.get(k) for k in ("rule", "alpha", "multiple_comparisons", "comparisons", "power")},
+        "rows": [{k: r.get(k) for k in ACCURACY_ROW_KEYS} for r in accuracy["rows"]],
+    }
+
+
+def _slo_section(slo: dict[str, Any]) -> dict[str, Any]:
+    """The SLO gate's part of candidate.json (the base's record uses the same)."""
+    return {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
+            "thresholds": slo.get("slo"), "rule": slo.get("rule"),
+            "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain")}
+
+
+def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
+             lora: dict[str, Any]) -> dict[str, float]:
+    """The candidate's flat figures for a KFP Metrics artifact and its MLflow run."""
+    metrics = {"passed": 1.0 if record["passed"] else 0.0, "accuracy_passed": 1.0 if accuracy["passed"] else 0.0,
                "slo_passed": 1.0 if slo["passed"] else 0.0, **safe["metrics"]}
     if lora:
         metrics["adapters_passed"] = 1.0 if all(a["passed"] for a in lora.values()) else 0.0
@@ -200,15 +226,12 @@ def judge_candidate(
         metrics["safety_passed"] = 1.0 if safe["passed"] else 0.0
     if record["accuracy"]["worst_recovery"] is not None:
         metrics["worst_recovery"] = float(record["accuracy"]["worst_recovery"])
-    for lv in levels:
+    for lv in record["levels"]:
         if lv["output_tokens_per_s"] is not None:
             metrics[f"{lv['name']}.output_tokens_per_s"] = float(lv["output_tokens_per_s"])
     if record["size_bytes"]:
         metrics["size_bytes"] = float(record["size_bytes"])
-    return {"passed": passed, "reason": reason, "metrics": metrics, "candidate": record,
-            "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"], "accuracy_caveat": caveat,
-            "accuracy_verdict": record["accuracy"]["verdict"], "slo_verdict": verdict(bool(slo["passed"])),
-            "safety_reason": safe["reason"], "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
+    return metrics
 
 
 def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_uri: str = "",
@@ -254,9 +277,7 @@ def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_ur
         "compression_ratio": 1.0,
         "accuracy": {"passed": True, "reason": "the reference of the accuracy gate", "caveat": "",
                      "verdict": "reference", "worst_recovery": 1.0, "thresholds": None, "rows": rows},
-        "slo": {"passed": passed, "reason": slo_result["reason"], "metrics": slo_result["metrics"],
-                "thresholds": slo_result.get("slo"), "rule": slo_result.get("rule"),
-                "worst_regression": None, "best_gain": None},
+        "slo": {**_slo_section(slo_result), "worst_regression": None, "best_gain": None},  # against itself
         "adapters": {},
         "safety": {"passed": True, "enabled": False, "reason": "the reference of the safety gate",
                    "families": {}, "new_hits": 0, "verdict": "reference"},
