@@ -176,6 +176,78 @@ def _stderr_rows(cand: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in (cand.get("accuracy") or {}).get("rows", []) if r.get("decided_by") == "stderr rule"]
 
 
+def _ranking_rows(result: dict[str, Any], candidates: list[dict[str, Any]]) -> list[list[str]]:
+    """The ranking table's rows: every candidate (the base among them) with its decision and figures."""
+    winner = (result.get("winner") or {}).get("recipe")
+    objective = result["objective"]
+    champion_value = objective_value(result["winner"], objective) if result.get("winner") else None
+    ranked = {recipe: i for i, recipe in enumerate(result.get("ranking") or [], start=1)}
+    rows = []
+    base = candidates[0] if candidates and not any(is_base(c) for c in candidates) else {}
+    if base:
+        rows.append(["–", "base", "reference", "–", "–", "–", "–", "–", "1", _mb(base.get("base_size_bytes")), "1",
+                     fmt((base.get("base_planner") or {}).get("kv_cache_tokens"))])
+    for cand in candidates:
+        acc, slo = cand.get("accuracy") or {}, cand.get("slo") or {}
+        value = objective_value(cand, objective)
+        diff = "–"
+        if value is not None and champion_value is not None and cand["recipe"] != winner:
+            delta = float(value) - float(champion_value)
+            diff = _mb(delta) if objective == "size" else f"{delta:+.4g}"
+        mark = "champion" if cand["recipe"] == winner else (
+            "dominated by the base" if cand["recipe"] in (result.get("dominated") or {})
+            else "passed" if cand.get("passed") else "not eligible")
+        rows.append([str(ranked.get(cand["recipe"], "–")), cand["recipe"][:40], mark,
+                     _objective_text(value, objective), diff, _accuracy_verdict(acc),
+                     "pass" if slo.get("passed") else "FAIL", (cand.get("safety") or {}).get("verdict", "off"),
+                     fmt(acc.get("worst_recovery")), _mb(cand.get("size_bytes")),
+                     fmt(cand.get("compression_ratio"), 2), fmt((cand.get("planner") or {}).get("kv_cache_tokens"))])
+    return rows
+
+
+def _level_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
+    """The per-load-level table of the base and every candidate."""
+    level_rows = []
+    for name, levels in _series(candidates):
+        for lv in levels:
+            n = sample_count(lv)
+            level_rows.append([name, lv["name"], "–" if n is None else str(n) + (f" (< {MIN_SAMPLES})" if n < MIN_SAMPLES else ""),
+                               fmt(lv.get("output_tokens_per_s"), 1), fmt(lv.get("ttft_p50_ms"), 1),
+                               fmt(lv.get("ttft_p99_ms"), 1), fmt(lv.get("itl_p99_ms"), 1), fmt(lv.get("error_rate"))])
+    if level_rows:
+        doc.h(2, "Per load level")
+        doc.table(["model", "load", "requests", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p99 ms", "error rate"],
+                  level_rows)
+
+
+def _accuracy_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
+    """The per-metric table: each candidate's score and recovery, and how its row was decided."""
+    metrics = sorted({f"{r['task']}/{r['metric'].replace(',none', '')}" for c in candidates
+                      for r in (c.get("accuracy") or {}).get("rows", [])})
+    if metrics:
+        doc.h(2, "Accuracy recovery per metric")
+        head = ["metric", "base", "min recovery"] + [c["recipe"][:30] for c in candidates]
+        table = []
+        for metric in metrics:
+            cells, base_value, minimum = [], None, None
+            for cand in candidates:
+                row = next((r for r in (cand.get("accuracy") or {}).get("rows", [])
+                            if f"{r['task']}/{r['metric'].replace(',none', '')}" == metric), None)
+                if row is None:
+                    cells.append("–")
+                    continue
+                base_value = row["base"] if base_value is None else base_value
+                minimum = row.get("min_recovery") if minimum is None else minimum
+                how = row.get("decided_by") or ""
+                verdict = ("" if row["passed"] else " FAIL") if row.get("gated", True) else " not gated"
+                cells.append(f"{fmt(row['candidate'])} (recovery {fmt(row['recovery'])}"
+                             f"{'; ' + how if how and how != 'recovery >= min' else ''}){verdict}")
+            table.append([metric, fmt(base_value), fmt(minimum)] + cells)
+        doc.table(head, table)
+        doc.p("candidate score (recovery = candidate / base, or base / candidate when lower is better; "
+              "stderr rule = passed below min recovery, within k standard errors).", "Cells:")
+
+
 def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_plots: bool = True) -> Doc:
     """All candidates side by side: the selection rule, the champion and why, every gate's decision,
     the figures per load level and per metric, the thresholds, and warnings."""
@@ -201,28 +273,7 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
     if with_plots:
         for alt, png in plot_pngs(candidates):
             doc.image(alt, png)
-    champion_value = objective_value(result["winner"], objective) if result.get("winner") else None
-    ranked = {recipe: i for i, recipe in enumerate(result.get("ranking") or [], start=1)}
-    rows = []
-    base = candidates[0] if candidates and not any(is_base(c) for c in candidates) else {}
-    if base:
-        rows.append(["–", "base", "reference", "–", "–", "–", "–", "–", "1", _mb(base.get("base_size_bytes")), "1",
-                     fmt((base.get("base_planner") or {}).get("kv_cache_tokens"))])
-    for cand in candidates:
-        acc, slo = cand.get("accuracy") or {}, cand.get("slo") or {}
-        value = objective_value(cand, objective)
-        diff = "–"
-        if value is not None and champion_value is not None and cand["recipe"] != winner:
-            delta = float(value) - float(champion_value)
-            diff = _mb(delta) if objective == "size" else f"{delta:+.4g}"
-        mark = "champion" if cand["recipe"] == winner else (
-            "dominated by the base" if cand["recipe"] in (result.get("dominated") or {})
-            else "passed" if cand.get("passed") else "not eligible")
-        rows.append([str(ranked.get(cand["recipe"], "–")), cand["recipe"][:40], mark,
-                     _objective_text(value, objective), diff, _accuracy_verdict(acc),
-                     "pass" if slo.get("passed") else "FAIL", (cand.get("safety") or {}).get("verdict", "off"),
-                     fmt(acc.get("worst_recovery")), _mb(cand.get("size_bytes")),
-                     fmt(cand.get("compression_ratio"), 2), fmt((cand.get("planner") or {}).get("kv_cache_tokens"))])
+    rows = _ranking_rows(result, candidates)
     doc.h(2, "Ranking")
     doc.table(["rank", "recipe", "decision", f"{objective} ({LABELS[objective]})", "vs champion", "accuracy gate",
                "SLO gate", "safety gate", "worst recovery", "size", "ratio", "planner KV tokens"], rows)
@@ -234,41 +285,8 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
                 (c.get("safety") or {}).get("reason") or "off",
                 change_text((c.get("slo") or {}).get("worst_regression")),
                 change_text((c.get("slo") or {}).get("best_gain"))] for c in candidates])
-    level_rows = []
-    for name, levels in _series(candidates):
-        for lv in levels:
-            n = sample_count(lv)
-            level_rows.append([name, lv["name"], "–" if n is None else str(n) + (f" (< {MIN_SAMPLES})" if n < MIN_SAMPLES else ""),
-                               fmt(lv.get("output_tokens_per_s"), 1), fmt(lv.get("ttft_p50_ms"), 1),
-                               fmt(lv.get("ttft_p99_ms"), 1), fmt(lv.get("itl_p99_ms"), 1), fmt(lv.get("error_rate"))])
-    if level_rows:
-        doc.h(2, "Per load level")
-        doc.table(["model", "load", "requests", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p99 ms", "error rate"],
-                  level_rows)
-    metrics = sorted({f"{r['task']}/{r['metric'].replace(',none', '')}" for c in candidates
-                      for r in (c.get("accuracy") or {}).get("rows", [])})
-    if metrics:
-        doc.h(2, "Accuracy recovery per metric")
-        head = ["metric", "base", "min recovery"] + [c["recipe"][:30] for c in candidates]
-        table = []
-        for metric in metrics:
-            cells, base_value, minimum = [], None, None
-            for cand in candidates:
-                row = next((r for r in (cand.get("accuracy") or {}).get("rows", [])
-                            if f"{r['task']}/{r['metric'].replace(',none', '')}" == metric), None)
-                if row is None:
-                    cells.append("–")
-                    continue
-                base_value = row["base"] if base_value is None else base_value
-                minimum = row.get("min_recovery") if minimum is None else minimum
-                how = row.get("decided_by") or ""
-                verdict = ("" if row["passed"] else " FAIL") if row.get("gated", True) else " not gated"
-                cells.append(f"{fmt(row['candidate'])} (recovery {fmt(row['recovery'])}"
-                             f"{'; ' + how if how and how != 'recovery >= min' else ''}){verdict}")
-            table.append([metric, fmt(base_value), fmt(minimum)] + cells)
-        doc.table(head, table)
-        doc.p("candidate score (recovery = candidate / base, or base / candidate when lower is better; "
-              "stderr rule = passed below min recovery, within k standard errors).", "Cells:")
+    _level_section(doc, candidates)
+    _accuracy_section(doc, candidates)
     from shipyard.gates.frontier import add_section, frontier
 
     add_section(doc, frontier(candidates, winner or "", _throughput), with_plot=with_plots)
