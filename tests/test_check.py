@@ -145,7 +145,10 @@ def test_each_planted_fault_is_named_in_one_line(services: dict[str, Any], tmp_p
         rule = next(r for r in role["rules"] if r["resources"] == ["llminferenceservices"])
         rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
         # MLflow without the allowed hosts (the manifest before): 403 to its Service name
-        deploy = json.dumps({"preset": "pd-nixl", "gpu_memory_gib": 80, "scaling": {"mode": "wva", "max_replicas": 4}})
+        # the deploy config the pipeline runs with: its apply, verify and rollout objects are accepted (issue 32)
+        deploy = json.dumps({"preset": "pd-nixl", "gpu_memory_gib": 80, "scaling": {"mode": "wva", "max_replicas": 4},
+                             "apply": {"wait_timeout_s": 1800}, "verify": {"min_match_rate": 0.8},
+                             "rollout": {"strategy": "canary", "steps": [25, 100], "route": {"name": "llm-route"}}})
         code, lines = run_check(kubeconfig, services, shared_server().url, capsys, "--deploy-config", deploy)
     finally:
         double.__exit__(None, None, None)

@@ -574,10 +574,45 @@ def without_shipyard_fields(doc: dict) -> dict:
     return doc
 
 
-def test_apply_timeouts_pass_the_config_check():
-    """The pipeline's pre-flight checks deploy_config with parse_config: apply is part of it."""
-    cfg = parse_config({"name": "llm", "model_uri": URI, "apply": {"wait_timeout_s": 4800, "false_grace_s": 0}})
-    assert cfg.name == "llm"
+def test_one_parser_reads_the_whole_deploy_config():
+    """parse_deploy_config (the pre-flight, the deploy step, shipyard deploy and check): the render
+    parameters, apply, verify and rollout, typed, without changing what it was given."""
+    from shipyard.params.deploy import parse_deploy_config
+
+    raw = {"preset": "aggregated", "apply": {"wait_timeout_s": 4800, "false_grace_s": 0},
+           "verify": {"enabled": False, "min_match_rate": 0.8},
+           "rollout": {"strategy": "canary", "route": {"name": "llm-route"}}}
+    before = json.dumps(raw, sort_keys=True)
+    got = parse_deploy_config(raw, name="llm", model_uri=URI)
+    assert json.dumps(raw, sort_keys=True) == before
+    assert got.config.name == "llm" and got.params == {"preset": "aggregated"}
+    assert got.apply["wait_timeout_s"] == 4800.0 and got.apply["false_grace_s"] == 0.0 and got.apply["poll_s"] == 5.0
+    assert got.verify == {"enabled": False, "dry_run": False, "settings": {"min_match_rate": 0.8}}
+    assert got.rollout == {"strategy": "canary", "steps": [10, 50, 100], "route": {"name": "llm-route", "namespace": None}}
+    assert render(got.config) == render(parse_config({"preset": "aggregated"}, name="llm", model_uri=URI))
+    assert parse_deploy_config(json.dumps(raw), name="llm", model_uri=URI) == got
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "text"),
+    [
+        ({"apply": {"poll_s": "abc"}}, "deploy_config.apply.poll_s", "'abc' is not a number of seconds"),
+        ({"apply": {"poll_s": True}}, "deploy_config.apply.poll_s", "True is not a number of seconds"),
+        ({"apply": {"wait_timeout_s": 0}}, "deploy_config.apply.wait_timeout_s", "not a number of seconds"),
+        ({"apply": {"pol_s": 1}}, "deploy_config.apply.pol_s", "not an apply option"),
+        ({"apply": [1]}, "deploy_config.apply", "must be an object"),
+        ({"verify": {"enabled": "no"}}, "deploy_config.verify.enabled", "not true or false"),
+        ({"rollout": {"strategy": "big-bang"}}, "deploy_config.rollout.strategy", "not a strategy"),
+        ({"replicaz": 2}, "deploy_config.replicaz", "not a deploy parameter"),
+        ("[1]", "deploy_config", "must be a JSON object"),
+    ],
+)
+def test_the_deploy_config_parser_fails_in_one_line(raw, field, text):
+    from shipyard.params.deploy import parse_deploy_config
+
+    with pytest.raises(ShipyardError) as info:
+        parse_deploy_config(raw, name="llm", model_uri=URI)
+    assert info.value.field == field and text in str(info.value) and "\n" not in str(info.value)
 
 
 def test_template_round_trip_keeps_every_field():
@@ -797,7 +832,7 @@ def _bad_template(**changes):
         ({"template": "/path/to/llm.yaml"}, "deploy_config.template", "not an LLMInferenceService"),
         ({"template": 42}, "deploy_config.template", "not an LLMInferenceService"),
         ({"template": "s3://bucket-only"}, "deploy_config.template", "names a bucket"),
-        # the apply timeouts, checked where the pre-flight checks deploy_config
+        # the apply timeouts, checked by the one deploy_config parser (the pre-flight's and the deploy step's)
         ({"apply": {"wait_timeout_s": "soon"}}, "deploy_config.apply.wait_timeout_s", "not a number of seconds"),
         ({"apply": {"poll_s": 0}}, "deploy_config.apply.poll_s", "not a number of seconds"),
         ({"apply": {"wait": 10}}, "deploy_config.apply.wait", "not an apply option"),
@@ -805,8 +840,10 @@ def _bad_template(**changes):
     ],
 )
 def test_new_fields_bad_input_is_one_line(params, field, text):
+    from shipyard.params.deploy import parse_deploy_config
+
     with pytest.raises(ShipyardError) as info:
-        render(parse_config({"name": "llm", "model_uri": URI, **params}))
+        render(parse_deploy_config({"name": "llm", "model_uri": URI, **params}).config)
     err = info.value
     assert err.field == field and text in str(err), str(err)
     assert "\n" not in str(err) and err.fix

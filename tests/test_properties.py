@@ -102,7 +102,8 @@ BENCH_KEYS = ["profile", "loads", "prompt_tokens", "output_tokens", "max_request
               "data", "port"]
 DEPLOY_KEYS = ["preset", "mode", "replicas", "prefill_replicas", "tensor_parallel", "gpus", "gpu_memory_gib",
                "namespace", "router", "scaling", "labels", "annotations", "env", "vllm_args", "node_selector",
-               "tolerations", "probes", "resources", "cpu", "memory", "objectives", "lora", "image_pull_secrets"]
+               "tolerations", "probes", "resources", "cpu", "memory", "objectives", "lora", "image_pull_secrets",
+               "apply", "verify", "rollout"]
 SLO_KEYS = ["ttft_p99_ms", "itl_p99_ms", "min_output_tokens_per_s", "max_error_rate", "min_goodput", "require"]
 ACCURACY_KEYS = ["rule", "max_loss", "max_relative_loss", "alpha", "power", "allow_inconclusive", "multiple_comparisons",
                  "min_recovery", "stderr_k", "metrics", "paired_max_loss", "paired_confidence"]
@@ -146,11 +147,14 @@ def test_benchmark_config_any_value(value: Any) -> None:
 @example({"scaling": [1]})
 @example({"namespace": 5})
 @example({"labels": {"team": [1]}})
+@example({"apply": {"poll_s": "abc"}})
+@example({"apply": {"poll_s": True}})
+@example({"verify": {"checks": [["models"]]}})
 def test_deploy_config_any_value(value: Any) -> None:
-    from shipyard.serving.kserve.config import parse_config
+    from shipyard.params.deploy import parse_deploy_config
 
     uri = "oci://quay.io/org/m@sha256:" + "a" * 64
-    _one_line_or_value(lambda: parse_config(_as_text(value), name="llm", model_uri=uri))
+    _one_line_or_value(lambda: parse_deploy_config(_as_text(value), name="llm", model_uri=uri))
 
 
 @FAST

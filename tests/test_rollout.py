@@ -20,7 +20,7 @@ from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import render
 from shipyard.serving.kserve.rollout import (
     canary_rollout,
-    split_rollout_options,
+    rollout_options,
     weighted_route,
     weights_of,
 )
@@ -63,8 +63,8 @@ def changes(double: K8sDouble) -> list[str]:
 
 
 def test_rollout_options_and_their_one_line_errors() -> None:
-    assert split_rollout_options({}) == {"strategy": "replace"}
-    assert split_rollout_options({"rollout": {"strategy": "canary", "route": {"name": "r"}}})["steps"] == [10, 50, 100]
+    assert rollout_options(None) == {"strategy": "replace"}
+    assert rollout_options({"strategy": "canary", "route": {"name": "r"}})["steps"] == [10, 50, 100]
     for bad, field in [({"strategy": "blue-green"}, "deploy_config.rollout.strategy"),
                        ({"strategy": "canary", "steps": [50, 10, 100], "route": {"name": "r"}}, "deploy_config.rollout.steps"),
                        ({"strategy": "canary", "steps": [10, 50], "route": {"name": "r"}}, "deploy_config.rollout.steps"),
@@ -73,7 +73,7 @@ def test_rollout_options_and_their_one_line_errors() -> None:
                        ({"strategy": "replace", "steps": [100]}, "deploy_config.rollout"),
                        ({"strategy": "canary", "route": {"name": "r"}, "speed": 2}, "deploy_config.rollout.speed")]:
         with pytest.raises(ShipyardError) as err:
-            split_rollout_options({"rollout": bad})
+            rollout_options(bad)
         assert err.value.field == field
 
 

@@ -4,7 +4,7 @@
 :func:`shipyard.steps.verify.verify_service` runs the checks against the live service (the
 module docstring there says what each check compares); this module holds what the deploy
 step, the pre-flight checks and the CLI read without a service: :func:`parse_verify_config`,
-:func:`split_verify_options`, :func:`load_recorded`, :func:`selected_level` and the report
+:func:`verify_options`, :func:`load_recorded`, :func:`selected_level` and the report
 (:func:`report_doc`, :func:`report_markdown`).
 """
 
@@ -56,7 +56,8 @@ def parse_verify_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
         raise ShipyardError(f"verify.{unknown[0]}", "is not a verification setting", f"use {sorted(DEFAULTS)}")
     cfg = {**DEFAULTS, **{k: v for k, v in raw.items() if k != "enabled"}}
     checks = cfg["checks"]
-    if not isinstance(checks, list) or not set(checks) <= set(CHECKS) or not {"models", "golden"} <= set(checks):
+    if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks) or not set(checks) <= set(CHECKS) \
+            or not {"models", "golden"} <= set(checks):
         raise ShipyardError("verify.checks", f"{checks!r} is not a list of {list(CHECKS)} holding models and golden",
                             'e.g. ["models", "golden", "accuracy"]')
     for key, low, high in (("min_match_rate", 0.0, 1.0), ("stderr_k", 0.0, 100.0), ("slo_tolerance", 1.0, 100.0),
@@ -86,12 +87,12 @@ DRY_RUN_VERIFY_HINT = ("the packaged model was not served and verified on this d
                        "and verify it")
 
 
-def split_verify_options(params: dict[str, Any]) -> dict[str, Any]:
-    """Pop ``deploy_config["verify"]``: ``enabled`` (default true: verify the Ready service against the
-    recorded champion before any alias moves), ``dry_run`` (default false: on a dry run, serve the
-    packaged model from the package itself and verify it) and the verification settings of
-    :mod:`shipyard.gates.verification` (checked here, before anything is applied)."""
-    raw = params.pop("verify", None)
+def verify_options(raw: Any) -> dict[str, Any]:
+    """``deploy_config.verify`` (``raw``: its value, None when absent): ``enabled`` (default true:
+    verify the Ready service against the recorded champion before any alias moves), ``dry_run``
+    (default false: on a dry run, serve the packaged model from the package itself and verify it)
+    and the verification settings of :mod:`shipyard.gates.verification` (checked here, before
+    anything is applied). Read by :func:`shipyard.params.deploy.parse_deploy_config`."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ShipyardError("deploy_config.verify", f"{raw!r} is not an object", '{"min_match_rate": 0.75}')

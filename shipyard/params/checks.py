@@ -116,15 +116,10 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
 
         safety_config(value, name)
     elif name == "deploy_config":
-        from shipyard.core.jsonargs import json_object
-        from shipyard.gates.verification import split_verify_options
-        from shipyard.serving.kserve.config import parse_config
-        from shipyard.serving.kserve.rollout import split_rollout_options
+        from shipyard.params.deploy import parse_deploy_config
 
-        data = json_object(value, name, '{"preset": "pd-nixl"}')
-        split_verify_options(data)  # deploy_config.verify: the deploy step's verification settings
-        split_rollout_options(data)  # deploy_config.rollout: replace or canary
-        parse_config(data, name=params.get("deploy_name") or "shipyard-llm", model_uri=_PLACEHOLDER_OCI)
+        # the deploy step's own parser: render parameters, apply, verify and rollout
+        parse_deploy_config(value, name=params.get("deploy_name") or "shipyard-llm", model_uri=_PLACEHOLDER_OCI)
     elif name == "package_mode":
         if value not in ("modelcar", "oras"):
             raise ShipyardError(name, f"unknown mode {value!r}", "use modelcar or oras")

@@ -54,11 +54,11 @@ class _Kube:
 
 
 def _deploy_config(raw: str | None, namespace: str) -> Any:
+    from shipyard.params.deploy import parse_deploy_config
     from shipyard.params.pipeline import BY_NAME
-    from shipyard.serving.kserve.config import parse_config
 
     text = raw if raw else BY_NAME["deploy_config"].default
-    return parse_config(text, name="shipyard-llm", namespace=namespace, model_uri=_PLACEHOLDER_OCI)
+    return parse_deploy_config(text, name="shipyard-llm", namespace=namespace, model_uri=_PLACEHOLDER_OCI).config
 
 
 def kfp_healthz(host: str, token: str = "", timeout_s: float = 10.0) -> Check:

@@ -11,10 +11,9 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
-from shipyard.core.jsonargs import json_object
-from shipyard.gates.verification import DRY_RUN_VERIFY_HINT, split_verify_options
+from shipyard.gates.verification import DRY_RUN_VERIFY_HINT
+from shipyard.params.deploy import parse_deploy_config
 from shipyard.serving.kserve.config import (
-    APPLY_KEYS,
     CONNECTOR_MODULES,
     PRESET_IMAGE,
     WVA_ACCELERATOR_LABEL,
@@ -24,21 +23,7 @@ from shipyard.serving.kserve.config import (
     wva_accelerator,
 )
 from shipyard.serving.kserve.render import load_model_config, render, to_yaml
-from shipyard.serving.kserve.rollout import split_rollout_options
 from shipyard.serving.kserve.validate import require_valid
-
-
-def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:
-    """Separate ``deploy_config["apply"]`` (wait/poll/grace/API timeouts) from render parameters."""
-    data = json_object(deploy_config, "deploy_config", '{"mode": "pd", "replicas": 2}')
-    options = data.pop("apply", None) or {}
-    unknown = sorted(set(options) - set(APPLY_KEYS))
-    if unknown:
-        raise ShipyardError(f"deploy_config.apply.{unknown[0]}", "is not an apply option", f"use {sorted(APPLY_KEYS)}")
-    merged = {k: None if options.get(k, v) is None else float(options.get(k, v)) for k, v in APPLY_KEYS.items()}
-    if any(v is not None and v <= 0 for k, v in merged.items() if k != "false_grace_s"):
-        raise ShipyardError("deploy_config.apply", "timeouts and poll interval must be positive", "use seconds > 0")
-    return data, merged
 
 
 def refuse_local_layout(model_uri: str) -> None:
@@ -75,9 +60,8 @@ def run_deploy(
     back like a deployment that never became Ready and raises. ``result["verification"]`` says
     what ran (``{"ran": False, "why": ...}`` when nothing did). Passed, failed or not run, the
     verification goes into ``verify_dir/decision-record.json`` (:func:`write_decision_record`)."""
-    params, options = split_apply_options(deploy_config)
-    verify_opts = split_verify_options(params)  # pops "verify": checked before anything is rendered
-    rollout = split_rollout_options(params)  # pops "rollout": replace (in place) or canary
+    settings = parse_deploy_config(deploy_config, **overrides)  # all of it checked before anything is rendered
+    params, options, verify_opts, rollout = dict(settings.params), settings.apply, settings.verify, settings.rollout
     tuned = searched_args(candidate) if candidate else {}
     if tuned:
         # tensor parallelism is the deployment's own setting (replica shape, GPUs per pod), not a flag

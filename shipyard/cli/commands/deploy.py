@@ -124,8 +124,9 @@ def _deploy(args: argparse.Namespace) -> int:
         raise ShipyardError("--name", "is required", "give --name NAME (or --template FILE with a metadata.name)")
     if args.preset:
         params["preset"] = args.preset
-    if args.wait_timeout is not None:
-        params.setdefault("apply", {})["wait_timeout_s"] = args.wait_timeout
+    apply = params.get("apply")
+    if args.wait_timeout is not None and (apply is None or isinstance(apply, dict)):  # else the parser says why
+        params["apply"] = {**(apply or {}), "wait_timeout_s": args.wait_timeout}
     to_stdout = args.out_file == "-"  # --out-file - : the manifest goes to stdout
     if to_stdout:
         args.out_file = None

@@ -335,16 +335,12 @@ def apply_options(options: Any) -> dict[str, Any]:
     return merged
 
 
-def split_apply_options(deploy_config: str | dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, float]]:
-    """Separate ``deploy_config["apply"]`` (wait/poll/grace/API timeouts) from render parameters."""
-    data = json_object(deploy_config, "deploy_config", '{"mode": "pd", "replicas": 2}')
-    return data, apply_options(data.pop("apply", None))
-
-
 def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployConfig:
-    """Build a :class:`DeployConfig` from JSON (or a dict), an optional ``preset`` inside it and
-    keyword overrides (CLI flags, component inputs); ``None`` overrides are ignored."""
-    data, _ = split_apply_options(raw)  # the apply timeouts are checked here too (the pre-flight calls this)
+    """Build a :class:`DeployConfig` from the render parameters (JSON or a dict), an optional
+    ``preset`` inside them and keyword overrides (CLI flags, component inputs); ``None`` overrides
+    are ignored. The whole ``deploy_config`` (its ``apply``, ``verify`` and ``rollout`` objects
+    included) is read by :func:`shipyard.params.deploy.parse_deploy_config`, which calls this."""
+    data = json_object(raw, "deploy_config", '{"mode": "pd", "replicas": 2}')
     preset = data.pop("preset", None)
     if preset is not None and (not isinstance(preset, str) or not preset.strip()):
         raise _fail("preset", f"must be a preset name, got {preset!r}"[:120], "e.g. aggregated or pd-nixl")

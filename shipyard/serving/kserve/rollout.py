@@ -40,9 +40,9 @@ POOL_GROUP, POOL_KIND = "inference.networking.k8s.io", "InferencePool"
 CANARY_SUFFIX = "-canary"
 
 
-def split_rollout_options(params: dict[str, Any]) -> dict[str, Any]:
-    """Pop and check ``deploy_config["rollout"]``; one-line errors naming the field."""
-    raw = params.pop("rollout", None)
+def rollout_options(raw: Any) -> dict[str, Any]:
+    """Check ``deploy_config.rollout`` (``raw``: its value, None when absent); one-line errors naming
+    the field. Read by :func:`shipyard.params.deploy.parse_deploy_config`."""
     if raw is None:
         return {"strategy": "replace"}
     if not isinstance(raw, dict):
