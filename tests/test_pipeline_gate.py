@@ -71,7 +71,10 @@ def test_gate_drives_dsl_if_in_a_local_pipeline(tmp_path: Path, verdict: str) ->
     if verdict == "unreadable":
         (Path(cand) / "summary.json").write_text("{truncated")
     promoted, stopped = tmp_path / "promoted", tmp_path / "stopped"
-    _gate_pipeline()(base_dir=base, candidate_dir=cand, thresholds="", promoted=str(promoted), stopped=str(stopped))
+    # the recovery rule: these summaries carry no per-sample logs, which the default rule needs (it would
+    # fail closed on every verdict); this test is about the gate driving dsl.If, not about the rule
+    _gate_pipeline()(base_dir=base, candidate_dir=cand, thresholds=json.dumps({"rule": "recovery"}),
+                     promoted=str(promoted), stopped=str(stopped))
     if verdict == "pass":
         assert promoted.read_text() == "promoted" and not stopped.exists()
     elif verdict == "unreadable":  # fail closed: the run goes on and takes the "stop" branch
