@@ -108,7 +108,7 @@ def dominance(base: dict[str, Any], cand: dict[str, Any], objective: str, value:
 
 
 def traded(base: dict[str, Any], cand: dict[str, Any], value: Value) -> str:
-    """The champion against the base: accuracy (largest loss, interval, margin), throughput, size."""
+    """The champion against the base: accuracy (the worst metric's loss, interval, margin), throughput, size."""
     loss = accuracy_loss(cand)
     parts = []
     if loss is not None:
@@ -121,6 +121,14 @@ def traded(base: dict[str, Any], cand: dict[str, Any], value: Value) -> str:
         if text:
             parts.append(text)
     return ", ".join(parts)
+
+
+def _short(text: str, width: int = 200) -> str:
+    """``text`` in at most ``width`` characters, cut at a word boundary (a failed gate's whole reason
+    stays in the candidates report; the headline is one line)."""
+    if len(text) <= width:
+        return text
+    return text[: width - 1].rsplit(" ", 1)[0].rstrip(" ;,:") + "…"
 
 
 def headline(winner: dict[str, Any] | None, base: dict[str, Any] | None, candidates: list[dict[str, Any]],
@@ -138,7 +146,7 @@ def headline(winner: dict[str, Any] | None, base: dict[str, Any] | None, candida
         if said.startswith("dominated by the base: "):
             why.append(f"{cand['recipe']} is {said.removeprefix('dominated by the base: ')}")
         elif said.startswith("not eligible: "):
-            why.append(f"{cand['recipe']} {said.removeprefix('not eligible: ')}")
+            why.append(f"{cand['recipe']} {_short(said.removeprefix('not eligible: '))}")
         else:
             why.append(f"{cand['recipe']}: {traded(winner, cand, value) or said}")
     return "kept the base" + (": " + "; ".join(why) if why else " (no compressed candidate)")
