@@ -15,8 +15,8 @@ from shipyard.evaluation.lmeval import evaluate_model
 from shipyard.gates.accuracy import run_gate
 from shipyard.runtimes.runtime import run_in_runtime
 
-SUITE_TASKS = ["shipyard_arithmetic_mc", "shipyard_capitals_gen", "shipyard_capitals_mc",
-               "shipyard_opposites_mc", "shipyard_prose_ppl"]
+SUITE_TASKS = ["shipyard_arithmetic_gen", "shipyard_arithmetic_mc", "shipyard_capitals_gen", "shipyard_capitals_mc",
+               "shipyard_opposites_gen", "shipyard_opposites_mc", "shipyard_prose_ppl"]
 SMALL = {"limit": 4, "tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"]}
 
 

@@ -3,12 +3,14 @@
 A task folder of your own can copy this file: ``load_jsonl`` reads a JSON-lines file that sits
 next to the YAML (each row may carry ``"split": "train" | "test"``, default ``test``), so the
 suite needs no dataset hub; ``contains_answer`` is the "contains the answer" filter for
-generation tasks.
+generation tasks and ``first_word`` keeps a generation's first word (the one-word answers of
+``opposites_gen``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,4 +53,27 @@ def contains_answer(resps: Any, docs: Any) -> list[list[str]]:
             hit = next((a for a in answers if a.lower() in text.lower()), None)
             filtered.append(answers[0] if hit is not None else text)
         out.append(filtered)
+    return out
+
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+
+
+def first_word(resps: Any, docs: Any) -> list[list[str]]:
+    """Map a response whose first word is the answer (or an alias, case-insensitive) to the answer;
+    else keep that first word, lower-case ("" when there is none).
+
+    Followed by ``exact_match`` against a one-word ``answer``, this scores "the first word generated
+    is the answer": ``Cold", he said`` counts for ``cold``; ``coldness`` and ``not cold`` do not.
+    """
+    out = []
+    for inst, doc in zip(resps, docs, strict=True):
+        answers = _answers(doc)
+        accepted = {a.lower() for a in answers}
+        row = []
+        for resp in inst:
+            match = _WORD.search(resp if isinstance(resp, str) else "")
+            word = match.group(0).lower() if match else ""
+            row.append(answers[0] if word in accepted else word)
+        out.append(row)
     return out
