@@ -25,7 +25,7 @@ from shipyard.core.files import path_kind
 from shipyard.params.pipeline import BY_NAME
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
 
-_PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
+PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
 
 
 #: upper bounds of the counts (far above any real run, far below what overflows a step)
@@ -119,7 +119,7 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         from shipyard.params.deploy import parse_deploy_config
 
         # the deploy step's own parser: render parameters, apply, verify and rollout
-        parse_deploy_config(value, name=params.get("deploy_name") or "shipyard-llm", model_uri=_PLACEHOLDER_OCI)
+        parse_deploy_config(value, name=params.get("deploy_name") or "shipyard-llm", model_uri=PLACEHOLDER_OCI)
     elif name == "package_mode":
         if value not in ("modelcar", "oras"):
             raise ShipyardError(name, f"unknown mode {value!r}", "use modelcar or oras")

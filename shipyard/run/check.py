@@ -58,7 +58,7 @@ def _deploy_config(raw: str | None, namespace: str) -> Any:
     from shipyard.params.pipeline import BY_NAME
 
     text = raw if raw else BY_NAME["deploy_config"].default
-    return parse_deploy_config(text, name="shipyard-llm", namespace=namespace, model_uri=_PLACEHOLDER_OCI).config
+    return parse_deploy_config(text, name="shipyard-llm", namespace=namespace, model_uri=_PLACEHOLDER_OCI)
 
 
 def kfp_healthz(host: str, token: str = "", timeout_s: float = 10.0) -> Check:
@@ -83,7 +83,8 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
 
     cfg = load_cluster_config(cluster_config)
     chosen = cluster_layout(layout, cluster_config)
-    deploy = _deploy_config(deploy_config, chosen["serving_namespace"])
+    settings = _deploy_config(deploy_config, chosen["serving_namespace"])
+    deploy, rollout = settings.config, settings.rollout
     kube = _Kube(api_client(kubeconfig, context, timeout_s=15.0))
     checks: list[Check] = []
 
@@ -96,7 +97,7 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
     else:
         image = controller["spec"]["template"]["spec"]["containers"][0].get("image", "")
         checks.append(cc.kserve_version_check(image, deploy))
-    checks.extend(cc.resource_checks(cc.served_resources(kube.get), deploy))
+    checks.extend(cc.resource_checks(cc.served_resources(kube.get), deploy, rollout))
 
     def read_secret(ns: str, name: str) -> dict[str, Any] | None:
         return kube.get(f"/api/v1/namespaces/{ns}/secrets/{name}")
@@ -137,7 +138,7 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
 
     try:
         who = f"ServiceAccount {chosen['pipeline_namespace']}/{chosen['service_account']}"
-        checks.extend(cc.permission_checks(review, chosen["serving_namespace"], who, chosen["name"], deploy))
+        checks.extend(cc.permission_checks(review, chosen["serving_namespace"], who, chosen["name"], deploy, rollout))
     except ShipyardError as err:
         checks.append(Check("deploy permissions", cc.WARN, err.problem, err.fix))
     return checks

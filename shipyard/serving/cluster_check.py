@@ -104,8 +104,9 @@ LLMISVC = ("LLMInferenceService v1alpha2", "serving.kserve.io", "v1alpha2", "llm
            "shipyard renders serving.kserve.io/v1alpha2")
 
 
-def needed_resources(deploy: Any) -> list[tuple[str, str, str, str, str]]:
-    """The API resources (CRDs) the deploy options need, LLMInferenceService v1alpha2 first."""
+def needed_resources(deploy: Any, rollout: dict[str, Any] | None = None) -> list[tuple[str, str, str, str, str]]:
+    """The API resources (CRDs) the deploy options (and a canary ``rollout``) need,
+    LLMInferenceService v1alpha2 first."""
     need = [LLMISVC, ("LLMInferenceServiceConfig v1alpha2", "serving.kserve.io", "v1alpha2",
                       "llminferenceserviceconfigs", "shipyard's presets (manifests/base/presets)")]
     if deploy is None:
@@ -123,6 +124,9 @@ def needed_resources(deploy: Any) -> list[tuple[str, str, str, str, str]]:
     if deploy.nodes > 1:
         need.append(("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets",
                      f"{deploy.nodes} pods per replica (multi-node preset)"))
+    if (rollout or {}).get("strategy") == "canary" and not any(n[3] == "httproutes" for n in need):
+        need.append(("Gateway API HTTPRoute", "gateway.networking.k8s.io", "v1", "httproutes",
+                     "rollout.strategy canary (the route's weights)"))
     scaling = getattr(deploy, "scaling", None)
     if scaling is not None and scaling.mode == "wva":
         need.append(("WVA VariantAutoscaling", "llmd.ai", "v1alpha1", "variantautoscalings",
@@ -153,10 +157,11 @@ def served_resources(get: Callable[[str], Any]) -> dict[str, dict[str, set[str]]
     return out
 
 
-def resource_checks(served: dict[str, dict[str, set[str]]], deploy: Any) -> list[Check]:
+def resource_checks(served: dict[str, dict[str, set[str]]], deploy: Any,
+                    rollout: dict[str, Any] | None = None) -> list[Check]:
     """One check per API resource the options need: served in the needed version or not."""
     checks = []
-    for name, group, version, plural, why in needed_resources(deploy):
+    for name, group, version, plural, why in needed_resources(deploy, rollout):
         versions = served.get(group, {})
         if plural in versions.get(version, set()):
             checks.append(Check(f"crd {name}", PASS, f"{group}/{version} {plural} is served ({why})"))
@@ -273,27 +278,25 @@ def mlflow_api_check(uri: str, connect_url: str = "", token: str = "", timeout_s
     return Check("mlflow api", FAIL, f"experiments/search answered {code}", "see the MLflow server's log")
 
 
-#: (verb, group, resource) the deploy step needs in the deploy target namespace
-DEPLOY_VERBS = [(v, "serving.kserve.io", "llminferenceservices") for v in ("get", "list", "watch", "create", "patch",
-                                                                           "delete")] + [
-    ("get", "serving.kserve.io", "llminferenceserviceconfigs"), ("list", "", "events")]
-
-
 def permission_checks(review: Callable[[str, str, str, str], bool], ns: str, who: str, overlay: str,
-                      deploy: Any = None) -> list[Check]:
-    """The deploy identity's permissions in the deploy target ``ns``, one review per verb (``review(verb,
-    group, resource, namespace)`` is a SubjectAccessReview or SelfSubjectAccessReview); ``who`` names
-    the identity in the line, ``overlay`` the manifests/overlays folder the fix applies."""
-    needs = list(DEPLOY_VERBS)
-    scaling = getattr(deploy, "scaling", None)
-    if scaling is not None and scaling.mode == "keda":
-        needs += [(v, "keda.sh", "scaledobjects") for v in ("get", "create", "patch", "delete")]
-    missing = [f"{verb} {resource}" + (f".{group}" if group else "") for verb, group, resource in needs
-               if not review(verb, group, resource, ns)]
+                      deploy: Any = None, rollout: dict[str, Any] | None = None) -> list[Check]:
+    """The deploy identity's permissions, one review per (verb, group, resource) the deploy step
+    needs for ``deploy`` and ``rollout`` (:func:`shipyard.serving.kserve.access.needed_access`: the
+    table the shipped Role is also made of), in the deploy target ``ns`` (a canary's route: in its
+    own namespace). ``review(verb, group, resource, namespace)`` is a SubjectAccessReview or
+    SelfSubjectAccessReview; ``who`` names the identity in the line, ``overlay`` the
+    manifests/overlays folder the fix applies."""
+    from shipyard.serving.kserve.access import deploy_kinds, needed_access
+
+    needs = needed_access(deploy, rollout, ns)
+    missing = [f"{verb} {resource}" + (f".{group}" if group else "") + (f" (in {where})" if where != ns else "")
+               for verb, group, resource, where in needs if not review(verb, group, resource, where)]
     if missing:
         return [Check("deploy permissions", FAIL, f"{who} may not {', '.join(missing)} in namespace {ns}",
                       f"bind Role shipyard-deployer to {who} in {ns}: kubectl apply -k manifests/overlays/{overlay}")]
-    return [Check("deploy permissions", PASS, f"{who} may apply, watch and roll back LLMInferenceServices in {ns}")]
+    extra = [k for k in deploy_kinds(deploy, rollout) if k != "LLMInferenceService"] if deploy is not None else []
+    also = f" (and the {', '.join(extra)} its options need)" if extra else ""
+    return [Check("deploy permissions", PASS, f"{who} may apply, watch and roll back LLMInferenceServices in {ns}{also}")]
 
 
 def gpu_node_check(nodes: list[dict[str, Any]] | None, gpu: dict[str, Any]) -> Check:
@@ -385,11 +388,12 @@ def s3_check(env: dict[str, str], bucket: str = "mlflow-artifacts") -> Check:
 
 
 def pod_checks(*, tracking_uri: str, namespace: str, dry_run: bool, api: Any = None, connect_url: str = "",
-               token: str = "") -> list[Check]:
+               token: str = "", deploy: Any = None, rollout: dict[str, Any] | None = None) -> list[Check]:
     """What a pipeline pod can check about itself (the pre-flight step, in a cluster): MLflow's API
     by the URI the steps use, with its Host header (``connect_url`` only redirects the connection,
     for tests); and, when the run deploys, whether this pod's identity may deploy into
-    ``namespace`` (SelfSubjectAccessReview through ``api``, a kubernetes ``ApiClient``)."""
+    ``namespace`` (SelfSubjectAccessReview through ``api``, a kubernetes ``ApiClient``), for what
+    the run's deploy config (``deploy``, ``rollout``) makes the deploy step do."""
     checks = []
     if tracking_uri.startswith(("http://", "https://")):
         checks.append(mlflow_api_check(tracking_uri, connect_url, token))
@@ -407,7 +411,7 @@ def pod_checks(*, tracking_uri: str, namespace: str, dry_run: bool, api: Any = N
                 return True  # cannot ask: the deploy step will say it
             return bool((data.get("status") or {}).get("allowed"))
 
-        checks.extend(permission_checks(review, namespace, "this pod's ServiceAccount", "<layout>"))
+        checks.extend(permission_checks(review, namespace, "this pod's ServiceAccount", "<layout>", deploy, rollout))
     return checks
 
 

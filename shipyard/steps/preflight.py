@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shipyard.params.checks import check_parameters, record_for_mlflow
+from shipyard.params.checks import PLACEHOLDER_OCI, check_parameters, record_for_mlflow
 
 
 def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, experiment: str, kfp_run_id: str) -> dict[str, Any]:
@@ -46,9 +46,18 @@ def _cluster_checks(tracking_uri: str, typed: dict[str, Any]) -> None:
             api = api_client(timeout_s=10.0)
         except ShipyardError:
             api = None
+    deploy, rollout = None, None
+    if api is not None:  # what the deploy config makes the deploy step do decides the verbs reviewed
+        from shipyard.params.deploy import parse_deploy_config
+        from shipyard.params.pipeline import BY_NAME
+
+        settings = parse_deploy_config(typed.get("deploy_config", BY_NAME["deploy_config"].default),
+                                       name=typed.get("deploy_name") or "shipyard-llm",
+                                       namespace=str(typed.get("namespace") or "") or None, model_uri=PLACEHOLDER_OCI)
+        deploy, rollout = settings.config, settings.rollout
     for check in pod_checks(tracking_uri=tracking_uri, namespace=str(typed.get("namespace") or ""),
                             dry_run=bool(typed.get("dry_run", True)), api=api,
-                            token=os.environ.get("MLFLOW_TRACKING_TOKEN", "")):
+                            token=os.environ.get("MLFLOW_TRACKING_TOKEN", ""), deploy=deploy, rollout=rollout):
         print(f"pre-flight: {check.line()}", flush=True)
         if check.status == FAIL:
             raise ShipyardError(check.name, check.detail, check.fix)
