@@ -395,7 +395,7 @@ def test_env_value_from_a_secret_renders_as_value_from():
 
 
 def test_scheduler_pool_with_inline_config_keeps_the_config():
-    config = {"apiVersion": "llm-d.ai/v1", "kind": "EndpointPickerConfig",
+    config = {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
               "plugins": [{"type": "pd-profile-handler", "parameters": {"threshold": 100}}]}
     (svc,) = rendered(prefill_replicas=1, router={"scheduler": {"pool": "shared", "config": config}})
     assert svc["spec"]["router"]["scheduler"] == {"pool": {"ref": {"name": "shared"}}, "config": {"inline": config}}
@@ -527,7 +527,7 @@ def test_inference_objectives_next_to_the_service():
 
 # --- template mode -----------------------------------------------------------------------------------
 
-SCHED_CONFIG = {"apiVersion": "llm-d.ai/v1", "kind": "EndpointPickerConfig",
+SCHED_CONFIG = {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
                 "plugins": [{"type": "pd-profile-handler", "parameters": {"threshold": 512}},
                             {"type": "prefix-cache-scorer"}, {"type": "max-score-picker"}],
                 "schedulingProfiles": [{"name": "decode", "plugins": [{"pluginRef": "prefix-cache-scorer", "weight": 2}]},

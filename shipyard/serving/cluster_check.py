@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.serving.kserve.config import EPP_CONFIG_APIS, epp_config_api
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 KFP_MINIMUM = (2, 17, 0)  # artifact OneOf (dsl.OneOf over the eval backends) needs KFP 2.17.0
@@ -84,6 +85,12 @@ def kserve_version_check(image_or_version: str, deploy: Any = None) -> Check:
     if minor == (0, 16):
         return Check("kserve version", FAIL, f"KServe {shown} serves LLMInferenceService v1alpha1 only; shipyard "
                      "renders v1alpha2", "upgrade KServe to v0.20 (v0.17 at least)")
+    scheduler = _scheduler_config_api(deploy)
+    if scheduler is not None and minor in EPP_CONFIG_APIS and scheduler not in EPP_CONFIG_APIS[minor][1]:
+        picker, accepted = EPP_CONFIG_APIS[minor]
+        return Check("kserve version", FAIL, f"KServe {shown}'s endpoint picker ({picker}) decodes only "
+                     f"{', '.join(accepted)}; the deploy config's scheduler config is {scheduler}, so the scheduler "
+                     "would not start", "upgrade KServe to v0.20, or drop router.scheduler's preset/config")
     if minor == (0, 17):
         detail = (f"KServe {shown}: its single-node presets ignore VLLM_ADDITIONAL_ARGS, so the P/D KV transfer "
                   "and the planner's vLLM flags are silently dropped")
@@ -95,6 +102,15 @@ def kserve_version_check(image_or_version: str, deploy: Any = None) -> Check:
                          "upgrade KServe to v0.20, or deploy with tensor_parallel 1")
         return Check("kserve version", WARN, detail, "upgrade KServe to v0.20 before using tensor_parallel > 1")
     return Check("kserve version", PASS, f"KServe {shown}")
+
+
+def _scheduler_config_api(deploy: Any) -> str | None:
+    """The apiVersion of the EndpointPickerConfig the deploy config renders inline (a routing preset's
+    or the user's), None when KServe's own default is used."""
+    options = getattr(deploy, "scheduler_options", None) or {}
+    if isinstance(options.get("config"), dict):
+        return str(options["config"].get("apiVersion"))
+    return epp_config_api() if options.get("preset") else None
 
 
 # -- what the chosen options need ----------------------------------------------------------------

@@ -475,6 +475,17 @@ ROWS: list[Row] = [
         field="deploy_config.rollout.strategy"),
     row("run-deploy-config-apply-poll-true", *run_local("--param", 'deploy_config={"apply": {"poll_s": true}}'),
         field="deploy_config.apply.poll_s", params=True),
+    # --- the scheduler config KServe v0.20's endpoint picker decodes, and P/D keeping its profile (issue 32) -------
+    row("check-deploy-config-scheduler-api", "check", "--deploy-config",
+        '{"router": {"scheduler": {"config": {"apiVersion": "llm-d.ai/v1", "kind": "EndpointPickerConfig"}}}}',
+        field="deploy_config.router.scheduler.config.apiVersion: 'llm-d.ai/v1' is not decoded"),
+    row("run-deploy-config-pd-scheduler-config", *run_local(
+        "--param", 'deploy_config={"preset": "pd-nixl", "router": {"scheduler": {"config": '
+        '{"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig", "plugins": [{"type": "queue-scorer"}]}}}}'),
+        field="deploy_config.router.scheduler.config: replaces KServe's prefill/decode scheduling profile", params=True),
+    row("check-deploy-config-pd-latency-predictor", "check", "--deploy-config",
+        '{"preset": "pd-nixl", "router": {"scheduler": {"preset": "latency-predictor"}}}',
+        field="deploy_config.router.scheduler.preset: 'latency-predictor' has no prefill/decode profile"),
     row("run-deploy-config-annotation-token", *run_local("--param", f'deploy_config={{"annotations": {{"a": "Bearer {SECRET}"}}}}'),
         field="deploy_config.annotations.a: carries credentials", params=True),
     row("run-deploy-config-env-s3-uri", *run_local("--param", f'deploy_config={{"env": {{"SRC": "s3://k:{SECRET}/x@b/m"}}}}'),

@@ -43,6 +43,23 @@ PLANNER_KEYS = {"gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_c
                 "dtype", "max_num_batched_tokens", "enforce_eager", "kv_cache_memory_bytes"}
 SCHEDULER_KEYS = {"pool", "config", "config_ref", "preset", "block_size", "hash_seed"}
 SCHEDULER_PRESETS = ("precise-prefix-cache", "latency-predictor")
+#: the KServe release shipyard renders for (the vendored CRDs and presets, shipyard/schemas/SOURCES.md)
+TARGET_KSERVE = (0, 20)
+_GIE_CONFIG_API = "inference.networking.x-k8s.io/v1alpha1"
+#: KServe release -> (endpoint picker it ships, the EndpointPickerConfig apiVersions it decodes, strictly,
+#: preferred first; any other is a start-up error of the scheduler pod). v0.17 ships
+#: llm-d-inference-scheduler v0.4.0 and v0.18/v0.19 v0.7.1, whose config loader is GIE's (only
+#: inference.networking.x-k8s.io/v1alpha1); v0.20 ships llm-d-router v0.9.0 (config-llm-scheduler.yaml),
+#: which decodes llm-d.ai/v1alpha1 and still the deprecated GIE group (pkg/epp/config/loader).
+EPP_CONFIG_APIS: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {
+    (0, 17): ("llm-d-inference-scheduler v0.4.0", (_GIE_CONFIG_API,)),
+    (0, 18): ("llm-d-inference-scheduler v0.7.1", (_GIE_CONFIG_API,)),
+    (0, 19): ("llm-d-inference-scheduler v0.7.1", (_GIE_CONFIG_API,)),
+    (0, 20): ("llm-d-router v0.9.0", ("llm-d.ai/v1alpha1", _GIE_CONFIG_API)),
+}
+#: profile handlers that route prefill and decode apart (KServe v0.20 renames pd-profile-handler to
+#: disagg-profile-handler when it migrates a config)
+PD_PROFILE_HANDLERS = ("disagg-profile-handler", "pd-profile-handler")
 POOL_KEYS = {"vllm_args"}
 PROBE_KEYS = {"period_seconds", "timeout_seconds", "failure_threshold", "initial_delay_seconds", "success_threshold"}
 OFFLOAD_KEYS = {"cpu", "eviction_policy", "secondary"}
@@ -387,11 +404,26 @@ def _template_mode(merged: dict[str, Any]) -> None:
         return
     template = load_template(raw)
     merged["template"] = template
+    check_template_scheduler(template)
     meta = template.get("metadata") or {}
     if not merged.get("name") and meta.get("name"):
         merged["name"] = meta["name"]
     if not merged.get("namespace") and meta.get("namespace"):
         merged["namespace"] = meta["namespace"]
+
+
+def check_template_scheduler(template: dict[str, Any]) -> None:
+    """A template's inline scheduler config decodes in the targeted KServe's endpoint picker, and a
+    P/D template (``spec.prefill``) keeps its P/D profile (:func:`refuse_pd_scheduler_loss`)."""
+    spec = template.get("spec") or {}
+    config = ((spec.get("router") or {}).get("scheduler") or {}).get("config") or {}
+    where = "deploy_config.template.spec.router.scheduler.config"
+    if not isinstance(config, dict):
+        return
+    if "inline" in config:
+        check_scheduler_config(config["inline"], f"{where}.inline")
+    if spec.get("prefill") is not None:
+        refuse_pd_scheduler_loss(config.get("inline"), f"{where}.inline", f"{where}.ref" if "ref" in config else None)
 
 
 def parse_quantity(value: Any, field_name: str) -> float:
@@ -501,6 +533,8 @@ def check_config(cfg: DeployConfig) -> None:
         raise _fail("expert_parallel", "needs more than one GPU (tensor_parallel x data_parallel >= 2)",
                     "raise tensor_parallel or data_parallel, or drop expert_parallel")
     _check_router(cfg.router)
+    if cfg.disaggregated:
+        _check_pd_scheduler(cfg)
     if cfg.scaling is not None:
         _check_scaling(cfg.scaling, cfg)
     for flag in cfg.vllm_args:
@@ -749,6 +783,60 @@ def _check_objectives(cfg: DeployConfig) -> None:
             raise _fail(f"objectives[{i}].pool", f"{pool!r} is not an InferencePool name", "use a DNS-1123 name")
 
 
+def epp_config_api(kserve: tuple[int, int] = TARGET_KSERVE) -> str:
+    """The EndpointPickerConfig apiVersion shipyard renders for ``kserve`` (its endpoint picker decodes it)."""
+    return EPP_CONFIG_APIS[kserve][1][0]
+
+
+def check_scheduler_config(config: Any, field_name: str, kserve: tuple[int, int] = TARGET_KSERVE) -> None:
+    """An inline EndpointPickerConfig the endpoint picker of ``kserve`` can decode: kind
+    EndpointPickerConfig, an apiVersion it knows (it decodes strictly: any other and the scheduler
+    pod does not start). ``field_name``: where the config was given, for the one-line error."""
+    picker, accepted = EPP_CONFIG_APIS[kserve]
+    shown = "v" + ".".join(map(str, kserve))
+    if not isinstance(config, dict) or config.get("kind") != "EndpointPickerConfig":
+        raise ShipyardError(field_name, "must be an EndpointPickerConfig object (kind: EndpointPickerConfig)",
+                            f'{{"apiVersion": "{accepted[0]}", "kind": "EndpointPickerConfig", "plugins": [...], '
+                            '"schedulingProfiles": [...]}')
+    version = config.get("apiVersion")
+    if version not in accepted:
+        raise ShipyardError(f"{field_name}.apiVersion", f"{version!r} is not decoded by KServe {shown}'s endpoint "
+                            f"picker ({picker}), which would not start", f"use apiVersion {accepted[0]}")
+
+
+def refuse_pd_scheduler_loss(config: Any, config_field: str, ref_field: str | None = None) -> None:
+    """A P/D service's scheduler config replaces KServe's default P/D profile (prefill and decode
+    filters, the disaggregation profile handler) whole, so prefill/decode routing would silently
+    stop: refuse an inline ``config`` (given at ``config_field``) without a P/D profile handler,
+    and a ConfigMap reference (given at ``ref_field``), which shipyard cannot read."""
+    if ref_field:
+        raise ShipyardError(ref_field, "replaces KServe's prefill/decode scheduling profile with a ConfigMap "
+                            "shipyard cannot check, so P/D routing may be silently lost",
+                            f"give the config inline ({config_field}, with a disagg-profile-handler), or drop it to "
+                            "keep KServe's P/D profile")
+    if not isinstance(config, dict):
+        return
+    handlers = {p.get("type") for p in config.get("plugins") or [] if isinstance(p, dict)}
+    if not handlers & set(PD_PROFILE_HANDLERS):
+        raise ShipyardError(config_field, "replaces KServe's prefill/decode scheduling profile and has no "
+                            "disagg-profile-handler, so P/D routing would be silently lost",
+                            "add a disagg-profile-handler with prefill and decode profiles (prefill-filter, "
+                            "decode-filter), drop the config to keep KServe's P/D profile, or use mode 'aggregated'")
+
+
+def _check_pd_scheduler(cfg: DeployConfig) -> None:
+    """P/D keeps its routing: a user's scheduler config must carry a P/D profile (the
+    precise-prefix-cache preset is rendered onto KServe's P/D profile); the latency-predictor
+    preset has no P/D form."""
+    sched = cfg.scheduler_options
+    refuse_pd_scheduler_loss(sched.get("config"), "deploy_config.router.scheduler.config",
+                             "deploy_config.router.scheduler.config_ref" if "config_ref" in sched else None)
+    if sched.get("preset") == "latency-predictor":
+        raise _fail("router.scheduler.preset", "'latency-predictor' has no prefill/decode profile: its config would "
+                    "replace KServe's P/D profile and P/D routing would be silently lost",
+                    "use it with mode 'aggregated', or drop the preset to keep KServe's P/D profile")
+
+
 def _check_router(router: Router) -> None:
     if isinstance(router.gateway, str) and router.gateway not in (MANAGED, NONE):
         raise _fail("router.gateway", f"unknown value {router.gateway!r}", "use 'managed', 'none' or a list of refs")
@@ -777,9 +865,8 @@ def _check_scheduler(sched: dict[str, Any]) -> None:
     if len(given) > 1:
         raise _fail(f"router.scheduler.{given[1]}", f"cannot be combined with {given[0]}",
                     "give one of config (inline), config_ref (a ConfigMap key) or preset")
-    if "config" in sched and (not isinstance(sched["config"], dict) or not sched["config"]):
-        raise _fail("router.scheduler.config", "must be an EndpointPickerConfig object",
-                    '{"apiVersion": ..., "kind": "EndpointPickerConfig", "plugins": [...], "schedulingProfiles": [...]}')
+    if "config" in sched:
+        check_scheduler_config(sched["config"], "deploy_config.router.scheduler.config")
     if "config_ref" in sched:
         ref = sched["config_ref"]
         if not isinstance(ref, dict) or set(ref) - {"name", "key"} or not ref.get("name") or not ref.get("key"):

@@ -28,6 +28,7 @@ from shipyard.serving.kserve.config import (
     NONE,
     WVA_ACCELERATOR_LABEL,
     DeployConfig,
+    epp_config_api,
     parse_quantity,
     wva_accelerator,
 )
@@ -278,29 +279,48 @@ def _router(cfg: DeployConfig) -> dict[str, Any]:
         elif "config_ref" in opts:
             sched["config"] = {"ref": {"name": opts["config_ref"]["name"], "key": opts["config_ref"]["key"]}}
         elif opts.get("preset") == "precise-prefix-cache":
-            sched["config"] = {"inline": precise_prefix_config(int(opts.get("block_size", 64)))}
+            sched["config"] = {"inline": precise_prefix_config(int(opts.get("block_size", 64)), disaggregated=cfg.disaggregated,
+                                                               lora=bool(cfg.lora))}
         elif opts.get("preset") == "latency-predictor":
             sched["config"] = {"inline": latency_predictor_config()}
         router["scheduler"] = sched
     return router
 
 
-def precise_prefix_config(block_size: int) -> dict[str, Any]:
-    """EndpointPickerConfig for precise prefix-cache aware routing, as in KServe's sample
-    (docs/samples/llmisvc/precise-prefix-kv-cache-routing): the scheduler subscribes to every pod's
-    vLLM KV events (ZMQ, port 5557, topics ``kv@<pod IP>@<model>``) and scores pods by the prompt
-    blocks they already hold; ``blockSize`` must equal vLLM's ``--block-size``."""
+def _precise_producers(block_size: int) -> list[dict[str, Any]]:
+    """The plugins that feed the prefix-cache scorer from the pods' own KV events: the scheduler
+    subscribes to every pod's vLLM KV events (ZMQ, port 5557, topics ``kv@<pod IP>@<model>``) and
+    matches the prompt's blocks; ``blockSize`` must equal vLLM's ``--block-size``."""
+    return [
+        {"type": "token-producer"},
+        {"type": "precise-prefix-cache-producer",
+         "parameters": {"tokenProcessorConfig": {"blockSize": block_size},
+                        "kvEventsConfig": {"topicFilter": "kv@", "discoverPods": True,
+                                           "podDiscoveryConfig": {"socketPort": KV_EVENTS_PORT}}}},
+    ]
+
+
+#: the prefix-cache scorer reading the precise producer's matches instead of its own estimate
+PRECISE_SCORER = {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": "precise-prefix-cache-producer"}}
+
+
+def precise_prefix_config(block_size: int, *, disaggregated: bool = False, lora: bool = False) -> dict[str, Any]:
+    """EndpointPickerConfig for precise prefix-cache aware routing, in the apiVersion the targeted
+    KServe's endpoint picker decodes (:func:`~shipyard.serving.kserve.config.epp_config_api`).
+
+    Aggregated: one profile scoring pods by the prompt blocks they already hold, KV-cache
+    utilisation and queue. ``disaggregated``: KServe's own P/D profile (:func:`pd_scheduler_config`)
+    with the precise producer feeding its prefix-cache scorer, so prefill/decode routing is kept
+    (an inline config replaces KServe's default whole)."""
+    if disaggregated:
+        return pd_scheduler_config(lora=lora, producers=_precise_producers(block_size), prefix_scorer=PRECISE_SCORER)
     return {
-        "apiVersion": "llm-d.ai/v1",
+        "apiVersion": epp_config_api(),
         "kind": "EndpointPickerConfig",
         "plugins": [
             {"type": "single-profile-handler"},
-            {"type": "token-producer"},
-            {"type": "precise-prefix-cache-producer",
-             "parameters": {"tokenProcessorConfig": {"blockSize": block_size},
-                            "kvEventsConfig": {"topicFilter": "kv@", "discoverPods": True,
-                                               "podDiscoveryConfig": {"socketPort": KV_EVENTS_PORT}}}},
-            {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": "precise-prefix-cache-producer"}},
+            *_precise_producers(block_size),
+            copy.deepcopy(PRECISE_SCORER),
             {"type": "kv-cache-utilization-scorer"},
             {"type": "queue-scorer"},
             {"type": "max-score-picker"},
@@ -314,12 +334,57 @@ def precise_prefix_config(block_size: int) -> dict[str, Any]:
     }
 
 
+def pd_scheduler_config(*, lora: bool = False, producers: list[dict[str, Any]] | None = None,
+                        prefix_scorer: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The P/D EndpointPickerConfig KServe v0.20 generates when a service with a prefill pool sets
+    no config (``schedulerConfigText`` in pkg/controller/v1alpha2/llmisvc/scheduler.go): the
+    disaggregation headers and profile handlers with an always-disaggregate decider; a ``prefill``
+    profile (prefill filter; prefix cache 3, queue 2, KV-cache utilisation 2) and a ``decode``
+    profile (decode filter; active requests 2, prefix cache 3); the LoRA affinity scorer (4) in both
+    when adapters are served. ``producers`` are added to the plugins and ``prefix_scorer`` replaces
+    the plain prefix-cache scorer: what a routing preset merges onto it."""
+    lora_refs = [{"pluginRef": "lora-affinity-scorer", "weight": 4}] if lora else []
+    return {
+        "apiVersion": epp_config_api(),
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "disagg-headers-handler"},
+            {"type": "prefill-filter"},
+            {"type": "decode-filter"},
+            {"type": "queue-scorer"},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "active-request-scorer"},
+            *(producers or []),
+            copy.deepcopy(prefix_scorer or {"type": "prefix-cache-scorer"}),
+            {"type": "max-score-picker"},
+            {"type": "always-disagg-pd-decider"},
+            {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "always-disagg-pd-decider"}}},
+            *([{"type": "lora-affinity-scorer"}] if lora else []),
+        ],
+        "schedulingProfiles": [
+            {"name": "prefill", "plugins": [
+                {"pluginRef": "prefill-filter"}, *lora_refs,
+                {"pluginRef": "prefix-cache-scorer", "weight": 3},
+                {"pluginRef": "queue-scorer", "weight": 2},
+                {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+                {"pluginRef": "max-score-picker"},
+            ]},
+            {"name": "decode", "plugins": [
+                {"pluginRef": "decode-filter"}, *copy.deepcopy(lora_refs),
+                {"pluginRef": "active-request-scorer", "weight": 2},
+                {"pluginRef": "prefix-cache-scorer", "weight": 3},
+                {"pluginRef": "max-score-picker"},
+            ]},
+        ],
+    }
+
+
 def latency_predictor_config() -> dict[str, Any]:
     """EndpointPickerConfig that routes on predicted latency (KServe's latency-predictor sample);
     the predictor's training and prediction sidecars come from the vendored preset
     ``kserve-config-llm-scheduler-latency-predictor``, which the service names in baseRefs."""
     return {
-        "apiVersion": "llm-d.ai/v1alpha1",
+        "apiVersion": epp_config_api(),
         "kind": "EndpointPickerConfig",
         "plugins": [
             {"type": "approx-prefix-cache-producer"},
@@ -647,4 +712,5 @@ def copy_model_files(model_dir: str, out_dir: str) -> dict[str, Any]:
 
 
 __all__ = ["NONE", "render", "render_llmisvc", "render_scaled_objects", "render_objectives", "render_template",
-           "to_yaml", "vllm_arguments", "load_model_config", "copy_model_files", "link_metadata", "precise_prefix_config"]
+           "to_yaml", "vllm_arguments", "load_model_config", "copy_model_files", "link_metadata", "precise_prefix_config",
+           "pd_scheduler_config"]
