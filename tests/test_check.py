@@ -294,3 +294,87 @@ def test_the_pre_flight_step_stops_a_run_whose_identity_cannot_deploy(services: 
         assert "\n" not in str(err.value)
     finally:
         double.__exit__(None, None, None)
+
+
+def _no_kubeconfig(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """A machine with no cluster credentials: no KUBECONFIG, no ~/.kube/config, not in a pod."""
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+
+
+def test_without_a_kubeconfig_the_rest_is_still_checked(services: dict[str, Any], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """No kubeconfig anywhere: the Kubernetes part is one SKIP line with its fix (not "Service
+    host/port is not set" for the whole command); the deploy config, MLflow (through --mlflow-url,
+    with the in-cluster Host header), the registry and S3 (from AWS_* here) are checked for real."""
+    _no_kubeconfig(monkeypatch, tmp_path)
+    s3 = services["s3"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.SECRET_KEY)
+    argv = ["check", "--mlflow-url", services["mlflow"].url, "--registry", services["registry"].address,
+            "--insecure-registry"]
+    code = main(argv)
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    assert code == 0, out.out + out.err
+    assert out.err == "" and "Service host/port" not in out.out
+    kube = next(line for line in lines if line.startswith("SKIP kubernetes: "))
+    assert "not checked: no kubeconfig" in kube and "(fix: give --kubeconfig FILE or set KUBECONFIG)" in kube
+    for name in ("deploy config", "mlflow api", "registry", "s3"):
+        assert any(line.startswith(f"PASS {name}: ") for line in lines), (name, lines)
+    assert lines[-1].endswith("0 failed, 0 warnings, 4 passed, 2 not checked"), lines[-1]
+
+    assert main([*argv, "-o", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] is True and result["skip"] == 2
+    by_name = {c["name"]: c for c in result["checks"]}
+    assert by_name["kubernetes"]["status"] == "skip" and by_name["s3"]["status"] == "pass"
+    assert set(by_name["mlflow api"]) == {"name", "status", "detail", "fix"}
+
+    # MLflow's Host check is still real without a cluster: the session's server does not allow the Service name
+    assert main(["check", "--mlflow-url", shared_server().url, "--no-s3"]) == 1
+    line = next(f for f in capsys.readouterr().out.splitlines() if f.startswith("FAIL mlflow api"))
+    assert "403 Invalid Host header" in line
+
+
+def test_an_unreachable_api_server_is_one_line_and_the_rest_is_checked(services: dict[str, Any], tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """A kubeconfig whose server does not answer: one FAIL line in words (connection refused), never
+    urllib3's MaxRetryError, and MLflow is still checked; -o json says the same."""
+    from mlflow_server import free_port
+
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    code = main(["check", "--kubeconfig", str(config), "--mlflow-url", services["mlflow"].url, "--no-s3"])
+    out = capsys.readouterr()
+    assert code == 1 and out.err == "", out.err
+    assert "MaxRetryError" not in out.out
+    (kube,) = [line for line in out.out.splitlines() if line.startswith("FAIL kubernetes: ")]
+    assert "cannot reach the Kubernetes API at https://127.0.0.1:" in kube and ": connection refused" in kube
+    assert any(line.startswith("PASS mlflow api: ") for line in out.out.splitlines())
+    assert main(["check", "--kubeconfig", str(config), "--no-s3", "-o", "json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert [c["status"] for c in result["checks"] if c["name"] == "kubernetes"] == ["fail"]
+
+
+def test_namespace_flag_names_the_deploy_target_to_check(services: dict[str, Any], tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """``-n NS`` is the deploy target: a namespace that does not exist is named; the layout's passes."""
+    double, kubeconfig = cluster(services, tmp_path)
+    try:
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "-n", "team-a", "--no-s3")
+        assert code == 1
+        assert any(line.startswith("FAIL namespace team-a: does not exist") for line in lines), lines
+        assert any(line.startswith("PASS deploy config: ") and "namespace team-a" in line for line in lines), lines
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "--namespace", SERVING_NS,
+                                "--no-s3")
+        assert code == 0, "\n".join(lines)
+    finally:
+        double.__exit__(None, None, None)

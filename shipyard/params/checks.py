@@ -50,6 +50,20 @@ def _name(name: str, value: str, rule: re.Pattern[str] | None, what: str, exampl
         raise ShipyardError(name, f"{value!r} is not {what}", f"write e.g. {name}={example}")
 
 
+#: what a namespace is, in the words of the error line
+NAMESPACE_RULE = "a Kubernetes namespace (lowercase letters, digits and '-', at most 63)"
+
+
+def check_namespace(value: str, field: str = "namespace", example: str = "namespace=shipyard") -> str:
+    """``value`` as a Kubernetes namespace (a DNS-1123 label), or one line naming ``field``: checked
+    before a namespace goes into an API path, a URL or a manifest."""
+    if not value.strip():
+        raise ShipyardError(field, "is empty", f"give {NAMESPACE_RULE}, e.g. {example}")
+    if not _DNS_1123_LABEL.match(value):
+        raise ShipyardError(field, f"{value[:100]!r} is not {NAMESPACE_RULE}", f"write e.g. {example}")
+    return value
+
+
 def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
     if name == "recipes":
         from shipyard.compression.recipes import load_recipe
@@ -67,8 +81,7 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
     elif name in _MAX_INT:
         _bounded(name, value)
     elif name == "namespace":
-        _name(name, value, _DNS_1123_LABEL, "a Kubernetes namespace (lowercase letters, digits and '-', at most 63)",
-              "shipyard")
+        check_namespace(value)
     elif name == "deploy_name":
         _name(name, value, _DNS_1123_LABEL, "a Kubernetes object name (lowercase letters, digits and '-', at most "
               "63, starting with a letter or digit)", "shipyard-llm")

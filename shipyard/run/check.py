@@ -8,13 +8,21 @@ KServe versions, the served LLMInferenceService versions, the CRDs the deploy op
 namespaces, the contract Secrets and keys where the pipeline pods run, MLflow by its in-cluster
 name with a real API call, the registry, S3, GPU nodes and the deploy identity's permissions.
 Nothing is changed in the cluster.
+
+Without a kubeconfig (none given, no ``$KUBECONFIG``, no ``~/.kube/config``, not in a pod), or
+with an API server that does not answer, the Kubernetes part is one line (``SKIP kubernetes: not
+checked: no kubeconfig`` or ``FAIL kubernetes: cannot reach ...``) and what needs no cluster is
+still checked: the deploy config, KFP, MLflow (through ``--mlflow-url``), the registry and S3 (from
+``AWS_*`` in this environment).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -43,8 +51,10 @@ class _Kube:
         except ApiException as err:
             return int(err.status or 0), None
         except urllib3.exceptions.HTTPError as err:
+            from shipyard.serving.kserve.apply import connection_problem
+
             host = self.api.configuration.host
-            raise UnreachableError("kubeconfig", f"cannot reach the Kubernetes API at {host}: {type(err).__name__}",
+            raise UnreachableError("kubeconfig", f"cannot reach the Kubernetes API at {host}: {connection_problem(err)}",
                                    "check the kubeconfig's server and the network") from None
         return 200, data
 
@@ -74,22 +84,79 @@ def kfp_healthz(host: str, token: str = "", timeout_s: float = 10.0) -> Check:
     return cc.kfp_version_check(str(data.get("tag_name") or ""))
 
 
+def deploy_config_check(deploy: Any, rollout: dict[str, Any] | None = None) -> Check:
+    """The deploy config parsed (a bad one is an error before any check): what it deploys and the
+    API resources it and its rollout need."""
+    needs = ", ".join(name for name, *_ in cc.needed_resources(deploy, rollout))
+    mode = "prefill/decode" if deploy.disaggregated else "aggregated"
+    return Check("deploy config", cc.PASS, f"valid ({mode}, namespace {deploy.namespace}); needs {needs}")
+
+
+def _cluster_internal(uri: str) -> bool:
+    host = urllib.parse.urlparse(uri).hostname or ""
+    return ".svc" in host or host.endswith(".cluster.local")
+
+
+def outside_checks(chosen: dict[str, str], *, mlflow_url: str = "", registry: str = "",
+                   insecure_registry: bool = False, check_s3: bool = True) -> list[Check]:
+    """What can be checked without the cluster's Secrets: MLflow by the layout's URI (through
+    ``mlflow_url``, e.g. a port-forward, with the in-cluster Host header), the registry without
+    credentials, S3 from ``AWS_ENDPOINT_URL_S3`` and the keys in this environment."""
+    uri = chosen["tracking_uri"]
+    checks = []
+    if not mlflow_url and _cluster_internal(uri):
+        parts = (urllib.parse.urlparse(uri).hostname or "").split(".")
+        forward = f"kubectl -n {parts[1] if len(parts) > 1 else chosen['pipeline_namespace']} port-forward svc/{parts[0]} 5000"
+        checks.append(Check("mlflow api", cc.SKIP, f"not checked: {uri} is a name inside the cluster",
+                            f"{forward}, then pass --mlflow-url http://127.0.0.1:5000"))
+    else:
+        checks.append(cc.mlflow_api_check(uri, mlflow_url, os.environ.get("MLFLOW_TRACKING_TOKEN", "")))
+    reg = cc.registry_check(registry, None, insecure_registry)
+    if reg.status == cc.FAIL and "needs credentials" in reg.detail:  # the credentials are in the cluster's Secret
+        reg = Check("registry", cc.PASS, f"{registry} answers /v2/ and asks for credentials (those of the Secret "
+                    "shipyard-registry are checked with a kubeconfig)")
+    checks.append(reg)
+    if check_s3:
+        env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+        checks.append(cc.s3_check(env) if env.get("AWS_ENDPOINT_URL_S3") else Check(
+            "s3", cc.SKIP, "not checked: no cluster Secret shipyard-s3 to read and no AWS_ENDPOINT_URL_S3 here",
+            "export AWS_ENDPOINT_URL_S3 and the keys, or give --kubeconfig"))
+    return checks
+
+
 def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubeconfig: str | None = None,
                    context: str | None = None, deploy_config: str | None = None, kfp_host: str = "",
                    kfp_token: str = "", mlflow_url: str = "", registry: str = "", insecure_registry: bool = False,
-                   check_s3: bool = True, kserve_namespace: str = cc.KSERVE_NAMESPACE) -> list[Check]:
-    """Every check, in order; one :class:`Check` each (see the module doc)."""
-    from shipyard.serving.kserve.apply import api_client
+                   check_s3: bool = True, kserve_namespace: str = cc.KSERVE_NAMESPACE,
+                   namespace: str = "") -> list[Check]:
+    """Every check, in order; one :class:`Check` each (see the module doc). ``namespace``: the
+    deploy target (default: the layout's ``serving_namespace``)."""
+    from shipyard.serving.kserve.apply import api_client, has_cluster_credentials
 
     cfg = load_cluster_config(cluster_config)
     chosen = cluster_layout(layout, cluster_config)
+    if namespace:
+        chosen = {**chosen, "serving_namespace": namespace}
     settings = _deploy_config(deploy_config, chosen["serving_namespace"])
     deploy, rollout = settings.config, settings.rollout
-    kube = _Kube(api_client(kubeconfig, context, timeout_s=15.0))
-    checks: list[Check] = []
-
+    checks: list[Check] = [deploy_config_check(deploy, rollout)]
     checks.append(kfp_healthz(kfp_host, kfp_token) if kfp_host else
                   Check("kfp version", cc.SKIP, "no --kfp-host given", "pass --kfp-host to check KFP >= 2.17.0"))
+    outside = {"mlflow_url": mlflow_url, "registry": registry, "insecure_registry": insecure_registry,
+               "check_s3": check_s3}
+    if not has_cluster_credentials(kubeconfig):
+        checks.append(Check("kubernetes", cc.SKIP, "not checked: no kubeconfig (none given, KUBECONFIG unset, no "
+                            "~/.kube/config, not in a pod): KServe, CRDs, Secrets, nodes and permissions unchecked",
+                            "give --kubeconfig FILE or set KUBECONFIG"))
+        return checks + outside_checks(chosen, **outside)
+    kube = _Kube(api_client(kubeconfig, context, timeout_s=15.0))
+    try:
+        kube.call("GET", "/version")
+    except UnreachableError as err:
+        checks.append(Check("kubernetes", cc.FAIL, f"{err.problem}: KServe, CRDs, Secrets, nodes and permissions "
+                            "unchecked", err.fix))
+        return checks + outside_checks(chosen, **outside)
+
     controller = kube.get(f"/apis/apps/v1/namespaces/{kserve_namespace}/deployments/{cc.KSERVE_CONTROLLER}")
     if controller is None:
         checks.append(Check("kserve version", cc.WARN, f"no Deployment {kserve_namespace}/{cc.KSERVE_CONTROLLER}",

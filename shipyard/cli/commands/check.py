@@ -1,16 +1,19 @@
 """``shipyard check``: is this cluster ready for shipyard? One line per check, pass/fail/warn and
 the fix (``-o json|yaml``: the machine form). Exit status 1 when a check failed.
 
-Reads only (see :mod:`shipyard.run.check`): the KFP and KServe versions, the served
-LLMInferenceService versions, the CRDs the deploy options need, the namespaces and contract
+Reads only (see :mod:`shipyard.run.check`): the deploy config, the KFP and KServe versions, the
+served LLMInferenceService versions, the CRDs the deploy options need, the namespaces and contract
 Secrets of the layout, MLflow by its in-cluster name (a real API call with that Host header),
-the registry, S3, GPU nodes and the deploy identity's permissions.
+the registry, S3, GPU nodes and the deploy identity's permissions. Without a kubeconfig the
+Kubernetes part is one ``SKIP kubernetes: not checked: no kubeconfig`` line and the rest is still
+checked; an API server that does not answer is one ``FAIL kubernetes`` line.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from shipyard.cli.options import add_namespace_option
 from shipyard.cli.output import add_output_option, emit
 
 
@@ -18,6 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check", help="check a cluster before the first run (versions, CRDs, Secrets, MLflow, RBAC, GPU nodes)",
         description="Each check prints one line: PASS, FAIL, WARN or SKIP, what was found, and the fix. "
+                    "Without a kubeconfig the cluster part is skipped and MLflow, the registry, S3 and the deploy "
+                    "config are still checked. "
                     "Run it as a cluster admin: it reads Secrets in the pipeline namespace, lists nodes and asks "
                     "SubjectAccessReviews for the deploy identity. Nothing is changed.")
     p.add_argument("--layout", default="", help="namespace layout from the cluster config: kfp-standalone or "
@@ -35,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--registry", default="", help="registry host[:port] the modelcar is pushed to")
     p.add_argument("--insecure-registry", action="store_true", help="plain HTTP to the registry")
     p.add_argument("--no-s3", action="store_true", help="skip the object-store check")
+    add_namespace_option(p, "the deploy target namespace to check (default: the layout's serving_namespace)")
     p.add_argument("--kserve-namespace", default="kserve", help="namespace of KServe's controller (default kserve)")
     add_output_option(p, default_help="one line per check")
     p.set_defaults(func=_check)
@@ -48,11 +54,11 @@ def _check(args: argparse.Namespace) -> int:
                             context=args.context, deploy_config=args.deploy_config or None, kfp_host=args.kfp_host,
                             kfp_token=args.kfp_token, mlflow_url=args.mlflow_url, registry=args.registry,
                             insecure_registry=args.insecure_registry, check_s3=not args.no_s3,
-                            kserve_namespace=args.kserve_namespace)
+                            kserve_namespace=args.kserve_namespace, namespace=args.namespace or "")
     result = summary(checks)
 
     def text() -> str:
-        tail = f"{result['fail']} failed, {result['warn']} warnings, {result['pass']} passed"
+        tail = f"{result['fail']} failed, {result['warn']} warnings, {result['pass']} passed, {result['skip']} not checked"
         return "\n".join([c.line() for c in checks] + [tail])
 
     emit(result, args.output, text)

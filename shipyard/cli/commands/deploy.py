@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from shipyard.cli.options import add_namespace_option
 from shipyard.cli.output import add_out_file_option, add_output_option, emit, render
 from shipyard.core.errors import FileError, ShipyardError
 from shipyard.core.files import ensure_writable_dir
@@ -29,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "wait for Ready and roll back on failure.")
     p.add_argument("--name", help="LLMInferenceService name (with --template: default, the template's name)")
     p.add_argument("--model-uri", required=True, help="oci://...@sha256:..., hf://, s3:// or pvc://")
-    p.add_argument("--namespace", help="target namespace (default: deploy params, else 'default')")
+    add_namespace_option(p, "target namespace (default: deploy params, else 'default')")
     p.add_argument("--prefill-replicas", type=number(int, minimum=0, example="2"),
                    help="prefill pods (> 0 selects prefill/decode disaggregation)")
     p.add_argument("--decode-replicas", type=number(int, minimum=0, example="1"), dest="replicas",

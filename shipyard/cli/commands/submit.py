@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shipyard.cli.options import add_namespace_option
 from shipyard.cli.output import add_output_option, emit
 from shipyard.core.errors import EXIT_FAILED, ShipyardError
 from shipyard.run.kfp_client import Kfp, PipelinePackage, check_params, load_pipeline, parse_params
@@ -30,7 +31,7 @@ def add_kfp_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="KFP API URL, e.g. http://localhost:8080 (env KF_PIPELINES_ENDPOINT)")
     p.add_argument("--token", help="bearer token (env KF_PIPELINES_TOKEN)")
     p.add_argument("--cookie", help="session cookie 'name=value', e.g. authservice_session=... (env KF_PIPELINES_COOKIE)")
-    p.add_argument("--namespace", help="Kubeflow profile namespace (multi-user KFP)")
+    add_namespace_option(p, "Kubeflow profile namespace (multi-user KFP)")
     p.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
 
 

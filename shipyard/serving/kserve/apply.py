@@ -100,6 +100,36 @@ CONNECT_TIMEOUT_S = 5.0
 CONNECT_ATTEMPTS = 3
 
 
+def has_cluster_credentials(kubeconfig: str | None = None) -> bool:
+    """Whether :func:`api_client` has anything to load: ``--kubeconfig``, ``$KUBECONFIG``,
+    ``~/.kube/config`` or an in-cluster service account (``KUBERNETES_SERVICE_HOST``). A file that is
+    named but broken still counts (loading it is the error that names it)."""
+    return bool(kubeconfig or os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config"))
+                or os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def connection_problem(err: BaseException) -> str:
+    """A failed connection to an API server in words (``connection refused``, ``the host name does
+    not resolve``, ``TLS failed: ...``, ``timed out``), never urllib3's ``MaxRetryError``."""
+    import urllib3.exceptions as u3
+
+    reason: BaseException = getattr(err, "reason", None) or err
+    text = " ".join(str(reason).split()).lower()
+    if isinstance(reason, u3.SSLError) or "certificate" in text or "ssl" in text:
+        detail = str(getattr(reason, "args", [reason])[0] if getattr(reason, "args", None) else reason)
+        return f"TLS failed: {' '.join(detail.split())[:160]}"
+    if "refused" in text:
+        return "connection refused"
+    if any(s in text for s in ("name or service not known", "nodename nor servname", "name resolution",
+                               "no address associated", "failed to resolve")):
+        return "the host name does not resolve"
+    if isinstance(reason, (u3.ConnectTimeoutError, u3.TimeoutError)) or "timed out" in text:
+        return "timed out"
+    if "unreachable" in text:
+        return "network unreachable"
+    return "the connection failed"
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None, *,
                timeout_s: float = API_TIMEOUT_S) -> Any:
     """A kubernetes ``ApiClient`` from a kubeconfig (``--kubeconfig``, ``$KUBECONFIG``,
@@ -232,7 +262,7 @@ class Kube:
                 raise UnreachableError(f"kubernetes API {self.host}", f"timed out after {self.timeout_s:g}s trying to "
                                        f"{what}", "check the API server's health and retry") from None
             raise UnreachableError(f"kubernetes API {self.host}", f"unreachable while trying to {what}: "
-                                f"{type(reason).__name__}", "check the kubeconfig server address and network") from None
+                                   f"{connection_problem(err)}", "check the kubeconfig server address and network") from None
 
 
 class _NotFound(Exception):
