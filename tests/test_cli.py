@@ -104,6 +104,30 @@ def test_output_formats_print_objects_to_stdout(tmp_path: Path) -> None:
     assert yaml.safe_load(plan_file.read_text()) == as_json and plan_file.stat().st_mode & 0o777 == 0o644
 
 
+def test_validate_takes_a_folder_like_kubectl_f(tmp_path: Path) -> None:
+    """``validate -f DIR`` (and a folder as FILE): every *.yaml, *.yml and *.json in it, sorted; -R
+    for subfolders; other files are not manifests; an invalid one makes the exit status 1."""
+    import json
+
+    good = ("apiVersion: serving.kserve.io/v1alpha2\nkind: LLMInferenceService\nmetadata: {name: llm}\n"
+            "spec: {model: {uri: 'hf://o/m'}}\n")
+    folder = tmp_path / "manifests"
+    (folder / "nested").mkdir(parents=True)
+    (folder / "a.yaml").write_text(good)
+    (folder / "b.yml").write_text(good.replace("llm}", "llm-b}"))
+    (folder / "c.json").write_text(json.dumps({"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
+                                               "metadata": {"name": "llm-c"}, "spec": {"model": {"uri": "hf://o/m"}}}))
+    (folder / "README.md").write_text("not a manifest\n")
+    (folder / "nested" / "d.yaml").write_text(good.replace("model:", "modle:"))
+    report = json.loads(_in(tmp_path, "validate", "-f", "manifests", "-o", "json").stdout)
+    assert [r["file"] for r in report] == [f"manifests/{n}" for n in ("a.yaml", "b.yml", "c.json")]
+    assert all(r["valid"] for r in report)
+    assert _in(tmp_path, "validate", "manifests").stdout.splitlines() == [
+        "ok manifests/a.yaml", "ok manifests/b.yml", "ok manifests/c.json"]
+    deep = _in(tmp_path, "validate", "-R", "-f", "manifests")
+    assert deep.returncode == 1 and "INVALID" in deep.stdout and "nested/d.yaml" in deep.stdout
+
+
 def test_closed_pipe_is_quiet_with_exit_141(tmp_path: Path) -> None:
     import json
 

@@ -189,9 +189,34 @@ def test_cli_deploy_against_a_kubeconfig(double, tmp_path, capsys):
                  "--kubeconfig", str(double.kubeconfig(tmp_path / "kc")), "--out-file", str(out), "-o", "json"])
     assert code == 0
     text = capsys.readouterr().out
-    result = json.loads(text[text.rindex("\n{") + 1:])  # progress lines, then the result (-o json)
+    result = json.loads(text)  # -o json: stdout is the result alone (the progress lines went to stderr)
     assert result["status"] == "Ready" and result["url"] == "http://gw.example/serving/llm"
     assert out.is_file() and double.get(*KEY) is not None
+
+
+def test_cli_deploy_applies_without_out_file_like_kubectl_apply(double, tmp_path, capsys, monkeypatch):
+    """No --dry-run, no --out-file: applied to the kubeconfig's cluster (-n names the namespace), the
+    result is one line; under -o json stdout is one JSON document (the progress lines on stderr); no
+    manifest file is left anywhere it was run."""
+    double.script("llm", ready_after(1, url="http://gw.example/team-a/llm"))
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"apply": {"poll_s": 0.01, "wait_timeout_s": 10}}))
+    monkeypatch.setenv("KUBECONFIG", str(double.kubeconfig(tmp_path / "kc")))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = ["deploy", "--name", "llm", "--model-uri", NEW, "--prefill-replicas", "1", "--params-file", str(params),
+            "-n", "team-a"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == "Ready: LLMInferenceService team-a/llm (pd) http://gw.example/team-a/llm", out
+    assert double.get("llminferenceservices", "team-a", "llm")["spec"]["model"]["uri"] == NEW
+    assert main([*argv, "-o", "json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)  # the whole of stdout
+    assert result["status"] == "Ready" and result["namespace"] == "team-a" and result["manifest"] == ""
+    assert "Ready" in captured.err  # the wait's progress
+    assert list(work.iterdir()) == []
 
 
 def test_every_option_and_inference_objectives_apply(double, kube):

@@ -66,6 +66,22 @@ def test_submit_uploads_then_versions_and_runs(double: KfpDouble, package: str, 
     assert not double.rejected
 
 
+def test_submit_prints_yaml_and_takes_the_profile_namespace_as_n(double: KfpDouble, package: str,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """``-o yaml`` besides json (the same record), and ``-n NS`` (kubectl's spelling) is the
+    profile namespace the experiment is created in."""
+    import yaml
+
+    assert _cli("submit", package, "--host", double.url, "--token", TOKEN, "-n", "team-a", "-o", "yaml") == 0
+    record = yaml.safe_load(capsys.readouterr().out)
+    assert record["run_id"] in double.runs and record["pipeline"] == "tiny-requantize"
+    (experiment,) = [body for kind, _, body in double.requests if kind == "experiment"]
+    assert experiment["namespace"] == "team-a"
+    assert _cli("submit", package, "--host", double.url, "--token", TOKEN, "-o", "json") == 0
+    assert set(json.loads(capsys.readouterr().out)) == set(record)
+    assert not double.rejected
+
+
 def test_schedule_cron_is_converted_echoed_and_valid(double: KfpDouble, package: str,
                                                      capsys: pytest.CaptureFixture) -> None:
     assert _cli("schedule", package, "--host", double.url, "--token", TOKEN, "--cron", "30 2 * * 1-5",

@@ -1,9 +1,12 @@
 """``shipyard deploy``: render a KServe LLMInferenceService; apply, wait and roll back unless --dry-run.
 
-Output (see :mod:`shipyard.cli.output`): without ``--out-file`` the rendered manifest goes to
-stdout, as YAML (default) or ``-o json``; with ``--out-file PATH`` the manifest is written there
-(atomically, mode 0644) and the result (name, namespace, status, url) is printed as text or
-``-o json|yaml``. Applying to a cluster needs ``--out-file`` (the applied manifest is kept).
+Like ``kubectl apply`` / ``helm install``, a deploy without ``--dry-run`` applies to the cluster of
+the kubeconfig, waits for Ready and prints the result (status, namespace/name, URL) as one line,
+or ``-o json|yaml``; the wait's progress lines go to stdout, or to stderr under ``-o`` so that
+stdout stays one document. ``--out-file PATH`` also keeps the applied manifest (atomically, mode
+0644; put back as it was when the deploy fails). With ``--dry-run`` the rendered manifest goes to
+stdout as YAML (default) or ``-o json``, or with ``--out-file PATH`` to that file and the result
+line to stdout (see :mod:`shipyard.cli.output`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +31,9 @@ from shipyard.core.numbers import number, positive_float, positive_int
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("deploy", help="render (and apply) a KServe LLMInferenceService with llm-d P/D",
-                       description="Render a validated LLMInferenceService; with a cluster, server-side apply it, "
-                                   "wait for Ready and roll back on failure.")
+                       description="Render a validated LLMInferenceService, server-side apply it to the kubeconfig's "
+                                   "cluster, wait for Ready and roll back on failure (like kubectl apply). --dry-run "
+                                   "only renders and prints the manifest; --out-file keeps it in a file.")
     p.add_argument("--name", help="LLMInferenceService name (with --template: default, the template's name)")
     p.add_argument("--model-uri", required=True, help="oci://...@sha256:..., hf://, s3:// or pvc://")
     add_namespace_option(p, "target namespace (default: deploy params, else 'default')")
@@ -44,8 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-dir", help="model folder whose config.json sizes vLLM through the memory planner")
     p.add_argument("--gpu-memory-gib", type=positive_float("80"), help="memory of one GPU in GiB (for the planner)")
     p.add_argument("--allow-mutable-tag", action="store_true", default=None, help="accept an oci:// tag instead of a digest")
-    add_output_option(p, default_help="the manifest as YAML; with --out-file a one-line result")
-    add_out_file_option(p, "the manifest (YAML)")
+    add_output_option(p, default_help="a one-line result; with --dry-run and no --out-file, the manifest as YAML")
+    add_out_file_option(p, "the manifest (YAML; when applying, the applied one)")
     p.add_argument("--dry-run", action="store_true", help="only render and validate; no cluster needed")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
@@ -131,26 +137,30 @@ def _deploy(args: argparse.Namespace) -> int:
     to_stdout = args.out_file == "-"  # --out-file - : the manifest goes to stdout
     if to_stdout:
         args.out_file = None
-    if not args.out_file and not args.dry_run and not to_stdout:
-        raise ShipyardError("--out-file", "is required when applying to a cluster",
-                            "give --out-file FILE to keep the applied manifest, or add --dry-run")
     if args.out_file:
         ensure_writable_dir(Path(args.out_file).absolute().parent, "--out-file")
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout) if not args.out_file else contextlib.nullcontext(), \
-            _out_file_errors(), _keep_out_file_on_success(args.out_file):
-        result = run_deploy(
-            deploy_config=params, manifest_path=args.out_file or "-", dry_run=args.dry_run, model_dir=args.model_dir,
-            kubeconfig=args.kubeconfig, context=args.context, name=args.name, model_uri=args.model_uri,
-            namespace=args.namespace, prefill_replicas=args.prefill_replicas, replicas=args.replicas,
-            tensor_parallel=args.tensor_parallel, gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib,
-            allow_mutable_tag=args.allow_mutable_tag,
-        )
-    if not args.out_file:
+    deploy_args = {
+        "deploy_config": params, "dry_run": args.dry_run, "model_dir": args.model_dir, "kubeconfig": args.kubeconfig,
+        "context": args.context, "name": args.name, "model_uri": args.model_uri, "namespace": args.namespace,
+        "prefill_replicas": args.prefill_replicas, "replicas": args.replicas, "tensor_parallel": args.tensor_parallel,
+        "gpus": args.gpus, "gpu_memory_gib": args.gpu_memory_gib, "allow_mutable_tag": args.allow_mutable_tag,
+    }
+    if not args.out_file and (args.dry_run or to_stdout):  # the manifest itself is the output
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout), _out_file_errors():
+            run_deploy(manifest_path="-", **deploy_args)
         manifest = stdout.getvalue()
         print(render(_as_objects(manifest), args.output) if args.output else manifest, end="")
         return 0
+    # applied (or rendered into --out-file): the result is the output; progress goes to stderr under -o
+    with tempfile.TemporaryDirectory(prefix="shipyard-deploy-") as scratch:
+        with contextlib.redirect_stdout(sys.stderr) if args.output else contextlib.nullcontext(), \
+                _out_file_errors(), _keep_out_file_on_success(args.out_file):
+            result = run_deploy(manifest_path=args.out_file or str(Path(scratch) / "manifest.yaml"), **deploy_args)
+    if not args.out_file:
+        result["manifest"] = ""  # nothing kept: a scratch file
     emit(result, args.output, lambda: (
         f"{result['status']}: {', '.join(result['kinds'])} {result['namespace']}/{result['name']} "
-        f"({result['mode']}) -> {args.out_file}" + (f" {result['url']}" if result.get("url") else "")))
+        f"({result['mode']})" + (f" -> {args.out_file}" if args.out_file else "")
+        + (f" {result['url']}" if result.get("url") else "")))
     return 0

@@ -119,7 +119,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wait", action="store_true",
                    help="follow the run's state until it ends; exit 0 when it SUCCEEDED, 1 otherwise")
     p.add_argument("--poll-s", type=float, default=10.0, metavar="SECONDS", help="with --wait: seconds between polls (default 10)")
-    add_output_option(p, ("json",), "two lines: the pipeline version and the run URL")
+    add_output_option(p, default_help="two lines: the pipeline version and the run URL")
     p.set_defaults(func=_submit)
 
 
