@@ -240,8 +240,8 @@ def test_readme_says_what_to_do_with_each_failing_check() -> None:
     """Every check with a fixed name has a row in the README's "failing check | what to do" table."""
     rows = {line.split("|")[1].strip().strip("`") for line in (ROOT / "README.md").read_text().splitlines()
             if line.startswith("| `")}
-    for name in ("kfp version", "kserve version", "mlflow name", "mlflow api", "registry", "s3", "gpu nodes",
-                 "node disk", "deploy permissions"):
+    for name in ("kubernetes", "kfp version", "kserve version", "mlflow name", "mlflow api", "registry", "s3",
+                 "gpu nodes", "node disk", "deploy permissions"):
         assert name in rows, name
 
 

@@ -155,6 +155,24 @@ def test_exit_code_table_in_readme_matches_the_code() -> None:
     assert errors.ShipyardError.exit_code == errors.EXIT_USAGE
 
 
+def test_readme_cli_reference_lists_every_command_and_the_kubectl_style_options() -> None:
+    """The CLI block names every subcommand of the parser, and the options that mirror kubectl
+    (-n on the namespaced commands, validate's -f DIR and -R, submit's -o json|yaml)."""
+    from shipyard.cli.main import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## CLI", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    lines = {line.split()[1]: line for line in block.splitlines() if line.startswith("shipyard ")}
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) <= set(lines), sorted(set(sub.choices) - set(lines))
+    for command in ("check", "deploy", "submit", "schedule", "runs"):
+        assert "[-n NS]" in lines[command], command
+        options = {o for a in sub.choices[command]._actions for o in a.option_strings}
+        assert {"-n", "--namespace"} <= options, command
+    assert "-f FILE|DIR" in lines["validate"] and "[-R]" in lines["validate"]
+    assert "[-o json|yaml]" in lines["submit"]
+
+
 def test_unknown_architecture_is_planned_as_an_estimate(tmp_path: Path) -> None:
     import json
 
