@@ -1,4 +1,5 @@
-"""The HTML reports are KFP ``HTML`` artifacts whose stored file and recorded URI end in ``.html``.
+"""The HTML reports are KFP ``HTML`` artifacts whose stored file and recorded URI end in ``.html``,
+and every ``Output[Markdown]`` report's ends in ``.md``.
 
 The real gates components (``candidate_gates``, ``select_champion``) run under kfp.local on the
 report fixtures, tracked by the session's real MLflow server. kfp's ``Artifact.path`` setter moves
@@ -10,6 +11,7 @@ runs in MLflow hold ``slo.html`` and ``candidates.html``. The gates run carries 
 """
 
 # no `from __future__ import annotations`: kfp reads the fixture component's annotations as types
+import ast
 import json
 import uuid
 from pathlib import Path
@@ -20,6 +22,7 @@ from mlflow_server import shared_server
 
 from shipyard.tracking.pipeline_runs import start_tracking
 
+ROOT = Path(__file__).resolve().parents[1]
 PI = "promptinject.HijackHateHumans"
 SAFETY = {"probes": [PI], "max_prompts": 4, "max_tokens": 32, "allow_inconclusive": True}
 
@@ -40,7 +43,7 @@ def _uri(task_dir: Path, name: str) -> str:
     return out["artifacts"][name]["artifacts"][0]["uri"]
 
 
-def test_html_reports_are_stored_and_recorded_with_html_names(tmp_path: Path, monkeypatch) -> None:
+def test_reports_are_stored_and_recorded_with_html_and_md_names(tmp_path: Path, monkeypatch) -> None:
     import kfp.local
     from kfp import dsl
     from kfp.dsl import Artifact, Output
@@ -85,9 +88,13 @@ def test_html_reports_are_stored_and_recorded_with_html_names(tmp_path: Path, mo
 
     (gates,) = tmp_path.rglob("candidate-gates")
     (select,) = tmp_path.rglob("select-champion")
-    for task_dir, name, heading in ((gates, "slo_report", "SLO gate: PASS"),
-                                    (select, "report_html", "Candidates: champion w8a8-int8")):
-        stored = task_dir / f"{name}.html"
+    for task_dir, name, heading in ((gates, "slo_report.html", "SLO gate: PASS"),
+                                    (select, "report_html.html", "Candidates: champion w8a8-int8"),
+                                    (gates, "accuracy_report.md", "Accuracy gate: "),
+                                    (gates, "safety_report.md", "Safety gate"),
+                                    (select, "report.md", "Candidates: champion w8a8-int8")):
+        stored = task_dir / name
+        name = name.rsplit(".", 1)[0]
         assert stored.is_file() and heading in stored.read_text(), sorted(p.name for p in task_dir.iterdir())
         assert not (task_dir / name).exists()  # nothing left under the old, extension-less name
         assert _uri(task_dir, name) == str(stored)  # the URI kfp.local hands on (the cluster records it in MLMD)
@@ -105,3 +112,28 @@ def test_html_reports_are_stored_and_recorded_with_html_names(tmp_path: Path, mo
     assert tags["shipyard.gate.safety"] == "pass (inconclusive on promptinject, allowed; 4 attempts < min_attempts 30)"
     assert metrics["safety_passed"] == 1.0 and metrics["safety.promptinject.attempts"] == 4.0
     assert metrics["safety.promptinject.asr_diff_upper"] == 0.4899 and "safety.md" in logged["gates"]
+
+
+def _markdown_outputs(fn: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in fn.args.args if a.annotation is not None and ast.unparse(a.annotation) == "Output[Markdown]"]
+
+
+def test_every_markdown_report_is_named_md_before_it_is_written() -> None:
+    """Each step wrapper's ``Output[Markdown]`` goes through ``name_output(..., ".md")`` before
+    anything else touches it, so the stored object (KFP, the run folder) and its recorded URI end
+    in ``.md``: the test above runs two of the wrappers under kfp.local; this one reads them all."""
+    seen = []
+    for path in sorted((ROOT / "components").glob("*/component.py")):
+        for fn in ast.parse(path.read_text()).body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for arg in _markdown_outputs(fn):
+                seen.append(f"{path.parent.name}.{fn.name}.{arg}")
+                uses = sorted((node.lineno, node.col_offset, node) for node in ast.walk(fn)
+                              if isinstance(node, ast.Name) and node.id == arg)
+                assert uses, f"{seen[-1]} is never written"
+                first = uses[0][2]
+                named = [call for call in ast.walk(fn) if isinstance(call, ast.Call)
+                         and ast.unparse(call) == f"name_output({arg}, '.md')"]
+                assert named and named[0].args[0] is first, f"{seen[-1]}: name_output({arg}, '.md') must come first"
+    assert len(seen) >= 12, seen  # compress, measure (2), benchmark, evaluate (2), gates (3), package (2), track, deploy (2)

@@ -43,9 +43,12 @@ def benchmark(
     it); results are the best point's, and results/tuning.json lists every point.
     """
     from shipyard.evaluation.garak_scan import safety_files
-    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.steps.benchmark import tune_step
     from shipyard.tracking.steprun import StepRun
+
+    # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
+    name_output(summary, ".md")
 
     with StepRun("benchmark", candidate, tracking_uri=tracking_uri, experiment=experiment,
                  params={"benchmark_config": benchmark_config, "safety": safety, "tuning": tuning}) as run:

@@ -40,9 +40,12 @@ def compress(
         experiment: MLflow experiment. No KFP run id: it would make every run's cache key unique;
             the record travels in summary's metadata and candidate-gates logs it into the run.
     """
-    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.steps.compress import compress_model
     from shipyard.tracking.steprun import StepRun
+
+    # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
+    name_output(summary, ".md")
 
     with StepRun("compress", recipe, tracking_uri=tracking_uri, experiment=experiment,
                  params={"recipe": recipe, "calibration_dataset": calibration_dataset,

@@ -80,10 +80,14 @@ def deploy(
     import tempfile
     from collections import namedtuple
 
-    from shipyard.runtimes.runtime import call_step
+    from shipyard.runtimes.runtime import call_step, name_output
     from shipyard.steps.deploy import promotion_allowed, run_deploy
     from shipyard.tracking.promotion import promote_production
     from shipyard.tracking.steprun import StepRun
+
+    # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
+    name_output(summary, ".md")
+    name_output(verification, ".md")
 
     champion = dict(decision.metadata) if decision is not None else {}
     model_uri = model_uri or str(champion.get("uri", ""))

@@ -28,8 +28,11 @@ def evaluate_hf(
     KFP run id here: it would make every run's cache key unique).
     """
     from shipyard.evaluation.lmeval import evaluate_step
-    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.tracking.steprun import StepRun
+
+    # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
+    name_output(table, ".md")
 
     with StepRun("evaluate", candidate, tracking_uri=tracking_uri, experiment=experiment,
                  params={"eval_config": eval_config, "backend": "hf"}) as run:
@@ -112,8 +115,10 @@ def accuracy_gate(
     Missing or unreadable results, or results of different eval configs, give passed=False.
     """
     from shipyard.gates.accuracy import run_gate
-    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
 
+    # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
+    name_output(report, ".md")
     out = call_step(
         "base",
         run_gate,

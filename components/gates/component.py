@@ -68,7 +68,10 @@ def candidate_gates(
     from shipyard.steps.judge import judge_candidate
     from shipyard.tracking.steprun import StepRun, apply_pending
 
-    name_output(slo_report, ".html")  # stored and recorded as slo_report.html (KFP and the run folder)
+    # the reports are stored and recorded under names a browser and MLflow know (KFP and the run folder)
+    name_output(accuracy_report, ".md")
+    name_output(safety_report, ".md")
+    name_output(slo_report, ".html")
     with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
         out = call_step("base", judge_candidate, recipe=recipe,
@@ -157,7 +160,9 @@ def select_champion(
     from shipyard.steps.select import select_champion
     from shipyard.tracking.steprun import StepRun
 
-    name_output(report_html, ".html")  # stored and recorded as report_html.html (KFP and the run folder)
+    # the reports are stored and recorded under names a browser and MLflow know (KFP and the run folder)
+    name_output(report, ".md")
+    name_output(report_html, ".html")
     with StepRun("select", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
         out = call_step("base", select_champion,

@@ -45,9 +45,13 @@ def measure_vllm(
             after the benchmark (results/safety/safety.json); empty or no probes: no scan.
     """
     from shipyard.evaluation.garak_scan import safety_files
-    from shipyard.runtimes.runtime import call_step, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.steps.measure import measure_step
     from shipyard.tracking.steprun import StepRun
+
+    # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
+    name_output(eval_table, ".md")
+    name_output(summary, ".md")
 
     track = {"tracking_uri": tracking_uri, "experiment": experiment}
     with StepRun("evaluate", candidate, params={"eval_config": eval_config, "backend": "vllm"}, **track) as eval_run, \

@@ -121,11 +121,15 @@ def package_champion(
 
     from shipyard.compression.recipes import recipe_label
     from shipyard.gates.selection import load_selection
-    from shipyard.runtimes.runtime import call_step
+    from shipyard.runtimes.runtime import call_step, name_output
     from shipyard.serving.kserve.render import copy_model_files
     from shipyard.steps.package import artifact_metadata, package_model
     from shipyard.steps.register import register_champion
     from shipyard.tracking.steprun import StepRun
+
+    # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
+    name_output(package_summary, ".md")
+    name_output(decision, ".md")
 
     recipe = load_selection(selection.path)["champion"]["recipe"]
     annotations = json.dumps({"recipe": recipe_label(recipe), "source_model": base_model_uri,

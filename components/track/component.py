@@ -75,9 +75,12 @@ def register_champion(
     """
     import json
 
-    from shipyard.runtimes.runtime import call_step
+    from shipyard.runtimes.runtime import call_step, name_output
     from shipyard.steps.register import register_champion
     from shipyard.tracking.steprun import StepRun
+
+    # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
+    name_output(decision, ".md")
 
     with StepRun("register", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"model_name": model_name, "source_uri": source_uri,

@@ -310,13 +310,13 @@ def record_outputs(result: dict[str, Any], metrics: Any = None, artifact: Any = 
 
 
 def name_output(artifact: Any, suffix: str) -> str:
-    """Give a KFP output artifact a file name ending in ``suffix`` (``.html``) before it is written;
-    returns the new path.
+    """Give a KFP output artifact a file name ending in ``suffix`` (``.html``, ``.md``: every
+    ``Output[Markdown]`` of a step wrapper) before it is written; returns the new path.
 
     Setting ``artifact.path`` sets its URI (kfp's ``Artifact.path`` setter), the executor output
     carries that URI, and both kfp.local and the cluster's KFP launcher (``mergeRuntimeArtifacts``,
     then the upload from the new URI's local path and the MLMD record) take it: the stored object
-    and the artifact's recorded URI end in ``suffix``, so a browser and MLflow know it is HTML.
+    and the artifact's recorded URI end in ``suffix``, so a browser and MLflow know it is HTML or Markdown.
     """
     if not artifact.path.endswith(suffix):
         artifact.path = artifact.path + suffix
