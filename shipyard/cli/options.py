@@ -2,7 +2,8 @@
 
 ``-n/--namespace NS`` (check, deploy, submit, schedule, runs): checked as a Kubernetes namespace
 (a DNS-1123 label) when the command line is read, so a bad value is one usage line naming
-``-n/--namespace`` and never reaches an API path, a URL or a manifest.
+``-n/--namespace`` and never reaches an API path, a URL or a manifest. :func:`namespace` is the
+argparse type of any other namespace option (``check --kserve-namespace``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from shipyard.params.checks import check_namespace
 def namespace(value: str) -> str:
     """argparse type of ``-n/--namespace``: the value, or a one-line usage error with the fix."""
     try:
-        return check_namespace(value, "-n/--namespace", "-n shipyard")
+        return check_namespace(value, "-n/--namespace", "shipyard")
     except ShipyardError as err:
         raise argparse.ArgumentTypeError(f"{err.problem} (fix: {err.fix})") from None
 

@@ -296,6 +296,8 @@ ROWS: list[Row] = [
     row("check-namespace-uppercase", "check", "-n", "Team-A", field="-n/--namespace: 'Team-A' is not a Kubernetes"),
     row("check-namespace-too-long", "check", "--namespace", "a" * 64, field="-n/--namespace"),
     row("check-namespace-slash", "check", "-n", "kubeflow/secrets", field="-n/--namespace"),
+    row("check-kserve-namespace-path", "check", "--kserve-namespace", "kserve/../kube-system",
+        field="--kserve-namespace: 'kserve/../kube-system' is not a Kubernetes namespace"),
     row("submit-namespace-underscore", *submit("-n", "team_a"), field="-n/--namespace"),
     row("submit-o-xml", *submit("-o", "xml"), field="-o/--output"),
     row("submit-o-path", *submit("-o", "run.yaml"), field="--out-file run.yaml"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from shipyard.cli.options import add_namespace_option
+from shipyard.cli.options import add_namespace_option, namespace
 from shipyard.cli.output import add_output_option, emit
 
 
@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--insecure-registry", action="store_true", help="plain HTTP to the registry")
     p.add_argument("--no-s3", action="store_true", help="skip the object-store check")
     add_namespace_option(p, "the deploy target namespace to check (default: the layout's serving_namespace)")
-    p.add_argument("--kserve-namespace", default="kserve", help="namespace of KServe's controller (default kserve)")
+    p.add_argument("--kserve-namespace", default="kserve", type=namespace, metavar="NS",
+                   help="namespace of KServe's controller (default kserve)")
     add_output_option(p, default_help="one line per check")
     p.set_defaults(func=_check)
 
