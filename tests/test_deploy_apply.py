@@ -219,6 +219,33 @@ def test_cli_deploy_applies_without_out_file_like_kubectl_apply(double, tmp_path
     assert list(work.iterdir()) == []
 
 
+def test_cli_server_side_dry_run_asks_the_api_server_and_stores_nothing(double, tmp_path, capsys, monkeypatch):
+    """``--dry-run=server`` (kubectl's spelling): each object is server-side applied with dryRun=All;
+    stdout is the server's answer (with the fields it sets); nothing is stored; a refusal (RBAC) is
+    one line; a bare --dry-run stays client-side (no cluster asked)."""
+    import yaml
+
+    monkeypatch.setenv("KUBECONFIG", str(double.kubeconfig(tmp_path / "kc")))
+    argv = ["deploy", "--name", "llm", "--model-uri", NEW, "--prefill-replicas", "1", "-n", "serving"]
+    assert main([*argv, "--dry-run=server"]) == 0
+    (answer,) = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert answer["kind"] == "LLMInferenceService" and answer["metadata"]["generation"] == 1
+    assert answer["metadata"]["uid"] and answer["metadata"]["managedFields"][0]["manager"] == "shipyard"
+    assert double.get(*KEY) is None  # nothing stored
+    dry = [(m, p) for m, p in double.requests if m == "PATCH"]
+    assert dry == [("PATCH", "/apis/serving.kserve.io/v1alpha2/namespaces/serving/llminferenceservices/llm")]
+    assert main([*argv, "--dry-run=server", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metadata"]["namespace"] == "serving"
+    before = len(double.requests)
+    assert main([*argv, "--dry-run"]) == 0  # client: the manifest, no request
+    assert yaml.safe_load(capsys.readouterr().out)["metadata"]["name"] == "llm" and len(double.requests) == before
+    double.forbidden.add(("PATCH", "llminferenceservices"))
+    assert main([*argv, "--dry-run=server"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("shipyard: error: kubernetes RBAC: forbidden to dry-run apply LLMInferenceService serving/llm")
+    assert "\n" not in err
+
+
 def test_every_option_and_inference_objectives_apply(double, kube):
     """The API double (the vendored CRDs, unknown fields refused) takes the service with every typed
     option, and the InferenceObjectives once the service is Ready."""

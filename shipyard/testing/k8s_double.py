@@ -589,6 +589,9 @@ class K8sDouble:
         if not query.get("fieldManager"):
             return 422, self.status(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
                                     "is required for apply patch")
+        dry_run = query.get("dryRun") or []
+        if dry_run not in ([], ["All"]):
+            return 400, self.status(400, "BadRequest", f"Invalid dry run value: {dry_run}")
         try:
             body = yaml.safe_load(raw)
         except yaml.YAMLError as err:
@@ -616,10 +619,11 @@ class K8sDouble:
                 stored["metadata"] = {**old_meta, "labels": meta.get("labels", {}),
                                       "annotations": meta.get("annotations", {}), "generation": generation,
                                       "resourceVersion": str(int(old_meta["resourceVersion"]) + 1)}
-                if generation != old_meta["generation"]:
+                if generation != old_meta["generation"] and not dry_run:
                     self.polls[key] = 0
                 code = 200
             stored["metadata"]["managedFields"] = [{"manager": query["fieldManager"][0], "operation": "Apply",
                                                     "apiVersion": f"{group}/{version}", "time": now}]
-            self.objects[key] = stored
+            if not dry_run:  # dryRun=All: checked and answered as it would be stored, nothing stored
+                self.objects[key] = stored
             return code, json.loads(json.dumps(stored))

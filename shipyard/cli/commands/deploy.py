@@ -6,7 +6,9 @@ or ``-o json|yaml``; the wait's progress lines go to stdout, or to stderr under 
 stdout stays one document. ``--out-file PATH`` also keeps the applied manifest (atomically, mode
 0644; put back as it was when the deploy fails). With ``--dry-run`` the rendered manifest goes to
 stdout as YAML (default) or ``-o json``, or with ``--out-file PATH`` to that file and the result
-line to stdout (see :mod:`shipyard.cli.output`).
+line to stdout (see :mod:`shipyard.cli.output`). ``--dry-run=server`` also sends each object to
+the API server with ``dryRun=All`` (schema, admission webhooks, RBAC; nothing stored) and prints
+what the server answered.
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-mutable-tag", action="store_true", default=None, help="accept an oci:// tag instead of a digest")
     add_output_option(p, default_help="a one-line result; with --dry-run and no --out-file, the manifest as YAML")
     add_out_file_option(p, "the manifest (YAML; when applying, the applied one)")
-    p.add_argument("--dry-run", action="store_true", help="only render and validate; no cluster needed")
+    p.add_argument("--dry-run", nargs="?", const="client", choices=("client", "server"), default=None,
+                   metavar="client|server", help="client (the default of a bare --dry-run): only render and validate, "
+                   "no cluster needed; server: also send each object to the API server with dryRun=All (its schema, "
+                   "admission webhooks and RBAC decide; nothing is stored) and print what it answered")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--wait-timeout", type=positive_float("1200"), help="seconds to wait for Ready (default 1200)")
@@ -119,6 +124,39 @@ def _as_objects(manifest: str) -> Any:
     return docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
 
 
+def _server_dry_run(args: argparse.Namespace, params: dict[str, Any]) -> int:
+    """``--dry-run=server``: rendered and validated here, then each object server-side applied with
+    ``dryRun=All``; the server's answer is the output (YAML, ``-o json|yaml``, or ``--out-file``)."""
+    from shipyard.serving.kserve.apply import Kube, api_client, server_dry_run
+    from shipyard.steps.deploy import run_deploy
+
+    with tempfile.TemporaryDirectory(prefix="shipyard-deploy-") as scratch:
+        manifest = Path(scratch) / "manifest.yaml"
+        with contextlib.redirect_stdout(sys.stderr):  # render warnings: stdout carries the answer alone
+            result = run_deploy(
+                deploy_config=params, manifest_path=str(manifest), dry_run=True, model_dir=args.model_dir,
+                name=args.name, model_uri=args.model_uri, namespace=args.namespace,
+                prefill_replicas=args.prefill_replicas, replicas=args.replicas, tensor_parallel=args.tensor_parallel,
+                gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib, allow_mutable_tag=args.allow_mutable_tag)
+        docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    kube = Kube(api_client(args.kubeconfig, args.context))
+    try:
+        answered = server_dry_run(docs, kube)
+    finally:
+        kube.close()
+    text = render(answered, "yaml")
+    if args.out_file:
+        from shipyard.cli.output import write_out_file
+
+        write_out_file(args.out_file, text)
+        emit({**result, "status": "DryRun (server)", "manifest": args.out_file}, args.output, lambda: (
+            f"accepted by the API server (dry run, nothing stored): {', '.join(d['kind'] for d in answered)} "
+            f"{result['namespace']}/{result['name']} -> {args.out_file}"))
+        return 0
+    print(render(_as_objects(text), args.output) if args.output else text, end="")
+    return 0
+
+
 def _deploy(args: argparse.Namespace) -> int:
     from shipyard.models.resolve import refuse_credentials
     from shipyard.steps.deploy import run_deploy
@@ -139,8 +177,10 @@ def _deploy(args: argparse.Namespace) -> int:
         args.out_file = None
     if args.out_file:
         ensure_writable_dir(Path(args.out_file).absolute().parent, "--out-file")
+    if args.dry_run == "server":
+        return _server_dry_run(args, params)
     deploy_args = {
-        "deploy_config": params, "dry_run": args.dry_run, "model_dir": args.model_dir, "kubeconfig": args.kubeconfig,
+        "deploy_config": params, "dry_run": bool(args.dry_run), "model_dir": args.model_dir, "kubeconfig": args.kubeconfig,
         "context": args.context, "name": args.name, "model_uri": args.model_uri, "namespace": args.namespace,
         "prefill_replicas": args.prefill_replicas, "replicas": args.replicas, "tensor_parallel": args.tensor_parallel,
         "gpus": args.gpus, "gpu_memory_gib": args.gpu_memory_gib, "allow_mutable_tag": args.allow_mutable_tag,

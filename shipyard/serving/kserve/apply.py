@@ -220,10 +220,14 @@ class Kube:
             return None
         return obj.to_dict()
 
-    def apply(self, res: Any, body: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, res: Any, body: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply; ``dry_run``: the API server checks it (schema, admission, RBAC) and
+        answers the object as it would store it, storing nothing (``dryRun=All``)."""
         meta = body["metadata"]
-        obj = self._call(f"apply {res.kind} {meta['namespace']}/{meta['name']}", meta["namespace"],
-                         lambda: res.server_side_apply(body=body, field_manager=FIELD_MANAGER, force_conflicts=True))
+        extra = {"dry_run": "All"} if dry_run else {}
+        obj = self._call(f"{'dry-run ' if dry_run else ''}apply {res.kind} {meta['namespace']}/{meta['name']}",
+                         meta["namespace"], lambda: res.server_side_apply(body=body, field_manager=FIELD_MANAGER,
+                                                                          force_conflicts=True, **extra))
         return obj.to_dict()
 
     def delete(self, res: Any, name: str, namespace: str) -> None:
@@ -296,6 +300,13 @@ def api_error(what: str, namespace: str, status: int | None, message: str, host:
         return ShipyardError("kubernetes API", f"not found while trying to {what}: {message}",
                              f"check that namespace {namespace} exists")
     return ShipyardError(f"kubernetes API {host}", f"failed to {what} ({status}): {message}", "retry or check the cluster")
+
+
+def server_dry_run(docs: list[dict[str, Any]], kube: Kube) -> list[dict[str, Any]]:
+    """``deploy --dry-run=server``: each rendered object server-side applied with ``dryRun=All``
+    (the API server's schema, admission webhooks and RBAC say yes or no; nothing is stored); the
+    objects as the server answered them, in order. A refusal is the one line of :func:`api_error`."""
+    return [kube.apply(kube.resource(doc["apiVersion"], doc["kind"]), doc, dry_run=True) for doc in docs]
 
 
 # --- conditions --------------------------------------------------------------------------------
