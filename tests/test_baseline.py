@@ -103,9 +103,16 @@ def test_the_step_builds_the_base_from_its_own_results_and_records_it(tmp_path: 
                           str(tmp_path / "c.md"), str(tmp_path / "c.html"), base_eval=str(tmp_path / "base-eval"),
                           base_bench=str(tmp_path / "base-bench"), base_model_uri="/models/base", slo=fx.SLO)
     assert out["winner"] == "base" and out["winner_model_uri"] == "/models/base" and out["metrics"]["kept_base"] == 1.0
-    assert out["headline"].startswith("kept the base: w8a8-int8 is 0.59x as fast at the SLO and loses 0.0348 on "
-                                      "shipyard_arithmetic_mc acc")
+    # the throughput ratio at matched load (both meet the SLO highest at concurrency 2) with its 95% interval
+    assert out["headline"].startswith("kept the base: w8a8-int8 is 0.59x as fast at the SLO [0.55, 0.63] and loses "
+                                      "0.0348 on shipyard_arithmetic_mc acc")
+    assert "cache" not in out["headline"]  # both measured in this run: nothing to say
     record_ = json.loads((tmp_path / "sel" / "decision-record.json").read_text())
+    assert record_["base_measured"] == {"source": "this run", "text": "base measured in this run"}
+    cand = next(g for g in record_["candidates"] if g["candidate"] == "w8a8-int8")
+    row = next(r for r in cand["slo"]["comparison"] if r["level"] == "concurrent@2" and r["figure"] == "output_tokens_per_s")
+    assert row["words"] == "slower" and row["low"] < row["ratio"] < row["high"] < 1 and row["repeats"] == {"base": 1, "candidate": 1}
+    assert "bootstrap" in record_["statistics"]["performance_comparison"]
     assert record_["kept_base"] is True and record_["headline"] == out["headline"]
     assert record_["base"]["figures"]["throughput"] == 15.9 and record_["base"]["figures"]["size"] == 269_060_552
     assert record_["dominance"]["dominated"]["w8a8-int8"].startswith("dominated by the base: 0.59x as fast")

@@ -149,7 +149,7 @@ def test_candidates_report_in_chromium(reports: dict[str, Path], tmp_path: Path)
     for needle in ("Candidates: champion w8a8-int8", "the base is always a candidate",
                    "Frontier: accuracy and goodput on the same axes",
                    "passed the accuracy gate below min_recovery 0.99", "by the stderr rule (k = 2)",
-                   "TTFT p99 x7.31 at concurrency 2", "fewer than 100 requests", "Accuracy thresholds", "ttft_p99_ms"):
+                   "TTFT p99 x7.31 [6.8, 7.79] at concurrency 2", "fewer than 100 requests", "Accuracy thresholds", "ttft_p99_ms"):
         assert needle in text, needle
     _assert_offline(reports["candidates"], probe, requested)
     _not_blank(shot)

@@ -97,15 +97,20 @@ def restore(entry: Path, out_dir: str | Path) -> dict[str, Any]:
         created = float(meta.get("created_at") or 0)
         results["cached"] = {"key": meta.get("key"), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                    time.gmtime(created)),
-                             "age_seconds": round(time.time() - created), "origin": meta.get("origin", "")}
+                             "age_seconds": round(time.time() - created), "origin": meta.get("origin", ""),
+                             "hardware": (meta.get("parts") or {}).get("hardware")}
         (tmp / "results.json").write_text(json.dumps(results, indent=2))
     return results
+
+
+def age_text(seconds: float | None) -> str:
+    """An age for people: "3 d", "5 h", "12 min"."""
+    age = int(seconds or 0)
+    return f"{age // 86400} d" if age >= 86400 else f"{age // 3600} h" if age >= 3600 else f"{age // 60} min"
 
 
 def cached_note(results: dict[str, Any]) -> str:
     """One line for a summary: where and when a reused result was measured."""
     c = results.get("cached") or {}
-    age = int(c.get("age_seconds") or 0)
-    when = f"{age // 86400} d" if age >= 86400 else f"{age // 3600} h" if age >= 3600 else f"{age // 60} min"
-    return (f"**Cached:** measured {c.get('measured_at')} ({when} ago) by {c.get('origin') or 'an earlier run'}; "
+    return (f"**Cached:** measured {c.get('measured_at')} ({age_text(c.get('age_seconds'))} ago) by {c.get('origin') or 'an earlier run'}; "
             f"same model content, benchmark config, vllm runtime lock and hardware (key {str(c.get('key'))[:12]}).")

@@ -35,6 +35,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.core.jsonargs import json_object
+from shipyard.core.numbers import percentile
 from shipyard.core.processes import own_session_with_parent_death, stop_group
 from shipyard.core.records import read_record
 from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, safety_config, scan_metrics
@@ -86,7 +87,12 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     "startup_timeout": 1200,
 }
 
-_KNOWN = set(LOCAL_DEFAULTS) | {"data", "port", "warmup_seconds", "prompt_tokens_stdev", "output_tokens_stdev"}
+_KNOWN = set(LOCAL_DEFAULTS) | {"data", "port", "warmup_seconds", "prompt_tokens_stdev", "output_tokens_stdev", "repeats"}
+
+#: profiles whose load levels are listed (``loads``): the ones ``repeats`` can run again
+REPEATABLE = ("concurrent", "constant", "poisson")
+#: the most times one load level may be run (``repeats``)
+MAX_REPEATS = 10
 
 
 # --------------------------------------------------------------------------- config
@@ -126,6 +132,7 @@ def _typed_benchmark_config(raw: dict[str, Any]) -> None:
         use_planner_args: bool | None = None
         data: dict[str, Any] | None = None
         port: Annotated[int, Field(ge=1, le=65535)] | None = None
+        repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] | None = None
 
     try:
         Typed.model_validate(raw)
@@ -145,7 +152,13 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
     excluded from the figures, per level) and ``server_warmup_requests`` (completions sent to
     the fresh server before guidellm starts);
     ``request_format``; ``vllm_args`` (list or dict of vLLM flags); ``cpu_kv_cache_gib``;
-    ``use_planner_args`` (GPU: fill vLLM flags you did not set from the memory planner).
+    ``use_planner_args`` (GPU: fill vLLM flags you did not set from the memory planner);
+    ``repeats`` (default 1, at most :data:`MAX_REPEATS`): run every load level that many times,
+    interleaved (1, 4, 1, 4 for loads [1, 4] and 2 repeats) so a slow patch of the machine hits both
+    levels; the results merge each level's repeats (:func:`merge_repeats`) and the SLO gate's
+    candidate/base intervals then count the spread between repeats (:mod:`shipyard.gates.noise`).
+    Only the profiles with listed loads repeat (concurrent, constant, poisson). Without the key the
+    config (and so the base benchmark cache's key) is as before.
     """
     raw = json_object(value, "benchmark_config", '{"profile": "concurrent"}')
     unknown = sorted(set(raw) - _KNOWN)
@@ -171,6 +184,9 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
         cfg["loads"] = [int(x) if profile == "concurrent" else float(x) for x in loads]
     else:
         cfg["loads"] = []
+    if int(cfg.get("repeats") or 1) > 1 and profile not in REPEATABLE:
+        raise ShipyardError("benchmark_config.repeats", f"profile {profile} has no listed load levels to repeat",
+                            f"use a profile with loads ({', '.join(REPEATABLE)}) or drop repeats")
     for key in ("warmup_requests", "warmup_seconds", "server_warmup_requests"):
         val = cfg.get(key)
         if val is not None and (isinstance(val, bool) or not isinstance(val, int | float) or val < 0):
@@ -226,6 +242,8 @@ def build_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokeniz
         profile.update(sweep_size=int(cfg["sweep_size"]), max_concurrency=int(cfg["max_concurrency"]))
     elif cfg["profile"] == "throughput":
         profile["max_concurrency"] = int(cfg["max_concurrency"])
+    if benchmarks:  # every level again, interleaved: 1, 4, 1, 4
+        benchmarks = benchmarks * int(cfg.get("repeats") or 1)
     data = cfg.get("data") or {
         "kind": "synthetic_text",
         "prompt_tokens": int(cfg["prompt_tokens"]),
@@ -359,11 +377,70 @@ def parse_guidellm_report(report: dict[str, Any]) -> list[dict[str, Any]]:
             "samples": {
                 "ttft_ms": [r.get("time_to_first_token_ms") for r in ok],
                 "itl_ms": [r.get("inter_token_latency_ms") for r in ok],
+                "tpot_ms": [r.get("time_per_output_token_ms") for r in ok],
+                "latency_s": [r.get("request_latency") for r in ok],
+                "output_tokens": [r.get("output_tokens") for r in ok],
             },
             "first_errors": sorted(set(e for e in errors if e))[:3],
         }
         levels.append(level)
-    return levels
+    return merge_repeats(levels)
+
+
+def _pooled_stat(values: list[Any]) -> dict[str, float | None]:
+    """mean/p50/p90/p99 (linear interpolation) of the pooled per-request samples of a level's repeats."""
+    xs = sorted(float(v) for v in values if v is not None)
+    if not xs:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    return {"mean": round(sum(xs) / len(xs), 4),
+            **{f"p{q}": round(percentile(xs, q / 100), 4) for q in (50, 90, 99)}}
+
+
+def merge_repeats(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One level per name: a level run ``repeats`` times (``benchmark_config.repeats``) becomes one
+    level whose counts and durations add up, whose rates (req/s, tok/s, concurrency) are the mean of
+    the repeats, whose percentiles come from the pooled requests, with ``samples["repeat"]`` (which
+    repeat each request came from) and ``repeats`` (each repeat's own figures: the spread the SLO
+    gate's intervals count). A level run once is left as it is."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for lv in levels:
+        groups.setdefault(lv["name"], []).append(lv)
+    return [runs[0] if len(runs) == 1 else _merged(runs) for runs in groups.values()]
+
+
+def _merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    def mean(key: str) -> float | None:
+        vals = [float(r[key]) for r in runs if r.get(key) is not None]
+        return round(sum(vals) / len(vals), 4) if vals else None
+
+    level = dict(runs[0])
+    for key in ("successful", "errored", "incomplete", "total"):
+        level[key] = sum(int(r[key]) for r in runs)
+    level["error_rate"] = round((level["errored"] + level["incomplete"]) / level["total"], 4) if level["total"] else 1.0
+    for key in ("requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "concurrency_mean",
+                "prompt_tokens_mean", "output_tokens_mean"):
+        level[key] = mean(key)
+    level["requests_per_s"] = level["requests_per_s"] or 0.0
+    level["output_tokens_per_s"] = level["output_tokens_per_s"] or 0.0
+    level["total_tokens_per_s"] = level["total_tokens_per_s"] or 0.0
+    level["duration_s"] = round(sum(float(r.get("duration_s") or 0.0) for r in runs), 3)
+    keys = sorted({k for r in runs for k in (r.get("samples") or {})})
+    samples: dict[str, list[Any]] = {k: [] for k in (*keys, "repeat")}
+    for i, run in enumerate(runs):
+        got = run.get("samples") or {}
+        n = len(got.get("ttft_ms") or [])
+        for k in keys:
+            samples[k] += list(got.get(k) or [None] * n)
+        samples["repeat"] += [i] * n
+    level["samples"] = samples
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "latency_s"):
+        level[key] = _pooled_stat(samples.get(key) or [])
+    level["repeats"] = [{"output_tokens_per_s": r.get("output_tokens_per_s"), "requests_per_s": r.get("requests_per_s"),
+                         "concurrency_mean": r.get("concurrency_mean"), "ttft_p99_ms": (r.get("ttft_ms") or {}).get("p99"),
+                         "itl_p99_ms": (r.get("itl_ms") or {}).get("p99"), "successful": r.get("successful"),
+                         "duration_s": r.get("duration_s")} for r in runs]
+    level["first_errors"] = sorted({e for r in runs for e in r.get("first_errors") or []})[:3]
+    return level
 
 
 # --------------------------------------------------------------------------- running
@@ -740,7 +817,8 @@ def benchmark_step(
                 cfg, target=server.url, model_name=name, tokenizer=str(model_dir), json_path=str(json_path)
             )
             (tmp / "scenario.json").write_text(json.dumps(scenario, indent=2))
-            n_levels = len(cfg["loads"]) or (int(cfg["sweep_size"]) if cfg["profile"] == "sweep" else 1)
+            n_levels = (len(cfg["loads"]) * int(cfg.get("repeats") or 1)
+                        or (int(cfg["sweep_size"]) if cfg["profile"] == "sweep" else 1))
             per_level = float(cfg.get("max_seconds") or 600) + float(cfg["request_timeout"])
             warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
             # the candidate's own answers to a few eval prompts, for the deploy step's verification

@@ -346,6 +346,17 @@ def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict
                     ", ".join(t for t in ((f"out tok/s >= {tmin:g}" if tmin is not None else ""),
                                           (f"TTFT/ITL p99 <= {lmax:g}" if lmax is not None else "")) if t) or "none set"]
                    for p in pairs])
+    comp = decision.get("comparison") or {}
+    if comp.get("rows"):
+        doc.h(2, "Candidate / base with its noise")
+        doc.p(str(comp.get("method")), "Method:")
+        if (decision.get("base_source") or {}).get("text"):
+            doc.p(str(decision["base_source"]["text"]), "Base figures:")
+        doc.table(["load", "figure", "candidate / base", f"{comp.get('confidence', 0.95):.0%} interval", "says",
+                   "repeats (candidate / base)"],
+                  [[r["load"], r["label"], _f(r["ratio"]),
+                    f"[{_f(r['low'])}, {_f(r['high'])}]" if r.get("low") is not None else (r.get("note") or "–"),
+                    r["words"], f"{r['repeats']['candidate']} / {r['repeats']['base']}"] for r in comp["rows"]])
     if base or cand:
         doc.h(2, "Memory: vLLM's log vs the planner")
         for res, label in ((cand, "candidate"), (base, "base")):

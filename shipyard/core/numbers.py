@@ -82,3 +82,11 @@ def positive_float(example: str = "") -> Callable[[str], float | int]:
 def positive_int(example: str = "") -> Callable[[str], float | int]:
     """An int >= 1."""
     return number(int, minimum=1, example=example)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile of an already sorted, non-empty list (q in [0, 1]; numpy's default)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)

@@ -317,11 +317,16 @@ def level_label(level: Mapping[str, Any]) -> str:
 
 
 def change_text(change: dict[str, Any] | None) -> str:
-    """A change as text, e.g. "TTFT p99 x5.4 at concurrency 1 (312 vs 57.8 ms base; rests on 8 requests)":
-    a figure from a level with fewer than ``MIN_SAMPLES`` requests says how many it rests on."""
+    """A change as text, e.g. "TTFT p99 x5.4 [4.1, 6.8] at concurrency 1 (312 vs 57.8 ms base; rests on 8
+    requests; higher latency)": a figure from a level with fewer than ``MIN_SAMPLES`` requests says how many
+    it rests on; ``low``/``high``/``words``: the ratio's interval and what it says (``no difference within noise``)."""
     if change is None:
         return "none"
     n = change.get("samples")
     few = f"; rests on {n} requests" if n is not None and n < MIN_SAMPLES else ""
-    return (f"{change['figure']} x{change['ratio']:.3g} at {change['load']} ({change['candidate']:.4g} vs "
-            f"{change['base']:.4g} {change['unit']} base{few})")
+    # the 95% interval of the ratio and its words (shipyard.gates.noise), when the gate computed one
+    interval = (f" [{change['low']:.3g}, {change['high']:.3g}]"
+                if change.get("low") is not None and change.get("high") is not None else "")
+    words = f"; {change['words']}" if interval and change.get("words") else ""
+    return (f"{change['figure']} x{change['ratio']:.3g}{interval} at {change['load']} ({change['candidate']:.4g} vs "
+            f"{change['base']:.4g} {change['unit']} base{few}{words})")

@@ -11,7 +11,11 @@ still win; the headline then names what was traded.
 The **headline** is the first thing the console, the summary and the decision record say, e.g.
 ``champion w8a8-int8 vs base: accuracy -0.012 [-0.031, +0.006] (margin 0.02), 1.48x output tok/s
 at the SLO, 1.65x smaller`` or ``kept the base: w8a8-int8 is 0.77x as fast at the SLO and loses
-0.156 on opposites_mc acc_norm [+0.03, +0.28]``. Pure Python (base runtime).
+0.156 on opposites_mc acc_norm [+0.03, +0.28]``. The throughput ratio carries its 95% interval at
+matched load (:mod:`shipyard.gates.noise`: ``1.02x output tok/s at the SLO (no difference within
+noise [0.91, 1.14])``), and at matched load a throughput difference within noise counts as equal
+for dominance. When the base's benchmark came from the base benchmark cache, the headline ends with
+where and when it was measured. Pure Python (base runtime).
 """
 
 from __future__ import annotations
@@ -24,6 +28,53 @@ BASE = "base"
 
 #: objective -> the figure's value for a candidate, as the selection ranks it
 Value = Callable[[dict[str, Any], str], float | None]
+
+
+def slo_level(cand: dict[str, Any]) -> dict[str, Any] | None:
+    """The level at the highest load that meets the SLO (from the SLO gate's figures)."""
+    rps = (cand.get("slo") or {}).get("metrics", {}).get("highest_load_meeting_slo_rps")
+    levels = [lv for lv in cand.get("levels") or [] if lv.get("requests_per_s") is not None]
+    if not rps or not levels:
+        return None
+    return min(levels, key=lambda lv: abs(float(lv["requests_per_s"]) - float(rps)))
+
+
+def throughput_noise(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any] | None:
+    """The output tok/s ratio at the SLO with its interval (:mod:`shipyard.gates.noise`) when base and
+    candidate meet the SLO highest at the same load level (matched load); None otherwise."""
+    from shipyard.gates.noise import find
+
+    b, c = slo_level(base), slo_level(cand)
+    if b is None or c is None or b.get("name") != c.get("name"):
+        return None
+    row = find((cand.get("slo") or {}).get("comparison"), c.get("name"), "output_tokens_per_s")
+    return row if row is not None and row.get("low") is not None else None
+
+
+def throughput_text(base: dict[str, Any], cand: dict[str, Any], value: Value) -> str:
+    """"1.48x output tok/s at the SLO [1.31, 1.66]" or "1.02x output tok/s at the SLO (no difference within
+    noise [0.91, 1.14])"; the levels when base and candidate meet the SLO highest at different loads."""
+    text = ratio_text("throughput", value(base, "throughput"), value(cand, "throughput"))
+    if not text:
+        return ""
+    row = throughput_noise(base, cand)
+    if row is not None:
+        from shipyard.gates.noise import WITHIN_NOISE
+
+        interval = f"[{row['low']:.2f}, {row['high']:.2f}]"
+        return text + (f" ({WITHIN_NOISE} {interval})" if row["words"] == WITHIN_NOISE else f" {interval}")
+    b, c = slo_level(base), slo_level(cand)
+    if b is not None and c is not None and b.get("name") != c.get("name"):
+        from shipyard.core.report import level_label
+
+        return text + f" (at {level_label(c)} vs the base's {level_label(b)}: no matched-load interval)"
+    return text
+
+
+def source_text(base: dict[str, Any] | None) -> str:
+    """"" when the base's figures were measured in this run; else where and when (a cached base)."""
+    source = (base or {}).get("benchmark_source") or {}
+    return str(source.get("text") or "") if source.get("source") == "cache" else ""
 
 
 def is_base(cand: dict[str, Any] | None) -> bool:
@@ -95,11 +146,15 @@ def dominance(base: dict[str, Any], cand: dict[str, Any], objective: str, value:
         return None
     acc = 1 if loss["loss"] > 0 else (0 if loss["loss"] == 0 else -1)
     obj = acc if objective == "recovery" else _compare(objective, value(base, objective), value(cand, objective))
+    noise = throughput_noise(base, cand) if objective == "throughput" else None
+    if noise is not None and noise["low"] <= 1 <= noise["high"]:
+        obj = 0  # at matched load the two throughputs differ by no more than the noise: equal
     if obj is None or acc < 0 or obj < 0 or (acc == 0 and obj == 0):
         return None
     parts = []
     if objective != "recovery":
-        ratio = ratio_text(objective, value(base, objective), value(cand, objective))
+        ratio = (throughput_text(base, cand, value) if objective == "throughput"
+                 else ratio_text(objective, value(base, objective), value(cand, objective)))
         parts.append(ratio.replace("output tok/s at the SLO", "as fast at the SLO") if objective == "throughput"
                      else ratio)
     if acc > 0:
@@ -117,7 +172,8 @@ def traded(base: dict[str, Any], cand: dict[str, Any], value: Value) -> str:
         margin = f" (margin {loss['margin']:g})" if isinstance(loss.get("margin"), int | float) else ""
         parts.append(f"accuracy {-loss['loss']:+.3f}{interval}{margin} on {loss['task']} {loss['metric']}")
     for objective in ("throughput", "size"):
-        text = ratio_text(objective, value(base, objective), value(cand, objective))
+        text = (throughput_text(base, cand, value) if objective == "throughput"
+                else ratio_text(objective, value(base, objective), value(cand, objective)))
         if text:
             parts.append(text)
     return ", ".join(parts)
@@ -135,11 +191,13 @@ def headline(winner: dict[str, Any] | None, base: dict[str, Any] | None, candida
              decisions: dict[str, str], value: Value) -> str:
     """The verdict in one line, always against the base (see the module doc)."""
     others = [c for c in candidates if not is_base(c)]
+    cached = source_text(base)
     if winner is None:
         return "no champion: " + "; ".join(f"{c['recipe']}: {decisions.get(c['recipe'], '')}" for c in candidates)
     if not is_base(winner):
         versus = traded(base, winner, value) if base is not None else ""
-        return f"champion {winner['recipe']} vs base" + (f": {versus}" if versus else " (the base was not measured)")
+        return (f"champion {winner['recipe']} vs base" + (f": {versus}" if versus else " (the base was not measured)")
+                + (f"; {cached}" if cached else ""))
     why = []
     for cand in others:
         said = decisions.get(cand["recipe"], "")
@@ -149,4 +207,5 @@ def headline(winner: dict[str, Any] | None, base: dict[str, Any] | None, candida
             why.append(f"{cand['recipe']} {_short(said.removeprefix('not eligible: '))}")
         else:
             why.append(f"{cand['recipe']}: {traded(winner, cand, value) or said}")
-    return "kept the base" + (": " + "; ".join(why) if why else " (no compressed candidate)")
+    return ("kept the base" + (": " + "; ".join(why) if why else " (no compressed candidate)")
+            + (f"; {cached}" if cached else ""))

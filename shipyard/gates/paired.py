@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.numbers import percentile
 
 SAMPLES_DIR = "samples"
 #: a per-sample row's key: lm-eval logs one row per question and filter
@@ -267,14 +268,6 @@ def _ratio(num: float, den: float) -> float:
     return num / den
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated percentile of an already sorted list (q in [0, 1])."""
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def paired_bootstrap(base: list[float], candidate: list[float], *, higher_is_better: bool = True,
                      iters: int = 2000, confidence: float = 0.95, seed: int = 1234) -> tuple[tuple[float, float],
                                                                                            tuple[float, float]]:
@@ -296,8 +289,8 @@ def paired_bootstrap(base: list[float], candidate: list[float], *, higher_is_bet
     losses.sort()
     recoveries.sort()
     alpha = (1 - confidence) / 2
-    return ((_percentile(losses, alpha), _percentile(losses, 1 - alpha)),
-            (_percentile(recoveries, alpha), _percentile(recoveries, 1 - alpha)))
+    return ((percentile(losses, alpha), percentile(losses, 1 - alpha)),
+            (percentile(recoveries, alpha), percentile(recoveries, 1 - alpha)))
 
 
 def metric_filter(metric_key: str) -> str:

@@ -25,8 +25,9 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.records import read_record
 from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
 from shipyard.gates.accuracy import METHOD
-from shipyard.gates.baseline import dominance, headline, is_base
+from shipyard.gates.baseline import dominance, headline, is_base, slo_level
 from shipyard.gates.config import OBJECTIVES, SelectionConfig, selection_config
+from shipyard.gates.noise import METHOD as NOISE_METHOD
 
 LABELS = {
     "throughput": "output tok/s at the highest load meeting the SLO",
@@ -36,19 +37,10 @@ LABELS = {
 }
 
 
-def _slo_level(cand: dict[str, Any]) -> dict[str, Any] | None:
-    """The level at the highest load that meets the SLO (from the SLO gate's figures)."""
-    rps = (cand.get("slo") or {}).get("metrics", {}).get("highest_load_meeting_slo_rps")
-    levels = [lv for lv in cand.get("levels") or [] if lv.get("requests_per_s") is not None]
-    if not rps or not levels:
-        return None
-    return min(levels, key=lambda lv: abs(float(lv["requests_per_s"]) - float(rps)))
-
-
 def objective_value(cand: dict[str, Any], objective: str) -> float | None:
     """The candidate's figure for ``objective`` (None when it has none)."""
     if objective == "throughput":
-        level = _slo_level(cand)
+        level = slo_level(cand)
         return None if level is None else level.get("output_tokens_per_s")
     if objective == "size":
         return cand.get("size_bytes")
@@ -449,7 +441,13 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
                                                             "margin", "p_value", "p_adjusted", "mdl")}
                                      for r in acc.get("rows") or []]},
             "slo": {"passed": slo.get("passed"), "thresholds": slo.get("thresholds"), "rule": slo.get("rule"),
-                    "reason": slo.get("reason")},
+                    "reason": slo.get("reason"),
+                    # candidate / base per level: the ratio, its 95% interval and what it says (none for the base)
+                    "comparison": [{k: r.get(k) for k in ("level", "load", "figure", "ratio", "low", "high", "words",
+                                                          "note", "repeats")}
+                                   for r in (slo.get("comparison") or {}).get("rows") or []],
+                    "base_source": slo.get("base_source")},
+            "benchmark_source": c.get("benchmark_source") if is_base(c) else None,
             "safety": {"enabled": safety.get("enabled"), "passed": safety.get("passed"), "verdict": safety.get("verdict"),
                        "reason": safety.get("reason")},
             "tuning": (c.get("tuning") or {}).get("best_vllm_args"),
@@ -471,8 +469,21 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
         "statistics": {"accuracy": METHOD + " Evaluation parity is checked first; recovery = candidate / base is "
                                             "shown on every row.",
                        "slo": "per load level: TTFT p99, ITL p99, output tok/s, error rate, goodput; highest "
-                              "load meeting the SLO"},
+                              "load meeting the SLO",
+                       "performance_comparison": NOISE_METHOD},
+        "base_measured": _base_measured(candidates),
     }
+
+
+def _base_measured(candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the base's benchmark figures come from: ``{"source": "this run"}`` or the cache's record
+    (``measured_at``, ``age_seconds``, ``origin``, ``hardware``, ``text``); ``unknown`` without a base."""
+    base = next((c for c in candidates if is_base(c)), None)
+    if base is not None and base.get("benchmark_source"):
+        return dict(base["benchmark_source"])
+    said = next(((c.get("slo") or {}).get("base_source") for c in candidates if (c.get("slo") or {}).get("base_source")),
+                None)
+    return dict(said) if said else {"source": "unknown"}
 
 
 DECISION_RECORD = "decision-record.json"

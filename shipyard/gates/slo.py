@@ -11,8 +11,18 @@ SLO) and finds the highest load (requests/s) that meets the SLO. The decision th
 * ``"all"`` / ``"any"``: at every level / at one level at least;
 * a number: at the level whose nominal load (streams or requests/s) is that number;
 
-plus, when set, ``min_throughput_ratio`` (candidate/base output tokens/s per level) and
-``max_latency_ratio`` (candidate/base TTFT p99 and ITL p99 per level).
+plus the **regression budget against the base at matched load**, when declared:
+``min_throughput_ratio`` (candidate/base output tokens/s per level, at least) and
+``max_latency_ratio`` (candidate/base TTFT p99 and ITL p99 per level, at most). Every ratio carries
+a 95% bootstrap interval from the per-request samples (:mod:`shipyard.gates.noise`), and a budget
+fails a level only when the **interval lies wholly beyond it** (for ``max_latency_ratio`` its lower
+end is above the budget; for ``min_throughput_ratio`` its upper end is below): a ratio beyond the
+budget whose interval reaches back passes "within noise", said in the reason. A ratio without an
+interval (results that keep no per-request samples) is judged by its point. No budget is declared
+by default, and the rule says "none declared": a default ``max_latency_ratio`` would fail a
+same-weights candidate on a machine that was busier during its benchmark than during the base's
+(a cached base was measured at another time), a shift the within-run interval cannot see. The rule
+in words (:func:`rule_text`, printed by the console as "SLO applied") always names the budget.
 
 :func:`run_slo_gate` never raises: unreadable results, results of different benchmark
 configs, bad SLO thresholds and missing figures all give ``passed = False`` with the reason
@@ -29,6 +39,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.report import change_text, level_label, sample_count
 from shipyard.gates.config import SloConfig, slo_config
+from shipyard.gates.noise import beyond, comparison, find, provenance, ratio_text
 
 #: Used when the slo parameter is empty: generous figures that a CPU run of a small model meets.
 DEFAULT_SLO: dict[str, Any] = SloConfig().model_dump()
@@ -168,12 +179,20 @@ def rule_text(slo: dict[str, Any]) -> str:
         gate = "require=any: the candidate meets it at one level at least"
     else:
         gate = f"require={req:g}: the candidate meets it at the level with nominal load {req:g}"
+    return f"{level}; {gate}; {budget_text(slo)}"
+
+
+def budget_text(slo: dict[str, Any]) -> str:
+    """The regression budget against the base at matched load in words ("none declared" without one)."""
     extra = []
     if slo.get("min_throughput_ratio") is not None:
-        extra.append(f"output tok/s >= {slo['min_throughput_ratio']:g} x the base's at every level")
+        extra.append(f"output tok/s >= {slo['min_throughput_ratio']:g} x the base's")
     if slo.get("max_latency_ratio") is not None:
-        extra.append(f"TTFT p99 and ITL p99 <= {slo['max_latency_ratio']:g} x the base's at every level")
-    return f"{level}; {gate}" + ("; and " + "; ".join(extra) if extra else "")
+        extra.append(f"TTFT p99 and ITL p99 <= {slo['max_latency_ratio']:g} x the base's")
+    if not extra:
+        return "regression budget against the base at matched load: none declared"
+    return ("regression budget against the base at matched load: " + " and ".join(extra) + " at every level "
+            "(a level fails when the ratio's 95% interval lies wholly beyond the budget)")
 
 
 def highest_load(levels: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -189,6 +208,36 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return round(a / b, 4)
+
+
+#: the budgets: (SLO key, the figures it bounds, an upper bound)
+BUDGETS = (("min_throughput_ratio", ("output_tokens_per_s",), False), ("max_latency_ratio", ("ttft_p99", "itl_p99"), True))
+
+
+def budget_checks(pairs: list[dict[str, Any]], comp: dict[str, Any], slo: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The regression budget per level and figure (:func:`shipyard.gates.noise.beyond`): the
+    failures (the interval wholly beyond the budget, or no interval and the point beyond it; a
+    missing throughput ratio fails a throughput budget) and the levels over it only within noise."""
+    fails: list[str] = []
+    within: list[str] = []
+    for key, figures, upper in BUDGETS:
+        budget = slo.get(key)
+        if budget is None:
+            continue
+        op = ">" if upper else "<"
+        for p in pairs:
+            for figure in figures:
+                row = find(comp, p["name"], figure)
+                if row is None:
+                    if not upper:
+                        fails.append(f"{p['name']}: no output tok/s ratio for the budget {budget:g}")
+                    continue
+                said = beyond(row, budget, upper)
+                if said == "fail":
+                    fails.append(f"{ratio_text(row)} {op} budget {budget:g}")
+                elif said == "within noise":
+                    within.append(f"{ratio_text(row)} {op} budget {budget:g}")
+    return fails, within
 
 
 def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
@@ -233,27 +282,26 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any]) -> 
             reasons.append(f"no load level {req:g} in the candidate's benchmark")
         elif not cver[idx[0]]["meets"]:
             reasons.append(f"SLO missed at the required load {req:g}: {'; '.join(cver[idx[0]]['failures'])}")
-    if slo.get("min_throughput_ratio") is not None:
-        for p in pairs:
-            r = p["output_tokens_per_s_ratio"]
-            if r is None or r < slo["min_throughput_ratio"]:
-                reasons.append(f"{p['name']}: output tok/s ratio {r} < {slo['min_throughput_ratio']:g}")
-    if slo.get("max_latency_ratio") is not None:
-        for p in pairs:
-            for key in ("ttft_p99_ratio", "itl_p99_ratio"):
-                r = p[key]
-                if r is not None and r > slo["max_latency_ratio"]:
-                    reasons.append(f"{p['name']}: {key.replace('_', ' ')} {r} > {slo['max_latency_ratio']:g}")
+    comp = comparison(blev, clev, pairs)
+    budget_fails, within = budget_checks(pairs, comp, slo)
+    reasons += budget_fails
     passed = not reasons
     cbest, bbest = highest_load(clev, cver), highest_load(blev, bver)
     met = sum(v["meets"] for v in cver)
     worst, gain = worst_and_best(changes(blev, clev))
+    for change in (worst, gain):
+        row = next((r for r in comp["rows"] if change and r["level"] == change["level"] and r["label"] == change["figure"]),
+                   None)
+        if change is not None and row is not None:
+            change.update(low=row["low"], high=row["high"], words=row["words"])
     versus = f"worst regression: {change_text(worst)}; best gain: {change_text(gain)}"
     if passed:
         best = f"{cbest['name']} at {cbest['requests_per_s']:.3g} req/s" if cbest else "none"
         bbest_txt = f"{bbest['name']} at {bbest['requests_per_s']:.3g} req/s" if bbest else "none"
         reason = (f"passed: the candidate meets the SLO at {met} of {len(cver)} load levels; highest load meeting it "
                   f"{best} (base: {bbest_txt}); {versus}")
+        if within:
+            reason += "; over the regression budget only within noise: " + " | ".join(within)
     else:
         reason = "failed: " + "; ".join(reasons) + f"; {versus}"
     return {
@@ -267,6 +315,7 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any]) -> 
         "base_levels": bver,
         "candidate_levels": cver,
         "pairs": pairs,
+        "comparison": comp,
         "candidate_highest_load": cbest,
         "base_highest_load": bbest,
     }
@@ -302,7 +351,11 @@ def run_slo_gate(
 ) -> dict[str, Any]:
     """Decide, write the HTML report (``report_path``) and Markdown summary; never raises.
 
-    Returns ``{"passed": bool, "reason": str, "metrics": {...}}``.
+    Returns ``{"passed", "reason", "metrics", "slo", "rule", "worst_regression", "best_gain", "comparison",
+    "base_source"}``: ``comparison`` holds every candidate/base ratio with its interval and the method
+    (:func:`shipyard.gates.noise.comparison`); ``base_source`` says whether the base's figures were
+    measured in this run or restored from the base benchmark cache (when, by which run, on what
+    hardware: :func:`shipyard.gates.noise.provenance`), and the reason says so for a cached base.
     """
     from shipyard.benchmarking.report import html_report, markdown_summary
 
@@ -313,6 +366,9 @@ def run_slo_gate(
         base = load_results(base_results)
         cand = load_results(candidate_results)
         decision = compare(base, cand, parsed)
+        decision["base_source"] = provenance(base)
+        if decision["base_source"]["source"] == "cache":  # a comparison with a figure from another time says so
+            decision["reason"] += f"; {decision['base_source']['text']}"
     except ShipyardError as err:
         decision = {"passed": False, "reason": f"failed: {err}", "reasons": [str(err)]}
     except Exception as err:  # fail closed on anything unexpected, with the reason
@@ -328,4 +384,5 @@ def run_slo_gate(
         atomic_write_text(summary_path, markdown_summary(decision, base, cand))
     return {"passed": bool(decision["passed"]), "reason": decision["reason"], "metrics": gate_metrics(decision),
             "slo": decision.get("slo"), "rule": decision.get("rule"), "worst_regression": decision.get("worst_regression"),
-            "best_gain": decision.get("best_gain")}
+            "best_gain": decision.get("best_gain"), "comparison": decision.get("comparison"),
+            "base_source": decision.get("base_source")}

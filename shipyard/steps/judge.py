@@ -212,7 +212,9 @@ def _slo_section(slo: dict[str, Any]) -> dict[str, Any]:
     """The SLO gate's part of candidate.json (the base's record uses the same)."""
     return {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
             "thresholds": slo.get("slo"), "rule": slo.get("rule"),
-            "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain")}
+            "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain"),
+            # candidate / base per level with its interval and method; where the base's figures come from
+            "comparison": slo.get("comparison"), "base_source": slo.get("base_source")}
 
 
 def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
@@ -277,7 +279,9 @@ def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_ur
         "compression_ratio": 1.0,
         "accuracy": {"passed": True, "reason": "the reference of the accuracy gate", "caveat": "",
                      "verdict": "reference", "worst_recovery": 1.0, "thresholds": None, "rows": rows},
-        "slo": {**_slo_section(slo_result), "worst_regression": None, "best_gain": None},  # against itself
+        # against itself: no ratios; whether its benchmark ran in this run or came from the cache, in its own key
+        "slo": {**_slo_section(slo_result), "worst_regression": None, "best_gain": None, "comparison": None},
+        "benchmark_source": slo_result.get("base_source") or {"source": "unknown"},
         "adapters": {},
         "safety": {"passed": True, "enabled": False, "reason": "the reference of the safety gate",
                    "families": {}, "new_hits": 0, "verdict": "reference"},

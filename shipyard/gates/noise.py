@@ -1,0 +1,227 @@
+"""Candidate-vs-base performance ratios with their noise: a bootstrap interval per load level.
+
+One benchmark is one draw from a noisy machine: the same README run measured a candidate at 1.2x
+the base on a quiet machine and at 0.77x with other work beside it. So every candidate / base
+ratio the SLO gate reports at matched load (the same level of the same benchmark config) comes with
+a 95% interval from the per-request samples the benchmark keeps (``level["samples"]``,
+:func:`shipyard.benchmarking.guidellm.parse_guidellm_report`):
+
+* **TTFT p99, ITL p99**: the p99 of a resample (with replacement) of the level's requests, base and
+  candidate resampled independently;
+* **output tok/s**: by Little's law a level's output tok/s is its mean concurrency x the mean output
+  tokens per request / the mean request latency; a resample recomputes the two means from its
+  requests (the concurrency is the measured mean);
+* **repeats** (``benchmark_config.repeats`` > 1: ``level["repeats"]`` and ``samples["repeat"]``): a
+  two-stage bootstrap, the repeats resampled first and then the requests within each, so the
+  interval counts the spread between repeats as well as within them (a little conservative by
+  construction).
+
+The interval is the percentile interval of (resampled ratio / full-sample ratio), applied to the
+measured ratio, so its centre is the figure every report shows; :data:`RESAMPLES` resamples with a
+fixed seed (the same results give the same interval). When it covers 1 the words are **"no
+difference within noise"**; otherwise faster/slower, lower/higher latency.
+
+What the interval cannot see: the machine being busier during one of the two benchmarks as a whole
+(a base measured at another time, a cached base: :func:`provenance` says which), and the
+dependence between requests of one level (they share the server's queue; the resampling treats them
+as independent). Repeats, interleaved by the benchmark step, are the remedy for both. A level whose
+results keep no per-request latency (measured before shipyard kept it) gets no throughput interval,
+said as such. Pure Python (base runtime).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from shipyard.core.numbers import percentile
+from shipyard.core.report import level_label
+
+#: resamples per interval, the interval's confidence, the resampling's seed
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+SEED = 20261202
+
+#: the method in words (decision-record.json, the SLO report)
+METHOD = ("candidate / base per load level at matched load; 95% percentile bootstrap interval from the per-request "
+          "samples (TTFT p99 and ITL p99 of resampled requests; output tok/s = mean concurrency x mean output tokens / "
+          "mean request latency, Little's law), base and candidate resampled independently; with repeats a two-stage "
+          "bootstrap (repeats, then requests within each) so the spread between repeats counts; the interval is "
+          "rescaled to the measured ratio. 'no difference within noise' when it covers 1.")
+WITHIN_NOISE = "no difference within noise"
+
+#: (key, label, lower is better): the figures compared, as ``slo.compare``'s pairs name them
+FIGURES = (("output_tokens_per_s", "output tok/s", False), ("ttft_p99", "TTFT p99", True),
+           ("itl_p99", "ITL p99", True))
+
+Group = dict[str, Any]
+
+
+def _groups(level: dict[str, Any]) -> list[Group]:
+    """The level's requests by repeat: per repeat the TTFT, ITL, latency and output-token samples
+    (aligned by request) and the repeat's mean concurrency."""
+    samples = level.get("samples") or {}
+    ttft = list(samples.get("ttft_ms") or [])
+    n = len(ttft)
+
+    def column(key: str) -> list[Any]:
+        values = list(samples.get(key) or [])
+        return values if len(values) == n else [None] * n
+
+    itl, lat, tok = column("itl_ms"), column("latency_s"), column("output_tokens")
+    which = column("repeat") if samples.get("repeat") else [0] * n
+    repeats = level.get("repeats") or [{"concurrency_mean": level.get("concurrency_mean")}]
+    out: list[Group] = []
+    for r, info in enumerate(repeats):
+        idx = [i for i in range(n) if (which[i] or 0) == r]
+        out.append({"ttft": [ttft[i] for i in idx], "itl": [itl[i] for i in idx], "lat": [lat[i] for i in idx],
+                    "tok": [tok[i] for i in idx], "conc": info.get("concurrency_mean")})
+    return [g for g in out if g["ttft"]]
+
+
+def _p99(values: list[Any]) -> float | None:
+    xs = sorted(float(v) for v in values if v is not None)
+    return percentile(xs, 0.99) if xs else None
+
+
+def _throughput(group: Group, idx: list[int]) -> float | None:
+    """Little's law on the requests ``idx`` of one repeat: concurrency x mean tokens / mean latency."""
+    pairs = [(group["tok"][i], group["lat"][i]) for i in idx
+             if group["tok"][i] is not None and group["lat"][i] is not None]
+    if not pairs or not group["conc"]:
+        return None
+    lat = sum(float(p[1]) for p in pairs)
+    return float(group["conc"]) * sum(float(p[0]) for p in pairs) / lat if lat > 0 else None
+
+
+def _figures(groups: list[Group], draws: list[tuple[Group, list[int]]]) -> dict[str, float | None]:
+    """The three figures of one (re)sample: ``draws`` lists (repeat, request indices)."""
+    tps = [_throughput(g, idx) for g, idx in draws]
+    return {"output_tokens_per_s": None if not tps or None in tps else sum(t for t in tps if t is not None) / len(tps),
+            "ttft_p99": _p99([g["ttft"][i] for g, idx in draws for i in idx]),
+            "itl_p99": _p99([g["itl"][i] for g, idx in draws for i in idx])}
+
+
+def _resample(groups: list[Group], rng: random.Random) -> dict[str, float | None]:
+    k = len(groups)
+    chosen = groups if k == 1 else [groups[rng.randrange(k)] for _ in range(k)]
+    return _figures(groups, [(g, rng.choices(range(len(g["ttft"])), k=len(g["ttft"]))) for g in chosen])
+
+
+def words(key: str, low: float | None, high: float | None) -> str:
+    """The interval in words: "no difference within noise" when it covers 1, else which way it went."""
+    if low is None or high is None:
+        return "no interval"
+    if low <= 1 <= high:
+        return WITHIN_NOISE
+    above = low > 1
+    if key == "output_tokens_per_s":
+        return "faster" if above else "slower"
+    return "higher latency" if above else "lower latency"
+
+
+def ratio_text(row: dict[str, Any]) -> str:
+    """"TTFT p99 x1.03 [0.88, 1.21] at concurrency 1: no difference within noise" (the interval left
+    out, with why, when there is none)."""
+    interval = (f" [{row['low']:.3g}, {row['high']:.3g}]" if row.get("low") is not None
+                else f" ({row.get('note') or 'no interval'})")
+    said = f": {row['words']}" if row.get("low") is not None else ""
+    return f"{row['label']} x{row['ratio']:.3g}{interval} at {row['load']}{said}"
+
+
+def level_ratios(base: dict[str, Any], cand: dict[str, Any], measured: dict[str, float | None],
+                 iters: int = RESAMPLES, seed: int = SEED) -> list[dict[str, Any]]:
+    """Rows ``{"level", "load", "figure", "label", "ratio", "low", "high", "words", "note", "repeats"}``
+    for one level pair; ``measured``: the ratios the reports show (``slo.compare``'s pair, keyed like
+    :data:`FIGURES`), the centre of each interval."""
+    bg, cg = _groups(base), _groups(cand)
+    reps = {"base": len(bg), "candidate": len(cg)}
+    rows = []
+    boot: dict[str, list[float]] = {key: [] for key, _, _ in FIGURES}
+    plug: dict[str, float | None] = {}
+    if bg and cg:
+        full_b = _figures(bg, [(g, list(range(len(g["ttft"])))) for g in bg])
+        full_c = _figures(cg, [(g, list(range(len(g["ttft"])))) for g in cg])
+        plug = {key: (full_c[key] / full_b[key] if full_c[key] and full_b[key] else None) for key, _, _ in FIGURES}
+        rng = random.Random(seed)
+        for _ in range(iters):
+            rb, rc = _resample(bg, rng), _resample(cg, rng)
+            for key, _, _ in FIGURES:
+                if plug.get(key) and rb[key] and rc[key]:
+                    boot[key].append(rc[key] / rb[key] / plug[key])  # type: ignore[operator]
+    tail = (1 - CONFIDENCE) / 2
+    for key, label, lower in FIGURES:
+        ratio = measured.get(key)
+        if ratio is None:
+            continue
+        low = high = None
+        note = ""
+        draws = sorted(boot[key])
+        if len(draws) >= iters // 2:
+            low, high = round(ratio * percentile(draws, tail), 4), round(ratio * percentile(draws, 1 - tail), 4)
+        elif not (bg and cg):
+            note = "no per-request samples"
+        elif key == "output_tokens_per_s":
+            note = "no per-request latency and output tokens in the results (measured before shipyard kept them)"
+        else:
+            note = "too few samples"
+        rows.append({"level": cand.get("name"), "load": level_label(cand), "figure": key, "label": label,
+                     "lower_is_better": lower, "ratio": ratio, "low": low, "high": high,
+                     "words": words(key, low, high), "note": note, "repeats": reps})
+    return rows
+
+
+def comparison(base_levels: list[dict[str, Any]], cand_levels: list[dict[str, Any]],
+               pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every level's rows (:func:`level_ratios`), with the method, confidence and resample count."""
+    rows: list[dict[str, Any]] = []
+    for b, c, p in zip(base_levels, cand_levels, pairs, strict=False):
+        measured = {"output_tokens_per_s": p.get("output_tokens_per_s_ratio"), "ttft_p99": p.get("ttft_p99_ratio"),
+                    "itl_p99": p.get("itl_p99_ratio")}
+        rows += level_ratios(b, c, measured)
+    return {"method": METHOD, "confidence": CONFIDENCE, "resamples": RESAMPLES, "rows": rows}
+
+
+def find(comp: dict[str, Any] | None, level: str | None, figure: str) -> dict[str, Any] | None:
+    """The row of ``figure`` at ``level`` in a :func:`comparison` (None when absent)."""
+    return next((r for r in (comp or {}).get("rows") or [] if r["level"] == level and r["figure"] == figure), None)
+
+
+def beyond(row: dict[str, Any], budget: float, upper: bool) -> str:
+    """How a ratio stands against a budget (``upper``: at most ``budget``, else at least): ``"fail"``
+    when the interval lies wholly beyond it (lower end above an upper budget, upper end below a
+    lower one), ``"within noise"`` when the point is beyond it but the interval reaches back, ``"ok"``
+    when the point is within it. Without an interval the point decides (``"fail"`` or ``"ok"``)."""
+    ratio, low, high = row["ratio"], row.get("low"), row.get("high")
+    over = ratio > budget if upper else ratio < budget
+    if not over:
+        return "ok"
+    if low is None or high is None:
+        return "fail"
+    sure = low > budget if upper else high < budget
+    return "fail" if sure else "within noise"
+
+
+def provenance(results: dict[str, Any] | None) -> dict[str, Any]:
+    """Where a benchmark result's figures come from: ``{"source": "this run"}``, or ``{"source":
+    "cache", "measured_at", "age_seconds", "origin", "key", "hardware"}`` for a result the base
+    benchmark cache restored (:mod:`shipyard.benchmarking.cache`); ``text``: the same in words."""
+    results = results or {}
+    cached = results.get("cached")
+    if not cached:
+        return {"source": "this run", "text": provenance_text(None)}
+    hardware = cached.get("hardware") or {"device": results.get("device"), "cpu": (results.get("cpu") or {}).get("model")}
+    found = {"source": "cache", "measured_at": cached.get("measured_at"), "age_seconds": cached.get("age_seconds"),
+             "origin": cached.get("origin") or "an earlier run", "key": cached.get("key"), "hardware": hardware}
+    return {**found, "text": provenance_text(found)}
+
+
+def provenance_text(source: dict[str, Any] | None) -> str:
+    """"base measured in this run" or "base figures from cache (measured 2026-12-01T10:00:00Z by run-x, 3 h ago)"."""
+    if not source or source.get("source") != "cache":
+        return "base measured in this run"
+    from shipyard.benchmarking.cache import age_text
+
+    return (f"base figures from cache (measured {source.get('measured_at')} by {source.get('origin')}, "
+            f"{age_text(source.get('age_seconds'))} ago; "
+            "not re-measured in this run)")
