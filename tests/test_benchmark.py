@@ -61,6 +61,11 @@ def test_config_defaults_are_small_and_local() -> None:
         ('{"profile": "sweep", "max_concurrency": null}', "benchmark_config.max_concurrency"),
         ('{"output_tokens": -1}', "benchmark_config.output_tokens"),
         ('{"colour": 1}', "benchmark_config"),
+        ('{"repeats": 0}', "benchmark_config.repeats"),
+        ('{"repeats": 11}', "benchmark_config.repeats"),
+        ('{"repeats": "2"}', "benchmark_config.repeats"),
+        ('{"repeats": 1.5}', "benchmark_config.repeats"),
+        ('{"profile": "sweep", "max_concurrency": 8, "repeats": 2}', "benchmark_config.repeats"),
         ("[1, 2]", "benchmark_config"),
         ("{not json", "benchmark_config"),
     ],
@@ -83,6 +88,7 @@ def test_bad_config_is_one_line_error(config: str, field: str) -> None:
         {"profile": "throughput", "max_concurrency": 4},
         {**CLUSTER_DEFAULTS},
         {"data": {"kind": "json_file", "path": "/data/prompts.jsonl"}},
+        {"profile": "constant", "loads": [0.5, 2], "repeats": 3},
     ],
 )
 def test_scenario_validates_against_guidellm(config: dict[str, Any], tiny_model: Path) -> None:
@@ -99,6 +105,8 @@ def test_scenario_validates_against_guidellm(config: dict[str, Any], tiny_model:
         assert spec["profile"]["max_concurrency"] == cfg["max_concurrency"]  # always capped
     if cfg["profile"] == "concurrent":
         assert resolved["benchmarks"] == [{"profile.streams": s} for s in cfg["loads"]]
+    if cfg.get("repeats"):  # every level again, interleaved, each a benchmark guidellm accepts
+        assert resolved["benchmarks"] == [{"profile.rate": r} for r in cfg["loads"]] * cfg["repeats"]
 
 
 # --------------------------------------------------------------------------- live progress

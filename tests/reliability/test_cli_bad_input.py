@@ -405,6 +405,12 @@ ROWS: list[Row] = [
         field="benchmark_config.seed", params=True),
     row("run-bench-requests-text", *run_local("--param", 'benchmark_config={"max_requests": "12"}'),
         field="benchmark_config.max_requests", params=True),
+    row("run-bench-repeats-zero", *run_local("--param", 'benchmark_config={"repeats": 0}'),
+        field="benchmark_config.repeats", params=True),
+    row("run-bench-repeats-sweep", *run_local("--param", 'benchmark_config={"profile": "sweep", "repeats": 2}'),
+        field="benchmark_config.repeats", params=True),
+    row("run-slo-latency-ratio-zero", *run_local("--param", 'slo={"max_latency_ratio": 0}'),
+        field="slo.max_latency_ratio", params=True),
     row("run-yaml-inf", *run_local("--param", "slo={ttft_p99_ms: .inf}"), field="slo", params=True),
     # --- names Kubernetes and registries refuse, empty names ---------------------------------------------
     row("run-namespace-uppercase", *run_local("--param", "namespace=Bad_NS"), field="namespace", params=True),

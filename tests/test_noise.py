@@ -1,0 +1,256 @@
+"""Candidate-vs-base ratios with their noise (shipyard.gates.noise), repeats, the regression budget
+and where the base's figures come from, on level dicts shaped as parse_guidellm_report writes them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import report_fixtures as fx
+
+from shipyard.benchmarking.guidellm import build_scenario, parse_benchmark_config, parse_guidellm_report
+from shipyard.core.numbers import percentile
+from shipyard.gates.noise import WITHIN_NOISE, comparison
+from shipyard.gates.slo import compare, parse_slo, run_slo_gate
+
+
+def measured(name: str, conc: int, seed: int, n: int, ttft_ms: float, itl_ms: float, latency_s: float,
+             spread: float = 0.15, repeats: int = 1) -> dict[str, Any]:
+    """A level measured from ``n`` requests (per repeat) drawn around the given figures, its summary
+    figures computed from them as guidellm does (tok/s by Little's law, 16 output tokens a request)."""
+    rng = random.Random(seed)
+    runs = []
+    for r in range(repeats):
+        shift = (0.9, 1.3)[r] if repeats > 1 else 1.0  # repeats that disagree: the first 10% faster, the second 30% slower
+        draw = [(ttft_ms * rng.uniform(1 - spread, 1 + spread) * shift, itl_ms * rng.uniform(1 - spread, 1 + spread),
+                 latency_s * rng.uniform(1 - spread, 1 + spread) * shift) for _ in range(n)]
+        tok_s = conc * 16 / (sum(d[2] for d in draw) / n)
+        lv = fx.level(name, conc, tok_s / 16, tok_s, (50.0, 60.0, 70.0), (60.0, 62.0, 64.0), ok=n)
+        for key, col in (("ttft_ms", 0), ("itl_ms", 1)):
+            xs = sorted(d[col] for d in draw)
+            lv[key] = {"mean": sum(xs) / n, "p50": percentile(xs, 0.5), "p90": percentile(xs, 0.9),
+                       "p99": percentile(xs, 0.99)}
+        lv["samples"] = {"ttft_ms": [d[0] for d in draw], "itl_ms": [d[1] for d in draw],
+                         "latency_s": [d[2] for d in draw], "output_tokens": [16] * n}
+        runs.append(lv)
+    if repeats == 1:
+        return runs[0]
+    from shipyard.benchmarking.guidellm import merge_repeats
+
+    (merged,) = merge_repeats(runs)
+    return merged
+
+
+def pair_of(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
+    return compare(fx.bench_results("base", [base]), fx.bench_results("cand", [cand]), parse_slo(""))
+
+
+def rows_by_figure(decision: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["figure"]: r for r in decision["comparison"]["rows"]}
+
+
+# --------------------------------------------------------------------------- intervals
+def test_the_same_weights_measured_twice_differ_by_no_more_than_noise() -> None:
+    """Two benchmarks of one model (two draws from one machine): every ratio's interval covers 1, and the
+    words say so, even where the point is off by 10% or more (a p99 of 12 requests is about the slowest)."""
+    base = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=1030, itl_ms=85, latency_s=1.63)
+    cand = measured("concurrent@1", 1, seed=2, n=12, ttft_ms=1030, itl_ms=85, latency_s=1.63)
+    rows = rows_by_figure(pair_of(base, cand))
+    assert set(rows) == {"output_tokens_per_s", "ttft_p99", "itl_p99"}
+    for row in rows.values():
+        assert row["low"] < 1 < row["high"] and row["words"] == WITHIN_NOISE, row
+        assert row["low"] <= row["ratio"] <= row["high"]  # centred on the figure the reports show
+    assert rows["ttft_p99"]["ratio"] > 1.03  # the point alone would have claimed a 3% slowdown
+
+
+def test_a_real_slowdown_is_outside_the_noise_and_says_which_way() -> None:
+    base = measured("concurrent@4", 4, seed=3, n=100, ttft_ms=200, itl_ms=60, latency_s=1.2)
+    cand = measured("concurrent@4", 4, seed=4, n=100, ttft_ms=300, itl_ms=60, latency_s=1.6)
+    rows = rows_by_figure(pair_of(base, cand))
+    assert rows["output_tokens_per_s"]["high"] < 1 and rows["output_tokens_per_s"]["words"] == "slower"
+    assert rows["ttft_p99"]["low"] > 1 and rows["ttft_p99"]["words"] == "higher latency"
+    assert rows["itl_p99"]["words"] == WITHIN_NOISE
+
+
+def test_the_spread_between_repeats_is_in_the_interval() -> None:
+    """A candidate whose two repeats disagree (the machine was busier during one): the two-stage bootstrap
+    covers 1; the same requests taken as one run (no repeat information) would have claimed a slowdown."""
+    base = measured("concurrent@1", 1, seed=5, n=40, ttft_ms=100, itl_ms=60, latency_s=1.0, spread=0.05)
+    cand = measured("concurrent@1", 1, seed=6, n=40, ttft_ms=100, itl_ms=60, latency_s=1.0, spread=0.05, repeats=2)
+    assert [r["successful"] for r in cand["repeats"]] == [40, 40] and cand["successful"] == 80
+    with_repeats = rows_by_figure(pair_of(base, cand))["output_tokens_per_s"]
+    assert with_repeats["repeats"] == {"base": 1, "candidate": 2}
+    assert with_repeats["words"] == WITHIN_NOISE and with_repeats["ratio"] < 0.97
+    pooled = copy.deepcopy(cand)
+    del pooled["repeats"], pooled["samples"]["repeat"]
+    one_run = rows_by_figure(pair_of(base, pooled))["output_tokens_per_s"]
+    assert one_run["words"] == "slower" and one_run["high"] < 1
+
+
+def test_results_without_per_request_latency_get_no_throughput_interval_and_say_why() -> None:
+    """A base measured before the benchmark kept request latency (an old cached result): TTFT and ITL still
+    get their interval; output tok/s is judged by its point, and the row says why."""
+    base = measured("concurrent@1", 1, seed=7, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    cand = measured("concurrent@1", 1, seed=8, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    for key in ("latency_s", "output_tokens"):
+        del base["samples"][key]
+    rows = rows_by_figure(pair_of(base, cand))
+    assert rows["output_tokens_per_s"]["low"] is None and "no per-request latency" in rows["output_tokens_per_s"]["note"]
+    assert rows["output_tokens_per_s"]["words"] == "no interval"
+    assert rows["ttft_p99"]["low"] is not None
+
+
+def test_the_interval_is_the_same_for_the_same_results() -> None:
+    base = measured("concurrent@1", 1, seed=9, n=30, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    cand = measured("concurrent@1", 1, seed=10, n=30, ttft_ms=110, itl_ms=60, latency_s=1.1)
+    pairs = pair_of(base, cand)["pairs"]
+    assert comparison([base], [cand], pairs) == comparison([base], [cand], pairs)
+
+
+# --------------------------------------------------------------------------- the regression budget
+def _gate(tmp: Path, base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any],
+          base_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    b = fx.write_json(tmp / "b", "results.json", {**fx.bench_results("base", [base]), **(base_extra or {})})
+    c = fx.write_json(tmp / "c", "results.json", fx.bench_results("cand", [cand]))
+    return run_slo_gate(b, c, json.dumps(slo), str(tmp / "slo.html"), str(tmp / "slo.md"))
+
+
+def test_no_budget_is_declared_by_default_and_the_rule_says_so(tmp_path: Path) -> None:
+    base = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    out = _gate(tmp_path, base, base, {"ttft_p99_ms": 1000})
+    assert parse_slo("")["max_latency_ratio"] is None and parse_slo("")["min_throughput_ratio"] is None
+    assert out["rule"].endswith("regression budget against the base at matched load: none declared")
+    md = (tmp_path / "slo.md").read_text()
+    assert "none declared" in md and "Candidate / base with its noise" in md and "no difference within noise" in md
+
+
+def test_a_budget_fails_only_when_the_interval_lies_beyond_it(tmp_path: Path) -> None:
+    """max_latency_ratio 1.2: a candidate whose TTFT p99 point (of 12 requests) is over x1.2 but whose interval
+    reaches back passes, and the reason says it is over only within noise; a real x1.6 fails."""
+    base = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=1030, itl_ms=85, latency_s=1.63)
+    noisy = measured("concurrent@1", 1, seed=14, n=12, ttft_ms=1030 * 1.2, itl_ms=85, latency_s=1.63)
+    slo = {"ttft_p99_ms": 5000, "itl_p99_ms": 1000, "max_latency_ratio": 1.2}
+    out = _gate(tmp_path / "noise", base, noisy, slo)
+    row = next(r for r in out["comparison"]["rows"] if r["figure"] == "ttft_p99")
+    assert row["ratio"] > 1.2 and row["low"] <= 1.2, row  # the case this test is about
+    assert out["passed"] is True
+    assert "over the regression budget only within noise: TTFT p99 x" in out["reason"]
+    assert "TTFT p99 and ITL p99 <= 1.2 x the base's at every level" in out["rule"]
+
+    base = measured("concurrent@1", 1, seed=3, n=100, ttft_ms=200, itl_ms=60, latency_s=1.2)
+    slow = measured("concurrent@1", 1, seed=4, n=100, ttft_ms=320, itl_ms=60, latency_s=1.2)
+    out = _gate(tmp_path / "real", base, slow, slo)
+    assert out["passed"] is False
+    assert "higher latency > budget 1.2" in out["reason"]
+    row = next(r for r in out["comparison"]["rows"] if r["figure"] == "ttft_p99")
+    assert row["low"] > 1.2
+
+
+def test_a_throughput_budget_fails_on_a_sure_loss(tmp_path: Path) -> None:
+    base = measured("concurrent@4", 4, seed=3, n=100, ttft_ms=200, itl_ms=60, latency_s=1.2)
+    slow = measured("concurrent@4", 4, seed=4, n=100, ttft_ms=200, itl_ms=60, latency_s=1.6)
+    out = _gate(tmp_path, base, slow, {"ttft_p99_ms": 5000, "itl_p99_ms": 1000, "min_throughput_ratio": 0.9})
+    assert out["passed"] is False and "output tok/s x0.7" in out["reason"] and "slower < budget 0.9" in out["reason"]
+
+
+# --------------------------------------------------------------------------- where the base's figures come from
+CACHED = {"cached": {"key": "d89b8fc8fbe1462fe0491f46dd67c053", "measured_at": "2026-12-02T02:42:10Z",
+                     "age_seconds": 3 * 3600 + 60, "origin": "optimize-and-deploy-2026-12-02-02-37-52",
+                     "hardware": {"cpu": "Intel(R) Xeon(R) Platinum 8488C", "cores": 2, "flags": ["avx512f"]}}}
+
+
+def test_a_cached_base_says_when_and_where_it_was_measured(tmp_path: Path) -> None:
+    base = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    out = _gate(tmp_path, base, base, {"ttft_p99_ms": 1000}, base_extra=CACHED)
+    assert out["base_source"]["source"] == "cache" and out["base_source"]["hardware"]["cores"] == 2
+    said = ("base figures from cache (measured 2026-12-02T02:42:10Z by optimize-and-deploy-2026-12-02-02-37-52, 3 h ago; "
+            "not re-measured in this run)")
+    assert out["base_source"]["text"] == said and out["reason"].endswith(said)
+    assert f"**Base figures:** {said}" in (tmp_path / "slo.md").read_text()
+    fresh = _gate(tmp_path / "fresh", base, base, {"ttft_p99_ms": 1000})
+    assert fresh["base_source"] == {"source": "this run", "text": "base measured in this run"}
+    assert "cache" not in fresh["reason"]
+
+
+def test_the_decision_record_and_the_headline_say_the_base_came_from_the_cache(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.steps.select import select_champion
+
+    monkeypatch.setattr(fx, "BASE_BENCH", {**fx.BASE_BENCH, **CACHED})  # the base benchmark restored from the cache
+    fx.judged(tmp_path)
+    out = select_champion([str(tmp_path / "w8a8-int8-gates")], "throughput", str(tmp_path / "sel"),
+                          str(tmp_path / "c.md"), str(tmp_path / "c.html"), base_eval=str(tmp_path / "base-eval"),
+                          base_bench=str(tmp_path / "base-bench"), base_model_uri="/models/base", slo=fx.SLO)
+    assert out["headline"].endswith("; base figures from cache (measured 2026-12-02T02:42:10Z by "
+                                    "optimize-and-deploy-2026-12-02-02-37-52, 3 h ago; not re-measured in this run)")
+    record = json.loads((tmp_path / "sel" / "decision-record.json").read_text())
+    assert record["base_measured"]["source"] == "cache"
+    assert record["base_measured"]["measured_at"] == "2026-12-02T02:42:10Z"
+    assert record["base_measured"]["hardware"]["cpu"].startswith("Intel")
+    cand = next(g for g in record["candidates"] if g["candidate"] == "w8a8-int8")
+    assert cand["slo"]["base_source"]["source"] == "cache"
+    assert record["statistics"]["performance_comparison"].startswith("candidate / base per load level")
+
+
+# --------------------------------------------------------------------------- dominance at matched load
+def test_a_throughput_gain_within_noise_buys_no_accuracy_loss() -> None:
+    """A candidate 3% faster at the SLO, within noise, that loses accuracy is dominated by the base
+    (before, the bare point made it 'faster' and so not dominated)."""
+    from shipyard.gates.baseline import dominance
+    from shipyard.gates.selection import objective_value
+
+    def record(recipe: str, tok_s: float, loss: float, comp: dict[str, Any] | None) -> dict[str, Any]:
+        return {"recipe": recipe, "is_base": recipe == "base", "passed": True,
+                "levels": [{"name": "concurrent@1", "requests_per_s": 0.6, "output_tokens_per_s": tok_s}],
+                "slo": {"metrics": {"highest_load_meeting_slo_rps": 0.6}, "comparison": comp},
+                "accuracy": {"rows": [{"task": "t", "metric": "acc,none", "gated": True, "base": 0.5,
+                                       "candidate": 0.5 - loss, "recovery": (0.5 - loss) / 0.5}]}}
+
+    base_lv = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    cand_lv = measured("concurrent@1", 1, seed=2, n=12, ttft_ms=100, itl_ms=60, latency_s=0.97)
+    decision = pair_of(base_lv, cand_lv)
+    ratio = decision["pairs"][0]["output_tokens_per_s_ratio"]
+    base = record("base", base_lv["output_tokens_per_s"], 0.0, None)
+    cand = record("w8a8", cand_lv["output_tokens_per_s"], 0.05, decision["comparison"])
+    assert ratio > 1 and rows_by_figure(decision)["output_tokens_per_s"]["words"] == WITHIN_NOISE
+    said = dominance(base, cand, "throughput", objective_value)
+    assert said is not None and said.startswith(f"dominated by the base: {ratio:.2f}x as fast at the SLO "
+                                                f"({WITHIN_NOISE} [")
+    assert dominance(base, {**cand, "slo": {**cand["slo"], "comparison": None}}, "throughput", objective_value) is None
+
+
+# --------------------------------------------------------------------------- repeats in the benchmark
+def _bench(streams: int, t0: float, ttfts: list[float]) -> dict[str, Any]:
+    reqs = [{"request_start_time": t0 + i, "request_end_time": t0 + i + 0.9, "time_to_first_token_ms": t,
+             "inter_token_latency_ms": 5.0, "request_latency": 0.9, "output_tokens": 8,
+             "time_per_output_token_ms": 110.0} for i, t in enumerate(ttfts)]
+    return {"start_time": t0, "end_time": t0 + len(ttfts), "duration": float(len(ttfts)),
+            "config": {"strategy": {"type_": "concurrent", "streams": streams}},
+            "metrics": {"request_totals": {"successful": len(ttfts), "errored": 0, "incomplete": 0},
+                        "output_tokens_per_second": {"total": {"count": 1, "mean": 8.0 * streams}},
+                        "time_to_first_token_ms": {"successful": {"count": len(ttfts), "mean": sum(ttfts) / len(ttfts),
+                                                                  "percentiles": {"p99": max(ttfts)}}},
+                        "request_concurrency": {"total": {"count": 1, "mean": float(streams)}}},
+            "requests": {"successful": reqs, "errored": [], "incomplete": []}}
+
+
+def test_repeats_run_every_level_again_interleaved_and_merge_into_one_level() -> None:
+    cfg = parse_benchmark_config({"loads": [1, 4], "repeats": 2})
+    scenario = build_scenario(cfg, target="http://127.0.0.1:9", model_name="m", tokenizer="/t", json_path="/x.json")
+    assert scenario["benchmarks"] == [{"profile.streams": 1}, {"profile.streams": 4}] * 2
+    assert "repeats" not in parse_benchmark_config({"loads": [1, 4]})  # the base cache's key is unchanged without it
+    report = {"benchmarks": [_bench(1, 0.0, [10.0, 12.0]), _bench(4, 10.0, [30.0, 31.0]),
+                             _bench(1, 20.0, [20.0, 22.0]), _bench(4, 30.0, [32.0, 33.0])]}
+    one, four = parse_guidellm_report(report)
+    assert (one["name"], four["name"]) == ("concurrent@1", "concurrent@4")
+    assert one["successful"] == one["total"] == 4 and one["samples"]["ttft_ms"] == [10.0, 12.0, 20.0, 22.0]
+    assert one["samples"]["repeat"] == [0, 0, 1, 1] and one["samples"]["latency_s"] == [0.9] * 4
+    assert one["ttft_ms"]["p99"] == pytest.approx(percentile([10.0, 12.0, 20.0, 22.0], 0.99))
+    assert [r["ttft_p99_ms"] is not None for r in one["repeats"]] == [True, True]
+    assert four["output_tokens_per_s"] == 32.0 and four["duration_s"] == 4.0
+    (single,) = parse_guidellm_report({"benchmarks": [_bench(1, 0.0, [10.0, 12.0])]})
+    assert "repeats" not in single and "repeat" not in single["samples"]
