@@ -44,7 +44,7 @@ def test_slo_report_names_worst_regression_best_gain_thresholds_and_margins(tmp_
     gain = cand2["output_tokens_per_s"] / base2["output_tokens_per_s"]
     assert out["passed"] is True
     # each ratio with its 95% bootstrap interval (shipyard.gates.noise) and what the interval says
-    worst_text = (f"worst regression: TTFT p99 x{worst:.3g} [4.06, 5.65] at concurrency 1 ({cand1['ttft_ms']['p99']:.4g} "
+    worst_text = (f"worst regression: TTFT p99 x{worst:.3g} [3.63, 5.65] at concurrency 1 ({cand1['ttft_ms']['p99']:.4g} "
                   f"vs {base1['ttft_ms']['p99']:.4g} ms base; rests on 8 requests; higher latency)")
     gain_text = f"best gain: output tok/s x{gain:.3g} [1.1, 1.25] at concurrency 2"
     for text in (out["reason"], md, page):

@@ -32,6 +32,7 @@ configs, bad SLO thresholds and missing figures all give ``passed = False`` with
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from shipyard.benchmarking.guidellm import load_results
@@ -240,8 +241,10 @@ def budget_checks(pairs: list[dict[str, Any]], comp: dict[str, Any], slo: dict[s
     return fails, within
 
 
-def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate both results against the SLO and each other; returns the decision and every figure."""
+def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], intervals: bool = True) -> dict[str, Any]:
+    """Evaluate both results against the SLO and each other; returns the decision and every figure.
+    ``intervals``: put a bootstrap interval on every candidate/base ratio (off when a result is
+    compared with itself, as the base's own record is: every ratio is 1)."""
     reasons: list[str] = []
     if base.get("comparable") != cand.get("comparable"):
         diff = sorted(k for k in (cand.get("comparable") or {}) if (base.get("comparable") or {}).get(k) != cand["comparable"][k])
@@ -282,7 +285,7 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any]) -> 
             reasons.append(f"no load level {req:g} in the candidate's benchmark")
         elif not cver[idx[0]]["meets"]:
             reasons.append(f"SLO missed at the required load {req:g}: {'; '.join(cver[idx[0]]['failures'])}")
-    comp = comparison(blev, clev, pairs)
+    comp = comparison(blev, clev, pairs, resamples=None if intervals else 0)
     budget_fails, within = budget_checks(pairs, comp, slo)
     reasons += budget_fails
     passed = not reasons
@@ -365,7 +368,8 @@ def run_slo_gate(
         parsed = parse_slo(slo)
         base = load_results(base_results)
         cand = load_results(candidate_results)
-        decision = compare(base, cand, parsed)
+        same = Path(base_results).resolve() == Path(candidate_results).resolve()  # the base's own record
+        decision = compare(base, cand, parsed, intervals=not same)
         decision["base_source"] = provenance(base)
         if decision["base_source"]["source"] == "cache":  # a comparison with a figure from another time says so
             decision["reason"] += f"; {decision['base_source']['text']}"
