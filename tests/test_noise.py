@@ -254,3 +254,21 @@ def test_repeats_run_every_level_again_interleaved_and_merge_into_one_level() ->
     assert four["output_tokens_per_s"] == 32.0 and four["duration_s"] == 4.0
     (single,) = parse_guidellm_report({"benchmarks": [_bench(1, 0.0, [10.0, 12.0])]})
     assert "repeats" not in single and "repeat" not in single["samples"]
+
+
+def test_a_result_restored_from_the_base_cache_carries_where_it_was_measured(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real cache: store a finished result, restore it; its record names the hardware it was measured on,
+    and the SLO gate's provenance reads it."""
+    from shipyard.benchmarking import cache
+    from shipyard.gates.noise import provenance
+
+    monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
+    results = fx.write_json(tmp_path / "measured", "results.json", fx.BASE_BENCH)
+    hardware = {"cpu": "Intel(R) Xeon(R) Platinum 8488C", "cores": 2, "flags": ["avx512f"]}
+    cache.store("k" * 32, {"hardware": hardware}, Path(results), "optimize-and-deploy-2026-12-02-02-37-52")
+    restored = cache.restore(cache.lookup("k" * 32), tmp_path / "restored")  # type: ignore[arg-type]
+    said = provenance(restored)
+    assert said["source"] == "cache" and said["hardware"] == hardware
+    assert said["origin"] == "optimize-and-deploy-2026-12-02-02-37-52" and said["age_seconds"] < 60
+    assert said["text"].startswith("base figures from cache (measured ") and "0 min ago" in said["text"]
