@@ -175,6 +175,8 @@ def test_the_console_summary_opens_with_the_headline_and_the_slo_that_applied(tm
     assert said["champion"] == "w8a8-int8" and said["headline"].startswith("champion w8a8-int8 vs base: accuracy ")
     assert said["slo"].startswith("a load level meets the SLO when TTFT p99 <= 10000 ms")
     assert said["slo"].endswith("(the default: the slo parameter was empty)")
+    # the regression budget against the base is always stated, also when none was declared
+    assert "; regression budget against the base at matched load: none declared (the default" in said["slo"]
     text = format_summary(RunSummary(pipeline="optimize-and-deploy", status="SUCCESS", seconds=1.0,
                                      run_dir=str(tmp_path), parameters={}, steps=steps, **said), str(tmp_path))
     lines = text.splitlines()
