@@ -117,7 +117,8 @@ def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> N
     for name in ("preflight", "resolve-model", "compress", "candidate-gates", "select-champion", "package-champion",
                  "deploy", "close-tracking"):
         assert one(summary, name).status == "SUCCESS", name
-    assert one(summary, "evaluate-hf").status == one(summary, "evaluate-hf-2").status == "SUCCESS"  # base, candidate
+    # base, candidate: one vLLM server each evaluates and benchmarks it (local-params: eval_backend vllm)
+    assert one(summary, "measure-vllm").status == one(summary, "measure-vllm-2").status == "SUCCESS"
     assert not [s for s in summary.steps if s.task.rsplit("/", 1)[-1] in ("track-step", "start-tracking")]
     on_disk = json.loads((work / "run-summary.json").read_text())
     assert on_disk["status"] == "SUCCESS" and on_disk["champion"] == "w8a8-int8" and on_disk["promoted"] is False
