@@ -286,9 +286,9 @@ def test_compiled_and_python_pipelines_declare_the_same_parameters(tmp_path: Pat
 def test_redact_never_echoes_passwords() -> None:
     from shipyard.core.errors import ShipyardError, redact
 
-    assert redact("registry=bob:s3cr3t@quay.io") == "registry=bob:***@quay.io"
+    assert redact("registry=bob:s3cr3t@quay.io") == "registry=***@quay.io"
     assert redact("https://u:p4ss@host/x and oci://quay.io/org/m:v1@sha256:ab") == \
-        "https://u:***@host/x and oci://quay.io/org/m:v1@sha256:ab"
+        "https://***@host/x and oci://quay.io/org/m:v1@sha256:ab"
     assert "s3cr3t" not in str(ShipyardError("x", "cannot reach 'bob:s3cr3t@quay.io'"))
 
 

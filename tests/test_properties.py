@@ -246,6 +246,93 @@ def test_redact_hides_any_password_in_a_uri(scheme: str, user: str, password: st
     assert redact(shown) == shown
 
 
+#: every character RFC 3986 allows in a userinfo as itself (unreserved and sub-delims; ":" only in the password)
+_USERINFO_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;="
+_PCT = st.sampled_from(["%40", "%3A", "%2F", "%25", "%27", "%20", "%e2%82%ac"])
+#: a user name or password: the legal characters and percent-escapes; a fixed prefix makes it findable
+_LEGAL = st.lists(st.sampled_from(list(_USERINFO_CHARS)) | _PCT, min_size=1, max_size=16).map("".join)
+_URL_SCHEMES = ["http", "https", "s3", "oci", "hf", "postgresql", "mysql+pymysql", "git+https"]
+_URL_HOSTS = ["quay.io", "127.0.0.1:9", "mlflow.kubeflow.svc:5000/#/experiments/1", "bucket/model", "[::1]:8080/v1",
+              "quay.io/org/m@sha256:" + "a" * 64, "localhost:5000/org/m:v1", "host/p@th?token=x#frag"]
+#: where a URL is printed: a sentence, quotes, a Python repr, JSON, a key=value log field, punctuation
+_CONTEXTS = ["cannot reach {} (fix: ...)", "'{}'", "{{'url': '{}', 'n': 1}}", '{{"url": "{}"}}', "url={}, retrying",
+             "see ({}).", "{}", "GET {}\nnext line @ 2"]
+
+
+@FAST
+@given(st.sampled_from(_URL_SCHEMES), _LEGAL.map(lambda s: "Tk7" + s), st.none() | _LEGAL.map(lambda s: "Zq9" + s)
+       | st.lists(st.sampled_from(list(_USERINFO_CHARS + ":")) | _PCT, max_size=12).map(lambda p: "Zq9" + "".join(p)),
+       st.sampled_from(_URL_HOSTS), st.sampled_from(_CONTEXTS))
+@example("http", "Tk7ghp_abc", None, "quay.io", "{}")  # the token as the user name, no password
+@example("https", "Tk7u", "Zq9it's", "quay.io", "'{}'")  # a quote in the password, inside quotes
+@example("s3", "Tk7KEY", "Zq9a:b%40c;d=e", "bucket/model", "url={}, retrying")
+def test_redact_hides_every_userinfo_form(scheme: str, user: str, password: str | None, host: str,
+                                          context: str) -> None:
+    """In every scheme and wherever the URL is printed, neither the user name (often the token
+    itself: ``https://TOKEN@host``) nor the password shows; every legal userinfo character counts;
+    the host stays; idempotent."""
+    from shipyard.core.redact import has_credentials, redact
+
+    userinfo = user if password is None else f"{user}:{password}"
+    text = context.format(f"{scheme}://{userinfo}@{host}")
+    shown = redact(text)
+    assert user not in shown and (password is None or password not in shown), shown
+    assert f"***@{host.split('/')[0].split('?')[0]}" in shown, shown
+    assert redact(shown) == shown
+    assert has_credentials(text) and not has_credentials(shown)
+
+
+@FAST
+@given(_LEGAL.map(lambda s: "Tk7" + s), _LEGAL.map(lambda s: "Zq9" + s),
+       st.sampled_from(["registry={}", "--registry {}", "({})", "'{}'"]))
+def test_redact_hides_a_scheme_less_userinfo(user: str, password: str, context: str) -> None:
+    """``registry=user:password@quay.io``: a registry reference has no scheme."""
+    from shipyard.core.redact import redact
+
+    shown = redact(context.format(f"{user}:{password}@quay.io/org/m"))
+    assert password not in shown and "***@quay.io/org/m" in shown, shown
+
+
+@pytest.mark.parametrize("text", [f"oci://quay.io/org/m@sha256:{'a' * 64}", f"oci://localhost:5000/o/m@sha256:{'b' * 64}",
+                                  "quay.io:5000/org/m@sha256:" + "c" * 64, "hf://org/model@main", "http://[::1]:8080/x@y",
+                                  "mail bob@example.com", "file:///tmp/mlruns", "http://127.0.0.1:9/v1/models",
+                                  "hf_transfer and HF_TOKEN and secret_env"])
+def test_redact_leaves_what_is_not_a_credential(text: str) -> None:
+    from shipyard.core.redact import redact
+
+    assert redact(text) == text
+
+
+def test_redact_is_linear_on_long_words_and_big_text() -> None:
+    """Words of 32,000 characters built to make a backtracking search rescan them from every
+    position, and 10 MB strings: all of them together within a generous deadline (the quadratic
+    redaction took about 10 s for each word alone). Nothing is timed; a hang is an alarm."""
+    import signal
+
+    from shipyard.core.redact import redact
+
+    n = 32_000
+    words = ["a" * n, "http://" + "a" * n + "@h", "x:" + "a" * n, "http://u:" + "'" * n, "token=" + "a" * n,
+             "--secret" * (n // 8), "a" * n + ":" + "b" * 100, "a:b@" * (n // 4), "x://@" * (n // 5), "@" * n,
+             "password='" * (n // 10), "-AKIAAAAAAAAAAAAAAAAA" * (n // 20), "Bearer " * (n // 7)]
+    big = ["a" * 10_000_000, ("lorem ipsum dolor sit amet, consectetur " * 250_000)[:10_000_000],
+           "x" * 5_000_000 + " http://TOKEN@host " + "y" * 5_000_000]
+
+    def hang(signum: int, frame: object) -> None:
+        raise TimeoutError("redaction did not finish within 60 s")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    try:
+        for text in words + big:
+            shown = redact(text)
+            assert len(shown) <= len(text) + 8
+        assert "TOKEN" not in redact(big[-1])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_properties_file_is_bounded() -> None:
     """The settings this file runs under: a fixed seed and a bounded number of examples (CI time)."""
     assert FAST.derandomize and FAST.max_examples <= 100 and FAST.database is None

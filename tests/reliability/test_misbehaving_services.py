@@ -209,7 +209,7 @@ def test_log_records_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
                                                   {"Authorization": f"Bearer {SECRET}"})
         logging.getLogger("other").info("cookie: authservice_session=%s", SECRET)
     text = caplog.text
-    assert SECRET not in text and "bob:***@host" in text and text.count("***") >= 3, text
+    assert SECRET not in text and "//***@host/x" in text and text.count("***") >= 3, text
 
 
 @pytest.mark.parametrize("raw", [f"{SECRET}\r\n", f"{SECRET}\n", f"  {SECRET}\t"])
@@ -237,7 +237,7 @@ def test_redact_covers_every_credential_form() -> None:
     for text in (f"oci://quay.io/org/m@{DIGEST}", f"oci://quay.io:5000/org/m@{DIGEST}", "hf://org/m@main",
                  "cannot reach http://127.0.0.1:9", "pass --cookie or --token"):
         assert redact(text) == text
-    assert redact_obj({"token": SECRET, "env": [f"http://u:{SECRET}@h"]}) == {"token": "***", "env": ["http://u:***@h"]}
+    assert redact_obj({"token": SECRET, "env": [f"http://u:{SECRET}@h"]}) == {"token": "***", "env": ["http://***@h"]}
 
 
 # --------------------------------------------------------------------------- wrong answers with exit 0
@@ -303,4 +303,4 @@ def test_printed_objects_are_redacted(capsys: pytest.CaptureFixture[str], fmt: s
     emit({"url": f"https://bob:{SECRET}@kfp.example/#/runs", "note": f"Bearer {SECRET}"}, fmt,
          lambda: f"run at https://bob:{SECRET}@kfp.example")
     out = capsys.readouterr().out
-    assert SECRET not in out and "bob:***@kfp.example" in out, out
+    assert SECRET not in out and "https://***@kfp.example" in out, out
