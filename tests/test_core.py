@@ -174,3 +174,56 @@ def test_eval_vllm_args_variable_is_one_line_before_vllm_starts(monkeypatch: pyt
     with pytest.raises(ShipyardError) as info:
         lmeval._run_openai(parse_eval_config(""), tmp_path / "no-model", None, tmp_path)
     assert info.value.field == "SHIPYARD_EVAL_VLLM_ARGS" and info.value.problem.startswith(problem)
+
+
+# --------------------------------------------------------------------------- credentials: one check, one redaction
+SECRET = "hunter2pw"
+TOKEN_LIKE = "Zx8Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0Xc"
+
+
+@pytest.mark.parametrize("value", [f"http://{SECRET}@host", f"https://bob:{SECRET}@host:8443/x",
+                                   f"s3://KEY:it's{SECRET}@bucket/m", f"oci://{SECRET}@quay.io/o/m@sha256:{'a' * 64}",
+                                   f"hf://{SECRET}@org/model", f"postgresql://mlflow:{SECRET}%40x@db/mlflow",
+                                   f"bob:{SECRET}@quay.io/busybox", f"https://b.s3.amazonaws.com/k?X-Amz-Signature={SECRET}"])
+def test_refuse_credentials_names_the_field_never_the_value(value: str) -> None:
+    from shipyard.core.errors import refuse_credentials
+
+    with pytest.raises(ShipyardError) as err:
+        refuse_credentials(value, "some_field", "use the Secret")
+    line = str(err.value)
+    assert line.startswith("some_field: ") and "carries credentials (not shown)" in line and "use the Secret" in line
+    assert SECRET not in line and "\n" not in line
+
+
+@pytest.mark.parametrize("value", ["", "http://127.0.0.1:9", f"oci://quay.io:5000/o/m@sha256:{'a' * 64}",
+                                   "hf://org/model@main", "s3://bucket/calib.jsonl", "HuggingFaceH4/ultrachat:train"])
+def test_refuse_credentials_lets_plain_uris_through(value: str) -> None:
+    from shipyard.core.errors import refuse_credentials
+
+    refuse_credentials(value, "some_field")
+
+
+def test_shown_hides_a_token_given_for_a_name() -> None:
+    from shipyard.core.errors import shown
+
+    assert shown("My_Secret") == "'My_Secret'"
+    for token in (TOKEN_LIKE, "hf_" + "AbCdEfGhIjKlMnOpQrStUvWx", "ghp_" + "a1" * 18):
+        assert token not in shown(token) and "not shown" in shown(token)
+    assert shown("3f2a9c0e1b7d4a6f8e2c5b9a0d1e3f4a5b6c7d8e") != "(a value that looks like a credential, not shown)"
+
+
+def test_reports_and_mlflow_params_and_tags_are_redacted() -> None:
+    """The output paths besides errors and logs: every report text and every MLflow param and tag."""
+    from shipyard.core.report import Doc, GateReport
+    from shipyard.tracking.tracker import to_params, to_tags
+
+    url = f"http://{SECRET}@mlflow.example/#/runs/1"
+    doc = (Doc(f"report {url}").h(1, url).p(url, "Run:").warn(url).note(url).items([url])
+           .table(["a", "b"], [[url, {"k": url}]]).config({"tracking_uri": url, "token": SECRET, "n": {"password": "x"}}))
+    for text in (doc.to_markdown(), doc.to_html()):
+        assert SECRET not in text and "***@mlflow.example" in text, text
+    gate = GateReport("g", False, f"cannot reach {url}", context={"auth": SECRET})
+    assert SECRET not in gate.to_markdown() + gate.to_html()
+    params = to_params({"tracking_uri": url, "nested": {"token": SECRET}, "n": 3})
+    tags = to_tags({"source": f"s3://AKIAIOSFODNN7EXAMPLE:{SECRET}@b/m", "password": SECRET})
+    assert SECRET not in str(params) + str(tags) and params["n"] == "3", (params, tags)

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any
 
-from shipyard.core.redact import redact
+from shipyard.core.redact import has_credentials, looks_like_token, redact
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -61,6 +62,36 @@ def header_value(value: str | None, field: str) -> str | None:
         raise ShipyardError(field, f"holds {what} (the value is not shown)",
                             "save the token or cookie as one line of plain text, e.g. with `tr -d '\\r\\n'`")
     return text
+
+
+#: the fix a credential in a URI-like field gets when its field has no more precise one
+CREDENTIALS_FIX = ("drop the user name, password or token from it and give them through a Kubernetes Secret or "
+                   "an environment variable")
+
+
+def refuse_credentials(value: Any, field: str, fix: str = CREDENTIALS_FIX) -> None:
+    """The one up-front check of a URI-like value (a URL, a model or adapter URI, an image reference,
+    a dataset source): a credential in it -- a userinfo, with or without a password
+    (``https://TOKEN@host``), a token or signature in the query, a known API token -- is refused as
+    one line naming ``field`` and the fix, never showing the value (see
+    :func:`shipyard.core.redact.has_credentials`: the same rule the redaction of every output uses)."""
+    if not isinstance(value, str) or not has_credentials(value.strip()):
+        return
+    text = value.strip()
+    scheme, sep, _ = text.partition("://")
+    what = f"{scheme}://..." if sep and scheme.replace("+", "").replace("-", "").replace(".", "").isalnum() \
+        and len(scheme) <= 20 else "the value"
+    raise ShipyardError(field, f"{what} carries credentials (not shown)", fix)
+
+
+def shown(value: Any, limit: int = 120) -> str:
+    """``value`` as an error line quotes it (``repr``, cut to ``limit`` characters), or "(a value that
+    looks like a credential, not shown)": for a field that holds a *name* (a Secret's, a
+    ServiceAccount's, an environment variable's), where a pasted token must not be echoed."""
+    if isinstance(value, str) and looks_like_token(value):
+        return "(a value that looks like a credential, not shown)"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ShipyardError(Exception):

@@ -6,6 +6,9 @@ gate and benchmark report, the candidates report, the champion/challenger gate):
 paragraphs, warnings, tables and inline PNG images, rendered to Markdown (the KFP UI, MLflow) and
 to one self-contained HTML page (styles inline, images as ``data:`` URLs: nothing is loaded from
 the network). Configs are shown as two-column tables (:func:`config_rows`), never as Python reprs.
+Every text a report holds goes through :func:`shipyard.core.redact.redact` as it is added (a
+config through :func:`~shipyard.core.redact.redact_obj`, which also hides values under
+secret-sounding keys), so no rendering shows a credential; images are left as they are.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from shipyard.core.redact import redact, redact_obj
 
 #: Percentiles drawn from fewer requests than this get a warning in every report.
 MIN_SAMPLES = 100
@@ -106,38 +111,38 @@ class Doc:
 
     def h(self, level: int, text: str, css: str = "") -> Doc:
         """A heading (level 1 to 3); ``css`` colours it in HTML (pass/fail)."""
-        self.blocks.append(("h", (level, text, css)))
+        self.blocks.append(("h", (level, redact(text), css)))
         return self
 
     def p(self, text: str, bold_lead: str = "") -> Doc:
         """A paragraph, optionally led by a bold label ("Decision:")."""
-        self.blocks.append(("p", (bold_lead, text)))
+        self.blocks.append(("p", (bold_lead, redact(text))))
         return self
 
     def warn(self, text: str) -> Doc:
         """A warning box (HTML) / quoted warning (Markdown)."""
-        self.blocks.append(("warn", text))
+        self.blocks.append(("warn", redact(text)))
         return self
 
     def note(self, text: str) -> Doc:
         """An information box (HTML) / quoted note (Markdown)."""
-        self.blocks.append(("note", text))
+        self.blocks.append(("note", redact(text)))
         return self
 
     def items(self, lines: Iterable[str]) -> Doc:
         """A bullet list."""
-        self.blocks.append(("ul", list(lines)))
+        self.blocks.append(("ul", [redact(line) for line in lines]))
         return self
 
     def table(self, head: Sequence[str], rows: Iterable[Sequence[Any]]) -> Doc:
         """A table; cells are turned into text with :func:`cell` unless they are strings already."""
-        body = [[c if isinstance(c, str) else cell(c) for c in row] for row in rows]
+        body = [[redact(c if isinstance(c, str) else cell(c)) for c in row] for row in rows]
         self.blocks.append(("table", (list(head), body)))
         return self
 
     def config(self, config: Mapping[str, Any] | None, head: Sequence[str] = ("setting", "value")) -> Doc:
         """A config mapping as a two-column table (nested keys dotted, ``None`` as "not set")."""
-        return self.table(head, config_rows(config))
+        return self.table(head, config_rows(redact_obj(config) if config else config))
 
     def image(self, alt: str, png: bytes | None) -> Doc:
         """An inline PNG (HTML only; Markdown says where to find it)."""
@@ -176,7 +181,7 @@ class Doc:
 
     def to_html(self) -> str:
         """The report as one HTML page: inline CSS and PNGs, no script, no external URL."""
-        out = ["<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(self.title)
+        out = ["<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(redact(self.title))
                + "</title><style>" + CSS + "</style></head><body>"]
         for kind, data in self.blocks:
             if kind == "h":
@@ -252,7 +257,7 @@ class GateReport:
         if self.rule:
             doc.p(self.rule, "Rule:")
         if self.context:
-            doc.table(["setting", "value"], config_rows(self.context))
+            doc.config(self.context)
         if self.checks:
             n = self.counts()
             doc.p(f"{n['compared']} compared: {n['passed']} pass, {n['failed']} fail"

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.jsonargs import json_object
 from shipyard.core.report import Doc, GateReport
 from shipyard.evaluation.golden import check_golden, load_golden
@@ -74,6 +74,8 @@ def parse_verify_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
         raise ShipyardError("verify.accuracy_tasks", f"{tasks!r} is not a list of lm-eval task names",
                             '["shipyard_capitals_gen"]')
     urls = cfg["metrics_urls"]
+    for pool, url in (urls.items() if isinstance(urls, dict) else ()):
+        refuse_credentials(url, f"verify.metrics_urls.{pool}", URL_CREDENTIALS_FIX)
     if not isinstance(urls, dict) or not set(urls) <= {"prefill", "decode"} or not all(
             isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls.values()):
         raise ShipyardError("verify.metrics_urls", f"{urls!r} is not {{'prefill': URL, 'decode': URL}}",
@@ -111,8 +113,15 @@ def verify_options(raw: Any) -> dict[str, Any]:
     return {**switches, "settings": settings}
 
 
+#: where the service's credentials go instead of its URL
+URL_CREDENTIALS_FIX = ("give the URL without a user name, password or token; verify needs none (the service is "
+                       "reached inside the cluster or through a port-forward)")
+
+
 def api_root(url: str) -> str:
-    """``http://host[:port][/path]/v1`` from a service URL with or without ``/v1``."""
+    """``http://host[:port][/path]/v1`` from a service URL with or without ``/v1``; a credential in it
+    is refused without being shown."""
+    refuse_credentials(url, "url", URL_CREDENTIALS_FIX)
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ShipyardError("url", f"{url!r} is not an http(s) URL", "give the service's base URL, e.g. http://host:8000")
     base = url.rstrip("/")

@@ -23,18 +23,18 @@ EMBEDDED_DEFAULT = "embedded://smollm2-135m-instruct"
 SCHEMES = ("hf", "s3", "oci", "pvc", "embedded", "file")
 
 
-def refuse_credentials(uri: str, field: str = "model_uri") -> None:
-    """Refuse a URI that carries credentials (``s3://KEY:SECRET@bucket/m``, with ``/``, ``@`` or
-    ``:`` inside the secret too, a token or signature in the query): they never go in a URI, and
-    the error never echoes them (only what :func:`shipyard.core.redact.redact` leaves)."""
-    from shipyard.core.redact import redact
+#: where each scheme's credentials go instead of the URI
+URI_CREDENTIALS_FIX = ("drop the user name, password or token before the @ (and any token in the query) and give "
+                       "them through the Secret or environment the scheme uses (HF_TOKEN, shipyard-s3, shipyard-registry)")
 
-    text = (uri or "").strip()
-    if redact(text) != text:
-        scheme = text.partition("://")[0] if "://" in text else "the URI"
-        raise ShipyardError(field, f"{scheme}://... carries credentials in the URI (not shown)",
-                            "drop the user and password before the @ and give them through the Secret or environment "
-                            "the scheme uses (HF_TOKEN, shipyard-s3, shipyard-registry)")
+
+def refuse_credentials(uri: str, field: str = "model_uri") -> None:
+    """Refuse a model or adapter URI that carries credentials (``s3://KEY:SECRET@bucket/m``, a token
+    as the user name ``hf://TOKEN@org/m``, a token or signature in the query): they never go in a
+    URI, and the error never echoes them (:func:`shipyard.core.errors.refuse_credentials`, the one check)."""
+    from shipyard.core.errors import refuse_credentials as refuse
+
+    refuse(uri or "", field, URI_CREDENTIALS_FIX)
 
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")

@@ -20,13 +20,23 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.files import path_kind
 from shipyard.params.pipeline import BY_NAME
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
 
 PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
 
+
+#: the URI-like parameters and where their credentials go instead (checked before anything else:
+#: a credential in a parameter is shown in the KFP UI, the MLflow run and every log that prints it)
+CREDENTIAL_FIXES = {
+    "tracking_uri": "drop them; MLflow's credentials go in the Secret shipyard-mlflow (MLFLOW_TRACKING_TOKEN)",
+    "calibration_dataset": "drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, "
+                           "AWS_SECRET_ACCESS_KEY), the Hub's in HF_TOKEN",
+    "modelcar_base_image": "drop them; registry credentials go in the Secret shipyard-registry (locally "
+                           "REGISTRY_AUTH_FILE or ~/.docker/config.json)",
+}
 
 #: upper bounds of the counts (far above any real run, far below what overflows a step)
 _MAX_INT = {"num_calibration_samples": 10_000_000, "max_seq_length": 1_048_576, "seed": 2**32 - 1}
@@ -65,6 +75,8 @@ def check_namespace(value: str, field: str = "namespace", example: str = "namesp
 
 
 def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
+    if name in CREDENTIAL_FIXES:
+        refuse_credentials(value, name, CREDENTIAL_FIXES[name])
     if name == "recipes":
         from shipyard.compression.recipes import load_recipe
 

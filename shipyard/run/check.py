@@ -131,8 +131,16 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                    namespace: str = "") -> list[Check]:
     """Every check, in order; one :class:`Check` each (see the module doc). ``namespace``: the
     deploy target (default: the layout's ``serving_namespace``)."""
+    from shipyard.core.errors import refuse_credentials
+    from shipyard.params.checks import CREDENTIAL_FIXES
     from shipyard.serving.kserve.apply import api_client, has_cluster_credentials
 
+    refuse_credentials(kfp_host, "--kfp-host", "drop them; pass the token with --kfp-token")
+    refuse_credentials(mlflow_url, "--mlflow-url", CREDENTIAL_FIXES["tracking_uri"] + " (check reads it from there)")
+    if registry:
+        from shipyard.oci.client import check_registry
+
+        check_registry(registry, "--registry")
     cfg = load_cluster_config(cluster_config)
     chosen = cluster_layout(layout, cluster_config)
     if namespace:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, UnreachableError, header_value
+from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
 
 CRON_FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
 CRON_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
@@ -282,6 +282,8 @@ class Kfp:
         host = (host or os.environ.get("KF_PIPELINES_ENDPOINT") or "").strip().rstrip("/")
         if not host:
             raise ShipyardError("--host", "no KFP host given", "pass --host URL or set KF_PIPELINES_ENDPOINT")
+        refuse_credentials(host, "--host", "drop them; pass --token or --cookie (KF_PIPELINES_TOKEN, "
+                           "KF_PIPELINES_COOKIE)")
         if not re.match(r"^https?://[^/\s]+", host):
             raise ShipyardError("--host", f"{host!r} is not an http(s) URL", "e.g. --host http://localhost:8080")
         self.host = host

@@ -30,6 +30,7 @@ from shipyard import __version__
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
 from shipyard.core.interrupts import sigterm_as_interrupt
+from shipyard.core.redact import install_log_redaction, redact
 
 #: the folder that holds the package (a checkout's root): local venvs live in its .venvs/
 REPO_ROOT = package_dir("shipyard").resolve().parent
@@ -284,6 +285,7 @@ def call_step(runtime: str, function: Callable[..., Any], /, **kwargs: Any) -> A
     is raised as an interrupt, so the step's clean-up (servers, rollbacks) runs."""
     target = step_target(function)
     sigterm_as_interrupt()
+    install_log_redaction()  # every log line of the step (shipyard's and its libraries') is redacted
     started = time.time()
     try:
         result = run_in_runtime(runtime, function, **kwargs)
@@ -325,6 +327,7 @@ def name_output(artifact: Any, suffix: str) -> str:
 
 def _child_main(request_path: str, response_path: str) -> int:
     sigterm_as_interrupt()
+    install_log_redaction()
     request = json.loads(Path(request_path).read_text())
     try:
         result = _import_target(request["target"])(**request["kwargs"])
@@ -335,8 +338,8 @@ def _child_main(request_path: str, response_path: str) -> int:
         print(f"shipyard: {err}", file=sys.stderr, flush=True)
         code = 2
     except Exception as err:  # the log keeps the traceback; the caller gets one line
-        traceback.print_exc()
-        payload = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
+        print(redact(traceback.format_exc()), file=sys.stderr, end="", flush=True)
+        payload = {"error": redact(f"{type(err).__name__}: {err}".splitlines()[0])}
         code = 1
     Path(response_path).write_text(json.dumps(payload, default=str))
     return code

@@ -68,6 +68,7 @@ from typing import Any, TypeVar
 from shipyard.core import contract
 from shipyard.core.env import env_bool, env_float
 from shipyard.core.errors import ShipyardError, UnreachableError, header_value
+from shipyard.core.redact import redact, redact_obj
 from shipyard.core.retry import Retry
 
 ENV_KFP_MLFLOW_CONFIG = "KFP_MLFLOW_CONFIG"
@@ -344,12 +345,13 @@ def clean_key(key: str) -> str:
 
 
 def to_params(params: Mapping[str, Any]) -> dict[str, str]:
-    """Flattened, stringified params; values longer than MLflow's limit are cut with a marker."""
+    """Flattened, stringified params, credentials hidden (:func:`shipyard.core.redact.redact`, and the
+    whole value under a secret-sounding key); values longer than MLflow's limit are cut with a marker."""
     out: dict[str, str] = {}
-    for key, value in flatten(params).items():
+    for key, value in flatten(redact_obj(params)).items():
         if value is None:
             continue
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        text = redact(value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str))
         if len(text) > MAX_PARAM_LEN:
             text = text[: MAX_PARAM_LEN - 20] + "...[truncated]"
         out[clean_key(key)] = text
@@ -373,10 +375,11 @@ def to_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def to_tags(tags: Mapping[str, Any]) -> dict[str, str]:
-    """Stringified tags (MLflow tag values may be long; keys follow the key rules)."""
+    """Stringified tags, credentials hidden as in :func:`to_params` (MLflow tag values may be long;
+    keys follow the key rules)."""
     return {
-        clean_key(k): (v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str))
-        for k, v in flatten(tags).items()
+        clean_key(k): redact(v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str))
+        for k, v in flatten(redact_obj(tags)).items()
         if v is not None
     }
 

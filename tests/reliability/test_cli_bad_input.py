@@ -27,8 +27,10 @@ URI = f"oci://quay.io/org/model@{DIGEST}"
 DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens
 SECRET = "hunter2pw"
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+#: a random-looking token pasted where a name belongs (mixed case and digits, like most API tokens)
+TOKEN_LIKE = "Zx8Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0Xc"
 #: every credential a row plants; none may appear in any output of any row
-SECRETS = (SECRET, AWS_KEY_ID, "p@" + SECRET, SECRET + "/x")
+SECRETS = (SECRET, AWS_KEY_ID, "p@" + SECRET, SECRET + "/x", TOKEN_LIKE)
 BOMB = ('{a: &a [x, x, x, x, x, x, x, x, x], b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a], '
         'c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b], d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c], '
         'e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d], f: [*e, *e, *e, *e, *e, *e, *e, *e, *e]}')
@@ -437,7 +439,7 @@ ROWS: list[Row] = [
     row("deploy-s3-uri-slash-secret", *deploy(uri=f"s3://{AWS_KEY_ID}:{SECRET}/x@bucket/model"),
         field="--model-uri"),
     row("submit-host-password-with-at", "submit", "optimize-and-deploy", "--host", f"http://bob:p@{SECRET}@127.0.0.1:9",
-        "--param", "dry_run=true", field="--host", code=3),
+        "--param", "dry_run=true", field="--host: http://... carries credentials"),
     row("submit-token-crlf", *submit("--token", f"{SECRET}\r\n"), field="--host: cannot reach", code=3),
     row("submit-cookie-crlf", *submit("--cookie", f"authservice_session={SECRET}\r\n"), field="--host: cannot reach",
         code=3),
@@ -577,6 +579,66 @@ ROWS: list[Row] = [
     row("verify-metrics-url-pool", *verify("--metrics-url", "router=http://x/metrics"), field="--metrics-url"),
     row("verify-config-not-json", *verify("--config", "{slo"), field="--config"),
     row("verify-slo-tolerance-below-1", *verify("--config", '{"slo_tolerance": 0.5}'), field="verify.slo_tolerance"),
+    # --- round 3 (issue 34): credentials in every URI-like field, in every userinfo form, refused up front
+    # and never shown; a Secret's name that looks like a token is not echoed -----------------------------
+    row("verify-url-token-as-user", *verify(url=f"http://{SECRET}@127.0.0.1:9"), field="url: http://... carries "
+        "credentials"),
+    row("verify-url-password-with-quote", *verify(url=f"http://bob:pa'{SECRET}@127.0.0.1:9"),
+        field="url: http://... carries credentials"),
+    row("verify-metrics-url-credentials", *verify("--metrics-url", f"decode=http://{SECRET}@127.0.0.1:9/metrics"),
+        field="verify.metrics_urls.decode: http://... carries credentials"),
+    row("check-kfp-host-token-as-user", "check", "--kfp-host", f"http://{SECRET}@127.0.0.1:9",
+        field="--kfp-host: http://... carries credentials"),
+    row("check-mlflow-url-password", "check", "--mlflow-url", f"http://bob:{SECRET}@127.0.0.1:9",
+        field="--mlflow-url: http://... carries credentials"),
+    row("check-registry-credentials", "check", "--registry", f"bob:{SECRET}@quay.io", field="--registry: carries "
+        "credentials"),
+    row("submit-host-token-as-user", "submit", "optimize-and-deploy", "--host", f"https://{SECRET}@127.0.0.1:9",
+        *REGISTRY, field="--host: https://... carries credentials"),
+    row("alias-tracking-uri-token-as-user", "alias", "show", "tiny", "--tracking-uri", f"http://{SECRET}@127.0.0.1:9",
+        field="--tracking-uri: http://... carries credentials"),
+    row("run-tracking-uri-token-as-user", *run_local("--param", f"tracking_uri=http://{SECRET}@127.0.0.1:9"),
+        field="tracking_uri: http://... carries credentials", params=True),
+    row("run-tracking-uri-percent-escaped-password", *run_local(
+        "--param", f"tracking_uri=https://bob:p%40{SECRET}%3A@mlflow.example"),
+        field="tracking_uri: https://... carries credentials", params=True),
+    row("submit-tracking-uri-token-as-user", *submit("--param", f"tracking_uri=https://{SECRET}@mlflow.example"),
+        field="tracking_uri: https://... carries credentials", params=True),
+    row("run-calibration-dataset-credentials", *run_local(
+        "--param", f"calibration_dataset=s3://{AWS_KEY_ID}:{SECRET}@bucket/calib.jsonl"),
+        field="calibration_dataset: s3://... carries credentials", params=True),
+    row("run-modelcar-base-image-credentials", *run_local(
+        "--param", f"modelcar_base_image=bob:{SECRET}@quay.io/org/busybox@{DIGEST}"),
+        field="modelcar_base_image: the value carries credentials", params=True),
+    row("run-model-uri-token-as-user", *run_local("--param", f"model_uri=hf://{SECRET}@org/model"),
+        field="model_uri: hf://... carries credentials", params=True),
+    row("run-model-uri-password-with-quote", *run_local("--param", f"model_uri=s3://key:it's{SECRET}@bucket/m"),
+        field="model_uri: s3://... carries credentials", params=True),
+    row("run-lora-token-as-user", *run_local("--param", f'lora_adapters={{"a": "hf://{SECRET}@org/a"}}'),
+        field="lora_adapters.a: hf://... carries credentials", params=True),
+    row("deploy-model-uri-token-as-user", *deploy(uri=f"oci://{SECRET}@quay.io/org/model@{DIGEST}"),
+        field="--model-uri: oci://... carries credentials"),
+    row("deploy-template-model-uri-token", *deploy("--template", "llmisvc-token.yaml"),
+        field="deploy_config.template: carries credentials"),
+    row("deploy-kubeconfig-server-credentials", "deploy", "--name", "llm", "--model-uri", URI, "--out-file",
+        "applied.yaml", "--kubeconfig", "kubeconfig-creds", field="kubeconfig: https://... carries credentials"),
+    row("run-deploy-config-env-url-token-as-user", *run_local(
+        "--param", f'deploy_config={{"env": {{"SRC": "https://{SECRET}@host/x"}}}}'),
+        field="deploy_config.env.SRC: carries credentials", params=True),
+    row("run-deploy-config-secret-env-token", *run_local(
+        "--param", f'deploy_config={{"secret_env": {{"HF_TOKEN": "{TOKEN_LIKE}"}}}}'),
+        field="deploy_config.secret_env.HF_TOKEN: (a value that looks like a credential, not shown)", params=True),
+    row("run-deploy-config-env-token", *run_local("--param", f'deploy_config={{"env": {{"HF_TOKEN": "{TOKEN_LIKE}"}}}}'),
+        field="deploy_config.env.HF_TOKEN: looks like a credential", params=True),
+    row("deploy-params-secret-env-token", *deploy("--params-file", "secret-env-token.yaml"),
+        field="deploy_config.secret_env.HF_TOKEN: (a value that looks like a credential, not shown)"),
+    row("deploy-params-pull-secret-token", *deploy("--params-file", "pull-secret-token.yaml"),
+        field="deploy_config.image_pull_secrets: (a value that looks like a credential, not shown)"),
+    # --- round 3 (issue 34): a long word is redacted in linear time (the quadratic redaction took minutes) --
+    row("run-model-uri-120k-word", *run_local("--param", "model_uri=hf://org/" + "a" * 120_000 + ":x"),
+        field="model_uri", params=True),
+    row("check-kfp-host-32k-userinfo", "check", "--kfp-host", "http://x:" + "a" * 32_000 + f"{SECRET}@h",
+        field="--kfp-host: http://... carries credentials"),
     row("unknown-command", "deplyo", field="deplyo"),
     row("unknown-top-flag", "--verbose", field="--verbose"),
 ]
@@ -624,6 +686,13 @@ def _files() -> dict[str, str]:
         "heads-bool.json": json.dumps({**LLAMA, "num_attention_heads": True}),
         "experts-negative.json": json.dumps({**LLAMA, "num_local_experts": -5}),
         "max-pos-negative.json": json.dumps({**LLAMA, "max_position_embeddings": -1}),
+        "llmisvc-token.yaml": "apiVersion: serving.kserve.io/v1alpha2\nkind: LLMInferenceService\n"
+                              f"metadata: {{name: llm}}\nspec: {{model: {{uri: 'hf://{SECRET}@o/m'}}}}\n",
+        "secret-env-token.yaml": f"secret_env: {{HF_TOKEN: {TOKEN_LIKE}}}\n",
+        "pull-secret-token.yaml": f"image_pull_secrets: [{TOKEN_LIKE}]\n",
+        "kubeconfig-creds": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                            f"clusters: [{{name: c, cluster: {{server: 'https://{SECRET}@127.0.0.1:9'}}}}]\n"
+                            "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
         "golden.json": json.dumps({"schema": "shipyard.golden/v1", "answers": [{"prompt": "p", "text": "t"}]}),
         "empty-golden.json": json.dumps({"schema": "shipyard.golden/v1", "answers": []}),
         "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"

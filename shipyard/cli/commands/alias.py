@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from shipyard.cli.output import add_output_option, emit
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.numbers import positive_int
 
 
@@ -59,6 +59,14 @@ def _usage(args: argparse.Namespace) -> int:
     raise ShipyardError("alias", "needs a subcommand", "run `shipyard alias show MODEL`; see `shipyard alias --help`")
 
 
+def _tracking_uri(args: argparse.Namespace) -> str:
+    """``--tracking-uri``, refused (not shown) when it carries credentials."""
+    from shipyard.params.checks import CREDENTIAL_FIXES
+
+    refuse_credentials(args.tracking_uri, "--tracking-uri", CREDENTIAL_FIXES["tracking_uri"])
+    return args.tracking_uri
+
+
 def _model(name: str) -> str:
     text = (name or "").strip()
     if not text or "/" in text or len(text) > 256 or any(c.isspace() or not c.isprintable() for c in text):
@@ -91,7 +99,7 @@ def _show(args: argparse.Namespace) -> int:
     from shipyard.tracking.pipeline_runs import get_aliases
 
     model = _model(args.model)
-    _print(get_aliases(args.tracking_uri, model), args.output, model)
+    _print(get_aliases(_tracking_uri(args), model), args.output, model)
     return 0
 
 
@@ -99,7 +107,7 @@ def _set(args: argparse.Namespace) -> int:
     from shipyard.tracking.pipeline_runs import set_alias
 
     model, alias = _model(args.model), _alias(args.alias)
-    _print(set_alias(args.tracking_uri, model, alias, str(args.version)), args.output, model)
+    _print(set_alias(_tracking_uri(args), model, alias, str(args.version)), args.output, model)
     return 0
 
 
@@ -107,5 +115,5 @@ def _rollback(args: argparse.Namespace) -> int:
     from shipyard.tracking.pipeline_runs import rollback_alias
 
     model = _model(args.model)
-    _print(rollback_alias(args.tracking_uri, model, args.reason), args.output, model)
+    _print(rollback_alias(_tracking_uri(args), model, args.reason), args.output, model)
     return 0

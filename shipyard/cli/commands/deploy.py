@@ -29,6 +29,7 @@ from shipyard.cli.output import add_out_file_option, add_output_option, emit, re
 from shipyard.core.errors import FileError, ShipyardError
 from shipyard.core.files import ensure_writable_dir
 from shipyard.core.numbers import number, positive_float, positive_int
+from shipyard.core.redact import redact
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -190,7 +191,8 @@ def _deploy(args: argparse.Namespace) -> int:
         with contextlib.redirect_stdout(stdout), _out_file_errors():
             run_deploy(manifest_path="-", **deploy_args)
         manifest = stdout.getvalue()
-        print(render(_as_objects(manifest), args.output) if args.output else manifest, end="")
+        # the manifest holds no credential (deploy_config refuses them), and what is printed is redacted anyway
+        print(redact(render(_as_objects(manifest), args.output) if args.output else manifest), end="")
         return 0
     # applied (or rendered into --out-file): the result is the output; progress goes to stderr under -o
     with tempfile.TemporaryDirectory(prefix="shipyard-deploy-") as scratch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.redact import redact
 from shipyard.pipelines import DEFAULT_PIPELINE, PIPELINES
 
 
@@ -60,10 +61,10 @@ def _run(args: argparse.Namespace) -> int:
 
         summary = run_container(args.pipeline, args.work_dir, args.params_file, args.param, build=not args.no_build,
                                 layout=args.layout)
-        print(format_rehearsal(summary, args.work_dir))
+        print(redact(format_rehearsal(summary, args.work_dir)))
         return 0 if summary.status == "SUCCESS" else 1
     from shipyard.run.local import format_summary, run_local
 
     summary = run_local(args.pipeline, args.work_dir, args.params_file, args.param)
-    print(format_summary(summary, args.work_dir))
+    print(redact(format_summary(summary, args.work_dir)))
     return 0 if summary.status == "SUCCESS" else 1

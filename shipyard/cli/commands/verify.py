@@ -21,6 +21,7 @@ from typing import Any
 from shipyard.cli.output import add_output_option, emit
 from shipyard.core.errors import ShipyardError
 from shipyard.core.numbers import number, positive_float
+from shipyard.core.redact import redact
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -86,7 +87,7 @@ def _verify(args: argparse.Namespace) -> int:
         check_model_folder(args.model_dir, "--model-dir")
     out = verify_service(args.url, args.served_model_name, record, model_dir=args.model_dir, lora_adapters=args.lora,
                          config=cfg, report_dir=args.report_dir, strict_input=True,
-                         log=lambda line: None if args.output else print(line, flush=True))
+                         log=lambda line: None if args.output else print(redact(line), flush=True))
 
     def text() -> str:
         lines = [("PASSED: " if out["passed"] else "FAILED: ") + out["reason"]]

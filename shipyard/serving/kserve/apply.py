@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.errors import ShipyardError, UnreachableError, refuse_credentials
 from shipyard.core.interrupts import shielded, signal_name
 from shipyard.serving.kserve.config import API_TIMEOUT_S
 from shipyard.serving.kserve.validate import require_valid
@@ -152,6 +152,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, *,
     except (ConfigException, OSError, TypeError, ValueError) as err:
         raise ShipyardError("kubeconfig", f"cannot load cluster credentials: {str(err).splitlines()[0]}",
                             "give --kubeconfig, set KUBECONFIG, or run inside the cluster") from None
+    refuse_credentials(configuration.host, "kubeconfig", "the cluster's server URL carries credentials: keep "
+                       "them in the kubeconfig's user entry (token, client certificate), not in server")
     retries = CONNECT_ATTEMPTS - 1
     configuration.retries = urllib3.Retry(total=retries, connect=retries, read=0, status=0, backoff_factor=0.2)
     api = client.ApiClient(configuration)

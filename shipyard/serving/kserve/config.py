@@ -14,10 +14,11 @@ from typing import Any
 
 import yaml
 
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, shown
 from shipyard.core.files import package_dir
 from shipyard.core.jsonargs import json_object
 from shipyard.core.numbers import check_number
+from shipyard.core.redact import looks_like_token
 from shipyard.oci.reference import DIGEST_RE, require_pinned
 from shipyard.oci.reference import parse as parse_reference
 
@@ -248,18 +249,22 @@ _OWN_CHECKS = frozenset({"image_pull_secrets", "base_refs", "mode", "served_mode
 
 def _refuse_credentials(value: Any, path: str) -> None:
     """No credential anywhere in the config (a model URI ``s3://KEY:SECRET@bucket/m``, a token in
-    an annotation): it would be rendered into the manifest and its annotations. One line naming
-    the key, never the value; credentials go through ``secret_env`` or the contract's Secrets."""
-    from shipyard.core.redact import redact
+    an annotation or an ``env`` value): it would be rendered into the manifest and its annotations.
+    One line naming the key, never the value; credentials go through ``secret_env`` or the
+    contract's Secrets (:func:`shipyard.core.redact.has_credentials`: the redaction's own rule)."""
+    from shipyard.core.redact import has_credentials
 
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, dict):
             stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in item.items())
+            if any(isinstance(k, str) and has_credentials(k) for k in item):
+                raise _fail(where or "deploy_config", "has a key that carries credentials (not shown)",
+                            "drop them; give credentials through secret_env or the cluster's Secrets")
         elif isinstance(item, list):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
-        elif isinstance(item, str) and redact(item) != item:
+        elif isinstance(item, str) and has_credentials(item):
             raise _fail(where or "deploy_config", "carries credentials (not shown)",
                         "drop them; give credentials through secret_env or the cluster's Secrets "
                         "(shipyard-s3, shipyard-registry, hf-token)")
@@ -403,6 +408,7 @@ def _template_mode(merged: dict[str, Any]) -> None:
         merged["template"] = check_s3_template(raw.strip())
         return
     template = load_template(raw)
+    _refuse_credentials(template, "template")  # its model URI, annotations and env are rendered as they are
     merged["template"] = template
     check_template_scheduler(template)
     meta = template.get("metadata") or {}
@@ -571,9 +577,13 @@ def _check_env(cfg: DeployConfig) -> None:
     if not isinstance(cfg.secret_env, dict):
         raise _fail("secret_env", "must be an object of NAME: Secret", '{"HF_TOKEN": {"secret": "hf-token", "key": "token"}}')
     for name in [*cfg.env, *cfg.secret_env]:
-        if not isinstance(name, str) or not ENV_NAME_RE.match(name):
-            raise _fail("env", f"{name!r} is not a valid environment variable name", "use letters, digits, '_', '-', '.'")
+        if not isinstance(name, str) or not ENV_NAME_RE.match(name) or looks_like_token(name):
+            raise _fail("env" if name in cfg.env else "secret_env", f"{shown(name)} is not a valid environment "
+                        "variable name", "use letters, digits, '_', '-', '.'")
     for name, value in cfg.env.items():
+        if isinstance(value, str) and looks_like_token(value):
+            raise _fail(f"env.{name}", "looks like a credential (not shown): env is rendered in plain text into the "
+                        "manifest", "store it in a Kubernetes Secret and give that Secret's name (and key) in secret_env")
         if isinstance(value, dict):
             if len(value) != 1 or not ({"value", "valueFrom"} & set(value)) or \
                     ("valueFrom" in value and not isinstance(value["valueFrom"], dict)):
@@ -589,7 +599,8 @@ def _check_env(cfg: DeployConfig) -> None:
             else (None, None))
         if not isinstance(secret, str) or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", secret) \
                 or not isinstance(key, str) or not key:
-            raise _fail(f"secret_env.{name}", f"{ref!r} does not name a Secret and key",
+            raise _fail(f"secret_env.{name}", f"{shown(ref)} does not name a Secret and key (a Secret's name goes "
+                        "here, never its content)",
                         'write "SECRET" (key = the variable name) or {"secret": "hf-token", "key": "token"}')
 
 
@@ -613,10 +624,12 @@ def _check_pod_options(cfg: DeployConfig) -> None:
     check_image(cfg.image)
     dns = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
     if cfg.service_account is not None and (not isinstance(cfg.service_account, str) or not dns.match(cfg.service_account)):
-        raise _fail("service_account", f"{cfg.service_account!r} is not a ServiceAccount name", "use a DNS-1123 name")
+        raise _fail("service_account", f"{shown(cfg.service_account)} is not a ServiceAccount name", "use a DNS-1123 name")
     if not isinstance(cfg.image_pull_secrets, list) or not all(isinstance(n, str) and dns.match(n)
                                                                 for n in cfg.image_pull_secrets):
-        raise _fail("image_pull_secrets", f"{cfg.image_pull_secrets!r} must be a list of Secret names",
+        bad = next((n for n in cfg.image_pull_secrets if not isinstance(n, str) or not dns.match(n)), None) \
+            if isinstance(cfg.image_pull_secrets, list) else cfg.image_pull_secrets
+        raise _fail("image_pull_secrets", f"{shown(bad)} is not a Secret name: must be a list of Secret names",
                     '["quay-pull"]; a kubernetes.io/dockerconfigjson Secret in the namespace')
     if not isinstance(cfg.resources, dict) or set(cfg.resources) - {"requests", "limits"}:
         bad = sorted(set(cfg.resources) - {"requests", "limits"}) if isinstance(cfg.resources, dict) else ["resources"]
