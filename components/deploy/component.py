@@ -63,7 +63,8 @@ def deploy(
             deployment is Ready, and the pipeline's MLflow run the champion's headline figures. A
             dry run never moves 'production': the version gets the alias 'dry-run' instead.
         selection: The champion's record (select_champion's selection, or a candidate's gates output): the
-            golden outputs and figures the deployed service is verified against (deploy_config.verify).
+            golden outputs and figures the deployed service is verified against (deploy_config.verify), and the
+            SLO, error budget and knee the manifest's PrometheusRule alerts on (its URI is their runbook_url).
         model_name: Registered model name in MLflow (with decision).
         tracking_uri: MLflow tracking URI (the pipeline parameter).
         experiment: MLflow experiment.
@@ -113,6 +114,7 @@ def deploy(
                 summary_path=summary.path,
                 candidate=selection.path if selection is not None else None,
                 verify_dir=checked,
+                report_url=selection.uri if selection is not None else None,
             )
         except SystemExit:
             # rolled back (or never applied): the verification report, when one was written, says why, and

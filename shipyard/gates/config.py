@@ -26,6 +26,7 @@ from pydantic import (
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.jsonargs import json_object
+from shipyard.serving.alerts import DEFAULT_ERROR_BUDGET, check_error_budget
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -196,6 +197,14 @@ class SloConfig(_Strict):
     require: Literal["base", "all", "any"] | float = "base"
     min_throughput_ratio: float | None = None
     max_latency_ratio: float | None = None
+    #: the share of requests allowed to miss the SLO (TTFT, ITL, or errored) over the alerting window:
+    #: the deployed service's burn-rate alerts are multiples of it (:mod:`shipyard.serving.alerts`)
+    error_budget: float = DEFAULT_ERROR_BUDGET
+
+    @field_validator("error_budget", mode="before")
+    @classmethod
+    def _error_budget(cls, v: Any) -> float:
+        return check_error_budget(v, lambda problem, fix: ValueError(f"{problem}|{fix}"))
 
     @field_validator("ttft_p99_ms", "itl_p99_ms", "min_output_tokens_per_s", mode="before")
     @classmethod

@@ -47,6 +47,7 @@ def run_deploy(
     summary_path: str | None = None,
     candidate: str | None = None,
     verify_dir: str | None = None,
+    report_url: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Render and validate the deployment, write it to ``manifest_path`` and, unless
@@ -59,7 +60,11 @@ def run_deploy(
     reports in ``verify_dir``) before anything else; a failed or interrupted verification rolls
     back like a deployment that never became Ready and raises. ``result["verification"]`` says
     what ran (``{"ran": False, "why": ...}`` when nothing did). Passed, failed or not run, the
-    verification goes into ``verify_dir/decision-record.json`` (:func:`write_decision_record`)."""
+    verification goes into ``verify_dir/decision-record.json`` (:func:`write_decision_record`).
+
+    With a champion record the manifest also holds the service's PrometheusRule (:func:`slo_alerts`:
+    SLO recording rules, burn-rate and capacity alerts; ``report_url``, the champion's report, is
+    their ``runbook_url``); ``result["alerts"]`` lists each alert and where its numbers came from."""
     settings = parse_deploy_config(deploy_config, **overrides)  # all of it checked before anything is rendered
     params, options, verify_opts, rollout = dict(settings.params), settings.apply, settings.verify, settings.rollout
     tuned = searched_args(candidate) if candidate else {}
@@ -102,8 +107,10 @@ def run_deploy(
         refuse_local_layout(cfg.model_uri)
     model_config = load_model_config(model_dir) if model_dir else None
     docs = render(cfg, model_config)
-    require_valid(docs)
-    text = to_yaml(docs)
+    alerts = slo_alerts(candidate, cfg, report_url) if candidate else None
+    rules = [alerts.pop("doc")] if alerts else []
+    require_valid(docs + rules)
+    text = to_yaml(docs + rules)
     if manifest_path == "-":
         print(text, end="")
     else:
@@ -113,6 +120,8 @@ def run_deploy(
                               "planned": model_config is not None}
     result["verification"] = verification
     result["sizing"] = sizing
+    result["alerts"] = alerts
+    result["kinds"] += [d["kind"] for d in rules]
     result["engine"] = serving_engine(docs, benchmarked, image)
     if result["engine"]["warning"]:  # before anything is applied
         print(f"deploy: WARNING: {result['engine']['warning']}", flush=True)
@@ -129,7 +138,7 @@ def run_deploy(
                 verification["why"] = "dry run: " + DRY_RUN_VERIFY_HINT
                 print(f"deploy: {DRY_RUN_VERIFY_HINT}", flush=True)
             if summary_path:
-                atomic_write_text(summary_path, deployment_markdown(result, docs, text))
+                atomic_write_text(summary_path, deployment_markdown(result, docs + rules, text))
             return result
         from shipyard.serving.kserve.apply import Kube, api_client, deploy
 
@@ -145,6 +154,9 @@ def run_deploy(
                 raise ShipyardError("verification", f"{url} {out['reason']}",
                                     "the deployed service does not serve what was gated: see verification.md")
 
+        if rules:  # the deployer Role has no monitoring.coreos.com rights: the rule is in the manifest only
+            print(f"deploy: PrometheusRule {rules[0]['metadata']['name']} is written to the manifest, not applied: "
+                  "apply it with the rights to monitoring.coreos.com prometheusrules", flush=True)
         kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
         waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
         try:
@@ -161,7 +173,7 @@ def run_deploy(
                                         'use the managed scheduler, or {"strategy": "replace"}')
                 docs = render(new_cfg, model_config)
                 require_valid(docs)
-                text = to_yaml(docs)
+                text = to_yaml(docs + rules)
                 if manifest_path != "-":
                     atomic_write_text(manifest_path, text)
                 steps: list[dict[str, Any]] = []
@@ -185,7 +197,7 @@ def run_deploy(
         finally:
             kube.close()
         if summary_path:
-            atomic_write_text(summary_path, deployment_markdown(result, docs, text))
+            atomic_write_text(summary_path, deployment_markdown(result, docs + rules, text))
         return result
     except BaseException as err:
         failure = f"{type(err).__name__}: {err}" if not isinstance(err, ShipyardError) else str(err)
@@ -434,6 +446,11 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
         said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))
                 if check.get("ran") else f"not run ({check.get('why', '')})")
         lines.append(f"| verification | {said.replace('|', '/')} |")
+    alerts = result.get("alerts")
+    if alerts:
+        from shipyard.serving.alerts import alerts_markdown
+
+        lines += ["", alerts_markdown(alerts["rows"], alerts["name"]).rstrip(), "", alerts["note"]]
     sizing = result.get("sizing")
     if sizing:
         from shipyard.serving.sizing import sizing_markdown
@@ -443,6 +460,35 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
     lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
     lines += ["", "```yaml", text.rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None) -> dict[str, Any] | None:
+    """The service's PrometheusRule from the champion's record (:func:`shipyard.serving.alerts.slo_rule`:
+    the SLO it was gated with, its error budget, the knee of its benchmark): ``{"doc", "name", "rows",
+    "note"}``; None when the record cannot be read (the deploy then says so and renders no rule).
+    ``report_url``: the alerts' ``runbook_url`` (default: the champion record's own location)."""
+    from shipyard.gates.selection import load_selection
+    from shipyard.serving.alerts import slo_rule
+    from shipyard.serving.kserve.render import link_metadata
+    from shipyard.serving.sizing import find_knee
+
+    try:
+        record = load_selection(candidate)["champion"]
+    except ShipyardError as err:
+        print(f"deploy: no SLO alerts ({err})", flush=True)
+        return None
+    slo = ((record.get("slo") or {}).get("thresholds")) or {}
+    if slo.get("ttft_p99_ms") is None or slo.get("itl_p99_ms") is None:
+        print("deploy: no SLO alerts (the champion's record holds no SLO thresholds)", flush=True)
+        return None
+    knee = find_knee(list(record.get("levels") or []), slo)["level"]
+    labels, _ = link_metadata(cfg)
+    doc, rows = slo_rule(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
+                         runbook_url=report_url or Path(candidate).resolve().as_uri(), labels=labels)
+    note = (f"Prometheus loads {doc['metadata']['name']} when its ruleSelector matches these labels "
+            f"({', '.join(f'{k}={v}' for k, v in sorted(labels.items()))}; deploy_config labels adds more, e.g. "
+            "release for kube-prometheus-stack).")
+    return {"doc": doc, "name": doc["metadata"]["name"], "rows": rows, "note": note}
 
 
 def measured_sizing(candidate: str, params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any] | None:

@@ -414,6 +414,15 @@ ROWS: list[Row] = [
     row("run-slo-latency-ratio-zero", *run_local("--param", 'slo={"max_latency_ratio": 0}'),
         field="slo.max_latency_ratio", params=True),
     row("run-yaml-inf", *run_local("--param", "slo={ttft_p99_ms: .inf}"), field="slo", params=True),
+    # the error budget the deployed service's burn-rate alerts are multiples of (shipyard.serving.alerts)
+    row("run-slo-error-budget-null", *run_local("--param", 'slo={"error_budget": null}'),
+        field="slo.error_budget: is null: an SLO without an error budget", params=True),
+    row("run-slo-error-budget-zero", *run_local("--param", 'slo={"error_budget": 0}'),
+        field="slo.error_budget: must be > 0", params=True),
+    row("run-slo-error-budget-too-large", *run_local("--param", 'slo={"error_budget": 0.1}'),
+        field="slo.error_budget: must be < 0.0694", params=True),
+    row("run-slo-error-budget-percent", *run_local("--param", 'slo={"error_budget": "1%"}'),
+        field="slo.error_budget: must be a number", params=True),
     # --- names Kubernetes and registries refuse, empty names ---------------------------------------------
     row("run-namespace-uppercase", *run_local("--param", "namespace=Bad_NS"), field="namespace", params=True),
     row("run-namespace-too-long", *run_local("--param", "namespace=" + "a" * 64), field="namespace", params=True),

