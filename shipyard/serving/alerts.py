@@ -27,17 +27,23 @@ validated against the vendored CRD) with two groups:
   ``runbook_url`` annotation: the champion's report.
 
 **Bucket edges.** A histogram SLI is an exact ratio only when the SLO threshold is a bucket edge.
-The edges are vLLM 0.32's defaults (``vllm/v1/metrics/buckets.py``: :data:`TTFT_BUCKETS`,
-:data:`ITL_BUCKETS`); a threshold between two edges uses the next edge above it
-(:func:`bucket_edge`), so the alert counts requests up to that edge as good (it is lenient by the
-gap), and the deploy report says which alert uses which edge and why. vLLM 0.32 can move the edges
-(``--custom-histogram-buckets``, per bucket family); shipyard does not set it (the serving image
-may be KServe's preset build, which the flag would have to exist in).
+vLLM 0.32 takes ``--custom-histogram-buckets`` (a JSON map from bucket family to edges,
+``ObservabilityConfig.custom_histogram_buckets``): when the deployment serves the build the SLO gate
+benchmarked and that build is vLLM :data:`CUSTOM_BUCKETS_SINCE` or newer, the deploy passes the
+default edges plus each SLO threshold that is not already one (:func:`custom_buckets`), and the
+rule reads the edges back from the rendered manifest (:func:`served_buckets`), so the SLIs are
+exact. Otherwise (KServe's preset image, an image the user chose, a template whose own arguments
+win) the edges are vLLM 0.32's defaults (``vllm/v1/metrics/buckets.py``: :data:`TTFT_BUCKETS`,
+:data:`ITL_BUCKETS`), a threshold between two edges uses the next edge above it
+(:func:`bucket_edge`), so the alert counts requests up to that edge as good (lenient by the gap),
+and the deploy report says which alert uses which edge and why.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -61,6 +67,57 @@ TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0
 ITL_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                                   7.5, 10.0, 20.0, 40.0, 80.0)
 VLLM_VERSION = "0.32"
+#: the oldest vLLM whose --custom-histogram-buckets shipyard has read (vllm/config/observability.py, 0.32.0)
+CUSTOM_BUCKETS_SINCE = (0, 32)
+CUSTOM_BUCKETS_FLAG = "custom-histogram-buckets"
+#: the SLI -> (SLO key, vLLM bucket family, its default edges)
+FAMILIES: dict[str, tuple[str, str, tuple[float, ...]]] = {
+    "ttft": ("ttft_p99_ms", "time_to_first_token", TTFT_BUCKETS),
+    "itl": ("itl_p99_ms", "inter_token_latency", ITL_BUCKETS),
+}
+
+
+def takes_custom_buckets(version: str | None) -> bool:
+    """Does vLLM ``version`` (e.g. ``0.32.0``, ``0.32.0+cpu``) take ``--custom-histogram-buckets``?"""
+    parts: list[int] = []
+    for piece in str(version or "").split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits or digits != piece:
+            return False
+        parts.append(int(digits))
+    return len(parts) == 2 and tuple(parts) >= CUSTOM_BUCKETS_SINCE
+
+
+def custom_buckets(slo: Mapping[str, Any]) -> dict[str, list[float]]:
+    """The bucket families whose default edges miss an SLO threshold, each with the threshold added
+    (the value of ``--custom-histogram-buckets``); empty when every threshold is already an edge."""
+    out: dict[str, list[float]] = {}
+    for key, family, edges in FAMILIES.values():
+        threshold_s = float(slo[key]) / 1000.0
+        if not bucket_edge(threshold_s, edges)[1]:
+            out[family] = sorted({*edges, round(threshold_s, 9)})
+    return out
+
+
+def served_buckets(docs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """The ``--custom-histogram-buckets`` a rendered LLMInferenceService passes its ``main`` container
+    (``VLLM_ADDITIONAL_ARGS``), as a map from family to edges; empty when it passes none."""
+    for doc in docs:
+        if doc.get("kind") != "LLMInferenceService":
+            continue
+        for container in (((doc.get("spec") or {}).get("template") or {}).get("containers") or []):
+            if container.get("name") != "main":
+                continue
+            for env in container.get("env") or []:
+                if env.get("name") != "VLLM_ADDITIONAL_ARGS" or "value" not in env:
+                    continue
+                args = shlex.split(str(env["value"]))
+                for i, arg in enumerate(args):
+                    flag, _, inline = arg.partition("=")
+                    if flag == f"--{CUSTOM_BUCKETS_FLAG}":
+                        value = inline or (args[i + 1] if i + 1 < len(args) else "{}")
+                        return {str(k): [float(x) for x in v] for k, v in json.loads(value).items()}
+    return {}
 
 
 def check_error_budget(value: Any, error: Callable[[str, str], Exception] | None = None) -> float:
@@ -102,23 +159,28 @@ def _num(value: float) -> str:
     return format(round(value, 10), ".10g")
 
 
-def _sli_specs(slo: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _sli_specs(slo: Mapping[str, Any], buckets: Mapping[str, list[float]], why_default: str) -> list[dict[str, Any]]:
     """The three SLIs: name, metric, threshold, the edge used and why."""
     out = []
-    for sli, key, metric, edges in (("ttft", "ttft_p99_ms", "vllm:time_to_first_token_seconds", TTFT_BUCKETS),
-                                    ("itl", "itl_p99_ms", "vllm:request_time_per_output_token_seconds", ITL_BUCKETS)):
+    for sli, metric in (("ttft", "vllm:time_to_first_token_seconds"),
+                        ("itl", "vllm:request_time_per_output_token_seconds")):
+        key, family, defaults = FAMILIES[sli]
+        custom = family in buckets
+        edges = tuple(buckets[family]) if custom else defaults
+        whose = (f"the edges the manifest passes vLLM (--{CUSTOM_BUCKETS_FLAG} {family})" if custom
+                 else f"vLLM {VLLM_VERSION}'s default edges of {metric}")
         threshold_s = float(slo[key]) / 1000.0
         edge, exact = bucket_edge(threshold_s, edges)
         if edge is None:
-            why = (f"slo.{key} {slo[key]:g} ms is past vLLM {VLLM_VERSION}'s largest {metric} bucket "
-                   f"({edges[-1]:g} s): le=\"+Inf\", every request counts as good, the alert cannot fire")
+            why = (f"slo.{key} {slo[key]:g} ms is past the largest of {whose} ({edges[-1]:g} s): "
+                   "le=\"+Inf\", every request counts as good, the alert cannot fire")
         elif exact:
-            why = f"slo.{key} {slo[key]:g} ms is a bucket edge of vLLM {VLLM_VERSION}'s {metric}: exact"
+            why = f"slo.{key} {slo[key]:g} ms is one of {whose}: exact"
         else:
             below = max((e for e in edges if e < threshold_s), default=0.0)
-            why = (f"slo.{key} {slo[key]:g} ms is not a bucket edge of vLLM {VLLM_VERSION}'s {metric} (edges "
-                   f"{below:g} s and {edge:g} s around it): the next edge, {edge:g} s, is used, so requests up to "
-                   f"{edge * 1000:g} ms count as good")
+            why = (f"slo.{key} {slo[key]:g} ms is not one of {whose} ({below:g} s and {edge:g} s around it): the "
+                   f"next edge, {edge:g} s, is used, so requests up to {edge * 1000:g} ms count as good"
+                   + (f" ({why_default})" if why_default and not custom else ""))
         out.append({"sli": sli, "metric": metric, "threshold_ms": float(slo[key]),
                     "le": le_label(edge) if edge is not None else "+Inf", "edge_s": edge, "exact": exact, "why": why})
     out.append({"sli": "availability", "metric": "vllm:request_success_total", "threshold_ms": None, "le": None,
@@ -151,18 +213,21 @@ def alert_name(sli: str, severity: str) -> str:
 
 
 def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None,
-             runbook_url: str, labels: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+             runbook_url: str, labels: Mapping[str, str] | None = None, buckets: Mapping[str, list[float]] | None = None,
+             why_default: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The PrometheusRule ``<name>-slo`` for the service ``name`` serving ``model_name`` and one row
     per alert for the deploy report (alert, severity, condition, threshold, where each number came from).
 
     ``slo``: the SLO thresholds the champion was gated with (``ttft_p99_ms``, ``itl_p99_ms``,
     ``error_budget``); ``knee``: the knee level (``name``, ``requests_per_s``), None when no level
-    met the SLO (then no capacity alert, and a row says so)."""
+    met the SLO (then no capacity alert, and a row says so); ``buckets``: the edges the deployment
+    passes vLLM (:func:`served_buckets`; families not in it keep vLLM's defaults); ``why_default``:
+    why the defaults stayed, said where a threshold then falls between two edges."""
     budget = check_error_budget(slo.get("error_budget", DEFAULT_ERROR_BUDGET))
     budget_from = ("slo.error_budget" if "error_budget" in slo and budget != DEFAULT_ERROR_BUDGET
                    else f"slo.error_budget, default {DEFAULT_ERROR_BUDGET}: p99")
     sel = f'model_name="{model_name}"'
-    specs = _sli_specs(slo)
+    specs = _sli_specs(slo, buckets or {}, why_default)
     records: list[dict[str, Any]] = []
     for sli in specs:
         for window in WINDOWS:

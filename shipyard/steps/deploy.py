@@ -13,6 +13,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.gates.verification import DRY_RUN_VERIFY_HINT
 from shipyard.params.deploy import parse_deploy_config
+from shipyard.serving.alerts import CUSTOM_BUCKETS_FLAG, served_buckets
 from shipyard.serving.kserve.config import (
     CONNECTOR_MODULES,
     PRESET_IMAGE,
@@ -90,6 +91,13 @@ def run_deploy(
     image = serving_image(cfg, benchmarked)
     if image["pin"] and not cfg.image:  # the default: serve the build the SLO gate measured
         cfg.image = params["image"] = image["pin"]  # params: a canary re-parses them
+    buckets, why_default = slo_buckets(candidate, benchmarked, image) if candidate else ({}, "")
+    if buckets:  # SLO thresholds as histogram edges: the alerts' SLIs are exact bucket ratios
+        tuned = {**overrides.get("tuned_vllm_args", {}), CUSTOM_BUCKETS_FLAG: json.dumps(buckets, separators=(",", ":"))}
+        overrides = {**overrides, "tuned_vllm_args": tuned}
+        cfg = parse_config(params, **overrides)
+        print(f"deploy: vLLM histogram edges at the SLO thresholds (--{CUSTOM_BUCKETS_FLAG} {', '.join(buckets)})",
+              flush=True)
     if cfg.scaling is not None and cfg.scaling.mode == "wva" and not wva_accelerator(cfg):
         print(f"deploy: WARNING: WVA scaling without an accelerator name: KServe labels the VariantAutoscaling "
               f"{WVA_ACCELERATOR_LABEL}=unknown; set gpu_type (nvidia.com/gpu.product) or scaling.accelerator_name",
@@ -107,7 +115,7 @@ def run_deploy(
         refuse_local_layout(cfg.model_uri)
     model_config = load_model_config(model_dir) if model_dir else None
     docs = render(cfg, model_config)
-    alerts = slo_alerts(candidate, cfg, report_url) if candidate else None
+    alerts = slo_alerts(candidate, cfg, report_url, served_buckets(docs), why_default) if candidate else None
     rules = [alerts.pop("doc")] if alerts else []
     require_valid(docs + rules)
     text = to_yaml(docs + rules)
@@ -462,15 +470,9 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
     return "\n".join(lines)
 
 
-def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None) -> dict[str, Any] | None:
-    """The service's PrometheusRule from the champion's record (:func:`shipyard.serving.alerts.slo_rule`:
-    the SLO it was gated with, its error budget, the knee of its benchmark): ``{"doc", "name", "rows",
-    "note"}``; None when the record cannot be read (the deploy then says so and renders no rule).
-    ``report_url``: the alerts' ``runbook_url`` (default: the champion record's own location)."""
+def _champion_slo(candidate: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The champion's record and the SLO thresholds it was gated with; None (said) when there are none."""
     from shipyard.gates.selection import load_selection
-    from shipyard.serving.alerts import slo_rule
-    from shipyard.serving.kserve.render import link_metadata
-    from shipyard.serving.sizing import find_knee
 
     try:
         record = load_selection(candidate)["champion"]
@@ -481,10 +483,48 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None) -> dic
     if slo.get("ttft_p99_ms") is None or slo.get("itl_p99_ms") is None:
         print("deploy: no SLO alerts (the champion's record holds no SLO thresholds)", flush=True)
         return None
+    return record, slo
+
+
+def slo_buckets(candidate: str, benchmarked: dict[str, Any] | None,
+                image: dict[str, Any]) -> tuple[dict[str, list[float]], str]:
+    """The ``--custom-histogram-buckets`` that put the champion's SLO thresholds on vLLM's histogram
+    edges (:func:`shipyard.serving.alerts.custom_buckets`), and why none are passed when they are not:
+    only when the deployment serves the image the SLO gate benchmarked (``image["pin"]``) and that
+    build's vLLM takes the flag."""
+    from shipyard.serving.alerts import CUSTOM_BUCKETS_SINCE, custom_buckets, takes_custom_buckets
+
+    found = _champion_slo(candidate) if image.get("pin") else None
+    if not image.get("pin"):
+        return {}, (f"shipyard passes --{CUSTOM_BUCKETS_FLAG} only to the vLLM build the SLO gate benchmarked; "
+                    f"this deployment serves {image.get('source')}")
+    version = (benchmarked or {}).get("version")
+    if not takes_custom_buckets(version):
+        return {}, (f"the benchmarked vLLM {version} is older than "
+                    f"{'.'.join(map(str, CUSTOM_BUCKETS_SINCE))}, which added --{CUSTOM_BUCKETS_FLAG}")
+    return (custom_buckets(found[1]) if found else {}), ""
+
+
+def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, buckets: dict[str, list[float]],
+               why_default: str = "") -> dict[str, Any] | None:
+    """The service's PrometheusRule from the champion's record (:func:`shipyard.serving.alerts.slo_rule`:
+    the SLO it was gated with, its error budget, the knee of its benchmark, the histogram edges the
+    manifest passes vLLM): ``{"doc", "name", "rows", "note"}``; None when the record cannot be read
+    (the deploy then says so and renders no rule). ``report_url``: the alerts' ``runbook_url``
+    (default: the champion record's own location)."""
+    from shipyard.serving.alerts import slo_rule
+    from shipyard.serving.kserve.render import link_metadata
+    from shipyard.serving.sizing import find_knee
+
+    found = _champion_slo(candidate)
+    if found is None:
+        return None
+    record, slo = found
     knee = find_knee(list(record.get("levels") or []), slo)["level"]
     labels, _ = link_metadata(cfg)
     doc, rows = slo_rule(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
-                         runbook_url=report_url or Path(candidate).resolve().as_uri(), labels=labels)
+                         runbook_url=report_url or Path(candidate).resolve().as_uri(), labels=labels,
+                         buckets=buckets, why_default=why_default)
     note = (f"Prometheus loads {doc['metadata']['name']} when its ruleSelector matches these labels "
             f"({', '.join(f'{k}={v}' for k, v in sorted(labels.items()))}; deploy_config labels adds more, e.g. "
             "release for kube-prometheus-stack).")
