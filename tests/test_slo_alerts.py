@@ -115,7 +115,9 @@ def test_every_alert_has_the_runbook_and_a_report_row() -> None:
     by = {r["alert"]: r for r in rows}
     assert "14.4 x error budget 0.01" in by["ShipyardTTFTBudgetBurnFast"]["from"]
     assert "requests/s measured at the knee" in by["ShipyardAboveKnee"]["from"]
-    assert "concurrent@8" in by["ShipyardAboveKnee"]["from"]
+    assert "concurrent@8" in by["ShipyardAboveKnee"]["from"] and "lower bound" not in by["ShipyardAboveKnee"]["from"]
+    _, rows = render(knee={**KNEE, "reached": False})
+    assert rows[-1]["from"].endswith("(no measured level broke the SLO: the knee is a lower bound)")
     _, rows = render(knee=None)
     assert "no knee" in rows[-1]["from"] and all(r["alert"] != "ShipyardAboveKnee" for r in rows)
 
@@ -296,7 +298,7 @@ def test_dry_run_deploy_writes_the_rule_beside_the_service(tmp_path: Path) -> No
     knee = _alert(rule, "ShipyardAboveKnee")
     assert knee["expr"].endswith("> 2.5") and knee["annotations"]["runbook_url"] == "https://reports.example/run/1"
     assert "## SLO alerts (PrometheusRule llm-slo)" in summary
-    assert "benchmark level concurrent@4: requests/s measured at the knee" in summary
+    assert "benchmark level concurrent@4: requests/s measured at the knee" in summary and "lower bound" not in summary
     # no champion engine record: KServe's preset image serves, so vLLM keeps its default edges and the report says why
     assert "the next edge, 0.075 s, is used" in summary and "only to the vLLM build the SLO gate benchmarked" in summary
     assert served_buckets(docs) == {}

@@ -219,7 +219,8 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
     per alert for the deploy report (alert, severity, condition, threshold, where each number came from).
 
     ``slo``: the SLO thresholds the champion was gated with (``ttft_p99_ms``, ``itl_p99_ms``,
-    ``error_budget``); ``knee``: the knee level (``name``, ``requests_per_s``), None when no level
+    ``error_budget``); ``knee``: the knee level (``name``, ``requests_per_s``; ``reached``: False when no
+    measured level broke the SLO, so the knee is a lower bound), None when no level
     met the SLO (then no capacity alert, and a row says so); ``buckets``: the edges the deployment
     passes vLLM (:func:`served_buckets`; families not in it keep vLLM's defaults); ``why_default``:
     why the defaults stayed, said where a threshold then falls between two edges."""
@@ -283,7 +284,9 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
         })
         rows.append({"alert": "ShipyardAboveKnee", "severity": "warning", "sli": "capacity",
                      "condition": f"requests/s per ready replica > {_num(float(rps))} for {CAPACITY_FOR}",
-                     "from": f"benchmark level {knee.get('name') if knee else ''}: requests/s measured at the knee",
+                     "from": f"benchmark level {knee.get('name') if knee else ''}: requests/s measured at the knee"
+                             + ("" if (knee or {}).get("reached", True) else
+                                " (no measured level broke the SLO: the knee is a lower bound)"),
                      "edge": ""})
     else:
         rows.append({"alert": "(no capacity alert)", "severity": "", "sli": "capacity", "condition": "",

@@ -520,7 +520,8 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     if found is None:
         return None
     record, slo = found
-    knee = find_knee(list(record.get("levels") or []), slo)["level"]
+    found_knee = find_knee(list(record.get("levels") or []), slo)
+    knee = {**found_knee["level"], "reached": found_knee["reached"]} if found_knee["level"] else None
     labels, _ = link_metadata(cfg)
     doc, rows = slo_rule(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
                          runbook_url=report_url or Path(candidate).resolve().as_uri(), labels=labels,
