@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import require_tool
 
 from shipyard.core.errors import ShipyardError
 from shipyard.serving.alerts import (
@@ -31,10 +32,18 @@ from shipyard.serving.alerts import (
 from shipyard.serving.kserve.validate import validate_object
 
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None,
-    reason="promtool is not installed (Debian: apt-get install --no-install-recommends prometheus; "
-           ".ci/test-tools does it as root)")
+
+
+@pytest.fixture
+def promtool() -> str:
+    """promtool from Debian's prometheus package (.ci/test-tools installs it): a skip on a workstation
+    without it, a failure under CI."""
+    require_tool(PROMTOOL is not None, "apt-get install -y --no-install-recommends prometheus (for promtool)")
+    assert PROMTOOL is not None
+    return PROMTOOL
+
+
+needs_promtool = pytest.mark.usefixtures("promtool")
 MODEL = "llm"
 #: 250 ms is a TTFT edge (exact); 60 ms is between ITL edges 0.05 and 0.075 (the next edge is used)
 SLO = {"ttft_p99_ms": 250.0, "itl_p99_ms": 60.0, "max_error_rate": 0.01, "error_budget": 0.01}
