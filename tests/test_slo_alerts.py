@@ -328,7 +328,7 @@ def test_dry_run_deploy_of_the_benchmarked_build_puts_the_thresholds_on_edges(tm
     assert "one of the edges the manifest passes vLLM (--custom-histogram-buckets inter_token_latency): exact" in summary
     # an older benchmarked vLLM: no flag, the next edge, and why
     _, docs, summary = _deploy(tmp_path / "old", {**BENCHMARKED, "version": "0.31.0"})
-    assert served_buckets(docs) == {} and "older than 0.32, which added --custom-histogram-buckets" in summary
+    assert served_buckets(docs) == {} and "older than 0.32, the first vLLM shipyard has checked --custom-histogram-buckets in" in summary
 
 
 @pytest.mark.slow  # imports vLLM (about 30 s on two busy cores)

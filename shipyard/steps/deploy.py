@@ -471,18 +471,21 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
     return "\n".join(lines)
 
 
-def _champion_slo(candidate: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The champion's record and the SLO thresholds it was gated with; None (said) when there are none."""
+def _champion_slo(candidate: str, quiet: bool = False) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The champion's record and the SLO thresholds it was gated with; None (said unless ``quiet``)
+    when there are none."""
     from shipyard.gates.selection import load_selection
 
     try:
         record = load_selection(candidate)["champion"]
     except ShipyardError as err:
-        print(f"deploy: no SLO alerts ({err})", flush=True)
+        if not quiet:
+            print(f"deploy: no SLO alerts ({err})", flush=True)
         return None
     slo = ((record.get("slo") or {}).get("thresholds")) or {}
     if slo.get("ttft_p99_ms") is None or slo.get("itl_p99_ms") is None:
-        print("deploy: no SLO alerts (the champion's record holds no SLO thresholds)", flush=True)
+        if not quiet:
+            print("deploy: no SLO alerts (the champion's record holds no SLO thresholds)", flush=True)
         return None
     return record, slo
 
@@ -495,14 +498,14 @@ def slo_buckets(candidate: str, benchmarked: dict[str, Any] | None,
     build's vLLM takes the flag."""
     from shipyard.serving.alerts import CUSTOM_BUCKETS_SINCE, custom_buckets, takes_custom_buckets
 
-    found = _champion_slo(candidate) if image.get("pin") else None
+    found = _champion_slo(candidate, quiet=True) if image.get("pin") else None
     if not image.get("pin"):
         return {}, (f"shipyard passes --{CUSTOM_BUCKETS_FLAG} only to the vLLM build the SLO gate benchmarked; "
                     f"this deployment serves {image.get('source')}")
     version = (benchmarked or {}).get("version")
     if not takes_custom_buckets(version):
-        return {}, (f"the benchmarked vLLM {version} is older than "
-                    f"{'.'.join(map(str, CUSTOM_BUCKETS_SINCE))}, which added --{CUSTOM_BUCKETS_FLAG}")
+        return {}, (f"the benchmarked vLLM {version} is older than {'.'.join(map(str, CUSTOM_BUCKETS_SINCE))}, the "
+                    f"first vLLM shipyard has checked --{CUSTOM_BUCKETS_FLAG} in")
     return (custom_buckets(found[1]) if found else {}), ""
 
 
