@@ -46,6 +46,8 @@ def test_a_slower_less_accurate_candidate_is_dominated_and_the_base_is_kept() ->
     assert result["headline"] == ("kept the base: w8a8-int8 is 0.77x as fast at the SLO and loses 0.156 on "
                                   "opposites_mc acc_norm [+0.03, +0.28]")
     assert result["ranking"] == ["base"]
+    # the base won because it dominates, not because it was the only candidate to pass
+    assert result["reason"].endswith("(w8a8-int8 also passed its gates, but the base dominates it)"), result["reason"]
 
 
 def test_a_faster_candidate_without_loss_is_champion_and_the_headline_says_what_it_buys() -> None:

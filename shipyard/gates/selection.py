@@ -66,8 +66,9 @@ def _sort_key(cand: dict[str, Any], order: list[str]) -> tuple[float, ...]:
     return tuple(key)
 
 
-def _ranked_decisions(ranked: list[dict[str, Any]], objective: str) -> dict[str, str]:
-    """Why each eligible candidate won or lost, by the objective's figure."""
+def _ranked_decisions(ranked: list[dict[str, Any]], objective: str, dominated: list[str] = ()) -> dict[str, str]:
+    """Why each eligible candidate won or lost, by the objective's figure (``dominated``: the
+    recipes that passed their gates but the base dominates, so they are not ranked)."""
     label = LABELS[objective]
     winner = ranked[0] if ranked else None
     decisions: dict[str, str] = {}
@@ -75,8 +76,10 @@ def _ranked_decisions(ranked: list[dict[str, Any]], objective: str) -> dict[str,
         value = _objective_text(objective_value(cand, objective), objective)
         if rank == 1:
             runner_up = ranked[1] if len(ranked) > 1 else None
+            alone = (f" ({', '.join(dominated)} also passed its gates, but the base dominates it)" if dominated
+                     else " (the only candidate that passed its gates)")
             versus = (f" vs {_objective_text(objective_value(runner_up, objective), objective)} for {runner_up['recipe']}"
-                      if runner_up else " (the only candidate that passed its gates)")
+                      if runner_up else alone)
             decisions[cand["recipe"]] = f"champion: {label} {value}{versus}"
         else:
             decisions[cand["recipe"]] = (f"rank {rank}: {label} {value} vs "
@@ -109,7 +112,7 @@ def select(candidates: list[dict[str, Any]], selection: str | SelectionConfig = 
     passing = [(i, c) for i, c in indexed if c.get("passed") and c["recipe"] not in dominated]
     ranked = [c for _, c in sorted(passing, key=lambda ic: (_sort_key(ic[1], order), ic[0]))]
     winner = ranked[0] if ranked else None
-    decisions = _ranked_decisions(ranked, cfg.objective)
+    decisions = _ranked_decisions(ranked, cfg.objective, sorted(dominated))
     decisions.update(dominated)
     for _, cand in indexed:
         if not cand.get("passed"):
