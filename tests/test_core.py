@@ -227,3 +227,26 @@ def test_reports_and_mlflow_params_and_tags_are_redacted() -> None:
     params = to_params({"tracking_uri": url, "nested": {"token": SECRET}, "n": 3})
     tags = to_tags({"source": f"s3://AKIAIOSFODNN7EXAMPLE:{SECRET}@b/m", "password": SECRET})
     assert SECRET not in str(params) + str(tags) and params["n"] == "3", (params, tags)
+
+
+def test_a_user_text_file_is_a_regular_file_of_bounded_size_or_standard_input(tmp_path: Path, monkeypatch) -> None:
+    """Issue 34: a pipe is refused before it is opened (no writer: it would wait forever), a file over
+    the bound before it is read, and ``-`` reads standard input."""
+    import io
+    import os
+    import sys
+
+    from shipyard.core.jsonargs import MAX_TEXT_BYTES, load_mapping_file, read_text
+
+    fifo = tmp_path / "params.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ShipyardError, match="is not a regular file"):
+        read_text(fifo, "--params-file")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (MAX_TEXT_BYTES + 1))
+    with pytest.raises(ShipyardError, match="more than the 8 MiB"):
+        load_mapping_file(big, "--params-file")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"seed: 3\n")))
+    assert load_mapping_file("-", "--params-file") == {"seed": 3}
+    with pytest.raises(ShipyardError, match="is a folder"):
+        load_mapping_file(tmp_path, "--params-file")

@@ -12,8 +12,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -169,10 +173,43 @@ def load_yaml(text: str, field: str, *, all_documents: bool = False) -> Any:
         loader.dispose()
 
 
+#: the most a user's text file (params file, template, recipe, golden outputs) may hold: far above
+#: any real one, and a bound on the work a wrong path (a log, a model file) can cause
+MAX_TEXT_BYTES = 8 * 1024 * 1024
+
+
+def _read_bounded(path: str | Path, field: str) -> bytes:
+    """The bytes of a regular file (or of standard input for ``-``), at most :data:`MAX_TEXT_BYTES`.
+
+    A pipe, device or socket is refused before it is opened (reading one can wait forever); a
+    folder raises :class:`IsADirectoryError` and a missing path :class:`FileNotFoundError`, as
+    reading it would, for the caller's own one-line message."""
+    if str(path) == "-":
+        data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
+    else:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(info.st_mode):
+            raise ShipyardError(field, f"{path} is not a regular file (a pipe, device or socket: reading it could "
+                                "wait forever)", "give a regular file, or - to read standard input")
+        if info.st_size > MAX_TEXT_BYTES:
+            raise ShipyardError(field, f"{path} holds {info.st_size / 2**20:.0f} MiB, more than the "
+                                f"{MAX_TEXT_BYTES // 2**20} MiB shipyard reads from a text file",
+                                "give the right file (params files and templates are a few KB)")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        raise ShipyardError(field, f"{path} holds more than the {MAX_TEXT_BYTES // 2**20} MiB shipyard reads from a "
+                            "text file", "give the right file (params files and templates are a few KB)")
+    return data
+
+
 def read_text(path: str | Path, field: str) -> str:
-    """A user's text file: UTF-8 (BOM dropped) or UTF-16 with a BOM; a binary file, another
-    encoding or an unreadable path is one line naming ``field``."""
-    data = Path(path).read_bytes()
+    """A user's text file (``-``: standard input): UTF-8 (BOM dropped) or UTF-16 with a BOM; a
+    binary file, another encoding, a pipe or device, a file over :data:`MAX_TEXT_BYTES` or an
+    unreadable path is one line naming ``field``."""
+    data = _read_bounded(path, field)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         try:
             return data.decode("utf-16")

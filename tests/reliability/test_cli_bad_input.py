@@ -272,6 +272,12 @@ ROWS: list[Row] = [
     row("run-params-file-list", *run_local("--params-file", "list.yaml"), field="--params-file", params=True),
     row("run-params-file-bad-yaml", *run_local("--params-file", "bad.yaml"), field="--params-file", params=True),
     row("run-params-file-folder", *run_local("--params-file", "emptydir"), field="emptydir", params=True),
+    # a pipe has no end until its writer closes it (none here): refused before it is opened, not waited on
+    row("run-params-file-fifo", *run_local("--params-file", "fifo.yaml"), field="--params-file: fifo.yaml is not a "
+        "regular file", params=True),
+    row("run-params-file-too-big", *run_local("--params-file", "big.yaml"), field="--params-file: big.yaml holds 9 MiB",
+        params=True),
+    row("validate-fifo", "validate", "fifo.yaml", field="fifo.yaml is not a regular file"),
     row("run-params-file-int-text", *run_local("--params-file", "seed-text.yaml"), field="seed", params=True),
     row("run-params-file-int-list", *run_local("--params-file", "samples-list.yaml"), field="num_calibration_samples",
         params=True),
@@ -678,7 +684,7 @@ def _files() -> dict[str, str]:
         "dup-deploy.yaml": "replicas: 1\nreplicas: 3\n",
         "bomb.yaml": f"slo: {BOMB}\n",
         "deep.yaml": "eval_config: " + "[" * 20_000 + "]" * 20_000 + "\n",
-        "huge.yaml": "seed: " + "7x" * 5_000_000 + "\n",
+        "huge.yaml": "seed: " + "7x" * 3_000_000 + "\n",  # 6 MB: under the 8 MiB a text file may hold
         "huge-key.yaml": "k" * 3_000_000 + ": 1\n",
         "bom.yaml": "\ufeffseed: abc\n",
         "scaling-list.yaml": "scaling: [1, 2]\n",
@@ -729,6 +735,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     (base / "utf16.yaml").write_bytes("seed: abc\r\n".encode("utf-16"))  # as PowerShell's Out-File writes it
     (base / "binary.yaml").write_bytes(bytes(range(256)) * 4)
     (base / "latin1.yaml").write_bytes("experiment: caf\u00e9\n".encode("latin-1"))
+    os.mkfifo(base / "fifo.yaml")  # nothing ever writes to it: reading it would wait forever
+    (base / "big.yaml").write_bytes(b"# a log pasted by mistake\n" * 360_000)  # 9 MiB, over the 8 MiB bound
     mounts, have = [], set()
     ro, full = base / "ro", base / "full"
     ro.mkdir()
