@@ -15,6 +15,7 @@ from shipyard.serving.sizing import (
     find_knee,
     predicted_ready_seconds,
     scale_to_zero_warning,
+    sizing_markdown,
 )
 
 GIB = 1024**3
@@ -91,6 +92,13 @@ def test_user_values_win_and_the_rows_say_so() -> None:
     # nothing given: derived values; no scaling configured: autoscaling stays off
     params, rows = apply_sizing({}, sized)
     assert params == {"probes": {"startup_seconds": 140}} and len(rows) == 1
+    # the report says so in words, explains the knee and writes the WVA fit as its formulas (issue 33)
+    text = sizing_markdown(rows, sized)
+    assert "**Autoscaling: not configured** (`deploy_config.scaling` is unset)" in text
+    assert "The knee is the highest measured load level that meets the SLO" in text
+    assert "decode ITL (ms) = alpha + beta x batch" in text and "{'decodeParms'" not in text
+    _, rows = apply_sizing({"scaling": {"mode": "keda"}}, sized)
+    assert "not configured" not in sizing_markdown(rows, sized)
     warn = scale_to_zero_warning({"scaling": {"mode": "keda", "min_replicas": 0}}, sized)
     assert warn.startswith("scale-to-zero breaks the SLO") and "66 s" in warn
 

@@ -273,22 +273,41 @@ def scale_to_zero_warning(params: Mapping[str, Any], sizing: Mapping[str, Any]) 
     return ""
 
 
+def wva_text(wva: Mapping[str, Any]) -> str:
+    """The WVA variant parameters in words: the two latency models they fit, and their figures."""
+    perf = wva.get("perfParms") or {}
+    decode, prefill = perf.get("decodeParms"), perf.get("prefillParms")
+    fits = []
+    if decode:
+        fits.append(f"decode ITL (ms) = alpha + beta x batch, alpha {decode['alpha']:g}, beta {decode['beta']:g}")
+    if prefill:
+        fits.append(f"prefill TTFT (ms) = gamma + delta x prompt tokens x batch, gamma {prefill['gamma']:g}, "
+                    f"delta {prefill['delta']:g}")
+    return (f"WVA variant parameters (not rendered: VariantAutoscaling is not among the vendored schemas): "
+            f"accelerator {wva.get('acc')} x {wva.get('accCount')}, maxBatchSize {wva.get('maxBatchSize')}; "
+            + ("; ".join(fits) if fits else "no latency fit (fewer than two measured levels)") + ".")
+
+
 def sizing_markdown(rows: list[dict[str, Any]], sizing: Mapping[str, Any], warning: str = "") -> str:
     """The deploy report's section: each derived number, what it came from, its margin, who won."""
     lines = ["## Sized from measurements", "", "| setting | used | derived | from | margin | |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['used']} | {r['derived']} | {str(r['source']).replace('|', '/')} | "
                      f"{r['margin']} | {'user value wins' if r['user_given'] else 'derived'} |")
+    if not any(r["name"] == "min_replicas" for r in rows):  # sized only when deploy_config.scaling is set
+        lines += ["", "**Autoscaling: not configured** (`deploy_config.scaling` is unset): no KEDA ScaledObject or "
+                      "HPA is rendered and the service keeps its `replicas`. The knee below is what `scaling: "
+                      "{mode: keda}` would scale on."]
     keda = sizing.get("keda") or {}
     if keda.get("metric"):
-        lines += ["", f"At the knee ({keda.get('knee_level')}): {keda.get('in_flight_at_knee')} requests in flight, "
-                      f"vllm:num_requests_running {keda.get('running_at_knee')}, vllm:num_requests_waiting "
-                      f"{keda.get('waiting_at_knee')}, KV-cache use {keda.get('kv_cache_usage_at_knee')}; margin "
-                      f"{keda.get('margin'):.0%} (traffic growth assumed {keda.get('growth_per_minute'):.0%}/min over "
+        lines += ["", f"The knee is the highest measured load level that meets the SLO; KEDA scales out "
+                      f"{keda.get('margin'):.0%} before it, so that a new replica is ready before traffic "
+                      f"passes it. At the knee ({keda.get('knee_level')}): {keda.get('in_flight_at_knee')} requests "
+                      f"in flight, vllm:num_requests_running {keda.get('running_at_knee')}, vllm:num_requests_waiting "
+                      f"{keda.get('waiting_at_knee')}, KV-cache use {keda.get('kv_cache_usage_at_knee')} (traffic "
+                      f"growth assumed {keda.get('growth_per_minute'):.0%}/min over "
                       f"{keda.get('time_to_ready_seconds'):.0f} s to ready)."]
-    wva = sizing.get("wva") or {}
-    lines += ["", f"WVA variant parameters (not rendered): acc {wva.get('acc')}, accCount {wva.get('accCount')}, "
-                  f"maxBatchSize {wva.get('maxBatchSize')}, perfParms {wva.get('perfParms')}."]
+    lines += ["", wva_text(sizing.get("wva") or {})]
     if warning:
         lines += ["", f"**Warning:** {warning}."]
     return "\n".join(lines) + "\n"
