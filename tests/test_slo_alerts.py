@@ -62,8 +62,7 @@ def test_vllm_edges_are_the_pinned_vllms() -> None:
     from shipyard.runtimes.runtime import venvs_dir
 
     found = sorted((venvs_dir() / "vllm").glob("lib/python3*/site-packages/vllm/v1/metrics/buckets.py"))
-    if not found:
-        pytest.skip("no vllm runtime venv (.venvs/vllm): shipyard setup builds it")
+    require_tool(bool(found), "the vllm runtime venv (.venvs/vllm: shipyard setup builds it)")
     import ast
 
     tree = ast.parse(found[0].read_text())
