@@ -258,7 +258,7 @@ def test_report_has_plots_tables_and_slo_lines(tmp_path: Path) -> None:
 def test_every_request_erroring_is_one_line_error(tiny_model: Path, tmp_path: Path) -> None:
     """Prompts longer than --max-model-len make vLLM reject every request: the step fails, writes nothing."""
     config = {"loads": [1], "max_requests": 3, "prompt_tokens": 64, "output_tokens": 8, "warmup_requests": None,
-              "vllm_args": ["--max-model-len", "32"]}
+              "vllm_args": ["--max-model-len", "48"]}  # the golden prompts (<= 38 tokens) fit, the 64-token ones do not
     with pytest.raises(ShipyardError) as info:
         run_in_runtime("vllm", benchmark_step, model_dir=str(tiny_model),
                        benchmark_config=json.dumps(config), out_dir=str(tmp_path / "out"))
