@@ -766,15 +766,54 @@ def _snapshot(base: Path) -> dict[str, int]:
     return {str(p.relative_to(base)): (p.stat().st_size if p.is_file() else -1) for p in base.rglob("*")}
 
 
-def shipyard(cwd: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run the CLI as a user does; SHIPYARD_DEBUG=1 lets an unexpected exception show its traceback."""
+def cli_env() -> dict[str, str]:
+    """The environment every row runs in; SHIPYARD_DEBUG=1 lets an unexpected exception show its traceback."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KF_PIPELINES_")}
     env.update(SHIPYARD_DEBUG="1", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
     env.pop(ALLOW_ENV, None)
+    return env
+
+
+def shipyard(cwd: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the CLI as a user does: ``python -m shipyard.cli.main ARGV`` in its own process."""
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=cwd, env=cli_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
     return proc, time.monotonic() - started
+
+
+class ForkedCli:
+    """The same command lines, each in its own process forked from one that imported the CLI once
+    (``tests/cli_forkserver.py``): a row costs its own work, not 1.5-3 s of imports."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self.server = subprocess.Popen([sys.executable, str(Path(__file__).parent.parent / "cli_forkserver.py")],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=cli_env(), text=True,
+                                       cwd=scratch)
+
+    def run(self, cwd: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        out, err = self.scratch / "stdout", self.scratch / "stderr"
+        assert self.server.stdin and self.server.stdout
+        self.server.stdin.write(json.dumps({"argv": list(argv), "cwd": str(cwd), "stdout": str(out),
+                                            "stderr": str(err), "timeout": 120}) + "\n")
+        self.server.stdin.flush()
+        answer = json.loads(self.server.stdout.readline())
+        proc = subprocess.CompletedProcess(list(argv), answer["code"], out.read_text(errors="replace"),
+                                           err.read_text(errors="replace"))
+        return proc, answer["seconds"]
+
+    def close(self) -> None:
+        if self.server.stdin:
+            self.server.stdin.close()
+        self.server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def forked_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkedCli]:
+    cli = ForkedCli(tmp_path_factory.mktemp("cli-forkserver"))
+    yield cli
+    cli.close()
 
 
 ALLOW_ENV = "SHIPYARD_ALLOW_MUTABLE_TAG"
@@ -787,13 +826,13 @@ def test_rows_are_distinct() -> None:
 
 
 @pytest.mark.parametrize("case", ROWS, ids=[r.id for r in ROWS])
-def test_bad_input_is_one_line(case: Row, workspace: tuple[Path, set[str]]) -> None:
+def test_bad_input_is_one_line(case: Row, workspace: tuple[Path, set[str]], forked_cli: ForkedCli) -> None:
     base, have = workspace
     missing = case.needs - have
     if missing:
         pytest.skip(f"needs a tmpfs mount ({', '.join(sorted(missing))}): run as root")
     before = _snapshot(base)
-    proc, seconds = shipyard(base, *case.argv)
+    proc, seconds = forked_cli.run(base, *case.argv)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert "Traceback" not in proc.stderr, proc.stderr
     assert len(lines) == 1, proc.stderr
@@ -806,6 +845,23 @@ def test_bad_input_is_one_line(case: Row, workspace: tuple[Path, set[str]]) -> N
     assert _snapshot(base) == before, "the command left files behind"
     if case.params:
         assert seconds < 10, f"a bad parameter took {seconds:.1f} s to be rejected"
+
+
+#: one row in every SAMPLE_EVERY, spread over the commands, also runs as ``python -m shipyard.cli.main``
+SAMPLE_EVERY = 25
+
+
+@pytest.mark.parametrize("case", ROWS[::SAMPLE_EVERY], ids=[r.id for r in ROWS[::SAMPLE_EVERY]])
+def test_a_forked_row_prints_what_a_fresh_process_prints(case: Row, workspace: tuple[Path, set[str]],
+                                                         forked_cli: ForkedCli) -> None:
+    """The fork server is only a faster way to start the same CLI: a fresh interpreter prints the
+    same error line and exits with the same status."""
+    base, have = workspace
+    if case.needs - have:
+        pytest.skip("needs a tmpfs mount: run as root")
+    forked, _ = forked_cli.run(base, *case.argv)
+    fresh, _ = shipyard(base, *case.argv)
+    assert (forked.returncode, forked.stderr, forked.stdout) == (fresh.returncode, fresh.stderr, fresh.stdout)
 
 
 def test_copy_tree_on_a_full_disk_is_one_line_and_leaves_nothing(workspace: tuple[Path, set[str]],
