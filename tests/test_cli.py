@@ -45,6 +45,8 @@ def test_params_are_read_as_yaml_and_merged(tmp_path: Path) -> None:
     merged = resolve_params("optimize-and-deploy", str(params_file), ["seed=9"])
     assert merged["seed"] == 9 and merged["max_seq_length"] == 128
     assert merged["model_uri"] == "embedded://smollm2-135m-instruct"
+    # the rehearsal reads the file once (it may be standard input) and passes the mapping it read
+    assert resolve_params("optimize-and-deploy", {"seed": 7, "max_seq_length": 128}, ["seed=9"]) == merged
     with pytest.raises(Exception, match="is not key=value"):
         parse_param("novalue")
 

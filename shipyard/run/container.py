@@ -370,9 +370,9 @@ def check_traversable(path: Path) -> None:
                                 f"chmod o+x {parent}, or choose a work dir under /tmp or the checkout")
 
 
-def _user_keys(params_file: str | None, overrides: list[str]) -> set[str]:
-    keys = set(load_params_file(params_file)) if params_file else set()
-    return keys | {parse_param(item)[0] for item in overrides}
+def _user_keys(file_params: dict[str, Any], overrides: list[str]) -> set[str]:
+    """The parameters the user set (in the params file or by ``--param``)."""
+    return set(file_params) | {parse_param(item)[0] for item in overrides}
 
 
 def stage_inputs(params: dict[str, Any], work: Path, explicit: set[str]) -> dict[str, Any]:
@@ -606,9 +606,10 @@ def run_container(
     root.chmod(0o777)  # the steps run as uid 1001 and create the run folders
     check_traversable(root)
     pipeline_func = get_pipeline(pipeline)
-    params = resolve_params(pipeline_func, params_file, overrides)
+    file_params = load_params_file(params_file) if params_file else {}  # read once: it may be standard input
+    params = resolve_params(pipeline_func, file_params, overrides)
     defaults = {k: v for k, v in pipeline_parameters(pipeline_func).items() if v is not None}
-    explicit = _user_keys(params_file, overrides)
+    explicit = _user_keys(file_params, overrides)
     plan = LayoutPlan.of(layout)  # a bad --layout fails before any image is built
     compiled, built = compile_with_images(pipeline, work / "compiled", build)
     step_log = root / "shipyard-steps.jsonl"

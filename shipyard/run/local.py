@@ -220,11 +220,13 @@ def pipeline_parameters(pipeline_func: Any) -> dict[str, Any]:
     }
 
 
-def resolve_params(pipeline: Any, params_file: str | None, overrides: list[str], local_defaults: bool = True) -> dict[str, Any]:
+def resolve_params(pipeline: Any, params_file: str | dict[str, Any] | None, overrides: list[str],
+                   local_defaults: bool = True) -> dict[str, Any]:
     """Merge local defaults < params file < ``--param``, then check and type them
     (:func:`shipyard.params.checks.check_params`: names, required parameters, types, URIs, and the
     pre-flight checks of every JSON parameter and recipe). ``pipeline``: its name (checked in
-    well under a second, before the pipeline is built) or the pipeline function."""
+    well under a second, before the pipeline is built) or the pipeline function. ``params_file``:
+    its path, or its mapping as :func:`load_params_file` read it (a file read once, even ``-``)."""
     from shipyard.params.checks import check_params
     from shipyard.params.specs import split_params
 
@@ -245,7 +247,7 @@ def resolve_params(pipeline: Any, params_file: str | None, overrides: list[str],
                                 "reinstall shipyard (the wheel ships it) or pass every parameter with --params-file")
         merged.update({k: v for k, v in load_params_file(str(LOCAL_PARAMS)).items() if k in known})
     if params_file:
-        merged.update(load_params_file(params_file))
+        merged.update(load_params_file(params_file) if isinstance(params_file, str) else params_file)
     merged.update(split_params(overrides))  # a --param given twice is an error, never last-wins
     return check_params(specs, merged, name=name)
 
