@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.core.env import env_bool, env_float, env_int, env_str
+from shipyard.core.env import env_bool, env_float, env_int, env_str, hub_offline
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok, process_alive, wait_ready
 from shipyard.core.retry import Retry
@@ -19,6 +19,14 @@ from shipyard.tracking.tracker import Tracker
 def test_env_bool_reads_the_usual_spellings(monkeypatch: pytest.MonkeyPatch, raw: str, want: bool) -> None:
     monkeypatch.setenv("SHIPYARD_DEBUG", raw)
     assert env_bool("SHIPYARD_DEBUG") is want
+
+
+@pytest.mark.parametrize("raw, offline", [("1", True), ("TRUE", True), ("on", True), ("yes", True), ("", False),
+                                          ("0", False), ("false", False), ("off", False), ("no", False)])
+def test_hub_offline_reads_hf_hub_offline_as_huggingface_hub_does(raw: str, offline: bool) -> None:
+    """``HF_HUB_OFFLINE=false`` is online for huggingface_hub (``constants._is_true``: 1/ON/YES/TRUE);
+    the plan and the pin used to disagree on it."""
+    assert hub_offline({"HF_HUB_OFFLINE": raw}) is offline
 
 
 def test_env_unset_or_empty_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:

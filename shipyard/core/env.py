@@ -40,6 +40,13 @@ def env_bool(name: str, default: bool = False, *, environ: Mapping[str, str] | N
     raise ShipyardError(name, f"{raw!r} is not a boolean", "set it to 1 or 0 (true/false, yes/no), or unset it")
 
 
+def hub_offline(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``HF_HUB_OFFLINE`` turns the Hugging Face Hub off, read as huggingface_hub reads it
+    (``1/true/yes/on``, any case, is offline; anything else, unset included, is online). The one
+    reading: a plan and a pin never disagree on what ``HF_HUB_OFFLINE=false`` means."""
+    return _raw("HF_HUB_OFFLINE", environ).strip().lower() in TRUE
+
+
 def _env_number(name: str, default: float, kind: type, minimum: float | None,
                 environ: Mapping[str, str] | None) -> float:
     raw = _raw(name, environ)

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from shipyard.core.env import hub_offline
 from shipyard.core.errors import ShipyardError
 from shipyard.models.resolve import ModelURI, parse_model_uri, pvc_root
 
@@ -84,7 +85,7 @@ def pin_model(uri: str) -> dict[str, Any]:
     if parsed.scheme == "hf":
         if parsed.revision and _COMMIT.match(parsed.revision):
             commit = parsed.revision
-        elif os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        elif hub_offline():
             raise ShipyardError("model_uri", f"hf://{parsed.location}@{parsed.revision or 'main'} can move and the hub "
                                 "is offline (HF_HUB_OFFLINE), so it cannot be pinned",
                                 "pin it: hf://ORG/NAME@<commit sha>")

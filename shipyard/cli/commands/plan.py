@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from shipyard.cli.output import add_out_file_option, add_output_option, emit, render, write_out_file
+from shipyard.core.env import hub_offline
 from shipyard.core.errors import ShipyardError
 from shipyard.core.numbers import number, positive_float, positive_int
 from shipyard.serving.planner import load_model_config, plan_memory
@@ -79,7 +80,6 @@ def model_config_path(model: str) -> str:
     repo = _hub_id(model)
     if not repo:
         return model
-    import os
 
     revision = model.removeprefix("hf://").split("@", 1)[1] if "@" in model else "main"
     folder = hub_cache_dir() / ("models--" + repo.replace("/", "--"))
@@ -91,7 +91,7 @@ def model_config_path(model: str) -> str:
     config = folder / "snapshots" / commit / "config.json"
     if config.is_file():
         return str(config)
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("", "0", "false", "no", "off")
+    offline = hub_offline()
     raise ShipyardError(
         "MODEL", f"{repo} is not in the local Hugging Face cache ({hub_cache_dir()})"
                  + (" and this machine is offline (HF_HUB_OFFLINE=1)" if offline else ""),
