@@ -297,3 +297,53 @@ def test_a_function_the_child_cannot_import_is_refused() -> None:
     from shipyard.steps.pin import pin_model
 
     assert step_target(pin_model) == "shipyard.steps.pin:pin_model"
+
+
+def _outside_parentheses(text: str) -> str:
+    """``text`` without what its (nested) parentheses hold."""
+    out, depth = [], 0
+    for char in text:
+        depth += char == "("
+        if not depth:
+            out.append(char)
+        depth -= char == ")" and depth > 0
+    return "".join(out)
+
+
+def test_contributings_map_names_only_modules_that_exist() -> None:
+    """Every module CONTRIBUTING.md's map lists under a layer, and every dotted ``shipyard.*`` name it
+    gives anywhere, exists in the tree, and every module of a layer is in its row (the map went
+    stale once when modules moved)."""
+    import importlib
+    import importlib.util
+    import re
+
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    missing: list[str] = []
+    unlisted: list[str] = []
+    for layer, listed in re.findall(r"^\| `(shipyard\.[a-z_.]+)` \| (.*) \|$", text, flags=re.M):
+        if layer in ("shipyard.components", "shipyard.pipelines", "shipyard.schemas"):
+            continue  # folders of steps and data, named by pattern (`<step>/component.py`)
+        named = set(re.findall(r"`([a-z_0-9]+)/?`", _outside_parentheses(listed)))
+        missing += [f"{layer}.{name}" for name in sorted(named) if importlib.util.find_spec(f"{layer}.{name}") is None]
+        folder = ROOT / layer.replace(".", "/")
+        here = {p.stem for p in folder.iterdir() if not p.name.startswith("_")
+                and (p.suffix == ".py" or (p / "__init__.py").is_file())}
+        unlisted += [f"{layer}.{name}" for name in sorted(here - named)]
+    for dotted in sorted(set(re.findall(r"`(shipyard(?:\.[A-Za-z_]+)+)", text))):
+        parts = dotted.split(".")
+        module = next((n for n in range(len(parts), 0, -1) if _is_module(".".join(parts[:n]))), 1)
+        rest = parts[module:]  # at most one name inside the module (shipyard.core.env.env_int)
+        if len(rest) > 1 or (rest and not hasattr(importlib.import_module(".".join(parts[:module])), rest[0])):
+            missing.append(dotted)
+    assert not missing, f"CONTRIBUTING.md names modules that do not exist: {sorted(missing)}"
+    assert not unlisted, f"add these modules to CONTRIBUTING.md's map (outside parentheses): {unlisted}"
+
+
+def _is_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a parent that is not a package
+        return False
