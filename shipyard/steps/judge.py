@@ -46,6 +46,9 @@ def _levels(bench_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         "error_rate": lv.get("error_rate"),
         "total": lv.get("total"),
         "samples": sample_count(lv),
+        # the traffic it was measured on, for `shipyard watch` (shipyard.serving.watch)
+        "prompt_tokens_mean": lv.get("prompt_tokens_mean"),
+        "output_tokens_mean": lv.get("output_tokens_mean"),
     } for lv in results.get("levels") or []]
     planner = ((results.get("memory") or {}).get("planner")) or {}
     return levels, {k: planner.get(k) for k in ("weights_bytes", "kv_cache_tokens", "max_concurrency", "fits")}

@@ -61,6 +61,10 @@ def verify(*args: str, url: str = DEAD, candidate: str = "golden.json") -> tuple
     return ("verify", "--url", url, "--served-model-name", "llm", "--candidate", candidate, *args)
 
 
+def watch(*args: str, prometheus: str = DEAD, champion: str = "candidate.json") -> tuple[str, ...]:
+    return ("watch", "--prometheus", prometheus, "--model-name", "llm", "--champion", champion, *args)
+
+
 def run_local(*args: str) -> tuple[str, ...]:
     return ("run", "--local", "--work-dir", "work", *args)
 
@@ -594,6 +598,20 @@ ROWS: list[Row] = [
     row("verify-metrics-url-pool", *verify("--metrics-url", "router=http://x/metrics"), field="--metrics-url"),
     row("verify-config-not-json", *verify("--config", "{slo"), field="--config"),
     row("verify-slo-tolerance-below-1", *verify("--config", '{"slo_tolerance": 0.5}'), field="verify.slo_tolerance"),
+    # --- watch (issue 38): the window, the tolerance, Prometheus's URL, the champion's record
+    row("watch-window-not-a-window", *watch("--window", "half an hour"), field="--window"),
+    row("watch-window-shorter-than-two-scrapes", *watch("--window", "30s"), field="--window: 30 s is shorter"),
+    row("watch-tolerance-not-json", *watch("--tolerance", "{ttft"), field="--tolerance: is not JSON"),
+    row("watch-tolerance-unknown-dimension", *watch("--tolerance", '{"latency": 1}'), field="--tolerance.latency"),
+    row("watch-tolerance-negative", *watch("--tolerance", '{"ttft": -0.5}'), field="--tolerance.ttft"),
+    row("watch-selector-not-matchers", *watch("--selector", "namespace=llm"), field="--selector"),
+    row("watch-prometheus-not-http", *watch(prometheus="prometheus:9090"), field="--prometheus"),
+    row("watch-prometheus-credentials", *watch(prometheus=f"http://admin:{SECRET}@127.0.0.1:9"),
+        field="--prometheus"),
+    row("watch-prometheus-unreachable", *watch(), field="--prometheus: http://127.0.0.1:9 is unreachable", code=3),
+    row("watch-champion-missing", *watch(champion="nope"), field="--champion"),
+    row("watch-champion-not-a-record", *watch(champion="list.json"), field="--champion"),
+    row("watch-token-file-missing", *watch("--prometheus-token-file", "nope.txt"), field="--prometheus-token-file"),
     # --- round 3 (issue 34): credentials in every URI-like field, in every userinfo form, refused up front
     # and never shown; a Secret's name that looks like a token is not echoed -----------------------------
     row("verify-url-token-as-user", *verify(url=f"http://{SECRET}@127.0.0.1:9"), field="url: http://... carries "
@@ -710,6 +728,11 @@ def _files() -> dict[str, str]:
                             "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
         "golden.json": json.dumps({"schema": "shipyard.golden/v1", "answers": [{"prompt": "p", "text": "t"}]}),
         "empty-golden.json": json.dumps({"schema": "shipyard.golden/v1", "answers": []}),
+        # a champion whose benchmark ran (shipyard watch's envelope)
+        "candidate.json": json.dumps({"schema": "shipyard.candidate/v1", "recipe": "w8a8-int8", "passed": True,
+                                      "reason": "passed", "levels": [{"name": "constant@1", "nominal_load": 1.0,
+                                                                      "requests_per_s": 1.0, "ttft_p99_ms": 80.0,
+                                                                      "itl_p99_ms": 20.0, "error_rate": 0.0}]}),
         "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
                       "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
                       "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",

@@ -1,0 +1,220 @@
+"""Drift from the qualified envelope: is production still serving the traffic the champion was judged on?
+
+The gates judged the champion once, on the benchmark's traffic: its prompt and output lengths,
+the load levels up to the knee (the highest level meeting the SLO), the TTFT each level gave.
+Production drifts: longer prompts, a heavier load per replica, answers that grow. ``shipyard
+watch`` reads the live figures from the Prometheus that scrapes the vLLM pods
+(:mod:`shipyard.serving.prometheus`, over a window) and compares each dimension with the envelope:
+
+======================  =========================================================  ==================
+dimension               live (PromQL over the window, vLLM 0.32's metric names)    qualified
+======================  =========================================================  ==================
+input length            ``vllm:request_prompt_tokens`` sum / count                 the knee level's mean
+output length           ``vllm:request_generation_tokens`` sum / count             the knee level's mean
+load per replica        ``vllm:request_success_total`` rate / vLLM instances       the knee's requests/s
+TTFT p99 at that load   ``vllm:time_to_first_token_seconds`` buckets               the benchmark curve
+prefix-cache hit rate   ``vllm:prefix_cache_hits_total`` / ``..._queries_total``   shown (no reference
+                                                                                   in a synthetic run)
+======================  =========================================================  ==================
+
+A dimension outside its tolerance is a drift; the verdict names each one and proposes the
+re-qualification run on the traffic as measured (the optimize pipeline with the live lengths and
+loads around the live rate), which the user submits (``shipyard submit``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.numbers import check_number
+from shipyard.serving.prometheus import PrometheusAPI
+
+#: relative change each dimension may show before it counts as drift (``--tolerance`` overrides)
+DEFAULT_TOLERANCE = {"input_length": 0.25, "output_length": 0.25, "load": 0.0, "ttft": 0.5}
+#: the shortest window: Prometheus's rate() needs two scrapes in it (the default scrape interval is 1 min)
+MIN_WINDOW_S = 120
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What the champion was qualified on, from its record (``candidate.json`` / ``selection.json``)."""
+
+    recipe: str
+    prompt_tokens: float
+    output_tokens: float
+    knee_rps: float
+    curve: list[tuple[float, float]]  # (requests/s, TTFT p99 ms) per benchmark level, by load
+    slo: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Live:
+    """What production did over the window."""
+
+    prompt_tokens: float | None
+    output_tokens: float | None
+    rps: float | None
+    replicas: int
+    ttft_p99_ms: float | None
+    prefix_hit_rate: float | None
+    window_s: int
+
+
+def envelope_from_record(record: Mapping[str, Any]) -> Envelope:
+    """The envelope of a candidate record (its benchmark levels and the SLO it was gated with)."""
+    from shipyard.serving.sizing import find_knee
+
+    levels = [lv for lv in record.get("levels") or [] if lv.get("requests_per_s")]
+    if not levels:
+        raise ShipyardError("--champion", "the record holds no benchmark levels",
+                            "pass the select step's decision folder or a candidate.json whose benchmark ran")
+    slo = dict(((record.get("slo") or {}).get("thresholds")) or {})
+    knee = (find_knee(levels, slo)["level"] if slo else None) or max(levels, key=lambda lv: lv["requests_per_s"])
+    curve = sorted((float(lv["requests_per_s"]), float(lv.get("ttft_p99_ms") or math.nan)) for lv in levels)
+    return Envelope(recipe=str(record.get("recipe") or "champion"),
+                    prompt_tokens=float(knee.get("prompt_tokens_mean") or math.nan),
+                    output_tokens=float(knee.get("output_tokens_mean") or math.nan),
+                    knee_rps=float(knee["requests_per_s"]), curve=[p for p in curve if math.isfinite(p[1])], slo=slo)
+
+
+def predicted_ttft(curve: list[tuple[float, float]], rps: float) -> float | None:
+    """TTFT p99 the benchmark curve predicts at ``rps`` (linear between levels; held flat outside them,
+    where the curve says nothing)."""
+    if not curve:
+        return None
+    if rps <= curve[0][0]:
+        return curve[0][1]
+    for (r0, t0), (r1, t1) in zip(curve, curve[1:], strict=False):
+        if rps <= r1:
+            return t0 + (t1 - t0) * (rps - r0) / (r1 - r0) if r1 > r0 else t1
+    return curve[-1][1]
+
+
+def check_window(window_s: int) -> int:
+    """A window long enough for ``rate()`` (two scrapes at Prometheus's default 1 min interval)."""
+    if window_s < MIN_WINDOW_S:
+        raise ShipyardError("--window", f"{window_s} s is shorter than two scrape intervals",
+                            f"use at least {MIN_WINDOW_S // 60}m (rate() needs two scrapes in the window)")
+    return window_s
+
+
+def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str = "") -> Live:
+    """The live figures over the last ``window_s`` seconds for the served ``model_name``."""
+    check_window(window_s)
+    sel = ",".join([f'model_name="{model_name}"', *([selector] if selector else [])])
+    w = f"{window_s}s"
+
+    def ratio(num: str, den: str, what: str) -> float | None:
+        return api.scalar(f"sum(rate({num}{{{sel}}}[{w}])) / sum(rate({den}{{{sel}}}[{w}]))", what)
+
+    replicas = api.scalar(f"count(count by (instance) (vllm:num_requests_running{{{sel}}}))",
+                          f"vLLM instances serving {model_name}")
+    ttft = api.scalar(f"histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{sel}}}[{w}])))",
+                      "TTFT p99")
+    return Live(
+        prompt_tokens=ratio("vllm:request_prompt_tokens_sum", "vllm:request_prompt_tokens_count", "prompt tokens"),
+        output_tokens=ratio("vllm:request_generation_tokens_sum", "vllm:request_generation_tokens_count",
+                            "generation tokens"),
+        rps=api.scalar(f"sum(rate(vllm:request_success_total{{{sel}}}[{w}]))", "finished requests"),
+        replicas=int(replicas or 0),
+        ttft_p99_ms=None if ttft is None else ttft * 1000.0,
+        prefix_hit_rate=ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "prefix-cache hits"),
+        window_s=window_s,
+    )
+
+
+def parse_tolerance(text: str | None) -> dict[str, float]:
+    """``--tolerance`` as JSON (``{"input_length": 0.3}``) over :data:`DEFAULT_TOLERANCE`."""
+    out = dict(DEFAULT_TOLERANCE)
+    if not text:
+        return out
+    try:
+        given = json.loads(text)
+    except ValueError as err:
+        raise ShipyardError("--tolerance", f"is not JSON ({err.msg})", '{"input_length": 0.3, "ttft": 0.5}') from None
+    if not isinstance(given, dict):
+        raise ShipyardError("--tolerance", "is not a JSON object", '{"input_length": 0.3, "ttft": 0.5}')
+    for key, value in given.items():
+        if key not in DEFAULT_TOLERANCE:
+            raise ShipyardError(f"--tolerance.{key}", "is not a dimension",
+                                f"use {', '.join(sorted(DEFAULT_TOLERANCE))}")
+        out[key] = float(check_number(value, f"--tolerance.{key}", minimum=0.0, maximum=10.0,
+                                      fix="a relative change between 0 and 10, e.g. 0.25"))
+    return out
+
+
+def compare(env: Envelope, live: Live, tolerance: Mapping[str, float]) -> dict[str, Any]:
+    """One row per dimension (live, qualified, the change, drifted or not) and the verdict."""
+    rows: list[dict[str, Any]] = []
+
+    def row(dim: str, name: str, now: float | None, then: float | None, drifted: bool | None, note: str) -> None:
+        change = (now / then) if (now is not None and then and math.isfinite(then)) else None
+        rows.append({"dimension": dim, "name": name, "live": now, "qualified": then, "ratio": change,
+                     "drifted": drifted, "note": note})
+
+    for dim, name, now, then in (("input_length", "input length (tokens)", live.prompt_tokens, env.prompt_tokens),
+                                 ("output_length", "output length (tokens)", live.output_tokens, env.output_tokens)):
+        tol = tolerance[dim]
+        if now is None or not math.isfinite(then):
+            row(dim, name, now, then, None, "no traffic in the window" if now is None else "not recorded")
+        else:
+            row(dim, name, now, then, abs(now / then - 1) > tol, f"within x{1 - tol:.2f}..x{1 + tol:.2f}")
+    per_replica = live.rps / live.replicas if live.rps is not None and live.replicas else None
+    tol = tolerance["load"]
+    if per_replica is None:
+        row("load", "load per replica (req/s)", None, env.knee_rps, None, "no traffic or no replica in the window")
+    else:
+        row("load", "load per replica (req/s)", per_replica, env.knee_rps, per_replica > env.knee_rps * (1 + tol),
+            f"at most the knee x{1 + tol:.2f} ({live.replicas} replica{'s' if live.replicas != 1 else ''})")
+    predicted = predicted_ttft(env.curve, per_replica) if per_replica is not None else None
+    tol = tolerance["ttft"]
+    if live.ttft_p99_ms is None or predicted is None:
+        row("ttft", "TTFT p99 at that load (ms)", live.ttft_p99_ms, predicted, None, "no curve or no traffic")
+    else:
+        row("ttft", "TTFT p99 at that load (ms)", live.ttft_p99_ms, predicted, live.ttft_p99_ms > predicted * (1 + tol),
+            f"at most the benchmark curve x{1 + tol:.2f}")
+    row("prefix_cache", "prefix-cache hit rate", live.prefix_hit_rate, None, None,
+        "shown only: the qualifying benchmark recorded none")
+    drifted = [r for r in rows if r["drifted"]]
+    return {"recipe": env.recipe, "window_s": live.window_s, "rows": rows,
+            "drifted": [r["dimension"] for r in drifted],
+            "verdict": "drifted" if drifted else "within the envelope",
+            "requalify": requalify_command(live) if drifted else None}
+
+
+def requalify_command(live: Live) -> str:
+    """The optimize pipeline on the traffic as measured: live lengths, loads around the live rate."""
+    cfg: dict[str, Any] = {}
+    if live.prompt_tokens:
+        cfg["prompt_tokens"] = max(1, round(live.prompt_tokens))
+    if live.output_tokens:
+        cfg["output_tokens"] = max(1, round(live.output_tokens))
+    if live.rps and live.replicas:
+        per = live.rps / live.replicas
+        cfg["profile"] = "constant"
+        cfg["loads"] = sorted({round(per * f, 2) for f in (0.5, 1.0, 1.5, 2.0) if per * f > 0})
+    return ("shipyard submit optimize-and-deploy --param model_uri=<the champion's oci:// URI> "
+            f"--param benchmark_config={shlex.quote(json.dumps(cfg, separators=(',', ':')))}")
+
+
+def format_report(result: Mapping[str, Any]) -> str:
+    """The console lines: the verdict, one line per dimension, the proposal."""
+    def fig(v: float | None) -> str:
+        return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3g}"
+
+    lines = [f"watch {result['recipe']} over {result['window_s'] // 60} min: {result['verdict']}"
+             + (f" ({', '.join(result['drifted'])})" if result["drifted"] else "")]
+    for r in result["rows"]:
+        mark = {True: "DRIFT", False: "ok", None: "-"}[r["drifted"]]
+        ratio = f" x{r['ratio']:.2f}" if r["ratio"] is not None else ""
+        lines.append(f"  {r['name']}: {mark:<5} live {fig(r['live'])} vs qualified {fig(r['qualified'])}{ratio}"
+                     f"  ({r['note']})")
+    if result["requalify"]:
+        lines.append(f"re-qualify on this traffic: {result['requalify']}")
+    return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""``shipyard watch``: production against the envelope the champion was qualified on, read from a real
+Prometheus (Debian's ``prometheus``) holding vLLM 0.32's series, backfilled with ``promtool tsdb
+create-blocks-from openmetrics`` as a scrape of two replicas would have written them."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import require_tool
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.net import free_port, http_ok, wait_ready
+from shipyard.serving.prometheus import PrometheusAPI
+from shipyard.serving.watch import Live, compare, envelope_from_record, parse_tolerance, predicted_ttft
+
+#: the champion's benchmark: three load levels, the SLO met up to 2 req/s (the knee)
+LEVELS = [{"name": f"constant@{rps:g}", "strategy": "constant", "nominal_load": rps, "requests_per_s": rps,
+           "ttft_p50_ms": ttft / 2, "ttft_p99_ms": ttft, "itl_p50_ms": itl / 2, "itl_p99_ms": itl, "error_rate": 0.0,
+           "prompt_tokens_mean": 200.0, "output_tokens_mean": 100.0}
+          for rps, ttft, itl in ((1.0, 80.0, 20.0), (2.0, 120.0, 25.0), (4.0, 900.0, 60.0))]
+SLO = {"ttft_p99_ms": 500.0, "itl_p99_ms": 50.0, "max_error_rate": 0.0}
+RECORD = {"schema": "shipyard.candidate/v1", "recipe": "w8a8-int8", "passed": True, "reason": "passed", "levels": LEVELS, "slo": {"thresholds": SLO}}
+#: TTFT histogram edges (vLLM's defaults start 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25 ...)
+EDGES = (0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
+
+
+def _series(model: str, replicas: int, rps: float, prompt: float, output: float, ttft_s: float,
+            start: float, end: float, step: float = 15.0) -> list[str]:
+    """OpenMetrics lines of ``replicas`` vLLM instances serving ``rps`` requests/s each, every request
+    with ``prompt``/``output`` tokens, TTFT spread evenly below ``ttft_s`` (so p99 is just under it),
+    and half of the prompt blocks found in the prefix cache."""
+    lines = []
+    t, n = start, 0
+    while t <= end:
+        done = rps * step * n
+        for i in range(replicas):
+            lab = f'model_name="{model}",instance="10.0.0.{i}:8000"'
+            lines += [f"vllm:request_success_total{{{lab},finished_reason=\"stop\"}} {done} {t:.3f}",
+                      f"vllm:request_prompt_tokens_sum{{{lab}}} {done * prompt} {t:.3f}",
+                      f"vllm:request_prompt_tokens_count{{{lab}}} {done} {t:.3f}",
+                      f"vllm:request_generation_tokens_sum{{{lab}}} {done * output} {t:.3f}",
+                      f"vllm:request_generation_tokens_count{{{lab}}} {done} {t:.3f}",
+                      f"vllm:prefix_cache_queries_total{{{lab}}} {done * prompt} {t:.3f}",
+                      f"vllm:prefix_cache_hits_total{{{lab}}} {done * prompt / 2} {t:.3f}",
+                      f"vllm:num_requests_running{{{lab}}} 1 {t:.3f}"]
+            for le in EDGES:
+                below = done * min(1.0, le / ttft_s)
+                lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="{le}"}} {below} {t:.3f}')
+            lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {done} {t:.3f}')
+        t += step
+        n += 1
+    return lines
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prometheus with 40 minutes of two served models, up to a minute ago: ``steady`` serves
+    what the champion was qualified on, ``drifted`` prompts 2.5x longer at 3 req/s per replica."""
+    require_tool(bool(shutil.which("prometheus")) and bool(shutil.which("promtool")), "apt-get install -y prometheus")
+    root = tmp_path_factory.mktemp("prometheus")
+    end = time.time() - 60
+    start = end - 40 * 60
+    # the 15 s scrape: the output is about the curve's 1.5 req/s point (80..120 ms: TTFT p99 just under 100 ms)
+    lines = (_series("steady", 2, 1.5, 200, 100, 0.1, start, end)
+             + _series("drifted", 2, 3.0, 500, 100, 0.3, start, end))
+    (root / "data.om").write_text("\n".join(sorted(lines, key=lambda line: float(line.rsplit(" ", 1)[1])))
+                                  + "\n# EOF\n")
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(root / "tsdb")],
+                   check=True, capture_output=True, timeout=120)
+    (root / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
+    port = free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={root / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={root / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--storage.tsdb.retention.time=30d"],
+                            stdout=subprocess.DEVNULL, stderr=(root / "prometheus.log").open("w"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready("prometheus", lambda: http_ok(f"{url}/-/ready"), timeout_s=60, log=root / "prometheus.log")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _watch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    champion = tmp_path / "champion"
+    champion.mkdir(exist_ok=True)
+    (champion / "candidate.json").write_text(json.dumps(RECORD))
+    return subprocess.run([sys.executable, "-m", "shipyard.cli.main", "watch", "--champion", str(champion), *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_envelope_is_the_knee_and_the_curve() -> None:
+    env = envelope_from_record(RECORD)
+    assert env.knee_rps == 2.0 and env.prompt_tokens == 200.0 and env.output_tokens == 100.0  # 4 req/s breaks the SLO
+    assert predicted_ttft(env.curve, 1.5) == pytest.approx(100.0)  # halfway between 80 and 120 ms
+    assert predicted_ttft(env.curve, 0.5) == 80.0 and predicted_ttft(env.curve, 9.0) == 900.0  # held flat outside
+    with pytest.raises(ShipyardError, match="holds no benchmark levels"):
+        envelope_from_record({"recipe": "x", "levels": []})
+
+
+def test_each_dimension_drifts_on_its_own() -> None:
+    env, tol = envelope_from_record(RECORD), parse_tolerance(None)
+    steady = Live(prompt_tokens=210, output_tokens=95, rps=3.0, replicas=2, ttft_p99_ms=110, prefix_hit_rate=0.4,
+                  window_s=1800)
+    out = compare(env, steady, tol)
+    assert out["verdict"] == "within the envelope" and out["drifted"] == [] and out["requalify"] is None
+    longer = compare(env, Live(**{**steady.__dict__, "prompt_tokens": 300}), tol)
+    assert longer["drifted"] == ["input_length"]
+    assert '"prompt_tokens":300' in longer["requalify"] and '"loads":[0.75,1.5,2.25,3.0]' in longer["requalify"]
+    assert compare(env, Live(**{**steady.__dict__, "rps": 5.0}), tol)["drifted"] == ["load"]  # 2.5 req/s a replica
+    # slower than the curve at the same load: the engine, not the traffic (a node, a noisy neighbour, a regression)
+    assert compare(env, Live(**{**steady.__dict__, "ttft_p99_ms": 200}), tol)["drifted"] == ["ttft"]
+    idle = compare(env, Live(None, None, None, 2, None, None, 1800), tol)
+    assert idle["drifted"] == [] and all(r["drifted"] is None for r in idle["rows"])
+
+
+@pytest.mark.parametrize("text, said", [("{", "--tolerance: is not JSON"), ("[1]", "--tolerance: is not a JSON object"),
+                                        ('{"ttft": -1}', "--tolerance.ttft"), ('{"latency": 1}', "is not a dimension")])
+def test_bad_tolerance_is_one_line(text: str, said: str) -> None:
+    with pytest.raises(ShipyardError, match=said.replace(".", r"\.")):
+        parse_tolerance(text)
+
+
+def test_steady_traffic_is_within_the_envelope(prometheus: str, tmp_path: Path) -> None:
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "steady", "-o", "json")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    out = json.loads(proc.stdout)
+    rows = {r["dimension"]: r for r in out["rows"]}
+    assert out["verdict"] == "within the envelope"
+    assert rows["input_length"]["live"] == pytest.approx(200.0) and rows["output_length"]["live"] == pytest.approx(100.0)
+    assert rows["load"]["live"] == pytest.approx(1.5, rel=0.05)  # 3 req/s over 2 replicas
+    assert rows["ttft"]["live"] < 100.0 and rows["ttft"]["qualified"] == pytest.approx(100.0, rel=0.05)
+    assert rows["prefix_cache"]["live"] == pytest.approx(0.5)
+
+
+def test_longer_prompts_at_a_heavier_load_are_named_and_a_requalification_proposed(prometheus: str,
+                                                                                 tmp_path: Path) -> None:
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "drifted", "--window", "20m")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("watch w8a8-int8 over 20 min: drifted (input_length, load")
+    assert any(line.startswith("  input length (tokens): DRIFT live 500 vs qualified 200 x2.50") for line in lines)
+    assert lines[-1].startswith("re-qualify on this traffic: shipyard submit optimize-and-deploy ")
+    assert '"prompt_tokens":500' in lines[-1]
+
+
+def test_a_model_prometheus_has_no_series_for_is_one_line(prometheus: str, tmp_path: Path) -> None:
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "nope")
+    assert proc.returncode == 2 and proc.stderr.startswith("shipyard: error: --prometheus: no series for "), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_a_page_that_is_not_the_api_and_a_silent_port_are_one_line(prometheus: str, tmp_path: Path) -> None:
+    page = _watch(tmp_path, "--prometheus", f"{prometheus}/graph", "--model-name", "steady")
+    assert page.returncode == 2 and "not Prometheus's API" in page.stderr, page.stderr
+    silent = _watch(tmp_path, "--prometheus", f"http://127.0.0.1:{free_port()}", "--model-name", "steady")
+    assert silent.returncode == 3 and "is unreachable" in silent.stderr, silent.stderr
+    assert len(page.stderr.splitlines()) == len(silent.stderr.splitlines()) == 1
+
+
+def test_prometheus_values_are_numbers_or_nan() -> None:
+    from shipyard.serving.prometheus import _number
+
+    assert _number("1.5") == 1.5 and _number("+Inf") == math.inf and math.isnan(_number("NaN"))
+    with pytest.raises(ShipyardError, match="is not an http"):
+        PrometheusAPI("prometheus:9090")
