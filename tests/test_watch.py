@@ -145,6 +145,7 @@ def test_steady_traffic_is_within_the_envelope(prometheus: str, tmp_path: Path) 
 def test_longer_prompts_at_a_heavier_load_are_named_and_a_requalification_proposed(prometheus: str,
                                                                                  tmp_path: Path) -> None:
     proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "drifted", "--window", "20m")
+    print(proc.stdout)
     assert proc.returncode == 1, proc.stderr + proc.stdout
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("watch w8a8-int8 over 20 min: drifted (input_length, load")
