@@ -60,7 +60,7 @@ class Live:
     prompt_tokens: float | None
     output_tokens: float | None
     rps: float | None
-    replicas: int
+    replicas: float  # on average over the window
     ttft_p99_ms: float | None
     prefix_hit_rate: float | None
     window_s: int
@@ -113,7 +113,9 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
     def ratio(num: str, den: str, what: str) -> float | None:
         return api.scalar(f"sum(rate({num}{{{sel}}}[{w}])) / sum(rate({den}{{{sel}}}[{w}]))", what)
 
-    replicas = api.scalar(f"count(count by (instance) (vllm:num_requests_running{{{sel}}}))",
+    # the replicas that served over the window, on average (autoscaling moves them; a pod gone since still counts
+    # for the time it served), as a subquery of the instance count at 30 s steps
+    replicas = api.scalar(f"avg_over_time(count(vllm:num_requests_running{{{sel}}})[{w}:30s])",
                           f"vLLM instances serving {model_name}")
     ttft = api.scalar(f"histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{sel}}}[{w}])))",
                       "TTFT p99")
@@ -122,7 +124,7 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
         output_tokens=ratio("vllm:request_generation_tokens_sum", "vllm:request_generation_tokens_count",
                             "generation tokens"),
         rps=api.scalar(f"sum(rate(vllm:request_success_total{{{sel}}}[{w}]))", "finished requests"),
-        replicas=int(replicas or 0),
+        replicas=round(replicas, 2) if replicas else 0.0,
         ttft_p99_ms=None if ttft is None else ttft * 1000.0,
         prefix_hit_rate=ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "prefix-cache hits"),
         window_s=window_s,
@@ -171,7 +173,7 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float]) -> dict[s
         row("load", "load per replica (req/s)", None, env.knee_rps, None, "no traffic or no replica in the window")
     else:
         row("load", "load per replica (req/s)", per_replica, env.knee_rps, per_replica > env.knee_rps * (1 + tol),
-            f"at most the knee x{1 + tol:.2f} ({live.replicas} replica{'s' if live.replicas != 1 else ''})")
+            f"at most the knee x{1 + tol:.2f} ({live.replicas:g} replica{'s' if live.replicas != 1 else ''})")
     predicted = predicted_ttft(env.curve, per_replica) if per_replica is not None else None
     tol = tolerance["ttft"]
     if live.ttft_p99_ms is None or predicted is None:
