@@ -602,15 +602,17 @@ def run_container(
     overrides = overrides or []
     work = Path(work_dir).resolve()
     root = work / "pipeline-root"
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o777)  # the steps run as uid 1001 and create the run folders
-    check_traversable(root)
+    # everything the user gave is checked before anything is written (a bad layout, parameter or work dir
+    # leaves no pipeline-root behind) or built
     pipeline_func = get_pipeline(pipeline)
     file_params = load_params_file(params_file) if params_file else {}  # read once: it may be standard input
     params = resolve_params(pipeline_func, file_params, overrides)
     defaults = {k: v for k, v in pipeline_parameters(pipeline_func).items() if v is not None}
     explicit = _user_keys(file_params, overrides)
-    plan = LayoutPlan.of(layout)  # a bad --layout fails before any image is built
+    plan = LayoutPlan.of(layout)
+    check_traversable(root)  # the folders that exist above it
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o777)  # the steps run as uid 1001 and create the run folders
     compiled, built = compile_with_images(pipeline, work / "compiled", build)
     step_log = root / "shipyard-steps.jsonl"
     step_log.write_text("")

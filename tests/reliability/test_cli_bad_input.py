@@ -308,6 +308,9 @@ ROWS: list[Row] = [
         "--param", "registry=", field="registry: is empty while dry_run is false", params=True),
     # --- check: its own options, refused before the cluster is contacted ---------------------------
     row("check-unknown-layout", "check", "--layout", "nope", field="layout"),
+    # the container rehearsal checks its layout and parameters before it writes its pipeline root
+    row("run-container-unknown-layout", *run_local("--runner", "container", "--layout", "nope"), field="layout"),
+    row("run-container-bad-param", *run_local("--runner", "container", "--param", "seed=abc"), field="seed"),
     row("check-cluster-config-missing", "check", "--cluster-config", "missing.yaml", field="cluster_config"),
     row("check-deploy-config-bad", "check", "--deploy-config", '{"replicaz": 2}', field="deploy_config.replicaz"),
     row("check-kubeconfig-missing", "check", "--kubeconfig", "missing.yaml", field="kubeconfig"),
