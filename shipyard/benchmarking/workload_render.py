@@ -7,7 +7,8 @@ gaps from the recorded gap quantiles (so the mean rate and the burstiness follow
 and shared prefixes rebuilt from the prefix-tree statistics: each request reuses a leading share
 of its blocks drawn from the recorded per-request reused-share histogram, from a prefix chain
 picked by the recorded popularity of first blocks (shared system prompts); a request that reused
-nothing gets fresh blocks. Every other block is fresh. Sessions are not rebuilt (each request
+nothing gets fresh blocks. Every other block is fresh. A fingerprint with a measured hit rate but
+no tree (from Prometheus) gives every request that share of one common chain. Sessions are not rebuilt (each request
 stands alone; their reuse is in the reused share), and the branching of the recorded prefix tree
 collapses to one chain per first block, so the rendered trace's cache footprint is a lower bound.
 :func:`render_check` fingerprints the rendered trace itself, so the two can be compared before
@@ -91,6 +92,9 @@ def sample_trace(fingerprint: WorkloadFingerprint | dict[str, Any], *, requests:
     mean_rate = (fp.get("arrivals") or {}).get("mean_rate_rps")
     hist = prefix.get("reused_share_hist") or [1] + [0] * (REUSE_BINS + 1)
     tops = list(prefix.get("top_root_shares") or [])
+    measured = prefix.get("hit_rate_tokens") if not prefix.get("reused_share_hist") else None
+    if measured:  # a hit rate without the tree (Prometheus): every request reuses that share of one chain
+        tops = [1.0]
     minor = max(int(prefix.get("roots") or 0) - len(tops), 0)
     rest = max(1.0 - sum(tops), 0.0)
     group_weights = tops + ([rest / minor] * minor if minor and rest > 0 else [])
@@ -109,6 +113,8 @@ def sample_trace(fingerprint: WorkloadFingerprint | dict[str, Any], *, requests:
         full = n_in // bs
         b = rng.choices(range(len(hist)), weights=hist)[0] if sum(hist) else 0
         share = 0.0 if b == 0 else 1.0 if b > REUSE_BINS else rng.uniform((b - 1) / REUSE_BINS, b / REUSE_BINS)
+        if measured:
+            share = float(measured)
         # the reused tokens, in blocks, rounded at random so that the expected reuse is the share
         reuse = min(full, math.floor(share * n_in / bs + rng.random())) if group_weights and share > 0 else 0
         ids: list[int] = []
