@@ -70,7 +70,7 @@ def tokenize_chat(path: str, model_dir: str, block_size: int, salt: str, field: 
             if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
                 raise ShipyardError(field, f"row {row}: timestamp must be a number (ms)", "add the timestamp field")
             prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            if isinstance(prompt, dict):  # a BatchEncoding from newer transformers
+            if not isinstance(prompt, list):  # a BatchEncoding (transformers 5)
                 prompt = prompt["input_ids"]
             tokens = [int(t) for t in prompt]
             n_out = len(tok.encode(output, add_special_tokens=False))

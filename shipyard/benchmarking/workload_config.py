@@ -45,14 +45,14 @@ def parse_workload_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
 
     from shipyard.core.jsonargs import validation_error
 
-    share = Annotated[float, Field(ge=0, le=1)]
+    share = Annotated[float | int, Field(ge=0, le=1)]
 
     class Tolerance(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-        ks_input: share | int = DEFAULT_TOLERANCE["ks_input"]
-        ks_output: share | int = DEFAULT_TOLERANCE["ks_output"]
+        ks_input: share = DEFAULT_TOLERANCE["ks_input"]
+        ks_output: share = DEFAULT_TOLERANCE["ks_output"]
         rate_ratio: Annotated[float | int, Field(ge=0, le=100)] = DEFAULT_TOLERANCE["rate_ratio"]
-        hit_rate_delta: share | int = DEFAULT_TOLERANCE["hit_rate_delta"]
+        hit_rate_delta: share = DEFAULT_TOLERANCE["hit_rate_delta"]
         require: list[Literal["ks_input", "ks_output", "rate", "hit_rate"]] = list(DEFAULT_TOLERANCE["require"])
 
     class Workload(BaseModel):
