@@ -133,8 +133,9 @@ def test_sampling_rebuilds_the_shared_prefixes_of_the_shipped_trace() -> None:
     assert abs(got - fp.data["prefix"]["hit_rate_tokens"]) < 0.05, got
     assert all(r.input_len + r.output_len <= local_trace.MAX_TOKENS for r in rows)
     parts = guidellm_parts("/data/trace.jsonl", 32, time_scale=2, requests=800)
-    assert parts["profile"] == {"kind": "replay", "time_scale": 0.5}  # 2x the recorded rate
-    assert parts["data"] == {"kind": "mooncake", "path": "/data/trace.jsonl", "hash_id_block_size": 32}
+    assert parts["profile"] == {"kind": "replay", "time_scale": 0.5, "schedule_turn": "timestamp"}  # 2x the rate
+    assert parts["data"] == {"kind": "mooncake", "source": {"kind": "json_file", "path": "/data/trace.jsonl"},
+                             "hash_id_block_size": 32, "time_scale": 0.001}
 
 
 def test_the_shipped_trace_is_what_its_generator_writes_and_shares_prefixes() -> None:
@@ -391,3 +392,30 @@ def test_guidellm_replay_of_a_prefix_heavy_trace_on_vllm_cpu_is_faithful(tmp_pat
     other = build_fingerprint(_lognormal_trace(200, 3), source="azure").data
     mismatched = check_fidelity(other, record["sent"], server_hit=record["checks"]["hit_rate"].get("server"))
     assert not mismatched["valid"], mismatched["line"]
+
+
+def test_guidellm_reads_the_rendered_trace_and_rebuilds_its_shared_prefixes(tmp_path: Path, tiny_model: Path) -> None:
+    """guidellm 0.8.1's own Mooncake reader (vllm runtime) on the shipped trace: the scenario passes
+    its schema, every row's prompt has about the recorded length, the replay times are the trace's
+    in seconds, and a conversation's second turn shares the first turn's full blocks."""
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.guidellm import parse_benchmark_config, validate_scenario
+    from shipyard.benchmarking.workload_replay import guidellm_trace_rows, replay_scenario
+    from shipyard.runtimes.runtime import run_in_runtime
+
+    trace = str(local_trace.trace_path())
+    scenario = replay_scenario(parse_benchmark_config({}), target="http://127.0.0.1:9", model_name="m",
+                               tokenizer=str(tiny_model), json_path=str(tmp_path / "g.json"), trace_path=trace,
+                               block_size=local_trace.BLOCK_SIZE, time_scale=2.0, requests=45)
+    resolved = run_in_runtime("vllm", validate_scenario, scenario=scenario)
+    assert resolved["spec"]["profile"]["kind"] == "replay" and resolved["spec"]["profile"]["time_scale"] == 0.5
+    rows = run_in_runtime("vllm", guidellm_trace_rows, data=scenario["spec"]["data"][0], tokenizer=str(tiny_model),
+                          limit=3)
+    recorded = read_mooncake(trace)[:3]
+    for got, want in zip(rows, recorded, strict=True):
+        assert got["trace_prompt_tokens"] == want.input_len and got["asked_output"] == want.output_len
+        assert abs(got["prompt_tokens"] - want.input_len) <= 4, (got, want)  # decode/encode at block joins
+        assert abs(got["t"] - (want.t - recorded[0].t)) < 1e-6
+    # rows 1 and 2 are turns 1 and 2 of one conversation: 3 full blocks of 32 tokens in common
+    assert recorded[1].hash_ids[:3] == recorded[0].hash_ids[:3]
+    assert rows[1]["shared_with_previous"] >= 3 * local_trace.BLOCK_SIZE - 4

@@ -16,10 +16,12 @@ anything is sent.
 
 :func:`write_trace` writes it as a **Mooncake JSONL trace** (``timestamp`` ms, ``input_length``,
 ``output_length``, ``hash_ids``), which guidellm 0.8.1 replays: :func:`guidellm_parts` gives the
-scenario's ``data`` (``{"kind": "mooncake", "path": ..., "hash_id_block_size": B}``: guidellm builds
-one token block per hash id and joins them, so equal ids give equal prompt prefixes) and
-``profile`` (``{"kind": "replay", "time_scale": 1 / N}``: guidellm sends each row at
-``start + time_scale * timestamp``, so ``time_scale = N`` here replays at N x the recorded rate).
+scenario's ``data`` (``{"kind": "mooncake", "source": {"kind": "json_file", "path": ...},
+"hash_id_block_size": B, "time_scale": 0.001}``: guidellm builds one token block per hash id and
+joins them, so equal ids give equal prompt prefixes; the 0.001 reads Mooncake's milliseconds as
+seconds) and ``profile`` (``{"kind": "replay", "time_scale": 1 / N, "schedule_turn": "timestamp"}``:
+guidellm sends each row at ``start + time_scale * timestamp``, so ``time_scale = N`` here replays at
+N x the recorded rate). :mod:`shipyard.benchmarking.workload_replay` runs it.
 
 Other harnesses read the same trace file (documented mapping, not dependencies):
 
@@ -153,12 +155,23 @@ def check_time_scale(value: Any) -> float:
 
 
 def guidellm_parts(trace_path: str, block_size: int, *, time_scale: float = 1.0, requests: int | None = None) -> dict[str, Any]:
-    """The guidellm 0.8.1 scenario parts that replay ``trace_path``: ``data``, ``profile`` and the
-    ``constraints`` (one request per row). ``time_scale`` = N replays at N x the recorded rate."""
+    """The guidellm 0.8.1 scenario parts that replay the Mooncake trace at ``trace_path``.
+
+    ``data``: ``{"kind": "mooncake", "source": {"kind": "json_file", "path": ...},
+    "hash_id_block_size": B, "time_scale": 0.001}``: guidellm's trace reader takes the relative
+    timestamps as they are written, and Mooncake's are milliseconds, so the data-side scale turns
+    them into seconds; ``session_id`` is not named as guidellm's ``conversation_id_column``, so every
+    row is its own request on the trace's timeline (shared prefixes come from the hash ids).
+    ``profile``: ``{"kind": "replay", "time_scale": 1 / N, "schedule_turn": "timestamp"}``: each row
+    is sent at ``start + time_scale x timestamp`` (open loop: a slow server does not slow the
+    arrivals), so ``time_scale`` = N here replays at N x the recorded rate. ``constraints``: one
+    request per row (``requests``).
+    """
     scale = check_time_scale(time_scale)
     parts: dict[str, Any] = {
-        "data": {"kind": "mooncake", "path": str(trace_path), "hash_id_block_size": int(block_size)},
-        "profile": {"kind": "replay", "time_scale": round(1.0 / scale, 9)},
+        "data": {"kind": "mooncake", "source": {"kind": "json_file", "path": str(trace_path)},
+                 "hash_id_block_size": int(block_size), "time_scale": 0.001},
+        "profile": {"kind": "replay", "time_scale": round(1.0 / scale, 9), "schedule_turn": "timestamp"},
         "constraints": [],
     }
     if requests:
