@@ -419,3 +419,28 @@ def test_guidellm_reads_the_rendered_trace_and_rebuilds_its_shared_prefixes(tmp_
     # rows 1 and 2 are turns 1 and 2 of one conversation: 3 full blocks of 32 tokens in common
     assert recorded[1].hash_ids[:3] == recorded[0].hash_ids[:3]
     assert rows[1]["shared_with_previous"] >= 3 * local_trace.BLOCK_SIZE - 4
+
+
+def test_prepare_workload_gives_the_trace_and_fingerprint_a_benchmark_replays(tmp_path: Path) -> None:
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.workload_prepare import prepare_workload
+
+    local = prepare_workload('{"local": true, "time_scale": 2}', str(tmp_path / "a"), max_model_len=2048)
+    shipped = load_fingerprint(local_trace.fingerprint_path())
+    assert local["digest"] == shipped.digest and local["replayed"] == "recorded" and local["requests"] == 45
+    assert local["block_size"] == 32 and local["time_scale"] == 2.0
+    replayed = read_mooncake(local["trace"])
+    assert replayed[0].t == 0 and [len(r.hash_ids) for r in replayed] == [len(r.hash_ids) for r in
+                                                                           read_mooncake(local_trace.trace_path())]
+    again = fingerprint_file(local["trace"], "mooncake", block_size=32).data  # renumbered ids, the same tree
+    assert again["prefix"] == shipped.data["prefix"] and again["lengths"] == shipped.data["lengths"]
+    assert load_fingerprint(tmp_path / "a" / "workload" / "fingerprint.json").digest == shipped.digest
+    with pytest.raises(ShipyardError, match="^max_model_len: row"):
+        prepare_workload({"local": True}, str(tmp_path / "b"), max_model_len=128)
+    big = [dict(r, hash_ids=[h + 2**40 for h in r["hash_ids"]]) for r in HAND]  # ids beyond int32, as chat hashes are
+    got = prepare_workload({"trace": str(_write_jsonl(tmp_path / "t.jsonl", big)), "block_size": 16}, str(tmp_path / "c"))
+    assert [r.hash_ids for r in read_mooncake(got["trace"])] == [[0, 1, 2], [0, 1, 3], [4, 5], [0, 1, 2]]
+    sampled = prepare_workload({"fingerprint": str(local_trace.fingerprint_path()), "requests": 20, "seed": 1},
+                               str(tmp_path / "d"))
+    assert sampled["replayed"] == "sampled" and len(read_mooncake(sampled["trace"])) == 20
+    assert sampled["digest"] == shipped.digest
