@@ -5,8 +5,9 @@ that a benchmark can be run on traffic shaped like it, and checked afterwards ag
 (:mod:`shipyard.benchmarking.workload_fidelity`). It never holds prompt or answer text, only
 counts, times and block hashes' statistics. It holds:
 
-* ``lengths``: the joint input x output token-length distribution (a sparse 2-D histogram on
-  quarter-octave edges, exact for lengths under 8) and each length's quantiles;
+* ``lengths``: the joint input x output token-length distribution (a sparse 2-D histogram: exact
+  while there are at most 512 distinct lengths, else on quarter-octave edges) and each length's
+  quantiles;
 * ``arrivals``: the arrival process: duration, mean and peak request rate, the rate series per
   window, and burstiness (the coefficient of variation of inter-arrival gaps: 1 for Poisson
   arrivals, above 1 for bursty ones, 0 for a fixed pace);
@@ -15,7 +16,7 @@ counts, times and block hashes' statistics. It holds:
 * ``prefix``: prefix-tree statistics at the stated ``block_size``: the theoretical prefix-cache hit
   rate (the share of blocks whose hash was seen before, in arrival order: what an infinite cache
   would hit), the same in tokens as vLLM counts it (``vllm:prefix_cache_hits`` over queries: leading
-  full blocks only, never the prompt's last token), the reuse ratio (blocks used over distinct
+  whole blocks within all but the prompt's last token), the reuse ratio (blocks used over distinct
   blocks), the per-request reused share of prompt tokens and the popularity of the first block
   (shared system prompts);
 * ``slo_class``: the declared kind of traffic (``interactive``: latency-bound; ``batch``: throughput).
@@ -145,9 +146,18 @@ def quantiles(values: list[float]) -> dict[str, float] | None:
     return out
 
 
-def length_edges(largest: int) -> list[int]:
-    """Bin edges for token lengths: 0, then ceil(2^(k/4)) (quarter octaves, so one bin per length
-    below 8), up to the first edge above ``largest``."""
+#: up to this many distinct lengths, the histogram keeps every length exactly (one bin each)
+MAX_EXACT_LENGTHS = 512
+
+
+def length_edges(largest: int, values: list[int] | None = None) -> list[int]:
+    """Bin edges for token lengths. With at most :data:`MAX_EXACT_LENGTHS` distinct ``values``: a
+    one-token bin ``[v, v + 1)`` for each (exact: the sampler and the KS distance see the recorded
+    lengths themselves; the bins between are empty). Otherwise 0, then ceil(2^(k/4)) (quarter
+    octaves, one bin per length below 8) up to the first edge above ``largest``."""
+    distinct = sorted(set(values or []))
+    if distinct and len(distinct) <= MAX_EXACT_LENGTHS:
+        return sorted({v for d in distinct for v in (d, d + 1)})
     edges = [0]
     k = 0
     while edges[-1] <= largest:
@@ -172,8 +182,8 @@ def bin_index(edges: list[int], value: int) -> int:
 
 def joint_histogram(pairs: list[tuple[int, int]]) -> dict[str, Any]:
     """The sparse joint histogram of (input, output) lengths: edges and ``[i, j, count]`` cells."""
-    in_edges = length_edges(max(p[0] for p in pairs))
-    out_edges = length_edges(max(p[1] for p in pairs))
+    in_edges = length_edges(max(p[0] for p in pairs), [p[0] for p in pairs])
+    out_edges = length_edges(max(p[1] for p in pairs), [p[1] for p in pairs])
     cells = Counter((bin_index(in_edges, a), bin_index(out_edges, b)) for a, b in pairs)
     return {"input_edges": in_edges, "output_edges": out_edges,
             "cells": [[i, j, n] for (i, j), n in sorted(cells.items())]}
@@ -236,9 +246,10 @@ def prefix_stats(requests: list[TraceRequest], block_size: int) -> dict[str, Any
     """Prefix-tree statistics of the requests' block hashes, in arrival order (None without hashes).
 
     ``hit_rate_blocks``: blocks whose hash was seen before / all blocks. ``hit_rate_tokens``: what
-    vLLM's ``prefix_cache_hits``/``queries`` counters would show with an unbounded cache: per
-    request the tokens of its leading run of seen *full* blocks, at most ``input_len - 1`` (vLLM
-    always computes the last prompt token), over all prompt tokens.
+    vLLM's ``prefix_cache_hits``/``queries`` counters would show with an unbounded cache and this
+    block size: per request the tokens of its leading run of seen *full* blocks, cut to the whole
+    blocks within ``input_len - 1`` tokens (vLLM always computes the last prompt token and caches
+    block-aligned: ``kv_cache_manager.get_computed_blocks``), over all prompt tokens.
     """
     if not any(r.hash_ids for r in requests):
         return None
@@ -262,7 +273,8 @@ def prefix_stats(requests: list[TraceRequest], block_size: int) -> dict[str, Any
                 run = False
         for h in ids:
             seen.add(h)
-        reused = min(leading * block_size, max(req.input_len - 1, 0))
+        # vLLM hits whole blocks only, and at most input_len - 1 tokens (it computes the last one)
+        reused = min(leading, max(req.input_len - 1, 0) // block_size) * block_size
         hit_tokens += reused
         reused_share.append(reused / req.input_len)
         if ids:
