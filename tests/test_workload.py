@@ -369,6 +369,10 @@ def test_a_fingerprint_from_a_real_prometheus_matches_the_traffic(prometheus: tu
     assert abs(record["checks"]["rate"]["achieved_rps"] / record["checks"]["rate"]["target_rps"] - 600 / span) < 0.01
     series = fp["arrivals"]["rate_series_rps"]
     assert len(series) == 10 and series[-1] == 0.0  # 60 s points from 60 to 600 s; no traffic after 540 s
+    # a trace sampled from it (no tree in the metrics: one shared chain at the measured share)
+    rendered = render_check(sample_trace(fp, requests=2000, seed=2), 16).data
+    assert abs(rendered["prefix"]["hit_rate_tokens"] - fp["prefix"]["hit_rate_tokens"]) < 0.1
+    assert abs(rendered["arrivals"]["mean_rate_rps"] / fp["arrivals"]["mean_rate_rps"] - 1) < 0.15
 
 
 def test_an_empty_prometheus_window_is_one_line(prometheus: tuple[str, list]) -> None:
@@ -466,3 +470,16 @@ def test_a_few_tokens_of_retokenization_jitter_pass_a_shape_change_does_not() ->
     assert ks["ks"] > 0.1 and ks["w1_relative"] < 0.05 and ks["ok"] and record["valid"], record["line"]
     double = [{**s, "input": 2 * s["input"]} for s in jitter]
     assert check_fidelity(fp, double, server_hit=fp["prefix"]["hit_rate_tokens"])["failed"] == ["ks_input"]
+
+
+def test_the_slo_reports_workload_section_names_the_digest_and_the_verdict() -> None:
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.workload_fidelity import fidelity_markdown
+
+    fp = load_fingerprint(local_trace.fingerprint_path()).data
+    sent = [{"t": r.t, "input": r.input_len, "output": r.output_len} for r in read_mooncake(local_trace.trace_path())]
+    good = fidelity_markdown(fp, check_fidelity(fp, sent, server_hit=0.65))
+    assert fp["digest"] in good and "workload fidelity: VALID" in good and "measured on the vLLM server: 65.0%" in good
+    bad = fidelity_markdown(fp, check_fidelity(fp, sent, server_hit=0.0))
+    assert "workload fidelity: INVALID (hit_rate out of tolerance)" in bad and "SLO verdict of this benchmark is invalid" in bad
+    assert "not checked" in fidelity_markdown(fp, None)

@@ -228,3 +228,25 @@ def fidelity_metrics(record: dict[str, Any]) -> dict[str, float]:
     if isinstance(c["hit_rate"].get("theoretical"), int | float):
         out["workload.prefix_hit_theoretical"] = float(c["hit_rate"]["theoretical"])
     return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
+def fidelity_markdown(fingerprint: dict[str, Any], record: dict[str, Any] | None) -> str:
+    """The SLO report's workload section: the fingerprint's line and digest, the fidelity line, the
+    prefix-cache hit rate measured on the vLLM server against the theoretical one, and the verdict's
+    consequence (an invalid workload makes the SLO verdict untrustworthy)."""
+    from shipyard.benchmarking.workload import summary_line
+
+    lines = ["## Workload", "", f"- {summary_line(fingerprint)}", f"- fingerprint digest `{fingerprint.get('digest')}`"]
+    if record is None:
+        lines.append("- workload fidelity: not checked (the benchmark recorded no fidelity)")
+        return "\n".join(lines) + "\n"
+    lines.append(f"- {record['line']}")
+    hit = record["checks"]["hit_rate"]
+    if "server" in hit:
+        lines.append(f"- prefix-cache hit rate measured on the vLLM server: {hit['server']:.1%} "
+                     f"(theoretical at block size {(fingerprint.get('prefix') or {}).get('block_size')}: "
+                     f"{hit['theoretical']:.1%})")
+    if not record["valid"]:
+        lines.append("- **the SLO verdict of this benchmark is invalid**: the traffic sent or served is outside "
+                     "the workload tolerance, so it does not describe your workload")
+    return "\n".join(lines) + "\n"
