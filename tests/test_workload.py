@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 
 from shipyard.benchmarking.workload import (
     TraceRequest,
@@ -34,7 +35,6 @@ from shipyard.benchmarking.workload_fidelity import (
 from shipyard.benchmarking.workload_render import guidellm_parts, render_check, sample_trace
 from shipyard.benchmarking.workload_sources import fingerprint_file, read_azure, read_burstgpt, read_mooncake
 from shipyard.core.errors import ShipyardError
-from tests.conftest import require_tool
 
 #: a hand-built Mooncake trace at block size 16 (timestamps in ms)
 HAND = [
