@@ -63,7 +63,7 @@ def reuse_bin(share: float) -> int:
     return min(REUSE_BINS, math.ceil(share * REUSE_BINS))
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceRequest:
     """One recorded request: arrival (seconds from any origin), token counts, prefix block hashes."""
 

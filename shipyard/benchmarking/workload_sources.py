@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shipyard.benchmarking.workload import TraceRequest, WorkloadFingerprint, build_fingerprint
+from shipyard.benchmarking.workload import TraceRequest, WorkloadFingerprint, build_fingerprint, seal
 from shipyard.core.errors import ShipyardError, file_error
 
 FORMATS = ("mooncake", "azure", "burstgpt", "chat", "prometheus")
@@ -181,8 +181,6 @@ def fingerprint_file(path: str | Path, fmt: str, *, block_size: int | None = Non
         fp = build_fingerprint(requests, source="burstgpt", slo_class=slo_class, max_model_len=max_model_len,
                                field_name=field)
         if skipped:
-            from shipyard.benchmarking.workload import seal
-
             data = {k: v for k, v in fp.data.items() if k != "digest"}
             data["source"] = {**data["source"], "skipped_failed": skipped}
             return seal(data)
