@@ -483,3 +483,40 @@ def test_the_slo_reports_workload_section_names_the_digest_and_the_verdict() -> 
     bad = fidelity_markdown(fp, check_fidelity(fp, sent, server_hit=0.0))
     assert "workload fidelity: INVALID (hit_rate out of tolerance)" in bad and "SLO verdict of this benchmark is invalid" in bad
     assert "not checked" in fidelity_markdown(fp, None)
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shipyard.cli.main", *args], cwd=cwd, capture_output=True, text=True,
+                          check=False)
+
+
+def test_the_cli_fingerprints_renders_and_judges(tmp_path: Path) -> None:
+    """shipyard workload fingerprint -> render -> fidelity on a guidellm-shaped report: exit 0 when
+    faithful, 1 when the server's hit ratio is far from the fingerprint's."""
+    from shipyard.benchmarking import local_trace
+
+    made = _cli(tmp_path, "workload", "fingerprint", str(local_trace.trace_path()), "--format", "mooncake",
+                "--block-size", "32", "--out-file", "fp.json")
+    assert made.returncode == 0 and made.stdout.startswith("workload 951ee4750614"), made.stderr
+    assert load_fingerprint(tmp_path / "fp.json").digest == load_fingerprint(local_trace.fingerprint_path()).digest
+    rendered = _cli(tmp_path, "workload", "render", "fp.json", "--out-file", "trace.jsonl", "--requests", "300")
+    assert rendered.returncode == 0 and "300 requests" in rendered.stdout, rendered.stderr
+    rows = read_mooncake(tmp_path / "trace.jsonl")
+    report = {"benchmarks": [{"requests": {"successful": [
+        {"prompt_tokens": r.input_len, "output_tokens": r.output_len, "request_start_time": 1.7e9 + r.t} for r in rows]}}]}
+    (tmp_path / "guidellm.json").write_text(json.dumps(report))
+
+    def metrics(hits: float, queries: float) -> str:
+        return (f'vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {hits}\n'
+                f'vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {queries}\n')
+
+    total = sum(r.input_len for r in rows)
+    (tmp_path / "before.txt").write_text(metrics(10, 100))
+    (tmp_path / "after.txt").write_text(metrics(10 + 0.66 * total, 100 + total))
+    (tmp_path / "cold.txt").write_text(metrics(10 + 0.05 * total, 100 + total))
+    ok = _cli(tmp_path, "workload", "fidelity", "fp.json", "--guidellm", "guidellm.json", "--metrics-before",
+              "before.txt", "--metrics-after", "after.txt")
+    assert ok.returncode == 0 and ok.stdout.startswith("workload fidelity: VALID"), ok.stdout + ok.stderr
+    cold = _cli(tmp_path, "workload", "fidelity", "fp.json", "--guidellm", "guidellm.json", "--metrics-before",
+                "before.txt", "--metrics-after", "cold.txt", "-o", "json")
+    assert cold.returncode == 1 and json.loads(cold.stdout)["failed"] == ["hit_rate"]
