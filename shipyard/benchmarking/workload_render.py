@@ -28,10 +28,13 @@ Other harnesses read the same trace file (documented mapping, not dependencies):
 * **AIPerf** (0.13): ``aiperf profile --input-file trace.jsonl --custom-dataset-type mooncake_trace
   --fixed-schedule`` (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids`` with its
   ``--isl-block-size B``); ``--fixed-schedule-speedup N`` is ``time_scale``.
-* **inference-perf** (0.7): a ``load.type: trace`` replay of the timestamps with the lengths from
-  the trace columns; it has no hash-id prefix rebuild, so use its ``shared_prefix`` data generator
-  with ``num_groups`` = the fingerprint's ``prefix.roots`` and a ``system_prompt_len`` of the reused
-  share x the median input, or keep guidellm for prefix-heavy workloads.
+* **inference-perf** (0.7) replays no Mooncake trace (its replays read OpenTelemetry traces), so
+  the fingerprint maps onto its config instead: ``data.type: shared_prefix`` with ``num_groups`` =
+  ``prefix.roots``, ``system_prompt_len`` = the median reused share x the median input length,
+  ``question_distribution`` / ``output_distribution`` ``{min: p0, max: p100, mean, std_dev: (p90 -
+  p10) / 2.56}`` from ``lengths``, and ``load.type: poisson`` with one stage per point of
+  ``arrivals.rate_series_rps`` (``rate`` x ``time_scale``, ``duration`` = ``window_s``): the
+  arrival process as a rate series, the lengths as a normal shape (its generator's limit).
 * **vLLM bench** (``vllm bench serve --dataset-name custom`` with a timed trace): the same rows.
 """
 
