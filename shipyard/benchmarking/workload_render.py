@@ -35,7 +35,6 @@ Other harnesses read the same trace file (documented mapping, not dependencies):
   p10) / 2.56}`` from ``lengths``, and ``load.type: poisson`` with one stage per point of
   ``arrivals.rate_series_rps`` (``rate`` x ``time_scale``, ``duration`` = ``window_s``): the
   arrival process as a rate series, the lengths as a normal shape (its generator's limit).
-* **vLLM bench** (``vllm bench serve --dataset-name custom`` with a timed trace): the same rows.
 """
 
 from __future__ import annotations
