@@ -4,7 +4,7 @@ No logging change is needed: vLLM exports (names as vLLM 0.32 registers them) th
 ``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens`` (one observation per finished
 request) and the counters ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``
 (tokens). :func:`fingerprint_from_prometheus` reads them over a window ``[start, end]`` through
-Prometheus's HTTP API (``/api/v1/query`` for the window's increases, ``/api/v1/query_range`` for the
+Prometheus's HTTP API (:mod:`shipyard.serving.prometheus`: ``/api/v1/query`` for the window's increases, ``/api/v1/query_range`` for the
 request-rate series), with an optional label ``selector`` (``{model_name="llm",namespace="prod"}``).
 
 What it can and cannot know: the length distributions are vLLM's bucket counts (the joint
@@ -18,11 +18,7 @@ vLLM series under the selector) is one line.
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,14 +28,13 @@ from shipyard.benchmarking.workload import (
     seal,
     window_for,
 )
-from shipyard.core.errors import ShipyardError, refuse_credentials
-from shipyard.core.net import unreachable
+from shipyard.core.errors import ShipyardError
+from shipyard.serving.prometheus import PrometheusAPI
 
 PROMPT = "vllm:request_prompt_tokens"
 GENERATION = "vllm:request_generation_tokens"
 HITS = "vllm:prefix_cache_hits_total"
 QUERIES = "vllm:prefix_cache_queries_total"
-TIMEOUT_S = 30.0
 
 
 def parse_time(value: str | float | int, field: str) -> float:
@@ -70,48 +65,19 @@ def _selector(selector: str) -> str:
     return text
 
 
-def _get(base: str, path: str, params: dict[str, Any]) -> Any:
-    url = f"{base.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
-    try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as resp:
-            body = json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        detail = ""
-        try:
-            detail = json.loads(err.read()).get("error", "")
-        except (ValueError, OSError, AttributeError):
-            pass
-        raise ShipyardError("prometheus", f"{base} answered HTTP {err.code} to {path} {str(detail)[:200]}".rstrip(),
-                            "check the URL points at Prometheus (its /api/v1 answers) and the selector") from None
-    except (urllib.error.URLError, OSError) as err:
-        raise unreachable("prometheus", base, err, TIMEOUT_S) from None
-    except ValueError:
-        raise ShipyardError("prometheus", f"{base}{path} did not answer JSON", "point at the Prometheus server itself") from None
-    if not isinstance(body, dict) or body.get("status") != "success":
-        raise ShipyardError("prometheus", f"{path} failed: {str(body.get('error') if isinstance(body, dict) else body)[:200]}",
-                            "check the selector and the time window")
-    return body["data"]
-
-
-def _vector(base: str, query: str, at: float) -> list[dict[str, Any]]:
-    return _get(base, "/api/v1/query", {"query": query, "time": f"{at:.3f}"}).get("result") or []
-
-
-def _scalar(base: str, query: str, at: float) -> float | None:
-    result = _vector(base, query, at)
-    if not result:
-        return None
-    value = float(result[0]["value"][1])
+def _scalar(api: PrometheusAPI, query: str, at: float) -> float | None:
+    """The first sample's value, None when there is none or it is not finite."""
+    result = api.instant(query, at)
+    value = result[0]["value"] if result else math.nan
     return value if math.isfinite(value) else None
 
 
-def _buckets(base: str, metric: str, sel: str, window: int, at: float) -> list[tuple[float, float]]:
+def _buckets(api: PrometheusAPI, metric: str, sel: str, window: int, at: float) -> list[tuple[float, float]]:
     """``(le, cumulative count)`` of a histogram's increase over the window, sorted by ``le``."""
-    result = _vector(base, f"sum by (le) (increase({metric}_bucket{sel}[{window}s]))", at)
+    result = api.instant(f"sum by (le) (increase({metric}_bucket{sel}[{window}s]))", at)
     out = []
     for series in result:
-        le = series["metric"].get("le")
-        value = float(series["value"][1])
+        le, value = series["metric"].get("le"), series["value"]
         if le is None or not math.isfinite(value):
             continue
         out.append((math.inf if le == "+Inf" else float(le), max(value, 0.0)))
@@ -159,9 +125,7 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
                                 block_size: int | None = None, slo_class: str = "interactive",
                                 step: int | None = None, max_model_len: int | None = None) -> WorkloadFingerprint:
     """The fingerprint of the vLLM traffic Prometheus recorded between ``start`` and ``end`` (see module doc)."""
-    refuse_credentials(url, "prometheus")
-    if not str(url).startswith(("http://", "https://")):
-        raise ShipyardError("prometheus", f"{str(url)[:80]!r} is not an http(s) URL", "pass e.g. http://prometheus:9090")
+    api = PrometheusAPI(str(url), field="prometheus")  # an http(s) URL without credentials
     if slo_class not in SLO_CLASSES:
         raise ShipyardError("slo_class", f"unknown class {slo_class!r}", f"use one of {list(SLO_CLASSES)}")
     t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
@@ -169,8 +133,8 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
         raise ShipyardError("--end", "the window ends before it starts", "pass an --end after --start")
     sel = _selector(selector)
     window = max(1, int(round(t1 - t0)))
-    prompt = _buckets(url, PROMPT, sel, window, t1)
-    generation = _buckets(url, GENERATION, sel, window, t1)
+    prompt = _buckets(api, PROMPT, sel, window, t1)
+    generation = _buckets(api, GENERATION, sel, window, t1)
     requests = prompt[-1][1] if prompt else 0.0
     if requests < 0.5:
         raise ShipyardError("prometheus", f"no vLLM request finished between {t0:.0f} and {t1:.0f} "
@@ -186,18 +150,15 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
     cells = [[i, j, round(a * b / out_total, 6)] for i, a in enumerate(in_counts) if a > 0
              for j, b in enumerate(out_counts) if b > 0]
     step_s = int(step or max(window_for(t1 - t0), 15))
-    series_data = _get(url, "/api/v1/query_range", {
-        "query": f"sum(increase({PROMPT}_count{sel}[{step_s}s])) / {step_s}",
-        "start": f"{t0 + step_s:.3f}", "end": f"{t1:.3f}", "step": str(step_s)}).get("result") or []
-    series = [round(max(float(v), 0.0), 6) for _, v in (series_data[0]["values"] if series_data else [])
-              if math.isfinite(float(v))]
+    series_data = api.range(f"sum(increase({PROMPT}_count{sel}[{step_s}s])) / {step_s}", t0 + step_s, t1, step_s)
+    series = [round(max(v, 0.0), 6) for _, v in (series_data[0]["values"] if series_data else []) if math.isfinite(v)]
     mean_rate = requests / (t1 - t0)
     cv = None
     if len(series) > 1 and sum(series) > 0:
         m = sum(series) / len(series)
         cv = round(math.sqrt(sum((x - m) ** 2 for x in series) / len(series)) / m, 6)
-    hits = _scalar(url, f"sum(increase({HITS}{sel}[{window}s]))", t1)
-    queries = _scalar(url, f"sum(increase({QUERIES}{sel}[{window}s]))", t1)
+    hits = _scalar(api, f"sum(increase({HITS}{sel}[{window}s]))", t1)
+    queries = _scalar(api, f"sum(increase({QUERIES}{sel}[{window}s]))", t1)
     prefix = None
     if hits is not None and queries:
         prefix = {"block_size": block_size, "measured": True, "hit_rate_tokens": round(hits / queries, 6),
