@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from shipyard.compression.recipes import recipe_label
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
 from shipyard.core.interrupts import shielded, signal_name
@@ -157,7 +158,7 @@ def gates_of(steps: list[StepSummary], run_dir: Path) -> dict[str, Any]:
             candidate = arts.get("candidate") or {}
             caveat = str(candidate.get("accuracy_caveat") or (arts.get("accuracy_report") or {}).get("caveat") or "")
             candidates.append({
-                "recipe": candidate.get("recipe", ""),
+                "recipe": recipe_label(str(candidate.get("recipe", ""))),  # an inline recipe by its label, not its YAML
                 "task": step.task,
                 "passed": flag(candidate.get("passed", metrics.get("passed", params.get("Output")))),
                 "accuracy": {"passed": flag(metrics.get("accuracy_passed")),
