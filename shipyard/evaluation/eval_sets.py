@@ -163,7 +163,10 @@ def parse_eval_sets(value: str | list[Any] | dict[str, Any] | None) -> EvalSetsC
     ``match`` only for qa/chat/rag, a judge for ``rubric`` sets, a pinned judge model."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return EvalSetsConfig()
-    data = load_json(value, FIELD) if isinstance(value, str) else value
+    try:
+        data = load_json(value, FIELD) if isinstance(value, str) else value
+    except json.JSONDecodeError as err:
+        raise ShipyardError(FIELD, f"is not valid JSON ({err.msg} at char {err.pos})", f"write e.g. {EXAMPLE}") from None
     if isinstance(data, list):
         data = {"sets": data}
     if not isinstance(data, dict):

@@ -173,7 +173,7 @@ def calibrate(judge_verdicts: list[str] | None, labels: list[str] | None, min_ka
     for i, v in enumerate(judge_verdicts):
         _check(v, f"labelled pair {i + 1}")
     kappa = cohen_kappa(judge_verdicts, labels)
-    if kappa >= min_kappa:
+    if kappa >= min_kappa - 1e-9:  # 0.4 computed as 0.39999999999999997 still meets 0.4
         return Calibration(len(labels), kappa, min_kappa, True,
                            f"gates: Cohen's kappa {kappa:.2f} >= {min_kappa:g} on {len(labels)} labelled pairs")
     return Calibration(len(labels), kappa, min_kappa, False,
