@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from shipyard.evaluation.eval_sets import (
     check_eval_sets,
     load_eval_set,
     load_labels,
+    parse_eval_sets,
     shipped_eval_sets,
 )
 from shipyard.evaluation.judge import judge_requests, load_template, parse_verdict
@@ -405,3 +407,18 @@ def test_judge_served_by_vllm_judges_rubric_answers_in_both_orders(tiny_model: P
     judged = [Judged(**j) for j in result["judged"]]
     assert pairwise(judged, iters=100).n == 3
     assert calibrate(result["label_verdicts"], result["label_truth"], 0.6).n == result["labels"]
+
+
+def test_readme_rows_are_valid_rows_of_their_form() -> None:
+    """The README's one row of each form passes its form's schema, and its eval_sets example parses."""
+    from shipyard.evaluation.eval_sets import validate_rows
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Your own eval sets", 1)[1].split("\n## ", 1)[0]
+    example = next(line for line in section.splitlines() if line.startswith("eval_sets="))
+    assert parse_eval_sets(example.removeprefix("eval_sets=")).sets[0].form == "qa"
+    rows = [line for line in section.splitlines() if re.match(r"^(mcq|qa|chat|rag|rubric):\s+\{", line)]
+    assert [line.split(":", 1)[0] for line in rows] == ["mcq", "qa", "chat", "rag", "rubric"]
+    for line in rows:
+        form, _, text = line.partition(":")
+        assert validate_rows(form, [(1, json.loads(text))], f"README {form}")
