@@ -266,29 +266,50 @@ def test_lm_eval_loads_the_compiled_tasks(tmp_path: Path) -> None:
     assert docs == {task_name(s.name): len(s.rows) for s in sets if s.form != "rubric"}
 
 
-def test_lm_eval_runs_each_compiled_form_on_the_tiny_model(tiny_model: Path, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Real lm-eval (hf backend) on 3 rows of each shipped form: every task logs its samples, and
-    the gate pairs them (the model against itself: no loss, but 3 rows cannot show a 0.02 margin)."""
-    from shipyard.evaluation.lmeval import evaluate_model
+def test_each_form_runs_end_to_end_on_the_tiny_model(tiny_model: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steps on 3 rows of each shipped form: prepare (read, leak check, compile, lm-eval's loader),
+    real lm-eval (hf backend) on the tiny model with per-sample logs, then the per-set gate (the model
+    against itself: no loss, but 3 rows cannot show a 0.02 margin: inconclusive, fails closed)."""
+    from shipyard.core.files import package_dir
+    from shipyard.steps.eval_sets import decide_eval_sets, evaluate_eval_sets, prepare_eval_sets
 
     monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
-    _, sets = check_eval_sets(shipped_eval_sets())
-    for s in sets:
-        s.rows = s.rows[:3]
-    manifest = compile_eval_sets(sets, tmp_path / "tasks")
-    config = eval_config_for(tmp_path / "tasks", manifest, '{"batch_size": 4}')
-    summary = run_in_runtime("compress", evaluate_model, model_dir=str(tiny_model), eval_config=config,
+    shipped = json.loads(shipped_eval_sets())
+    for spec in shipped["sets"]:  # the first 3 rows of each shipped set, as local files
+        rows = (package_dir("shipyard.evaluation.user_sets") / spec["uri"].removeprefix("builtin://")).read_text()
+        spec["uri"] = write_set(tmp_path, spec["name"], rows.splitlines()[:3])
+    prepared = prepare_eval_sets(json.dumps(shipped), str(tmp_path / "prepared"))
+    assert [s["rows"] for s in prepared["sets"]] == [3] * 5 and prepared["warnings"] == []
+    assert [r["line"] for r in prepared["leaks"]][0] == "travel-desk-mcq: 0 of 3 rows overlap the calibration set"
+    assert prepared["lm_eval_docs"] == {e["task"]: 3 for e in prepared["manifest"]["sets"].values()}
+    assert (tmp_path / "prepared" / "rubric" / "homework-rubric.jsonl").is_file()
+    summary = run_in_runtime("compress", evaluate_eval_sets, model_dir=str(tiny_model),
+                             prepared_dir=str(tmp_path / "prepared"), eval_config='{"batch_size": 4}',
                              out_dir=str(tmp_path / "base"), backend="hf")
     samples = load_samples(tmp_path / "base")
-    for entry in manifest["sets"].values():
+    for entry in prepared["manifest"]["sets"].values():
         metric, _, filt = entry["metric"].partition(",")
         assert entry["metric"] in summary["scores"][entry["task"]]
         rows = [r for (doc, f), r in samples[entry["task"]].items() if f == filt]
         assert len(rows) == 3 and all(r[metric] in (0, 0.0, 1, 1.0) for r in rows)
-    gate = gate_eval_sets(manifest, samples, samples, parse_thresholds(""))
-    assert [r.paired["n"] for r in gate.rows] == [3, 3, 3, 3]
-    assert all(r.paired["loss"] == 0 and r.decision == "inconclusive" for r in gate.rows) and not gate.passed
+    base = str(tmp_path / "base")
+    unjudged = decide_eval_sets(str(tmp_path / "prepared"), base, base)
+    assert not unjudged["passed"] and "rubric set(s) ['homework-rubric'] were not judged" in unjudged["reason"]
+    # verdicts written here (the judge model's run is the slow test below): candidate preferred 3 times
+    judged = {"sets": {"homework-rubric": {"judged": [{"id": str(i), "base_first": "B", "candidate_first": "A"}
+                                                      for i in range(3)], "unparsed": 0}},
+              "labels": {"verdicts": [], "truth": []}}
+    (tmp_path / "judged.json").write_text(json.dumps(judged))
+    out = decide_eval_sets(str(tmp_path / "prepared"), base, base, judged_path=str(tmp_path / "judged.json"),
+                           report_path=str(tmp_path / "report.md"))
+    lm_rows = [r for r in out["rows"] if r["metric"] != "judge_preference"]
+    assert [r["paired"]["n"] for r in lm_rows] == [3, 3, 3, 3]
+    assert all(r["paired"]["loss"] == 0 and r["decision"] == "inconclusive" for r in lm_rows) and not out["passed"]
+    rubric = next(r for r in out["rows"] if r["metric"] == "judge_preference")
+    assert not rubric["gated"] and "informs only: no labelled slice" in rubric["note"]
+    report = (tmp_path / "report.md").read_text()
+    assert "travel-desk-mcq: 0 of 3 rows overlap the calibration set" in report and "Judge on homework-rubric" in report
 
 
 # --------------------------------------------------------------------------- judging maths
