@@ -29,6 +29,7 @@ from shipyard.gates.recovery import (
     NON_INFERIORITY,
     Row,
     Thresholds,
+    add_mdl,
     apply_noninferiority,
     compare_metric,
     loss_text,
@@ -133,6 +134,7 @@ def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_sa
         judged_out[name] = {"pairwise": result.to_dict(), "line": result.line(), "judge": js.calibration.to_dict()}
     if not rows:
         return EvalSetsGate(False, "failed closed: no eval set to decide", [], judged_out, leaks or [])
+    add_mdl(rows, thresholds)
     apply_noninferiority(rows, thresholds, base_samples, candidate_samples)
     for row in rows:
         if row.metric == JUDGE_METRIC and not row.gated:
@@ -165,8 +167,9 @@ def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None) -> 
     if gate.leaks:
         doc.h(2, "Leak check against the calibration set").items(gate.leaks)
     doc.h(2, "Per set").table(
-        ("set", "metric", "n", "base", "candidate", "loss [interval]", "margin", "p (Holm)", "decision", "note"),
-        [(r.task, r.metric, str((r.paired or {}).get("n", "–")), r.base, r.candidate, _interval(r), r.margin,
+        ("set", "metric", "n", "base", "candidate", "loss [interval]", "margin", "min. detectable loss", "p (Holm)",
+         "decision", "note"),
+        [(r.task, r.metric, str((r.paired or {}).get("n", "–")), r.base, r.candidate, _interval(r), r.margin, r.mdl,
           r.p_adjusted if r.p_adjusted is not None else r.p_value, r.decision or "–", r.note) for r in gate.rows])
     for name, info in gate.judged.items():
         doc.h(3, f"Judge on {name}").items([info["line"], info["judge"]["note"]])
