@@ -125,6 +125,7 @@ def test_duplicates_are_dropped_and_counted_duplicate_ids_refused(tmp_path: Path
     ([{"name": "s", "form": "qa", "uri": "QA3", "sha256": "0" * 64}], "is not the pinned 0000000000000000..."),
     ([{"name": "s", "form": "qa", "uri": "ftp://host/s.jsonl"}], "eval_sets.s: unknown URI scheme 'ftp'"),
     ([{"name": "s", "form": "qa", "uri": "s3://bucket/sets/"}], "is not a .jsonl object"),
+    ([{"name": "s", "form": "qa", "uri": "-"}], "eval_sets.s: '-' is not a .jsonl file"),
     ([{"name": "s", "form": "mcq", "uri": "QA3", "match": "exact"}], "'match' applies to qa, chat and rag sets"),
     ([{"name": "s", "form": "essay", "uri": "QA3"}], "eval_sets.sets[0].form: must be 'mcq', 'qa', 'chat', 'rag'"),
     ([{"name": "s", "form": "qa", "uri": "QA3"}, {"name": "s", "form": "qa", "uri": "QA3"}],

@@ -242,9 +242,16 @@ def check_uri(uri: str, where: str) -> str:
             raise ShipyardError(where, f"{text[:80]!r} is not a shipped set", f"use one of {shipped_files()}")
         return "builtin"
     if "://" in text:
-        raise ShipyardError(where, f"unknown URI scheme {text.partition('://')[0]!r}",
+        raise ShipyardError(where, f"unknown URI scheme {text.partition('://')[0][:20]!r}",
                             "give a local .jsonl path, s3://bucket/key.jsonl or pvc://claim/path.jsonl")
+    if not text.endswith((".jsonl", ".json")):  # also keeps "-" (standard input) out of a pipeline parameter
+        raise ShipyardError(where, f"{_short(text)!r} is not a .jsonl file", "give the path of a JSON-lines file")
     return "file"
+
+
+def _short(path: str | Path, limit: int = 160) -> str:
+    text = str(path)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def shipped_files() -> list[str]:
@@ -324,11 +331,12 @@ def read_jsonl(path: Path, where: str) -> tuple[list[tuple[int, Any]], str]:
     try:
         text = read_text(path, where)
     except FileNotFoundError:
-        raise ShipyardError(where, f"{path} does not exist", "give an existing .jsonl file") from None
+        raise ShipyardError(where, f"{_short(path)} does not exist", "give an existing .jsonl file") from None
     except IsADirectoryError:
-        raise ShipyardError(where, f"{path} is a folder", "give a .jsonl file, one JSON object per line") from None
+        raise ShipyardError(where, f"{_short(path)} is a folder", "give a .jsonl file, one JSON object per line") from None
     except OSError as err:
-        raise ShipyardError(where, f"cannot read {path}: {err.strerror or err}", "give a readable .jsonl file") from None
+        raise ShipyardError(where, f"cannot read {_short(path)}: {err.strerror or err}",
+                            "give a readable .jsonl file") from None
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):

@@ -513,6 +513,8 @@ ROWS: list[Row] = [
         field="eval_sets.s: nonexistent.jsonl does not exist", params=True),
     row("run-eval-sets-unknown-form", *run_local("--param", eval_sets("es-qa.jsonl", form="essay")),
         field="eval_sets.sets[0].form: must be 'mcq', 'qa', 'chat', 'rag' or 'rubric'", params=True),
+    row("run-eval-sets-stdin", *run_local("--param", eval_sets("-")),
+        field="eval_sets.s: '-' is not a .jsonl file", params=True),
     row("run-eval-sets-not-json", *run_local("--param", "eval_sets=[{"), field="eval_sets: is not valid JSON",
         params=True),
     row("run-eval-sets-leak", *run_local("--param", eval_sets("es-leak.jsonl", max_leak_share=0.0)),
