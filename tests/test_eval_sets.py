@@ -303,7 +303,11 @@ def test_each_form_runs_end_to_end_on_the_tiny_model(tiny_model: Path, tmp_path:
               "labels": {"verdicts": [], "truth": []}}
     (tmp_path / "judged.json").write_text(json.dumps(judged))
     out = decide_eval_sets(str(tmp_path / "prepared"), base, base, judged_path=str(tmp_path / "judged.json"),
-                           report_path=str(tmp_path / "report.md"))
+                           report_path=str(tmp_path / "report.md"), records_path=str(tmp_path / "records.json"))
+    records = json.loads((tmp_path / "records.json").read_text())
+    assert records["columns"][:3] == ["set", "doc_id", "id"] and len(records["data"]) == 12
+    mcq = [r for r in records["data"] if r[0] == "travel-desk-mcq"]
+    assert {r[2] for r in mcq} == {"mcq-001", "mcq-002", "mcq-003"} and all(r[5] == r[6] for r in mcq)
     lm_rows = [r for r in out["rows"] if r["metric"] != "judge_preference"]
     assert [r["paired"]["n"] for r in lm_rows] == [3, 3, 3, 3]
     assert all(r["paired"]["loss"] == 0 and r["decision"] == "inconclusive" for r in lm_rows) and not out["passed"]
@@ -347,6 +351,7 @@ def test_cohen_kappa_and_calibration() -> None:
         calibrate(judge, labels, 0.6).note
     assert calibrate(judge, labels, 0.4).gates
     assert "informs only: no labelled slice" in calibrate(None, None, 0.6).note
+    assert "informs only: the judge did not judge the labelled slice" in calibrate([], labels, 0.6).note
 
 
 def test_judge_prompt_is_data_both_orders_greedy() -> None:

@@ -174,3 +174,47 @@ def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None) -> 
     for name, info in gate.judged.items():
         doc.h(3, f"Judge on {name}").items([info["line"], info["judge"]["note"]])
     return doc
+
+
+RECORD_COLUMNS = ("set", "doc_id", "id", "prompt", "reference", "base_answer", "candidate_answer", "base_score",
+                  "candidate_score", "outcome")
+#: characters of a prompt or answer a record keeps
+RECORD_TEXT = 500
+
+
+def _answer(row: dict[str, Any]) -> str:
+    """The answer a sample row shows: a generation's filtered text, or an mcq's chosen option."""
+    resps = row.get("filtered_resps") or []
+    doc = row.get("doc") or {}
+    if resps and isinstance(resps[0], list | tuple) and doc.get("choices"):  # loglikelihood per choice
+        best = max(range(len(resps)), key=lambda i: float(resps[i][0]))
+        return str(doc["choices"][best])
+    return str(resps[0] if resps else "")[:RECORD_TEXT]
+
+
+def _outcome(b: float, c: float) -> str:
+    if b == c:
+        return "both right" if b >= 1 else ("both wrong" if b <= 0 else "same")
+    return "base only" if b > c else "candidate only"
+
+
+def paired_records(manifest: dict[str, Any], base: Samples, candidate: Samples) -> dict[str, Any]:
+    """Per-sample records of every compiled set, base and candidate side by side, as MLflow's table
+    format (``{"columns": [...], "data": [[...]]}``: what ``mlflow.log_table`` writes and the run's
+    artifact view shows as a table): set, row, prompt, reference, both answers, both scores and
+    whether the row changed ("base only": the candidate lost it)."""
+    data: list[list[Any]] = []
+    for name, entry in sorted((manifest.get("sets") or {}).items()):
+        task, metric = entry["task"], entry["metric"]
+        key, _, filt = metric.partition(",")
+        b_rows, c_rows = base.get(task) or {}, candidate.get(task) or {}
+        for doc_key in sorted(set(b_rows) & set(c_rows), key=lambda k: str(k[0])):
+            if doc_key[1] != filt:
+                continue
+            b, c = b_rows[doc_key], c_rows[doc_key]
+            doc = b.get("doc") or {}
+            reference = doc["choices"][doc["label"]] if doc.get("choices") else b.get("target")
+            bs, cs = float(b.get(key, 0.0)), float(c.get(key, 0.0))
+            data.append([name, doc_key[0], doc.get("id"), str(doc.get("text", ""))[:RECORD_TEXT], reference,
+                         _answer(b), _answer(c), bs, cs, _outcome(bs, cs)])
+    return {"columns": list(RECORD_COLUMNS), "data": data}

@@ -167,9 +167,12 @@ class Calibration:
 def calibrate(judge_verdicts: list[str] | None, labels: list[str] | None, min_kappa: float) -> Calibration:
     """Whether the judge may gate: kappa against the labelled slice >= ``min_kappa``. Without a
     labelled slice the judge informs only, and the note says so."""
-    if not labels or judge_verdicts is None:
+    if not labels:
         return Calibration(0, None, min_kappa, False, "informs only: no labelled slice to calibrate the judge on "
                            "(give eval_sets.judge.labels_uri)")
+    if not judge_verdicts:
+        return Calibration(len(labels), None, min_kappa, False, "informs only: the judge did not judge the labelled "
+                           "slice")
     for i, v in enumerate(judge_verdicts):
         _check(v, f"labelled pair {i + 1}")
     kappa = cohen_kappa(judge_verdicts, labels)

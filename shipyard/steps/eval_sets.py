@@ -153,11 +153,13 @@ def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str
 
 
 def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, accuracy_thresholds: str = "",
-                     judged_path: str = "", report_path: str = "") -> dict[str, Any]:
-    """The per-set gate of one candidate (:func:`shipyard.gates.eval_sets.gate_eval_sets`) and its
-    Markdown report. Returns ``{"passed", "reason", "metrics", "rows", "judged", "leaks", "sets"}``;
-    fails closed (``passed`` false with the reason) instead of raising."""
-    from shipyard.gates.eval_sets import EvalSetsGate, JudgedSet, gate_eval_sets, report_doc
+                     judged_path: str = "", report_path: str = "", records_path: str = "") -> dict[str, Any]:
+    """The per-set gate of one candidate (:func:`shipyard.gates.eval_sets.gate_eval_sets`), its
+    Markdown report (``report_path``) and the per-sample records, base and candidate side by side,
+    in MLflow's table format (``records_path``: log it as the step run's artifact). Returns
+    ``{"passed", "reason", "metrics", "rows", "judged", "leaks", "sets"}``; fails closed
+    (``passed`` false with the reason) instead of raising."""
+    from shipyard.gates.eval_sets import EvalSetsGate, JudgedSet, gate_eval_sets, paired_records, report_doc
     from shipyard.gates.judging import Judged, calibrate
     from shipyard.gates.paired import load_samples
     from shipyard.gates.recovery import parse_thresholds
@@ -181,9 +183,11 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
                 rows = [Judged(**j) for j in data["sets"][s["name"]]["judged"]]
                 judged[s["name"]] = JudgedSet(rows, calibration, s.get("margin"))
         manifest = prepared.get("manifest") or {"sets": {}}
-        gate = gate_eval_sets(manifest, load_samples(base_results) if manifest["sets"] else {},
-                              load_samples(candidate_results) if manifest["sets"] else {}, thresholds, judged,
-                              [r["line"] for r in prepared.get("leaks") or []])
+        base = load_samples(base_results) if manifest["sets"] else {}
+        cand = load_samples(candidate_results) if manifest["sets"] else {}
+        gate = gate_eval_sets(manifest, base, cand, thresholds, judged, [r["line"] for r in prepared.get("leaks") or []])
+        if records_path:
+            atomic_write_text(records_path, json.dumps(paired_records(manifest, base, cand), ensure_ascii=False))
     except ShipyardError as err:
         gate = EvalSetsGate(False, f"failed closed: {err}", [])
     except Exception as err:  # noqa: BLE001 - any surprise still means "do not promote"
