@@ -215,6 +215,19 @@ def test_a_planted_leak_is_reported_and_refused_over_the_threshold(tmp_path: Pat
         refuse_leaks([strict])
 
 
+def test_short_prompts_and_shared_system_prompts_are_no_leak(tmp_path: Path) -> None:
+    system = "You are the support assistant of the harbour bakery and you always answer in one short sentence."
+    calibration = [f"{system} The council wrote the schedule.", "Opening hours", "The bakery is open. Opening hours"]
+    rows = [{"prompt": "Opening hours", "reference": "9 to 5"},  # a whole calibration text: exact
+            {"prompt": "The bakery", "reference": "open"}]  # 2 words inside a longer text: not a leak
+    _, (qa,) = check_eval_sets(one(tmp_path, "qa", rows))
+    assert check_leaks([qa], calibration)[0].exact == [1]
+    chat = [{"messages": [{"role": "system", "content": system}, {"role": "user", "content": "When do you open?"}],
+             "reference": "At nine."}]
+    _, (chat_set,) = check_eval_sets(one(tmp_path, "chat", chat))
+    assert check_leaks([chat_set], calibration)[0].overlapping == []
+
+
 def test_leak_check_reads_the_calibration_file_and_skips_a_hub_dataset(tmp_path: Path) -> None:
     calib = tmp_path / "calib.jsonl"
     calib.write_text("".join(json.dumps({"text": t}) + "\n" for t in CALIBRATION))

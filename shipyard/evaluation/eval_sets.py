@@ -517,11 +517,12 @@ def check_eval_sets(value: str | list[Any] | dict[str, Any] | None) -> tuple[Eva
 
 
 def prompt_text(form: str, row: dict[str, Any]) -> str:
-    """What the model is asked: the question, the prompt, the conversation or the RAG question."""
+    """What the model is asked: the question, the prompt, the conversation (without its system
+    prompt) or the RAG question."""
     if form == "mcq":
         return row["question"]
-    if form == "chat":
-        return "\n".join(m["content"] for m in row["messages"])
+    if form == "chat":  # a system prompt shared by every row (and maybe by the calibration chats) is no leak
+        return "\n".join(m["content"] for m in row["messages"] if m["role"] != "system")
     if form == "rag":
         return row["user_input"]
     return row["prompt"]

@@ -7,7 +7,8 @@ answered better by the candidate than by chance, which inflates its recovery. Ea
 after lower-casing and splitting into words (letters and digits):
 
 * **exact**: the row's prompt, as a word sequence, occurs inside a calibration text (a
-  calibration sample that quotes the question verbatim);
+  calibration sample that quotes the question verbatim); a prompt under 4 words only when it is a
+  whole calibration text;
 * **n-gram**: the row shares a word n-gram with the calibration texts: 13-grams (the length
   GPT-3's and later contamination studies use) for rows of 26 words or more, 8-grams for shorter
   rows (a 13-gram would need half of a short row). Rows under 8 words are checked by exact
@@ -30,6 +31,8 @@ LONG_N = 13
 SHORT_N = 8
 #: rows with at least this many words use :data:`LONG_N`-grams, shorter ones :data:`SHORT_N`-grams
 LONG_ROW_WORDS = 2 * LONG_N
+#: a prompt this long or longer counts as leaked when it occurs inside a calibration text
+EXACT_MIN_WORDS = 4
 _WORD = re.compile(r"[0-9a-z]+")
 #: row numbers a report lists (the rest are counted)
 SHOWN_ROWS = 10
@@ -58,8 +61,15 @@ class CalibrationIndex:
         self.size = len(texts)
 
     def exact(self, tokens: list[str]) -> bool:
-        """Whether the word sequence occurs inside one calibration text."""
-        return bool(tokens) and f" {' '.join(tokens)} " in self.joined
+        """Whether the word sequence occurs inside one calibration text (a prompt of fewer than
+        :data:`EXACT_MIN_WORDS` words only when it is a whole calibration text: "hello" inside a
+        long text is no leak)."""
+        if not tokens:
+            return False
+        text = " ".join(tokens)
+        if len(tokens) < EXACT_MIN_WORDS:
+            return f"\n {text} \n" in f"\n{self.joined}\n"
+        return f" {text} " in self.joined
 
     def shared_ngram(self, tokens: list[str]) -> bool:
         """Whether the row shares an n-gram (13 words, or 8 for a short row) with the calibration texts."""
