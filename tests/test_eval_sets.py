@@ -328,6 +328,14 @@ def test_each_form_runs_end_to_end_on_the_tiny_model(tiny_model: Path, tmp_path:
     assert not rubric["gated"] and "informs only: no labelled slice" in rubric["note"]
     report = (tmp_path / "report.md").read_text()
     assert "travel-desk-mcq: 0 of 3 rows overlap the calibration set" in report and "Judge on homework-rubric" in report
+    import shutil
+
+    other = tmp_path / "other"  # results of another eval config: refused, as by the accuracy gate
+    shutil.copytree(base, other)
+    summary_file = other / "summary.json"
+    summary_file.write_text(json.dumps({**json.loads(summary_file.read_text()), "config_hash": "f" * 64}))
+    unlike = decide_eval_sets(str(tmp_path / "prepared"), base, str(other), judged_path=str(tmp_path / "judged.json"))
+    assert not unlike["passed"] and "ran the sets with different eval configs" in unlike["reason"]
 
 
 # --------------------------------------------------------------------------- judging maths

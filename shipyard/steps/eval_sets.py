@@ -162,7 +162,8 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
     from shipyard.gates.eval_sets import EvalSetsGate, JudgedSet, gate_eval_sets, paired_records, report_doc
     from shipyard.gates.judging import Judged, calibrate
     from shipyard.gates.paired import load_samples
-    from shipyard.gates.recovery import parse_thresholds
+    from shipyard.gates.parity import check_parity
+    from shipyard.gates.recovery import load_summary, parse_thresholds
 
     prepared: dict[str, Any] = {}
     try:
@@ -185,6 +186,14 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
         manifest = prepared.get("manifest") or {"sets": {}}
         base = load_samples(base_results) if manifest["sets"] else {}
         cand = load_samples(candidate_results) if manifest["sets"] else {}
+        if manifest["sets"]:  # unlike evaluations are refused, as by the accuracy gate
+            base_summary = load_summary(base_results, "eval_sets base results")
+            cand_summary = load_summary(candidate_results, "eval_sets candidate results")
+            check_parity(base_summary, cand_summary, base, cand)
+            if base_summary["config_hash"] != cand_summary["config_hash"]:
+                raise ShipyardError("eval_sets", "base and candidate ran the sets with different eval configs (hash "
+                                    f"{base_summary['config_hash'][:12]} vs {cand_summary['config_hash'][:12]})",
+                                    "evaluate both from the same prepared sets with the same eval_config and backend")
         gate = gate_eval_sets(manifest, base, cand, thresholds, judged, [r["line"] for r in prepared.get("leaks") or []])
         if records_path:
             atomic_write_text(records_path, json.dumps(paired_records(manifest, base, cand), ensure_ascii=False))
