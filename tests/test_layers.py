@@ -43,6 +43,8 @@ DYNAMIC_IMPORTS = {
 FILE_RELATIVE = {
     "shipyard/evaluation/suite/utils.py": "lm-eval loads it by path (``!function utils.load_jsonl``), and a copy "
                                           "next to a user's own task YAMLs must read the data files beside it",
+    "shipyard/evaluation/eval_set_utils.py": "copied as utils.py into every compiled eval-set task folder, where lm-eval "
+                                             "loads it by path and it reads the data file beside the task YAML",
 }
 
 

@@ -22,6 +22,7 @@ def preflight(
     eval_config: str = "",
     accuracy_thresholds: str = "",
     lora_adapters: str = "",
+    eval_sets: str = "",
     benchmark_config: str = "",
     slo: str = "",
     safety: str = "",

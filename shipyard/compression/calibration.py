@@ -32,9 +32,10 @@ def _read_rows(path: Path, field: str) -> list[dict[str, Any]]:
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
-def _download_s3(source: str, dest: Path, field: str) -> list[Path]:
-    """The calibration files of ``s3://bucket/key.jsonl`` (that one object) or of
-    ``s3://bucket/prefix`` (every data file under it), downloaded into ``dest`` and checked."""
+def download_s3(source: str, dest: Path, field: str) -> list[Path]:
+    """The data files of ``s3://bucket/key.jsonl`` (that one object) or of ``s3://bucket/prefix``
+    (every data file under it), downloaded into ``dest`` and checked (size, and the sha256 the
+    object's ``x-amz-meta-sha256`` declares). Calibration data and user eval sets are fetched so."""
     from shipyard.models.s3 import download_prefix, parse_s3_uri
 
     bucket, key = parse_s3_uri(source, field)
@@ -68,7 +69,7 @@ def load_calibration_texts(
         raise ShipyardError("num_calibration_samples", f"must be > 0, got {num_samples}", "use e.g. 512 on a GPU, 16 on a CPU")
     source = (source or DEFAULT_CALIBRATION).strip()
     if source.startswith("s3://"):
-        files = _download_s3(source, Path(tempfile.mkdtemp(prefix="shipyard-calib-")), field)
+        files = download_s3(source, Path(tempfile.mkdtemp(prefix="shipyard-calib-")), field)
         if not files:
             raise ShipyardError(field, f"{source} holds no .jsonl or .parquet file", "point at a JSONL or Parquet object")
         rows = [r for f in files for r in _read_rows(f, field)]
@@ -96,6 +97,33 @@ def load_calibration_texts(
 
     random.Random(seed).shuffle(texts)
     return texts[:num_samples]
+
+
+def calibration_rows(source: str, text_column: str = "text",
+                     field: str = "calibration_dataset") -> tuple[list[str], str] | None:
+    """The calibration texts of a local or ``s3://`` source (empty: the built-in set) and the sha256
+    of their content, without a tokenizer: a chat row's ``messages`` become their contents joined
+    by newlines. ``None`` for a hub dataset (it cannot be read offline: the leak check of user eval
+    sets then says the calibration set was not checked)."""
+    import hashlib
+
+    source = (source or DEFAULT_CALIBRATION).strip()
+    if source.startswith("s3://"):
+        files = download_s3(source, Path(tempfile.mkdtemp(prefix="shipyard-calib-")), field)
+    elif Path(source).expanduser().is_file():
+        files = [Path(source).expanduser()]
+    else:
+        return None
+    digest = hashlib.sha256()
+    texts: list[str] = []
+    for path in files:
+        digest.update(path.read_bytes())
+        for row in _read_rows(path, field):
+            if isinstance(row.get(text_column), str):
+                texts.append(row[text_column])
+            elif isinstance(row.get("messages"), list):
+                texts.append("\n".join(str(m.get("content", "")) for m in row["messages"] if isinstance(m, dict)))
+    return texts, digest.hexdigest()
 
 
 def _load_hub_rows(name: str, field: str, num_samples: int, seed: int) -> list[dict[str, Any]]:

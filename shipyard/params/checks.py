@@ -34,6 +34,7 @@ CREDENTIAL_FIXES = {
     "tracking_uri": "drop them; MLflow's credentials go in the Secret shipyard-mlflow (MLFLOW_TRACKING_TOKEN)",
     "calibration_dataset": "drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, "
                            "AWS_SECRET_ACCESS_KEY), the Hub's in HF_TOKEN",
+    "eval_sets": "drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)",
     "modelcar_base_image": "drop them; registry credentials go in the Secret shipyard-registry (locally "
                            "REGISTRY_AUTH_FILE or ~/.docker/config.json)",
 }
@@ -124,6 +125,15 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
                 raise ShipyardError(f"lora_adapters.{adapter.name}", f"{adapter.uri} is a local folder: the gated "
                                     "champion is deployed with its adapters and KServe cannot load a local folder",
                                     "publish the adapter to hf://, s3:// or a pvc://, or set dry_run=true")
+    elif name == "eval_sets":
+        from shipyard.evaluation.eval_sets import check_eval_sets
+        from shipyard.evaluation.leakage import leak_check
+
+        config, readable = check_eval_sets(value)
+        if readable:  # a leak over max_leak_share is refused here; s3 calibration data is checked by the step
+            leak_check(readable, str(params.get("calibration_dataset") or ""),
+                       text_column=str(params.get("text_column") or "text"), max_leak_share=config.max_leak_share,
+                       remote=False)
     elif name == "tuning":
         from shipyard.benchmarking.tuning import parse_tuning
 

@@ -84,6 +84,14 @@ _ALL: list[Param] = [
       'or [{"name": ..., "uri": ...}], URIs hf://, s3://, pvc:// or a local folder (not oci://: KServe does not '
       "load OCI adapters yet, kserve#6094). Each adapter is evaluated (hf backend) on the base and on each "
       "candidate with eval_config and must pass accuracy_thresholds; empty = none.", json=True),
+    P("eval_sets", str, "",
+      "Your own eval sets, judged base against candidate: JSON [{name, form (mcq, qa, chat, rag, rubric), uri (a "
+      ".jsonl path, s3://bucket/key.jsonl, pvc://claim/path or builtin://<file>), margin, match (exact, contains, "
+      'regex: qa/chat/rag), max_rows, sha256}] or {"sets": [...], "judge": {model_uri, labels_uri, min_kappa}, '
+      '"max_leak_share": 0.05}. Rows are checked against the form\'s schema, deduplicated and checked for overlap '
+      "with the calibration data; each set is gated by the paired non-inferiority rule (Holm across sets); rubric "
+      "sets are judged pairwise and gate only with a calibrated judge. Empty = none (see the README's 'Your own "
+      "eval sets').", json=True),
     P("benchmark_config", str, CLUSTER_BENCHMARK,
       "guidellm load as JSON: profile (synchronous, concurrent, constant, poisson, sweep), loads, prompt_tokens, "
       "output_tokens, max_requests, max_seconds, warmup_requests, vllm_args.", json=True),

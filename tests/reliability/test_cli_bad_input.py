@@ -69,6 +69,13 @@ def run_local(*args: str) -> tuple[str, ...]:
     return ("run", "--local", "--work-dir", "work", *args)
 
 
+def eval_sets(uri: str, form: str = "qa", **spec: object) -> str:
+    """``eval_sets=...`` with one set ``s`` (``max_leak_share`` goes to the top level)."""
+    leak = spec.pop("max_leak_share", None)
+    sets = [{"name": "s", "form": form, "uri": uri, **spec}]
+    return "eval_sets=" + json.dumps({"sets": sets, "max_leak_share": leak} if leak is not None else sets)
+
+
 #: a registry, so that rows about other things pass the "registry empty while dry_run is false" check
 REGISTRY = ("--param", "registry=quay.io")
 
@@ -498,6 +505,35 @@ ROWS: list[Row] = [
         field="lora_adapters.a: lora-adapter is a local folder", params=True),
     row("submit-lora-bad-hf-id", *submit("--param", 'lora_adapters={"a": "hf://org/bad name"}'),
         field="lora_adapters.a: 'org/bad name' is not a Hugging Face model id", params=True),
+    # --- eval_sets: the user's own eval sets, every row checked at pre-flight (issue 36) -----------------
+    row("run-eval-sets-schema", *run_local("--param", eval_sets("es-bad-row.jsonl")),
+        field="eval_sets.s: row 2: field 'reference' is missing", params=True),
+    row("run-eval-sets-empty", *run_local("--param", eval_sets("es-empty.jsonl")),
+        field="eval_sets.s: es-empty.jsonl holds no rows", params=True),
+    row("run-eval-sets-duplicate-ids", *run_local("--param", eval_sets("es-dup-ids.jsonl")),
+        field="eval_sets.s: row 3: id 'q1' is already used by row 1", params=True),
+    row("run-eval-sets-over-cap", *run_local("--param", eval_sets("es-qa.jsonl", max_rows=2)),
+        field="eval_sets.s: holds 3 rows, more than its cap max_rows=2", params=True),
+    row("run-eval-sets-rag-without-contexts", *run_local("--param", eval_sets("es-rag-no-ctx.jsonl", form="rag")),
+        field="eval_sets.s: row 1: field 'retrieved_contexts' needs at least 1 item(s), got 0", params=True),
+    row("run-eval-sets-rubric-without-judge", *run_local("--param", eval_sets("es-rubric.jsonl", form="rubric")),
+        field="eval_sets.s: is a rubric set but eval_sets names no judge", params=True),
+    row("run-eval-sets-credentials", *run_local("--param", eval_sets(f"s3://{AWS_KEY_ID}:{SECRET}@bucket/s.jsonl")),
+        field="eval_sets: the value carries credentials (not shown)", params=True),
+    row("run-eval-sets-missing-file", *run_local("--param", eval_sets("nonexistent.jsonl")),
+        field="eval_sets.s: nonexistent.jsonl does not exist", params=True),
+    row("run-eval-sets-unknown-form", *run_local("--param", eval_sets("es-qa.jsonl", form="essay")),
+        field="eval_sets.sets[0].form: must be 'mcq', 'qa', 'chat', 'rag' or 'rubric'", params=True),
+    row("run-eval-sets-stdin", *run_local("--param", eval_sets("-")),
+        field="eval_sets.s: '-' is not a .jsonl file", params=True),
+    row("run-eval-sets-not-json", *run_local("--param", "eval_sets=[{"), field="eval_sets: is not valid JSON",
+        params=True),
+    row("run-eval-sets-leak", *run_local("--param", eval_sets("es-leak.jsonl", max_leak_share=0.0)),
+        field="eval_sets.s: s: 1 of 2 rows overlap the calibration set (exact 1, n-gram 0): rows 1; limit 0% EXCEEDED",
+        params=True),
+    row("run-eval-sets-unpinned-judge", *run_local(
+        "--param", 'eval_sets={"sets": [], "judge": {"model_uri": "hf://org/judge"}}'),
+        field="eval_sets.judge.model_uri: an hf:// judge is not pinned to a commit", params=True),
     # --- deploy_config: wrong types inside, caught before any step --------------------------------------
     row("run-deploy-config-rollout-strategy", *run_local("--param", 'deploy_config={"rollout": {"strategy": "big-bang"}}'),
         field="deploy_config.rollout.strategy", params=True),
@@ -713,6 +749,15 @@ ROWS: list[Row] = [
 ]
 
 
+ES_QA = [{"id": "q1", "prompt": "Which city is the capital of Peru?", "reference": "Lima"},
+         {"id": "q2", "prompt": "Which city is the capital of Chile?", "reference": "Santiago"},
+         {"id": "q3", "prompt": "Which city is the capital of Spain?", "reference": "Madrid"}]
+
+
+def _jsonl(rows: list[dict[str, object]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
 def _trace(*rows: dict) -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
@@ -739,6 +784,16 @@ def _files() -> dict[str, str]:
         "trace-negative.jsonl": _trace({**TRACE_ROW, "timestamp": -500}),
         "trace-text.jsonl": _trace({**TRACE_ROW, "text_input": "my customer's question"}),
         "chat.jsonl": _trace({"messages": [{"role": "user", "content": "hi"}], "output": "hello", "timestamp": 0}),
+        # eval_sets rows: three good qa rows, and one mistake per file
+        "es-qa.jsonl": _jsonl(ES_QA),
+        "es-bad-row.jsonl": _jsonl([ES_QA[0], {"prompt": "Which city is the capital of Chile?"}]),
+        "es-empty.jsonl": "\n",
+        "es-dup-ids.jsonl": _jsonl([ES_QA[0], ES_QA[1], {**ES_QA[2], "id": "q1"}]),
+        "es-rag-no-ctx.jsonl": _jsonl([{"user_input": "Where does Peru's government sit?", "retrieved_contexts": [],
+                                        "reference": "Lima"}]),
+        "es-rubric.jsonl": _jsonl([{"prompt": "Explain 2 plus 2.", "guideline": "The sum is 4."}]),
+        # the built-in calibration text quotes "Q: What is the capital of France? A: Paris."
+        "es-leak.jsonl": _jsonl([{"prompt": "What is the capital of France?", "reference": "Paris"}, ES_QA[0]]),
         "config.json": json.dumps(LLAMA),
         "bad.json": '{"hidden_size": ',
         "list.json": "[1, 2]",

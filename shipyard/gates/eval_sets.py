@@ -1,0 +1,220 @@
+"""The gate per user eval set: the accuracy gate's paired non-inferiority rule, one row per set.
+
+Each set compiled for lm-eval (:mod:`shipyard.evaluation.eval_set_tasks`) is one row: its gated
+metric (``acc`` for mcq, ``exact_match`` after the match filter for qa/chat/rag), paired row by
+row from base's and candidate's logged samples (:func:`shipyard.gates.paired.compare_samples`),
+tested against the set's ``margin`` (declared in ``eval_sets`` before the run; default the
+accuracy gate's ``max_loss``) with :func:`shipyard.gates.recovery.apply_noninferiority`: the same
+one-sided test, the same Holm correction, here across the sets. A set without logs on either
+side fails closed.
+
+A ``rubric`` set is one row too: the judge's per-prompt outcome (:mod:`shipyard.gates.judging`:
+candidate 1 / 0.5 / 0 for win / tie / loss, base the complement) is the paired metric
+``judge_preference``. It is gated (and counted in Holm) only when the judge is calibrated
+(kappa >= ``min_kappa``); otherwise the row informs and the report says so.
+
+``gate_eval_sets`` never raises on a comparison problem: it fails closed with the reason, as the
+accuracy gate does. Pure Python (base runtime).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shipyard.core.report import Doc
+from shipyard.gates.judging import Calibration, Judged, PairwiseResult, pairwise, scores
+from shipyard.gates.paired import Paired, Samples, compare_samples, paired_bootstrap
+from shipyard.gates.recovery import (
+    NON_INFERIORITY,
+    Row,
+    Thresholds,
+    add_mdl,
+    apply_noninferiority,
+    compare_metric,
+    loss_text,
+)
+
+JUDGE_METRIC = "judge_preference"
+METHOD = ("per eval set, the paired non-inferiority rule of the accuracy gate: loss = base - candidate on the same "
+          "rows against the set's margin (declared in eval_sets before the run), one-sided at alpha, Holm across the "
+          "gated sets; a rubric set counts only when its judge is calibrated (Cohen's kappa >= min_kappa)")
+
+
+@dataclass
+class JudgedSet:
+    """A rubric set's judgements in both orders and the judge's calibration."""
+
+    judgements: list[Judged]
+    calibration: Calibration
+    margin: float | None = None
+
+
+@dataclass
+class EvalSetsGate:
+    """The decision over every eval set."""
+
+    passed: bool
+    reason: str
+    rows: list[Row]
+    judged: dict[str, dict[str, Any]] = field(default_factory=dict)
+    leaks: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reason": self.reason, "method": METHOD, "judged": self.judged,
+                "leaks": self.leaks, "rows": [r.to_dict() for r in self.rows]}
+
+    def metrics(self) -> dict[str, float]:
+        """Flat numbers for a KFP Metrics artifact and MLflow: per set base, candidate, loss and the decision."""
+        out = {"eval_sets_passed": 1.0 if self.passed else 0.0}
+        for r in self.rows:
+            for key, value in (("base", r.base), ("candidate", r.candidate)):
+                if value is not None:
+                    out[f"eval_sets/{r.task}/{key}"] = float(value)
+            if r.paired:
+                out[f"eval_sets/{r.task}/loss"] = float(r.paired["loss"])
+        return out
+
+
+def _rule(margin: float | None, thresholds: Thresholds, gate: bool) -> dict[str, Any]:
+    return {"min_recovery": thresholds.min_recovery, "stderr_k": None, "gate": gate,
+            "max_loss": margin if margin is not None else thresholds.max_loss,
+            "max_relative_loss": None if margin is not None else thresholds.max_relative_loss}
+
+
+def _missing_row(name: str, metric: str, thresholds: Thresholds, margin: float | None, sides: list[str]) -> Row:
+    row = Row(name, metric, True, None, None, None, None, None, thresholds.min_recovery, None, True, False,
+              f"no per-sample logs for set {name} on the {' and '.join(sides)}: evaluate the compiled sets with "
+              "log_samples (the default)", rule=NON_INFERIORITY, decision="no samples",
+              settings=_rule(margin, thresholds, True))
+    return row
+
+
+def _set_row(name: str, entry: dict[str, Any], base: Samples, cand: Samples, thresholds: Thresholds) -> Row:
+    task, metric, margin = entry["task"], entry["metric"], entry.get("margin")
+    sides = [side for side, samples in (("base", base), ("candidate", cand)) if not samples.get(task)]
+    if sides:
+        return _missing_row(name, metric, thresholds, margin, sides)
+    paired = compare_samples(base, cand, {task: {metric: True}}, confidence=1 - 2 * thresholds.alpha).get((task, metric))
+    if paired is None:
+        return _missing_row(name, metric, thresholds, margin, ["base and candidate (no shared rows for "
+                                                               f"{metric})"])
+    paired = Paired(**{**paired.to_dict(), "task": name, "mcnemar": paired.mcnemar})
+    return compare_metric(name, metric, {"value": paired.base_mean, "higher_is_better": True},
+                          {"value": paired.candidate_mean}, _rule(margin, thresholds, True), paired)
+
+
+def _judged_row(name: str, judged: JudgedSet, thresholds: Thresholds) -> tuple[Row, PairwiseResult]:
+    result = pairwise(judged.judgements, confidence=1 - 2 * thresholds.alpha)
+    b, c = scores(judged.judgements)
+    (l_lo, l_hi), (r_lo, r_hi) = paired_bootstrap(b, c, confidence=1 - 2 * thresholds.alpha)
+    mb, mc = sum(b) / len(b), sum(c) / len(c)
+    diffs = [x - y for x, y in zip(b, c, strict=True)]
+    mean = sum(diffs) / len(diffs)
+    sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5 if len(diffs) > 1 else 0.0
+    paired = Paired(name, JUDGE_METRIC, len(b), mb, mc, mb - mc, l_lo, l_hi, r_lo, r_hi,
+                    1 - 2 * thresholds.alpha, None, sd)
+    row = compare_metric(name, JUDGE_METRIC, {"value": mb, "higher_is_better": True}, {"value": mc},
+                         _rule(judged.margin, thresholds, judged.calibration.gates), paired)
+    return row, result
+
+
+def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_samples: Samples,
+                   thresholds: Thresholds, judged: dict[str, JudgedSet] | None = None,
+                   leaks: list[str] | None = None) -> EvalSetsGate:
+    """Decide every set of ``manifest`` (:func:`shipyard.evaluation.eval_set_tasks.compile_eval_sets`)
+    from per-sample records, and every judged rubric set; Holm across the gated rows."""
+    rows: list[Row] = []
+    judged_out: dict[str, dict[str, Any]] = {}
+    for name, entry in sorted((manifest.get("sets") or {}).items()):
+        rows.append(_set_row(name, entry, base_samples, candidate_samples, thresholds))
+    for name, js in sorted((judged or {}).items()):
+        row, result = _judged_row(name, js, thresholds)
+        rows.append(row)
+        judged_out[name] = {"pairwise": result.to_dict(), "line": result.line(), "judge": js.calibration.to_dict()}
+    if not rows:
+        return EvalSetsGate(False, "failed closed: no eval set to decide", [], judged_out, leaks or [])
+    add_mdl(rows, thresholds)
+    apply_noninferiority(rows, thresholds, base_samples, candidate_samples)
+    for row in rows:
+        if row.metric == JUDGE_METRIC and not row.gated:
+            row.note = f"{row.note}; informs only: {judged_out[row.task]['judge']['note']}"
+    failed = [r for r in rows if not r.passed]
+    if failed:
+        reason = "; ".join(f"{r.task}: {r.note}" for r in failed)
+    else:
+        gated = sum(r.gated for r in rows)
+        reason = f"all {gated} gated eval set(s) non-inferior" + (
+            f" ({len(rows) - gated} informing only)" if gated < len(rows) else "")
+    return EvalSetsGate(not failed, reason, rows, judged_out, list(leaks or []))
+
+
+def _interval(r: Row) -> str:
+    return loss_text(r.paired) if r.paired else "–"
+
+
+def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None) -> Doc:
+    """The eval-sets report: decision, rule, the sets (pinned digests, duplicates), leak lines, one
+    row per set, and the judge's win/tie/loss, position bias and calibration per rubric set."""
+    verdict = "PASS" if gate.passed else "FAIL"
+    doc = Doc(f"Your eval sets: {verdict}").h(1, f"Your eval sets: {verdict}", "pass" if gate.passed else "fail")
+    doc.p(gate.reason, "Decision:")
+    doc.p(METHOD, "Rule:")
+    if sets:
+        doc.h(2, "Sets").table(("set", "form", "rows", "duplicates dropped", "match", "sha256"),
+                               [(s["name"], s["form"], str(s["rows"]), str(s["duplicates_dropped"]),
+                                 s.get("match") or "–", s["sha256"][:16]) for s in sets])
+    if gate.leaks:
+        doc.h(2, "Leak check against the calibration set").items(gate.leaks)
+    doc.h(2, "Per set").table(
+        ("set", "metric", "n", "base", "candidate", "loss [interval]", "margin", "min. detectable loss", "p (Holm)",
+         "decision", "note"),
+        [(r.task, r.metric, str((r.paired or {}).get("n", "–")), r.base, r.candidate, _interval(r), r.margin, r.mdl,
+          r.p_adjusted if r.p_adjusted is not None else r.p_value, r.decision or "–", r.note) for r in gate.rows])
+    for name, info in gate.judged.items():
+        doc.h(3, f"Judge on {name}").items([info["line"], info["judge"]["note"]])
+    return doc
+
+
+RECORD_COLUMNS = ("set", "doc_id", "id", "prompt", "reference", "base_answer", "candidate_answer", "base_score",
+                  "candidate_score", "outcome")
+#: characters of a prompt or answer a record keeps
+RECORD_TEXT = 500
+
+
+def _answer(row: dict[str, Any]) -> str:
+    """The answer a sample row shows: a generation's filtered text, or an mcq's chosen option."""
+    resps = row.get("filtered_resps") or []
+    doc = row.get("doc") or {}
+    if resps and isinstance(resps[0], list | tuple) and doc.get("choices"):  # loglikelihood per choice
+        best = max(range(len(resps)), key=lambda i: float(resps[i][0]))
+        return str(doc["choices"][best])
+    return str(resps[0] if resps else "")[:RECORD_TEXT]
+
+
+def _outcome(b: float, c: float) -> str:
+    if b == c:
+        return "both right" if b >= 1 else ("both wrong" if b <= 0 else "same")
+    return "base only" if b > c else "candidate only"
+
+
+def paired_records(manifest: dict[str, Any], base: Samples, candidate: Samples) -> dict[str, Any]:
+    """Per-sample records of every compiled set, base and candidate side by side, as MLflow's table
+    format (``{"columns": [...], "data": [[...]]}``: what ``mlflow.log_table`` writes and the run's
+    artifact view shows as a table): set, row, prompt, reference, both answers, both scores and
+    whether the row changed ("base only": the candidate lost it)."""
+    data: list[list[Any]] = []
+    for name, entry in sorted((manifest.get("sets") or {}).items()):
+        task, metric = entry["task"], entry["metric"]
+        key, _, filt = metric.partition(",")
+        b_rows, c_rows = base.get(task) or {}, candidate.get(task) or {}
+        for doc_key in sorted(set(b_rows) & set(c_rows), key=lambda k: str(k[0])):
+            if doc_key[1] != filt:
+                continue
+            b, c = b_rows[doc_key], c_rows[doc_key]
+            doc = b.get("doc") or {}
+            reference = doc["choices"][doc["label"]] if doc.get("choices") else b.get("target")
+            bs, cs = float(b.get(key, 0.0)), float(c.get(key, 0.0))
+            data.append([name, doc_key[0], doc.get("id"), str(doc.get("text", ""))[:RECORD_TEXT], reference,
+                         _answer(b), _answer(c), bs, cs, _outcome(bs, cs)])
+    return {"columns": list(RECORD_COLUMNS), "data": data}

@@ -1,0 +1,206 @@
+"""Your own eval sets as step logic: prepare once, evaluate per model, judge rubric answers, decide.
+
+The four functions a pipeline wires (the KFP wrappers call them with ``call_step``):
+
+* :func:`prepare_eval_sets` (once per run; a runtime with lm-eval): reads every set of
+  ``eval_sets`` (``s3://`` too), validates, deduplicates and pins it, runs the leak check against
+  the calibration data (refusing a set over ``max_leak_share``), compiles the mcq/qa/chat/rag sets
+  into one lm-eval task folder and loads it with lm-eval's own loader, and keeps the rubric rows
+  and the judge's labelled slice: the *prepared* folder (``prepared.json``, ``tasks/``,
+  ``rubric/<set>.jsonl``, ``labels.jsonl``).
+* :func:`evaluate_eval_sets` (per model, beside the evaluate step; the same backend): lm-eval on the
+  compiled tasks with per-sample logs (an evaluate results folder), and, given a vLLM server, the
+  model's greedy answers to the rubric prompts (``rubric_answers.json``).
+* :func:`judge_eval_sets` (per candidate, vllm runtime, only with rubric sets): the judge model
+  served by vLLM judges base against candidate in both orders, and the labelled slice once.
+* :func:`decide_eval_sets` (per candidate, base runtime): the per-set gate
+  (:mod:`shipyard.gates.eval_sets`) and its report; never raises (fails closed with the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_dir, atomic_write_text
+
+PREPARED = "prepared.json"
+TASKS = "tasks"
+RUBRIC = "rubric"
+LABELS = "labels.jsonl"
+ANSWERS = "rubric_answers.json"
+JUDGED = "judged.json"
+
+
+def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def prepare_eval_sets(eval_sets: str, out_dir: str, calibration_dataset: str = "", text_column: str = "text",
+                      validate_runtime: str = "compress") -> dict[str, Any]:
+    """Read, check, leak-check and compile ``eval_sets`` into the prepared folder ``out_dir``.
+
+    Returns ``prepared.json``: ``sets`` (name, form, uri, sha256, rows, duplicates dropped, margin,
+    match), ``manifest`` (the compiled tasks, or None), ``leaks`` (one report per set), ``warnings``
+    (duplicates, overlaps), ``judge`` (the judge spec, or None) and ``lm_eval_docs`` (documents
+    lm-eval loaded per task). A bad set or a leak over ``max_leak_share`` raises one line."""
+    from shipyard.evaluation.eval_set_tasks import compile_eval_sets, validate_task_folder
+    from shipyard.evaluation.eval_sets import LMEVAL_FORMS, load_all, load_labels, parse_eval_sets
+    from shipyard.evaluation.leakage import leak_check
+    from shipyard.runtimes.runtime import run_in_runtime
+
+    config = parse_eval_sets(eval_sets)
+    if not config.sets:
+        raise ShipyardError("eval_sets", "names no set", "leave eval_sets empty to skip, or list at least one set")
+    downloads = Path(tempfile.mkdtemp(prefix="shipyard-evalsets-"))
+    try:
+        sets = load_all(config, downloads)
+        reports, overlaps = leak_check(sets, calibration_dataset, text_column=text_column,
+                                       max_leak_share=config.max_leak_share)
+        labels = load_labels(config.judge.labels_uri, downloads) if config.judge and config.judge.labels_uri else []
+    finally:
+        shutil.rmtree(downloads, ignore_errors=True)
+    prepared: dict[str, Any] = {
+        "format": "shipyard.eval_sets.prepared/v1",
+        "sets": [s.summary() for s in sets],
+        "manifest": None,
+        "leaks": [r.to_dict() for r in reports],
+        "warnings": [w for s in sets for w in s.warnings] + overlaps,
+        "judge": config.judge.model_dump() if config.judge else None,
+        "lm_eval_docs": {},
+    }
+    with atomic_dir(out_dir) as tmp:
+        if any(s.form in LMEVAL_FORMS for s in sets):
+            prepared["manifest"] = compile_eval_sets(sets, tmp / TASKS)
+            prepared["lm_eval_docs"] = run_in_runtime(validate_runtime, validate_task_folder, task_dir=str(tmp / TASKS))
+        rubric = [s for s in sets if s.form == "rubric"]
+        if rubric:
+            (tmp / RUBRIC).mkdir()
+            for s in rubric:
+                _jsonl(tmp / RUBRIC / f"{s.name}.jsonl", s.rows)
+        if labels:
+            _jsonl(tmp / LABELS, labels)
+        (tmp / PREPARED).write_text(json.dumps(prepared, indent=2, sort_keys=True), encoding="utf-8")
+    return prepared
+
+
+def load_prepared(prepared_dir: str | Path) -> dict[str, Any]:
+    """``prepared.json`` of a prepared folder, or one line naming it."""
+    from shipyard.core.records import read_record
+
+    return read_record(prepared_dir, PREPARED, field="eval_sets", what="prepared eval sets",
+                       fix="run the prepare step of eval_sets again")
+
+
+def _task_dir(prepared_dir: str | Path) -> Path:
+    """The compiled task folder of a prepared folder (the path the eval config names)."""
+    return Path(prepared_dir).resolve() / TASKS
+
+
+def evaluate_eval_sets(model_dir: str, prepared_dir: str, eval_config: str, out_dir: str, backend: str = "hf",
+                       server: Any = None) -> dict[str, Any]:
+    """One model on the prepared sets: lm-eval on the compiled tasks (``out_dir`` is an evaluate
+    results folder with ``samples/``), and with ``server`` (a running vLLM server of this model)
+    the answers to the rubric prompts in ``out_dir/rubric_answers.json``. Returns the evaluate summary."""
+    from shipyard.evaluation.eval_set_tasks import eval_config_for
+    from shipyard.evaluation.lmeval import evaluate_model
+
+    prepared = load_prepared(prepared_dir)
+    summary: dict[str, Any] = {}
+    if prepared.get("manifest"):
+        config = eval_config_for(_task_dir(prepared_dir), prepared["manifest"], eval_config)
+        summary = evaluate_model(model_dir, config, out_dir, backend=backend, server=server)
+    rubric = sorted((Path(prepared_dir) / RUBRIC).glob("*.jsonl")) if (Path(prepared_dir) / RUBRIC).is_dir() else []
+    if rubric and server is not None:
+        from shipyard.evaluation.judge import answer_rubric
+
+        answers = {path.stem: answer_rubric(server.base_url, server.served_model_name, _read_jsonl(path))
+                   for path in rubric}
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(out_dir) / ANSWERS, json.dumps(answers, indent=2))
+    return summary
+
+
+def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, judge_model_dir: str,
+                    out_path: str) -> dict[str, Any]:
+    """The judge (a vLLM server of ``judge_model_dir``, the resolved pinned judge model) on every
+    rubric set, both orders, and on the labelled slice; writes and returns ``judged.json``:
+    ``{"sets": {name: {"judged": [...], "unparsed": k}}, "labels": {"verdicts", "truth"}}``."""
+    from shipyard.evaluation.judge import judge_labels, judge_set
+    from shipyard.serving.vllm_server import VLLMServer
+
+    base = json.loads((Path(base_results) / ANSWERS).read_text())
+    cand = json.loads((Path(candidate_results) / ANSWERS).read_text())
+    labels = _read_jsonl(Path(prepared_dir) / LABELS) if (Path(prepared_dir) / LABELS).is_file() else []
+    out: dict[str, Any] = {"sets": {}, "labels": {"verdicts": [], "truth": [r["label"] for r in labels]}}
+    with VLLMServer(Path(judge_model_dir), served_model_name="shipyard-judge") as server:
+        for path in sorted((Path(prepared_dir) / RUBRIC).glob("*.jsonl")):
+            judged, unparsed = judge_set(server.base_url, server.served_model_name, _read_jsonl(path),
+                                         base[path.stem], cand[path.stem])
+            out["sets"][path.stem] = {"judged": judged, "unparsed": unparsed}
+        if labels:
+            out["labels"]["verdicts"] = judge_labels(server.base_url, server.served_model_name, labels)
+    atomic_write_text(out_path, json.dumps(out, indent=2))
+    return out
+
+
+def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, accuracy_thresholds: str = "",
+                     judged_path: str = "", report_path: str = "", records_path: str = "") -> dict[str, Any]:
+    """The per-set gate of one candidate (:func:`shipyard.gates.eval_sets.gate_eval_sets`), its
+    Markdown report (``report_path``) and the per-sample records, base and candidate side by side,
+    in MLflow's table format (``records_path``: log it as the step run's artifact). Returns
+    ``{"passed", "reason", "metrics", "rows", "judged", "leaks", "sets"}``; fails closed
+    (``passed`` false with the reason) instead of raising."""
+    from shipyard.gates.eval_sets import EvalSetsGate, JudgedSet, gate_eval_sets, paired_records, report_doc
+    from shipyard.gates.judging import Judged, calibrate
+    from shipyard.gates.paired import load_samples
+    from shipyard.gates.parity import check_parity
+    from shipyard.gates.recovery import load_summary, parse_thresholds
+
+    prepared: dict[str, Any] = {}
+    try:
+        prepared = load_prepared(prepared_dir)
+        thresholds = parse_thresholds(accuracy_thresholds, "accuracy_thresholds")
+        judged: dict[str, JudgedSet] = {}
+        rubric = [s for s in prepared["sets"] if s["form"] == "rubric"]
+        if rubric:
+            if not judged_path or not Path(judged_path).is_file():
+                raise ShipyardError("eval_sets", f"rubric set(s) {[s['name'] for s in rubric]} were not judged",
+                                    "run the judge step (judge_eval_sets) before deciding")
+            data = json.loads(Path(judged_path).read_text())
+            judge = prepared.get("judge") or {}
+            labels = data.get("labels") or {}
+            calibration = calibrate(labels.get("verdicts") or None, labels.get("truth") or None,
+                                    float(judge.get("min_kappa", 0.6)))
+            for s in rubric:
+                rows = [Judged(**j) for j in data["sets"][s["name"]]["judged"]]
+                judged[s["name"]] = JudgedSet(rows, calibration, s.get("margin"))
+        manifest = prepared.get("manifest") or {"sets": {}}
+        base = load_samples(base_results) if manifest["sets"] else {}
+        cand = load_samples(candidate_results) if manifest["sets"] else {}
+        if manifest["sets"]:  # unlike evaluations are refused, as by the accuracy gate
+            base_summary = load_summary(base_results, "eval_sets base results")
+            cand_summary = load_summary(candidate_results, "eval_sets candidate results")
+            check_parity(base_summary, cand_summary, base, cand)
+            if base_summary["config_hash"] != cand_summary["config_hash"]:
+                raise ShipyardError("eval_sets", "base and candidate ran the sets with different eval configs (hash "
+                                    f"{base_summary['config_hash'][:12]} vs {cand_summary['config_hash'][:12]})",
+                                    "evaluate both from the same prepared sets with the same eval_config and backend")
+        gate = gate_eval_sets(manifest, base, cand, thresholds, judged, [r["line"] for r in prepared.get("leaks") or []])
+        if records_path:
+            atomic_write_text(records_path, json.dumps(paired_records(manifest, base, cand), ensure_ascii=False))
+    except ShipyardError as err:
+        gate = EvalSetsGate(False, f"failed closed: {err}", [])
+    except Exception as err:  # noqa: BLE001 - any surprise still means "do not promote"
+        gate = EvalSetsGate(False, f"failed closed: unexpected {type(err).__name__}: {err}".splitlines()[0], [])
+    if report_path:
+        atomic_write_text(report_path, report_doc(gate, prepared.get("sets")).to_markdown())
+    return {**gate.to_dict(), "metrics": gate.metrics(), "sets": prepared.get("sets") or []}
