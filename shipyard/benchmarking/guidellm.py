@@ -28,7 +28,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,8 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     "startup_timeout": 1200,
 }
 
-_KNOWN = set(LOCAL_DEFAULTS) | {"data", "port", "warmup_seconds", "prompt_tokens_stdev", "output_tokens_stdev", "repeats"}
+_KNOWN = set(LOCAL_DEFAULTS) | {"data", "port", "warmup_seconds", "prompt_tokens_stdev", "output_tokens_stdev", "repeats",
+                                 "workload"}
 
 #: profiles whose load levels are listed (``loads``): the ones ``repeats`` can run again
 REPEATABLE = ("concurrent", "constant", "poisson")
@@ -133,6 +134,7 @@ def _typed_benchmark_config(raw: dict[str, Any]) -> None:
         data: dict[str, Any] | None = None
         port: Annotated[int, Field(ge=1, le=65535)] | None = None
         repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] | None = None
+        workload: dict[str, Any] | None = None
 
     try:
         Typed.model_validate(raw)
@@ -206,6 +208,10 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
         )
     if profile == "sweep" and int(cfg["sweep_size"]) < 3:
         raise ShipyardError("benchmark_config.sweep_size", "a sweep needs at least 3 levels", "set sweep_size >= 3")
+    if cfg.get("workload") is not None:  # the recorded traffic replayed after the load levels (checked here, at pre-flight)
+        from shipyard.benchmarking.workload_config import parse_workload_config
+
+        parse_workload_config(cfg["workload"])
     if cfg.get("data") is not None and not (isinstance(cfg["data"], dict) and cfg["data"].get("kind")):
         raise ShipyardError("benchmark_config.data", "must be a guidellm data dict with a kind", 'e.g. {"kind": "json_file", "path": "..."}')
     if isinstance(cfg["vllm_args"], dict):
@@ -221,7 +227,7 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
 def comparable_key(cfg: dict[str, Any]) -> dict[str, Any]:
     """The config fields that must match for two benchmark results to be compared."""
     keys = ("profile", "loads", "prompt_tokens", "output_tokens", "data", "max_requests", "max_seconds",
-            "sweep_size", "max_concurrency", "request_format", "warmup_requests", "warmup_seconds")
+            "sweep_size", "max_concurrency", "request_format", "warmup_requests", "warmup_seconds", "workload")
     return {k: cfg.get(k) for k in keys}
 
 
@@ -681,6 +687,11 @@ def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
         value = (results.get("startup") or {}).get(key)
         if isinstance(value, int | float):
             out[f"startup.{key}"] = float(value)
+    fidelity = (results.get("workload") or {}).get("fidelity")
+    if fidelity:  # the recorded workload's replay (shipyard.benchmarking.workload_fidelity)
+        from shipyard.benchmarking.workload_fidelity import fidelity_metrics
+
+        out.update(fidelity_metrics(fidelity))
     if results.get("cached"):  # reused from the base benchmark cache (shipyard.benchmarking.cache)
         out["cached_result"] = 1.0
         out["cached_age_seconds"] = float(results["cached"].get("age_seconds") or 0)
@@ -776,8 +787,13 @@ def benchmark_step(
     cache: bool = False,
     origin: str = "",
     safety: str | dict[str, Any] | None = None,
+    after_levels: Callable[[VLLMServer, Path], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Serve ``model_dir`` with vLLM, benchmark it with guidellm, write ``out_dir`` (see module doc).
+
+    ``after_levels``: called with the server and the results folder once the load levels ran (the
+    recorded workload's replay: :mod:`shipyard.steps.workload`); what it returns is kept as
+    ``results["workload"]``.
 
     ``safety``: the safety parameter; when it names probes, garak scans the same server after
     the benchmark (``out_dir/safety/safety.json``, :mod:`shipyard.evaluation.garak_scan`); the
@@ -796,7 +812,8 @@ def benchmark_step(
         scan = safety_config(safety)
         keyed = {**cfg, "safety": scan} if scan["probes"] else cfg
         return _cached_benchmark(model_dir, keyed, out_dir, summary_path, origin,
-                                 lambda: benchmark_step(model_dir, cfg, out_dir, summary_path, model_name, safety=safety))
+                                 lambda: benchmark_step(model_dir, cfg, out_dir, summary_path, model_name, safety=safety,
+                                                        after_levels=after_levels))
     plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
     name = shared.served_model_name if shared else (model_name or Path(model_dir).name or "model")
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
@@ -832,6 +849,7 @@ def benchmark_step(
             bench_seconds = round(time.monotonic() - bench_started, 2)
             server.check_engine("the benchmark's last requests", probe=False, log_name="vllm.log")
             server.check_alive("vLLM server")
+            replayed = after_levels(server, tmp) if after_levels else None
             # the safety scan (garak) against this same server: no second model load
             scanned = run_scan(server.base_url, name, safety, str(tmp / SAFETY_DIR)) if safety else None
             memory = server.memory_report()
@@ -858,6 +876,7 @@ def benchmark_step(
             "guidellm_version": (report.get("metadata") or {}).get("guidellm_version"),
             "engine": engine_identity(),  # what the SLO gate measured (the deployment may serve another build)
             "safety": scanned,
+            "workload": replayed,
         }
         (tmp / "results.json").write_text(json.dumps(results, indent=2))
         summary = summary_markdown(results)

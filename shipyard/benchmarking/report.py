@@ -398,4 +398,10 @@ def benchmark_markdown(results: dict[str, Any]) -> str:
                   "engine_ready_at_s": "engine ready at (s)", "server_bind_at_s": "API server bound at (s)"}
         doc.h(2, "Start-up (vLLM's log)").config({labels.get(k, k): v for k, v in startup.items()})
     doc.h(2, "Benchmark config").config(results.get("config") or {})
-    return doc.to_markdown()
+    text = doc.to_markdown()
+    replayed = results.get("workload") or {}
+    if replayed.get("fingerprint"):  # the recorded workload's replay: its fingerprint and fidelity line
+        from shipyard.benchmarking.workload_fidelity import fidelity_markdown
+
+        text += "\n" + fidelity_markdown(replayed["fingerprint"], replayed.get("fidelity"))
+    return text

@@ -345,6 +345,22 @@ def gate_metrics(decision: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def workload_refusal(base: dict[str, Any], cand: dict[str, Any]) -> str:
+    """Why the SLO verdict cannot stand on a recorded workload's replay ("" when it can): a replay
+    whose fidelity check failed (:mod:`shipyard.benchmarking.workload_fidelity`), or base and
+    candidate replaying different workloads."""
+    replays = {who: res.get("workload") for who, res in (("base", base), ("candidate", cand))}
+    for who, replay in replays.items():
+        fidelity = (replay or {}).get("fidelity")
+        if fidelity and not fidelity.get("valid"):
+            return f"the {who}'s replay of the recorded workload was not faithful ({fidelity.get('line', '')})"
+    digests = {who: (replay or {}).get("digest") for who, replay in replays.items()}
+    if digests["base"] != digests["candidate"]:
+        return (f"base and candidate replayed different workloads ({digests['base'] or 'none'} vs "
+                f"{digests['candidate'] or 'none'})")
+    return ""
+
+
 def run_slo_gate(
     base_results: str,
     candidate_results: str,
@@ -373,6 +389,10 @@ def run_slo_gate(
         decision["base_source"] = provenance(base)
         if decision["base_source"]["source"] == "cache":  # a comparison with a figure from another time says so
             decision["reason"] += f"; {decision['base_source']['text']}"
+        unfaithful = workload_refusal(base, cand)
+        if unfaithful:  # figures measured on other traffic than the user's do not judge the user's SLO
+            decision = {**decision, "passed": False, "reason": f"failed: {unfaithful}",
+                        "reasons": [*decision.get("reasons", []), unfaithful]}
     except ShipyardError as err:
         decision = {"passed": False, "reason": f"failed: {err}", "reasons": [str(err)]}
     except Exception as err:  # fail closed on anything unexpected, with the reason

@@ -12,6 +12,7 @@ from typing import Any
 
 from shipyard.benchmarking.guidellm import benchmark_step, load_results, parse_benchmark_config
 from shipyard.benchmarking.tuning import TUNING_FILE, parse_tuning, run_search
+from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.evaluation.garak_scan import SAFETY_DIR
 from shipyard.gates.slo import check_level, highest_load, parse_slo
@@ -45,11 +46,17 @@ def tune_step(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_
     (``safety``) runs once, on the first point measured: it judges the model's answers, which
     scheduling settings do not change.
     """
+    from shipyard.steps.workload import workload_replay
+
     search = parse_tuning(tuning)
-    if search is None:
-        return benchmark_step(model_dir, benchmark_config, out_dir, summary_path, cache=cache, origin=origin,
-                              safety=safety)
     cfg = parse_benchmark_config(benchmark_config)
+    if search is None:
+        cfg, replay = workload_replay(cfg, model_dir)  # a bad trace: one line, before the server starts
+        return benchmark_step(model_dir, cfg, out_dir, summary_path, cache=cache, origin=origin,
+                              safety=safety, after_levels=replay)
+    if cfg.get("workload"):
+        raise ShipyardError("benchmark_config.workload", "is not replayed during a tuning search yet",
+                            "drop tuning, or drop workload and replay it with the chosen settings")
     thresholds = parse_slo(slo)
     from shipyard.benchmarking.guidellm import gpu_inventory
     from shipyard.serving.planner import load_model_config

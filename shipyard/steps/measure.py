@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shipyard.core.errors import ShipyardError
 from shipyard.serving.vllm_server import VLLMServer
 
 
@@ -42,8 +43,13 @@ def measure_step(
     )
     from shipyard.evaluation.lmeval import evaluate_step
     from shipyard.serving.vllm_server import has_gpu
+    from shipyard.steps.workload import workload_replay
 
     cfg = parse_benchmark_config(benchmark_config)
+    if tuning and cfg.get("workload"):
+        raise ShipyardError("benchmark_config.workload", "is not replayed during a tuning search yet",
+                            "drop tuning, or drop workload and replay it with the chosen settings")
+    cfg, replay = workload_replay(cfg, model_dir)  # a bad trace: one line, before the server starts
     _, vllm_args, _ = plan_for_server(model_dir, cfg)
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
     started = time.monotonic()
@@ -54,8 +60,8 @@ def measure_step(
         with server:
             evaluated = evaluate_step(model_dir, eval_config, eval_out, table_path, backend="openai", server=server)
             if not tuning:
-                benched = benchmark_step(model_dir, benchmark_config, bench_out, summary_path, shared=server,
-                                         safety=safety)
+                benched = benchmark_step(model_dir, cfg, bench_out, summary_path, shared=server,
+                                         safety=safety, after_levels=replay)
             startup = server.startup_seconds
     if tuning:  # the search starts one server per point; the evaluation ran on the default one above
         from shipyard.steps.benchmark import tune_step

@@ -433,6 +433,15 @@ ROWS: list[Row] = [
         field="benchmark_config.max_requests", params=True),
     row("run-bench-repeats-zero", *run_local("--param", 'benchmark_config={"repeats": 0}'),
         field="benchmark_config.repeats", params=True),
+    # benchmark_config.workload (issue 35): the recorded traffic the benchmark replays, checked at pre-flight
+    row("run-bench-workload-no-source", *run_local("--param", 'benchmark_config={"workload": {"seed": 1}}'),
+        field="workload", params=True),
+    row("run-bench-workload-two-sources", *run_local("--param", 'benchmark_config={"workload": {"local": true, '
+                                                                 '"trace": "t.jsonl"}}'), field="workload", params=True),
+    row("run-bench-workload-unknown-key", *run_local("--param", 'benchmark_config={"workload": {"local": true, '
+                                                                 '"replay": 2}}'), field="workload", params=True),
+    row("run-bench-workload-not-object", *run_local("--param", 'benchmark_config={"workload": "ours.jsonl"}'),
+        field="benchmark_config", params=True),
     row("run-bench-repeats-sweep", *run_local("--param", 'benchmark_config={"profile": "sweep", "repeats": 2}'),
         field="benchmark_config.repeats", params=True),
     row("run-slo-latency-ratio-zero", *run_local("--param", 'slo={"max_latency_ratio": 0}'),
