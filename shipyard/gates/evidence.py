@@ -430,7 +430,7 @@ def require_attested(model_uri: str, options: dict[str, Any], log: Callable[[str
         return {"checked": False, "why": "overridden: deploy_config.attestation.require is false"}
     from shipyard.core import contract
 
-    key = att.trust_key(options.get("key") or "")
+    key = att.trust_key(options.get("key") or "", field="deploy_config.attestation.key")
     if key is None:
         if contract.source_of(contract.ENV_ATTESTATION_PUBLIC_KEY) is not None:
             raise contract.missing(contract.ENV_ATTESTATION_PUBLIC_KEY,

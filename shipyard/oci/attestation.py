@@ -168,13 +168,13 @@ def signing_key(key_file: str = "", env: Mapping[str, str] | None = None) -> Any
     return key
 
 
-def trust_key(key_file: str = "", env: Mapping[str, str] | None = None) -> Any | None:
+def trust_key(key_file: str = "", env: Mapping[str, str] | None = None, field: str = "attestation public key") -> Any | None:
     """The public key attestations must verify with: ``key_file`` when given, else
     ``SHIPYARD_ATTESTATION_PUBLIC_KEY`` (PEM text, the Secret's ``public-key.pem``), else
     ``SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE``; None when none is configured."""
     env = os.environ if env is None else env
     if key_file:
-        return read_key_file(key_file, "attestation public key", private=False)
+        return read_key_file(key_file, field, private=False)
     return _env_key(contract.ENV_ATTESTATION_PUBLIC_KEY, contract.ENV_ATTESTATION_PUBLIC_KEY_FILE,
                     contract.ENV_ATTESTATION_PUBLIC_KEY, False, env)
 
