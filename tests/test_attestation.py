@@ -253,8 +253,10 @@ def test_layout_attested_passes_and_both_twins_are_refused(model: Path, selectio
 
     # the deploy refusal: the same three, through the deploy step (dry run: no cluster)
     cfg = {"attestation": {"key": str(keys["signer_pub"])}}
-    done = run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=uri)
+    done = run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=uri,
+                      summary_path=str(tmp_path / "deploy.md"))
     assert done["attestation"]["checked"] and done["attestation"]["vsa"]["result"] == "PASSED"
+    assert f"| attestations | verified: summary `{out['vsa_digest']}` PASSED" in (tmp_path / "deploy.md").read_text()
     for bad, said in ((twin["uri"], "carries no attestations"), (other["uri"], "subjects: ")):
         with pytest.raises(ShipyardError) as err:
             run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=bad)
@@ -397,3 +399,23 @@ def test_copy_of_layout_keeps_referrers(model: Path, selection: Path, keys: dict
     out = evidence.verify_evidence(moved, att.signing_key(str(keys["signer"])).public_key())
     assert out["passed"], out["reason"]
     assert copy.deepcopy(out["vsa"])["result"] == "PASSED"
+
+
+def test_generated_keys_and_mlflow_tags(model: Path, selection: Path, tmp_path: Path) -> None:
+    private, public = att.generate_key_pair(tmp_path / "keys")
+    assert oct(private.stat().st_mode & 0o777) == "0o600"
+    assert att.generate_key_pair(tmp_path / "keys") == (private, public) and private.read_text().startswith(
+        "-----BEGIN PRIVATE KEY-----")
+    car = _package(model, tmp_path / "car")
+    out = attest_package(str(tmp_path / "car"), str(selection), key_file=str(private))
+    from shipyard.steps.attest import attestation_tags
+
+    tags = attestation_tags(str(tmp_path / "car"))
+    assert tags["attestation.vsa_digest"] == out["vsa_digest"] and tags["attestation.decision"] == "PASSED"
+    assert tags["attestation.uri"] == car["uri"]
+    assert {k for k in tags if k.count(".") == 2} == {"attestation.provenance.v1", "attestation.accuracy.v1",
+                                                      "attestation.slo.v1", "attestation.safety.v1",
+                                                      "attestation.verification_summary.v1"}
+    assert evidence.verify_evidence(car["uri"], att.read_key_file(public, "k", private=False))["passed"]
+    with pytest.raises(ShipyardError, match="is missing or not an attestation summary"):
+        attestation_tags(str(tmp_path))

@@ -179,6 +179,25 @@ def trust_key(key_file: str = "", env: Mapping[str, str] | None = None, field: s
                     contract.ENV_ATTESTATION_PUBLIC_KEY, False, env)
 
 
+def generate_key_pair(folder: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """A new Ed25519 key pair as ``folder/signing-key.pem`` (mode 0600) and ``folder/public-key.pem``
+    (the names of the Secret's keys), for a local run or a first setup; existing files are kept."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    s = _crypto()
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    private, public = root / "signing-key.pem", root / "public-key.pem"
+    if private.is_file() and public.is_file():
+        return private, public
+    key = ed25519.Ed25519PrivateKey.generate()
+    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()))
+    public.write_text(public_pem(key.public_key()))
+    return private, public
+
+
 def _sign(key: Any, data: bytes) -> bytes:
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec

@@ -107,3 +107,24 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
     atomic_write_text(Path(package_dir) / SUMMARY_JSON, json.dumps(out, indent=2, sort_keys=True))
     atomic_write_text(Path(package_dir) / SUMMARY_MD, _markdown(out))
     return out
+
+
+def attestation_tags(path: str) -> dict[str, str]:
+    """The MLflow model-version tags of a package's attestations (``path``: the package folder or its
+    ``shipyard-attestations.json``): ``attestation.vsa_digest``, ``attestation.decision``,
+    ``attestation.keyid`` and ``attestation.<predicate>`` (each evidence envelope's digest); one line
+    when the summary is missing."""
+    file = Path(path)
+    file = file / SUMMARY_JSON if file.is_dir() else file
+    try:
+        doc = json.loads(file.read_text())
+        rows = doc["statements"]
+        tags = {"attestation.vsa_digest": str(doc["vsa_digest"]), "attestation.decision": str(doc["decision"]),
+                "attestation.keyid": str(doc["keyid"]), "attestation.uri": str(doc["uri"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ShipyardError("attestation", f"{file} is missing or not an attestation summary",
+                            "pass the package folder the attest step wrote into") from None
+    for row in rows:
+        short = str(row["predicate_type"]).rstrip("/").split("/")[-2:]  # e.g. provenance/v1, accuracy/v1
+        tags[f"attestation.{'.'.join(short)}"] = str(row["envelope_digest"])
+    return tags

@@ -464,6 +464,12 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
         lines.append(f"| serves the benchmarked build | {'yes' if engine.get('same_build') else 'NO'} |")
         if engine.get("warning"):
             lines.append(f"| engine warning | {str(engine['warning']).replace('|', '/')} |")
+    attested = result.get("attestation") or {}
+    if attested:
+        said = (f"verified: summary `{(attested.get('vsa') or {}).get('envelope_digest', '')}` "
+                f"{(attested.get('vsa') or {}).get('result')}, key {str(attested.get('keyid', ''))[:16]}"
+                if attested.get("checked") else f"NOT checked ({attested.get('why', '')})")
+        lines.append(f"| attestations | {said.replace('|', '/')} |")
     check = result.get("verification") or {}
     if check:
         said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))
