@@ -85,9 +85,11 @@ def provenance_predicate(champion: dict[str, Any], *, base_model_uri: str = "", 
     ``champion``: its candidate record (``recipe``, ``recipe_text``, ``engine``); ``base_eval``: the
     base's eval ``summary.json`` (``model_identity.sha256``: the base model's tree digest);
     ``compress``: the model folder's ``shipyard-compress.json`` (base model, calibration dataset,
-    samples, seed); ``calibration_digest``: sha256 of the calibration texts when known. A figure no
+    samples, seed, and ``calibration_sha256`` when it records one); ``calibration_digest``: sha256 of the
+    calibration texts when known otherwise. A figure no
     record holds is left out, never guessed (``missing`` lists them)."""
     compress = compress or {}
+    calibration_digest = calibration_digest or str(compress.get("calibration_sha256") or "")
     identity = ((base_eval or {}).get("model_identity") or {}).get("sha256")
     revision = base_model_uri.rpartition("@")[2] if base_model_uri.startswith("hf://") and "@" in base_model_uri else ""
     recipe_text = str(champion.get("recipe_text") or champion.get("recipe") or "")
@@ -218,9 +220,8 @@ def vsa_predicate(decision: str, reason: str, resource_uri: str, evidence: list[
         "timeVerified": _now(),
         "resourceUri": resource_uri,
         "policy": {"uri": POLICY_URI, **({"digest": {"sha256": _sha256_text(policy_text)}} if policy_text else {})},
-        "inputAttestations": [{"uri": f"{resource_uri.partition('@')[0]}@{digest}" if "@" in resource_uri else digest,
-                               "name": ptype, "digest": {"sha256": digest.removeprefix("sha256:")}}
-                              for ptype, digest in evidence],
+        "inputAttestations": [{"name": ptype, "digest": {"sha256": digest.removeprefix("sha256:")},
+                               "mediaType": att.MT_DSSE} for ptype, digest in evidence],
         "verificationResult": decision,
         "verifiedLevels": ["SLSA_BUILD_LEVEL_1"] if decision == PASSED else [],
         "slsaVersion": "1.0",
