@@ -229,6 +229,11 @@ def test_layout_attested_passes_and_both_twins_are_refused(model: Path, selectio
     assert out["decision"] == "PASSED" and out["vsa_digest"].startswith("sha256:") and len(out["statements"]) == 5
     assert json.loads((tmp_path / "champion" / SUMMARY_JSON).read_text())["vsa_digest"] == out["vsa_digest"]
     assert out["vsa_digest"] in (tmp_path / "champion" / "shipyard-attestations.md").read_text()
+    summary = (tmp_path / "champion" / "shipyard-package.md").read_text()
+    assert summary.startswith("# Packaged model") and summary.count("## Attestations") == 1
+    assert f"**Verification summary (VSA) envelope digest:** `{out['vsa_digest']}`" in summary
+    pkg = json.loads((tmp_path / "champion" / "shipyard-package.json").read_text())
+    assert pkg["attestation"]["vsa_digest"] == out["vsa_digest"] and len(pkg["attestation"]["referrers"]) == 5
     uri = car["uri"]
     assert Layout(tmp_path / "champion").resolve()["digest"] == car["digest"]  # "the" image is still the modelcar
     code, lines, _ = _cli(capsys, uri, "--key", str(keys["signer_pub"]))

@@ -7,7 +7,9 @@ folder: it builds the evidence statements from the champion's records
 PEM file locally), stores them as OCI 1.1 referrers in the package's OCI layout and, when the package
 was pushed, in the registry (the referrers API, else the ``sha256-<hex>`` tag), then verifies what it
 stored exactly as ``shipyard verify-model`` and the deploy step will, and writes
-``shipyard-attestations.{json,md}`` beside the package summary.
+``shipyard-attestations.{json,md}`` beside the package summary, whose JSON and Markdown
+(``shipyard-package.{json,md}``, what the KFP UI shows) gain an ``attestation`` section with the
+verification summary's digest.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from shipyard.core.files import atomic_write_text
 SUMMARY_JSON = "shipyard-attestations.json"
 SUMMARY_MD = "shipyard-attestations.md"
 PACKAGE_JSON = "shipyard-package.json"
+PACKAGE_MD = "shipyard-package.md"
 
 
 def _package(package_dir: str) -> dict[str, Any]:
@@ -105,7 +108,16 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
            "verification": {"passed": checks[-1]["passed"], "checks": checks[-1]["checks"],
                             "found_via": checks[-1]["found_via"]}}
     atomic_write_text(Path(package_dir) / SUMMARY_JSON, json.dumps(out, indent=2, sort_keys=True))
-    atomic_write_text(Path(package_dir) / SUMMARY_MD, _markdown(out))
+    md = _markdown(out)
+    atomic_write_text(Path(package_dir) / SUMMARY_MD, md)
+    # the package summary (what the KFP UI shows for the package step) carries the attestations too
+    pkg["attestation"] = {k: out[k] for k in ("decision", "vsa_digest", "keyid", "stored", "fallback_tag")}
+    pkg["attestation"]["referrers"] = [r["referrer"] for r in rows]
+    atomic_write_text(Path(package_dir) / PACKAGE_JSON, json.dumps(pkg, indent=2, sort_keys=True))
+    summary = Path(package_dir) / PACKAGE_MD
+    if summary.is_file():
+        head = summary.read_text().split("\n## Attestations\n", 1)[0].rstrip("\n")
+        atomic_write_text(summary, head + "\n\n## Attestations\n\n" + md.split("\n", 2)[2])
     return out
 
 
