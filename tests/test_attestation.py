@@ -254,7 +254,8 @@ def test_layout_attested_passes_and_both_twins_are_refused(model: Path, selectio
     _tamper(tmp_path / "tampered", other["digest"], _stored_envelopes(tmp_path / "champion", car["digest"]))
     code, lines, _ = _cli(capsys, other["uri"], "--key", str(keys["signer_pub"]))
     assert code == 1 and any(ln.startswith("  FAIL subjects: ") and car["digest"][:19] in ln for ln in lines), lines
-    assert lines[-1].startswith(f"FAILED: {other['uri']}: subjects: ")
+    assert lines[-1] == (f"FAILED: {other['uri']}: subjects: 5 statements are about {car['digest'][:19]}, not "
+                         f"{other['digest'][:19]} (provenance/v1, accuracy/v1, slo/v1, safety/v1, verification_summary/v1)")
 
     # the deploy refusal: the same three, through the deploy step (dry run: no cluster)
     cfg = {"attestation": {"key": str(keys["signer_pub"])}}
@@ -288,7 +289,8 @@ def test_wrong_key_another_digest_and_malformed_envelope_fail(model: Path, selec
     foreign = att.statement("x", "sha256:" + "ee" * 32, evidence.SAFETY, {"passed": True})
     _tamper(tmp_path / "car", car["digest"], [att.sign_statement(foreign, signer)])
     code, lines, _ = _cli(capsys, car["uri"], "--key", str(keys["signer_pub"]))
-    assert code == 1 and f"subjects: {evidence.SAFETY} is about sha256:eeeeeeeeeeee" in lines[-1], lines
+    assert code == 1 and f"subjects: 1 statement is about sha256:eeeeeeeeeeee, not {car['digest'][:19]} " \
+        "(safety/v1)" in lines[-1], lines
     # a malformed envelope
     clean = _package(model, tmp_path / "clean")
     attest_package(str(tmp_path / "clean"), str(selection), key_file=str(keys["signer"]))

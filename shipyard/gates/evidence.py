@@ -274,6 +274,11 @@ def sign_evidence(statements: list[dict[str, Any]], key: Any, resource_uri: str,
 # ----------------------------------------------------------------------------- verification
 
 
+def _short(predicate_type: str) -> str:
+    """``https://slsa.dev/provenance/v1`` -> ``provenance/v1``."""
+    return "/".join(str(predicate_type).rstrip("/").split("/")[-2:])
+
+
 def _check(name: str, passed: bool, detail: str) -> dict[str, Any]:
     return {"name": name, "passed": bool(passed), "detail": detail}
 
@@ -324,7 +329,7 @@ def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_t
         if not entry["signed"]:
             unsigned.append(f"{stmt['predicateType']} ({item.envelope_digest[:19]})")
         if not entry["subject_ok"]:
-            foreign.append(f"{stmt['predicateType']} is about {', '.join(s[:19] for s in subjects) or 'nothing'}")
+            foreign.append((_short(stmt["predicateType"]), ", ".join(s[:19] for s in subjects) or "nothing"))
     rows.append(_check("attestations found", bool(stored), f"{len(stored)} in {found['where']} via {found['found_via']}"))
     if not stored:
         return _result(found, rows, entries, None, "carries no attestations")
@@ -332,7 +337,11 @@ def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_t
     rows.append(_check("signatures", not unsigned and not broken,
                        f"not signed by key {want[:16]}: {', '.join(unsigned)}" if unsigned else
                        f"every readable envelope signed by key {want[:16]}"))
-    rows.append(_check("subjects", not foreign, "; ".join(foreign) if foreign else f"every statement is about {digest[:19]}"))
+    about = sorted({where for _, where in foreign})
+    rows.append(_check("subjects", not foreign,
+                       f"{len(foreign)} statement{'s are' if len(foreign) != 1 else ' is'} about {'; '.join(about)}, "
+                       f"not {digest[:19]} ({', '.join(t for t, _ in foreign)})" if foreign else
+                       f"every statement is about {digest[:19]}"))
     good = [e for e in entries if e["signed"] and e["subject_ok"]]
     present = {e["predicate_type"] for e in good}
     absent = [t for t in REQUIRED_TYPES if t not in present]
@@ -410,7 +419,7 @@ def attestation_options(raw: Any) -> dict[str, Any]:
     return out
 
 
-REFUSE_FIX = ("deploy the image the package step attested (its oci://...@sha256 URI), or set "
+REFUSE_FIX = ("deploy the image the package step attested (its digest-pinned uri), or set "
               'deploy_config {"attestation": {"require": false}} to deploy it anyway (logged)')
 
 
