@@ -426,3 +426,13 @@ def test_generated_keys_and_mlflow_tags(model: Path, selection: Path, tmp_path: 
     assert evidence.verify_evidence(car["uri"], att.read_key_file(public, "k", private=False))["passed"]
     with pytest.raises(ShipyardError, match="is missing or not an attestation summary"):
         attestation_tags(str(tmp_path))
+
+
+def test_local_runs_get_a_key_pair_unless_one_is_configured(tmp_path: Path) -> None:
+    env = att.local_keys_env(tmp_path / "keys", env={})
+    assert set(env) == {"SHIPYARD_ATTESTATION_KEY_FILE", "SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE"}
+    private = att.signing_key(env=env)
+    assert att.keyid(att.trust_key(env=env)) == att.keyid(private.public_key())
+    assert att.local_keys_env(tmp_path / "keys", env={}) == env  # kept across runs
+    assert att.local_keys_env(tmp_path / "other", env={"SHIPYARD_ATTESTATION_KEY": "pem"}) == {}
+    assert not (tmp_path / "other").exists()

@@ -198,6 +198,21 @@ def generate_key_pair(folder: str | os.PathLike[str]) -> tuple[Path, Path]:
     return private, public
 
 
+def local_keys_env(folder: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """For a local run (``shipyard run --local``, the container rehearsal): when no signing key is
+    configured (none of the ``SHIPYARD_ATTESTATION_*`` variables), a key pair in ``folder``
+    (:func:`generate_key_pair`, kept across runs) and the two variables that name it; ``{}`` when
+    the user configured keys (theirs are used)."""
+    env = os.environ if env is None else env
+    names = (contract.ENV_ATTESTATION_KEY, contract.ENV_ATTESTATION_KEY_FILE, contract.ENV_ATTESTATION_PUBLIC_KEY,
+             contract.ENV_ATTESTATION_PUBLIC_KEY_FILE)
+    if any(env.get(name, "").strip() for name in names):
+        return {}
+    private, public = generate_key_pair(folder)
+    return {contract.ENV_ATTESTATION_KEY_FILE: str(private.resolve()),
+            contract.ENV_ATTESTATION_PUBLIC_KEY_FILE: str(public.resolve())}
+
+
 def _sign(key: Any, data: bytes) -> bytes:
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
