@@ -408,6 +408,22 @@ def test_copy_of_layout_keeps_referrers(model: Path, selection: Path, keys: dict
     assert copy.deepcopy(out["vsa"])["result"] == "PASSED"
 
 
+def test_ecdsa_keys_and_json_output(model: Path, selection: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = _pem_pair(tmp_path, "p256", ec.generate_private_key(ec.SECP256R1()))
+    car = _package(model, tmp_path / "car")
+    attest_package(str(tmp_path / "car"), str(selection), key_file=str(private))
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(public), "-o", "json")
+    doc = json.loads("\n".join(lines))
+    assert code == 0 and doc["passed"] and doc["digest"] == car["digest"] and len(doc["attestations"]) == 5
+    assert all(a["signed"] and a["subject_ok"] for a in doc["attestations"]) and doc["vsa"]["result"] == "PASSED"
+    encrypted = tmp_path / "encrypted.pem"
+    encrypted.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pw")))
+    with pytest.raises(ShipyardError, match="is an encrypted private key"):
+        att.signing_key(str(encrypted))
+
+
 def test_generated_keys_and_mlflow_tags(model: Path, selection: Path, tmp_path: Path) -> None:
     private, public = att.generate_key_pair(tmp_path / "keys")
     assert oct(private.stat().st_mode & 0o777) == "0o600"
