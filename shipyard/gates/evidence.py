@@ -431,8 +431,8 @@ def require_attested(model_uri: str, options: dict[str, Any], log: Callable[[str
 
     ``require: false`` is the override: nothing is checked and a warning line says so. Without a
     public key (no ``key``, no ``SHIPYARD_ATTESTATION_PUBLIC_KEY``) nothing can be checked: in a
-    cluster step compiled with the Secret that is one line naming the Secret and key; elsewhere a
-    warning line says the model was not checked."""
+    cluster step compiled with the Secret that is one line naming the Secret and key; elsewhere the
+    result says the model was not checked (the deploy summary and decision record show it)."""
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))  # stdout may carry the manifest
     if not options.get("require", True):
         say(f"deploy: WARNING: attestation check overridden (deploy_config.attestation.require=false): "
@@ -445,9 +445,9 @@ def require_attested(model_uri: str, options: dict[str, Any], log: Callable[[str
         if contract.source_of(contract.ENV_ATTESTATION_PUBLIC_KEY) is not None:
             raise contract.missing(contract.ENV_ATTESTATION_PUBLIC_KEY,
                                    "the deploy step refuses a model whose attestations it cannot verify")
-        say("deploy: WARNING: attestations not checked: no public key (deploy_config.attestation.key, "
-            f"{contract.ENV_ATTESTATION_PUBLIC_KEY} or Secret {contract.ATTESTATION_SECRET})")
-        return {"checked": False, "why": "no public key configured"}
+        # recorded (the deploy's result, summary and decision record), not printed: an error line stays the only line
+        return {"checked": False, "why": f"no public key configured (deploy_config.attestation.key, "
+                                         f"{contract.ENV_ATTESTATION_PUBLIC_KEY} or Secret {contract.ATTESTATION_SECRET})"}
     if not model_uri.startswith("oci://"):
         raise ShipyardError("attestation", f"{model_uri.split('://')[0]}:// models carry no attestations",
                             REFUSE_FIX)
