@@ -28,13 +28,14 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from shipyard import __version__
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, shown
 from shipyard.oci import attestation as att
 
 PROVENANCE = "https://slsa.dev/provenance/v1"
@@ -401,21 +402,23 @@ def attestation_options(raw: Any) -> dict[str, Any]:
     raw = {} if raw is None else raw
     example = '{"require": true, "key": "/keys/public-key.pem"}'
     if not isinstance(raw, dict):
-        raise ShipyardError("deploy_config.attestation", f"{str(raw)[:80]!r} is not an object", example)
-    unknown = sorted(set(raw) - set(ATTESTATION_DEFAULTS))
+        raise ShipyardError("deploy_config.attestation", f"{shown(raw, 80)} is not an object", example)
+    unknown = sorted(str(k) for k in set(raw) - set(ATTESTATION_DEFAULTS))
     if unknown:
-        raise ShipyardError(f"deploy_config.attestation.{unknown[0]}", "is not an attestation setting",
+        raise ShipyardError(f"deploy_config.attestation.{shown(unknown[0], 60)}", "is not an attestation setting",
                             f"use {sorted(ATTESTATION_DEFAULTS)}")
     out = {**ATTESTATION_DEFAULTS, **raw}
     for key in ("require", "insecure_tls"):
         if not isinstance(out[key], bool):
-            raise ShipyardError(f"deploy_config.attestation.{key}", f"{out[key]!r} is not true or false", "use true or false")
+            raise ShipyardError(f"deploy_config.attestation.{key}", f"{shown(out[key], 80)} is not true or false",
+                                "use true or false")
     if not isinstance(out["key"], str):
-        raise ShipyardError("deploy_config.attestation.key", f"{out['key']!r} is not a path", example)
+        raise ShipyardError("deploy_config.attestation.key", f"{shown(out['key'], 80)} is not a path", example)
     age = out["max_age_days"]
-    if age is not None and (isinstance(age, bool) or not isinstance(age, int | float) or not age > 0):
-        raise ShipyardError("deploy_config.attestation.max_age_days", f"{age!r} is not a positive number of days",
-                            "e.g. 30")
+    if age is not None and (isinstance(age, bool) or not isinstance(age, int | float) or not math.isfinite(age)
+                            or not age > 0):
+        raise ShipyardError("deploy_config.attestation.max_age_days", f"{shown(age, 80)} is not a positive number "
+                            "of days", "e.g. 30")
     return out
 
 
