@@ -405,7 +405,7 @@ def attestation_options(raw: Any) -> dict[str, Any]:
         raise ShipyardError("deploy_config.attestation", f"{shown(raw, 80)} is not an object", example)
     unknown = sorted(str(k) for k in set(raw) - set(ATTESTATION_DEFAULTS))
     if unknown:
-        raise ShipyardError(f"deploy_config.attestation.{shown(unknown[0], 60)}", "is not an attestation setting",
+        raise ShipyardError(f"deploy_config.attestation.{shown(unknown[0], 60).strip(chr(39))}", "is not an attestation setting",
                             f"use {sorted(ATTESTATION_DEFAULTS)}")
     out = {**ATTESTATION_DEFAULTS, **raw}
     for key in ("require", "insecure_tls"):
