@@ -576,12 +576,13 @@ def without_shipyard_fields(doc: dict) -> dict:
 
 def test_one_parser_reads_the_whole_deploy_config():
     """parse_deploy_config (the pre-flight, the deploy step, shipyard deploy and check): the render
-    parameters, apply, verify and rollout, typed, without changing what it was given."""
+    parameters, apply, verify, rollout and attestation, typed, without changing what it was given."""
     from shipyard.params.deploy import parse_deploy_config
 
     raw = {"preset": "aggregated", "apply": {"wait_timeout_s": 4800, "false_grace_s": 0},
            "verify": {"enabled": False, "min_match_rate": 0.8},
-           "rollout": {"strategy": "canary", "route": {"name": "llm-route"}}}
+           "rollout": {"strategy": "canary", "route": {"name": "llm-route"}},
+           "attestation": {"require": False, "max_age_days": 7}}
     before = json.dumps(raw, sort_keys=True)
     got = parse_deploy_config(raw, name="llm", model_uri=URI)
     assert json.dumps(raw, sort_keys=True) == before
@@ -589,6 +590,7 @@ def test_one_parser_reads_the_whole_deploy_config():
     assert got.apply["wait_timeout_s"] == 4800.0 and got.apply["false_grace_s"] == 0.0 and got.apply["poll_s"] == 5.0
     assert got.verify == {"enabled": False, "dry_run": False, "settings": {"min_match_rate": 0.8}}
     assert got.rollout == {"strategy": "canary", "steps": [10, 50, 100], "route": {"name": "llm-route", "namespace": None}}
+    assert got.attestation == {"require": False, "key": "", "insecure_tls": False, "max_age_days": 7}
     assert render(got.config) == render(parse_config({"preset": "aggregated"}, name="llm", model_uri=URI))
     assert parse_deploy_config(json.dumps(raw), name="llm", model_uri=URI) == got
 

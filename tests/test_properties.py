@@ -103,7 +103,7 @@ BENCH_KEYS = ["profile", "loads", "prompt_tokens", "output_tokens", "max_request
 DEPLOY_KEYS = ["preset", "mode", "replicas", "prefill_replicas", "tensor_parallel", "gpus", "gpu_memory_gib",
                "namespace", "router", "scaling", "labels", "annotations", "env", "vllm_args", "node_selector",
                "tolerations", "probes", "resources", "cpu", "memory", "objectives", "lora", "image_pull_secrets",
-               "apply", "verify", "rollout"]
+               "apply", "verify", "rollout", "attestation"]
 SLO_KEYS = ["ttft_p99_ms", "itl_p99_ms", "min_output_tokens_per_s", "max_error_rate", "min_goodput", "require"]
 ACCURACY_KEYS = ["rule", "max_loss", "max_relative_loss", "alpha", "power", "allow_inconclusive", "multiple_comparisons",
                  "min_recovery", "stderr_k", "metrics", "paired_max_loss", "paired_confidence"]

@@ -71,6 +71,19 @@ def require(name: str, why: str, env: Mapping[str, str] | None = None) -> str:
     return value
 
 
+#: the Secret that holds the attestation keys (``pipelines/cluster.yaml``'s ``secrets``): its key
+#: ``signing-key.pem`` (PEM, Ed25519 private key) feeds :data:`ENV_ATTESTATION_KEY` in the package
+#: step, which signs the modelcar's attestations; ``public-key.pem`` feeds
+#: :data:`ENV_ATTESTATION_PUBLIC_KEY` in the deploy step, which refuses a model whose verification
+#: summary does not verify with it. The admission policies take their trust root from the same Secret.
+ATTESTATION_SECRET = "shipyard-attestation"
+ENV_ATTESTATION_KEY = "SHIPYARD_ATTESTATION_KEY"
+ENV_ATTESTATION_PUBLIC_KEY = "SHIPYARD_ATTESTATION_PUBLIC_KEY"
+#: a local alternative to the PEM text in the variables above: the path of the PEM file
+ENV_ATTESTATION_KEY_FILE = "SHIPYARD_ATTESTATION_KEY_FILE"
+ENV_ATTESTATION_PUBLIC_KEY_FILE = "SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE"
+
+
 #: set by ``shipyard compile`` on every step: the image reference the step's container runs (the
 #: compiled task's own image, as the cluster's KFP driver and the container rehearsal start it).
 #: The benchmark records it as the engine the SLO gate measured; the deploy step serves that image.

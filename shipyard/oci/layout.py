@@ -40,6 +40,10 @@ MT_DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 MT_EMPTY = "application/vnd.oci.empty.v1+json"
 MT_MODEL_FILE = "application/vnd.shipyard.model.file.v1"
 ARTIFACT_TYPE = "application/vnd.shipyard.model.v1"
+#: an attestation stored as an OCI 1.1 referrer (:mod:`shipyard.oci.attestation`): the manifest's
+#: ``artifactType`` is the in-toto payload type, its one layer a DSSE envelope (cosign's media type)
+ATTESTATION_ARTIFACT_TYPE = "application/vnd.in-toto+json"
+MT_DSSE = "application/vnd.dsse.envelope.v1+json"
 TITLE = "org.opencontainers.image.title"
 REF_NAME = "org.opencontainers.image.ref.name"
 EMPTY_JSON = b"{}"
@@ -137,8 +141,8 @@ class Layout:
                 return descriptor(json.loads(data).get("mediaType", MT_MANIFEST), data)
         elif ref:
             hits = [m for m in manifests if (m.get("annotations") or {}).get(REF_NAME) == ref]
-        else:
-            hits = manifests
+        else:  # the image itself, not the attestations stored beside it (they name it as their subject)
+            hits = [m for m in manifests if m.get("artifactType") != ATTESTATION_ARTIFACT_TYPE]
         if len(hits) != 1:
             names = sorted((m.get("annotations") or {}).get(REF_NAME, m["digest"]) for m in manifests)
             raise ShipyardError(str(self.root), f"has {len(hits)} manifests matching {ref or '(any)'}",

@@ -67,6 +67,8 @@ def run_deploy(
     SLO recording rules, burn-rate and capacity alerts; ``report_url``, the champion's report, is
     their ``runbook_url``); ``result["alerts"]`` lists each alert and where its numbers came from."""
     settings = parse_deploy_config(deploy_config, **overrides)  # all of it checked before anything is rendered
+    # production only for attested models: refused here, before anything is rendered or applied
+    attested = check_attestation(settings.config.model_uri, settings.attestation)
     params, options, verify_opts, rollout = dict(settings.params), settings.apply, settings.verify, settings.rollout
     tuned = searched_args(candidate) if candidate else {}
     if tuned:
@@ -127,6 +129,7 @@ def run_deploy(
                               "kinds": [d["kind"] for d in docs], "mode": cfg.mode, "url": "", "status": "DryRun",
                               "planned": model_config is not None}
     result["verification"] = verification
+    result["attestation"] = attested
     result["sizing"] = sizing
     result["alerts"] = alerts
     result["kinds"] += [d["kind"] for d in rules]
@@ -215,6 +218,16 @@ def run_deploy(
         write_decision_record(candidate, verify_dir, result, cfg.model_uri, dry_run, failure)
 
 
+def check_attestation(model_uri: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The deploy step's (and ``shipyard deploy``'s) refusal of a model whose verification summary is
+    missing, unsigned, for another digest or not ``PASSED``
+    (:func:`shipyard.gates.evidence.require_attested`; ``options``: ``deploy_config.attestation``).
+    An ``oci:///`` layout on the pipeline's disk is checked like a registry image."""
+    from shipyard.gates.evidence import require_attested
+
+    return require_attested(model_uri, options)
+
+
 def write_decision_record(candidate: str | None, verify_dir: str | None, result: dict[str, Any], model_uri: str,
                           dry_run: bool, failure: str = "") -> str | None:
     """Write ``verify_dir/decision-record.json``: the champion's decision record (select_champion's
@@ -247,7 +260,8 @@ def write_decision_record(candidate: str | None, verify_dir: str | None, result:
     status = result.get("status", "") if not failure else ("failed (rolled back)" if not dry_run else "failed")
     deployment = {"champion": champion, "name": result.get("name"), "namespace": result.get("namespace"),
                   "model_uri": model_uri, "dry_run": dry_run, "status": status, "url": result.get("url", ""),
-                  "error": failure, "rollout": result.get("rollout"), "engine": result.get("engine")}
+                  "error": failure, "rollout": result.get("rollout"), "engine": result.get("engine"),
+                  "attestation": result.get("attestation")}
     out = Path(verify_dir) / DECISION_RECORD
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(with_verification(record, result.get("verification") or {}, deployment, checks),
@@ -450,6 +464,12 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
         lines.append(f"| serves the benchmarked build | {'yes' if engine.get('same_build') else 'NO'} |")
         if engine.get("warning"):
             lines.append(f"| engine warning | {str(engine['warning']).replace('|', '/')} |")
+    attested = result.get("attestation") or {}
+    if attested:
+        said = (f"verified: summary `{(attested.get('vsa') or {}).get('envelope_digest', '')}` "
+                f"{(attested.get('vsa') or {}).get('result')}, key {str(attested.get('keyid', ''))[:16]}"
+                if attested.get("checked") else f"NOT checked ({attested.get('why', '')})")
+        lines.append(f"| attestations | {said.replace('|', '/')} |")
     check = result.get("verification") or {}
     if check:
         said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))

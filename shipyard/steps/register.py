@@ -23,6 +23,7 @@ from shipyard.gates.baseline import is_base
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
 from shipyard.gates.selection import load_selection, objective_value
+from shipyard.steps.attest import attestation_tags
 from shipyard.tracking import model_registry as registry
 
 
@@ -51,10 +52,13 @@ def accuracy_figures(champion: dict[str, Any]) -> tuple[dict[str, float], dict[s
 
 def register_champion(
     tracking_uri: str, experiment: str, kfp_run_id: str, model_name: str, source_uri: str, digest: str,
-    selection_dir: str, base_model_uri: str, champion_tolerance: float, report_path: str,
+    selection_dir: str, base_model_uri: str, champion_tolerance: float, report_path: str, attestation: str = "",
 ) -> dict[str, Any]:
     """Register the packaged champion and gate it against ``production``; returns
-    ``{"passed", "reason", "version", "champion_version", "recipe", "headline"}``."""
+    ``{"passed", "reason", "version", "champion_version", "recipe", "headline"}``. ``attestation``: the
+    package folder :func:`shipyard.steps.attest.attest_package` wrote into (or its
+    ``shipyard-attestations.json``): the verification summary's digest, decision, key id and the
+    evidence envelopes' digests become tags of the model version (:func:`shipyard.steps.attest.attestation_tags`)."""
     from shipyard.tracking.tracker import Tracker
 
     doc = load_selection(selection_dir)
@@ -71,6 +75,7 @@ def register_champion(
         # the LoRA adapters it was gated with, pinned by content: served with it (deploy_config.lora)
         **{f"lora.{name}": f"{a.get('uri')} {a.get('digest')}"[:5000]
            for name, a in (champion.get("adapters") or {}).items()},
+        **(attestation_tags(attestation) if attestation else {}),
     }
     description = (f"{champion['recipe'][:200]} of {base_model_uri}, packaged as {source_uri}. "
                    f"Chosen by {doc.get('objective', '')}: {doc.get('decisions', {}).get(champion['recipe'], '')}. "

@@ -753,6 +753,24 @@ ROWS: list[Row] = [
         field="FINGERPRINT: fingerprint-edited.json: its digest does not match its content"),
     row("workload-fidelity-tolerance-above-1", "workload", "fidelity", "fingerprint.json", "--guidellm", "golden.json",
         "--tolerance", '{"ks_input": 2}', field="workload.tolerance.ks_input"),
+    # --- issue 37: verify-model and deploy_config.attestation (the refusals of twins: tests/test_attestation.py)
+    row("verify-model-uri-tag", "verify-model", "oci://quay.io/org/m:v1", "--key", "public.pem",
+        field="uri: oci://quay.io/org/m:v1 uses the mutable tag"),
+    row("verify-model-key-missing", "verify-model", URI, "--key", "nope.pub", field="--key: nope.pub is not a file"),
+    row("verify-model-key-not-pem", "verify-model", URI, "--key", "junk.pub", field="--key: is not a PEM public key"),
+    row("verify-model-key-none", "verify-model", URI, field="--key: is required"),
+    row("verify-model-not-a-layout", "verify-model", f"oci:///nonexistent-shipyard-layout@{DIGEST}", "--key", "public.pem",
+        field="/nonexistent-shipyard-layout: is not an OCI image layout"),
+    row("verify-model-max-age-zero", "verify-model", URI, "--key", "public.pem", "--max-age", "0", field="--max-age"),
+    row("verify-model-uri-credentials", "verify-model", f"oci://u:{SECRET}@quay.io/org/m@{DIGEST}", "--key", "public.pem",
+        field="uri: oci://... carries credentials"),
+    row("run-deploy-config-attestation-require-text",
+        *run_local("--param", 'deploy_config={"attestation": {"require": "no"}}'),
+        field="deploy_config.attestation.require", params=True),
+    row("run-deploy-config-attestation-unknown", *run_local("--param", 'deploy_config={"attestation": {"keys": "k"}}'),
+        field="deploy_config.attestation.keys", params=True),
+    row("deploy-attestation-key-missing", *deploy("--params-file", "att-key-missing.yaml"),
+        field="deploy_config.attestation.key: nope.pub is not a file"),
     row("unknown-command", "deplyo", field="deplyo"),
     row("unknown-top-flag", "--verbose", field="--verbose"),
 ]
@@ -783,6 +801,13 @@ def _fingerprints() -> dict[str, str]:
                            source="mooncake", block_size=16)
     edited = dict(fp.data, slo_class="batch")
     return {"fingerprint.json": fp.to_json(), "fingerprint-edited.json": json.dumps(edited)}
+def _public_pem() -> str:
+    """A real Ed25519 public key (PEM), for the rows that get past the key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    return ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
 
 
 def _files() -> dict[str, str]:
@@ -803,6 +828,9 @@ def _files() -> dict[str, str]:
         "es-rubric.jsonl": _jsonl([{"prompt": "Explain 2 plus 2.", "guideline": "The sum is 4."}]),
         # the built-in calibration text quotes "Q: What is the capital of France? A: Paris."
         "es-leak.jsonl": _jsonl([{"prompt": "What is the capital of France?", "reference": "Paris"}, ES_QA[0]]),
+        "public.pem": _public_pem(),
+        "junk.pub": "-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n",
+        "att-key-missing.yaml": "attestation: {key: nope.pub}\n",
         "config.json": json.dumps(LLAMA),
         "bad.json": '{"hidden_size": ',
         "list.json": "[1, 2]",

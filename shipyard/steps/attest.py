@@ -1,0 +1,142 @@
+"""Attest the packaged champion: its gate evidence, signed, stored with the modelcar by digest.
+
+:func:`attest_package` runs after :func:`shipyard.steps.package.package_model` on the same output
+folder: it builds the evidence statements from the champion's records
+(:func:`shipyard.gates.evidence.evidence_statements`) and the verification summary, signs them
+(:func:`shipyard.oci.attestation.signing_key`: the Secret ``shipyard-attestation`` in a cluster, a
+PEM file locally), stores them as OCI 1.1 referrers in the package's OCI layout and, when the package
+was pushed, in the registry (the referrers API, else the ``sha256-<hex>`` tag), then verifies what it
+stored exactly as ``shipyard verify-model`` and the deploy step will, and writes
+``shipyard-attestations.{json,md}`` beside the package summary, whose JSON and Markdown
+(``shipyard-package.{json,md}``, what the KFP UI shows) gain an ``attestation`` section with the
+verification summary's digest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_write_text
+
+SUMMARY_JSON = "shipyard-attestations.json"
+SUMMARY_MD = "shipyard-attestations.md"
+PACKAGE_JSON = "shipyard-package.json"
+PACKAGE_MD = "shipyard-package.md"
+
+
+def _package(package_dir: str) -> dict[str, Any]:
+    path = Path(package_dir) / PACKAGE_JSON
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise ShipyardError("package", f"{path} is missing or not JSON", "give the package step's output folder") from None
+    if not isinstance(doc, dict) or not doc.get("digest") or not doc.get("uri"):
+        raise ShipyardError("package", f"{path} names no digest", "give the package step's output folder")
+    return doc
+
+
+def _markdown(out: dict[str, Any]) -> str:
+    lines = [f"# Attestations of `{out['uri']}`", "",
+             f"- **Gate decision (verification summary):** {out['decision']}",
+             f"- **Verification summary (VSA) envelope digest:** `{out['vsa_digest']}`",
+             f"- **Signed by key:** `{out['keyid']}`",
+             f"- **Stored:** {', '.join(out['stored'])}", "",
+             "| predicate type | envelope digest | referrer manifest |", "|---|---|---|"]
+    lines += [f"| {s['predicate_type']} | `{s['envelope_digest']}` | `{s['referrer']}` |" for s in out["statements"]]
+    lines += ["", "## Verification", ""]
+    lines += [f"- {'pass' if c['passed'] else 'FAIL'} {c['name']}: {c['detail']}" for c in out["verification"]["checks"]]
+    return "\n".join(lines) + "\n"
+
+
+def attest_package(package_dir: str, selection: str, *, key_file: str = "", base_eval: str = "",
+                   candidate_eval: str = "", candidate_bench: str = "", model_dir: str = "", base_model_uri: str = "",
+                   calibration_digest: str = "", images: dict[str, str] | None = None, kfp_run_id: str = "",
+                   mlflow_run_id: str = "", insecure_tls: bool = False) -> dict[str, Any]:
+    """Sign the champion's evidence and store it with the package in ``package_dir``.
+
+    ``selection``: select_champion's folder (or a candidate.json folder); ``key_file``: a PEM private
+    key (default: ``SHIPYARD_ATTESTATION_KEY`` from the Secret). The other arguments name the records
+    the evidence is built from (see :func:`shipyard.gates.evidence.evidence_statements`). Raises when
+    what was stored does not verify. Returns ``{"uri", "digest", "decision", "vsa_digest", "keyid",
+    "statements", "stored", "referrers_api", "fallback_tag", "verification"}``."""
+    import hashlib
+
+    from shipyard.gates.evidence import VSA, evidence_statements, sign_evidence, verify_evidence
+    from shipyard.oci import attestation as att
+    from shipyard.oci.layout import layout_reference
+    from shipyard.oci.reference import parse
+
+    pkg = _package(package_dir)
+    key = att.signing_key(key_file)
+    digest, uri = pkg["digest"], pkg["uri"]
+    name = uri.partition("@")[0].removeprefix("oci://")
+    statements = evidence_statements(name, digest, selection, base_eval=base_eval, candidate_eval=candidate_eval,
+                                     candidate_bench=candidate_bench, model_dir=model_dir, base_model_uri=base_model_uri,
+                                     calibration_digest=calibration_digest, images=images, kfp_run_id=kfp_run_id,
+                                     mlflow_run_id=mlflow_run_id)
+    envelopes = sign_evidence(statements, key, uri, selection)
+    descs = att.attach_to_layout(package_dir, digest, envelopes)
+    layout_uri = layout_reference(package_dir, digest)
+    stored = [f"OCI layout {Path(package_dir).resolve()}"]
+    pushed: dict[str, Any] = {"referrers_api": False, "fallback_tag": ""}
+    ref = parse(uri, "uri")
+    if not ref.is_layout:
+        pushed = att.push_attestations(package_dir, digest, ref.registry, ref.repository, insecure_tls=insecure_tls)
+        stored.append(f"registry {ref.registry}/{ref.repository} (" + (
+            "referrers API" if pushed["referrers_api"] else f"referrers tag {pushed['fallback_tag']}") + ")")
+    checks = [verify_evidence(layout_uri, key.public_key())]
+    if not ref.is_layout:
+        checks.append(verify_evidence(uri, key.public_key(), insecure_tls=insecure_tls))
+    for check in checks:  # a FAILED decision is recorded as such (the deploy refuses it); anything else must hold
+        broken = [c for c in check["checks"] if not c["passed"] and c["name"] != "gate decision"]
+        if broken:
+            raise ShipyardError("attestation", f"what was stored in {check['where']} does not verify: "
+                                f"{broken[0]['name']}: {broken[0]['detail']}",
+                                "check the registry (it must keep manifests with a subject) and the key")
+    rows = []
+    for env, desc in zip(envelopes, descs, strict=True):
+        payload = att.parse_envelope(att.envelope_bytes(env), "envelope")[1]
+        rows.append({"predicate_type": json.loads(payload)["predicateType"], "referrer": desc["digest"],
+                     "envelope_digest": "sha256:" + hashlib.sha256(att.envelope_bytes(env)).hexdigest()})
+    vsa = next(r for r in rows if r["predicate_type"] == VSA)
+    out = {"uri": uri, "digest": digest, "decision": (checks[-1]["vsa"] or {}).get("result"),
+           "vsa_digest": vsa["envelope_digest"], "keyid": att.keyid(key.public_key()), "statements": rows,
+           "stored": stored, "referrers_api": pushed["referrers_api"], "fallback_tag": pushed["fallback_tag"],
+           "verification": {"passed": checks[-1]["passed"], "checks": checks[-1]["checks"],
+                            "found_via": checks[-1]["found_via"]}}
+    atomic_write_text(Path(package_dir) / SUMMARY_JSON, json.dumps(out, indent=2, sort_keys=True))
+    md = _markdown(out)
+    atomic_write_text(Path(package_dir) / SUMMARY_MD, md)
+    # the package summary (what the KFP UI shows for the package step) carries the attestations too
+    pkg["attestation"] = {k: out[k] for k in ("decision", "vsa_digest", "keyid", "stored", "fallback_tag")}
+    pkg["attestation"]["referrers"] = [r["referrer"] for r in rows]
+    atomic_write_text(Path(package_dir) / PACKAGE_JSON, json.dumps(pkg, indent=2, sort_keys=True))
+    summary = Path(package_dir) / PACKAGE_MD
+    if summary.is_file():
+        head = summary.read_text().split("\n## Attestations\n", 1)[0].rstrip("\n")
+        atomic_write_text(summary, head + "\n\n## Attestations\n\n" + md.split("\n", 2)[2])
+    return out
+
+
+def attestation_tags(path: str) -> dict[str, str]:
+    """The MLflow model-version tags of a package's attestations (``path``: the package folder or its
+    ``shipyard-attestations.json``): ``attestation.vsa_digest``, ``attestation.decision``,
+    ``attestation.keyid`` and ``attestation.<predicate>`` (each evidence envelope's digest); one line
+    when the summary is missing."""
+    file = Path(path)
+    file = file / SUMMARY_JSON if file.is_dir() else file
+    try:
+        doc = json.loads(file.read_text())
+        rows = doc["statements"]
+        tags = {"attestation.vsa_digest": str(doc["vsa_digest"]), "attestation.decision": str(doc["decision"]),
+                "attestation.keyid": str(doc["keyid"]), "attestation.uri": str(doc["uri"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ShipyardError("attestation", f"{file} is missing or not an attestation summary",
+                            "pass the package folder the attest step wrote into") from None
+    for row in rows:
+        short = str(row["predicate_type"]).rstrip("/").split("/")[-2:]  # e.g. provenance/v1, accuracy/v1
+        tags[f"attestation.{'.'.join(short)}"] = str(row["envelope_digest"])
+    return tags

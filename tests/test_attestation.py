@@ -1,0 +1,454 @@
+"""Signed attestations on the modelcar (issue 37): real Ed25519 signatures (cryptography), real gate
+records (the candidate gates and select_champion on the report fixtures), the real package step, a
+real OCI layout and Debian's docker-registry (distribution 2.x: no referrers API, so the
+``sha256-<hex>`` referrers tag is what holds them there).
+
+The model folder is a few small files with the names the package step checks for (config,
+safetensors, tokenizer): the attestations bind the image's manifest digest, whatever the weights.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from report_fixtures import SLO, judged
+
+from shipyard.cli.main import main
+from shipyard.core.errors import ShipyardError
+from shipyard.gates import evidence
+from shipyard.oci import attestation as att
+from shipyard.oci.layout import MT_DSSE, MT_EMPTY, MT_MANIFEST, Layout, canonical_json, layout_reference
+from shipyard.steps.attest import SUMMARY_JSON, attest_package
+from shipyard.steps.deploy import run_deploy
+from shipyard.steps.package import package_model
+from shipyard.steps.select import select_champion
+from shipyard.testing.registry import LocalRegistry
+
+pytestmark = pytest.mark.usefixtures("registry_tools")
+
+
+def _pem_pair(folder: Path, name: str, key: Any) -> tuple[Path, Path]:
+    private = folder / f"{name}.pem"
+    public = folder / f"{name}.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("keys")
+    signer, signer_pub = _pem_pair(folder, "signer", ed25519.Ed25519PrivateKey.generate())
+    other, other_pub = _pem_pair(folder, "other", ed25519.Ed25519PrivateKey.generate())
+    return {"signer": signer, "signer_pub": signer_pub, "other": other, "other_pub": other_pub}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("model") / "w8a8"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    (folder / "model.safetensors").write_bytes(hashlib.sha256(b"weights").digest() * 64)
+    (folder / "tokenizer.json").write_text('{"version": "1.0"}')
+    (folder / "shipyard-compress.json").write_text(json.dumps({
+        "base_model": "/models/base", "recipe": "w8a8-int8", "calibration_dataset": "shipyard default",
+        "num_calibration_samples": 16, "max_seq_length": 512, "seed": 0}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def selection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """select_champion's folder over the real candidate gates of one passing candidate."""
+    tmp = tmp_path_factory.mktemp("gates")
+    out = judged(tmp)
+    assert out["passed"], out["reason"]
+    select_champion([str(tmp / "w8a8-int8-gates")], "size", str(tmp / "selection"), str(tmp / "r.md"), str(tmp / "r.html"))
+    return tmp / "selection"
+
+
+@pytest.fixture(scope="module")
+def failed_candidate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A candidate.json folder whose SLO gate failed (TTFT p99 above 100 ms): its own champion record."""
+    tmp = tmp_path_factory.mktemp("failed")
+    strict = json.dumps({**json.loads(SLO), "ttft_p99_ms": 100})
+    out = judged(tmp, slo=strict)
+    assert not out["passed"]
+    return tmp / "w8a8-int8-gates"
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[LocalRegistry]:
+    with LocalRegistry() as reg:
+        yield reg
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHIPYARD_REGISTRY_RETRIES", "2")
+    monkeypatch.setenv("SHIPYARD_REGISTRY_BACKOFF", "0.05")
+    monkeypatch.setenv("SHIPYARD_REGISTRY_AUTH_FILE", "/nonexistent/auth.json")
+    for name in ("SHIPYARD_ATTESTATION_KEY", "SHIPYARD_ATTESTATION_KEY_FILE", "SHIPYARD_ATTESTATION_PUBLIC_KEY",
+                 "SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE", "SHIPYARD_CONTRACT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
+    code = main(["verify-model", *argv])
+    out = capsys.readouterr()
+    return code, out.out.splitlines(), out.err
+
+
+# ------------------------------------------------------------------------------ signatures
+
+
+def test_pae_is_the_dsse_spec_encoding() -> None:
+    assert att.pae("http://example.com/HelloWorld", b"hello world") == \
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+
+
+@pytest.mark.parametrize("make", [ed25519.Ed25519PrivateKey.generate, lambda: ec.generate_private_key(ec.SECP256R1())],
+                         ids=["ed25519", "ecdsa-p256"])
+def test_sign_and_verify_round_trip(make: Any) -> None:
+    key, stranger = make(), make()
+    digest = "sha256:" + "ab" * 32
+    stmt = att.statement("quay.io/org/m", digest, evidence.SLO, {"passed": True})
+    env = att.sign_statement(stmt, key)
+    assert env["payloadType"] == "application/vnd.in-toto+json"
+    assert env["signatures"][0]["keyid"] == hashlib.sha256(att.public_der(key.public_key())).hexdigest()
+    parsed, payload = att.parse_envelope(att.envelope_bytes(env), "envelope")
+    assert att.parse_statement(payload, "envelope") == stmt and att.subject_digests(stmt) == [digest]
+    assert att.signed_by(parsed, payload, key.public_key())
+    assert not att.signed_by(parsed, payload, stranger.public_key())
+    # one changed byte in the statement: the signature no longer holds
+    forged = payload.replace(b'"passed":true', b'"passed":fals')
+    assert forged != payload and not att.signed_by(parsed, forged, key.public_key())
+    # the signature is over the PAE, not the bare payload
+    bare = base64.b64encode(key.sign(payload) if isinstance(key, ed25519.Ed25519PrivateKey) else b"x").decode()
+    assert not att.signed_by({**parsed, "signatures": [{"keyid": "", "sig": bare}]}, payload, key.public_key())
+
+
+@pytest.mark.parametrize("data, problem", [
+    (b"not json", "not JSON"),
+    (b'{"payload": "e30="}', "no payload or signatures"),
+    (json.dumps({"payloadType": "text/plain", "payload": "e30=", "signatures": []}).encode(), "payloadType"),
+    (json.dumps({"payloadType": "application/vnd.in-toto+json", "payload": "%%%", "signatures": []}).encode(), "base64"),
+])
+def test_malformed_envelopes_are_one_line(data: bytes, problem: str) -> None:
+    with pytest.raises(ShipyardError, match=problem) as err:
+        att.parse_envelope(data, "envelope sha256:x")
+    assert "\n" not in str(err.value)
+
+
+def test_keys_from_files_and_environment(keys: dict[str, Path], tmp_path: Path) -> None:
+    private = att.signing_key(str(keys["signer"]))
+    assert att.keyid(att.read_key_file(keys["signer_pub"], "k", private=False)) == att.keyid(private.public_key())
+    assert att.keyid(att.signing_key(env={"SHIPYARD_ATTESTATION_KEY": keys["signer"].read_text()}).public_key()) == \
+        att.keyid(private.public_key())
+    assert att.trust_key(env={"SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE": str(keys["other_pub"])}) is not None
+    assert att.trust_key(env={}) is None
+    with pytest.raises(ShipyardError, match="SHIPYARD_ATTESTATION_KEY: is not set"):
+        att.signing_key(env={})
+    contract = json.dumps({"step": "package-champion",
+                           "env": {"SHIPYARD_ATTESTATION_KEY": "shipyard-attestation/signing-key.pem"}})
+    with pytest.raises(ShipyardError, match="secret shipyard-attestation: key signing-key.pem"):
+        att.signing_key(env={"SHIPYARD_CONTRACT": contract})
+    (tmp_path / "junk.pem").write_text("-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----\n")
+    with pytest.raises(ShipyardError, match="is not a PEM public key"):
+        att.read_key_file(tmp_path / "junk.pem", "--key", private=False)
+    with pytest.raises(ShipyardError, match="is not a file"):
+        att.read_key_file(tmp_path / "missing.pem", "--key", private=False)
+
+
+# --------------------------------------------------------------------------- predicates
+
+
+def test_predicates_come_from_the_gate_records(selection: Path, model: Path) -> None:
+    digest = "sha256:" + "cd" * 32
+    stmts = evidence.evidence_statements("reg/repo", digest, str(selection), model_dir=str(model),
+                                         base_model_uri="hf://org/base@0123abc", kfp_run_id="run-1", mlflow_run_id="ml-9")
+    assert [s["predicateType"] for s in stmts] == list(evidence.EVIDENCE_TYPES)
+    prov, acc, slo, safety = (s["predicate"] for s in stmts)
+    deps = {d["name"]: d for d in prov["buildDefinition"]["resolvedDependencies"]}
+    assert deps["base-model"]["annotations"] == {"revision": "0123abc"}
+    assert deps["recipe"]["digest"]["sha256"] == hashlib.sha256(b"w8a8-int8").hexdigest()
+    assert deps["calibration-set"]["uri"] == "shipyard default"
+    assert prov["runDetails"]["metadata"]["invocationId"] == "run-1"
+    assert {"name": "mlflow-run", "uri": "mlflow:runs/ml-9"} in prov["runDetails"]["byproducts"]
+    assert "calibration-set digest" in prov["missing"] and "base model digest" in prov["missing"]
+    rows = {(m["task"], m["metric"]): m for m in acc["metrics"]}
+    assert rows[("shipyard_capitals_mc", "acc,none")]["candidate"] == 0.80 and acc["passed"] is True
+    assert acc["rule"] == "recovery"
+    assert slo["slo"]["ttft_p99_ms"] == 500 and slo["knee"]["level"] == "concurrent@2"
+    assert slo["knee"]["ttft_p99_ms"] == 110.5 and slo["knee"]["goodput"] is not None
+    assert safety["enabled"] is False and safety["families"] == []
+
+
+# ------------------------------------------------------------------------------- layout
+
+
+def _package(model: Path, out: Path, **kw: Any) -> dict[str, Any]:
+    return package_model(str(model), str(out), **kw)
+
+
+def _tamper(layout_dir: Path, digest: str, envelopes: list[dict[str, Any]]) -> None:
+    """Store ``envelopes`` as referrers of the image ``digest`` in a layout (whatever their statements say)."""
+    layout = Layout(layout_dir)
+    subject = layout.resolve(digest)
+    index = layout.index()
+    for env in envelopes:
+        data = att.envelope_bytes(env) if isinstance(env, dict) else env
+        layout.put_bytes(MT_EMPTY, b"{}")
+        layout.put_bytes(MT_DSSE, data)
+        manifest = att.referrer_manifest(data, subject, evidence.VSA)
+        index["manifests"].append(att._index_descriptor(manifest))
+        layout.put_bytes(MT_MANIFEST, manifest)
+    (layout.root / "index.json").write_bytes(canonical_json(index))
+
+
+def _stored_envelopes(layout_dir: Path, digest: str) -> list[dict[str, Any]]:
+    return [json.loads(s.envelope) for s in att.layout_attestations(layout_dir, digest)]
+
+
+def test_layout_attested_passes_and_both_twins_are_refused(model: Path, selection: Path, keys: dict[str, Path],
+                                                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    car = _package(model, tmp_path / "champion")
+    out = attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]),
+                         model_dir=str(model), kfp_run_id="run-1")
+    assert out["decision"] == "PASSED" and out["vsa_digest"].startswith("sha256:") and len(out["statements"]) == 5
+    assert json.loads((tmp_path / "champion" / SUMMARY_JSON).read_text())["vsa_digest"] == out["vsa_digest"]
+    assert out["vsa_digest"] in (tmp_path / "champion" / "shipyard-attestations.md").read_text()
+    summary = (tmp_path / "champion" / "shipyard-package.md").read_text()
+    assert summary.startswith("# Packaged model") and summary.count("## Attestations") == 1
+    assert f"**Verification summary (VSA) envelope digest:** `{out['vsa_digest']}`" in summary
+    pkg = json.loads((tmp_path / "champion" / "shipyard-package.json").read_text())
+    assert pkg["attestation"]["vsa_digest"] == out["vsa_digest"] and len(pkg["attestation"]["referrers"]) == 5
+    uri = car["uri"]
+    assert Layout(tmp_path / "champion").resolve()["digest"] == car["digest"]  # "the" image is still the modelcar
+    code, lines, _ = _cli(capsys, uri, "--key", str(keys["signer_pub"]))
+    assert code == 0 and lines[-1].startswith(f"PASSED: {uri}"), lines
+    assert [ln.split(":")[0].split(maxsplit=1)[1] for ln in lines[:-1]] == [
+        "attestations found", "envelopes readable", "signatures", "subjects", "predicate types",
+        "summary covers the evidence", "gate decision"]
+
+    # the unattested twin: the same weights built again, so the same digest, in a layout without attestations
+    twin = _package(model, tmp_path / "twin")
+    assert twin["digest"] == car["digest"]
+    code, lines, _ = _cli(capsys, twin["uri"], "--key", str(keys["signer_pub"]))
+    assert code == 1 and lines[-1] == f"FAILED: {twin['uri']}: carries no attestations", lines
+
+    # the tampered one: another image (other annotations) carrying the champion's signed envelopes
+    other = _package(model, tmp_path / "tampered", annotations={"recipe": "w4a16"})
+    assert other["digest"] != car["digest"]
+    _tamper(tmp_path / "tampered", other["digest"], _stored_envelopes(tmp_path / "champion", car["digest"]))
+    code, lines, _ = _cli(capsys, other["uri"], "--key", str(keys["signer_pub"]))
+    assert code == 1 and any(ln.startswith("  FAIL subjects: ") and car["digest"][:19] in ln for ln in lines), lines
+    assert lines[-1] == (f"FAILED: {other['uri']}: subjects: 5 statements are about {car['digest'][:19]}, not "
+                         f"{other['digest'][:19]} (provenance/v1, accuracy/v1, slo/v1, safety/v1, verification_summary/v1)")
+
+    # the deploy refusal: the same three, through the deploy step (dry run: no cluster)
+    cfg = {"attestation": {"key": str(keys["signer_pub"])}}
+    done = run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=uri,
+                      summary_path=str(tmp_path / "deploy.md"))
+    assert done["attestation"]["checked"] and done["attestation"]["vsa"]["result"] == "PASSED"
+    assert f"| attestations | verified: summary `{out['vsa_digest']}` PASSED" in (tmp_path / "deploy.md").read_text()
+    for bad, said in ((twin["uri"], "carries no attestations"), (other["uri"], "subjects: ")):
+        with pytest.raises(ShipyardError) as err:
+            run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=bad)
+        line = str(err.value)
+        assert line.startswith("attestation: ") and said in line and "refused" in line and "\n" not in line
+        assert 'deploy_config {"attestation": {"require": false}}' in line
+    # the explicit override deploys the twin and says so
+    capsys.readouterr()
+    done = run_deploy(deploy_config={"attestation": {"require": False}}, manifest_path=str(tmp_path / "m.yaml"),
+                      dry_run=True, name="llm", model_uri=twin["uri"])
+    assert done["attestation"] == {"checked": False, "why": "overridden: deploy_config.attestation.require is false"}
+    assert "attestation check overridden (deploy_config.attestation.require=false)" in capsys.readouterr().err
+
+
+def test_wrong_key_another_digest_and_malformed_envelope_fail(model: Path, selection: Path, keys: dict[str, Path],
+                                                               tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    car = _package(model, tmp_path / "car")
+    attest_package(str(tmp_path / "car"), str(selection), key_file=str(keys["signer"]))
+    # a key that does not match
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(keys["other_pub"]))
+    assert code == 1 and lines[-1].startswith(f"FAILED: {car['uri']}: signatures: not signed by key"), lines
+    # a predicate for another digest, signed with the right key, stored as this image's referrer
+    signer = att.signing_key(str(keys["signer"]))
+    foreign = att.statement("x", "sha256:" + "ee" * 32, evidence.SAFETY, {"passed": True})
+    _tamper(tmp_path / "car", car["digest"], [att.sign_statement(foreign, signer)])
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(keys["signer_pub"]))
+    assert code == 1 and f"subjects: 1 statement is about sha256:eeeeeeeeeeee, not {car['digest'][:19]} " \
+        "(safety/v1)" in lines[-1], lines
+    # a malformed envelope
+    clean = _package(model, tmp_path / "clean")
+    attest_package(str(tmp_path / "clean"), str(selection), key_file=str(keys["signer"]))
+    _tamper(tmp_path / "clean", clean["digest"], [b'{"payloadType": "application/vnd.in-toto+json"}'])
+    code, lines, _ = _cli(capsys, clean["uri"], "--key", str(keys["signer_pub"]))
+    assert code == 1 and "envelopes readable: " in lines[-1] and "is not a DSSE envelope" in lines[-1], lines
+    # an envelope whose bytes were changed after signing (the layer digest no longer matches)
+    victim = next(s for s in att.layout_attestations(tmp_path / "clean", clean["digest"]) if s.envelope_digest)
+    Layout(tmp_path / "clean").blob(victim.envelope_digest).write_bytes(b"{}")
+    out = evidence.verify_evidence(clean["uri"], att.signing_key(str(keys["signer"])).public_key())
+    assert not out["passed"] and "does not match its digest" in out["reason"]
+
+
+def test_failed_gates_are_attested_as_failed_and_refused(model: Path, failed_candidate: Path, keys: dict[str, Path],
+                                                         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    car = _package(model, tmp_path / "car")
+    out = attest_package(str(tmp_path / "car"), str(failed_candidate), key_file=str(keys["signer"]))
+    assert out["decision"] == "FAILED"
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(keys["signer_pub"]), "--max-age", "1")
+    assert code == 1 and "  FAIL gate decision: verificationResult FAILED (SLO gate" in "\n".join(lines), lines
+    assert any(ln.startswith("  pass summary age: ") for ln in lines)
+    with pytest.raises(ShipyardError, match="gate decision: verificationResult FAILED"):
+        run_deploy(deploy_config={"attestation": {"key": str(keys["signer_pub"])}}, manifest_path=str(tmp_path / "m.yaml"),
+                   dry_run=True, name="llm", model_uri=car["uri"])
+
+
+# ------------------------------------------------------------------------------ registry
+
+
+def test_registry_fallback_tag_holds_the_referrers(model: Path, selection: Path, keys: dict[str, Path], tmp_path: Path,
+                                                   registry: LocalRegistry, capsys: pytest.CaptureFixture[str]) -> None:
+    from shipyard.oci.client import RegistryClient
+
+    car = _package(model, tmp_path / "champion", registry=registry.address, repository="team/champion")
+    out = attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+    tag = "sha256-" + car["digest"].removeprefix("sha256:")
+    assert out["referrers_api"] is False and out["fallback_tag"] == tag  # distribution 2.x: no referrers API
+    client = RegistryClient(registry.address, "team/champion")
+    assert client.request("GET", f"referrers/{car['digest']}", what="referrers", ok=(200, 404)).status_code == 404
+    index = json.loads(client.get_manifest(tag)[0])
+    assert sorted(m["digest"] for m in index["manifests"]) == sorted(s["referrer"] for s in out["statements"])
+    assert {m["annotations"][att.PREDICATE_ANNOTATION] for m in index["manifests"]} == set(evidence.REQUIRED_TYPES)
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(keys["signer_pub"]))
+    assert code == 0 and f"via the referrers tag {tag}" in lines[0] and lines[-1].startswith("PASSED: "), lines
+    # attesting again adds nothing twice to the tag's index
+    attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+    again = json.loads(client.get_manifest(tag)[0])["manifests"]
+    assert len({m["digest"] for m in again}) == len(again)
+
+    # the unattested twin: the same weights pushed to another repository (same digest, no referrers there)
+    twin = _package(model, tmp_path / "twin", registry=registry.address, repository="team/twin")
+    assert twin["digest"] == car["digest"]
+    code, lines, _ = _cli(capsys, twin["uri"], "--key", str(keys["signer_pub"]))
+    assert code == 1 and lines[0] == (f"  FAIL attestations found: 0 in registry {registry.address}/team/twin via "
+                                      f"no referrers API and no referrers tag {tag}"), lines
+    # the tampered one: another image with the champion's envelopes pushed as its referrers
+    other = _package(model, tmp_path / "tampered", registry=registry.address, repository="team/tampered",
+                     annotations={"recipe": "w4a16"})
+    copied = _stored_envelopes(tmp_path / "champion", car["digest"])  # 5, and the second run's new summary
+    _tamper(tmp_path / "tampered", other["digest"], copied)
+    pushed = att.push_attestations(tmp_path / "tampered", other["digest"], registry.address, "team/tampered")
+    assert len(pushed["referrers"]) == len(copied) >= 5
+    code, lines, _ = _cli(capsys, other["uri"], "--key", str(keys["signer_pub"]))
+    assert code == 1 and lines[-1].startswith(f"FAILED: {other['uri']}: subjects: "), lines
+    cfg = {"attestation": {"key": str(keys["signer_pub"])}}
+    run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=car["uri"])
+    for bad in (twin["uri"], other["uri"]):
+        with pytest.raises(ShipyardError, match=r"^attestation: oci://127\.0\.0\.1:\d+/team/\w+@sha256:\w+ refused: "):
+            run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=bad)
+
+
+def test_bad_input_is_one_line(keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = [
+        (["oci://quay.io/org/m:v1", "--key", str(keys["signer_pub"])], "uri: oci://quay.io/org/m:v1 uses the mutable tag"),
+        ([f"oci://quay.io/org/m@sha256:{'a' * 64}", "--key", str(tmp_path / "nope.pub")], "--key: "),
+        ([f"oci://quay.io/org/m@sha256:{'a' * 64}"], "--key: is required"),
+        ([f"oci://{tmp_path}@sha256:{'a' * 64}", "--key", str(keys["signer_pub"])], "is not an OCI image layout"),
+    ]
+    for argv, said in cases:
+        code, lines, err = _cli(capsys, *argv)
+        assert code == 2 and lines == [] and err.count("\n") == 1 and said in err, (argv, err)
+
+
+def test_deploy_config_attestation_options() -> None:
+    from shipyard.params.deploy import parse_deploy_config
+
+    need = {"name": "llm", "model_uri": f"oci://quay.io/org/m@sha256:{'a' * 64}"}
+    assert parse_deploy_config(need).attestation == evidence.ATTESTATION_DEFAULTS
+    got = parse_deploy_config({**need, "attestation": {"require": False, "max_age_days": 30}}).attestation
+    assert got["require"] is False and got["max_age_days"] == 30
+    for raw, field in (({"attestation": {"require": "no"}}, "deploy_config.attestation.require"),
+                       ({"attestation": {"keys": "x"}}, "deploy_config.attestation.keys"),
+                       ({"attestation": {"max_age_days": 0}}, "deploy_config.attestation.max_age_days"),
+                       ({"attestation": []}, "deploy_config.attestation")):
+        with pytest.raises(ShipyardError) as err:
+            parse_deploy_config({**need, **raw})
+        assert err.value.field == field
+
+
+def test_deploy_without_a_key_in_a_cluster_names_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHIPYARD_CONTRACT", json.dumps({
+        "step": "deploy", "env": {"SHIPYARD_ATTESTATION_PUBLIC_KEY": "shipyard-attestation/public-key.pem"}}))
+    with pytest.raises(ShipyardError, match="secret shipyard-attestation: key public-key.pem"):
+        evidence.require_attested(f"oci://quay.io/org/m@sha256:{'a' * 64}", dict(evidence.ATTESTATION_DEFAULTS))
+
+
+def test_copy_of_layout_keeps_referrers(model: Path, selection: Path, keys: dict[str, Path], tmp_path: Path) -> None:
+    """The layout is self-contained: copied elsewhere (a KFP artifact download) it still verifies."""
+    car = _package(model, tmp_path / "car")
+    attest_package(str(tmp_path / "car"), str(selection), key_file=str(keys["signer"]))
+    shutil.copytree(tmp_path / "car", tmp_path / "moved")
+    moved = layout_reference(tmp_path / "moved", car["digest"])
+    out = evidence.verify_evidence(moved, att.signing_key(str(keys["signer"])).public_key())
+    assert out["passed"], out["reason"]
+    assert copy.deepcopy(out["vsa"])["result"] == "PASSED"
+
+
+def test_ecdsa_keys_and_json_output(model: Path, selection: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = _pem_pair(tmp_path, "p256", ec.generate_private_key(ec.SECP256R1()))
+    car = _package(model, tmp_path / "car")
+    attest_package(str(tmp_path / "car"), str(selection), key_file=str(private))
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(public), "-o", "json")
+    doc = json.loads("\n".join(lines))
+    assert code == 0 and doc["passed"] and doc["digest"] == car["digest"] and len(doc["attestations"]) == 5
+    assert all(a["signed"] and a["subject_ok"] for a in doc["attestations"]) and doc["vsa"]["result"] == "PASSED"
+    encrypted = tmp_path / "encrypted.pem"
+    encrypted.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pw")))
+    with pytest.raises(ShipyardError, match="is an encrypted private key"):
+        att.signing_key(str(encrypted))
+
+
+def test_generated_keys_and_mlflow_tags(model: Path, selection: Path, tmp_path: Path) -> None:
+    private, public = att.generate_key_pair(tmp_path / "keys")
+    assert oct(private.stat().st_mode & 0o777) == "0o600"
+    assert att.generate_key_pair(tmp_path / "keys") == (private, public) and private.read_text().startswith(
+        "-----BEGIN PRIVATE KEY-----")
+    car = _package(model, tmp_path / "car")
+    out = attest_package(str(tmp_path / "car"), str(selection), key_file=str(private))
+    from shipyard.steps.attest import attestation_tags
+
+    tags = attestation_tags(str(tmp_path / "car"))
+    assert tags["attestation.vsa_digest"] == out["vsa_digest"] and tags["attestation.decision"] == "PASSED"
+    assert tags["attestation.uri"] == car["uri"]
+    assert {k for k in tags if k.count(".") == 2} == {"attestation.provenance.v1", "attestation.accuracy.v1",
+                                                      "attestation.slo.v1", "attestation.safety.v1",
+                                                      "attestation.verification_summary.v1"}
+    assert evidence.verify_evidence(car["uri"], att.read_key_file(public, "k", private=False))["passed"]
+    with pytest.raises(ShipyardError, match="is missing or not an attestation summary"):
+        attestation_tags(str(tmp_path))
+
+
+def test_local_runs_get_a_key_pair_unless_one_is_configured(tmp_path: Path) -> None:
+    env = att.local_keys_env(tmp_path / "keys", env={})
+    assert set(env) == {"SHIPYARD_ATTESTATION_KEY_FILE", "SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE"}
+    private = att.signing_key(env=env)
+    assert att.keyid(att.trust_key(env=env)) == att.keyid(private.public_key())
+    assert att.local_keys_env(tmp_path / "keys", env={}) == env  # kept across runs
+    assert att.local_keys_env(tmp_path / "other", env={"SHIPYARD_ATTESTATION_KEY": "pem"}) == {}
+    assert not (tmp_path / "other").exists()
