@@ -123,6 +123,7 @@ def package_champion(
     from shipyard.gates.selection import load_selection
     from shipyard.runtimes.runtime import call_step, name_output
     from shipyard.serving.kserve.render import copy_model_files
+    from shipyard.steps.attest import attest_if_keyed
     from shipyard.steps.package import artifact_metadata, package_model
     from shipyard.steps.register import register_champion
     from shipyard.tracking.steprun import StepRun
@@ -141,11 +142,16 @@ def package_champion(
                            out_dir=modelcar.path, registry=registry, repository=repository, tag="", mode=mode,
                            base_image=base_image, annotations=annotations, insecure_tls=insecure_tls)
         modelcar.metadata.update(artifact_metadata(packed))
+        # the gates' evidence, signed and stored with the modelcar (OCI referrers), when a key is configured
+        attested = call_step("base", attest_if_keyed, package_dir=modelcar.path, selection=selection.path,
+                             model_dir=model.path, base_model_uri=base_model_uri, kfp_run_id=kfp_run_id,
+                             insecure_tls=insecure_tls)
         shutil.copyfile(f"{modelcar.path}/shipyard-package.md", package_summary.path)
         small = call_step("base", copy_model_files, model_dir=model.path,
                           out_dir=model_files.path)
         model_files.metadata.update(small)
-        package_summary.metadata.update({"uri": packed["uri"], "digest": packed["digest"]})
+        package_summary.metadata.update({"uri": packed["uri"], "digest": packed["digest"],
+                                         "attestation": attested["note"]})
         print(f"packaged: {packed['uri']}", flush=True)
         run.log(params={"uri": packed["uri"]}, metrics={"size_bytes": packed["size_bytes"]},
                 tags={"shipyard.oci_digest": packed["digest"]},
@@ -154,7 +160,7 @@ def package_champion(
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                         source_uri=packed["uri"], digest=packed["digest"], selection_dir=selection.path,
                         base_model_uri=base_model_uri, champion_tolerance=champion_tolerance,
-                        report_path=decision.path)
+                        report_path=decision.path, attestation=modelcar.path if attested["attested"] else "")
         decision.metadata.update({"uri": packed["uri"], "digest": packed["digest"], "version": out["version"],
                                   "passed": out["passed"], "reason": out["reason"], "recipe": out["recipe"],
                                   "headline": json.dumps(out["headline"])})

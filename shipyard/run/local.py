@@ -16,11 +16,13 @@ store points MLflow's default store at it (:func:`shipyard.tracking.tracker.defa
 from __future__ import annotations
 
 import builtins
+import contextlib
 import inspect
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,7 +367,6 @@ def run_local(
     overrides: list[str] | None = None,
 ) -> RunSummary:
     """Run ``pipeline`` with kfp.local in ``work_dir``; write and return the run summary."""
-    from kfp import local
 
     params = resolve_params(pipeline, params_file, overrides or [])  # pre-flight, before anything is built
     pipeline_func = get_pipeline(pipeline)
@@ -380,6 +381,34 @@ def run_local(
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["SHIPYARD_STEP_LOG"] = str(step_log)
     os.environ["SHIPYARD_WORK_DIR"] = str(work)
+    with local_attestation_keys(work):  # the package step signs the champion's evidence with the run's own key
+        return _run_local(pipeline, pipeline_func, params, work, root, step_log)
+
+
+@contextlib.contextmanager
+def local_attestation_keys(work: Path) -> Iterator[None]:
+    """For this run only: the signing and public key of ``WORK_DIR/attestation`` (made once, kept across
+    runs), unless the user configured keys (:func:`shipyard.oci.attestation.local_keys_env`)."""
+    from shipyard.oci.attestation import local_keys_env
+
+    added = local_keys_env(work / "attestation")
+    saved = {name: os.environ.get(name) for name in added}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _run_local(pipeline: str, pipeline_func: Any, params: dict[str, Any], work: Path, root: Path,
+               step_log: Path) -> RunSummary:
+    """The run itself (see :func:`run_local`)."""
+    from kfp import local
+
     before = {p.name for p in root.iterdir()}
     enable_oneof_artifacts()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=False)

@@ -140,3 +140,24 @@ def attestation_tags(path: str) -> dict[str, str]:
         short = str(row["predicate_type"]).rstrip("/").split("/")[-2:]  # e.g. provenance/v1, accuracy/v1
         tags[f"attestation.{'.'.join(short)}"] = str(row["envelope_digest"])
     return tags
+
+
+def attest_if_keyed(package_dir: str, selection: str, **records: Any) -> dict[str, Any]:
+    """The package step's attestation: :func:`attest_package` when a signing key is configured (the
+    Secret ``shipyard-attestation`` in the cluster, the local run's own key pair), else a record that
+    says the model was not attested and why (the deploy then refuses it where attestations are
+    required). ``{"attested": bool, "note": str, ...attest_package's result}``."""
+    import os
+
+    from shipyard.core import contract
+
+    names = (contract.ENV_ATTESTATION_KEY, contract.ENV_ATTESTATION_KEY_FILE)
+    if not any(os.environ.get(name, "").strip() for name in names):
+        note = (f"not attested: no signing key (Secret {contract.ATTESTATION_SECRET}, key signing-key.pem; "
+                f"locally {contract.ENV_ATTESTATION_KEY_FILE}=PATH)")
+        print(f"package: {note}", flush=True)
+        return {"attested": False, "note": note}
+    out = attest_package(package_dir, selection, **records)
+    note = f"attested: {out['decision']} (VSA {out['vsa_digest']})"
+    print(f"package: {note}", flush=True)
+    return {"attested": True, "note": note, **out}
