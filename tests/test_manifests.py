@@ -226,3 +226,18 @@ def test_mlflow_server_without_allowed_hosts_rejects_the_service_name():
         assert r.status == 200
     for host in service_hosts("shipyard"):
         assert mlflow_api_status(server.url, host) == 403, host
+
+
+def test_mlflow_image_carries_the_s3_artifact_client():
+    """Issue 32, item 1: the plain ghcr.io/mlflow/mlflow:vX image has no boto3, so with the
+    s3:// artifacts destination every upload is a 500 while /health passes. The Deployment runs the
+    -full variant of the base runtime's MLflow release (mlflow's docker/README.md: "cloud storage
+    integrations (AWS S3 ...)")."""
+    docs = build(ROOT / "base" / "mlflow")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = " ".join(container["args"])
+    assert "--artifacts-destination=s3://" in args and "--serve-artifacts" in args
+    lock = (ROOT.parent / "images" / "base" / "requirements.in").read_text()
+    version = re.search(r"^mlflow-skinny==(\S+)$", lock, re.M).group(1)
+    assert container["image"].split("@")[0] == f"ghcr.io/mlflow/mlflow:v{version}-full", container["image"]

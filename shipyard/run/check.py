@@ -6,8 +6,9 @@ Services, Nodes, KServe's controller Deployment, SubjectAccessReviews) and calls
 :mod:`shipyard.serving.cluster_check` with the layout of ``pipelines/cluster.yaml``: KFP and
 KServe versions, the served LLMInferenceService versions, the CRDs the deploy options need, the
 namespaces, the contract Secrets and keys where the pipeline pods run, MLflow by its in-cluster
-name with a real API call, the registry, S3, GPU nodes and the deploy identity's permissions.
-Nothing is changed in the cluster.
+name with a real API call and an artifact round-trip (a throwaway run, deleted after), the
+registry, S3, GPU nodes and the deploy identity's permissions.
+Nothing else is changed in the cluster.
 
 Without a kubeconfig (none given, no ``$KUBECONFIG``, no ``~/.kube/config``, not in a pod), or
 with an API server that does not answer, the Kubernetes part is one line (``SKIP kubernetes: not
@@ -110,7 +111,7 @@ def outside_checks(chosen: dict[str, str], *, mlflow_url: str = "", registry: st
         checks.append(Check("mlflow api", cc.SKIP, f"not checked: {uri} is a name inside the cluster",
                             f"{forward}, then pass --mlflow-url http://127.0.0.1:5000"))
     else:
-        checks.append(cc.mlflow_api_check(uri, mlflow_url, os.environ.get("MLFLOW_TRACKING_TOKEN", "")))
+        checks.extend(cc.mlflow_checks(uri, mlflow_url, os.environ.get("MLFLOW_TRACKING_TOKEN", "")))
     reg = cc.registry_check(registry, None, insecure_registry)
     if reg.status == cc.FAIL and "needs credentials" in reg.detail:  # the credentials are in the cluster's Secret
         reg = Check("registry", cc.PASS, f"{registry} answers /v2/ and asks for credentials (those of the Secret "
@@ -186,7 +187,7 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                                        lambda ns, name: kube.get(f"/api/v1/namespaces/{ns}/services/{name}") is not None))
     token = ((read_secret(chosen["pipeline_namespace"], "shipyard-mlflow") or {}).get("data") or {}).get(
         "MLFLOW_TRACKING_TOKEN", "")
-    checks.append(cc.mlflow_api_check(uri, mlflow_url, base64.b64decode(token).decode() if token else ""))
+    checks.extend(cc.mlflow_checks(uri, mlflow_url, base64.b64decode(token).decode() if token else ""))
     auth = cc.decode_dockerconfig(read_secret(chosen["pipeline_namespace"], "shipyard-registry"))
     checks.append(cc.registry_check(registry, auth, insecure_registry))
     if check_s3:

@@ -27,7 +27,8 @@ def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, exp
 
 def _cluster_checks(tracking_uri: str, typed: dict[str, Any]) -> None:
     """In a cluster, the checks a pod can make (:func:`shipyard.serving.cluster_check.pod_checks`):
-    MLflow's API by the in-cluster name (its Host check answers 403 while /health passes) and,
+    MLflow's API by the in-cluster name (its Host check answers 403 while /health passes), an
+    artifact round-trip (an artifact store that cannot write answers 500 while the API passes) and,
     when the run deploys, this identity's permissions in the target namespace. The first failure
     ends the run here, in seconds, as one line."""
     import os
