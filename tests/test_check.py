@@ -431,3 +431,67 @@ def test_an_mlflow_that_cannot_store_artifacts_fails_the_round_trip_in_one_line(
     (line,) = [f for f in lines if f.startswith("FAIL ")]
     assert line == bad.line() and "\n" not in line
     assert err.value.field == "mlflow artifacts" and "answered 500" in str(err.value) and "boto3" in str(err.value)
+
+
+class _IstioDenies:
+    """What a pipeline pod without a sidecar meets in a profile namespace: MLflow's Istio sidecar
+    whose owner-only AuthorizationPolicy refuses it; Envoy's RBAC filter answers every path (even
+    /health) 403 with the body ``RBAC: access denied``, and MLflow never sees the request."""
+
+    def __enter__(self) -> str:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _deny(self) -> None:
+                body = b"RBAC: access denied"
+                self.send_response(403)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", str(len(body)))
+                self.send_header("server", "istio-envoy")
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _deny
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_istios_403_is_named_with_the_policy_fix_not_a_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """Issue 32, item 3: ``403 RBAC: access denied`` comes from Istio, not MLflow: ``shipyard check``
+    and the pre-flight say so in one line with the fix (the multi-user overlay's AuthorizationPolicy),
+    never "set MLFLOW_TRACKING_TOKEN" (what they said before)."""
+    from shipyard.core.contract import ENV_CONTRACT
+    from shipyard.core.errors import ShipyardError
+    from shipyard.steps.preflight import preflight_step
+
+    profile_uri = "http://mlflow.kubeflow-user-example-com.svc.cluster.local:5000"
+    with _IstioDenies() as sidecar:
+        api = cc.mlflow_api_check(profile_uri, sidecar)
+        artifacts = cc.mlflow_artifact_check(profile_uri, sidecar)
+        _no_kubeconfig(monkeypatch, tmp_path)
+        code = main(["check", "--layout", "kubeflow-multi-user", "--mlflow-url", sidecar, "--no-s3"])
+        lines = capsys.readouterr().out.splitlines()
+        monkeypatch.setenv(ENV_CONTRACT, json.dumps({"step": "preflight", "env": {}}))
+        local = yaml.safe_load((ROOT / "pipelines" / "local-params.yaml").read_text())
+        with pytest.raises(ShipyardError) as err:
+            preflight_step("optimize-and-deploy", local, tracking_uri=sidecar, experiment="check", kfp_run_id="kfp-check")
+    for check in (api, artifacts):
+        assert check.status == "fail" and "403 RBAC: access denied" in check.detail and "Istio" in check.detail
+        assert "manifests/overlays/kubeflow-multi-user" in check.fix and "MLFLOW_TRACKING_TOKEN" not in check.fix
+    assert code == 1
+    (line,) = [f for f in lines if f.startswith("FAIL ")]
+    assert line.startswith("FAIL mlflow api: ") and "RBAC: access denied" in line and "kubeflow-multi-user" in line
+    assert not any(f.startswith("PASS mlflow artifacts") or f.startswith("FAIL mlflow artifacts") for f in lines)
+    assert err.value.field == "mlflow api" and "RBAC: access denied" in str(err.value)
+    assert "MLFLOW_TRACKING_TOKEN" not in str(err.value) and "\n" not in str(err.value)

@@ -241,3 +241,32 @@ def test_mlflow_image_carries_the_s3_artifact_client():
     lock = (ROOT.parent / "images" / "base" / "requirements.in").read_text()
     version = re.search(r"^mlflow-skinny==(\S+)$", lock, re.M).group(1)
     assert container["image"].split("@")[0] == f"ghcr.io/mlflow/mlflow:v{version}-full", container["image"]
+
+
+def test_multi_user_overlay_admits_the_sidecar_less_pipeline_pods_to_mlflow():
+    """Issue 32, item 3: in a profile namespace Istio's owner-only policy answers the pipeline pods
+    (no sidecar, so no mesh identity) "403 RBAC: access denied". The multi-user overlay ships an
+    ALLOW AuthorizationPolicy on MLflow's pods with a rule a caller without identity matches (no
+    `from`, no `when`: as kubeflow/manifests does for seaweedfs) on MLflow's port, validated
+    against Istio's vendored CRD; the standalone overlay (no Istio) ships none."""
+    docs = build(ROOT / "overlays" / "kubeflow-multi-user")
+    (policy,) = [d for d in docs if d["kind"] == "AuthorizationPolicy"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow"]
+    assert policy["apiVersion"] == "security.istio.io/v1" and policy["spec"]["action"] == "ALLOW"
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    port = str(container["ports"][0]["containerPort"])
+
+    def admits_without_identity(rule: dict) -> bool:
+        if rule.get("from") or rule.get("when"):
+            return False
+        ops = [t.get("operation") or {} for t in rule.get("to") or [{}]]
+        return any(not op.get("ports") or port in op["ports"] for op in ops if not op.get("paths"))
+
+    assert any(admits_without_identity(r) for r in policy["spec"]["rules"]), policy["spec"]["rules"]
+    assert validate_object(policy) == []
+    broken = {**policy, "spec": {**policy["spec"], "rules": [{"to": [{"operation": {"portz": ["5000"]}}]}]}}
+    assert validate_object(broken), "the vendored Istio CRD must reject an unknown field"
+    assert not [d for d in build(ROOT / "overlays" / "kfp-standalone") if d["kind"] == "AuthorizationPolicy"]
