@@ -14,6 +14,7 @@ def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, exp
     seconds, exit status 3, when it does not), then open the MLflow parent run with the
     parameters."""
     typed = check_parameters(pipeline, params, fill_defaults=False)
+    _input_secrets(typed)
     from shipyard.tracking.pipeline_runs import start_tracking
     from shipyard.tracking.tracker import check_tracking_uri
 
@@ -23,6 +24,21 @@ def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, exp
     run = start_tracking(tracking_uri=tracking_uri, experiment=experiment, pipeline_name=pipeline,
                          kfp_run_id=kfp_run_id, params_json=json.dumps(record_for_mlflow(typed)), tags_json="{}")
     return {"checked": sorted(typed), **run}
+
+
+def _input_secrets(typed: dict[str, Any]) -> None:
+    """In a cluster, every step that reads one of this run's s3:// inputs (an s3:// deploy template,
+    model, adapters, calibration data) was compiled with Secret shipyard-s3 (``SHIPYARD_STEP_SECRETS``,
+    set by ``shipyard compile``): otherwise one line naming the parameter and the cluster config's
+    entry, before any GPU work (the deploy step would fail after it)."""
+    import os
+
+    from shipyard.core.contract import ENV_CONTRACT, ENV_STEP_SECRETS
+    from shipyard.params.input_secrets import check_input_secrets, parse_step_secrets
+
+    given = parse_step_secrets(os.environ.get(ENV_STEP_SECRETS, "")) if os.environ.get(ENV_CONTRACT) else None
+    if given is not None:
+        check_input_secrets(typed, given)
 
 
 def _cluster_checks(tracking_uri: str, typed: dict[str, Any]) -> None:
