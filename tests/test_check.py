@@ -495,3 +495,30 @@ def test_istios_403_is_named_with_the_policy_fix_not_a_token(tmp_path: Path, mon
     assert not any(f.startswith("PASS mlflow artifacts") or f.startswith("FAIL mlflow artifacts") for f in lines)
     assert err.value.field == "mlflow api" and "RBAC: access denied" in str(err.value)
     assert "MLFLOW_TRACKING_TOKEN" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_kserve_is_found_where_kubeflow_installs_it_and_its_version_named(services: dict[str, Any], tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    """Issue 32 minor: Kubeflow installs KServe's controller in namespace kubeflow, and Kubeflow 26.03
+    ships KServe v0.16. check looked only in kserve ("no Deployment", a WARN); it looks in kserve, then
+    kubeflow, and names the release and the Kubeflow that ships it in one FAIL line."""
+    double, kubeconfig = cluster(services, tmp_path)
+    try:
+        double.objects.pop(("deployments", "kserve", cc.KSERVE_CONTROLLER))
+        double.install_kserve("v0.16.0", namespace="kubeflow")
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "--no-s3")
+        (line,) = [f for f in lines if " kserve version: " in f]
+        assert code == 1 and line.startswith("FAIL kserve version: KServe v0.16.0 (the KServe Kubeflow 26.03 ships) "
+                                             "serves LLMInferenceService v1alpha1 only"), line
+        assert "(controller in namespace kubeflow)" in line and "(fix: upgrade KServe to v0.20" in line
+        double.objects.pop(("deployments", "kubeflow", cc.KSERVE_CONTROLLER))
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "--no-s3")
+        (line,) = [f for f in lines if " kserve version: " in f]
+        assert line.startswith("WARN kserve version: no Deployment kserve-controller-manager in namespace kserve or "
+                               "kubeflow"), line
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "--no-s3",
+                                "--kserve-namespace", "elsewhere")
+        assert any(f.startswith("WARN kserve version: no Deployment kserve-controller-manager in namespace elsewhere")
+                   for f in lines), lines
+    finally:
+        double.__exit__(None, None, None)

@@ -128,10 +128,11 @@ def outside_checks(chosen: dict[str, str], *, mlflow_url: str = "", registry: st
 def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubeconfig: str | None = None,
                    context: str | None = None, deploy_config: str | None = None, kfp_host: str = "",
                    kfp_token: str = "", mlflow_url: str = "", registry: str = "", insecure_registry: bool = False,
-                   check_s3: bool = True, kserve_namespace: str = cc.KSERVE_NAMESPACE,
+                   check_s3: bool = True, kserve_namespace: str = "",
                    namespace: str = "") -> list[Check]:
     """Every check, in order; one :class:`Check` each (see the module doc). ``namespace``: the
-    deploy target (default: the layout's ``serving_namespace``)."""
+    deploy target (default: the layout's ``serving_namespace``); ``kserve_namespace``: where KServe's
+    controller runs (default: ``kserve``, then ``kubeflow``, where Kubeflow installs it)."""
     from shipyard.core.errors import refuse_credentials
     from shipyard.params.checks import CREDENTIAL_FIXES
     from shipyard.serving.kserve.apply import api_client, has_cluster_credentials
@@ -166,13 +167,19 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                             "unchecked", err.fix))
         return checks + outside_checks(chosen, **outside)
 
-    controller = kube.get(f"/apis/apps/v1/namespaces/{kserve_namespace}/deployments/{cc.KSERVE_CONTROLLER}")
-    if controller is None:
-        checks.append(Check("kserve version", cc.WARN, f"no Deployment {kserve_namespace}/{cc.KSERVE_CONTROLLER}",
-                            "install KServe v0.20, or give --kserve-namespace"))
+    places = [kserve_namespace] if kserve_namespace else list(cc.KSERVE_NAMESPACES)
+    found = next(((ns, c) for ns in places
+                  if (c := kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{cc.KSERVE_CONTROLLER}")) is not None),
+                 None)
+    if found is None:
+        checks.append(Check("kserve version", cc.WARN, f"no Deployment {cc.KSERVE_CONTROLLER} in namespace "
+                            f"{' or '.join(places)}", "install KServe v0.20, or give --kserve-namespace"))
     else:
+        where, controller = found
         image = controller["spec"]["template"]["spec"]["containers"][0].get("image", "")
-        checks.append(cc.kserve_version_check(image, deploy))
+        version = cc.kserve_version_check(image, deploy)
+        version.detail += f" (controller in namespace {where})"
+        checks.append(version)
     checks.extend(cc.resource_checks(cc.served_resources(kube.get), deploy, rollout))
 
     def read_secret(ns: str, name: str) -> dict[str, Any] | None:

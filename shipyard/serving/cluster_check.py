@@ -29,6 +29,10 @@ from shipyard.serving.kserve.config import EPP_CONFIG_APIS, epp_config_api
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 KFP_MINIMUM = (2, 17, 0)  # artifact OneOf (dsl.OneOf over the eval backends) needs KFP 2.17.0
 KSERVE_NAMESPACE = "kserve"
+#: where KServe's controller runs: its own install, and Kubeflow's (kubeflow/manifests installs it in kubeflow)
+KSERVE_NAMESPACES = (KSERVE_NAMESPACE, "kubeflow")
+#: KServe minor -> the Kubeflow release that ships it (kubeflow/manifests' README), named in the line
+KUBEFLOW_KSERVE = {(0, 16): "Kubeflow 26.03"}
 KSERVE_CONTROLLER = "kserve-controller-manager"
 TEMPLATE_VALUE = "CHANGE_ME"
 
@@ -85,8 +89,9 @@ def kserve_version_check(image_or_version: str, deploy: Any = None) -> Check:
         return Check("kserve version", FAIL, f"KServe {shown} has no LLMInferenceService",
                      "install KServe v0.20 (v0.17 at least)")
     if minor == (0, 16):
-        return Check("kserve version", FAIL, f"KServe {shown} serves LLMInferenceService v1alpha1 only; shipyard "
-                     "renders v1alpha2", "upgrade KServe to v0.20 (v0.17 at least)")
+        shipped = f" (the KServe {KUBEFLOW_KSERVE[minor]} ships)" if minor in KUBEFLOW_KSERVE else ""
+        return Check("kserve version", FAIL, f"KServe {shown}{shipped} serves LLMInferenceService v1alpha1 only; "
+                     "shipyard renders v1alpha2", "upgrade KServe to v0.20 (v0.17 at least)")
     scheduler = _scheduler_config_api(deploy)
     if scheduler is not None and minor in EPP_CONFIG_APIS and scheduler not in EPP_CONFIG_APIS[minor][1]:
         picker, accepted = EPP_CONFIG_APIS[minor]
