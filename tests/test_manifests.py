@@ -270,3 +270,19 @@ def test_multi_user_overlay_admits_the_sidecar_less_pipeline_pods_to_mlflow():
     broken = {**policy, "spec": {**policy["spec"], "rules": [{"to": [{"operation": {"portz": ["5000"]}}]}]}}
     assert validate_object(broken), "the vendored Istio CRD must reject an unknown field"
     assert not [d for d in build(ROOT / "overlays" / "kfp-standalone") if d["kind"] == "AuthorizationPolicy"]
+
+
+@pytest.mark.parametrize("path", [ROOT / "base" / "keda", ROOT / "overlays" / "prod"], ids=["base/keda", "overlays/prod"])
+def test_keda_query_selects_the_scaled_objects_namespace(path):
+    """Issue 32 minor: the prod overlay's KEDA query summed vllm:num_requests_waiting of every pod
+    named like the decode pods in every namespace, so a same-named service elsewhere scaled this
+    one. Each Prometheus trigger selects the namespace its ScaledObject is in (the overlay's, as
+    ``shipyard deploy`` renders it)."""
+    objects = [d for d in build(path) if d["kind"] == "ScaledObject"]
+    assert objects
+    for obj in objects:
+        ns = obj["metadata"].get("namespace", "shipyard")
+        for trigger in obj["spec"]["triggers"]:
+            if trigger["type"] == "prometheus":
+                selectors = re.findall(r"\{([^}]*)\}", trigger["metadata"]["query"])
+                assert selectors and all(f'namespace="{ns}"' in s for s in selectors), trigger["metadata"]["query"]
