@@ -43,6 +43,28 @@ def test_samples_are_the_requests_guidellm_counted() -> None:
     assert level["samples"]["ttft_ms"] == [20.0, 30.0]
 
 
+def test_requests_per_s_counts_only_the_requests_that_succeeded() -> None:
+    """Issue 32 minor: guidellm's requests_per_second has a rate per status; its "total" counts
+    errored and incomplete requests too, so a level where most requests failed fast reported more
+    requests per second than it served. The level's requests_per_s is the successful rate."""
+    def rate(mean: float) -> dict[str, Any]:
+        return {"count": 10, "mean": mean, "percentiles": {"p50": mean, "p90": mean, "p99": mean}}
+
+    bench = {
+        "config": {"strategy": {"type_": "concurrent", "streams": 4}},
+        "metrics": {"request_totals": {"successful": 4, "errored": 6, "incomplete": 0},
+                    "requests_per_second": {"successful": rate(2.0), "errored": rate(30.0), "incomplete": rate(0.0),
+                                            "total": rate(32.0)}},
+        "requests": {"successful": [], "errored": [{"info": {"error": "500 Internal Server Error"}}] * 6,
+                     "incomplete": []},
+    }
+    (level,) = parse_guidellm_report({"benchmarks": [bench]})
+    assert level["requests_per_s"] == 2.0 and level["errored"] == 6 and level["error_rate"] == 0.6
+    bench["metrics"]["requests_per_second"]["successful"] = {"count": 0}  # nothing succeeded
+    (level,) = parse_guidellm_report({"benchmarks": [bench]})
+    assert level["requests_per_s"] == 0.0
+
+
 def test_config_defaults_are_small_and_local() -> None:
     cfg = parse_benchmark_config("")
     assert cfg["profile"] == "concurrent" and cfg["loads"] == [1, 4]

@@ -112,7 +112,7 @@ def test_a_correct_install_passes(layout_name: str, services: dict[str, Any], tm
         assert not [line for line in lines if line.startswith(("FAIL", "WARN"))], "\n".join(lines)
         names = " ".join(lines)
         for what in ("kserve version", "crd LLMInferenceService v1alpha2", "crd InferencePool", "crd Gateway API",
-                     f"secret {pods_ns}/shipyard-mlflow", "mlflow api", "registry", "s3", "gpu nodes",
+                     f"secret {pods_ns}/shipyard-mlflow", "mlflow api", "mlflow artifacts", "registry", "s3", "gpu nodes",
                      "node disk", "deploy permissions", f"namespace {pods_ns}", f"namespace {serving_ns}"):
             assert what in names, what
         assert main(["check", "--kubeconfig", str(kubeconfig), "--layout", layout_name, "--mlflow-url",
@@ -240,7 +240,8 @@ def test_readme_says_what_to_do_with_each_failing_check() -> None:
     """Every check with a fixed name has a row in the README's "failing check | what to do" table."""
     rows = {line.split("|")[1].strip().strip("`") for line in (ROOT / "README.md").read_text().splitlines()
             if line.startswith("| `")}
-    for name in ("kubernetes", "kfp version", "kserve version", "mlflow name", "mlflow api", "registry", "s3",
+    for name in ("kubernetes", "kfp version", "kserve version", "mlflow name", "mlflow api", "mlflow artifacts",
+                 "registry", "s3",
                  "gpu nodes", "node disk", "deploy permissions"):
         assert name in rows, name
 
@@ -255,8 +256,9 @@ def test_the_pre_flight_pod_checks_name_the_host_check_and_a_missing_verb(servic
         uri = f"http://{MLFLOW_HOST}"
         good = cc.pod_checks(tracking_uri=uri, namespace=SERVING_NS, dry_run=False, api=api,
                              connect_url=services["mlflow"].url)
-        assert [c.status for c in good] == ["pass", "pass"], [c.line() for c in good]
-        assert good[1].detail == f"this pod's ServiceAccount may apply, watch and roll back LLMInferenceServices in {SERVING_NS}"
+        assert [c.name for c in good] == ["mlflow api", "mlflow artifacts", "deploy permissions"]
+        assert [c.status for c in good] == ["pass", "pass", "pass"], [c.line() for c in good]
+        assert good[2].detail == f"this pod's ServiceAccount may apply, watch and roll back LLMInferenceServices in {SERVING_NS}"
         role = double.objects[("roles", SERVING_NS, "shipyard-deployer")]
         next(r for r in role["rules"] if r["resources"] == ["llminferenceservices"])["verbs"].remove("create")
         bad = cc.pod_checks(tracking_uri=uri, namespace=SERVING_NS, dry_run=False, api=api,
@@ -266,7 +268,7 @@ def test_the_pre_flight_pod_checks_name_the_host_check_and_a_missing_verb(servic
         assert bad[1].detail.startswith("this pod's ServiceAccount may not create llminferenceservices.serving.kserve.io "
                                         "in namespace shipyard")
         assert [c.name for c in cc.pod_checks(tracking_uri=uri, namespace=SERVING_NS, dry_run=True, api=api,
-                                              connect_url=services["mlflow"].url)] == ["mlflow api"]
+                                              connect_url=services["mlflow"].url)] == ["mlflow api", "mlflow artifacts"]
     finally:
         double.__exit__(None, None, None)
 
@@ -323,9 +325,9 @@ def test_without_a_kubeconfig_the_rest_is_still_checked(services: dict[str, Any]
     assert out.err == "" and "Service host/port" not in out.out
     kube = next(line for line in lines if line.startswith("SKIP kubernetes: "))
     assert "not checked: no kubeconfig" in kube and "(fix: give --kubeconfig FILE or set KUBECONFIG)" in kube
-    for name in ("deploy config", "mlflow api", "registry", "s3"):
+    for name in ("deploy config", "mlflow api", "mlflow artifacts", "registry", "s3"):
         assert any(line.startswith(f"PASS {name}: ") for line in lines), (name, lines)
-    assert lines[-1].endswith("0 failed, 0 warnings, 4 passed, 2 not checked"), lines[-1]
+    assert lines[-1].endswith("0 failed, 0 warnings, 5 passed, 2 not checked"), lines[-1]
 
     assert main([*argv, "-o", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -376,5 +378,147 @@ def test_namespace_flag_names_the_deploy_target_to_check(services: dict[str, Any
         code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "--namespace", SERVING_NS,
                                 "--no-s3")
         assert code == 0, "\n".join(lines)
+    finally:
+        double.__exit__(None, None, None)
+
+
+def _mlflow_json(url: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    import urllib.request
+
+    data = json.dumps(payload).encode() if payload is not None else None
+    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read() or b"{}")
+
+
+def test_an_mlflow_that_cannot_store_artifacts_fails_the_round_trip_in_one_line(
+        services: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Issue 32, item 1: /health and the API answer while the artifact store cannot write (the image
+    without boto3 for its s3:// destination); here a real ``mlflow server`` whose
+    ``--artifacts-destination`` lies under a regular file, so its first upload is a 500 as there.
+    The working server passes the round-trip and keeps no run; the broken one fails ``shipyard
+    check`` and the pre-flight with one line naming the cause and the fix."""
+    from shipyard.core.contract import ENV_CONTRACT
+    from shipyard.core.errors import ShipyardError
+    from shipyard.steps.preflight import preflight_step
+
+    good = cc.mlflow_artifact_check(f"http://{MLFLOW_HOST}", services["mlflow"].url)
+    assert good.status == "pass" and "written, listed, read back and deleted" in good.detail, good.line()
+    url = services["mlflow"].url
+    experiment = _mlflow_json(url, f"/api/2.0/mlflow/experiments/get-by-name?experiment_name={cc.CHECK_EXPERIMENT}")
+    runs = _mlflow_json(url, "/api/2.0/mlflow/runs/search",
+                        {"experiment_ids": [experiment["experiment"]["experiment_id"]], "run_view_type": "ALL"})
+    assert runs["runs"] and {r["info"]["lifecycle_stage"] for r in runs["runs"]} == {"deleted"}  # the run is gone
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the artifact store's folder should be\n")
+    with MlflowServer(Path(tempfile.mkdtemp(prefix="shipyard-check-broken-")), artifacts=str(blocker / "artifacts"),
+                      env={"MLFLOW_SERVER_ALLOWED_HOSTS": f"{MLFLOW_HOST},127.0.0.1:*"}) as broken:
+        bad = cc.mlflow_artifact_check(f"http://{MLFLOW_HOST}", broken.url)
+        # what check said before: MLflow looked fine
+        assert cc.mlflow_api_check(f"http://{MLFLOW_HOST}", broken.url).status == "pass"
+        _no_kubeconfig(monkeypatch, tmp_path)
+        code = main(["check", "--mlflow-url", broken.url, "--no-s3"])
+        lines = capsys.readouterr().out.splitlines()
+        monkeypatch.setenv(ENV_CONTRACT, json.dumps({"step": "preflight", "env": {}}))
+        local = yaml.safe_load((ROOT / "pipelines" / "local-params.yaml").read_text())
+        with pytest.raises(ShipyardError) as err:
+            preflight_step("optimize-and-deploy", local, tracking_uri=broken.url, experiment="check", kfp_run_id="kfp-check")
+    assert bad.status == "fail", bad.line()
+    assert "an artifact upload answered 500" in bad.detail and "artifact store cannot write" in bad.detail
+    assert "boto3" in bad.fix and "-full" in bad.fix and "manifests/base/mlflow" in bad.fix
+    assert code == 1
+    (line,) = [f for f in lines if f.startswith("FAIL ")]
+    assert line == bad.line() and "\n" not in line
+    assert err.value.field == "mlflow artifacts" and "answered 500" in str(err.value) and "boto3" in str(err.value)
+
+
+class _IstioDenies:
+    """What a pipeline pod without a sidecar meets in a profile namespace: MLflow's Istio sidecar
+    whose owner-only AuthorizationPolicy refuses it; Envoy's RBAC filter answers every path (even
+    /health) 403 with the body ``RBAC: access denied``, and MLflow never sees the request."""
+
+    def __enter__(self) -> str:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _deny(self) -> None:
+                body = b"RBAC: access denied"
+                self.send_response(403)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", str(len(body)))
+                self.send_header("server", "istio-envoy")
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _deny
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_istios_403_is_named_with_the_policy_fix_not_a_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """Issue 32, item 3: ``403 RBAC: access denied`` comes from Istio, not MLflow: ``shipyard check``
+    and the pre-flight say so in one line with the fix (the multi-user overlay's AuthorizationPolicy),
+    never "set MLFLOW_TRACKING_TOKEN" (what they said before)."""
+    from shipyard.core.contract import ENV_CONTRACT
+    from shipyard.core.errors import ShipyardError
+    from shipyard.steps.preflight import preflight_step
+
+    profile_uri = "http://mlflow.kubeflow-user-example-com.svc.cluster.local:5000"
+    with _IstioDenies() as sidecar:
+        api = cc.mlflow_api_check(profile_uri, sidecar)
+        artifacts = cc.mlflow_artifact_check(profile_uri, sidecar)
+        _no_kubeconfig(monkeypatch, tmp_path)
+        code = main(["check", "--layout", "kubeflow-multi-user", "--mlflow-url", sidecar, "--no-s3"])
+        lines = capsys.readouterr().out.splitlines()
+        monkeypatch.setenv(ENV_CONTRACT, json.dumps({"step": "preflight", "env": {}}))
+        local = yaml.safe_load((ROOT / "pipelines" / "local-params.yaml").read_text())
+        with pytest.raises(ShipyardError) as err:
+            preflight_step("optimize-and-deploy", local, tracking_uri=sidecar, experiment="check", kfp_run_id="kfp-check")
+    for check in (api, artifacts):
+        assert check.status == "fail" and "403 RBAC: access denied" in check.detail and "Istio" in check.detail
+        assert "manifests/overlays/kubeflow-multi-user" in check.fix and "MLFLOW_TRACKING_TOKEN" not in check.fix
+    assert code == 1
+    (line,) = [f for f in lines if f.startswith("FAIL ")]
+    assert line.startswith("FAIL mlflow api: ") and "RBAC: access denied" in line and "kubeflow-multi-user" in line
+    assert not any(f.startswith("PASS mlflow artifacts") or f.startswith("FAIL mlflow artifacts") for f in lines)
+    assert err.value.field == "mlflow api" and "RBAC: access denied" in str(err.value)
+    assert "MLFLOW_TRACKING_TOKEN" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_kserve_is_found_where_kubeflow_installs_it_and_its_version_named(services: dict[str, Any], tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    """Issue 32 minor: Kubeflow installs KServe's controller in namespace kubeflow, and Kubeflow 26.03
+    ships KServe v0.16. check looked only in kserve ("no Deployment", a WARN); it looks in kserve, then
+    kubeflow, and names the release and the Kubeflow that ships it in one FAIL line."""
+    double, kubeconfig = cluster(services, tmp_path)
+    try:
+        double.objects.pop(("deployments", "kserve", cc.KSERVE_CONTROLLER))
+        double.install_kserve("v0.16.0", namespace="kubeflow")
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "--no-s3")
+        (line,) = [f for f in lines if " kserve version: " in f]
+        assert code == 1 and line.startswith("FAIL kserve version: KServe v0.16.0 (the KServe Kubeflow 26.03 ships) "
+                                             "serves LLMInferenceService v1alpha1 only"), line
+        assert "(controller in namespace kubeflow)" in line and "(fix: upgrade KServe to v0.20" in line
+        double.objects.pop(("deployments", "kubeflow", cc.KSERVE_CONTROLLER))
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "--no-s3")
+        (line,) = [f for f in lines if " kserve version: " in f]
+        assert line.startswith("WARN kserve version: no Deployment kserve-controller-manager in namespace kserve or "
+                               "kubeflow"), line
+        code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys, "--no-s3",
+                                "--kserve-namespace", "elsewhere")
+        assert any(f.startswith("WARN kserve version: no Deployment kserve-controller-manager in namespace elsewhere")
+                   for f in lines), lines
     finally:
         double.__exit__(None, None, None)

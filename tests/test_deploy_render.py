@@ -488,6 +488,21 @@ def test_lora_adapters_and_served_model_name():
         "maxAdapters": 4, "maxRank": 16}}
 
 
+
+def test_an_adapter_named_like_the_served_model_is_refused_in_one_line():
+    """Issue 32 minor: an adapter taking the served model's name (served_model_name, else
+    model_name, else the service's name) passed shipyard and failed at apply; it is refused here,
+    naming the adapter's field."""
+    adapters = {"adapters": [{"name": "sql", "uri": "hf://org/sql-lora"}, {"name": "qwen2-7b", "uri": "s3://a/b"}]}
+    with pytest.raises(ShipyardError) as err:
+        parse_config({"served_model_name": "qwen2-7b", "lora": adapters}, name="llm", namespace="ns", model_uri=URI)
+    assert err.value.field == "deploy_config.lora.adapters[1].name" and "served model's name" in str(err.value)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ShipyardError, match=r"lora.adapters\[0\].name: 'llm' is also the served model's name"):
+        parse_config({"lora": {"adapters": [{"name": "llm", "uri": "hf://org/x"}]}}, name="llm", namespace="ns",
+                     model_uri=URI)
+    parse_config({"served_model_name": "base", "lora": adapters}, name="llm", namespace="ns", model_uri=URI)
+
 def test_precise_prefix_cache_preset_keeps_vllm_and_the_scheduler_in_step():
     (svc,) = rendered(served_model_name="qwen", router={"scheduler": {"preset": "precise-prefix-cache", "block_size": 32,
                                                                       "hash_seed": 7}})

@@ -226,3 +226,63 @@ def test_mlflow_server_without_allowed_hosts_rejects_the_service_name():
         assert r.status == 200
     for host in service_hosts("shipyard"):
         assert mlflow_api_status(server.url, host) == 403, host
+
+
+def test_mlflow_image_carries_the_s3_artifact_client():
+    """Issue 32, item 1: the plain ghcr.io/mlflow/mlflow:vX image has no boto3, so with the
+    s3:// artifacts destination every upload is a 500 while /health passes. The Deployment runs the
+    -full variant of the base runtime's MLflow release (mlflow's docker/README.md: "cloud storage
+    integrations (AWS S3 ...)")."""
+    docs = build(ROOT / "base" / "mlflow")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = " ".join(container["args"])
+    assert "--artifacts-destination=s3://" in args and "--serve-artifacts" in args
+    lock = (ROOT.parent / "images" / "base" / "requirements.in").read_text()
+    version = re.search(r"^mlflow-skinny==(\S+)$", lock, re.M).group(1)
+    assert container["image"].split("@")[0] == f"ghcr.io/mlflow/mlflow:v{version}-full", container["image"]
+
+
+def test_multi_user_overlay_admits_the_sidecar_less_pipeline_pods_to_mlflow():
+    """Issue 32, item 3: in a profile namespace Istio's owner-only policy answers the pipeline pods
+    (no sidecar, so no mesh identity) "403 RBAC: access denied". The multi-user overlay ships an
+    ALLOW AuthorizationPolicy on MLflow's pods with a rule a caller without identity matches (no
+    `from`, no `when`: as kubeflow/manifests does for seaweedfs) on MLflow's port, validated
+    against Istio's vendored CRD; the standalone overlay (no Istio) ships none."""
+    docs = build(ROOT / "overlays" / "kubeflow-multi-user")
+    (policy,) = [d for d in docs if d["kind"] == "AuthorizationPolicy"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow"]
+    assert policy["apiVersion"] == "security.istio.io/v1" and policy["spec"]["action"] == "ALLOW"
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    port = str(container["ports"][0]["containerPort"])
+
+    def admits_without_identity(rule: dict) -> bool:
+        if rule.get("from") or rule.get("when"):
+            return False
+        ops = [t.get("operation") or {} for t in rule.get("to") or [{}]]
+        return any(not op.get("ports") or port in op["ports"] for op in ops if not op.get("paths"))
+
+    assert any(admits_without_identity(r) for r in policy["spec"]["rules"]), policy["spec"]["rules"]
+    assert validate_object(policy) == []
+    broken = {**policy, "spec": {**policy["spec"], "rules": [{"to": [{"operation": {"portz": ["5000"]}}]}]}}
+    assert validate_object(broken), "the vendored Istio CRD must reject an unknown field"
+    assert not [d for d in build(ROOT / "overlays" / "kfp-standalone") if d["kind"] == "AuthorizationPolicy"]
+
+
+@pytest.mark.parametrize("path", [ROOT / "base" / "keda", ROOT / "overlays" / "prod"], ids=["base/keda", "overlays/prod"])
+def test_keda_query_selects_the_scaled_objects_namespace(path):
+    """Issue 32 minor: the prod overlay's KEDA query summed vllm:num_requests_waiting of every pod
+    named like the decode pods in every namespace, so a same-named service elsewhere scaled this
+    one. Each Prometheus trigger selects the namespace its ScaledObject is in (the overlay's, as
+    ``shipyard deploy`` renders it)."""
+    objects = [d for d in build(path) if d["kind"] == "ScaledObject"]
+    assert objects
+    for obj in objects:
+        ns = obj["metadata"].get("namespace", "shipyard")
+        for trigger in obj["spec"]["triggers"]:
+            if trigger["type"] == "prometheus":
+                selectors = re.findall(r"\{([^}]*)\}", trigger["metadata"]["query"])
+                assert selectors and all(f'namespace="{ns}"' in s for s in selectors), trigger["metadata"]["query"]

@@ -364,7 +364,9 @@ def parse_guidellm_report(report: dict[str, Any]) -> list[dict[str, Any]]:
             "name": name,
             "strategy": kind,
             "nominal_load": nominal,
-            "requests_per_s": _stat(_metric(metrics, "requests_per_second", "total"))["mean"] or 0.0,
+            # completed requests only: guidellm's "total" rate counts errored and incomplete ones too,
+            # so a server failing fast looked faster than one that answered
+            "requests_per_s": _stat(_metric(metrics, "requests_per_second", "successful"))["mean"] or 0.0,
             "output_tokens_per_s": _stat(_metric(metrics, "output_tokens_per_second", "total"))["mean"] or 0.0,
             "total_tokens_per_s": _stat(_metric(metrics, "tokens_per_second", "total"))["mean"] or 0.0,
             "concurrency_mean": _stat(_metric(metrics, "request_concurrency", "total"))["mean"],

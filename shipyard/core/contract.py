@@ -46,16 +46,35 @@ def source_of(name: str, env: Mapping[str, str] | None = None) -> tuple[str, str
     return secret, key
 
 
-def missing(name: str, why: str, env: Mapping[str, str] | None = None) -> ShipyardError:
-    """The one-line error for a variable this step needs and does not have."""
+#: the contract Secrets a step's inputs can need (pipelines/cluster.yaml's ``secrets``)
+S3_SECRET = "shipyard-s3"
+HF_SECRET = "hf-token"
+#: set by ``shipyard compile`` on the pre-flight: JSON ``{step: [Secret, ...]}``, the Secrets each
+#: step of this pipeline was compiled with, so the pre-flight can tell a step whose input needs a
+#: Secret it is not given (:func:`shipyard.params.input_secrets.check_input_secrets`)
+ENV_STEP_SECRETS = "SHIPYARD_STEP_SECRETS"
+
+
+def missing(name: str, why: str, env: Mapping[str, str] | None = None, secret: str = "") -> ShipyardError:
+    """The one-line error for a variable this step needs and does not have. ``secret``: the
+    contract Secret that holds it, named when this step is not given that Secret at all (the fix
+    is then the cluster config's ``secrets.<secret>.steps``, not creating the Secret)."""
     step = _contract(env).get("step") or "this step"
     src = source_of(name, env)
     if src:
         secret, key = src
         return ShipyardError(
             f"secret {secret}", f"key {key} ({name}) is missing in step {step}; {why}",
-            f"create it: kubectl -n <namespace> create secret generic {secret} --from-literal={key}=... "
-            f"(see {CONTRACT_DOC})",
+            f"Secret {secret} in the namespace the pipeline pods run in is absent or lacks key {key} (it is mounted "
+            f"optional): create it (kubectl -n <namespace> create secret generic {secret} --from-literal={key}=...) "
+            f"or add the key (kubectl -n <namespace> patch secret {secret} --type merge -p "
+            f"'{{\"stringData\": {{\"{key}\": \"...\"}}}}'); shipyard check says which (see {CONTRACT_DOC})",
+        )
+    if secret:
+        return ShipyardError(
+            f"secret {secret}", f"step {step} is not given Secret {secret} ({name} is unset); {why}",
+            f"add {step} to secrets.{secret}.steps in the cluster config and compile again; creating the Secret "
+            f"does not help, this step does not mount it (see {CONTRACT_DOC})",
         )
     return ShipyardError(
         name, f"is not set in step {step}; {why}",

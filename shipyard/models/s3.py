@@ -67,7 +67,7 @@ def load_config(env: dict[str, str] | None = None) -> S3Config:
     cluster = contract.in_cluster(env)
     raw = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or env.get("SHIPYARD_S3_ENDPOINT") or "").strip()
     if not raw and cluster:
-        raise contract.missing(ENV_ENDPOINT, "s3:// needs the object store's endpoint", env)
+        raise contract.missing(ENV_ENDPOINT, "s3:// needs the object store's endpoint", env, contract.S3_SECRET)
     raw = raw or "https://s3.amazonaws.com"
     if "://" not in raw:
         raw = "https://" + raw
@@ -88,7 +88,7 @@ def load_config(env: dict[str, str] | None = None) -> S3Config:
                                 "mount a secret with keys accesskey and secretkey")
     if cluster and not (access and secret):
         raise contract.missing("AWS_SECRET_ACCESS_KEY" if access else "AWS_ACCESS_KEY_ID",
-                               "s3:// needs the object store's credentials", env)
+                               "s3:// needs the object store's credentials", env, contract.S3_SECRET)
     insecure = env.get("SHIPYARD_S3_INSECURE_TLS", "").lower() in ("1", "true", "yes")
     return S3Config(
         endpoint=parsed.netloc,

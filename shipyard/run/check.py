@@ -6,8 +6,9 @@ Services, Nodes, KServe's controller Deployment, SubjectAccessReviews) and calls
 :mod:`shipyard.serving.cluster_check` with the layout of ``pipelines/cluster.yaml``: KFP and
 KServe versions, the served LLMInferenceService versions, the CRDs the deploy options need, the
 namespaces, the contract Secrets and keys where the pipeline pods run, MLflow by its in-cluster
-name with a real API call, the registry, S3, GPU nodes and the deploy identity's permissions.
-Nothing is changed in the cluster.
+name with a real API call and an artifact round-trip (a throwaway run, deleted after), the
+registry, S3, GPU nodes and the deploy identity's permissions.
+Nothing else is changed in the cluster.
 
 Without a kubeconfig (none given, no ``$KUBECONFIG``, no ``~/.kube/config``, not in a pod), or
 with an API server that does not answer, the Kubernetes part is one line (``SKIP kubernetes: not
@@ -110,7 +111,7 @@ def outside_checks(chosen: dict[str, str], *, mlflow_url: str = "", registry: st
         checks.append(Check("mlflow api", cc.SKIP, f"not checked: {uri} is a name inside the cluster",
                             f"{forward}, then pass --mlflow-url http://127.0.0.1:5000"))
     else:
-        checks.append(cc.mlflow_api_check(uri, mlflow_url, os.environ.get("MLFLOW_TRACKING_TOKEN", "")))
+        checks.extend(cc.mlflow_checks(uri, mlflow_url, os.environ.get("MLFLOW_TRACKING_TOKEN", "")))
     reg = cc.registry_check(registry, None, insecure_registry)
     if reg.status == cc.FAIL and "needs credentials" in reg.detail:  # the credentials are in the cluster's Secret
         reg = Check("registry", cc.PASS, f"{registry} answers /v2/ and asks for credentials (those of the Secret "
@@ -127,10 +128,11 @@ def outside_checks(chosen: dict[str, str], *, mlflow_url: str = "", registry: st
 def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubeconfig: str | None = None,
                    context: str | None = None, deploy_config: str | None = None, kfp_host: str = "",
                    kfp_token: str = "", mlflow_url: str = "", registry: str = "", insecure_registry: bool = False,
-                   check_s3: bool = True, kserve_namespace: str = cc.KSERVE_NAMESPACE,
+                   check_s3: bool = True, kserve_namespace: str = "",
                    namespace: str = "") -> list[Check]:
     """Every check, in order; one :class:`Check` each (see the module doc). ``namespace``: the
-    deploy target (default: the layout's ``serving_namespace``)."""
+    deploy target (default: the layout's ``serving_namespace``); ``kserve_namespace``: where KServe's
+    controller runs (default: ``kserve``, then ``kubeflow``, where Kubeflow installs it)."""
     from shipyard.core.errors import refuse_credentials
     from shipyard.params.checks import CREDENTIAL_FIXES
     from shipyard.serving.kserve.apply import api_client, has_cluster_credentials
@@ -165,13 +167,19 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                             "unchecked", err.fix))
         return checks + outside_checks(chosen, **outside)
 
-    controller = kube.get(f"/apis/apps/v1/namespaces/{kserve_namespace}/deployments/{cc.KSERVE_CONTROLLER}")
-    if controller is None:
-        checks.append(Check("kserve version", cc.WARN, f"no Deployment {kserve_namespace}/{cc.KSERVE_CONTROLLER}",
-                            "install KServe v0.20, or give --kserve-namespace"))
+    places = [kserve_namespace] if kserve_namespace else list(cc.KSERVE_NAMESPACES)
+    found = next(((ns, c) for ns in places
+                  if (c := kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{cc.KSERVE_CONTROLLER}")) is not None),
+                 None)
+    if found is None:
+        checks.append(Check("kserve version", cc.WARN, f"no Deployment {cc.KSERVE_CONTROLLER} in namespace "
+                            f"{' or '.join(places)}", "install KServe v0.20, or give --kserve-namespace"))
     else:
+        where, controller = found
         image = controller["spec"]["template"]["spec"]["containers"][0].get("image", "")
-        checks.append(cc.kserve_version_check(image, deploy))
+        version = cc.kserve_version_check(image, deploy)
+        version.detail += f" (controller in namespace {where})"
+        checks.append(version)
     checks.extend(cc.resource_checks(cc.served_resources(kube.get), deploy, rollout))
 
     def read_secret(ns: str, name: str) -> dict[str, Any] | None:
@@ -186,7 +194,7 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                                        lambda ns, name: kube.get(f"/api/v1/namespaces/{ns}/services/{name}") is not None))
     token = ((read_secret(chosen["pipeline_namespace"], "shipyard-mlflow") or {}).get("data") or {}).get(
         "MLFLOW_TRACKING_TOKEN", "")
-    checks.append(cc.mlflow_api_check(uri, mlflow_url, base64.b64decode(token).decode() if token else ""))
+    checks.extend(cc.mlflow_checks(uri, mlflow_url, base64.b64decode(token).decode() if token else ""))
     auth = cc.decode_dockerconfig(read_secret(chosen["pipeline_namespace"], "shipyard-registry"))
     checks.append(cc.registry_check(registry, auth, insecure_registry))
     if check_s3:

@@ -3,7 +3,9 @@ cluster (:mod:`shipyard.run.check`) and what the pipeline's pre-flight step runs
 
 Each check is one :class:`Check`: a name, ``pass``/``fail``/``warn``/``skip``, one line saying
 what was found and, unless it passed, the fix. Nothing here changes the cluster: reads,
-discovery, ``SubjectAccessReview`` / ``SelfSubjectAccessReview`` and one read-only MLflow API call.
+discovery, ``SubjectAccessReview`` / ``SelfSubjectAccessReview``, one read-only MLflow API call
+and MLflow's artifact round-trip (a throwaway run and file, deleted after; the experiment
+``shipyard-check`` stays).
 
 The inputs are explicit (a kubernetes ``ApiClient``, the layout from ``pipelines/cluster.yaml``,
 the contract's Secrets, the deploy config), so the same functions serve the CLI and a pod.
@@ -27,6 +29,10 @@ from shipyard.serving.kserve.config import EPP_CONFIG_APIS, epp_config_api
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 KFP_MINIMUM = (2, 17, 0)  # artifact OneOf (dsl.OneOf over the eval backends) needs KFP 2.17.0
 KSERVE_NAMESPACE = "kserve"
+#: where KServe's controller runs: its own install, and Kubeflow's (kubeflow/manifests installs it in kubeflow)
+KSERVE_NAMESPACES = (KSERVE_NAMESPACE, "kubeflow")
+#: KServe minor -> the Kubeflow release that ships it (kubeflow/manifests' README), named in the line
+KUBEFLOW_KSERVE = {(0, 16): "Kubeflow 26.03"}
 KSERVE_CONTROLLER = "kserve-controller-manager"
 TEMPLATE_VALUE = "CHANGE_ME"
 
@@ -83,8 +89,9 @@ def kserve_version_check(image_or_version: str, deploy: Any = None) -> Check:
         return Check("kserve version", FAIL, f"KServe {shown} has no LLMInferenceService",
                      "install KServe v0.20 (v0.17 at least)")
     if minor == (0, 16):
-        return Check("kserve version", FAIL, f"KServe {shown} serves LLMInferenceService v1alpha1 only; shipyard "
-                     "renders v1alpha2", "upgrade KServe to v0.20 (v0.17 at least)")
+        shipped = f" (the KServe {KUBEFLOW_KSERVE[minor]} ships)" if minor in KUBEFLOW_KSERVE else ""
+        return Check("kserve version", FAIL, f"KServe {shown}{shipped} serves LLMInferenceService v1alpha1 only; "
+                     "shipyard renders v1alpha2", "upgrade KServe to v0.20 (v0.17 at least)")
     scheduler = _scheduler_config_api(deploy)
     if scheduler is not None and minor in EPP_CONFIG_APIS and scheduler not in EPP_CONFIG_APIS[minor][1]:
         picker, accepted = EPP_CONFIG_APIS[minor]
@@ -262,36 +269,167 @@ def mlflow_name_check(uri: str, pods_ns: str, service_exists: Callable[[str, str
                  "Secret shipyard-mlflow")
 
 
+#: the body Envoy answers when an Istio AuthorizationPolicy refuses a request (its RBAC filter)
+ISTIO_DENIED = "RBAC: access denied"
+#: where the AuthorizationPolicy that admits the sidecar-less pipeline pods to MLflow ships
+ISTIO_POLICY = "manifests/overlays/kubeflow-multi-user (AuthorizationPolicy mlflow)"
+
+
+def _mlflow_request(uri: str, connect_url: str, token: str, method: str, path: str, *, payload: Any = None,
+                    data: bytes | None = None, timeout_s: float = 10.0) -> tuple[int, bytes]:
+    """One call to MLflow with the Host header of ``uri`` (through ``connect_url`` when given):
+    its status and body; an HTTP error status is returned, not raised (a connection problem is)."""
+    target = urllib.parse.urlparse(uri)
+    via = connect_url.rstrip("/") if connect_url else f"{target.scheme}://{target.netloc}"
+    headers = {"Host": target.netloc, **({"Authorization": f"Bearer {token}"} if token else {})}
+    if payload is not None:
+        data = json.dumps(payload).encode()
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(f"{via}{path}", data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - http(s) only
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read(2000)
+
+
+def mlflow_refusal(name: str, code: int, body: str, host: str, what: str) -> Check | None:
+    """The one line for a refused MLflow call (``what`` names the call), or None when ``code`` is
+    not a refusal: Istio's ``403 RBAC: access denied`` (a mesh policy, not MLflow: a token does
+    not help), MLflow's ``403 Invalid Host header``, or 401/403 for the token."""
+    if code == 403 and ISTIO_DENIED.lower() in body.lower():
+        return Check(name, FAIL, f"{what} as Host {host} answered 403 {ISTIO_DENIED}: an Istio sidecar in front of "
+                     "MLflow refused it (MLflow never saw it); the pipeline pods run without a sidecar (KFP sets "
+                     "sidecar.istio.io/inject: \"false\"), so the profile namespace's owner-only policy has no "
+                     "identity to admit", f"admit them to MLflow: kubectl apply -k {ISTIO_POLICY}; a token does not "
+                     "help (README, Install on a cluster, Istio)")
+    if code == 403 and "host" in body.lower():
+        return Check(name, FAIL, f"MLflow rejects Host {host} (403 Invalid Host header): /health "
+                     "still answers, so the pod looks Ready", "allow the Service names: MLFLOW_SERVER_ALLOWED_HOSTS as "
+                     "in manifests/base/mlflow, then restart MLflow")
+    if code in (401, 403):
+        return Check(name, FAIL, f"MLflow refuses {what} ({code})", "set MLFLOW_TRACKING_TOKEN in the Secret "
+                     "shipyard-mlflow")
+    return None
+
+
 def mlflow_api_check(uri: str, connect_url: str = "", token: str = "", timeout_s: float = 10.0) -> Check:
     """A real MLflow API call (``experiments/search``; ``/health`` skips MLflow's Host check) sent
     with the Host header of ``uri``, through ``connect_url`` when given (e.g. a port-forward)."""
     target = urllib.parse.urlparse(uri)
     via = connect_url.rstrip("/") if connect_url else f"{target.scheme}://{target.netloc}"
-    req = urllib.request.Request(f"{via}/api/2.0/mlflow/experiments/search?max_results=1",
-                                 headers={"Host": target.netloc, **({"Authorization": f"Bearer {token}"} if token else {})})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - http(s) only, checked below
-            code = resp.status
-    except urllib.error.HTTPError as err:
-        code = err.code
-        body = err.read(300).decode(errors="replace")
+        code, raw = _mlflow_request(uri, connect_url, token, "GET", "/api/2.0/mlflow/experiments/search?max_results=1",
+                                    timeout_s=timeout_s)
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         return Check("mlflow api", FAIL, f"cannot reach {via} ({reason})",
                      "check the Service and the MLflow pod, or run from inside the cluster (--mlflow-url through a "
                      "port-forward sends the in-cluster Host header)")
-    else:
-        body = ""
     if code == 200:
         return Check("mlflow api", PASS, f"experiments/search as Host {target.netloc} answered 200")
-    if code == 403 and "host" in body.lower():
-        return Check("mlflow api", FAIL, f"MLflow rejects Host {target.netloc} (403 Invalid Host header): /health "
-                     "still answers, so the pod looks Ready", "allow the Service names: MLFLOW_SERVER_ALLOWED_HOSTS as "
-                     "in manifests/base/mlflow, then restart MLflow")
-    if code in (401, 403):
-        return Check("mlflow api", FAIL, f"MLflow refuses the call ({code})", "set MLFLOW_TRACKING_TOKEN in the Secret "
-                     "shipyard-mlflow")
-    return Check("mlflow api", FAIL, f"experiments/search answered {code}", "see the MLflow server's log")
+    refused = mlflow_refusal("mlflow api", code, raw.decode(errors="replace"), target.netloc, "experiments/search")
+    return refused or Check("mlflow api", FAIL, f"experiments/search answered {code}", "see the MLflow server's log")
+
+
+#: the experiment the artifact round-trip's throwaway run is made in (created once, kept)
+CHECK_EXPERIMENT = "shipyard-check"
+#: why an artifact write answers 5xx while the API answers, and what to do (the manifest's image)
+ARTIFACT_STORE_FIX = ("run an MLflow image that carries boto3 for the s3:// artifacts destination "
+                      "(ghcr.io/mlflow/mlflow:vX.Y.Z is pip install mlflow without extras; manifests/base/mlflow runs "
+                      "the -full variant), and check the bucket mlflow-artifacts and shipyard-s3's keys: "
+                      "kubectl logs deploy/mlflow names the error")
+
+
+def mlflow_artifact_check(uri: str, connect_url: str = "", token: str = "", timeout_s: float = 20.0) -> Check:
+    """An artifact round-trip through MLflow's proxied artifact store (``--serve-artifacts``), as
+    the steps' first ``log_artifact`` does it: a throwaway run in experiment ``shipyard-check``,
+    one small file written, listed and read back, then the file and the run deleted. A server
+    whose artifact store cannot write (e.g. an image without boto3 for an ``s3://`` destination)
+    answers ``/health`` and the API and fails here, in one line naming the cause and the fix."""
+    name = "mlflow artifacts"
+    host = urllib.parse.urlparse(uri).netloc
+
+    def call(method: str, path: str, **kw: Any) -> tuple[int, str]:
+        code, raw = _mlflow_request(uri, connect_url, token, method, path, timeout_s=timeout_s, **kw)
+        return code, raw.decode(errors="replace")
+
+    def failed(what: str, code: int, body: str) -> Check:
+        refused = mlflow_refusal(name, code, body, host, what)
+        if refused is not None:
+            return refused
+        said = " ".join(body.split())[:160] or "no body"
+        if code >= 500:
+            return Check(name, FAIL, f"{what} answered {code} ({said}) while /health and the API answer: MLflow's "
+                         "artifact store cannot write, so every step's first log_artifact fails", ARTIFACT_STORE_FIX)
+        return Check(name, FAIL, f"{what} answered {code} ({said})", "see the MLflow server's log")
+
+    run_id, stored = "", ""
+    try:
+        code, body = call("GET", "/api/2.0/mlflow/experiments/get-by-name?" +
+                          urllib.parse.urlencode({"experiment_name": CHECK_EXPERIMENT}))
+        if code == 404:
+            code, body = call("POST", "/api/2.0/mlflow/experiments/create", payload={"name": CHECK_EXPERIMENT})
+            experiment = json.loads(body).get("experiment_id", "") if code == 200 else ""
+        else:
+            experiment = (json.loads(body).get("experiment") or {}).get("experiment_id", "") if code == 200 else ""
+        if not experiment:
+            return failed(f"the experiment {CHECK_EXPERIMENT}", code, body)
+        code, body = call("POST", "/api/2.0/mlflow/runs/create",
+                          payload={"experiment_id": experiment, "run_name": "shipyard-check-artifacts"})
+        if code != 200:
+            return failed("creating a run", code, body)
+        info = json.loads(body)["run"]["info"]
+        run_id, artifact_uri = info["run_id"], str(info.get("artifact_uri") or "")
+        if not artifact_uri.startswith("mlflow-artifacts:"):
+            return Check(name, SKIP, f"not checked: the server does not proxy artifacts (artifact_uri {artifact_uri}); "
+                         "the steps write to that store themselves")
+        folder = urllib.parse.urlparse(artifact_uri).path.strip("/")
+        content = f"shipyard check {run_id}\n".encode()
+        stored = f"{folder}/shipyard-check.txt"
+        base = "/api/2.0/mlflow-artifacts/artifacts"
+        code, body = call("PUT", f"{base}/{urllib.parse.quote(stored)}", data=content)
+        if code != 200:
+            return failed("an artifact upload", code, body)
+        code, body = call("GET", f"{base}?" + urllib.parse.urlencode({"path": folder}))
+        listed = [f.get("path") for f in (json.loads(body).get("files") or [])] if code == 200 else []
+        if code != 200:
+            return failed("listing the run's artifacts", code, body)
+        if "shipyard-check.txt" not in listed:
+            return Check(name, FAIL, f"an uploaded artifact is not listed (the store lists {listed or 'nothing'})",
+                         ARTIFACT_STORE_FIX)
+        code, body = call("GET", f"{base}/{urllib.parse.quote(stored)}")
+        if code != 200:
+            return failed("reading the artifact back", code, body)
+        if body.encode() != content:
+            return Check(name, FAIL, "the artifact read back differs from the one written", ARTIFACT_STORE_FIX)
+    except (urllib.error.URLError, OSError) as err:
+        return Check(name, FAIL, f"cannot reach MLflow as Host {host} ({getattr(err, 'reason', err)})",
+                     "check the Service and the MLflow pod")
+    except (ValueError, KeyError, TypeError) as err:
+        return Check(name, FAIL, f"MLflow answered something that is not its REST API ({type(err).__name__})",
+                     "check that the tracking URI is an MLflow server")
+    finally:
+        _forget(call, stored, run_id)
+    return Check(name, PASS, f"an artifact written, listed, read back and deleted through {host} (throwaway run in "
+                 f"experiment {CHECK_EXPERIMENT})")
+
+
+def _forget(call: Callable[..., tuple[int, str]], stored: str, run_id: str) -> None:
+    """Delete the round-trip's file and run; best effort (the verdict is already known)."""
+    try:
+        if stored:
+            call("DELETE", f"/api/2.0/mlflow-artifacts/artifacts/{urllib.parse.quote(stored)}")
+        if run_id:
+            call("POST", "/api/2.0/mlflow/runs/delete", payload={"run_id": run_id})
+    except (urllib.error.URLError, OSError):
+        pass
+
+
+def mlflow_checks(uri: str, connect_url: str = "", token: str = "") -> list[Check]:
+    """MLflow's API, then (when it answered) the artifact round-trip: a fault is one line."""
+    api = mlflow_api_check(uri, connect_url, token)
+    return [api] if api.status != PASS else [api, mlflow_artifact_check(uri, connect_url, token)]
 
 
 def permission_checks(review: Callable[[str, str, str, str], bool], ns: str, who: str, overlay: str,
@@ -412,7 +550,7 @@ def pod_checks(*, tracking_uri: str, namespace: str, dry_run: bool, api: Any = N
     the run's deploy config (``deploy``, ``rollout``) makes the deploy step do."""
     checks = []
     if tracking_uri.startswith(("http://", "https://")):
-        checks.append(mlflow_api_check(tracking_uri, connect_url, token))
+        checks.extend(mlflow_checks(tracking_uri, connect_url, token))
     if not dry_run and api is not None:
         from kubernetes.client.rest import ApiException
 

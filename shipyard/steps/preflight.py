@@ -14,6 +14,7 @@ def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, exp
     seconds, exit status 3, when it does not), then open the MLflow parent run with the
     parameters."""
     typed = check_parameters(pipeline, params, fill_defaults=False)
+    _input_secrets(typed)
     from shipyard.tracking.pipeline_runs import start_tracking
     from shipyard.tracking.tracker import check_tracking_uri
 
@@ -25,9 +26,25 @@ def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, exp
     return {"checked": sorted(typed), **run}
 
 
+def _input_secrets(typed: dict[str, Any]) -> None:
+    """In a cluster, every step that reads one of this run's s3:// inputs (an s3:// deploy template,
+    model, adapters, calibration data) was compiled with Secret shipyard-s3 (``SHIPYARD_STEP_SECRETS``,
+    set by ``shipyard compile``): otherwise one line naming the parameter and the cluster config's
+    entry, before any GPU work (the deploy step would fail after it)."""
+    import os
+
+    from shipyard.core.contract import ENV_CONTRACT, ENV_STEP_SECRETS
+    from shipyard.params.input_secrets import check_input_secrets, parse_step_secrets
+
+    given = parse_step_secrets(os.environ.get(ENV_STEP_SECRETS, "")) if os.environ.get(ENV_CONTRACT) else None
+    if given is not None:
+        check_input_secrets(typed, given)
+
+
 def _cluster_checks(tracking_uri: str, typed: dict[str, Any]) -> None:
     """In a cluster, the checks a pod can make (:func:`shipyard.serving.cluster_check.pod_checks`):
-    MLflow's API by the in-cluster name (its Host check answers 403 while /health passes) and,
+    MLflow's API by the in-cluster name (its Host check answers 403 while /health passes), an
+    artifact round-trip (an artifact store that cannot write answers 500 while the API passes) and,
     when the run deploys, this identity's permissions in the target namespace. The first failure
     ends the run here, in seconds, as one line."""
     import os

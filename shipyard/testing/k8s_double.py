@@ -58,6 +58,9 @@ GROUPS: dict[str, dict[str, Any]] = {
     "keda.sh": {"versions": ["v1alpha1"], "resources": [("scaledobjects", "ScaledObject", "so")]},
     "inference.networking.x-k8s.io": {"versions": ["v1alpha2"],
                                       "resources": [("inferenceobjectives", "InferenceObjective", "")]},
+    # Istio (multi-user Kubeflow): the kubeflow-multi-user overlay ships MLflow's AuthorizationPolicy
+    "security.istio.io": {"versions": ["v1", "v1beta1"],
+                          "resources": [("authorizationpolicies", "AuthorizationPolicy", "ap")]},
 }
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 

@@ -63,11 +63,15 @@ class PodmanSocket:
 class MlflowServer:
     """``mlflow server`` with a sqlite database and proxied artifacts under ``root``; ``env`` adds
     server settings (e.g. ``MLFLOW_SERVER_ALLOWED_HOSTS`` as ``manifests/base/mlflow`` sets it);
-    ``port`` chooses the loopback port (default: a free one)."""
+    ``port`` chooses the loopback port (default: a free one); ``artifacts`` is its
+    ``--artifacts-destination`` (default: ``root/artifacts``; e.g. one it cannot write, to stand for
+    a server whose artifact store fails while ``/health`` answers)."""
 
-    def __init__(self, root: Path, env: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None, port: int | None = None,
+                 artifacts: str | None = None) -> None:
         self.root = Path(root)
         self.env = dict(env or {})
+        self.artifacts = artifacts or str(self.root / "artifacts")
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -81,7 +85,7 @@ class MlflowServer:
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db",
-                 "--artifacts-destination", str(self.root / "artifacts"),
+                 "--artifacts-destination", self.artifacts,
                  "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root,
                 env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **self.env),

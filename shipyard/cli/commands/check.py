@@ -41,8 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--insecure-registry", action="store_true", help="plain HTTP to the registry")
     p.add_argument("--no-s3", action="store_true", help="skip the object-store check")
     add_namespace_option(p, "the deploy target namespace to check (default: the layout's serving_namespace)")
-    p.add_argument("--kserve-namespace", default="kserve", type=namespace, metavar="NS",
-                   help="namespace of KServe's controller (default kserve)")
+    p.add_argument("--kserve-namespace", default=None, type=namespace, metavar="NS",
+                   help="namespace of KServe's controller (default: kserve, then kubeflow, where Kubeflow installs it)")
     add_output_option(p, default_help="one line per check")
     p.set_defaults(func=_check)
 
@@ -55,7 +55,7 @@ def _check(args: argparse.Namespace) -> int:
                             context=args.context, deploy_config=args.deploy_config or None, kfp_host=args.kfp_host,
                             kfp_token=args.kfp_token, mlflow_url=args.mlflow_url, registry=args.registry,
                             insecure_registry=args.insecure_registry, check_s3=not args.no_s3,
-                            kserve_namespace=args.kserve_namespace, namespace=args.namespace or "")
+                            kserve_namespace=args.kserve_namespace or "", namespace=args.namespace or "")
     result = summary(checks)
 
     def text() -> str:

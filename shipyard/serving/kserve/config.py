@@ -566,7 +566,7 @@ def check_config(cfg: DeployConfig) -> None:
     if cfg.kv_cache_offloading is not None:
         _check_offloading(cfg)
     if cfg.lora is not None:
-        _check_lora(cfg.lora)
+        _check_lora(cfg.lora, cfg.served_name)
     _check_objectives(cfg)
 
 
@@ -733,7 +733,8 @@ def _check_offloading(cfg: DeployConfig) -> None:
                     "drop secondary, or use mode 'aggregated'")
 
 
-def _check_lora(lora: dict[str, Any]) -> None:
+def _check_lora(lora: dict[str, Any], served: str = "") -> None:
+    """The ``lora`` option; ``served``: the served model name (spec.model.name), which no adapter may take."""
     if not isinstance(lora, dict):
         raise _fail("lora", "must be an object", '{"adapters": [{"name": "sql", "uri": "hf://org/sql-lora"}]}')
     unknown = sorted(set(lora) - LORA_KEYS)
@@ -752,6 +753,10 @@ def _check_lora(lora: dict[str, Any]) -> None:
             raise _fail(f"lora.adapters[{i}].name", f"{name!r} is not an adapter name", "use letters, digits, '-', '_', '.'")
         if name in names:
             raise _fail(f"lora.adapters[{i}].name", f"{name!r} is listed twice", "give each adapter its own name")
+        if served and name == served:
+            raise _fail(f"lora.adapters[{i}].name", f"{name!r} is also the served model's name (spec.model.name): a "
+                        "request's model field names the base model or one adapter, so the two would collide and "
+                        "the apply fails", "rename the adapter, or set served_model_name to another name")
         names.add(name)
         scheme, sep, rest = str(uri).partition("://")
         if scheme == "oci":

@@ -60,7 +60,8 @@ def read_s3_text(uri: str) -> str:
     except Exception as err:  # minio S3Error, urllib3 errors: one line naming the object
         code = getattr(err, "code", None) or type(err).__name__
         raise ShipyardError(FIELD, f"cannot read {uri} ({code}: {str(getattr(err, 'message', err)).splitlines()[0][:200]})",
-                            "check the object key and the S3 credentials (Secret shipyard-s3)") from None
+                            "check the object key, and the keys of Secret shipyard-s3 that the deploy step gets "
+                            "(secrets.shipyard-s3.steps in the cluster config)") from None
     if len(data) > 4 * 2**20:
         raise ShipyardError(FIELD, f"{uri} is larger than 4 MiB", "give the LLMInferenceService manifest itself")
     try:

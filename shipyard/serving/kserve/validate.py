@@ -132,7 +132,14 @@ def _validator(group: str, version: str, kind: str) -> Any:
     schema = _crd_index().get((group, version, kind))
     if schema is None:
         return None
-    return jsonschema.Draft4Validator(to_json_schema(copy.deepcopy(schema)))
+    schema = copy.deepcopy(schema)
+    # Some CRDs (Istio's) describe only spec and status; the API server adds the object's own
+    # apiVersion, kind and metadata to every structural schema, so they are no unknown fields
+    props = schema.setdefault("properties", {})
+    for name in ("apiVersion", "kind"):
+        props.setdefault(name, {"type": "string"})
+    props.setdefault("metadata", {"type": "object"})
+    return jsonschema.Draft4Validator(to_json_schema(schema))
 
 
 def known_kinds() -> list[tuple[str, str, str]]:
