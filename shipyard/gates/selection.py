@@ -517,10 +517,9 @@ def with_verification(record: dict[str, Any] | None, verification: dict[str, Any
 
 def load_selection(path: str) -> dict[str, Any]:
     """``selection.json`` of the select step (its folder or the file) and the champion's record;
-    a single candidate's ``candidate.json`` (its folder or the file: the promote pipeline) is its own champion."""
+    a single candidate's ``candidate.json`` folder (the promote pipeline) is its own champion."""
     p = Path(path)
-    if (p.is_file() and p.name == "candidate.json") or (
-            p.is_dir() and (p / "candidate.json").is_file() and not (p / "selection.json").is_file()):
+    if p.is_dir() and (p / "candidate.json").is_file() and not (p / "selection.json").is_file():
         from shipyard.gates.candidate import load_candidate
 
         record = load_candidate(p)

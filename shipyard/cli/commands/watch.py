@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 from shipyard.cli.output import add_output_option, emit
 from shipyard.core.errors import ShipyardError
@@ -75,7 +76,10 @@ def _watch(args: argparse.Namespace) -> int:
     token = _token(args.prometheus_token_file) if args.prometheus_token_file else ""
     api = PrometheusAPI(args.prometheus, token=token)  # a bad URL: one line, before anything is read
     try:
-        record = load_selection(args.champion)["champion"]
+        champion = Path(args.champion)
+        # a candidate.json file is read from its folder, as the promote pipeline's champion is
+        record = load_selection(str(champion.parent if champion.name == "candidate.json" and champion.is_file()
+                                    else champion))["champion"]
     except ShipyardError as err:  # said as the option the user gave
         raise ShipyardError("--champion", err.problem, "pass the select step's decision folder (selection.json) "
                             "or the champion's candidate.json") from None
