@@ -24,10 +24,12 @@ from shipyard.core.contract import (
     ENV_CONTRACT,
     ENV_EPHEMERAL_STORAGE,
     ENV_IMAGE,
+    ENV_STEP_SECRETS,
     disk_needed,
 )
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
+from shipyard.params.input_secrets import step_secrets
 
 DEFAULT_CLUSTER_CONFIG = package_dir("shipyard.pipelines") / "cluster.yaml"
 
@@ -186,6 +188,8 @@ def _contract(task: PipelineTask, cfg: dict[str, Any]) -> None:
         for claim in pvc.get("claims") or []:
             kubernetes.mount_pvc(task, pvc_name=str(claim), mount_path=f"{root}/{claim}")
         task.set_env_variable("SHIPYARD_PVC_ROOT", root)  # where the step looks for pvc://CLAIM/path
+    if step == "preflight":  # the pre-flight stops a run whose inputs need a Secret a step is not given
+        task.set_env_variable(ENV_STEP_SECRETS, json.dumps(step_secrets(cfg), sort_keys=True))
     if step == DISK_CHECK_STEP and ephemeral_storage(cfg):
         # resolve-model knows the model's size: it fails before any GPU work when a later step's
         # request cannot hold it (core.contract.check_model_fits_disk)

@@ -789,17 +789,20 @@ def test_the_secrets_each_step_needs_follow_from_the_parameters() -> None:
         "deploy": {"shipyard-s3": ["deploy_config"]}}
     assert needed_secrets({"model_uri": "hf://org/m", "deploy_config": '{"preset": "aggregated"}'}) == {
         "pin-model": {"hf-token": ["model_uri"]}, "resolve-model": {"hf-token": ["model_uri"]}}
-    gaps = contract_gaps(CLUSTER)
+    # the cluster config as it was before issue 32: deploy and fetch-adapters got neither Secret
+    before = json.loads(json.dumps(CLUSTER))
+    for secret in ("shipyard-s3", "hf-token"):
+        before["secrets"][secret]["steps"] = [s for s in before["secrets"][secret]["steps"]
+                                              if s not in ("deploy", "fetch-adapters")]
+    gaps = contract_gaps(before)
     assert ("shipyard-s3", "deploy", "deploy_config") in gaps and ("shipyard-s3", "fetch-adapters", "lora_adapters") in gaps
-    assert "shipyard-s3" not in step_secrets(CLUSTER).get("deploy", [])
-    fixed = json.loads(json.dumps(CLUSTER))
+    assert "shipyard-s3" not in step_secrets(before).get("deploy", [])
     for secret, step, _ in gaps:
-        fixed["secrets"][secret]["steps"].append(step)
-    assert contract_gaps(fixed) == []
+        before["secrets"][secret]["steps"].append(step)
+    assert contract_gaps(before) == [] == contract_gaps(CLUSTER)
+    assert "shipyard-s3" in step_secrets(CLUSTER)["deploy"]
 
 
-@pytest.mark.xfail(strict=True, reason="wiring pending: pipelines/cluster.yaml gives deploy and fetch-adapters "
-                   "the Secrets their inputs need (drop this marker when it does)")
 def test_the_cluster_config_gives_each_step_the_secrets_its_inputs_need() -> None:
     from shipyard.params.input_secrets import contract_gaps
 
@@ -817,15 +820,17 @@ def test_the_pre_flight_stops_an_s3_template_the_deploy_step_cannot_read(monkeyp
     local = yaml.safe_load((ROOT / "pipelines" / "local-params.yaml").read_text())
     params = {**local, "deploy_config": json.dumps(S3_TEMPLATE)}
     monkeypatch.setenv(contract.ENV_CONTRACT, json.dumps({"step": "preflight", "env": {}}))
-    monkeypatch.setenv(contract.ENV_STEP_SECRETS, json.dumps(step_secrets(CLUSTER)))
+    # the Secrets as a cluster config without deploy in shipyard-s3's steps compiled them (before issue 32)
+    before = {step: [s for s in secrets if step != "deploy" or s != "shipyard-s3"]
+              for step, secrets in step_secrets(CLUSTER).items()}
+    monkeypatch.setenv(contract.ENV_STEP_SECRETS, json.dumps(before))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(ShipyardError) as err:
         preflight_step("optimize-and-deploy", params, tracking_uri="", experiment="x", kfp_run_id="kfp-x")
     line = str(err.value)
     assert err.value.field == "deploy_config.template" and "\n" not in line
     assert "step deploy reads" in line and "add deploy to secrets.shipyard-s3.steps in the cluster config" in line
-    given = {**step_secrets(CLUSTER), "deploy": ["shipyard-mlflow", "shipyard-s3"]}
-    check_input_secrets(params, given)  # no error
+    check_input_secrets(params, step_secrets(CLUSTER))  # the shipped cluster config gives deploy the Secret
     check_input_secrets({**local, "deploy_config": '{"preset": "aggregated"}'}, step_secrets(CLUSTER))
 
 
