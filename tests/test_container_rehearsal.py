@@ -403,6 +403,7 @@ def test_a_failing_gate_keeps_the_base_and_deploys_it(rehearsals: dict[str, tupl
     """Keep-the-base: the only compressed candidate fails its accuracy gate, so the base is the champion;
     it is packaged, applied and verified like any champion, and the console's first lines say why."""
     code, console, work = rehearsals[KEEPS_THE_BASE]
+    print(console)  # shown when an assertion below fails
     on_disk = json.loads((work / "run-summary.json").read_text())
     assert code == 0 and on_disk["status"] == "SUCCESS", console
     (candidate,) = on_disk["gates"]["candidates"]
@@ -410,7 +411,7 @@ def test_a_failing_gate_keeps_the_base_and_deploys_it(rehearsals: dict[str, tupl
     assert candidate["accuracy"]["passed"] is False
     assert on_disk["champion"] == "base" and on_disk["promoted"] is True  # no production yet: the base is the first
     assert on_disk["gates"]["champion"]["passed"] is True
-    select = next(s for s in on_disk["steps"] if s["task"].endswith("/select-champion"))
+    select = next(s for s in on_disk["steps"] if s["task"].rsplit("/", 1)[-1] == "select-champion")
     decision = json.loads((Path(select["artifacts"]["decision"]) / "decision-record.json").read_text())
     assert decision["champion"] == "base" and decision["kept_base"] is True and decision["base"]["is_base"]
     assert decision["headline"].startswith("kept the base: w8a8-int8 ") and on_disk["headline"] == decision["headline"]

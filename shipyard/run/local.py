@@ -381,17 +381,20 @@ def run_local(
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["SHIPYARD_STEP_LOG"] = str(step_log)
     os.environ["SHIPYARD_WORK_DIR"] = str(work)
-    with local_attestation_keys(work):  # the package step signs the champion's evidence with the run's own key
+    with local_attestation_keys():  # the package step signs the champion's evidence with this machine's key
         return _run_local(pipeline, pipeline_func, params, work, root, step_log)
 
 
 @contextlib.contextmanager
-def local_attestation_keys(work: Path) -> Iterator[None]:
-    """For this run only: the signing and public key of ``WORK_DIR/attestation`` (made once, kept across
-    runs), unless the user configured keys (:func:`shipyard.oci.attestation.local_keys_env`)."""
+def local_attestation_keys() -> Iterator[None]:
+    """For this run only: this machine's local signing and public key (``$SHIPYARD_CACHE/attestation``,
+    made once and shared by every local run, so that a later run, e.g. the promote pipeline, can verify
+    what an earlier one packaged), unless the user configured keys
+    (:func:`shipyard.oci.attestation.local_keys_env`)."""
+    from shipyard.core.files import cache_dir
     from shipyard.oci.attestation import local_keys_env
 
-    added = local_keys_env(work / "attestation")
+    added = local_keys_env(cache_dir() / "attestation")
     saved = {name: os.environ.get(name) for name in added}
     os.environ.update(added)
     try:
