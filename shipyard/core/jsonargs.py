@@ -209,7 +209,32 @@ def read_text(path: str | Path, field: str) -> str:
     """A user's text file (``-``: standard input): UTF-8 (BOM dropped) or UTF-16 with a BOM; a
     binary file, another encoding, a pipe or device, a file over :data:`MAX_TEXT_BYTES` or an
     unreadable path is one line naming ``field``."""
-    data = _read_bounded(path, field)
+    return decode_text(_read_bounded(path, field), path, field)
+
+
+def read_user_bytes(path: str | Path, field: str, thing: str) -> bytes:
+    """The bytes of the user's file at ``path`` (:func:`read_text`'s bounds), a missing path, a folder
+    or an unreadable file being one line naming ``field`` and what to give (``thing``, e.g.
+    "YAML/JSON file")."""
+    shown = str(path) if len(str(path)) <= 200 else str(path)[:197] + "..."
+    try:
+        return _read_bounded(path, field)
+    except FileNotFoundError:
+        raise ShipyardError(field, f"{shown} does not exist", f"give an existing {thing}") from None
+    except IsADirectoryError:
+        raise ShipyardError(field, f"{shown} is a folder", f"give a {thing}") from None
+    except OSError as err:
+        raise ShipyardError(field, f"cannot read {shown}: {err.strerror or err}", f"give a readable {thing}") from None
+
+
+def read_user_file(path: str | Path, field: str, thing: str) -> str:
+    """The user's text file at ``path`` (:func:`read_text`), every problem one line naming ``field``
+    (:func:`read_user_bytes`)."""
+    return decode_text(read_user_bytes(path, field, thing), path, field)
+
+
+def decode_text(data: bytes, path: str | Path, field: str) -> str:
+    """A user's file's bytes as text: UTF-8 (BOM dropped) or UTF-16 with a BOM; anything else is one line."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         try:
             return data.decode("utf-16")
@@ -227,14 +252,7 @@ def read_text(path: str | Path, field: str) -> str:
 def load_mapping_file(path: str | Path, field: str) -> dict[str, Any]:
     """A YAML or JSON file holding one mapping (``--params-file``): strict (:func:`load_yaml`),
     decoded by :func:`read_text`; empty is ``{}``; every problem is one line naming ``field``."""
-    try:
-        text = read_text(path, field)
-    except FileNotFoundError:
-        raise ShipyardError(field, f"{path} does not exist", "give an existing YAML/JSON file") from None
-    except IsADirectoryError:
-        raise ShipyardError(field, f"{path} is a folder", "give a YAML/JSON file") from None
-    except OSError as err:
-        raise ShipyardError(field, f"cannot read {path}: {err.strerror or err}", "give a readable YAML/JSON file") from None
+    text = read_user_file(path, field, "YAML/JSON file")
     try:
         data = load_yaml(text, field)
     except yaml.YAMLError as err:

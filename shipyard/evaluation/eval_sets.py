@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.files import package_dir
-from shipyard.core.jsonargs import load_json, read_text, validation_error
+from shipyard.core.jsonargs import decode_text, load_json, read_user_bytes, validation_error
 
 FIELD = "eval_sets"
 FORMS = ("mcq", "qa", "chat", "rag", "rubric")
@@ -328,16 +328,9 @@ def local_path(uri: str, where: str, dest: Path | None = None) -> Path:
 def read_jsonl(path: Path, where: str) -> tuple[list[tuple[int, Any]], str]:
     """``(line number, parsed row)`` of a JSON-lines file (blank lines skipped) and the sha256 of its
     bytes; a missing file, a folder, a bad encoding or a line that is not JSON is one line."""
-    try:
-        text = read_text(path, where)
-    except FileNotFoundError:
-        raise ShipyardError(where, f"{_short(path)} does not exist", "give an existing .jsonl file") from None
-    except IsADirectoryError:
-        raise ShipyardError(where, f"{_short(path)} is a folder", "give a .jsonl file, one JSON object per line") from None
-    except OSError as err:
-        raise ShipyardError(where, f"cannot read {_short(path)}: {err.strerror or err}",
-                            "give a readable .jsonl file") from None
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    data = read_user_bytes(path, where, ".jsonl file")  # read once: the text and its digest
+    text = decode_text(data, path, where)
+    digest = hashlib.sha256(data).hexdigest()
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -46,13 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _token(path: str) -> str:
     """The bearer token in ``path`` (one line; ``-``: standard input)."""
-    from shipyard.core.jsonargs import read_text
+    from shipyard.core.jsonargs import read_user_file
 
-    try:
-        return read_text(path, "--prometheus-token-file").strip()
-    except OSError as err:
-        raise ShipyardError("--prometheus-token-file", f"cannot read {path[:200]} ({err.strerror})",
-                            "give the file that holds the token (a mounted Secret's key file)") from None
+    return read_user_file(path, "--prometheus-token-file", "file holding the token (a mounted Secret's key)").strip()
 
 
 def _watch(args: argparse.Namespace) -> int:
