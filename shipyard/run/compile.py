@@ -28,10 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from shipyard.core.errors import FileError, ShipyardError, file_error
 from shipyard.core.files import atomic_write_text, ensure_writable_dir
+from shipyard.core.yamldocs import documents, dump_documents
 from shipyard.pipelines import PIPELINES, get_pipeline
 from shipyard.runtimes.runtime import DEFAULT_IMAGE_REGISTRY
 
@@ -57,7 +56,7 @@ def retarget_images(path: Path, registry: str | None = None, flavor: str | None 
     from shipyard.core.contract import ENV_IMAGE
     from shipyard.runtimes.runtime import code_digest, runtime_image
 
-    docs = list(yaml.safe_load_all(path.read_text()))
+    docs = documents(path.read_text())
     current = os.environ.get("SHIPYARD_IMAGE_REGISTRY", DEFAULT_IMAGE_REGISTRY).rstrip("/") + "/shipyard-"
     if flavor:
         code_digest.cache_clear()  # tags hash the checkout: read it as it is now
@@ -75,7 +74,7 @@ def retarget_images(path: Path, registry: str | None = None, flavor: str | None 
             if env.get("name") == ENV_IMAGE:
                 env["value"] = image
     header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
-    atomic_write_text(path, header + yaml.safe_dump_all(docs, sort_keys=False))
+    atomic_write_text(path, header + dump_documents(docs))
 
 
 def _rebuild(pipeline: Any) -> Any:

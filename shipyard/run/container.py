@@ -66,6 +66,7 @@ import yaml
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
 from shipyard.core.net import port_free
+from shipyard.core.yamldocs import documents
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.run.console import KFP_LOG, RunConsole, quiet_kfp
 from shipyard.run.local import (
@@ -118,7 +119,7 @@ def overlay_objects(layout: str) -> list[dict[str, Any]]:
     if out.returncode != 0:
         raise ShipyardError(f"overlay {layout}", f"kubectl kustomize failed: {out.stderr.strip()[:300]}",
                             f"kubectl kustomize {folder}")
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    return documents(out.stdout)
 
 
 def _mlflow_container(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
@@ -314,7 +315,7 @@ def compile_for_containers(pipeline: str, out_dir: Path) -> Path:
 
 def pipeline_images(compiled: Path) -> dict[str, str]:
     """Runtime -> image of every shipyard step image named in a compiled pipeline."""
-    spec = next(yaml.safe_load_all(compiled.read_text()))
+    spec = documents(compiled.read_text())[0]
     images: dict[str, str] = {}
     for executor in (spec.get("deploymentSpec") or {}).get("executors", {}).values():
         image = (executor.get("container") or {}).get("image", "")

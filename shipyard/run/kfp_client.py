@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
+from shipyard.core.yamldocs import documents
 
 CRON_FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
 CRON_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
@@ -198,9 +199,9 @@ def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str], *, cluster_co
         import yaml
 
         try:
-            doc = next(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
+            doc = documents(path.read_text(encoding="utf-8"))[0]
             name = (doc.get("pipelineSpec", doc))["pipelineInfo"]["name"]
-        except (StopIteration, KeyError, TypeError, AttributeError, yaml.YAMLError, UnicodeDecodeError):
+        except (IndexError, KeyError, TypeError, AttributeError, yaml.YAMLError, UnicodeDecodeError):
             raise ShipyardError(
                 "PIPELINE", f"{pipeline} is not a compiled KFP pipeline (no pipelineInfo.name)",
                 "compile it with `kfp dsl compile` or pass a pipeline name",
@@ -215,9 +216,7 @@ def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str], *, cluster_co
     from shipyard.run.compile import compile_pipeline
 
     out = compile_pipeline(pipeline, work_dir, cluster_config=cluster_config, image_registry=image_registry)
-    import yaml
-
-    name = next(d for d in yaml.safe_load_all(out.read_text()) if d)["pipelineInfo"]["name"]
+    name = documents(out.read_text())[0]["pipelineInfo"]["name"]
     return PipelinePackage(out, name, hashlib.sha256(out.read_bytes()).hexdigest())
 
 

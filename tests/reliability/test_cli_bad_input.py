@@ -49,7 +49,7 @@ class Row:
     argv: tuple[str, ...]
     field: str
     code: int = 2
-    params: bool = False  # a pipeline-parameter row: rejected in under 10 s
+    params: bool = False  # a pipeline-parameter row: rejected before any step starts
     needs: frozenset[str] = field(default_factory=frozenset)  # "ro" / "full" mounts
 
 
@@ -1019,7 +1019,9 @@ def test_bad_input_is_one_line(case: Row, workspace: tuple[Path, set[str]], fork
         assert secret not in proc.stderr + proc.stdout, f"{secret!r} was printed"
     assert _snapshot(base) == before, "the command left files behind"
     if case.params:
-        assert seconds < 10, f"a bad parameter took {seconds:.1f} s to be rejected"
+        # before any step: a step (resolve, compress, vLLM) takes minutes; checking a parameter takes
+        # seconds however loaded the machine (this bound is a hang guard, not a speed test)
+        assert seconds < 60, f"a bad parameter took {seconds:.1f} s to be rejected"
 
 
 #: one row in every SAMPLE_EVERY, spread over the commands, also runs as ``python -m shipyard.cli.main``

@@ -75,12 +75,19 @@ def _start(tiny_model: Path, out: Path) -> subprocess.Popen[str]:
                             preexec_fn=default_sigint)
 
 
+def _is_guidellm(pid: int) -> bool:
+    """``python -m guidellm run ...`` itself: its argv, not a forked child of the step whose argv
+    (until it execs) is still the step's ``-c "...shipyard.benchmarking.guidellm..."``."""
+    argv = _cmdline(pid).split()
+    return "guidellm" in argv and "run" in argv
+
+
 def _wait_for_guidellm(proc: subprocess.Popen[str], timeout: float = 300) -> set[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         family = _descendants(proc.pid)
-        if any("guidellm" in _cmdline(pid) for pid in family):
+        if any(_is_guidellm(pid) for pid in family):
             time.sleep(8)  # guidellm has started its workers and is sending requests
             return _descendants(proc.pid)
         time.sleep(0.5)
@@ -98,7 +105,8 @@ def _finish(proc: subprocess.Popen[str], family: set[int]) -> str:
 
 
 @pytest.mark.slow
-def test_sigint_during_the_benchmark_stops_vllm_guidellm_and_its_workers(tiny_model: Path, tmp_path: Path) -> None:
+def test_sigint_during_the_benchmark_stops_vllm_guidellm_and_its_workers(tiny_model: Path, tmp_path: Path,
+                                                                         vllm_engine_process: None) -> None:
     out = tmp_path / "results"
     proc = _start(tiny_model, out)
     family = _wait_for_guidellm(proc)
@@ -121,7 +129,8 @@ def _engine_core_pid(tmp_path: Path) -> int:
 
 
 @pytest.mark.slow
-def test_vllm_engine_killed_mid_benchmark_is_one_line_and_leaves_nothing(tiny_model: Path, tmp_path: Path) -> None:
+def test_vllm_engine_killed_mid_benchmark_is_one_line_and_leaves_nothing(tiny_model: Path, tmp_path: Path,
+                                                                         vllm_engine_process: None) -> None:
     """vLLM's engine dies while guidellm's requests are in flight (SIGKILL to the EngineCore
     process; the API server stays up and answers 500): the step fails at once with one line that
     says the engine died, on which request, the likely cause, the vllm_args that avoid it and
