@@ -392,8 +392,8 @@ def test_deploy_config_attestation_options() -> None:
 
 def test_deploy_without_a_key_in_a_cluster_names_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHIPYARD_CONTRACT", json.dumps({
-        "step": "deploy", "env": {"SHIPYARD_ATTESTATION_PUBLIC_KEY": "shipyard-attestation/public-key.pem"}}))
-    with pytest.raises(ShipyardError, match="secret shipyard-attestation: key public-key.pem"):
+        "step": "deploy", "env": {"SHIPYARD_ATTESTATION_PUBLIC_KEY": "shipyard-attestation-trust/public-key.pem"}}))
+    with pytest.raises(ShipyardError, match="secret shipyard-attestation-trust: key public-key.pem"):
         evidence.require_attested(f"oci://quay.io/org/m@sha256:{'a' * 64}", dict(evidence.ATTESTATION_DEFAULTS))
 
 

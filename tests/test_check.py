@@ -78,6 +78,10 @@ def cluster(services: dict[str, Any], tmp_path: Path, groups: dict[str, Any] | N
             "AWS_SECRET_ACCESS_KEY": services["s3"].SECRET_KEY, "HF_TOKEN": "hf_real",
             ".dockerconfigjson": json.dumps({"auths": {services["registry"].address: {"auth": auth}}})}
     real["MLFLOW_TRACKING_URI"] = layout["tracking_uri"]
+    from shipyard.oci.attestation import generate_key_pair
+
+    private, public = generate_key_pair(tmp_path / "attestation")
+    real.update({"signing-key.pem": private.read_text(), "public-key.pem": public.read_text()})
     # the overlay's objects, and the contract Secrets created from the templates (manifests/base/secrets)
     # with real values in the namespace the pipeline pods run in, as the install instructions say
     docs = [d for d in json.loads(json.dumps(services["layouts"][layout_name])) if d["kind"] != "Secret"]

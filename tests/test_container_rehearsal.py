@@ -356,6 +356,13 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(
     assert ref.startswith(f"oci://{rehearsal['services']['registry']}/") and "@sha256:" in ref
     assert rehearsal["digest_resolves"] is True
     assert rehearsal["applied_object"]["model_uri"] == ref and rehearsal["applied_object"]["ready"] is True
+    # the evidence travels with the model: the package step signed it in its container with the key
+    # from the Secret shipyard-attestation, the registry holds it (the referrers tag: distribution 2.x
+    # has no referrers API), and the deploy step verified it with shipyard-attestation-trust's key
+    stored = rehearsal["attestations"]["manifests"]
+    assert len(stored) == 5 and {m["artifactType"] for m in stored} == {"application/vnd.in-toto+json"}, stored
+    assert len({m["predicateType"] for m in stored}) == 5, stored
+    assert rehearsal["deploy_attestation"]["checked"] is True and rehearsal["deploy_attestation"]["passed"] is True
     assert rehearsal["mlflow_runs"]
     # the layout: its identity, its namespaces, the services by their cluster names
     pods, serving = chosen["pipeline_namespace"], chosen["serving_namespace"]

@@ -63,7 +63,9 @@ def _doc_secret_rows() -> set[tuple[str, str, str, tuple[str, ...]]]:
     for line in DOC.read_text().splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0] and cells[0] not in ("Secret", "---") and cells[1] != "Source":
-            if cells[0].startswith(("hf-", "shipyard-")) and cells[1].isupper():
+            # a Secret's key (HF_TOKEN, signing-key.pem) and the environment variable it feeds
+            if cells[0].startswith(("hf-", "shipyard-")) and re.fullmatch(r"[-._A-Za-z0-9]+", cells[1]) \
+                    and cells[2].isupper():
                 rows.add((cells[0], cells[1], cells[2], tuple(s.strip() for s in cells[3].split(","))))
     return rows
 

@@ -90,12 +90,14 @@ def require(name: str, why: str, env: Mapping[str, str] | None = None) -> str:
     return value
 
 
-#: the Secret that holds the attestation keys (``pipelines/cluster.yaml``'s ``secrets``): its key
-#: ``signing-key.pem`` (PEM, Ed25519 private key) feeds :data:`ENV_ATTESTATION_KEY` in the package
-#: step, which signs the modelcar's attestations; ``public-key.pem`` feeds
-#: :data:`ENV_ATTESTATION_PUBLIC_KEY` in the deploy step, which refuses a model whose verification
-#: summary does not verify with it. The admission policies take their trust root from the same Secret.
+#: the Secret that holds the attestation signing key (``pipelines/cluster.yaml``'s ``secrets``): its
+#: key ``signing-key.pem`` (PEM, Ed25519 or ECDSA private key) feeds :data:`ENV_ATTESTATION_KEY` in
+#: the package step only, which signs the modelcar's attestations.
 ATTESTATION_SECRET = "shipyard-attestation"
+#: the trust root, a Secret of its own so that nothing that verifies can sign: its key
+#: ``public-key.pem`` feeds :data:`ENV_ATTESTATION_PUBLIC_KEY` in the deploy step, which refuses a
+#: model whose verification summary does not verify with it; the admission policies read it too.
+ATTESTATION_TRUST_SECRET = "shipyard-attestation-trust"
 ENV_ATTESTATION_KEY = "SHIPYARD_ATTESTATION_KEY"
 ENV_ATTESTATION_PUBLIC_KEY = "SHIPYARD_ATTESTATION_PUBLIC_KEY"
 #: a local alternative to the PEM text in the variables above: the path of the PEM file

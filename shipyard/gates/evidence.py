@@ -450,7 +450,7 @@ def require_attested(model_uri: str, options: dict[str, Any], log: Callable[[str
                                    "the deploy step refuses a model whose attestations it cannot verify")
         # recorded (the deploy's result, summary and decision record), not printed: an error line stays the only line
         return {"checked": False, "why": f"no public key configured (deploy_config.attestation.key, "
-                                         f"{contract.ENV_ATTESTATION_PUBLIC_KEY} or Secret {contract.ATTESTATION_SECRET})"}
+                                         f"{contract.ENV_ATTESTATION_PUBLIC_KEY} or Secret {contract.ATTESTATION_TRUST_SECRET})"}
     if not model_uri.startswith("oci://"):
         raise ShipyardError("attestation", f"{model_uri.split('://')[0]}:// models carry no attestations",
                             REFUSE_FIX)

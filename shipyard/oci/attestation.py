@@ -170,7 +170,8 @@ def signing_key(key_file: str = "", env: Mapping[str, str] | None = None) -> Any
 
 def trust_key(key_file: str = "", env: Mapping[str, str] | None = None, field: str = "attestation public key") -> Any | None:
     """The public key attestations must verify with: ``key_file`` when given, else
-    ``SHIPYARD_ATTESTATION_PUBLIC_KEY`` (PEM text, the Secret's ``public-key.pem``), else
+    ``SHIPYARD_ATTESTATION_PUBLIC_KEY`` (PEM text, the Secret ``shipyard-attestation-trust``'s
+    ``public-key.pem``), else
     ``SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE``; None when none is configured."""
     env = os.environ if env is None else env
     if key_file:

@@ -210,6 +210,17 @@ def rehearsal_secrets(pods_ns: str, values: dict[str, str]) -> list[dict[str, An
     return docs
 
 
+def attestation_secret_values() -> dict[str, str]:
+    """The attestation Secrets' keys as a cluster holds them (PEM text): this machine's local key
+    pair (``$SHIPYARD_CACHE/attestation``, the one ``shipyard run --local`` signs with), so that the
+    package step signs in its container and the deploy step refuses what does not verify."""
+    from shipyard.core.files import cache_dir
+    from shipyard.oci.attestation import generate_key_pair
+
+    private, public = generate_key_pair(cache_dir() / "attestation")
+    return {"signing-key.pem": private.read_text(), "public-key.pem": public.read_text()}
+
+
 def contract_env(secrets: list[dict[str, Any]]) -> dict[str, str]:
     """The environment the cluster contract (``secrets`` of pipelines/cluster.yaml) gives a step from
     these Secrets, and ``SHIPYARD_CONTRACT`` as the downward API sets it (so each step knows it runs
@@ -299,7 +310,7 @@ class LayoutPlan:
                  "kubernetes": kube.server, "registry": registry.address}
         secrets = rehearsal_secrets(self.pods_namespace, {
             **s3.env, "AWS_ENDPOINT_URL_S3": names["s3"], "MLFLOW_TRACKING_URI": names["mlflow"],
-            ".dockerconfigjson": dockerconfig(registry.address)})
+            ".dockerconfigjson": dockerconfig(registry.address), **attestation_secret_values()})
         kube.load([*self.docs, *secrets])
         return {"names": names, "contract": contract_env(secrets),
                 "hosts": cluster_hosts(names["mlflow"], names["s3"], names["kubernetes"])}
@@ -463,6 +474,12 @@ def verify(summary: RunSummary, params: dict[str, Any], services: dict[str, Any]
                                  "url": (obj.get("status") or {}).get("url", "")}
         if out["applied_object"]["model_uri"] != uri:
             problems.append(f"the applied model.uri {out['applied_object']['model_uri']!r} is not the pushed {uri!r}")
+    out["attestations"] = registry_attestations(services["registry"].address, uri) if "@sha256:" in uri else {}
+    out["deploy_attestation"] = (deploy_record(summary).get("deployment") or {}).get("attestation") or {}
+    if not out["attestations"].get("manifests"):
+        problems.append(f"the registry holds no attestations of {uri} ({out['attestations'].get('error', 'none found')})")
+    if not out["deploy_attestation"].get("passed"):
+        problems.append(f"the deploy step did not verify the attestations: {out['deploy_attestation']}")
     out["verification"] = deploy_verification(summary)
     if out["verification"].get("outcome") != "passed":
         problems.append(f"the deploy step's verification of the served modelcar: {out['verification'].get('outcome', 'no record')}"
@@ -474,17 +491,41 @@ def verify(summary: RunSummary, params: dict[str, Any], services: dict[str, Any]
     return out
 
 
-def deploy_verification(summary: RunSummary) -> dict[str, Any]:
-    """The deploy step's verification as its decision record holds it: the outcome, the golden
-    match and every check (golden outputs, accuracy slice, SLO smoke, ...) with its figures."""
+def deploy_record(summary: RunSummary) -> dict[str, Any]:
+    """The deploy step's ``decision-record.json`` (``{}`` when it wrote none)."""
     for step in summary.steps:
         path = step.artifacts.get("decision_record") if step.task.rsplit("/", 1)[-1] == "deploy" else None
         if path and Path(path).is_file():
             try:
-                return dict(json.loads(Path(path).read_text()).get("verification") or {})
+                return dict(json.loads(Path(path).read_text()))
             except ValueError:
-                return {"outcome": "unreadable decision record"}
+                return {"verification": {"outcome": "unreadable decision record"}}
     return {}
+
+
+def deploy_verification(summary: RunSummary) -> dict[str, Any]:
+    """The deploy step's verification as its decision record holds it: the outcome, the golden
+    match and every check (golden outputs, accuracy slice, SLO smoke, ...) with its figures."""
+    return dict(deploy_record(summary).get("verification") or {})
+
+
+def registry_attestations(address: str, uri: str) -> dict[str, Any]:
+    """What the registry holds about ``uri``'s digest: the OCI referrers tag ``sha256-<hex>`` (the
+    registry has no referrers API: distribution 2.x) and the artifact type of each manifest it lists."""
+    import requests
+
+    from shipyard.oci.attestation import PREDICATE_ANNOTATION, fallback_tag
+
+    repo, digest = uri.removeprefix(f"oci://{address}/").split("@", 1)
+    tag = fallback_tag(digest)
+    resp = requests.get(f"http://{address}/v2/{repo}/manifests/{tag}", timeout=10,
+                        auth=(REGISTRY_USER, REGISTRY_PASSWORD),
+                        headers={"Accept": "application/vnd.oci.image.index.v1+json"})
+    if resp.status_code != 200:
+        return {"tag": tag, "error": f"HTTP {resp.status_code}", "manifests": []}
+    return {"tag": tag, "manifests": [{"digest": m.get("digest"), "artifactType": m.get("artifactType"),
+                                       "predicateType": (m.get("annotations") or {}).get(PREDICATE_ANNOTATION)}
+                                      for m in resp.json().get("manifests") or []]}
 
 
 def mlflow_runs(url: str, experiment: str) -> list[dict[str, str]]:

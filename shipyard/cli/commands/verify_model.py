@@ -48,7 +48,7 @@ def _verify_model(args: argparse.Namespace) -> int:
     key = read_key_file(args.key, "--key", private=False) if args.key else trust_key()
     if key is None:
         raise ShipyardError("--key", "is required (no SHIPYARD_ATTESTATION_PUBLIC_KEY is set)",
-                            f"give --key public-key.pem (the Secret {contract.ATTESTATION_SECRET}'s public-key.pem); "
+                            f"give --key public-key.pem (the Secret {contract.ATTESTATION_TRUST_SECRET}'s public-key.pem); "
                             + KEY_FIX)
     out = verify_evidence(args.uri, key, field="uri", insecure_tls=args.insecure_tls, max_age_days=args.max_age)
 
