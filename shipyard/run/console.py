@@ -187,11 +187,13 @@ class RunConsole:
         self.started.setdefault(task, []).append(time.monotonic())
         self.say(f"{time.strftime('%H:%M:%S')}  started  {fit(self._name(task), 40):<40} {task_label(task, self.candidates)}")
 
-    def _end(self, task: str, status: str) -> None:
+    def _end(self, task: str, status: str, task_dir: Path | None = None, ended_ago: float = 0.0) -> None:
+        """The end line of ``task``; ``task_dir``: its folder when already found, ``ended_ago``: seconds
+        since it ended (when the line comes after the fact, :meth:`settle`)."""
         starts = self.started.get(task) or []
-        seconds = time.monotonic() - starts.pop(0) if starts else None
+        seconds = time.monotonic() - starts.pop(0) - ended_ago if starts else None
         run_dir = self._run_dir()
-        task_dir = self._task_dir(run_dir, task, status == "SUCCESS")
+        task_dir = task_dir or self._task_dir(run_dir, task, status == "SUCCESS")
         label = task_dir.relative_to(run_dir).as_posix() if task_dir is not None and run_dir is not None else task
         if status == "SUCCESS":
             figure = key_figure(label, *read_executor_output(task_dir)) if task_dir is not None else ""
@@ -201,6 +203,26 @@ class RunConsole:
         secs = f"{seconds:6.1f} s" if seconds is not None else "      -"
         shown = fit(task_label(label, self.candidates), 36)
         self.say(f"{time.strftime('%H:%M:%S')}  {status:<8} {fit(self._name(task), 40):<40} {shown:<36} {secs}  {figure}")
+
+    def settle(self) -> None:
+        """The end lines kfp.local never printed. Two loop iterations running in parallel threads
+        swap kfp.local's output streams under each other, and now and then one task's "finished with
+        status" record is lost (the task ran: its outputs are there). After the run, each task still
+        started and never ended gets its end line from its folder: SUCCESS with its key figure when
+        it wrote its outputs, else ``NO END`` (kfp.local said nothing; the log has the rest)."""
+        with self.lock:
+            for task, starts in self.started.items():
+                while starts:
+                    run_dir = self._run_dir()
+                    task_dir = self._task_dir(run_dir, task, True)
+                    output = task_dir / "executor_output.json" if task_dir is not None else None
+                    if output is not None and output.exists():
+                        self._end(task, "SUCCESS", task_dir, ended_ago=max(0.0, time.time() - output.stat().st_mtime))
+                        continue
+                    seconds = time.monotonic() - starts.pop(0)
+                    self.say(f"{time.strftime('%H:%M:%S')}  {'NO END':<8} {fit(self._name(task), 40):<40} "
+                             f"{fit(task_label(task, self.candidates), 36):<36} {seconds:6.1f} s  kfp.local printed no "
+                             f"end for this task: see {getattr(self.log, 'name', KFP_LOG)}")
 
     def _run_dir(self) -> Path | None:
         try:

@@ -700,6 +700,7 @@ def run_container(
             try:
                 with quiet_kfp(watcher):
                     component(**params)
+                watcher.settle()
             finally:
                 builtins.print = print_before  # kfp.local swaps print per task (see run_local)
         seconds = round(time.perf_counter() - run_started, 2)

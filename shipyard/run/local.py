@@ -428,6 +428,7 @@ def _run_local(pipeline: str, pipeline_func: Any, params: dict[str, Any], work: 
         try:
             with quiet_kfp(watcher):
                 pipeline_func(**params)
+            watcher.settle()
         except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM (shipyard.core.interrupts)
             interrupted = err
             interrupt_children()  # the running step unwinds: servers stopped, partial folders removed
