@@ -24,7 +24,10 @@ from shipyard.testing.services import MlflowServer
 
 ROOT = Path(__file__).resolve().parents[1] / "manifests"
 KFP_DIRS = sorted((ROOT / "kfp").glob("*/kustomization.yaml"))
-LOCAL_DIRS = sorted(p.parent for p in ROOT.rglob("kustomization.yaml") if "kfp" not in p.relative_to(ROOT).parts)
+# components/ are opt-in kustomize Components (cluster-scoped admission policies), built inside an
+# overlay by tests/test_admission_policies.py
+LOCAL_DIRS = sorted(p.parent for p in ROOT.rglob("kustomization.yaml")
+                    if not {"kfp", "components"} & set(p.relative_to(ROOT).parts))
 KUBECTL = shutil.which("kubectl")
 #: each top-level overlay and the cluster.yaml layout it installs
 OVERLAY_LAYOUT = {"kfp-standalone": "kfp-standalone", "kubeflow-multi-user": "kubeflow-multi-user",

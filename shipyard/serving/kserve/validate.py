@@ -1,7 +1,8 @@
 """Validate Kubernetes manifests the way an API server would, without one.
 
 Custom resources (LLMInferenceService, LLMInferenceServiceConfig, InferencePool, HTTPRoute,
-Gateway, LeaderWorkerSet, PrometheusRule, ...) are checked against the upstream CRDs in ``shipyard/schemas``:
+Gateway, LeaderWorkerSet, PrometheusRule, and the admission policies' Kyverno ImageValidatingPolicy
+and sigstore ClusterImagePolicy, ...) are checked against the upstream CRDs in ``shipyard/schemas``:
 each served version's ``openAPIV3Schema`` becomes a JSON Schema in which unknown fields are
 rejected (``additionalProperties: false`` wherever the schema lists ``properties`` and does
 not say ``x-kubernetes-preserve-unknown-fields``), as a structural schema is pruned/rejected
