@@ -540,14 +540,16 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     from shipyard.serving.alerts import slo_rule
     from shipyard.serving.dashboard import dashboard_configmap
     from shipyard.serving.kserve.render import link_metadata
-    from shipyard.serving.sizing import find_knee
+    from shipyard.serving.sizing import find_knee, knee_occupancy
 
     found = _champion_slo(candidate)
     if found is None:
         return None
     record, slo = found
     found_knee = find_knee(list(record.get("levels") or []), slo)
-    knee = {**found_knee["level"], "reached": found_knee["reached"]} if found_knee["level"] else None
+    knee = ({**found_knee["level"], "reached": found_knee["reached"],
+             "occupancy": knee_occupancy(found_knee["level"], record, {**cfg.tuned_vllm_args, **cfg.vllm_args})}
+            if found_knee["level"] else None)
     labels, _ = link_metadata(cfg)
     doc, rows = slo_rule(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
                          runbook_url=report_url or Path(candidate).resolve().as_uri(), labels=labels,
