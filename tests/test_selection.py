@@ -54,14 +54,20 @@ def test_ties_go_to_the_next_objective_then_the_first_listed() -> None:
     assert select(cands, {"objective": "throughput", "then": ["size"]})["winner"]["recipe"] == "b"
 
 
-def test_report_puts_every_candidate_side_by_side(tmp_path: Path) -> None:
-    cands = [cand("w8a8-int8"), cand("w4a16", passed=False, reason="SLO gate failed: TTFT")]
+def _candidate_dirs(tmp_path: Path, cands: list[dict]) -> list[str]:
+    """One folder per candidate holding its candidate.json, as candidate-gates writes them."""
     dirs = []
     for c in cands:
         d = tmp_path / c["recipe"]
         d.mkdir()
         (d / "candidate.json").write_text(json.dumps(c))
         dirs.append(str(d))
+    return dirs
+
+
+def test_report_puts_every_candidate_side_by_side(tmp_path: Path) -> None:
+    cands = [cand("w8a8-int8"), cand("w4a16", passed=False, reason="SLO gate failed: TTFT")]
+    dirs = _candidate_dirs(tmp_path, cands)
     out = select_champion(dirs, "size", str(tmp_path / "decision"), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
     assert out["winner"] == "w8a8-int8" and out["winner_model_uri"] == "/models/w8a8-int8"
     md = (tmp_path / "r.md").read_text()
@@ -124,12 +130,7 @@ def test_the_replayed_workload_travels_into_the_decision_record_and_the_report(t
     (tmp_path / "empty").mkdir()
     assert _workload(str(tmp_path / "empty")) is None  # no results.json: no workload, no error
     cands = [{**cand("w8a8-int8"), "workload": replayed}, cand("w4a16")]
-    dirs = []
-    for c in cands:
-        d = tmp_path / c["recipe"]
-        d.mkdir()
-        (d / "candidate.json").write_text(json.dumps(c))
-        dirs.append(str(d))
+    dirs = _candidate_dirs(tmp_path, cands)
     select_champion(dirs, "size", str(tmp_path / "decision"), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
     record = json.loads((tmp_path / "decision" / "decision-record.json").read_text())
     by = {g["candidate"]: g for g in record["candidates"]}
