@@ -117,7 +117,8 @@ def test_a_correct_install_passes(layout_name: str, services: dict[str, Any], tm
         names = " ".join(lines)
         for what in ("kserve version", "crd LLMInferenceService v1alpha2", "crd InferencePool", "crd Gateway API",
                      f"secret {pods_ns}/shipyard-mlflow", "mlflow api", "mlflow artifacts", "registry", "s3", "gpu nodes",
-                     "node disk", "deploy permissions", f"namespace {pods_ns}", f"namespace {serving_ns}"):
+                     "node disk", "deploy permissions", f"namespace {pods_ns}", f"namespace {serving_ns}",
+                     "attestation keys: one pair"):
             assert what in names, what
         assert main(["check", "--kubeconfig", str(kubeconfig), "--layout", layout_name, "--mlflow-url",
                      services["mlflow"].url, "--no-s3", "-o", "json"]) == 0
@@ -148,6 +149,12 @@ def test_each_planted_fault_is_named_in_one_line(services: dict[str, Any], tmp_p
         role = double.objects[("roles", SERVING_NS, "shipyard-deployer")]
         rule = next(r for r in role["rules"] if r["resources"] == ["llminferenceservices"])
         rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+        # a trust root from another key pair: the deploy step would refuse every model the package step signs
+        from shipyard.oci.attestation import generate_key_pair
+
+        _, other = generate_key_pair(tmp_path / "other-pair")
+        trust = double.objects[("secrets", PODS_NS, "shipyard-attestation-trust")]
+        trust["data"]["public-key.pem"] = base64.b64encode(other.read_bytes()).decode()
         # MLflow without the allowed hosts (the manifest before): 403 to its Service name
         # the deploy config the pipeline runs with: its apply, verify and rollout objects are accepted (issue 32)
         deploy = json.dumps({"preset": "pd-nixl", "gpu_memory_gib": 80, "scaling": {"mode": "wva", "max_replicas": 4},
@@ -166,6 +173,7 @@ def test_each_planted_fault_is_named_in_one_line(services: dict[str, Any], tmp_p
         f"secret {PODS_NS}/shipyard-s3": f"is in namespace {SERVING_NS}, but the pipeline pods run in {PODS_NS}",
         "deploy permissions": "may not patch llminferenceservices.serving.kserve.io",
         "mlflow api": f"MLflow rejects Host {MLFLOW_HOST} (403 Invalid Host header)",
+        "attestation keys": "is not the public half of shipyard-attestation signing-key.pem",
     }
     for name, says in expected.items():
         (line,) = [f for f in failed if f.startswith(f"FAIL {name}:")] or [None]
@@ -526,3 +534,36 @@ def test_kserve_is_found_where_kubeflow_installs_it_and_its_version_named(servic
                    for f in lines), lines
     finally:
         double.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize(("held", "status", "says"), [
+    ({}, None, ""),
+    ({"signing": True}, "warn", "without shipyard-attestation-trust the deploy step does not check them"),
+    ({"trust": True}, "fail", "nothing is attested, so the deploy step refuses every model"),
+    ({"signing": True, "trust": "private"}, "fail", "public-key.pem holds a private key"),
+    ({"signing": True, "trust": "garbage"}, "fail", "shipyard-attestation-trust public-key.pem is not a PEM public key"),
+    ({"signing": True, "trust": True}, "pass", "one pair"),
+])
+def test_the_attestation_keys_must_be_one_pair(held: dict[str, Any], status: str | None, says: str,
+                                               tmp_path: Path) -> None:
+    """What the package step signs with and what the deploy step trusts, read from the two Secrets."""
+    from shipyard.oci.attestation import generate_key_pair
+    from shipyard.serving.cluster_check import attestation_keys_check
+
+    private, public = generate_key_pair(tmp_path)
+    values = {"private": private.read_text(), "garbage": "-----BEGIN PUBLIC KEY-----\nnot a key\n", True: public.read_text()}
+    secrets = {}
+    if held.get("signing"):
+        secrets["shipyard-attestation"] = {"signing-key.pem": private.read_text()}
+    if held.get("trust"):
+        secrets["shipyard-attestation-trust"] = {"public-key.pem": values[held["trust"]]}
+
+    def read_secret(ns: str, name: str) -> dict[str, Any] | None:
+        data = secrets.get(name)
+        return None if data is None else {"data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+    check = attestation_keys_check(read_secret, PODS_NS)
+    if status is None:
+        assert check is None
+        return
+    assert check is not None and check.status == status and says in check.detail, check

@@ -54,14 +54,20 @@ def test_ties_go_to_the_next_objective_then_the_first_listed() -> None:
     assert select(cands, {"objective": "throughput", "then": ["size"]})["winner"]["recipe"] == "b"
 
 
-def test_report_puts_every_candidate_side_by_side(tmp_path: Path) -> None:
-    cands = [cand("w8a8-int8"), cand("w4a16", passed=False, reason="SLO gate failed: TTFT")]
+def _candidate_dirs(tmp_path: Path, cands: list[dict]) -> list[str]:
+    """One folder per candidate holding its candidate.json, as candidate-gates writes them."""
     dirs = []
     for c in cands:
         d = tmp_path / c["recipe"]
         d.mkdir()
         (d / "candidate.json").write_text(json.dumps(c))
         dirs.append(str(d))
+    return dirs
+
+
+def test_report_puts_every_candidate_side_by_side(tmp_path: Path) -> None:
+    cands = [cand("w8a8-int8"), cand("w4a16", passed=False, reason="SLO gate failed: TTFT")]
+    dirs = _candidate_dirs(tmp_path, cands)
     out = select_champion(dirs, "size", str(tmp_path / "decision"), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
     assert out["winner"] == "w8a8-int8" and out["winner_model_uri"] == "/models/w8a8-int8"
     md = (tmp_path / "r.md").read_text()
@@ -105,3 +111,30 @@ def test_champion_gate_compares_with_production_only() -> None:
     assert partial.passed and "1 of 1 accuracy metrics" in partial.reason and "1 not compared" in partial.reason
     assert "**Checks:** 1 compared: 1 pass, 0 fail; 1 not compared." in partial.to_markdown()
     assert "no production version yet" in first.to_markdown() and "| tolerance (absolute) | 0 |" in first.to_markdown()
+
+
+def test_the_replayed_workload_travels_into_the_decision_record_and_the_report(tmp_path: Path) -> None:
+    """Issue 35 item 5: each benchmark's recorded workload (fingerprint digest and fidelity verdict), as
+    judge_candidate reads it from the benchmark's results.json, is in decision-record.json and the report."""
+    from shipyard.steps.judge import _workload
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    fidelity = {"valid": False, "failed": ["hit_rate"], "line": "workload fidelity: INVALID prefix-cache hit 0.05 OUT"}
+    (bench / "results.json").write_text(json.dumps({"workload": {
+        "digest": "sha256:" + "a" * 64, "replayed": "trace", "requests": 40, "time_scale": 1.0, "block_size": 16,
+        "fingerprint": {"digest": "sha256:" + "a" * 64}, "fidelity": fidelity}}))
+    replayed = _workload(str(bench))
+    assert replayed == {"digest": "sha256:" + "a" * 64, "replayed": "trace", "requests": 40, "time_scale": 1.0,
+                        "valid": False, "failed": ["hit_rate"], "line": fidelity["line"]}
+    (tmp_path / "empty").mkdir()
+    assert _workload(str(tmp_path / "empty")) is None  # no results.json: no workload, no error
+    cands = [{**cand("w8a8-int8"), "workload": replayed}, cand("w4a16")]
+    dirs = _candidate_dirs(tmp_path, cands)
+    select_champion(dirs, "size", str(tmp_path / "decision"), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
+    record = json.loads((tmp_path / "decision" / "decision-record.json").read_text())
+    by = {g["candidate"]: g for g in record["candidates"]}
+    assert by["w8a8-int8"]["workload"]["digest"] == "sha256:" + "a" * 64 and by["w4a16"]["workload"] is None
+    md = (tmp_path / "r.md").read_text()
+    assert "## Your traffic (the recorded workload replayed)" in md
+    assert "| w8a8-int8 | sha256:aaaaaaaaaaaa | NOT faithful: hit_rate | workload fidelity: INVALID" in md

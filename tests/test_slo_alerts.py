@@ -249,6 +249,55 @@ def test_capacity_alert_fires_above_the_knee_per_replica(tmp_path: Path) -> None
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+#: the knee as the deploy step passes it: with what one replica held there (sizing.knee_occupancy)
+OCCUPIED = {**KNEE, "occupancy": {"in_flight": 8.0, "max_num_seqs": 8, "running": 8.0, "waiting": 0.0,
+                                  "kv_cache_usage": 0.3125}}
+
+
+def test_the_knee_occupancy_adds_queue_and_kv_cache_alerts_with_their_sources() -> None:
+    doc, rows = render(knee=OCCUPIED)
+    assert validate_object(doc) == []
+    by = {r["alert"]: r for r in rows}
+    queue, kv = _alert(doc, "ShipyardQueueAboveKnee"), _alert(doc, "ShipyardKVCacheAboveKnee")
+    assert queue["expr"] == f'max by (model_name) (vllm:num_requests_waiting{{model_name="{MODEL}"}}) > 1'
+    assert kv["expr"] == f'max by (model_name) (vllm:kv_cache_usage_perc{{model_name="{MODEL}"}}) > 0.32'
+    assert "0 waiting at the knee (8.0 in flight, max_num_seqs 8)" in by["ShipyardQueueAboveKnee"]["from"]
+    assert "estimated 0.3125 of the KV cache" in by["ShipyardKVCacheAboveKnee"]["from"]
+    assert queue["labels"]["shipyard_service"] == "llm" and kv["annotations"]["runbook_url"].endswith("candidates.html")
+    # a knee whose occupancy cannot be derived adds neither; a tiny KV share alerts at the floor
+    _, rows = render(knee={**KNEE, "occupancy": {"waiting": None, "kv_cache_usage": None}})
+    assert not {"ShipyardQueueAboveKnee", "ShipyardKVCacheAboveKnee"} & {r["alert"] for r in rows}
+    doc, _ = render(knee={**KNEE, "occupancy": {"waiting": 2.4, "kv_cache_usage": 0.0004}})
+    assert _alert(doc, "ShipyardQueueAboveKnee")["expr"].endswith("> 3")
+    assert _alert(doc, "ShipyardKVCacheAboveKnee")["expr"].endswith("> 0.05")
+
+
+@needs_promtool
+def test_queue_and_kv_cache_alerts_fire_beyond_the_knee_and_not_at_it(tmp_path: Path) -> None:
+    """One replica with 3 requests waiting for 20 minutes fires the queue alert (the knee had none), one with
+    1 waiting does not; a KV cache 40 % full fires (the knee used 31 %), 30 % does not; another model's
+    full queue and cache never count."""
+    doc, _ = render(knee=OCCUPIED)
+
+    def series(waiting: int, kv: float) -> list[dict[str, str]]:
+        pod = 'engine="0",instance="10.0.0.1:8000"'
+        return [{"series": f'vllm:num_requests_waiting{{model_name="{MODEL}",{pod}}}', "values": f"{waiting}x40"},
+                {"series": f'vllm:kv_cache_usage_perc{{model_name="{MODEL}",{pod}}}', "values": f"{kv}x40"},
+                {"series": 'vllm:num_requests_waiting{model_name="other",engine="0"}', "values": "50x40"},
+                {"series": 'vllm:kv_cache_usage_perc{model_name="other",engine="0"}', "values": "0.99x40"}]
+
+    def case(waiting: int, kv: float, fires: set[str]) -> dict[str, Any]:
+        return {"interval": "1m", "input_series": series(waiting, kv),
+                "alert_rule_test": [{"eval_time": at, "alertname": name,
+                                     "exp_alerts": [_expected(doc, name)] if name in fires and at == "20m" else []}
+                                    for name in ("ShipyardQueueAboveKnee", "ShipyardKVCacheAboveKnee")
+                                    for at in ("5m", "20m")]}
+
+    tests = [case(3, 0.4, {"ShipyardQueueAboveKnee", "ShipyardKVCacheAboveKnee"}), case(1, 0.3, set())]
+    out = _run_tests(doc, tests, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 @pytest.mark.parametrize(("value", "said"), [
     (None, "is null: an SLO without an error budget"),
     (0, "must be > 0"),
@@ -310,6 +359,9 @@ def test_dry_run_deploy_writes_the_rule_beside_the_service(tmp_path: Path) -> No
     assert knee["expr"].endswith("> 2.5") and knee["annotations"]["runbook_url"] == "https://reports.example/run/1"
     assert "## SLO alerts (PrometheusRule llm-slo)" in summary
     assert "benchmark level concurrent@4: requests/s measured at the knee" in summary and "lower bound" not in summary
+    # the knee held 4 requests in flight on 256 slots (vLLM's default max_num_seqs): a queue is beyond it
+    assert _alert(rule, "ShipyardQueueAboveKnee")["expr"].endswith("> 1")
+    assert "benchmark level concurrent@4: 0 waiting at the knee (4.0 in flight, max_num_seqs 256)" in summary
     # no champion engine record: KServe's preset image serves, so vLLM keeps its default edges and the report says why
     assert "the next edge, 0.075 s, is used" in summary and "only to the vLLM build the SLO gate benchmarked" in summary
     assert served_buckets(docs) == {}

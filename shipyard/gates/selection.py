@@ -215,6 +215,19 @@ def _level_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
                   level_rows)
 
 
+def _workload_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
+    """The recorded workload each benchmark replayed: its fingerprint's digest and the fidelity line
+    (the SLO verdict stands only on a faithful replay of the same workload)."""
+    replayed = [(c["recipe"][:40], c["workload"]) for c in candidates if c.get("workload")]
+    if not replayed:
+        return
+    doc.h(2, "Your traffic (the recorded workload replayed)")
+    doc.table(["recipe", "fingerprint", "replay", "fidelity"],
+              [[name, str(w.get("digest") or "–")[:19], "faithful" if w.get("valid") else
+                "NOT faithful: " + (", ".join(w.get("failed") or []) or "unmeasured"), w.get("line") or "–"]
+               for name, w in replayed])
+
+
 def _accuracy_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
     """The per-metric table: each candidate's score and recovery, and how its row was decided."""
     metrics = sorted({f"{r['task']}/{r['metric'].replace(',none', '')}" for c in candidates
@@ -281,6 +294,7 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
                 change_text((c.get("slo") or {}).get("worst_regression")),
                 change_text((c.get("slo") or {}).get("best_gain"))] for c in candidates])
     _level_section(doc, candidates)
+    _workload_section(doc, candidates)
     _accuracy_section(doc, candidates)
     from shipyard.gates.frontier import add_section, frontier
 
@@ -454,6 +468,8 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
             "safety": {"enabled": safety.get("enabled"), "passed": safety.get("passed"), "verdict": safety.get("verdict"),
                        "reason": safety.get("reason")},
             "tuning": (c.get("tuning") or {}).get("best_vllm_args"),
+            # the recorded workload its benchmark replayed: a later run can say "same workload" by the digest
+            "workload": c.get("workload"),
         })
     return {
         "schema": DECISION_SCHEMA,

@@ -189,6 +189,9 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                     | {chosen["serving_namespace"]})
     checks.extend(cc.secret_checks(read_secret, lambda ns: kube.get(f"/api/v1/namespaces/{ns}") is not None,
                                    chosen, cfg, others))
+    keys = cc.attestation_keys_check(read_secret, chosen["pipeline_namespace"])
+    if keys is not None:
+        checks.append(keys)
     uri = cc.tracking_uri_of(read_secret, chosen)
     checks.append(cc.mlflow_name_check(uri, chosen["pipeline_namespace"],
                                        lambda ns, name: kube.get(f"/api/v1/namespaces/{ns}/services/{name}") is not None))

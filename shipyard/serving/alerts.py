@@ -60,6 +60,8 @@ BURN_WINDOWS: tuple[tuple[str, str, float, str, str], ...] = (
 MAX_ERROR_BUDGET = 1 / max(f for _, _, f, _, _ in BURN_WINDOWS)
 WINDOWS = ("5m", "30m", "1h", "6h")
 CAPACITY_FOR = "10m"
+#: the KV-cache alert never fires below this share: an estimate of a few percent at the knee is noise
+KV_USAGE_FLOOR = 0.05
 #: vLLM 0.32's default edges (vllm/v1/metrics/buckets.py TIME_TO_FIRST_TOKEN_BUCKETS), seconds
 TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                                    5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -292,6 +294,9 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
         rows.append({"alert": "(no capacity alert)", "severity": "", "sli": "capacity", "condition": "",
                      "from": "no benchmark level met the SLO (or none recorded requests/s): no knee to alert at",
                      "edge": ""})
+    for alert, row in _occupancy_alerts(name, model_name, knee, runbook_url):
+        capacity.append({**alert, "labels": {**common, **alert["labels"]}})
+        rows.append(row)
     doc = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -300,6 +305,52 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
                             {"name": f"{name}-slo-alerts", "rules": alerts + capacity}]},
     }
     return doc, rows
+
+
+def _occupancy_alerts(name: str, model_name: str, knee: Mapping[str, Any] | None,
+                      runbook_url: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The queue-depth and KV-cache alerts at the knee (``knee["occupancy"]``:
+    :func:`shipyard.serving.sizing.knee_occupancy`): a replica holding more waiting requests, or
+    more of its KV cache, for :data:`CAPACITY_FOR` than it did at the highest load that met the SLO."""
+    held = (knee or {}).get("occupancy") or {}
+    level, sel = (knee or {}).get("name", ""), f'model_name="{model_name}"'
+    out = []
+    if held.get("waiting") is not None:
+        limit = max(1, math.ceil(float(held["waiting"])))
+        out.append(({
+            "alert": "ShipyardQueueAboveKnee",
+            "expr": f"max by (model_name) (vllm:num_requests_waiting{{{sel}}}) > {limit}",
+            "for": CAPACITY_FOR, "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"{name}: requests queue in vLLM beyond the benchmark's knee",
+                "description": f"A replica of {model_name} has held more than {limit} waiting request(s) for "
+                               f"{CAPACITY_FOR}; at the knee ({level}) it held {_num(float(held['waiting']))}. "
+                               "Queued requests wait for a slot before their first token: add replicas.",
+                "runbook_url": runbook_url}},
+            {"alert": "ShipyardQueueAboveKnee", "severity": "warning", "sli": "capacity",
+             "condition": f"vllm:num_requests_waiting of a replica > {limit} for {CAPACITY_FOR}",
+             "from": f"benchmark level {level}: {_num(float(held['waiting']))} waiting at the knee "
+                     f"({held.get('in_flight')} in flight, max_num_seqs {held.get('max_num_seqs')}); at least 1",
+             "edge": ""}))
+    if held.get("kv_cache_usage"):
+        limit_kv = max(KV_USAGE_FLOOR, math.ceil(float(held["kv_cache_usage"]) * 100) / 100)
+        out.append(({
+            "alert": "ShipyardKVCacheAboveKnee",
+            "expr": f"max by (model_name) (vllm:kv_cache_usage_perc{{{sel}}}) > {_num(limit_kv)}",
+            "for": CAPACITY_FOR, "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"{name}: a replica's KV cache fuller than at the benchmark's knee",
+                "description": f"A replica of {model_name} has used more than {_num(limit_kv)} of its KV cache for "
+                               f"{CAPACITY_FOR} (at the knee, {level}: about {_num(float(held['kv_cache_usage']))}). "
+                               "Longer requests or more of them than qualified: preemptions follow a full cache.",
+                "runbook_url": runbook_url}},
+            {"alert": "ShipyardKVCacheAboveKnee", "severity": "warning", "sli": "capacity",
+             "condition": f"vllm:kv_cache_usage_perc of a replica > {_num(limit_kv)} for {CAPACITY_FOR}",
+             "from": f"benchmark level {level}: an estimated {_num(float(held['kv_cache_usage']))} of the KV cache "
+                     f"at the knee (in flight x mean tokens per request / the planner's KV-cache tokens); at least "
+                     f"{KV_USAGE_FLOOR}",
+             "edge": ""}))
+    return out
 
 
 def alerts_markdown(rows: list[dict[str, Any]], rule_name: str) -> str:

@@ -248,6 +248,51 @@ def secret_checks(read_secret: Callable[[str, str], dict[str, Any] | None], name
     return checks
 
 
+def _secret_value(read_secret: Callable[[str, str], dict[str, Any] | None], ns: str, secret: str, key: str) -> str:
+    """The decoded value of ``secret``'s ``key`` in ``ns``; empty when absent or still the template's."""
+    raw = ((read_secret(ns, secret) or {}).get("data") or {}).get(key)
+    value = base64.b64decode(raw).decode(errors="replace").strip() if raw else ""
+    return "" if value == TEMPLATE_VALUE else value
+
+
+def attestation_keys_check(read_secret: Callable[[str, str], dict[str, Any] | None], pods_ns: str) -> Check | None:
+    """The attestation key pair as the pods get it: the signing key (package-champion) and the trust
+    root (deploy) must be the two halves of one pair, or the deploy step refuses every model the
+    package step signs. ``None`` when neither Secret holds a key (the Secret rows say so already)."""
+    from shipyard.core.contract import ATTESTATION_SECRET, ATTESTATION_TRUST_SECRET
+    from shipyard.oci import attestation as att
+
+    signing = _secret_value(read_secret, pods_ns, ATTESTATION_SECRET, "signing-key.pem")
+    trust = _secret_value(read_secret, pods_ns, ATTESTATION_TRUST_SECRET, "public-key.pem")
+    name, pair_fix = "attestation keys", ("make one pair: openssl genpkey -algorithm ed25519 -out signing-key.pem; "
+                                          "openssl pkey -in signing-key.pem -pubout -out public-key.pem; then recreate "
+                                          f"both Secrets in {pods_ns} (docs/cluster-contract.md)")
+    if not signing and not trust:
+        return None
+    if not signing:
+        return Check(name, FAIL, f"{ATTESTATION_TRUST_SECRET} holds a trust root but {ATTESTATION_SECRET} no signing "
+                     "key: nothing is attested, so the deploy step refuses every model", pair_fix)
+    if not trust:
+        return Check(name, WARN, f"{ATTESTATION_SECRET} signs the champion's attestations, but without "
+                     f"{ATTESTATION_TRUST_SECRET} the deploy step does not check them",
+                     f"kubectl -n {pods_ns} create secret generic {ATTESTATION_TRUST_SECRET} --from-file=public-key.pem")
+    try:
+        private = att.load_private_key(signing.encode(), f"{ATTESTATION_SECRET} signing-key.pem")
+        public = att.load_public_key(trust.encode(), f"{ATTESTATION_TRUST_SECRET} public-key.pem")
+    except ShipyardError as err:
+        return Check(name, FAIL, f"{err.field} {err.problem}", pair_fix)
+    if b"PRIVATE KEY" in trust.encode():
+        return Check(name, FAIL, f"{ATTESTATION_TRUST_SECRET} public-key.pem holds a private key: whatever reads the "
+                     "trust root could sign", pair_fix)
+    if att.keyid(private.public_key()) != att.keyid(public):
+        return Check(name, FAIL, f"{ATTESTATION_TRUST_SECRET} public-key.pem (keyid {att.keyid(public)[:16]}) is not "
+                     f"the public half of {ATTESTATION_SECRET} signing-key.pem (keyid "
+                     f"{att.keyid(private.public_key())[:16]}): the deploy step would refuse every model the package "
+                     "step signs", pair_fix)
+    return Check(name, PASS, f"one pair: {ATTESTATION_TRUST_SECRET} holds the public half of {ATTESTATION_SECRET}'s "
+                 f"signing key (keyid {att.keyid(public)[:16]})")
+
+
 def tracking_uri_of(read_secret: Callable[[str, str], dict[str, Any] | None], layout: dict[str, str]) -> str:
     """MLFLOW_TRACKING_URI as the pods get it (the Secret), else the layout's."""
     found = read_secret(layout["pipeline_namespace"], "shipyard-mlflow") or {}

@@ -108,6 +108,24 @@ def in_flight(level: Mapping[str, Any], output_tokens: float | None) -> float | 
     return None
 
 
+def knee_occupancy(level: Mapping[str, Any], record: Mapping[str, Any],
+                   vllm_args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What one vLLM replica held at the knee ``level`` of the champion's ``record``: requests in
+    flight (:func:`in_flight`), of them running (up to ``max_num_seqs``) and waiting, and the KV-cache
+    share they used (in flight x mean tokens per request / the planner's KV-cache tokens; an
+    estimate). A value that cannot be derived is None."""
+    vllm_args = vllm_args or {}
+    bench = record.get("bench_config") or {}
+    flight = in_flight(level, bench.get("output_tokens"))
+    max_seqs = int(vllm_args.get("max-num-seqs", vllm_args.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)))
+    tokens = (bench.get("prompt_tokens") or 0) + (bench.get("output_tokens") or 0) / 2
+    kv = (record.get("planner") or {}).get("kv_cache_tokens")
+    return {"in_flight": round(flight, 2) if flight is not None else None, "max_num_seqs": max_seqs,
+            "running": min(flight, max_seqs) if flight is not None else None,
+            "waiting": max(flight - max_seqs, 0.0) if flight is not None else None,
+            "kv_cache_usage": round(flight * tokens / kv, 4) if flight and kv and tokens else None}
+
+
 def find_knee(levels: list[Mapping[str, Any]], slo: Mapping[str, Any]) -> dict[str, Any]:
     """The highest load level meeting the SLO below the first that does not (``reached``: a level
     failed; else the knee lies beyond the highest level measured)."""
@@ -182,21 +200,17 @@ def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, ten
         keda.update(metric=None, threshold=None,
                     source="no benchmark level met the SLO: nothing to size the trigger from")
     else:
-        flight = in_flight(lv, bench.get("output_tokens"))
-        max_seqs = int(vllm_args.get("max-num-seqs", vllm_args.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)))
-        running = min(flight, max_seqs) if flight is not None else None
-        waiting = max(flight - max_seqs, 0.0) if flight is not None else None
+        held = knee_occupancy(lv, record, vllm_args)
+        running, waiting = held["running"], held["waiting"]
         metric, value = (("vllm:num_requests_waiting", waiting) if waiting and waiting >= 1
                          else ("vllm:num_requests_running", running))
         threshold = max(1.0, math.floor((value or 0) * (1 - margin))) if value else None
-        tokens = (bench.get("prompt_tokens") or 0) + (bench.get("output_tokens") or 0) / 2
-        kv = planner.get("kv_cache_tokens")
         keda.update(
             metric=metric, threshold=threshold, knee_load=lv.get("nominal_load"), knee_level=lv.get("name"),
-            in_flight_at_knee=round(flight, 2) if flight is not None else None, running_at_knee=running,
+            in_flight_at_knee=held["in_flight"], running_at_knee=running,
             waiting_at_knee=waiting, reached=knee["reached"],
             broke_at=(knee["broke_at"] or {}).get("name"),
-            kv_cache_usage_at_knee=round(flight * tokens / kv, 4) if flight and kv and tokens else None,
+            kv_cache_usage_at_knee=held["kv_cache_usage"],
             source=(f"knee at {lv.get('name')} (TTFT p99 {lv.get('ttft_p99_ms')} ms, ITL p99 {lv.get('itl_p99_ms')} ms "
                     f"within the SLO" + (f"; {(knee['broke_at'] or {}).get('name')} is not)" if knee["reached"]
                                           else "; no measured level broke it: a lower bound)")),

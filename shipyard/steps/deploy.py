@@ -70,24 +70,8 @@ def run_deploy(
     # production only for attested models: refused here, before anything is rendered or applied
     attested = check_attestation(settings.config.model_uri, settings.attestation)
     params, options, verify_opts, rollout = dict(settings.params), settings.apply, settings.verify, settings.rollout
-    tuned = searched_args(candidate) if candidate else {}
-    if tuned:
-        # tensor parallelism is the deployment's own setting (replica shape, GPUs per pod), not a flag
-        tp = tuned.pop("tensor-parallel-size", None)
-        if tp is not None and "tensor_parallel" not in params and overrides.get("tensor_parallel") is None:
-            overrides = {**overrides, "tensor_parallel": int(tp)}
-        overrides = {**overrides, "tuned_vllm_args": tuned}
-        print(f"deploy: from the champion's serving-configuration search: vLLM arguments {tuned}"
-              + (f", tensor_parallel {tp}" if tp is not None else ""), flush=True)
-    if candidate:  # the LoRA adapters the champion was gated with are served with it (spec.model.lora)
-        from shipyard.gates.served_adapters import champion_adapters, with_adapters
-
-        params, notes = with_adapters(params, champion_adapters(candidate), dry_run)
-        for note in notes:
-            print(f"deploy: {note}", flush=True)
-    sizing = measured_sizing(candidate, params, overrides) if candidate else None
-    if sizing is not None:  # the startup probe and autoscaling from the champion's measurements
-        params = sizing.pop("params")
+    params, overrides, sizing = _from_champion(candidate, params, overrides, dry_run) if candidate else \
+        (params, overrides, None)
     cfg = parse_config(params, **overrides)
     benchmarked = benchmarked_engine(candidate)
     image = serving_image(cfg, benchmarked)
@@ -173,36 +157,9 @@ def run_deploy(
         waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
         try:
             if rollout["strategy"] == "canary":
-                from shipyard.serving.kserve.rollout import canary_names, canary_rollout
-
-                svc_res = kube.resource(docs[0]["apiVersion"], docs[0]["kind"])
-                current, new = canary_names(cfg.name, lambda n: kube.get(svc_res, n, cfg.namespace) is not None)
-                new_cfg = parse_config(params, **{**overrides, "name": new})
-                old_pool, new_pool = parse_config(params, **{**overrides, "name": current}).pool_name, new_cfg.pool_name
-                if not old_pool or not new_pool or old_pool == new_pool:
-                    raise ShipyardError("deploy_config.rollout", "a canary needs each service's own InferencePool "
-                                        f"(router.scheduler managed), got {old_pool!r} and {new_pool!r}",
-                                        'use the managed scheduler, or {"strategy": "replace"}')
-                docs = render(new_cfg, model_config)
-                require_valid(docs)
-                text = to_yaml(docs + rules)
-                if manifest_path != "-":
-                    atomic_write_text(manifest_path, text)
-                steps: list[dict[str, Any]] = []
-
-                def check_step(url: str, weight: int) -> None:
-                    if record is not None:
-                        check(url)
-                    steps.append({"weight": weight, "verified": record is not None})
-
-                out = canary_rollout(docs, kube, current=current, old_pool=old_pool, new_pool=new_pool,
-                                     route_name=rollout["route"]["name"],
-                                     route_namespace=rollout["route"]["namespace"] or cfg.namespace,
-                                     steps=rollout["steps"], check=check_step if record is not None else None,
-                                     deploy_options=waits)
-                result.update(name=new, url=out["url"], status=out["status"], generation=out["generation"],
-                              rollout={"strategy": "canary", "replaced": current, "route": out["route"],
-                                       "steps": out["steps"], "verified_steps": steps})
+                docs, text = _canary(kube, cfg, docs, rules, result, params=params, overrides=overrides,
+                                     model_config=model_config, manifest_path=manifest_path, rollout=rollout,
+                                     check=check if record is not None else None, waits=waits)
             else:
                 outcome = deploy(docs, kube, **waits, verify=check if record is not None else None)
                 result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
@@ -216,6 +173,74 @@ def run_deploy(
         raise
     finally:
         write_decision_record(candidate, verify_dir, result, cfg.model_uri, dry_run, failure)
+
+
+def _from_champion(candidate: str, params: dict[str, Any], overrides: dict[str, Any],
+                   dry_run: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """What the champion's record adds to the deployment: the vLLM arguments its serving-configuration
+    search picked (tensor parallelism as the deployment's own setting), the LoRA adapters it was gated
+    with, and the startup probe and autoscaling sized from its measurements (:func:`measured_sizing`).
+    Returns the new ``params``, ``overrides`` and the sizing (None when the record holds none)."""
+    tuned = searched_args(candidate)
+    if tuned:
+        # tensor parallelism is the deployment's own setting (replica shape, GPUs per pod), not a flag
+        tp = tuned.pop("tensor-parallel-size", None)
+        if tp is not None and "tensor_parallel" not in params and overrides.get("tensor_parallel") is None:
+            overrides = {**overrides, "tensor_parallel": int(tp)}
+        overrides = {**overrides, "tuned_vllm_args": tuned}
+        print(f"deploy: from the champion's serving-configuration search: vLLM arguments {tuned}"
+              + (f", tensor_parallel {tp}" if tp is not None else ""), flush=True)
+    from shipyard.gates.served_adapters import champion_adapters, with_adapters
+
+    params, notes = with_adapters(params, champion_adapters(candidate), dry_run)  # served with it (spec.model.lora)
+    for note in notes:
+        print(f"deploy: {note}", flush=True)
+    sizing = measured_sizing(candidate, params, overrides)
+    if sizing is not None:  # the startup probe and autoscaling from the champion's measurements
+        params = sizing.pop("params")
+    return params, overrides, sizing
+
+
+def _canary(kube: Any, cfg: DeployConfig, docs: list[dict[str, Any]], rules: list[dict[str, Any]],
+            result: dict[str, Any], *, params: dict[str, Any], overrides: dict[str, Any], model_config: Any,
+            manifest_path: str, rollout: dict[str, Any], check: Any,
+            waits: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """Roll the new service out beside the current one (:func:`shipyard.serving.kserve.rollout.canary_rollout`):
+    the new one under the next canary name with its own InferencePool, traffic moved by the route's
+    weights, each step verified with ``check(url)`` when given. ``cfg`` and ``docs``: the service as
+    configured and rendered (its current name). Updates ``result`` (name, url, status, rollout) and
+    returns the new service's objects and the manifest text written."""
+    from shipyard.serving.kserve.rollout import canary_names, canary_rollout
+
+    svc_res = kube.resource(docs[0]["apiVersion"], docs[0]["kind"])
+    current, new = canary_names(cfg.name, lambda n: kube.get(svc_res, n, cfg.namespace) is not None)
+    new_cfg = parse_config(params, **{**overrides, "name": new})
+    old_pool, new_pool = parse_config(params, **{**overrides, "name": current}).pool_name, new_cfg.pool_name
+    if not old_pool or not new_pool or old_pool == new_pool:
+        raise ShipyardError("deploy_config.rollout", "a canary needs each service's own InferencePool "
+                            f"(router.scheduler managed), got {old_pool!r} and {new_pool!r}",
+                            'use the managed scheduler, or {"strategy": "replace"}')
+    docs = render(new_cfg, model_config)
+    require_valid(docs)
+    text = to_yaml(docs + rules)
+    if manifest_path != "-":
+        atomic_write_text(manifest_path, text)
+    steps: list[dict[str, Any]] = []
+
+    def check_step(url: str, weight: int) -> None:
+        if check is not None:
+            check(url)
+        steps.append({"weight": weight, "verified": check is not None})
+
+    out = canary_rollout(docs, kube, current=current, old_pool=old_pool, new_pool=new_pool,
+                         route_name=rollout["route"]["name"],
+                         route_namespace=rollout["route"]["namespace"] or cfg.namespace,
+                         steps=rollout["steps"], check=check_step if check is not None else None,
+                         deploy_options=waits)
+    result.update(name=new, url=out["url"], status=out["status"], generation=out["generation"],
+                  rollout={"strategy": "canary", "replaced": current, "route": out["route"],
+                           "steps": out["steps"], "verified_steps": steps})
+    return docs, text
 
 
 def check_attestation(model_uri: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -540,14 +565,16 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     from shipyard.serving.alerts import slo_rule
     from shipyard.serving.dashboard import dashboard_configmap
     from shipyard.serving.kserve.render import link_metadata
-    from shipyard.serving.sizing import find_knee
+    from shipyard.serving.sizing import find_knee, knee_occupancy
 
     found = _champion_slo(candidate)
     if found is None:
         return None
     record, slo = found
     found_knee = find_knee(list(record.get("levels") or []), slo)
-    knee = {**found_knee["level"], "reached": found_knee["reached"]} if found_knee["level"] else None
+    knee = ({**found_knee["level"], "reached": found_knee["reached"],
+             "occupancy": knee_occupancy(found_knee["level"], record, {**cfg.tuned_vllm_args, **cfg.vllm_args})}
+            if found_knee["level"] else None)
     labels, _ = link_metadata(cfg)
     doc, rows = slo_rule(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
                          runbook_url=report_url or Path(candidate).resolve().as_uri(), labels=labels,

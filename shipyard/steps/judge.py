@@ -85,6 +85,22 @@ def _engine(bench_dir: str) -> dict[str, Any] | None:
         return None
 
 
+def _workload(bench_dir: str) -> dict[str, Any] | None:
+    """The recorded workload the benchmark replayed (results.json ``workload``): its fingerprint's
+    digest, what was replayed and the fidelity verdict (``valid``, ``failed``, the line); None when
+    the benchmark replayed none."""
+    try:
+        replayed = json.loads((Path(bench_dir) / "results.json").read_text()).get("workload")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(replayed, dict):
+        return None
+    fidelity = replayed.get("fidelity") or {}
+    return {"digest": replayed.get("digest"), "replayed": replayed.get("replayed"),
+            "requests": replayed.get("requests"), "time_scale": replayed.get("time_scale"),
+            "valid": fidelity.get("valid"), "failed": fidelity.get("failed"), "line": fidelity.get("line")}
+
+
 def _startup(bench_dir: str) -> dict[str, Any]:
     """The candidate's measured vLLM start-up (``startup``) and benchmark load (``bench_config``):
     what the deploy step sizes its startup probe and autoscaling from (shipyard.serving.sizing)."""
@@ -161,6 +177,7 @@ def judge_candidate(
         "golden": _golden(candidate_bench),
         "tuning": _tuning(candidate_bench),
         "engine": _engine(candidate_bench),
+        "workload": _workload(candidate_bench),
         "base_levels": base_levels,
         "planner": planner,
         "base_planner": base_planner,
@@ -293,6 +310,7 @@ def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_ur
         "golden": _golden(base_bench),
         "tuning": _tuning(base_bench),
         "engine": _engine(base_bench),
+        "workload": _workload(base_bench),
         "base_levels": levels,
         "planner": planner,
         "base_planner": planner,
