@@ -271,25 +271,19 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
         records.append({"record": per_replica,
                         "expr": f"sum by (model_name) (rate(vllm:request_success_total{{{sel}}}[5m])) / count by "
                                 f"(model_name) (count by (model_name, instance) (vllm:num_requests_running{{{sel}}}))"})
-        capacity.append({
-            "alert": "ShipyardAboveKnee",
-            "expr": f"{per_replica}{{{sel}}} > {_num(float(rps))}",
-            "for": CAPACITY_FOR,
-            "labels": {**common, "severity": "warning"},
-            "annotations": {
-                "summary": f"{name}: more requests per replica than the benchmark's knee",
-                "description": f"{model_name} has served more than {_num(float(rps))} requests/s per ready replica "
-                               f"for {CAPACITY_FOR}: the benchmark's knee ({knee.get('name') if knee else ''}, the highest "
-                               "load meeting the SLO); latency beyond it was not qualified. Add replicas.",
-                "runbook_url": runbook_url,
-            },
-        })
-        rows.append({"alert": "ShipyardAboveKnee", "severity": "warning", "sli": "capacity",
-                     "condition": f"requests/s per ready replica > {_num(float(rps))} for {CAPACITY_FOR}",
-                     "from": f"benchmark level {knee.get('name') if knee else ''}: requests/s measured at the knee"
-                             + ("" if (knee or {}).get("reached", True) else
-                                " (no measured level broke the SLO: the knee is a lower bound)"),
-                     "edge": ""})
+        level = knee.get("name") if knee else ""
+        alert, row = _capacity_alert(
+            "ShipyardAboveKnee", f"{per_replica}{{{sel}}} > {_num(float(rps))}", runbook_url,
+            summary=f"{name}: more requests per replica than the benchmark's knee",
+            description=f"{model_name} has served more than {_num(float(rps))} requests/s per ready replica for "
+                        f"{CAPACITY_FOR}: the benchmark's knee ({level}, the highest load meeting the SLO); latency "
+                        "beyond it was not qualified. Add replicas.",
+            condition=f"requests/s per ready replica > {_num(float(rps))}",
+            source=f"benchmark level {level}: requests/s measured at the knee"
+                   + ("" if (knee or {}).get("reached", True) else
+                      " (no measured level broke the SLO: the knee is a lower bound)"))
+        capacity.append({**alert, "labels": {**common, **alert["labels"]}})
+        rows.append(row)
     else:
         rows.append({"alert": "(no capacity alert)", "severity": "", "sli": "capacity", "condition": "",
                      "from": "no benchmark level met the SLO (or none recorded requests/s): no knee to alert at",
@@ -307,6 +301,15 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
     return doc, rows
 
 
+def _capacity_alert(alert: str, expr: str, runbook_url: str, *, summary: str, description: str, condition: str,
+                    source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One capacity alert (a warning after :data:`CAPACITY_FOR`) and its deploy-report row."""
+    rule = {"alert": alert, "expr": expr, "for": CAPACITY_FOR, "labels": {"severity": "warning"},
+            "annotations": {"summary": summary, "description": description, "runbook_url": runbook_url}}
+    return rule, {"alert": alert, "severity": "warning", "sli": "capacity", "condition": f"{condition} for {CAPACITY_FOR}",
+                  "from": source, "edge": ""}
+
+
 def _occupancy_alerts(name: str, model_name: str, knee: Mapping[str, Any] | None,
                       runbook_url: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The queue-depth and KV-cache alerts at the knee (``knee["occupancy"]``:
@@ -316,40 +319,29 @@ def _occupancy_alerts(name: str, model_name: str, knee: Mapping[str, Any] | None
     level, sel = (knee or {}).get("name", ""), f'model_name="{model_name}"'
     out = []
     if held.get("waiting") is not None:
-        limit = max(1, math.ceil(float(held["waiting"])))
-        out.append(({
-            "alert": "ShipyardQueueAboveKnee",
-            "expr": f"max by (model_name) (vllm:num_requests_waiting{{{sel}}}) > {limit}",
-            "for": CAPACITY_FOR, "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": f"{name}: requests queue in vLLM beyond the benchmark's knee",
-                "description": f"A replica of {model_name} has held more than {limit} waiting request(s) for "
-                               f"{CAPACITY_FOR}; at the knee ({level}) it held {_num(float(held['waiting']))}. "
-                               "Queued requests wait for a slot before their first token: add replicas.",
-                "runbook_url": runbook_url}},
-            {"alert": "ShipyardQueueAboveKnee", "severity": "warning", "sli": "capacity",
-             "condition": f"vllm:num_requests_waiting of a replica > {limit} for {CAPACITY_FOR}",
-             "from": f"benchmark level {level}: {_num(float(held['waiting']))} waiting at the knee "
-                     f"({held.get('in_flight')} in flight, max_num_seqs {held.get('max_num_seqs')}); at least 1",
-             "edge": ""}))
+        limit, waiting = max(1, math.ceil(float(held["waiting"]))), _num(float(held["waiting"]))
+        out.append(_capacity_alert(
+            "ShipyardQueueAboveKnee", f"max by (model_name) (vllm:num_requests_waiting{{{sel}}}) > {limit}", runbook_url,
+            summary=f"{name}: requests queue in vLLM beyond the benchmark's knee",
+            description=f"A replica of {model_name} has held more than {limit} waiting request(s) for {CAPACITY_FOR}; "
+                        f"at the knee ({level}) it held {waiting}. Queued requests wait for a slot before their first "
+                        "token: add replicas.",
+            condition=f"vllm:num_requests_waiting of a replica > {limit}",
+            source=f"benchmark level {level}: {waiting} waiting at the knee ({held.get('in_flight')} in flight, "
+                   f"max_num_seqs {held.get('max_num_seqs')}); at least 1"))
     if held.get("kv_cache_usage"):
-        limit_kv = max(KV_USAGE_FLOOR, math.ceil(float(held["kv_cache_usage"]) * 100) / 100)
-        out.append(({
-            "alert": "ShipyardKVCacheAboveKnee",
-            "expr": f"max by (model_name) (vllm:kv_cache_usage_perc{{{sel}}}) > {_num(limit_kv)}",
-            "for": CAPACITY_FOR, "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": f"{name}: a replica's KV cache fuller than at the benchmark's knee",
-                "description": f"A replica of {model_name} has used more than {_num(limit_kv)} of its KV cache for "
-                               f"{CAPACITY_FOR} (at the knee, {level}: about {_num(float(held['kv_cache_usage']))}). "
-                               "Longer requests or more of them than qualified: preemptions follow a full cache.",
-                "runbook_url": runbook_url}},
-            {"alert": "ShipyardKVCacheAboveKnee", "severity": "warning", "sli": "capacity",
-             "condition": f"vllm:kv_cache_usage_perc of a replica > {_num(limit_kv)} for {CAPACITY_FOR}",
-             "from": f"benchmark level {level}: an estimated {_num(float(held['kv_cache_usage']))} of the KV cache "
-                     f"at the knee (in flight x mean tokens per request / the planner's KV-cache tokens); at least "
-                     f"{KV_USAGE_FLOOR}",
-             "edge": ""}))
+        limit_kv, used = max(KV_USAGE_FLOOR, math.ceil(float(held["kv_cache_usage"]) * 100) / 100), \
+            _num(float(held["kv_cache_usage"]))
+        out.append(_capacity_alert(
+            "ShipyardKVCacheAboveKnee", f"max by (model_name) (vllm:kv_cache_usage_perc{{{sel}}}) > {_num(limit_kv)}",
+            runbook_url,
+            summary=f"{name}: a replica's KV cache fuller than at the benchmark's knee",
+            description=f"A replica of {model_name} has used more than {_num(limit_kv)} of its KV cache for "
+                        f"{CAPACITY_FOR} (at the knee, {level}: about {used}). Longer requests or more of them than "
+                        "qualified: preemptions follow a full cache.",
+            condition=f"vllm:kv_cache_usage_perc of a replica > {_num(limit_kv)}",
+            source=f"benchmark level {level}: an estimated {used} of the KV cache at the knee (in flight x mean tokens "
+                   f"per request / the planner's KV-cache tokens); at least {KV_USAGE_FLOOR}"))
     return out
 
 
