@@ -52,6 +52,10 @@ def not_run_reason(component: str, params: dict[str, Any], answer: dict[str, Any
     if component == "evaluate-adapters-hf":
         return ("no LoRA adapters: the empty record was written on a CPU node" if not params.get("lora_adapters")
                 else "LoRA adapters set: they were evaluated on a GPU node")
+    if component == "judge-eval-sets":
+        return ("no rubric set in eval_sets: nothing to judge, the empty record was written on a CPU node"
+                if "rubric" not in str(params.get("eval_sets") or "")
+                else "rubric sets in eval_sets: the judge ran on a GPU node")
     if failed:
         return "an upstream step failed"
     if component in ("importer", "package-champion", "register-champion") and not answer.get("champion"):
