@@ -9,7 +9,7 @@ from kfp.dsl import Artifact, Input, Output
 from shipyard.runtimes.runtime import runtime_image
 
 
-@dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
+@dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
 def prepare_eval_sets(
     eval_sets: str,
     prepared: Output[Artifact],
@@ -36,9 +36,9 @@ def prepare_eval_sets(
     if not eval_sets.strip():  # no sets: an empty folder, written here (no runtime started)
         out = prepare_step(eval_sets="", out_dir=prepared.path)
     else:
-        out = call_step("compress", prepare_step, eval_sets=eval_sets, out_dir=prepared.path,
-                        calibration_dataset=calibration_dataset, text_column=text_column,
-                        validate_runtime="compress")
+        # the vllm runtime has what reading (jsonschema, minio) and lm-eval's loader need, in one image
+        out = call_step("vllm", prepare_step, eval_sets=eval_sets, out_dir=prepared.path,
+                        calibration_dataset=calibration_dataset, text_column=text_column, validate_runtime="vllm")
     prepared.metadata.update({"sets": [s["name"] for s in out["sets"]], "warnings": out["warnings"],
                               "leaks": [r["line"] for r in out["leaks"]]})
     for line in [r["line"] for r in out["leaks"]] + out["warnings"]:
