@@ -31,8 +31,8 @@ def evaluate_hf(
 
     eval_sets: your eval sets, prepared once for the run (prepare-eval-sets); when it holds sets
     they run with the same backend and eval_config into eval_sets_results (summary.json,
-    samples/). A rubric set needs a served model for its answers: with this backend its answers
-    are missing and its gate fails closed (use eval_backend vllm).
+    samples/). A rubric set needs a served model for its answers: pre-flight refuses one with
+    this backend (use eval_backend vllm).
     """
     from shipyard.evaluation.lmeval import evaluate_step
     from shipyard.runtimes.runtime import call_step, name_output, record_outputs
