@@ -112,7 +112,7 @@ def test_a_candidate_that_fails_an_eval_set_is_not_eligible_with_the_reason(tmp_
     selection does not rank it; the one answering like the base passes. The report and the decision
     record carry the set's row; the metrics are what the step logs into MLflow."""
     prepared = str(tmp_path / "prepared")
-    out = prepare_step(_qa_set(tmp_path), prepared, validate_runtime="compress")
+    out = prepare_step(_qa_set(tmp_path), prepared, validate_runtime="vllm")  # as the pipeline step
     assert out["judge_model_uri"] == "" and [s["name"] for s in out["sets"]] == [SET] and has_sets(prepared)
     base = _set_results(tmp_path / "base-sets", [1] * ROWS, "ab")
     planted = _set_results(tmp_path / "planted-sets", [0 if i % 10 == 0 else 1 for i in range(ROWS)], "cd")
@@ -164,3 +164,22 @@ def test_an_empty_eval_sets_adds_nothing(tmp_path: Path) -> None:
     assert a == b
     assert sorted(p.name for p in (tmp_path / "a" / "w8a8-int8-gates").iterdir()) == \
         sorted(p.name for p in (tmp_path / "b" / "w8a8-int8-gates").iterdir())
+
+
+def test_the_readme_local_run_of_the_shipped_sets_is_valid() -> None:
+    """The README's ``shipyard run --local --param 'eval_sets=[...]'`` names the shipped sets of the four
+    lm-eval forms, each readable and valid; its rubric object too."""
+    import re
+
+    from shipyard.evaluation.eval_sets import check_eval_sets
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Your own eval sets", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"shipyard run --local --param 'eval_sets=(.*?)'", section, re.S)
+    assert command is not None
+    _, sets = check_eval_sets(command.group(1))
+    assert sorted(s.form for s in sets) == ["chat", "mcq", "qa", "rag"] and all(len(s.rows) >= 20 for s in sets)
+    rubric = re.search(r"`(\{\"sets\": \[\.\.\., (.*?)\], (\"judge\".*?)\})`", section.replace("\n", " "))
+    assert rubric is not None
+    config, sets = check_eval_sets('{"sets": [' + rubric.group(2) + "], " + rubric.group(3) + "}")
+    assert [s.form for s in sets] == ["rubric"] and config.judge is not None
