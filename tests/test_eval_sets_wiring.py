@@ -183,3 +183,22 @@ def test_the_readme_local_run_of_the_shipped_sets_is_valid() -> None:
     assert rubric is not None
     config, sets = check_eval_sets('{"sets": [' + rubric.group(2) + "], " + rubric.group(3) + "}")
     assert [s.form for s in sets] == ["rubric"] and config.judge is not None
+
+
+def test_steps_that_read_eval_sets_get_their_secrets() -> None:
+    """An s3:// set, an hf:// judge and s3:// calibration data make the prepare and judge steps need the
+    Secrets; the shipped cluster config gives them (no contract gap), and pre-flight names a missing one."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.params.input_secrets import check_input_secrets, contract_gaps, needed_secrets
+    from shipyard.pipelines.platform import load_cluster_config
+
+    params = {"eval_sets": json.dumps({"sets": [{"name": "s", "form": "rubric", "uri": "s3://evals/s.jsonl"}],
+                                       "judge": {"model_uri": "hf://org/judge@" + "a" * 40}}),
+              "calibration_dataset": "s3://data/calib.jsonl"}
+    needed = needed_secrets(params)
+    assert needed["prepare-eval-sets"] == {"shipyard-s3": ["calibration_dataset", "eval_sets"],
+                                           "hf-token": ["eval_sets"]}
+    assert needed["judge-eval-sets"]["hf-token"] == ["eval_sets"]
+    assert not [gap for gap in contract_gaps(load_cluster_config()) if "eval-sets" in gap[1]]
+    with pytest.raises(ShipyardError, match="step prepare-eval-sets reads"):
+        check_input_secrets(params, {"compress": ["shipyard-s3"], "judge-eval-sets": ["shipyard-s3"]})
