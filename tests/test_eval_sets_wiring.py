@@ -202,3 +202,20 @@ def test_steps_that_read_eval_sets_get_their_secrets() -> None:
     assert not [gap for gap in contract_gaps(load_cluster_config()) if "eval-sets" in gap[1]]
     with pytest.raises(ShipyardError, match="step prepare-eval-sets reads"):
         check_input_secrets(params, {"compress": ["shipyard-s3"], "judge-eval-sets": ["shipyard-s3"]})
+
+
+def test_the_judge_step_runs_only_for_rubric_sets(tmp_path: Path) -> None:
+    """prepare_step returns the judge model's URI only when a rubric set needs it (the pipeline's condition
+    for the GPU branch); without a rubric set judge_step writes nothing and starts no server."""
+    from shipyard.steps.eval_sets import judge_step
+
+    rubric = json.dumps({"sets": [{"name": "homework", "form": "rubric", "uri": "builtin://homework_rubric.jsonl"}],
+                         "judge": {"model_uri": "embedded://smollm2-135m-instruct",
+                                   "labels_uri": "builtin://homework_judge_labels.jsonl"}})
+    out = prepare_step(rubric, str(tmp_path / "rubric"))
+    assert out["judge_model_uri"] == "embedded://smollm2-135m-instruct" and out["manifest"] is None
+    assert (tmp_path / "rubric" / "rubric" / "homework.jsonl").is_file() and (tmp_path / "rubric" / "labels.jsonl").is_file()
+    qa = prepare_step(_qa_set(tmp_path), str(tmp_path / "qa"), validate_runtime="vllm")
+    assert qa["judge_model_uri"] == ""
+    assert judge_step(str(tmp_path / "qa"), str(tmp_path / "none"), str(tmp_path / "none"), str(tmp_path / "judged")) == {}
+    assert list((tmp_path / "judged").iterdir()) == []
