@@ -219,3 +219,33 @@ def test_the_judge_step_runs_only_for_rubric_sets(tmp_path: Path) -> None:
     assert qa["judge_model_uri"] == ""
     assert judge_step(str(tmp_path / "qa"), str(tmp_path / "none"), str(tmp_path / "none"), str(tmp_path / "judged")) == {}
     assert list((tmp_path / "judged").iterdir()) == []
+
+
+def test_with_empty_eval_sets_the_real_steps_do_nothing_under_kfp_local(tmp_path: Path) -> None:
+    """The two added KFP steps with ``eval_sets`` empty, as the pipeline runs them: prepare writes only an
+    empty prepared.json and answers "" (so the judge's GPU branch is skipped), and the judge's CPU branch
+    writes nothing; neither starts a runtime (each well under the time of starting one)."""
+    import time
+
+    from kfp import dsl, local
+
+    from shipyard.components.eval_sets.component import judge_eval_sets, prepare_eval_sets
+
+    @dsl.pipeline(name="empty-eval-sets")
+    def pipeline():  # no return annotation: KFP reads it, and this module's annotations are strings
+        prepared = prepare_eval_sets(eval_sets="")
+        judge_eval_sets(prepared=prepared.outputs["prepared"], base_results=prepared.outputs["prepared"],
+                        candidate_results=prepared.outputs["prepared"])
+
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    started = time.monotonic()
+    pipeline()
+    took = time.monotonic() - started
+    run = next((tmp_path / "root").iterdir())
+    prepared = json.loads((run / "prepare-eval-sets" / "prepared" / "prepared.json").read_text())
+    assert prepared["sets"] == [] and prepared["manifest"] is None
+    assert json.loads((run / "prepare-eval-sets" / "executor_output.json").read_text())["parameterValues"] == \
+        {"Output": ""}
+    judged = run / "judge-eval-sets" / "judged"
+    assert not judged.exists() or list(judged.iterdir()) == []
+    print(f"two empty eval-sets steps under kfp.local: {took:.1f} s")
