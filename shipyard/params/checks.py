@@ -130,6 +130,10 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         from shipyard.evaluation.leakage import leak_check
 
         config, readable = check_eval_sets(value)
+        rubric = [s.name for s in config.sets if s.form == "rubric"]
+        if rubric and params.get("eval_backend", BY_NAME["eval_backend"].default) == "hf":
+            raise ShipyardError(f"eval_sets.{rubric[0]}", "is a rubric set, whose answers come from the served model, "
+                                "but eval_backend is hf (no server)", "set eval_backend=vllm, or drop the rubric set")
         if readable:  # a leak over max_leak_share is refused here; s3 calibration data is checked by the step
             leak_check(readable, str(params.get("calibration_dataset") or ""),
                        text_column=str(params.get("text_column") or "text"), max_leak_share=config.max_leak_share,

@@ -556,6 +556,12 @@ ROWS: list[Row] = [
         field="eval_sets.s: row 1: field 'retrieved_contexts' needs at least 1 item(s), got 0", params=True),
     row("run-eval-sets-rubric-without-judge", *run_local("--param", eval_sets("es-rubric.jsonl", form="rubric")),
         field="eval_sets.s: is a rubric set but eval_sets names no judge", params=True),
+    row("run-eval-sets-rubric-on-hf", *run_local(
+        "--param", "eval_backend=hf", "--param", "eval_sets=" + json.dumps(
+            {"sets": [{"name": "s", "form": "rubric", "uri": "es-rubric.jsonl"}],
+             "judge": {"model_uri": "embedded://smollm2-135m-instruct"}})),
+        field="eval_sets.s: is a rubric set, whose answers come from the served model, but eval_backend is hf",
+        params=True),
     row("run-eval-sets-credentials", *run_local("--param", eval_sets(f"s3://{AWS_KEY_ID}:{SECRET}@bucket/s.jsonl")),
         field="eval_sets: the value carries credentials (not shown)", params=True),
     row("run-eval-sets-missing-file", *run_local("--param", eval_sets("nonexistent.jsonl")),
