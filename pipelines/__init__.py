@@ -12,6 +12,7 @@ PIPELINES: dict[str, str] = {
     "optimize-and-deploy": "shipyard.pipelines.optimize_deploy:optimize_and_deploy",
     "requantize": "shipyard.pipelines.optimize_deploy:requantize",
     "promote": "shipyard.pipelines.promote:promote",
+    "watch": "shipyard.pipelines.watch:watch",
 }
 DEFAULT_PIPELINE = "optimize-and-deploy"
 

@@ -23,7 +23,15 @@ def _id(component: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", component.removeprefix("comp-"))
 
 
-def _label(task: dict[str, Any], component: str) -> str:
+def _branches(inner: dict[str, Any] | None) -> str:
+    """A dsl.If/Else group's box: the eval backend's, or its branches' names ("either rubric sets or no rubric sets")."""
+    names = sorted(str((t.get("taskInfo") or {}).get("name") or "") for t in ((inner or {}).get("tasks") or {}).values())
+    if not names or any(n.endswith("-on-vllm") for n in names):
+        return "eval backend: vLLM or hf"
+    return "either " + " or ".join(n.replace("-", " ") for n in names)
+
+
+def _label(task: dict[str, Any], component: str, inner: dict[str, Any] | None = None) -> str:
     name = str((task.get("taskInfo") or {}).get("name") or component)
     for prefix, label in _STRUCTURE.items():
         if re.fullmatch(rf"{prefix}-\d+", component.removeprefix("comp-")) and (
@@ -35,7 +43,7 @@ def _label(task: dict[str, Any], component: str) -> str:
     elif re.fullmatch(r"condition-\d+", bare):
         name = "if " + name.replace("-", " ")
     elif re.fullmatch(r"condition-branches-\d+", bare):
-        name = "eval backend: vLLM or hf"
+        name = _branches(inner)
     return name.replace('"', "'")
 
 
@@ -54,8 +62,8 @@ def mermaid(pipeline: str = DEFAULT_PIPELINE) -> str:
         for name in sorted(tasks, key=lambda n: (len(tasks[n].get("dependentTasks") or []), n)):
             task = tasks[name]
             component = task["componentRef"]["name"]
-            node, label = ids[name], _label(task, component)
             inner = (components.get(component) or {}).get("dag")
+            node, label = ids[name], _label(task, component, inner)
             if inner:
                 lines.append(f'{indent}subgraph {node}["{label}"]')
                 walk(inner, indent + "  ")

@@ -1,7 +1,7 @@
 """The main pipeline: optimize-and-deploy (and requantize, the same graph for scheduled runs).
 
-pre-flight (every parameter, then the MLflow run); resolve the base model, evaluate and
-benchmark it once; for each recipe, in parallel: compress, evaluate and benchmark the
+pre-flight (every parameter, then the MLflow run); prepare your eval sets once; resolve the base
+model, evaluate and benchmark it once (and run your eval sets on it); for each recipe, in parallel: compress, evaluate and benchmark the
 candidate with the same configs, accuracy and SLO gates; then one selection ranks the
 candidates that passed by the ``selection`` objective and writes the candidates report; only
 its champion is packaged as a digest-pinned OCI modelcar, registered in MLflow, gated against
@@ -22,7 +22,14 @@ from shipyard.params.pipeline import (  # noqa: F401 - the cluster defaults, re-
     CLUSTER_SLO,
     pipeline_function,
 )
-from shipyard.pipelines.stages import base_reference, candidates, checked, lora_reference, release
+from shipyard.pipelines.stages import (
+    base_reference,
+    candidates,
+    checked,
+    lora_reference,
+    prepare_sets,
+    release,
+)
 
 PIPELINE_NAME = "optimize-and-deploy"
 REQUANTIZE_NAME = "requantize"
@@ -32,9 +39,10 @@ def build_optimize(p: dict[str, Any], pipeline_name: str) -> None:
     """The graph of optimize-and-deploy and requantize."""
 
     def body(check: Any) -> None:
-        base, base_eval, base_bench = base_reference(p, check)
+        prepared = prepare_sets(p, check)
+        base, base_eval, base_bench, base_sets = base_reference(p, check, prepared)
         adapters, base_lora = lora_reference(p, base, check)
-        release(p, candidates(p, base, base_eval, base_bench, adapters, base_lora))
+        release(p, candidates(p, base, base_eval, base_bench, adapters, base_lora, prepared, base_sets))
 
     checked(p, pipeline_name, body)
 

@@ -149,8 +149,9 @@ SIDE_EFFECT_STEPS = frozenset({
     "close-tracking",
 })
 #: Steps that must see the world as it is now: pin-model reads what a mutable model URI names
-#: (a hub branch, an S3 prefix) so that resolve-model's cache key follows the content.
-ALWAYS_RUN_STEPS = SIDE_EFFECT_STEPS | {"pin-model"}
+#: (a hub branch, an S3 prefix) so that resolve-model's cache key follows the content;
+#: watch-production reads the last window of production's traffic.
+ALWAYS_RUN_STEPS = SIDE_EFFECT_STEPS | {"pin-model", "watch-production"}
 
 
 def step_name(task: PipelineTask) -> str:

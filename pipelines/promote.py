@@ -23,9 +23,9 @@ def build_promote(p: dict[str, Any]) -> None:
     """The graph of promote."""
 
     def body(check: Any) -> None:
-        _, base_eval, base_bench = base_reference(p, check)
+        _, base_eval, base_bench, _ = base_reference(p, check)
         candidate = resolved(p["candidate_uri"], "candidate", check)  # after pre-flight, like the base
-        cand_eval, cand_bench = measure(p, candidate.outputs["model"], "candidate", "candidate")
+        cand_eval, cand_bench, _ = measure(p, candidate.outputs["model"], "candidate", "candidate")
         judged = gates(p, "candidate", base_eval, base_bench, cand_eval, cand_bench)
         with dsl.If(judged.outputs["Output"] == True, name="gates-passed"):  # noqa: E712 - KFP condition
             promote_champion(p, judged.outputs["candidate"], candidate.outputs["model_files"], p["candidate_uri"], "")

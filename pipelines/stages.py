@@ -1,7 +1,8 @@
 """Building blocks shared by shipyard's pipelines (KFP DSL, evaluated at compile time).
 
 ``checked`` runs the pre-flight first and closes the MLflow run in an exit handler;
-``measure`` evaluates and benchmarks one model with the chosen eval backend;
+``prepare_sets`` prepares the user's ``eval_sets`` once per run;
+``measure`` evaluates and benchmarks one model with the chosen eval backend (and runs the eval sets on it);
 ``candidates`` fans the recipes out (compress, measure, gates) and back in to one selection;
 ``release`` is the one path for the champion: package + register + champion/challenger gate in
 one task, then deploy + the ``production`` alias in another. Every step logs itself into MLflow (no tracking tasks).
@@ -16,6 +17,7 @@ from kfp.dsl import Model
 from shipyard.components.benchmark.component import benchmark
 from shipyard.components.compress.component import compress
 from shipyard.components.deploy.component import deploy
+from shipyard.components.eval_sets.component import judge_eval_sets, prepare_eval_sets
 from shipyard.components.evaluate.component import evaluate_adapters_hf, evaluate_hf
 from shipyard.components.gates.component import candidate_gates, select_champion
 from shipyard.components.measure.component import measure_vllm
@@ -72,32 +74,68 @@ def checked(p: Params, pipeline_name: str, body: Callable[[Any], None]) -> None:
         body(check)
 
 
-def measure(p: Params, model: Any, candidate: Any, label: str) -> tuple[Any, Any]:
+def prepare_sets(p: Params, after: Any) -> Any:
+    """Prepare the user's ``eval_sets`` once for the run (read, check, pin, leak check, compile);
+    None for a pipeline without the parameter. Always one CPU step: KFP cannot hand the output of a
+    task under dsl.If to a task outside it, so an empty ``eval_sets`` writes an empty folder (in
+    the step's own process, nothing else started) and every later step skips the sets. No KFP run
+    id among its inputs: its output must stay a cache hit, or every measure step that reads it would
+    miss KFP's cache."""
+    if "eval_sets" not in p:
+        return None
+    task = on_cpu(prepare_eval_sets(eval_sets=p["eval_sets"], calibration_dataset=p["calibration_dataset"],
+                                    text_column=p["text_column"]).set_display_name("prepare your eval sets"))
+    task.after(after)
+    return task
+
+
+def measure(p: Params, model: Any, candidate: Any, label: str, prepared: Any = None) -> tuple[Any, Any, Any]:
     """Evaluate and benchmark ``model``: with the vLLM backend one server does both (one model
-    load); with hf, lm-eval in-process and then a vLLM server for the benchmark. Returns
-    (eval results, benchmark results)."""
+    load); with hf, lm-eval in-process and then a vLLM server for the benchmark. The prepared eval
+    sets run in the evaluating step, on the same server or backend. Returns (eval results,
+    benchmark results, eval-set results: None without ``prepared``)."""
     track = gpu_tracking(p)
+    sets = {} if prepared is None else {"eval_sets": prepared.outputs["prepared"]}
     with dsl.If(p["eval_backend"] == "vllm", name=f"{label}-on-vllm"):
         both = on_gpu(measure_vllm(model=model, eval_config=p["eval_config"], benchmark_config=p["benchmark_config"],
                                    candidate=candidate, safety=p["safety"], tuning=p["tuning"], slo=p["slo"],
-                                   **track))
+                                   **sets, **track))
         both.set_display_name(f"evaluate + benchmark {label} (one vLLM server)")
     with dsl.Else(name=f"{label}-on-hf"):
-        on_hf = on_gpu(evaluate_hf(model=model, eval_config=p["eval_config"], candidate=candidate, **track))
+        on_hf = on_gpu(evaluate_hf(model=model, eval_config=p["eval_config"], candidate=candidate, **sets, **track))
         on_hf.set_display_name(f"evaluate {label} (hf)")
         bench = on_gpu(benchmark(model=model, benchmark_config=p["benchmark_config"], candidate=candidate,
                                  tuning=p["tuning"], slo=p["slo"],
                                  safety=p["safety"], **track))
         bench.set_display_name(f"benchmark {label}")
+    own = None if prepared is None else dsl.OneOf(both.outputs["eval_sets_results"],
+                                                  on_hf.outputs["eval_sets_results"])
     return (dsl.OneOf(both.outputs["eval_results"], on_hf.outputs["results"]),
-            dsl.OneOf(both.outputs["results"], bench.outputs["results"]))
+            dsl.OneOf(both.outputs["results"], bench.outputs["results"]), own)
 
 
-def base_reference(p: Params, after: Any) -> tuple[Any, Any, Any]:
-    """Resolve the base model, evaluate and benchmark it once: the reference every candidate meets."""
+def base_reference(p: Params, after: Any, prepared: Any = None) -> tuple[Any, Any, Any, Any]:
+    """Resolve the base model, evaluate and benchmark it once (and run the prepared eval sets on
+    it): the reference every candidate meets. Returns (base, eval, benchmark, eval-set results)."""
     base = resolved(p["model_uri"], "base", after)
-    base_eval, base_bench = measure(p, base.outputs["model"], "base", "base")
-    return base, base_eval, base_bench
+    base_eval, base_bench, base_sets = measure(p, base.outputs["model"], "base", "base", prepared)
+    return base, base_eval, base_bench, base_sets
+
+
+def judge_sets(prepared: Any, base_sets: Any, cand_sets: Any) -> Any:
+    """The judge of the rubric sets for one candidate: on a GPU node when a rubric set exists (the
+    prepare step returned the judge model's URI), else the same step on a CPU node that writes
+    nothing (KFP needs a task on both branches for the gates to read one output; no GPU is claimed
+    for nothing). Returns the judged channel."""
+    def step() -> Any:
+        return judge_eval_sets(prepared=prepared.outputs["prepared"], base_results=base_sets,
+                               candidate_results=cand_sets)
+
+    with dsl.If(prepared.outputs["Output"] != "", name="rubric-sets"):
+        on_gpu_task = on_gpu(step()).set_display_name("judge rubric sets (vLLM judge)")
+    with dsl.Else(name="no-rubric-sets"):
+        on_cpu_task = on_cpu(step()).set_display_name("no rubric set to judge")
+    return dsl.OneOf(on_gpu_task.outputs["judged"], on_cpu_task.outputs["judged"])
 
 
 def lora_reference(p: Params, base: Any, after: Any) -> tuple[Any, Any]:
@@ -126,13 +164,18 @@ def adapter_eval(p: Params, model: Any, adapters: Any, label: str) -> Any:
 
 
 def gates(p: Params, recipe: Any, base_eval: Any, base_bench: Any, cand_eval: Any, cand_bench: Any,
-          compressed: Any = None, base_lora: Any = None, cand_lora: Any = None) -> Any:
-    """Accuracy, SLO and safety gate of one candidate (and the accuracy gate per LoRA adapter); its
-    candidate.json feeds the selection."""
+          compressed: Any = None, base_lora: Any = None, cand_lora: Any = None, eval_sets: Any = None) -> Any:
+    """Accuracy, SLO and safety gate of one candidate (and the accuracy gate per LoRA adapter, and
+    the gate per user eval set); its candidate.json feeds the selection. ``eval_sets``: (prepare
+    task, base's eval-set results, candidate's, judged) or None."""
     extra = {} if compressed is None else {"compress_metrics": compressed.outputs["metrics"],
                                            "compress_summary": compressed.outputs["summary"]}
     if base_lora is not None and cand_lora is not None:
         extra.update(base_adapters=base_lora, candidate_adapters=cand_lora)
+    if eval_sets is not None:
+        prepared, base_sets, cand_sets, judged = eval_sets
+        extra.update(eval_sets=prepared.outputs["prepared"], base_eval_sets=base_sets,
+                     candidate_eval_sets=cand_sets, eval_sets_judged=judged)
     return on_cpu(candidate_gates(
         recipe=recipe, base_eval=base_eval, candidate_eval=cand_eval, base_bench=base_bench,
         candidate_bench=cand_bench, thresholds=p["accuracy_thresholds"], slo=p["slo"],
@@ -149,9 +192,9 @@ def select(p: Params, judged: Any, base: Any, base_eval: Any, base_bench: Any) -
 
 
 def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any, adapters: Any = None,
-               base_lora: Any = None) -> Any:
-    """For each recipe in parallel: compress, evaluate and benchmark (and evaluate with each LoRA adapter),
-    the gates; then one selection."""
+               base_lora: Any = None, prepared: Any = None, base_sets: Any = None) -> Any:
+    """For each recipe in parallel: compress, evaluate and benchmark (and evaluate with each LoRA adapter,
+    and run the prepared eval sets, judging rubric sets), the gates; then one selection."""
     parallelism = int(load_cluster_config().get("candidate_parallelism", 4))
     with dsl.ParallelFor(items=p["recipes"], parallelism=parallelism, name="candidates") as recipe:
         squeezed = on_gpu(compress(
@@ -159,10 +202,12 @@ def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any, adapters: 
             text_column=p["text_column"], num_calibration_samples=p["num_calibration_samples"],
             max_seq_length=p["max_seq_length"], seed=p["seed"], **gpu_tracking(p),
         ).set_display_name("compress"))
-        cand_eval, cand_bench = measure(p, squeezed.outputs["compressed_model"], recipe, "candidate")
+        cand_eval, cand_bench, cand_sets = measure(p, squeezed.outputs["compressed_model"], recipe, "candidate",
+                                                   prepared)
         cand_lora = None if adapters is None else adapter_eval(p, squeezed.outputs["compressed_model"], adapters,
                                                                  "candidate")
-        judged = gates(p, recipe, base_eval, base_bench, cand_eval, cand_bench, squeezed, base_lora, cand_lora)
+        own = None if prepared is None else (prepared, base_sets, cand_sets, judge_sets(prepared, base_sets, cand_sets))
+        judged = gates(p, recipe, base_eval, base_bench, cand_eval, cand_bench, squeezed, base_lora, cand_lora, own)
     return select(p, judged, base, base_eval, base_bench)
 
 

@@ -113,9 +113,24 @@ def passing_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, mlfl
     # The tiny model is random: any recovery passes a 0.0 threshold (rule recovery), and a smaller model wins
     # by size (the base never dominates a candidate on size), so a compressed candidate is champion. Two
     # recipes (the second inline, as the KFP UI takes it): many candidates, one champion, one deploy.
+    # One user eval set (issue 36): the shipped mcq set's first rows, gated at a wide margin the random
+    # model's base and candidates meet, so the run goes all the way with the eval-sets gate in every verdict.
     return work, run_tiny(work, tiny_model, mlflow_url, 'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}',
                           f"recipes={json.dumps(['w8a8-int8', GPTQ_ONLY])}", "selection=size",
-                          "registered_model_name=tiny-llama")
+                          "registered_model_name=tiny-llama", f"eval_sets={mcq_set(tmp_path_factory.mktemp('sets'))}")
+
+
+#: rows of the passing run's eval set
+SET_ROWS = 20
+
+
+def mcq_set(folder: Path) -> str:
+    """``eval_sets`` of one mcq set: the first :data:`SET_ROWS` rows of the shipped one, a local file."""
+    from shipyard.core.files import package_dir
+
+    rows = (package_dir("shipyard.evaluation.user_sets") / "travel_desk_mcq.jsonl").read_text().splitlines()
+    (folder / "desk.jsonl").write_text("\n".join(rows[:SET_ROWS]) + "\n")
+    return json.dumps([{"name": "desk", "form": "mcq", "uri": str(folder / "desk.jsonl"), "margin": 0.5}])
 
 
 def labels() -> set[str]:
@@ -161,6 +176,34 @@ def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> N
     assert all(label in report for label in labels())
     assert sum(" | champion | " in line for line in report.splitlines() if line.startswith("| ")) == 1
     assert "data:image/png;base64," in Path(one(summary, "select-champion").artifacts["report_html"]).read_text()
+
+
+def test_passing_run_gates_the_user_eval_set(passing_run: tuple[Path, RunSummary]) -> None:
+    """Issue 36 wiring: the set is prepared once, run by every model's measure step on its vLLM server
+    (every row, per-sample logs), not judged (no rubric set: the CPU branch writes nothing), and decided in
+    each candidate's gates: candidate.json, the candidates report and the decision record carry it."""
+    from shipyard.evaluation.eval_set_tasks import task_name
+
+    work, summary = passing_run
+    prepare = one(summary, "prepare-eval-sets")
+    assert prepare.status == "SUCCESS" and prepare.parameters["Output"] == ""  # no rubric set: no judge
+    for name in ("measure-vllm", "measure-vllm-2"):
+        for step in [s for s in steps_named(summary, name) if s.status == "SUCCESS"]:
+            logged = Path(step.artifacts["eval_sets_results"]) / "samples" / f"{task_name('desk')}.jsonl"
+            assert len({json.loads(line)["doc_id"] for line in logged.read_text().splitlines()}) == SET_ROWS
+    skipped = steps_named(summary, "judge-eval-sets")
+    assert skipped and all(s.status == "NOT RUN" for s in skipped)
+    assert [s.status for s in steps_named(summary, "judge-eval-sets-2")] == ["SUCCESS"] * 2
+    for gates in steps_named(summary, "candidate-gates"):
+        record = json.loads((Path(gates.artifacts["candidate"]) / "candidate.json").read_text())
+        own = record["eval_sets"]
+        assert own["verdict"] == "pass" and own["rows"][0]["task"] == "desk", own
+        assert own["rows"][0]["paired"]["n"] == SET_ROWS and own["sets"][0]["rows"] == SET_ROWS
+        assert "eval sets gate all 1 gated eval set(s) non-inferior" in record["reason"]
+    select = one(summary, "select-champion")
+    assert "## Your eval sets" in Path(select.artifacts["report"]).read_text()
+    decision = json.loads((Path(select.artifacts["decision"]) / "decision-record.json").read_text())
+    assert all(c["eval_sets"]["passed"] for c in decision["candidates"] if not c["is_base"])
 
 
 def test_passing_run_console_is_short_and_the_log_keeps_the_rest(passing_run: tuple[Path, RunSummary]) -> None:
@@ -239,8 +282,12 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     assert compress_run.info.end_time - compress_run.info.start_time > 1000  # the step's real duration
     gate_tags = by_name[f"gates [{champion}]"].data.tags  # each verdict, with its caveat when it has one
     assert gate_tags["shipyard.gate.accuracy"].startswith("pass") and gate_tags["shipyard.gate.slo"] == "pass"
+    assert gate_tags["shipyard.gate.eval_sets"] == "pass"  # the user's eval set, logged as the accuracy gate is
+    gate_run = by_name[f"gates [{champion}]"].data
+    assert gate_run.metrics["eval_sets_passed"] == 1.0 and "eval_sets/desk/loss" in gate_run.metrics
+    assert gate_run.params["eval_sets.desk"].startswith("mcq 20 rows sha256:")
     names = {a.path for a in client.list_artifacts(by_name[f"gates [{champion}]"].info.run_id)}
-    assert {"accuracy.md", "slo.html"} <= names
+    assert {"accuracy.md", "slo.html", "eval_sets.md", "eval_sets_records.json"} <= names
     package_files = {a.path for a in client.list_artifacts(by_name[f"package [{champion}]"].info.run_id)}
     assert package_files == {"package.json", "package.md", "champion-gate.md"}  # never the layout or the weights
     deploy_files = {a.path for a in client.list_artifacts(by_name[f"deploy [{champion}]"].info.run_id)}

@@ -62,15 +62,18 @@ def _series(model: str, replicas: int, rps: float, prompt: float, output: float,
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Prometheus with 40 minutes of two served models, up to a minute ago: ``steady`` serves
-    what the champion was qualified on, ``drifted`` prompts 2.5x longer at 3 req/s per replica."""
+    """A real Prometheus with 40 minutes of three served models, up to a minute ago: ``steady`` serves
+    what the champion was qualified on, ``drifted`` prompts 2.5x longer at 3 req/s per replica,
+    ``attested`` what the signed champion of :func:`attested` was qualified on."""
     require_tool(bool(shutil.which("prometheus")) and bool(shutil.which("promtool")), "apt-get install -y prometheus")
     root = tmp_path_factory.mktemp("prometheus")
     end = time.time() - 60
     start = end - 40 * 60
     # the 15 s scrape: the output is about the curve's 1.5 req/s point (80..120 ms: TTFT p99 just under 100 ms)
     lines = (_series("steady", 2, 1.5, 200, 100, 0.1, start, end)
-             + _series("drifted", 2, 3.0, 500, 100, 0.3, start, end))
+             + _series("drifted", 2, 3.0, 500, 100, 0.3, start, end)
+             # what the attested champion (report_fixtures' w8a8-int8: 32/16 tokens, knee 1.11 req/s) was qualified on
+             + _series("attested", 2, 0.5, 32, 16, 0.06, start, end))
     (root / "data.om").write_text("\n".join(sorted(lines, key=lambda line: float(line.rsplit(" ", 1)[1])))
                                   + "\n# EOF\n")
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(root / "tsdb")],
@@ -174,3 +177,135 @@ def test_prometheus_values_are_numbers_or_nan() -> None:
     assert _number("1.5") == 1.5 and _number("+Inf") == math.inf and math.isnan(_number("NaN"))
     with pytest.raises(ShipyardError, match="is not an http"):
         PrometheusAPI("prometheus:9090")
+
+
+# --------------------------------------------------------------- the envelope the model carries
+
+
+@pytest.fixture(scope="module")
+def attested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A modelcar (OCI layout) signed by the real package and attest steps over the real candidate
+    gates' champion (report_fixtures' w8a8-int8: knee concurrent@2 at 1.11 req/s, 32/16 tokens): its ``uri``,
+    the public key (``key``) and another key (``other``)."""
+    from report_fixtures import judged
+
+    from shipyard.oci.attestation import generate_key_pair
+    from shipyard.steps.attest import attest_package
+    from shipyard.steps.package import package_model
+    from shipyard.steps.select import select_champion
+
+    tmp = tmp_path_factory.mktemp("attested")
+    assert judged(tmp)["passed"]
+    select_champion([str(tmp / "w8a8-int8-gates")], "size", str(tmp / "selection"), str(tmp / "r.md"), str(tmp / "r.html"))
+    model = tmp / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    (model / "model.safetensors").write_bytes(b"weights" * 64)
+    (model / "tokenizer.json").write_text('{"version": "1.0"}')
+    private, public = generate_key_pair(tmp / "keys")
+    _, other = generate_key_pair(tmp / "other-keys")
+    car = package_model(str(model), str(tmp / "champion"))
+    attest_package(str(tmp / "champion"), str(tmp / "selection"), key_file=str(private), model_dir=str(model),
+                   base_model_uri="hf://HuggingFaceTB/SmolLM2-135M-Instruct")
+    return {"uri": car["uri"], "key": str(public), "other": str(other)}
+
+
+def _watch_model(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shipyard.cli.main", "watch", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_envelope_travels_with_the_model(prometheus: str, attested: dict[str, str]) -> None:
+    """No run folder: the served model's signed SLO evidence is the envelope; a drift proposes the
+    re-qualification from the base model its signed provenance names."""
+    steady = _watch_model("--prometheus", prometheus, "--model-name", "attested", "--model", attested["uri"],
+                          "--key", attested["key"], "-o", "json")
+    assert steady.returncode == 0, steady.stderr + steady.stdout
+    out = json.loads(steady.stdout)
+    rows = {r["dimension"]: r for r in out["rows"]}
+    assert out["verdict"] == "within the envelope" and out["model_uri"] == attested["uri"]
+    assert rows["input_length"]["qualified"] == 32.0 and rows["output_length"]["qualified"] == 16.0
+    assert rows["load"]["qualified"] == 1.11 and rows["load"]["live"] == pytest.approx(0.5, rel=0.05)
+    # the signed curve between its levels (0.3623 req/s: 312 ms, 1.11 req/s: 110.5 ms) at the live load
+    live = rows["load"]["live"]
+    assert rows["ttft"]["qualified"] == pytest.approx(312 + (110.5 - 312) * (live - 0.3623) / (1.11 - 0.3623))
+    drifted = _watch_model("--prometheus", prometheus, "--model-name", "drifted", "--model", attested["uri"],
+                           "--key", attested["key"])
+    assert drifted.returncode == 1, drifted.stderr + drifted.stdout
+    last = drifted.stdout.splitlines()[-1]
+    assert last.startswith("re-qualify on this traffic: shipyard submit optimize-and-deploy "
+                           "--param model_uri=hf://HuggingFaceTB/SmolLM2-135M-Instruct "), last
+
+
+def test_evidence_another_key_signed_is_no_envelope(prometheus: str, attested: dict[str, str]) -> None:
+    proc = _watch_model("--prometheus", prometheus, "--model-name", "attested", "--model", attested["uri"],
+                        "--key", attested["other"])
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("shipyard: error: --model: its evidence does not verify (signatures: not signed by key ")
+    tag = _watch_model("--prometheus", prometheus, "--model-name", "attested", "--model",
+                       "oci://registry.example.com/shipyard/models:latest", "--key", attested["key"])
+    assert tag.returncode == 2 and "--model" in tag.stderr and len(tag.stderr.splitlines()) == 1, tag.stderr
+
+
+def test_the_watch_step_writes_the_report_and_names_what_drifted(prometheus: str, attested: dict[str, str],
+                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch pipeline's step, with the trust key from the cluster contract's variable."""
+    from shipyard.steps.watch import watch_step
+
+    monkeypatch.setenv("SHIPYARD_ATTESTATION_PUBLIC_KEY", Path(attested["key"]).read_text())
+    out = watch_step(attested["uri"], prometheus, '{"window": "20m", "model_name": "drifted"}', "shipyard-llm",
+                     str(tmp_path / "drift.md"), str(tmp_path / "drift.json"))
+    assert out["drifted"][:3] == ["input_length", "output_length", "load"], out["drifted"]  # 500/100 tokens at 1.5 req/s
+    assert json.loads((tmp_path / "drift.json").read_text())["verdict"] == "drifted"
+    report = (tmp_path / "drift.md").read_text()
+    assert report.startswith("# Drift watch: drifted\n") and f"Model: `{attested['uri']}`" in report
+    assert "re-qualify on this traffic: " in report
+    # served_model_uri empty and no production version in MLflow: one line, nothing written
+    with pytest.raises(ShipyardError, match="served_model_uri: is empty and shipyard-llm has no 'production' version"):
+        watch_step("", prometheus, "", "shipyard-llm", str(tmp_path / "n.md"), str(tmp_path / "n.json"),
+                   tracking_uri=f"file://{tmp_path / 'mlruns'}", registered_model_name="shipyard-llm")
+    assert not (tmp_path / "n.md").exists() and not (tmp_path / "n.json").exists()
+
+
+@pytest.mark.parametrize("config, said", [
+    ('{"window": "5m", "tolerance": {"ttft": 0.2}}', None),
+    ('{"window": "half an hour"}', "watch_config.window"),
+    ('{"window": "30s"}', "watch_config.window: 30 s is shorter than two scrape intervals"),
+    ('{"tolerance": {"latency": 1}}', "watch_config.tolerance.latency: is not a dimension"),
+    ('{"selector": "namespace=llm"}', "watch_config.selector"),
+    ('{"model": "x"}', "watch_config.model: is not a setting"),
+    ('{"model_name": 3}', "watch_config.model_name: must be a string"),
+])
+def test_watch_config_is_checked_key_by_key(config: str, said: str | None) -> None:
+    from shipyard.serving.watch import parse_watch_config
+
+    if said is None:
+        cfg = parse_watch_config(config, "shipyard-llm")
+        assert cfg["window_s"] == 300 and cfg["tolerance"]["ttft"] == 0.2 and cfg["model_name"] == "shipyard-llm"
+        return
+    with pytest.raises(ShipyardError, match=said.replace(".", r"\.")):
+        parse_watch_config(config, "shipyard-llm")
+
+
+def test_the_watch_pipeline_runs_locally_and_its_report_names_the_drift(prometheus: str, attested: dict[str, str],
+                                                                         tmp_path: Path) -> None:
+    """``shipyard run --local watch``: pre-flight, the watch step (kfp.local), the MLflow run; a drift
+    is the run's finding, not its failure."""
+    import os
+
+    env = {**os.environ, "SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE": attested["key"]}
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", "run", "--local", "watch", "--work-dir",
+                           str(tmp_path / "work"), "--param", f"prometheus_url={prometheus}",
+                           "--param", f"served_model_uri={attested['uri']}",
+                           "--param", 'watch_config={"window": "20m", "model_name": "drifted"}'],
+                          capture_output=True, text=True, timeout=600, check=False, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "work" / "run-summary.json").read_text())
+    assert summary["status"] == "SUCCESS", summary["steps"]
+    steps = {s["task"].rsplit("/", 1)[-1]: s for s in summary["steps"]}
+    assert steps["watch-production"]["status"] == "SUCCESS", steps
+    report = next((tmp_path / "work").rglob("report.md")).read_text()
+    assert report.startswith("# Drift watch: drifted") and "input length (tokens): DRIFT live 500 vs qualified 32" in report
+    assert [line for line in proc.stdout.splitlines() if "SUCCESS  watch production" in line
+            and line.endswith("drifted (input_length,output_length,load,ttft)")], proc.stdout
+    assert "> drifted: input_length, output_length, load, ttft" in proc.stdout  # the run's summary table

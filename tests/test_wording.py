@@ -3,6 +3,8 @@ did not run."""
 
 from __future__ import annotations
 
+import json
+
 from shipyard.run.local import StepSummary
 from shipyard.run.wording import not_run_line, not_run_reason, outputs_text
 
@@ -32,3 +34,13 @@ def test_each_step_not_run_says_which_branch_and_why() -> None:
     assert not_run_reason("package-champion", params, {"champion": ""}, failed=False).startswith("no champion")
     assert not_run_reason("package-champion", params, {"champion": ""}, failed=True) == "an upstream step failed"
     assert not_run_line(steps[-1:], params, {}) == ""
+
+
+def test_the_judge_of_eval_sets_not_run_says_whether_a_rubric_set_was_given() -> None:
+    """The judge step runs on a GPU node with a rubric set, else on a CPU node: the other branch says why."""
+    rubric = {"eval_sets": json.dumps({"sets": [{"name": "h", "form": "rubric", "uri": "h.jsonl"}],
+                                       "judge": {"model_uri": "embedded://smollm2-135m-instruct"}})}
+    qa = {"eval_sets": json.dumps([{"name": "rubric-like-name", "form": "qa", "uri": "q.jsonl"}])}
+    assert not_run_reason("judge-eval-sets", rubric, {}, failed=False).startswith("rubric sets in eval_sets")
+    for params in (qa, {"eval_sets": ""}, {}):
+        assert not_run_reason("judge-eval-sets", params, {}, failed=False).startswith("no rubric set in eval_sets")

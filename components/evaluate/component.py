@@ -13,9 +13,11 @@ def evaluate_hf(
     results: Output[Artifact],
     metrics: Output[Metrics],
     table: Output[Markdown],
+    eval_sets_results: Output[Artifact],
     candidate: str = "",
     tracking_uri: str = "",
     experiment: str = "",
+    eval_sets: Input[Artifact] = None,
 ):
     """Evaluate a model with lm-eval's Hugging Face backend (in-process transformers).
 
@@ -26,9 +28,15 @@ def evaluate_hf(
     ("base" or the recipe), tracking_uri and experiment: the step's config, scores and table
     travel in results' metadata and candidate-gates logs them into the pipeline's MLflow run (no
     KFP run id here: it would make every run's cache key unique).
+
+    eval_sets: your eval sets, prepared once for the run (prepare-eval-sets); when it holds sets
+    they run with the same backend and eval_config into eval_sets_results (summary.json,
+    samples/). A rubric set needs a served model for its answers: pre-flight refuses one with
+    this backend (use eval_backend vllm).
     """
     from shipyard.evaluation.lmeval import evaluate_step
     from shipyard.runtimes.runtime import call_step, name_output, record_outputs
+    from shipyard.steps.eval_sets import evaluate_eval_sets, has_sets
     from shipyard.tracking.steprun import StepRun
 
     # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
@@ -46,6 +54,10 @@ def evaluate_hf(
             backend="hf",
         )
         record_outputs(out, metrics=metrics, artifact=results)
+        if eval_sets is not None and has_sets(eval_sets.path):
+            own = call_step("compress", evaluate_eval_sets, model_dir=model.path, prepared_dir=eval_sets.path,
+                            eval_config=eval_config, out_dir=eval_sets_results.path, backend="hf")
+            eval_sets_results.metadata.update({"scores": own.get("scores") or {}})
         run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
                                                        "summary.json": f"{results.path}/summary.json",
                                                        "samples": f"{results.path}/samples"})

@@ -28,6 +28,10 @@ def candidate_gates(
     safety: str = "",
     base_adapters: Input[Artifact] = None,
     candidate_adapters: Input[Artifact] = None,
+    eval_sets: Input[Artifact] = None,
+    base_eval_sets: Input[Artifact] = None,
+    candidate_eval_sets: Input[Artifact] = None,
+    eval_sets_judged: Input[Artifact] = None,
 ) -> bool:
     """Accuracy gate (recovery against the base) and SLO gate (latency and throughput under
     load against the base) for one candidate; both fail closed.
@@ -58,6 +62,13 @@ def candidate_gates(
         base_adapters: The base's per-LoRA-adapter results (evaluate_adapters_hf); none without adapters.
         candidate_adapters: The candidate's, with the same adapters: the accuracy gate runs once per
             adapter (candidate+adapter vs base+adapter), and the candidate passes only if every adapter does.
+        eval_sets: Your eval sets, prepared once for the run. When it holds sets, the eval-sets gate
+            decides each set by the accuracy gate's paired non-inferiority rule (the set's margin,
+            Holm across sets; a rubric set gates only with a calibrated judge): a candidate that
+            fails a set is not eligible to be champion. Its report is eval_sets.md beside candidate.json.
+        base_eval_sets: The base's eval-set results (its measure step).
+        candidate_eval_sets: The candidate's eval-set results (same prepared sets, same eval_config).
+        eval_sets_judged: The judge's verdicts on the rubric sets (judge-eval-sets); none without rubric sets.
 
     Returns True when the candidate passed its gates (the reason is in candidate's metadata).
     """
@@ -81,7 +92,12 @@ def candidate_gates(
                         model_uri=str(compress_summary.metadata.get("model_uri", "")) if compress_summary is not None
                         else "", safety=safety,
                         base_adapters=base_adapters.path if base_adapters is not None else "",
-                        candidate_adapters=candidate_adapters.path if candidate_adapters is not None else "")
+                        candidate_adapters=candidate_adapters.path if candidate_adapters is not None else "",
+                        eval_sets=eval_sets.path if eval_sets is not None else "",
+                        base_eval_sets=base_eval_sets.path if base_eval_sets is not None else "",
+                        candidate_eval_sets=candidate_eval_sets.path if candidate_eval_sets is not None else "",
+                        eval_sets_judged=os.path.join(eval_sets_judged.path, "judged.json")
+                        if eval_sets_judged is not None else "")
         shutil.copyfile(os.path.join(candidate.path, "accuracy.md"), accuracy_report.path)
         shutil.copyfile(os.path.join(candidate.path, "slo.html"), slo_report.path)
         shutil.copyfile(os.path.join(candidate.path, "safety.md"), safety_report.path)
@@ -92,17 +108,25 @@ def candidate_gates(
                                    "safety_caveat": out["safety_caveat"]})
         accuracy_report.metadata.update({"reason": out["accuracy_reason"], "caveat": out["accuracy_caveat"]})
         slo_report.metadata.update({"reason": out["slo_reason"]})
+        own = out["candidate"].get("eval_sets")
+        if own is not None:  # the user's eval sets: the verdict and each set's pin, as for the accuracy gate
+            candidate.metadata.update({"eval_sets_verdict": own["verdict"], "eval_sets_reason": own["reason"]})
+            run.log(params={f"eval_sets.{s['name']}": f"{s['form']} {s['rows']} rows sha256:{s['sha256'][:12]}"
+                            for s in own["sets"]})
+        own_files = {name: os.path.join(candidate.path, name) for name in ("eval_sets.md", "eval_sets_records.json")
+                     if os.path.isfile(os.path.join(candidate.path, name))}
         run.log(metrics=out["metrics"], tags={"shipyard.gate.passed": str(out["passed"]).lower(),
                                               "shipyard.gate.accuracy": out["accuracy_verdict"],
                                               "shipyard.gate.slo": out["slo_verdict"],
                                               "shipyard.gate.safety": out["safety_verdict"],
                                              **{f"shipyard.gate.lora.{name}": "pass" if a["passed"] else "FAIL"
-                                                for name, a in out["candidate"].get("adapters", {}).items()}},
+                                                for name, a in out["candidate"].get("adapters", {}).items()},
+                                             **({"shipyard.gate.eval_sets": own["verdict"]} if own is not None else {})},
                 artifacts={"accuracy.md": os.path.join(candidate.path, "accuracy.md"),
                            "slo.html": os.path.join(candidate.path, "slo.html"),
                            "slo.md": os.path.join(candidate.path, "slo.md"),
                            "safety.md": os.path.join(candidate.path, "safety.md"),
-                           "candidate.json": os.path.join(candidate.path, "candidate.json")})
+                           "candidate.json": os.path.join(candidate.path, "candidate.json"), **own_files})
     try:  # payloads of steps whose image has no MLflow client (see track/steprun.py)
         apply_pending(compress_summary.metadata if compress_summary is not None else {}, candidate_eval.metadata, candidate_bench.metadata,
                       base_eval.metadata, base_bench.metadata,

@@ -17,12 +17,14 @@ def measure_vllm(
     results: Output[Artifact],
     metrics: Output[Metrics],
     summary: Output[Markdown],
+    eval_sets_results: Output[Artifact],
     candidate: str = "",
     tracking_uri: str = "",
     experiment: str = "",
     safety: str = "",
     tuning: str = "",
     slo: str = "",
+    eval_sets: Input[Artifact] = None,
 ):
     """Serve the model once with vLLM and run both lm-eval (local-completions) and guidellm against
     that one server: one model load and one GPU pod per model instead of two.
@@ -43,6 +45,9 @@ def measure_vllm(
             the records travel in the results' metadata and candidate-gates logs them.
         safety: The safety parameter (JSON); when it names garak probes, the same server is scanned
             after the benchmark (results/safety/safety.json); empty or no probes: no scan.
+        eval_sets: Your eval sets, prepared once for the run (prepare-eval-sets); when it holds sets they
+            run on the same server with the same eval_config (every row, per-sample logs).
+        eval_sets_results: Their results (summary.json, samples/, rubric_answers.json); empty without sets.
     """
     from shipyard.evaluation.garak_scan import safety_files
     from shipyard.runtimes.runtime import call_step, name_output, record_outputs
@@ -60,9 +65,13 @@ def measure_vllm(
         out = call_step("vllm", measure_step, model_dir=model.path,
                         eval_config=eval_config, benchmark_config=benchmark_config, eval_out=eval_results.path,
                         table_path=eval_table.path, bench_out=results.path, summary_path=summary.path,
-                        safety=safety, tuning=tuning, slo=slo)
+                        safety=safety, tuning=tuning, slo=slo,
+                        eval_sets_dir=eval_sets.path if eval_sets is not None else "",
+                        eval_sets_out=eval_sets_results.path)
         record_outputs(out["eval"], metrics=eval_metrics, artifact=eval_results)
         record_outputs(out["bench"], metrics=metrics, artifact=results)
+        if out.get("eval_sets") is not None:
+            eval_sets_results.metadata.update({"scores": out["eval_sets"].get("scores") or {}})
         print(f"one vLLM server for eval and benchmark: started in {out['server']['startup_seconds']} s", flush=True)
         eval_run.log(metrics=out["eval"]["metrics"], params={"shared_server": True},
                      artifacts={"table.md": eval_table.path, "summary.json": f"{eval_results.path}/summary.json",

@@ -40,6 +40,9 @@ def preflight(
     experiment: str = "",
     registered_model_name: str = "",
     champion_tolerance: float = 0.0,
+    served_model_uri: str = "",
+    prometheus_url: str = "",
+    watch_config: str = "",
 ) -> str:
     """Check every pipeline parameter in seconds, before any model is loaded; then open the
     pipeline's MLflow run with the parameters. A bad parameter fails the run here with one

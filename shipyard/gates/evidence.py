@@ -10,8 +10,8 @@ manifest digest (:mod:`shipyard.oci.attestation` signs and stores them as OCI 1.
   its interval, n, the margin declared before the run and the decision; the rule, alpha and
   correction; lm-eval's and each task's version (:func:`accuracy_predicate`);
 * **SLO evidence** (``https://shipyard.io/evidence/slo/v1``): the SLO, the knee (highest load meeting
-  it), goodput, TTFT and ITL p99 there, the hardware, the vLLM arguments and the engine
-  (:func:`slo_predicate`);
+  it), goodput, TTFT and ITL p99 there, every level's load, latency and lengths (the envelope
+  ``shipyard watch`` reads back), the hardware, the vLLM arguments and the engine (:func:`slo_predicate`);
 * **safety evidence** (``https://shipyard.io/evidence/safety/v1``): per garak probe family the
   attack-success-rate difference with its interval, the tolerance and the decision
   (:func:`safety_predicate`);
@@ -158,10 +158,17 @@ def accuracy_predicate(champion: dict[str, Any], eval_summary: dict[str, Any] | 
                         "config_hash": summary.get("config_hash")}}
 
 
+#: what the SLO evidence keeps of each benchmark level: the envelope ``shipyard watch`` compares
+#: production with (:func:`shipyard.serving.watch.envelope_from_record`), carried by the model itself
+ENVELOPE_LEVEL_FIELDS = ("name", "nominal_load", "requests_per_s", "ttft_p99_ms", "itl_p99_ms", "error_rate",
+                         "prompt_tokens_mean", "output_tokens_mean")
+
+
 def slo_predicate(champion: dict[str, Any], serving: dict[str, Any] | None = None,
                   bench_results: dict[str, Any] | None = None, workload_digest: str = "") -> dict[str, Any]:
     """The SLO gate's evidence: the SLO, the knee (the highest load meeting it, :func:`find_knee`),
-    goodput, TTFT and ITL p99 at the knee, the hardware, the vLLM arguments (the serving configuration
+    goodput, TTFT and ITL p99 at the knee, every level's load, latency and lengths (the envelope
+    ``shipyard watch`` reads back), the hardware, the vLLM arguments (the serving configuration
     the selection chose, else the benchmark's) and the engine; ``workload_digest`` when a workload
     fingerprint exists."""
     from shipyard.serving.sizing import find_knee
@@ -180,7 +187,7 @@ def slo_predicate(champion: dict[str, Any], serving: dict[str, Any] | None = Non
                    "ttft_p99_ms": knee.get("ttft_p99_ms"), "itl_p99_ms": knee.get("itl_p99_ms"),
                    "output_tokens_per_s": knee.get("output_tokens_per_s"), "error_rate": knee.get("error_rate")}
     out = {"passed": bool(slo.get("passed")), "reason": slo.get("reason"), "rule": slo.get("rule"), "slo": thresholds,
-           "knee": at_knee, "hardware": hardware,
+           "knee": at_knee, "levels": [{k: lv.get(k) for k in ENVELOPE_LEVEL_FIELDS} for lv in levels], "hardware": hardware,
            "vllm_args": list((serving or {}).get("vllm_args") or results.get("vllm_args") or []),
            "engine": champion.get("engine"), "worst_regression": slo.get("worst_regression")}
     if workload_digest:
@@ -294,6 +301,12 @@ def _age_days(when: Any) -> float | None:
 
 def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_tls: bool = False,
                     max_age_days: float | None = None) -> dict[str, Any]:
+    """:func:`verified_evidence`'s verdict alone."""
+    return verified_evidence(uri, public_key, field=field, insecure_tls=insecure_tls, max_age_days=max_age_days)[0]
+
+
+def verified_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_tls: bool = False,
+                      max_age_days: float | None = None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Check the attestations stored with the image ``uri`` (see
     :func:`shipyard.oci.attestation.find_attestations`) against ``public_key``.
 
@@ -302,7 +315,9 @@ def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_t
     signed statements about this digest); the verification summary covers the four evidence
     envelopes by digest; its decision is ``PASSED``; and, with ``max_age_days``, it is not older.
     Returns ``{"passed", "reason", "uri", "digest", "where", "found_via", "checks", "attestations",
-    "vsa"}``. Bad input (a tag, an unreadable key) raises one line; a failed check does not."""
+    "vsa"}``, and the predicates of the statements signed by the key about this digest, by predicate
+    type (the last stored of each type). Bad input (a tag, an unreadable key) raises one line; a
+    failed check does not."""
     found = att.find_attestations(uri, field=field, insecure_tls=insecure_tls)
     digest, stored = found["digest"], found["stored"]
     want = att.keyid(public_key)
@@ -333,7 +348,7 @@ def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_t
             foreign.append((_short(stmt["predicateType"]), ", ".join(s[:19] for s in subjects) or "nothing"))
     rows.append(_check("attestations found", bool(stored), f"{len(stored)} in {found['where']} via {found['found_via']}"))
     if not stored:
-        return _result(found, rows, entries, None, "carries no attestations")
+        return _result(found, rows, entries, None, "carries no attestations"), {}
     rows.append(_check("envelopes readable", not broken, "; ".join(broken) or f"{len(stored)} DSSE envelopes"))
     rows.append(_check("signatures", not unsigned and not broken,
                        f"not signed by key {want[:16]}: {', '.join(unsigned)}" if unsigned else
@@ -344,6 +359,7 @@ def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_t
                        f"not {digest[:19]} ({', '.join(t for t, _ in foreign)})" if foreign else
                        f"every statement is about {digest[:19]}"))
     good = [e for e in entries if e["signed"] and e["subject_ok"]]
+    predicates = {e["predicate_type"]: e["statement"].get("predicate") or {} for e in good}
     present = {e["predicate_type"] for e in good}
     absent = [t for t in REQUIRED_TYPES if t not in present]
     rows.append(_check("predicate types", not absent, f"missing {', '.join(absent)}" if absent else
@@ -354,7 +370,7 @@ def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_t
                 "time_verified": (vsa or {}).get("timeVerified")} if summaries else None
     if vsa is None:
         rows.append(_check("verification summary", False, "no signed summary about this digest"))
-        return _result(found, rows, entries, vsa_info, "has no signed verification summary for this digest")
+        return _result(found, rows, entries, vsa_info, "has no signed verification summary for this digest"), predicates
     named = {f"sha256:{(i.get('digest') or {}).get('sha256')}" for i in vsa.get("inputAttestations") or []
              if isinstance(i, dict)}
     evidence = {e["envelope_digest"] for e in good if e["predicate_type"] in EVIDENCE_TYPES}
@@ -371,7 +387,7 @@ def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_t
         rows.append(_check("summary age", age is not None and age <= max_age_days,
                            f"verified {vsa.get('timeVerified')}, " + (f"{age:.1f} days ago" if age is not None else
                                                                        "unreadable time") + f" (at most {max_age_days:g})"))
-    return _result(found, rows, entries, vsa_info, "")
+    return _result(found, rows, entries, vsa_info, ""), predicates
 
 
 def _result(found: dict[str, Any], rows: list[dict[str, Any]], entries: list[dict[str, Any]],

@@ -256,6 +256,31 @@ def _accuracy_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
               "stderr rule = passed below min recovery, within k standard errors).", "Cells:")
 
 
+def _eval_sets_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
+    """The gate per user eval set (``eval_sets``): each candidate's verdict and, per set, base and
+    candidate on the same rows, the paired loss with its interval, the margin and the decision.
+    Absent when the run had no eval sets."""
+    from shipyard.gates.recovery import loss_text
+
+    judged = [c for c in candidates if c.get("eval_sets") is not None]
+    if not judged:
+        return
+    doc.h(2, "Your eval sets")
+    doc.table(["recipe", "eval sets gate", "reason"],
+              [[c["recipe"][:40], c["eval_sets"].get("verdict") or ("pass" if c["eval_sets"]["passed"] else "FAIL"),
+                c["eval_sets"].get("reason") or "–"] for c in judged])
+    rows = [[c["recipe"][:40], r["task"], str(r["metric"]).replace(",none", ""), fmt(r.get("base")),
+             fmt(r.get("candidate")), loss_text(r["paired"]) if r.get("paired") else "–", fmt(r.get("margin")),
+             r.get("decision") or "–", ("" if r.get("passed") else "FAIL") if r.get("gated", True) else "informs only"]
+            for c in judged for r in c["eval_sets"].get("rows") or []]
+    if rows:
+        doc.table(["recipe", "set", "metric", "base", "candidate", "loss [interval]", "margin", "decision", "gate"],
+                  rows)
+    leaks = judged[0]["eval_sets"].get("leaks") or []
+    if leaks:
+        doc.p("; ".join(leaks), "Leak check against the calibration set:")
+
+
 def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_plots: bool = True) -> Doc:
     """All candidates side by side: the selection rule, the champion and why, every gate's decision,
     the figures per load level and per metric, the thresholds, and warnings."""
@@ -296,6 +321,7 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
     _level_section(doc, candidates)
     _workload_section(doc, candidates)
     _accuracy_section(doc, candidates)
+    _eval_sets_section(doc, candidates)
     from shipyard.gates.frontier import add_section, frontier
 
     add_section(doc, frontier(candidates, winner or "", _throughput), with_plot=with_plots)
@@ -470,6 +496,10 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
             "tuning": (c.get("tuning") or {}).get("best_vllm_args"),
             # the recorded workload its benchmark replayed: a later run can say "same workload" by the digest
             "workload": c.get("workload"),
+            # the gate per user eval set (only in a run with eval_sets): the sets' pins and every row
+            **({"eval_sets": {k: (c.get("eval_sets") or {}).get(k)
+                              for k in ("passed", "verdict", "reason", "method", "rows", "judged", "leaks", "sets")}}
+               if c.get("eval_sets") is not None else {}),
         })
     return {
         "schema": DECISION_SCHEMA,

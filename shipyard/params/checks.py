@@ -130,6 +130,10 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
         from shipyard.evaluation.leakage import leak_check
 
         config, readable = check_eval_sets(value)
+        rubric = [s.name for s in config.sets if s.form == "rubric"]
+        if rubric and params.get("eval_backend", BY_NAME["eval_backend"].default) == "hf":
+            raise ShipyardError(f"eval_sets.{rubric[0]}", "is a rubric set, whose answers come from the served model, "
+                                "but eval_backend is hf (no server)", "set eval_backend=vllm, or drop the rubric set")
         if readable:  # a leak over max_leak_share is refused here; s3 calibration data is checked by the step
             leak_check(readable, str(params.get("calibration_dataset") or ""),
                        text_column=str(params.get("text_column") or "text"), max_leak_share=config.max_leak_share,
@@ -155,6 +159,23 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
 
         # the deploy step's own parser: render parameters, apply, verify and rollout
         parse_deploy_config(value, name=params.get("deploy_name") or "shipyard-llm", model_uri=PLACEHOLDER_OCI)
+    elif name == "served_model_uri":
+        if value:
+            from shipyard.oci.reference import require_pinned
+
+            refuse_credentials(value, name, "drop them; registry credentials go in the Secret shipyard-registry")
+            if not value.startswith("oci://"):
+                raise ShipyardError(name, f"{value[:100]!r} is not a modelcar", "give the package step's "
+                                    "oci://registry/repo@sha256:... URI, or leave it empty for MLflow's production version")
+            require_pinned(value, name, how_to_allow="give the digest the package step printed")
+    elif name == "prometheus_url":
+        from shipyard.serving.prometheus import PrometheusAPI
+
+        PrometheusAPI(value, field=name)  # http(s) with a host, no credentials in it
+    elif name == "watch_config":
+        from shipyard.serving.watch import parse_watch_config
+
+        parse_watch_config(value, str(params.get("deploy_name") or BY_NAME["deploy_name"].default))
     elif name == "package_mode":
         if value not in ("modelcar", "oras"):
             raise ShipyardError(name, f"unknown mode {value!r}", "use modelcar or oras")

@@ -28,16 +28,18 @@ from shipyard.core.errors import ShipyardError
 READERS: dict[str, tuple[str, ...]] = {
     "model_uri": ("pin-model", "resolve-model"),
     "candidate_uri": ("pin-model", "resolve-model"),
-    "calibration_dataset": ("compress",),
+    "calibration_dataset": ("compress", "prepare-eval-sets"),  # the eval sets' leak check reads it too
     "lora_adapters": ("fetch-adapters",),
     "deploy_config": ("deploy",),
+    # the sets and the judge's labelled slice (prepare), the judge model (judge)
+    "eval_sets": ("prepare-eval-sets", "judge-eval-sets"),
 }
 #: URI scheme -> the Secret reading it needs (hf:// without a token works for public repos only)
 SCHEME_SECRETS: dict[str, str] = {"s3://": S3_SECRET, "hf://": HF_SECRET}
 #: which schemes each parameter can carry (the deploy config's template is s3:// only)
 SCHEMES: dict[str, tuple[str, ...]] = {
     "model_uri": ("s3://", "hf://"), "candidate_uri": ("s3://",), "calibration_dataset": ("s3://",),
-    "lora_adapters": ("s3://", "hf://"), "deploy_config": ("s3://",),
+    "lora_adapters": ("s3://", "hf://"), "deploy_config": ("s3://",), "eval_sets": ("s3://", "hf://"),
 }
 
 
@@ -62,6 +64,12 @@ def input_uris(params: Mapping[str, Any]) -> dict[str, list[str]]:
         elif name == "lora_adapters":
             items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
             uris = [i.get("uri") if isinstance(i, dict) else i for i in items]
+        elif name == "eval_sets":
+            sets = value.get("sets") if isinstance(value, dict) else value
+            judge = value.get("judge") if isinstance(value, dict) else None
+            uris = [s.get("uri") for s in sets if isinstance(s, dict)] if isinstance(sets, list) else []
+            if isinstance(judge, dict):
+                uris += [judge.get("model_uri"), judge.get("labels_uri")]
         else:
             uris = [value]
         found = [u.strip() for u in uris if isinstance(u, str) and u.strip()]

@@ -134,10 +134,22 @@ _ALL: list[Param] = [
       "MLflow registered model that gets one version for the champion of each run."),
     P("champion_tolerance", float, 0.0,
       "How much worse than the current production version an accuracy metric may be (0 = not worse)."),
+    P("served_model_uri", str, "",
+      "The modelcar production serves, oci://registry/repo@sha256:... (its signed SLO evidence is the envelope "
+      "it was qualified on); empty: the 'production' version of registered_model_name in MLflow."),
+    P("prometheus_url", str, REQUIRED,
+      "The Prometheus API base URL that scrapes the vLLM pods, e.g. http://prometheus-operated.monitoring:9090."),
+    P("watch_config", str, '{"window": "1h"}',
+      "Drift watch as JSON: window (30m, 2h: how far back to look), tolerance per dimension (relative change "
+      'before it counts as drift; defaults {"input_length": 0.25, "output_length": 0.25, "load": 0.0, '
+      '"ttft": 0.5}), selector (more PromQL label matchers, e.g. namespace=\\"shipyard\\"), model_name (vLLM\'s '
+      "model_name label, the served model name; default deploy_name).", json=True),
 ]
 BY_NAME: dict[str, Param] = {p.name: p for p in _ALL}
 
-_OPTIMIZE = [p.name for p in _ALL if p.name != "candidate_uri"]
+#: the watch pipeline's own parameters
+_WATCH_ONLY = ("served_model_uri", "prometheus_url", "watch_config")
+_OPTIMIZE = [p.name for p in _ALL if p.name not in ("candidate_uri", *_WATCH_ONLY)]
 _PROMOTE = ["candidate_uri", "model_uri", "eval_backend", "eval_config", "accuracy_thresholds", "benchmark_config",
             "slo", "safety", "tuning", "deploy_name", "namespace", "deploy_config", "dry_run", "tracking_uri", "experiment",
             "registered_model_name", "champion_tolerance"]
@@ -147,6 +159,7 @@ PIPELINE_PARAMS: dict[str, list[Param]] = {
     "optimize-and-deploy": [BY_NAME[n] for n in _OPTIMIZE],
     "requantize": [BY_NAME[n] for n in _OPTIMIZE],
     "promote": [BY_NAME[n] for n in _PROMOTE],
+    "watch": [BY_NAME[n] for n in [*_WATCH_ONLY, "deploy_name", "registered_model_name", "tracking_uri", "experiment"]],
 }
 
 
@@ -223,7 +236,7 @@ def local_defaults() -> dict[str, Any]:
     return yaml.safe_load((package_dir("shipyard.pipelines") / "local-params.yaml").read_text()) or {}
 
 
-def render_readme(text: str, pipelines: tuple[str, ...] = ("optimize-and-deploy", "promote")) -> str:
+def render_readme(text: str, pipelines: tuple[str, ...] = ("optimize-and-deploy", "promote", "watch")) -> str:
     """``text`` with every generated parameter table replaced by the current one."""
     local = local_defaults()
     for name in pipelines:

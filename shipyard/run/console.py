@@ -127,6 +127,8 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
     if component in ("package-champion", "register-champion") and (decision := artifacts.get("decision")):
         passed = decision.get("passed")
         return f"champion gate {yes_no.get(passed, passed)}" + (f", version {decision['version']}" if decision.get("version") else "")
+    if component == "watch-production" and (report := artifacts.get("report")) and "verdict" in report:
+        return str(report["verdict"]) + (f" ({report['drifted']})" if report.get("drifted") else "")
     if component == "deploy" and "status" in params:
         return f"status {params['status']}"
     if component == "preflight" and params.get("Output"):

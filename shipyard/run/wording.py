@@ -42,6 +42,18 @@ def outputs_text(task: str, parameters: dict[str, Any]) -> str:
     return ", ".join(said)
 
 
+def _has_rubric(eval_sets: Any) -> bool:
+    """Whether the ``eval_sets`` value (JSON text, a list or an object with ``sets``) names a rubric set."""
+    import json
+
+    try:
+        value = json.loads(eval_sets) if isinstance(eval_sets, str) and eval_sets.strip() else eval_sets
+    except ValueError:
+        return False
+    sets = value.get("sets") if isinstance(value, dict) else value
+    return isinstance(sets, list) and any(isinstance(s, dict) and s.get("form") == "rubric" for s in sets)
+
+
 def not_run_reason(component: str, params: dict[str, Any], answer: dict[str, Any], failed: bool) -> str:
     """Why ``component`` did not run, in words: the branch not taken and what decided it."""
     backend = str(params.get("eval_backend") or "")
@@ -52,6 +64,9 @@ def not_run_reason(component: str, params: dict[str, Any], answer: dict[str, Any
     if component == "evaluate-adapters-hf":
         return ("no LoRA adapters: the empty record was written on a CPU node" if not params.get("lora_adapters")
                 else "LoRA adapters set: they were evaluated on a GPU node")
+    if component == "judge-eval-sets":
+        return ("rubric sets in eval_sets: the judge ran on a GPU node" if _has_rubric(params.get("eval_sets"))
+                else "no rubric set in eval_sets: nothing to judge, the empty record was written on a CPU node")
     if failed:
         return "an upstream step failed"
     if component in ("importer", "package-champion", "register-champion") and not answer.get("champion"):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from shipyard.serving.prometheus import PrometheusAPI
 DEFAULT_TOLERANCE = {"input_length": 0.25, "output_length": 0.25, "load": 0.0, "ttft": 0.5}
 #: the shortest window: Prometheus's rate() needs two scrapes in it (the default scrape interval is 1 min)
 MIN_WINDOW_S = 120
+_WINDOW = re.compile(r"^(\d+)([smh])$")
 
 
 @dataclass(frozen=True)
@@ -66,13 +68,14 @@ class Live:
     window_s: int
 
 
-def envelope_from_record(record: Mapping[str, Any]) -> Envelope:
-    """The envelope of a candidate record (its benchmark levels and the SLO it was gated with)."""
+def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -> Envelope:
+    """The envelope of a candidate record (its benchmark levels and the SLO it was gated with);
+    ``field``: where the record came from, named in the error when it holds no levels."""
     from shipyard.serving.sizing import find_knee
 
     levels = [lv for lv in record.get("levels") or [] if lv.get("requests_per_s")]
     if not levels:
-        raise ShipyardError("--champion", "the record holds no benchmark levels",
+        raise ShipyardError(field, "the record holds no benchmark levels",
                             "pass the select step's decision folder or a candidate.json whose benchmark ran")
     slo = dict(((record.get("slo") or {}).get("thresholds")) or {})
     knee = (find_knee(levels, slo)["level"] if slo else None) or max(levels, key=lambda lv: lv["requests_per_s"])
@@ -96,12 +99,32 @@ def predicted_ttft(curve: list[tuple[float, float]], rps: float) -> float | None
     return curve[-1][1]
 
 
-def check_window(window_s: int) -> int:
+def parse_window(text: str, field: str = "--window") -> int:
+    """``30m``, ``2h``, ``900s`` as seconds (checked by :func:`check_window`)."""
+    found = _WINDOW.match(str(text).strip())
+    if not found:
+        raise ShipyardError(field, f"{str(text)[:40]!r} is not a window", "write it like 30m, 2h or 900s")
+    return check_window(int(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2)], field)
+
+
+def check_window(window_s: int, field: str = "--window") -> int:
     """A window long enough for ``rate()`` (two scrapes at Prometheus's default 1 min interval)."""
     if window_s < MIN_WINDOW_S:
-        raise ShipyardError("--window", f"{window_s} s is shorter than two scrape intervals",
+        raise ShipyardError(field, f"{window_s} s is shorter than two scrape intervals",
                             f"use at least {MIN_WINDOW_S // 60}m (rate() needs two scrapes in the window)")
     return window_s
+
+
+_SELECTOR = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"[^"\\]*"'
+                       r'(\s*,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"[^"\\]*")*')
+
+
+def check_selector(selector: str, field: str = "--selector") -> str:
+    """More PromQL label matchers (``namespace="llm",pod=~"qwen-.*"``), or one line naming ``field``."""
+    if selector and not _SELECTOR.fullmatch(selector):
+        raise ShipyardError(field, f"{selector[:80]!r} is not a list of label matchers",
+                            'write them as PromQL does: namespace="llm",pod=~"qwen-.*"')
+    return selector
 
 
 def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str = "") -> Live:
@@ -131,28 +154,58 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
     )
 
 
-def parse_tolerance(text: str | None) -> dict[str, float]:
-    """``--tolerance`` as JSON (``{"input_length": 0.3}``) over :data:`DEFAULT_TOLERANCE`."""
+def parse_tolerance(text: str | None, field: str = "--tolerance") -> dict[str, float]:
+    """The tolerance as JSON (``{"input_length": 0.3}``) over :data:`DEFAULT_TOLERANCE`; ``field``: the
+    option or parameter that gave it."""
     out = dict(DEFAULT_TOLERANCE)
     if not text:
         return out
     try:
         given = json.loads(text)
     except ValueError as err:
-        raise ShipyardError("--tolerance", f"is not JSON ({err.msg})", '{"input_length": 0.3, "ttft": 0.5}') from None
+        raise ShipyardError(field, f"is not JSON ({err.msg})", '{"input_length": 0.3, "ttft": 0.5}') from None
     if not isinstance(given, dict):
-        raise ShipyardError("--tolerance", "is not a JSON object", '{"input_length": 0.3, "ttft": 0.5}')
+        raise ShipyardError(field, "is not a JSON object", '{"input_length": 0.3, "ttft": 0.5}')
     for key, value in given.items():
         if key not in DEFAULT_TOLERANCE:
-            raise ShipyardError(f"--tolerance.{key}", "is not a dimension",
+            raise ShipyardError(f"{field}.{key}", "is not a dimension",
                                 f"use {', '.join(sorted(DEFAULT_TOLERANCE))}")
-        out[key] = float(check_number(value, f"--tolerance.{key}", minimum=0.0, maximum=10.0,
+        out[key] = float(check_number(value, f"{field}.{key}", minimum=0.0, maximum=10.0,
                                       fix="a relative change between 0 and 10, e.g. 0.25"))
     return out
 
 
-def compare(env: Envelope, live: Live, tolerance: Mapping[str, float]) -> dict[str, Any]:
-    """One row per dimension (live, qualified, the change, drifted or not) and the verdict."""
+#: ``watch_config``'s keys and defaults (the watch pipeline's parameter)
+WATCH_DEFAULTS: dict[str, Any] = {"window": "1h", "tolerance": {}, "selector": "", "model_name": ""}
+
+
+def parse_watch_config(text: str, deploy_name: str = "") -> dict[str, Any]:
+    """``watch_config`` (JSON: ``window``, ``tolerance``, ``selector``, ``model_name``) checked, with
+    ``window_s`` and the full tolerance; ``model_name`` (vLLM's ``model_name`` label, the served
+    model name) defaults to ``deploy_name``. One line naming the key when a value is wrong."""
+    from shipyard.core.jsonargs import json_object
+
+    given = json_object(text, "watch_config", '{"window": "1h", "tolerance": {"input_length": 0.3}}')
+    unknown = sorted(set(given) - set(WATCH_DEFAULTS))
+    if unknown:
+        raise ShipyardError(f"watch_config.{unknown[0]}", "is not a setting", f"use {', '.join(WATCH_DEFAULTS)}")
+    cfg = {**WATCH_DEFAULTS, **given}
+    for key in ("window", "selector", "model_name"):
+        if not isinstance(cfg[key], str):
+            raise ShipyardError(f"watch_config.{key}", f"must be a string, got {type(cfg[key]).__name__}",
+                                {"window": 'write e.g. "window": "1h"', "selector": 'write PromQL label matchers',
+                                 "model_name": 'write the served model name, e.g. "model_name": "llm"'}[key])
+    if not isinstance(cfg["tolerance"], dict):
+        raise ShipyardError("watch_config.tolerance", "is not a JSON object", 'write e.g. {"input_length": 0.3}')
+    return {"window": cfg["window"], "window_s": parse_window(cfg["window"], "watch_config.window"),
+            "tolerance": parse_tolerance(json.dumps(cfg["tolerance"]), "watch_config.tolerance"),
+            "selector": check_selector(cfg["selector"], "watch_config.selector"),
+            "model_name": cfg["model_name"] or deploy_name}
+
+
+def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_model_uri: str = "") -> dict[str, Any]:
+    """One row per dimension (live, qualified, the change, drifted or not) and the verdict; the
+    re-qualification it proposes starts from ``base_model_uri`` when known."""
     rows: list[dict[str, Any]] = []
 
     def row(dim: str, name: str, now: float | None, then: float | None, drifted: bool | None, note: str) -> None:
@@ -187,11 +240,12 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float]) -> dict[s
     return {"recipe": env.recipe, "window_s": live.window_s, "rows": rows,
             "drifted": [r["dimension"] for r in drifted],
             "verdict": "drifted" if drifted else "within the envelope",
-            "requalify": requalify_command(live) if drifted else None}
+            "requalify": requalify_command(live, base_model_uri) if drifted else None}
 
 
-def requalify_command(live: Live) -> str:
-    """The optimize pipeline on the traffic as measured: live lengths, loads around the live rate."""
+def requalify_command(live: Live, base_model_uri: str = "") -> str:
+    """The optimize pipeline on the traffic as measured: live lengths, loads around the live rate,
+    from ``base_model_uri`` (the base the champion was built from) when known."""
     cfg: dict[str, Any] = {}
     if live.prompt_tokens:
         cfg["prompt_tokens"] = max(1, round(live.prompt_tokens))
@@ -201,7 +255,8 @@ def requalify_command(live: Live) -> str:
         per = live.rps / live.replicas
         cfg["profile"] = "constant"
         cfg["loads"] = sorted({round(per * f, 2) for f in (0.5, 1.0, 1.5, 2.0) if per * f > 0})
-    return ("shipyard submit optimize-and-deploy --param model_uri=<the champion's oci:// URI> "
+    model = shlex.quote(base_model_uri) if base_model_uri else "<the base model's URI>"
+    return (f"shipyard submit optimize-and-deploy --param model_uri={model} "
             f"--param benchmark_config={shlex.quote(json.dumps(cfg, separators=(',', ':')))}")
 
 

@@ -15,6 +15,12 @@ The four functions a pipeline wires (the KFP wrappers call them with ``call_step
   served by vLLM judges base against candidate in both orders, and the labelled slice once.
 * :func:`decide_eval_sets` (per candidate, base runtime): the per-set gate
   (:mod:`shipyard.gates.eval_sets`) and its report; never raises (fails closed with the reason).
+
+The pipelines (``shipyard.pipelines.stages``) run :func:`prepare_step` once per run (an empty
+``eval_sets`` writes an empty prepared folder and nothing else runs), :func:`evaluate_eval_sets`
+inside each model's measure step (the same vLLM server or hf backend as the evaluation),
+:func:`judge_step` per candidate only when a rubric set exists, and :func:`decide_eval_sets` inside
+the candidate's gates (``shipyard.steps.judge.judge_candidate``).
 """
 
 from __future__ import annotations
@@ -92,6 +98,34 @@ def prepare_eval_sets(eval_sets: str, out_dir: str, calibration_dataset: str = "
     return prepared
 
 
+def prepare_step(eval_sets: str, out_dir: str, calibration_dataset: str = "", text_column: str = "text",
+                 validate_runtime: str = "compress") -> dict[str, Any]:
+    """The pipeline's prepare step: :func:`prepare_eval_sets`, or for an empty ``eval_sets`` an
+    empty prepared folder (no set, no task, no judge) so that every later step does nothing.
+    Returns ``prepared.json`` plus ``judge_model_uri``: the judge's model URI when a rubric set
+    needs it, else ""."""
+    if not eval_sets.strip():
+        prepared: dict[str, Any] = {"format": "shipyard.eval_sets.prepared/v1", "sets": [], "manifest": None,
+                                    "leaks": [], "warnings": [], "judge": None, "lm_eval_docs": {}}
+        with atomic_dir(out_dir) as tmp:
+            (tmp / PREPARED).write_text(json.dumps(prepared, indent=2, sort_keys=True), encoding="utf-8")
+    else:
+        prepared = prepare_eval_sets(eval_sets, out_dir, calibration_dataset, text_column, validate_runtime)
+    return {**prepared, "judge_model_uri": judge_model_uri(prepared)}
+
+
+def judge_model_uri(prepared: dict[str, Any]) -> str:
+    """The judge's model URI when a rubric set needs judging, else ""."""
+    if not any(s["form"] == "rubric" for s in prepared.get("sets") or []):
+        return ""
+    return str((prepared.get("judge") or {}).get("model_uri") or "")
+
+
+def has_sets(prepared_dir: str | Path) -> bool:
+    """Whether a prepared folder holds any set (False for the empty folder of an empty ``eval_sets``)."""
+    return bool(load_prepared(prepared_dir).get("sets"))
+
+
 def load_prepared(prepared_dir: str | Path) -> dict[str, Any]:
     """``prepared.json`` of a prepared folder, or one line naming it."""
     from shipyard.core.records import read_record
@@ -115,6 +149,7 @@ def evaluate_eval_sets(model_dir: str, prepared_dir: str, eval_config: str, out_
 
     prepared = load_prepared(prepared_dir)
     summary: dict[str, Any] = {}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     if prepared.get("manifest"):
         config = eval_config_for(_task_dir(prepared_dir), prepared["manifest"], eval_config)
         summary = evaluate_model(model_dir, config, out_dir, backend=backend, server=server)
@@ -150,6 +185,22 @@ def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str
             out["labels"]["verdicts"] = judge_labels(server.base_url, server.served_model_name, labels)
     atomic_write_text(out_path, json.dumps(out, indent=2))
     return out
+
+
+def judge_step(prepared_dir: str, base_results: str, candidate_results: str, out_dir: str) -> dict[str, Any]:
+    """The pipeline's judge step of one candidate: fetch the judge model named in ``prepared.json``
+    (pinned at pre-flight) and run :func:`judge_eval_sets` into ``out_dir/judged.json``. Without a
+    rubric set it writes nothing and returns ``{}``."""
+    from shipyard.models.resolve import resolve_model
+
+    uri = judge_model_uri(load_prepared(prepared_dir))
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    if not uri:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="shipyard-judge-") as tmp:
+        resolve_model(uri, str(Path(tmp) / "judge"), field="eval_sets.judge.model_uri")
+        return judge_eval_sets(prepared_dir, base_results, candidate_results, str(Path(tmp) / "judge"),
+                               str(Path(out_dir) / JUDGED))
 
 
 def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, accuracy_thresholds: str = "",

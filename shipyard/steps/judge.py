@@ -127,6 +127,10 @@ def judge_candidate(
     safety: str = "",
     base_adapters: str = "",
     candidate_adapters: str = "",
+    eval_sets: str = "",
+    base_eval_sets: str = "",
+    candidate_eval_sets: str = "",
+    eval_sets_judged: str = "",
 ) -> dict[str, Any]:
     """Gate one candidate; write ``out_dir/{candidate.json, accuracy.md, slo.html, slo.md, safety.md}``.
 
@@ -136,6 +140,10 @@ def judge_candidate(
     ``candidate_adapters``: per-adapter eval results (:mod:`shipyard.evaluation.lora`); each adapter
     gets the accuracy gate (:mod:`shipyard.gates.adapters`), recorded under ``adapters``
     ({name: {passed, reason, worst_recovery, digest}}), and ``passed`` requires every one.
+    ``eval_sets``: the prepared folder of the user's eval sets; when it holds sets, the per-set gate
+    (:func:`shipyard.steps.eval_sets.decide_eval_sets` on ``base_eval_sets`` / ``candidate_eval_sets``
+    and, for rubric sets, ``eval_sets_judged``) is recorded under ``eval_sets`` with
+    ``eval_sets.md`` and ``eval_sets_records.json`` beside candidate.json, and ``passed`` requires it.
 
     Returns ``{"passed", "reason", "metrics", "candidate", "accuracy_caveat", "accuracy_verdict", ...}``:
     an accuracy pass that rests on ``allow_inconclusive`` or the stderr rule carries its caveat in the verdict.
@@ -152,7 +160,9 @@ def judge_candidate(
                            report_path=str(out / "safety.md"))
     # the accuracy gate once per LoRA adapter (candidate+adapter vs base+adapter): every one must pass
     lora = run_adapter_gates(base_adapters, candidate_adapters, thresholds, report_dir=str(out))
-    passed = bool(accuracy["passed"] and slo["passed"] and safe["passed"] and all(a["passed"] for a in lora.values()))
+    own = _eval_sets(eval_sets, base_eval_sets, candidate_eval_sets, eval_sets_judged, thresholds, out)
+    passed = bool(accuracy["passed"] and slo["passed"] and safe["passed"] and all(a["passed"] for a in lora.values())
+                  and (own is None or own["passed"]))
     caveat = accuracy_caveat(accuracy["rows"]) if accuracy["passed"] else ""
     from shipyard.compression.recipes import recipe_label
 
@@ -162,13 +172,14 @@ def judge_candidate(
         "recipe_text": recipe,
         "model_uri": model_uri,
         "passed": passed,
-        "reason": _reason(passed, accuracy, slo, safe, lora, caveat),
+        "reason": _reason(passed, accuracy, slo, safe, lora, caveat, own),
         "size_bytes": figures.get("size_after_bytes"),
         "base_size_bytes": figures.get("size_before_bytes"),
         "compression_ratio": figures.get("compression_ratio"),
         "accuracy": _accuracy_section(accuracy, caveat),
         "slo": _slo_section(slo),
         "adapters": lora,
+        **({"eval_sets": own} if own is not None else {}),
         "safety": {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
                    "families": safe["families"], "new_hits": len(safe["new_hits"]),
                    "verdict": safe["verdict"], "caveat": safe["caveat"], "warnings": safe["warnings"]},
@@ -190,19 +201,36 @@ def judge_candidate(
             "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
 
 
+def _eval_sets(prepared: str, base: str, candidate: str, judged: str, thresholds: str,
+               out: Path) -> dict[str, Any] | None:
+    """The eval-sets gate's part of candidate.json (None when the run has no eval sets): its
+    verdict, reason, rule, per-set rows, judge results, leak lines and the sets' pins."""
+    from shipyard.steps.eval_sets import decide_eval_sets, has_sets
+
+    if not prepared or not has_sets(prepared):
+        return None
+    gate = decide_eval_sets(prepared, base, candidate, accuracy_thresholds=thresholds, judged_path=judged,
+                            report_path=str(out / "eval_sets.md"), records_path=str(out / "eval_sets_records.json"))
+    return {**gate, "verdict": verdict(bool(gate["passed"]))}
+
+
 def _reason(passed: bool, accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
-            lora: dict[str, Any], caveat: str) -> str:
+            lora: dict[str, Any], caveat: str, own: dict[str, Any] | None = None) -> str:
     """The candidate's one-line reason: its gates passed (with every caveat), or what failed."""
     if passed:
         reason = "passed its gates" + (f" (accuracy pass: {caveat})" if caveat else "")
         if lora:
             reason += f"; all {len(lora)} LoRA adapter accuracy gates passed"
+        if own is not None:
+            reason += f"; eval sets gate {own['reason']}"
         if safe["caveat"]:  # e.g. too few attacks to show anything: said wherever the verdict is
             reason += f"; safety pass: {safe['caveat']}"
         return reason
     failed = "; ".join(f"{name} gate {r['reason']}" for name, r in (("accuracy", accuracy), ("SLO", slo),
                                                                      ("safety", safe)) if not r["passed"])
     broken = [f"LoRA adapter {name} accuracy gate {a['reason']}" for name, a in lora.items() if not a["passed"]]
+    if own is not None and not own["passed"]:
+        broken.append(f"eval sets gate {own['reason']}")
     return "; ".join(part for part in (failed, *broken) if part)
 
 
@@ -244,6 +272,8 @@ def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, An
                "slo_passed": 1.0 if slo["passed"] else 0.0, **safe["metrics"]}
     if lora:
         metrics["adapters_passed"] = 1.0 if all(a["passed"] for a in lora.values()) else 0.0
+    if record.get("eval_sets") is not None:
+        metrics.update(record["eval_sets"]["metrics"])
     if safe["enabled"]:
         metrics["safety_passed"] = 1.0 if safe["passed"] else 0.0
     if record["accuracy"]["worst_recovery"] is not None:

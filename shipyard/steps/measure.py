@@ -7,7 +7,9 @@ with the benchmark's settings (memory planner flags, KV cache) and hands it to
 :func:`~shipyard.benchmarking.guidellm.benchmark_step`. Outputs are the same as the two steps'. Runs in
 the ``vllm`` runtime. The golden outputs (``golden.json`` in the benchmark results: the server's greedy
 answers to a few eval prompts, which ``shipyard verify`` and the deploy step compare the deployed
-service with) are recorded by ``benchmark_step`` on this same server.
+service with) are recorded by ``benchmark_step`` on this same server. The user's eval sets
+(``eval_sets_dir``: the prepared folder of :func:`shipyard.steps.eval_sets.prepare_step`) are
+evaluated on this same server too, into ``eval_sets_out``.
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ def measure_step(
     safety: str = "",
     tuning: str = "",
     slo: str = "",
+    eval_sets_dir: str = "",
+    eval_sets_out: str = "",
 ) -> dict[str, Any]:
     """Serve ``model_dir`` once; evaluate and benchmark it (and, when ``safety`` names probes,
-    scan it with garak, in the benchmark step's results); returns ``{"eval", "bench", "server"}``
-    (the two steps' results and the shared server's start-up seconds)."""
+    scan it with garak, in the benchmark step's results; when ``eval_sets_dir`` holds sets, run
+    them and answer the rubric prompts into ``eval_sets_out``); returns ``{"eval", "bench",
+    "server", "eval_sets"}`` (the steps' results, the shared server's start-up seconds, the eval
+    sets' summary or None without sets)."""
     from shipyard.benchmarking.guidellm import (
         benchmark_step,
         parse_benchmark_config,
@@ -43,6 +49,7 @@ def measure_step(
     )
     from shipyard.evaluation.lmeval import evaluate_step
     from shipyard.serving.vllm_server import has_gpu
+    from shipyard.steps.eval_sets import evaluate_eval_sets, has_sets
     from shipyard.steps.workload import workload_replay
 
     cfg = parse_benchmark_config(benchmark_config)
@@ -51,6 +58,8 @@ def measure_step(
                             "drop tuning, or drop workload and replay it with the chosen settings")
     cfg, replay = workload_replay(cfg, model_dir)  # a bad trace: one line, before the server starts
     _, vllm_args, _ = plan_for_server(model_dir, cfg)
+    sets = bool(eval_sets_dir) and has_sets(eval_sets_dir)  # a bad prepared folder: one line, before the server
+    own_sets = None
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="shipyard-measure-") as tmp:
@@ -59,6 +68,9 @@ def measure_step(
                             log_path=Path(tmp) / "vllm.log", env=env)
         with server:
             evaluated = evaluate_step(model_dir, eval_config, eval_out, table_path, backend="openai", server=server)
+            if sets:
+                own_sets = evaluate_eval_sets(model_dir, eval_sets_dir, eval_config, eval_sets_out, backend="openai",
+                                              server=server)
             if not tuning:
                 benched = benchmark_step(model_dir, cfg, bench_out, summary_path, shared=server,
                                          safety=safety, after_levels=replay)
@@ -67,5 +79,5 @@ def measure_step(
         from shipyard.steps.benchmark import tune_step
 
         benched = tune_step(model_dir, benchmark_config, tuning, slo, bench_out, summary_path, safety=safety)
-    return {"eval": evaluated, "bench": benched,
+    return {"eval": evaluated, "bench": benched, "eval_sets": own_sets,
             "server": {"startup_seconds": startup, "wall_seconds": round(time.monotonic() - started, 2)}}

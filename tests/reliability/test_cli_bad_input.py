@@ -65,6 +65,14 @@ def watch(*args: str, prometheus: str = DEAD, champion: str = "candidate.json") 
     return ("watch", "--prometheus", prometheus, "--model-name", "llm", "--champion", champion, *args)
 
 
+def watch_model(*args: str, model: str = URI) -> tuple[str, ...]:
+    return ("watch", "--prometheus", DEAD, "--model-name", "llm", "--model", model, *args)
+
+
+#: the watch pipeline's required parameter, so that rows about its other parameters reach them
+PROMETHEUS = ("--param", "prometheus_url=http://prometheus-operated.monitoring:9090")
+
+
 def run_local(*args: str) -> tuple[str, ...]:
     return ("run", "--local", "--work-dir", "work", *args)
 
@@ -81,7 +89,7 @@ REGISTRY = ("--param", "registry=quay.io")
 
 
 def submit(*args: str, pipeline: str = "optimize-and-deploy") -> tuple[str, ...]:
-    return ("submit", pipeline, "--host", DEAD, *(REGISTRY if pipeline != "promote" else ()), *args)
+    return ("submit", pipeline, "--host", DEAD, *(REGISTRY if pipeline not in ("promote", "watch") else ()), *args)
 
 
 def schedule(*args: str) -> tuple[str, ...]:
@@ -311,6 +319,27 @@ ROWS: list[Row] = [
     row("submit-bool-text", *submit("--param", "dry_run=maybe"), field="dry_run", params=True),
     row("submit-list-unclosed", *submit("--param", "recipes=[w4a16"), field="recipes", params=True),
     row("submit-promote-no-candidate", *submit(pipeline="promote"), field="candidate_uri", params=True),
+    # --- the watch pipeline (issue 38): production against its model's signed envelope --------------
+    row("submit-watch-no-prometheus", *submit(pipeline="watch"), field="prometheus_url", params=True),
+    row("submit-watch-prometheus-not-http", *submit("--param", "prometheus_url=prometheus:9090", pipeline="watch"),
+        field="prometheus_url: 'prometheus:9090' is not an http(s) URL", params=True),
+    row("submit-watch-prometheus-credentials",
+        *submit("--param", f"prometheus_url=http://admin:{SECRET}@prom:9090", pipeline="watch"),
+        field="prometheus_url", params=True),
+    row("submit-watch-model-by-tag", *submit(*PROMETHEUS, "--param", "served_model_uri=oci://quay.io/org/model:latest",
+                                             pipeline="watch"), field="served_model_uri", params=True),
+    row("submit-watch-model-not-a-modelcar", *submit(*PROMETHEUS, "--param", "served_model_uri=hf://org/model",
+                                                     pipeline="watch"),
+        field="served_model_uri: 'hf://org/model' is not a modelcar", params=True),
+    row("submit-watch-window-too-short", *submit(*PROMETHEUS, "--param", 'watch_config={"window": "30s"}',
+                                                 pipeline="watch"),
+        field="watch_config.window: 30 s is shorter than two scrape intervals", params=True),
+    row("submit-watch-config-unknown-key", *submit(*PROMETHEUS, "--param", 'watch_config={"windows": "1h"}',
+                                                   pipeline="watch"),
+        field="watch_config.windows: is not a setting", params=True),
+    row("submit-watch-tolerance-negative", *submit(*PROMETHEUS, "--param",
+                                                   'watch_config={"tolerance": {"ttft": -1}}', pipeline="watch"),
+        field="watch_config.tolerance.ttft", params=True),
     row("submit-registry-credentials", *submit("--param", f"registry=bob:{SECRET}@quay.io"), field="registry",
         params=True),
     row("submit-registry-empty-no-dry-run", "submit", "optimize-and-deploy", "--host", DEAD,
@@ -527,6 +556,12 @@ ROWS: list[Row] = [
         field="eval_sets.s: row 1: field 'retrieved_contexts' needs at least 1 item(s), got 0", params=True),
     row("run-eval-sets-rubric-without-judge", *run_local("--param", eval_sets("es-rubric.jsonl", form="rubric")),
         field="eval_sets.s: is a rubric set but eval_sets names no judge", params=True),
+    row("run-eval-sets-rubric-on-hf", *run_local(
+        "--param", "eval_backend=hf", "--param", "eval_sets=" + json.dumps(
+            {"sets": [{"name": "s", "form": "rubric", "uri": "es-rubric.jsonl"}],
+             "judge": {"model_uri": "embedded://smollm2-135m-instruct"}})),
+        field="eval_sets.s: is a rubric set, whose answers come from the served model, but eval_backend is hf",
+        params=True),
     row("run-eval-sets-credentials", *run_local("--param", eval_sets(f"s3://{AWS_KEY_ID}:{SECRET}@bucket/s.jsonl")),
         field="eval_sets: the value carries credentials (not shown)", params=True),
     row("run-eval-sets-missing-file", *run_local("--param", eval_sets("nonexistent.jsonl")),
@@ -664,6 +699,12 @@ ROWS: list[Row] = [
     row("watch-champion-missing", *watch(champion="nope"), field="--champion"),
     row("watch-champion-not-a-record", *watch(champion="list.json"), field="--champion"),
     row("watch-token-file-missing", *watch("--prometheus-token-file", "nope.txt"), field="--prometheus-token-file"),
+    row("watch-model-by-tag", *watch_model("--key", "key.pem", model="oci://quay.io/org/model:latest"), field="--model"),
+    row("watch-model-credentials", *watch_model("--key", "key.pem", model=f"oci://bob:{SECRET}@quay.io/org/m@{DIGEST}"),
+        field="--model"),
+    row("watch-model-without-a-key", *watch_model(), field="--key: is required with --model"),
+    row("watch-model-key-missing", *watch_model("--key", "nope.pem"), field="--key: nope.pem is not a file"),
+    row("watch-model-and-champion", *watch_model("--champion", "candidate.json"), field="--champion"),
     # --- round 3 (issue 34): credentials in every URI-like field, in every userinfo form, refused up front
     # and never shown; a Secret's name that looks like a token is not echoed -----------------------------
     row("verify-url-token-as-user", *verify(url=f"http://{SECRET}@127.0.0.1:9"), field="url: http://... carries "

@@ -1,0 +1,77 @@
+"""KFP wrappers of your own eval sets' run-level and per-candidate steps (logic: shipyard/steps/eval_sets.py).
+
+Each model's measure step evaluates the prepared sets; the candidate's gates decide on them.
+"""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Input, Output
+
+from shipyard.runtimes.runtime import runtime_image
+
+
+@dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
+def prepare_eval_sets(
+    eval_sets: str,
+    prepared: Output[Artifact],
+    calibration_dataset: str = "",
+    text_column: str = "text",
+) -> str:
+    """Your eval sets, prepared once for the run: every set read (file, s3://, pvc://, builtin://),
+    validated against its form's schema, deduplicated, pinned by sha256 and checked for overlap with
+    the calibration data (refused over max_leak_share); mcq/qa/chat/rag sets are compiled into
+    lm-eval tasks and loaded with lm-eval's own loader; rubric rows and the judge's labelled slice
+    are kept for the judge.
+
+    Args:
+        eval_sets: The eval_sets parameter (JSON). Empty: an empty folder, and no later step runs a set.
+        prepared: prepared.json (sets, digests, leak reports, warnings, judge), tasks/, rubric/, labels.jsonl.
+        calibration_dataset: The compression calibration data the sets are checked against.
+        text_column: Its text column.
+
+    Returns the judge model's URI when a rubric set needs judging, else "" (the judge step then does not run).
+    """
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.eval_sets import prepare_step
+
+    if not eval_sets.strip():  # no sets: an empty folder, written here (no runtime started)
+        out = prepare_step(eval_sets="", out_dir=prepared.path)
+    else:
+        # the vllm runtime has what reading (jsonschema, minio) and lm-eval's loader need, in one image
+        out = call_step("vllm", prepare_step, eval_sets=eval_sets, out_dir=prepared.path,
+                        calibration_dataset=calibration_dataset, text_column=text_column, validate_runtime="vllm")
+    prepared.metadata.update({"sets": [s["name"] for s in out["sets"]], "warnings": out["warnings"],
+                              "leaks": [r["line"] for r in out["leaks"]]})
+    for line in [r["line"] for r in out["leaks"]] + out["warnings"]:
+        print(f"eval_sets: {line}", flush=True)
+    return out["judge_model_uri"]
+
+
+@dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
+def judge_eval_sets(
+    prepared: Input[Artifact],
+    base_results: Input[Artifact],
+    candidate_results: Input[Artifact],
+    judged: Output[Artifact],
+):
+    """The judge of your rubric sets for one candidate: the pinned judge model, served by vLLM, reads
+    base's and candidate's answers to every rubric prompt in both orders (greedy), and judges your
+    labelled slice once (its Cohen's kappa decides whether the judge may gate).
+
+    Args:
+        prepared: The prepared eval sets (prepare-eval-sets).
+        base_results: The base's eval-set results (its answers to the rubric prompts).
+        candidate_results: The candidate's.
+        judged: judged.json: per rubric set the verdicts in both orders, and the labelled slice's verdicts.
+            Without rubric sets (this step then runs on a CPU node) nothing is written.
+    """
+    import os
+
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.eval_sets import judge_model_uri, judge_step, load_prepared
+
+    if not judge_model_uri(load_prepared(prepared.path)):  # no rubric set: nothing to judge, no runtime started
+        os.makedirs(judged.path, exist_ok=True)
+        return
+    out = call_step("vllm", judge_step, prepared_dir=prepared.path, base_results=base_results.path,
+                    candidate_results=candidate_results.path, out_dir=judged.path)
+    judged.metadata.update({"sets": sorted((out.get("sets") or {}).keys())})

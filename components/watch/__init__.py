@@ -1,0 +1,1 @@
+"""The watch step: production against the envelope its model was qualified on."""

@@ -1,0 +1,251 @@
+"""The pipeline wiring of the user's eval sets (issue 36): the compiled graph runs them, the verdict
+lands in candidate.json, the candidates report and the decision record, and an empty ``eval_sets``
+changes nothing. The step logic itself is tested in tests/test_eval_sets.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from report_fixtures import BASE_BENCH, BASE_SCORES, CAND_BENCH, CAND_SCORES, SLO, eval_summary, write_json
+
+from shipyard.evaluation.eval_set_tasks import task_name
+from shipyard.steps.eval_sets import has_sets, prepare_step
+from shipyard.steps.judge import judge_candidate
+from shipyard.steps.select import select_champion
+
+ROWS = 300  # enough rows for the paired test to tell a 0.10 loss from a 0.05 margin
+SET = "support"
+THRESHOLDS = json.dumps({"rule": "recovery", "min_recovery": 0.99, "stderr_k": 2})
+
+
+@pytest.fixture(scope="module")
+def ir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    from shipyard.run.compile import compile_pipelines
+
+    out = tmp_path_factory.mktemp("ir")
+    return {path.stem: next(yaml.safe_load_all(path.read_text()))
+            for path in compile_pipelines(out, ["optimize-and-deploy", "promote"])}
+
+
+def _tasks(dag: dict[str, Any], components: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every task of a compiled pipeline by name, through loops and conditions."""
+    found = {}
+    for name, task in (dag.get("tasks") or {}).items():
+        found[name] = task
+        inner = components.get(task["componentRef"]["name"], {}).get("dag")
+        if inner:
+            found.update(_tasks(inner, components))
+    return found
+
+
+def _artifact_from(task: dict[str, Any], name: str) -> str:
+    ref = task["inputs"]["artifacts"][name]
+    return ref.get("componentInputArtifact") or ref["taskOutputArtifact"]["producerTask"]
+
+
+def test_the_compiled_pipeline_prepares_evaluates_judges_and_gates_the_sets(ir: dict[str, dict[str, Any]]) -> None:
+    spec = ir["optimize-and-deploy"]
+    tasks = _tasks(spec["root"]["dag"], spec["components"])
+    prepare = tasks["prepare-eval-sets"]  # once per run, outside the loop over recipes
+    assert prepare["inputs"]["parameters"]["eval_sets"] == {"componentInputParameter": "pipelinechannel--eval_sets"}
+    assert "prepare-eval-sets" in spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    # every model's measure step (both eval backends, base and candidate) reads the prepared sets
+    measuring = [n for n in tasks if n.startswith(("measure-vllm", "evaluate-hf"))]
+    assert len(measuring) == 4
+    assert all(_artifact_from(tasks[n], "eval_sets") == "pipelinechannel--prepare-eval-sets-prepared"
+               for n in measuring)
+    # the judge: one GPU and one CPU branch, decided by the prepare step's answer (the judge's URI)
+    judges = sorted(n for n in tasks if n.startswith("judge-eval-sets"))
+    assert judges == ["judge-eval-sets", "judge-eval-sets-2"]
+    conditions = [t.get("triggerPolicy", {}).get("condition", "") for t in tasks.values()
+                  if set(((spec["components"].get(t["componentRef"]["name"]) or {}).get("dag") or {}).get("tasks", {}))
+                  & set(judges)]
+    assert any("prepare-eval-sets-Output" in c and "!= ''" in c for c in conditions), conditions
+    gates = tasks["candidate-gates"]
+    assert {"eval_sets", "base_eval_sets", "candidate_eval_sets", "eval_sets_judged"} <= set(gates["inputs"]["artifacts"])
+    assert _artifact_from(gates, "eval_sets") == "pipelinechannel--prepare-eval-sets-prepared"
+    # promote has no eval_sets parameter: none of the steps
+    promote = ir["promote"]
+    assert not any("eval-sets" in n for n in _tasks(promote["root"]["dag"], promote["components"]))
+    assert "eval_sets" not in promote["root"]["inputDefinitions"]["parameters"]
+
+
+def _qa_set(folder: Path) -> str:
+    """The eval_sets value of one qa set of ROWS rows, written in ``folder``."""
+    path = folder / f"{SET}.jsonl"
+    path.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Which desk handles ticket {i}?",
+                                        "reference": f"desk {i}"}) + "\n" for i in range(ROWS)))
+    return json.dumps([{"name": SET, "form": "qa", "uri": str(path), "margin": 0.05}])
+
+
+def _set_results(folder: Path, correct: list[int], sha: str) -> str:
+    """A measure step's eval-set results: summary.json and the per-sample log of the set's task."""
+    task = task_name(SET)
+    summary = {**eval_summary({task: {"exact_match,match": {"value": sum(correct) / len(correct), "stderr": 0.01,
+                                                             "higher_is_better": True}}}, sha),
+               "config_hash": "5e75" * 16}
+    write_json(folder, "summary.json", summary)
+    (folder / "samples").mkdir()
+    (folder / "samples" / f"{task}.jsonl").write_text("".join(
+        json.dumps({"doc_id": i, "filter": "match", "exact_match": float(v)}) + "\n" for i, v in enumerate(correct)))
+    return str(folder)
+
+
+def _gate(tmp: Path, recipe: str, **eval_sets: str) -> dict[str, Any]:
+    """The real candidate gates on the report fixtures (which pass accuracy, SLO and safety) plus ``eval_sets``."""
+    return judge_candidate(
+        recipe=recipe, base_eval=write_json(tmp / "base-eval", "summary.json", eval_summary(BASE_SCORES, "ab")),
+        candidate_eval=write_json(tmp / f"{recipe}-eval", "summary.json", eval_summary(CAND_SCORES, "cd")),
+        base_bench=write_json(tmp / "base-bench", "results.json", BASE_BENCH),
+        candidate_bench=write_json(tmp / f"{recipe}-bench", "results.json", CAND_BENCH),
+        thresholds=THRESHOLDS, slo=SLO, out_dir=str(tmp / f"{recipe}-gates"), model_uri=f"/models/{recipe}",
+        compress_figures={"size_before_bytes": 269_060_552, "size_after_bytes": 163_226_688}, **eval_sets)
+
+
+def test_a_candidate_that_fails_an_eval_set_is_not_eligible_with_the_reason(tmp_path: Path) -> None:
+    """prepare_step (real lm-eval loader), then the candidate gates with per-sample logs: the candidate
+    wrong on a planted tenth of the set fails the set's gate, so its candidate.json fails and the
+    selection does not rank it; the one answering like the base passes. The report and the decision
+    record carry the set's row; the metrics are what the step logs into MLflow."""
+    prepared = str(tmp_path / "prepared")
+    out = prepare_step(_qa_set(tmp_path), prepared, validate_runtime="vllm")  # as the pipeline step
+    assert out["judge_model_uri"] == "" and [s["name"] for s in out["sets"]] == [SET] and has_sets(prepared)
+    base = _set_results(tmp_path / "base-sets", [1] * ROWS, "ab")
+    planted = _set_results(tmp_path / "planted-sets", [0 if i % 10 == 0 else 1 for i in range(ROWS)], "cd")
+    same = _set_results(tmp_path / "same-sets", [1] * ROWS, "ef")
+    bad = _gate(tmp_path, "w4a16", eval_sets=prepared, base_eval_sets=base, candidate_eval_sets=planted)
+    good = _gate(tmp_path, "w8a8-int8", eval_sets=prepared, base_eval_sets=base, candidate_eval_sets=same)
+
+    record = json.loads((tmp_path / "w4a16-gates" / "candidate.json").read_text())
+    assert not record["passed"] and not bad["passed"]
+    assert record["accuracy"]["passed"] and record["slo"]["passed"]  # only the eval set failed it
+    assert record["eval_sets"]["verdict"] == "FAIL"
+    assert record["reason"].startswith(f"eval sets gate {SET}: loss 0.1 [")
+    row = record["eval_sets"]["rows"][0]
+    assert row["task"] == SET and row["decision"] == "inferior" and row["paired"]["n"] == ROWS
+    assert [s["sha256"] for s in record["eval_sets"]["sets"]] == [out["sets"][0]["sha256"]]
+    assert bad["metrics"]["eval_sets_passed"] == 0.0 and bad["metrics"][f"eval_sets/{SET}/loss"] == pytest.approx(0.1)
+    assert (tmp_path / "w4a16-gates" / "eval_sets.md").read_text().startswith("# Your eval sets: FAIL")
+    assert good["passed"] and good["candidate"]["eval_sets"]["verdict"] == "pass"
+    assert "eval sets gate all 1 gated eval set(s) non-inferior" in good["reason"]
+
+    result = select_champion([str(tmp_path / "w4a16-gates"), str(tmp_path / "w8a8-int8-gates")], "size",
+                             str(tmp_path / "decision"), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
+    assert result["winner"] != "w4a16"
+    decision = json.loads((tmp_path / "decision" / "decision-record.json").read_text())
+    by = {g["candidate"]: g for g in decision["candidates"]}
+    assert by["w4a16"]["eval_sets"]["verdict"] == "FAIL" and by["w4a16"]["eval_sets"]["rows"][0]["task"] == SET
+    assert by["w8a8-int8"]["eval_sets"]["passed"] is True
+    report = (tmp_path / "r.md").read_text()
+    assert "## Your eval sets" in report and f"| w4a16 | {SET} | exact_match,match | 1 | 0.9 | loss 0.1 [" in report
+    assert "Your eval sets" in (tmp_path / "r.html").read_text()
+
+
+def test_an_empty_eval_sets_adds_nothing(tmp_path: Path) -> None:
+    """``eval_sets`` empty: the prepare step writes an empty folder without starting a runtime, and the
+    candidate gates write the same candidate.json, metrics and files as without the inputs."""
+    prepared = str(tmp_path / "prepared")
+    out = prepare_step("", prepared)
+    assert out["sets"] == [] and out["judge_model_uri"] == "" and not has_sets(prepared)
+    assert sorted(p.name for p in Path(prepared).iterdir()) == ["prepared.json"]
+    empty = tmp_path / "empty-results"
+    empty.mkdir()
+    with_inputs = _gate(tmp_path / "a", "w8a8-int8", eval_sets=prepared, base_eval_sets=str(empty),
+                        candidate_eval_sets=str(empty), eval_sets_judged=str(empty / "judged.json"))
+    without = _gate(tmp_path / "b", "w8a8-int8")
+    assert with_inputs["metrics"] == without["metrics"] and with_inputs["reason"] == without["reason"]
+    assert "eval_sets" not in with_inputs["candidate"]
+    a = json.loads((tmp_path / "a" / "w8a8-int8-gates" / "candidate.json").read_text())
+    b = json.loads((tmp_path / "b" / "w8a8-int8-gates" / "candidate.json").read_text())
+    assert a == b
+    assert sorted(p.name for p in (tmp_path / "a" / "w8a8-int8-gates").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "b" / "w8a8-int8-gates").iterdir())
+
+
+def test_the_readme_local_run_of_the_shipped_sets_is_valid() -> None:
+    """The README's ``shipyard run --local --param 'eval_sets=[...]'`` names the shipped sets of the four
+    lm-eval forms, each readable and valid; its rubric object too."""
+    import re
+
+    from shipyard.evaluation.eval_sets import check_eval_sets
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Your own eval sets", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"shipyard run --local --param 'eval_sets=(.*?)'", section, re.S)
+    assert command is not None
+    _, sets = check_eval_sets(command.group(1))
+    assert sorted(s.form for s in sets) == ["chat", "mcq", "qa", "rag"] and all(len(s.rows) >= 20 for s in sets)
+    rubric = re.search(r"`(\{\"sets\": \[\.\.\., (.*?)\], (\"judge\".*?)\})`", section.replace("\n", " "))
+    assert rubric is not None
+    config, sets = check_eval_sets('{"sets": [' + rubric.group(2) + "], " + rubric.group(3) + "}")
+    assert [s.form for s in sets] == ["rubric"] and config.judge is not None
+
+
+def test_steps_that_read_eval_sets_get_their_secrets() -> None:
+    """An s3:// set, an hf:// judge and s3:// calibration data make the prepare and judge steps need the
+    Secrets; the shipped cluster config gives them (no contract gap), and pre-flight names a missing one."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.params.input_secrets import check_input_secrets, contract_gaps, needed_secrets
+    from shipyard.pipelines.platform import load_cluster_config
+
+    params = {"eval_sets": json.dumps({"sets": [{"name": "s", "form": "rubric", "uri": "s3://evals/s.jsonl"}],
+                                       "judge": {"model_uri": "hf://org/judge@" + "a" * 40}}),
+              "calibration_dataset": "s3://data/calib.jsonl"}
+    needed = needed_secrets(params)
+    assert needed["prepare-eval-sets"] == {"shipyard-s3": ["calibration_dataset", "eval_sets"],
+                                           "hf-token": ["eval_sets"]}
+    assert needed["judge-eval-sets"]["hf-token"] == ["eval_sets"]
+    assert not [gap for gap in contract_gaps(load_cluster_config()) if "eval-sets" in gap[1]]
+    with pytest.raises(ShipyardError, match="step prepare-eval-sets reads"):
+        check_input_secrets(params, {"compress": ["shipyard-s3"], "judge-eval-sets": ["shipyard-s3"]})
+
+
+def test_the_judge_step_runs_only_for_rubric_sets(tmp_path: Path) -> None:
+    """prepare_step returns the judge model's URI only when a rubric set needs it (the pipeline's condition
+    for the GPU branch); without a rubric set judge_step writes nothing and starts no server."""
+    from shipyard.steps.eval_sets import judge_step
+
+    rubric = json.dumps({"sets": [{"name": "homework", "form": "rubric", "uri": "builtin://homework_rubric.jsonl"}],
+                         "judge": {"model_uri": "embedded://smollm2-135m-instruct",
+                                   "labels_uri": "builtin://homework_judge_labels.jsonl"}})
+    out = prepare_step(rubric, str(tmp_path / "rubric"))
+    assert out["judge_model_uri"] == "embedded://smollm2-135m-instruct" and out["manifest"] is None
+    assert (tmp_path / "rubric" / "rubric" / "homework.jsonl").is_file() and (tmp_path / "rubric" / "labels.jsonl").is_file()
+    qa = prepare_step(_qa_set(tmp_path), str(tmp_path / "qa"), validate_runtime="vllm")
+    assert qa["judge_model_uri"] == ""
+    assert judge_step(str(tmp_path / "qa"), str(tmp_path / "none"), str(tmp_path / "none"), str(tmp_path / "judged")) == {}
+    assert list((tmp_path / "judged").iterdir()) == []
+
+
+def test_with_empty_eval_sets_the_real_steps_do_nothing_under_kfp_local(tmp_path: Path) -> None:
+    """The two added KFP steps with ``eval_sets`` empty, as the pipeline runs them: prepare writes only an
+    empty prepared.json and answers "" (so the judge's GPU branch is skipped), and the judge's CPU branch
+    writes nothing; neither starts a runtime (each well under the time of starting one)."""
+    import time
+
+    from kfp import dsl, local
+
+    from shipyard.components.eval_sets.component import judge_eval_sets, prepare_eval_sets
+
+    @dsl.pipeline(name="empty-eval-sets")
+    def pipeline():  # no return annotation: KFP reads it, and this module's annotations are strings
+        prepared = prepare_eval_sets(eval_sets="")
+        judge_eval_sets(prepared=prepared.outputs["prepared"], base_results=prepared.outputs["prepared"],
+                        candidate_results=prepared.outputs["prepared"])
+
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    started = time.monotonic()
+    pipeline()
+    took = time.monotonic() - started
+    run = next((tmp_path / "root").iterdir())
+    prepared = json.loads((run / "prepare-eval-sets" / "prepared" / "prepared.json").read_text())
+    assert prepared["sets"] == [] and prepared["manifest"] is None
+    assert json.loads((run / "prepare-eval-sets" / "executor_output.json").read_text())["parameterValues"] == \
+        {"Output": ""}
+    judged = run / "judge-eval-sets" / "judged"
+    assert not judged.exists() or list(judged.iterdir()) == []
+    print(f"two empty eval-sets steps under kfp.local: {took:.1f} s")
