@@ -362,6 +362,57 @@ def test_registry_fallback_tag_holds_the_referrers(model: Path, selection: Path,
             run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=bad)
 
 
+def _cosign_reads(client: Any, image_digest: str, public_key: Any) -> list[str]:
+    """What ``cosign verify-attestation --key`` (and policy-controller's key authority, tlog ignored)
+    does with an image's attestations, done here by hand: the tag ``sha256-<hex>.att``, one image
+    manifest, each layer a DSSE envelope carrying cosign's signature annotation; the signature over
+    DSSE's PAE checked with the key; the statement's subject the image's digest. Returns the
+    predicate types that verify."""
+    data, media_type = client.get_manifest("sha256-" + image_digest.removeprefix("sha256:") + ".att")
+    manifest = json.loads(data)
+    assert media_type == manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    config = json.loads(client.request("GET", f"blobs/{manifest['config']['digest']}", what="config").content)
+    assert config["rootfs"] == {"type": "layers", "diff_ids": [la["digest"] for la in manifest["layers"]]}
+    verified = []
+    for layer in manifest["layers"]:
+        assert layer["mediaType"] == "application/vnd.dsse.envelope.v1+json"
+        assert layer["annotations"]["dev.cosignproject.cosign/signature"] == ""
+        blob = client.request("GET", f"blobs/{layer['digest']}", what="envelope").content
+        assert "sha256:" + hashlib.sha256(blob).hexdigest() == layer["digest"]
+        env = json.loads(blob)
+        payload = base64.b64decode(env["payload"])
+        pae = b"DSSEv1 %d %s %d %s" % (len(env["payloadType"]), env["payloadType"].encode(), len(payload), payload)
+        try:
+            public_key.verify(base64.b64decode(env["signatures"][0]["sig"]), pae)
+        except Exception:  # noqa: BLE001 - cryptography's InvalidSignature: this layer does not verify
+            continue
+        stmt = json.loads(payload)
+        if image_digest.removeprefix("sha256:") in [s["digest"]["sha256"] for s in stmt["subject"]]:
+            assert layer["annotations"]["predicateType"] == stmt["predicateType"]
+            verified.append(stmt["predicateType"])
+    return verified
+
+
+def test_cosigns_attestation_tag_holds_the_same_envelopes(model: Path, selection: Path, keys: dict[str, Path],
+                                                          tmp_path: Path, registry: LocalRegistry) -> None:
+    """sigstore policy-controller (ClusterImagePolicy with a key authority) and ``cosign
+    verify-attestation`` read cosign's own layout, not OCI 1.1 referrers: the package step writes both."""
+    from shipyard.oci.client import RegistryClient
+
+    car = _package(model, tmp_path / "champion", registry=registry.address, repository="team/cosign")
+    out = attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+    assert out["cosign_tag"] == "sha256-" + car["digest"].removeprefix("sha256:") + ".att"
+    client = RegistryClient(registry.address, "team/cosign")
+    signer = serialization.load_pem_public_key(keys["signer_pub"].read_bytes())
+    assert sorted(_cosign_reads(client, car["digest"], signer)) == sorted(evidence.REQUIRED_TYPES)
+    other = serialization.load_pem_public_key(keys["other_pub"].read_bytes())
+    assert _cosign_reads(client, car["digest"], other) == []  # another key verifies nothing
+    # attesting again keeps the layers there and adds the new summary once
+    attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+    layers = json.loads(client.get_manifest(out["cosign_tag"])[0])["layers"]
+    assert len({la["digest"] for la in layers}) == len(layers) >= 5
+
+
 def test_bad_input_is_one_line(keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cases = [
         (["oci://quay.io/org/m:v1", "--key", str(keys["signer_pub"])], "uri: oci://quay.io/org/m:v1 uses the mutable tag"),

@@ -21,8 +21,13 @@ P-384 are read too); ``keyid`` is the sha256 of the public key's DER SubjectPubl
   with an ``OCI-Subject`` header and lists it under ``/v2/<repo>/referrers/<digest>``; one without
   (distribution 2.x, Debian's ``docker-registry``) gets the OCI 1.1 **referrers tag schema**: the
   tag ``sha256-<hex>`` holds an image index of the referrers, updated on each push. This is the
-  distribution spec's fallback, which ``oras discover`` and regclient read; cosign's own
-  ``sha256-<hex>.att`` tag is a different format (one manifest whose layers are the envelopes).
+  distribution spec's fallback, which ``oras discover`` and regclient read.
+* In a registry the same envelopes are also stored the way cosign stores attestations, which is
+  what ``cosign verify-attestation --key`` and sigstore policy-controller read by default: the tag
+  ``sha256-<hex>.att`` holds one image manifest whose layers are the envelopes (media type
+  ``application/vnd.dsse.envelope.v1+json``, annotations ``dev.cosignproject.cosign/signature: ""``
+  and ``predicateType``), its config an image config listing them as ``rootfs.diff_ids``
+  (:func:`cosign_manifest`). Same blobs, a second index of them.
 
 Where the keys come from (a Kubernetes Secret in the cluster, a file locally):
 :func:`signing_key`, :func:`trust_key` and :mod:`shipyard.core.contract`.
@@ -36,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +54,7 @@ from shipyard.core.files import atomic_write_text
 from shipyard.oci.layout import (
     ATTESTATION_ARTIFACT_TYPE,
     EMPTY_JSON,
+    MT_CONFIG,
     MT_DSSE,
     MT_EMPTY,
     MT_INDEX,
@@ -348,6 +355,36 @@ def fallback_tag(digest: str) -> str:
     return f"{algo}-{hexd}"
 
 
+#: cosign's attestation storage: the tag suffix and the layer annotations it writes and reads
+COSIGN_TAG_SUFFIX = ".att"
+COSIGN_SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
+COSIGN_PREDICATE_ANNOTATION = "predicateType"
+
+
+def cosign_tag(digest: str) -> str:
+    """cosign's attestation tag for the image ``digest``: ``sha256-<hex>.att``."""
+    return fallback_tag(digest) + COSIGN_TAG_SUFFIX
+
+
+def cosign_manifest(layers: list[dict[str, Any]]) -> tuple[bytes, bytes]:
+    """cosign's attestation image over ``layers`` (DSSE envelope descriptors, each annotated with the
+    predicate type): its config (an image config whose ``rootfs.diff_ids`` are the envelopes, the
+    history one empty entry per layer, as go-containerregistry writes an image appended to an
+    empty one) and its manifest."""
+    zero = "0001-01-01T00:00:00Z"
+    config = canonical_json({"architecture": "", "created": zero, "history": [{"created": zero} for _ in layers],
+                             "os": "", "rootfs": {"type": "layers", "diff_ids": [la["digest"] for la in layers]},
+                             "config": {}})
+    manifest = canonical_json({"schemaVersion": 2, "mediaType": MT_MANIFEST,
+                               "config": descriptor(MT_CONFIG, config), "layers": layers})
+    return config, manifest
+
+
+def _cosign_layer(envelope_desc: dict[str, Any], predicate_type: str) -> dict[str, Any]:
+    return {"mediaType": MT_DSSE, "digest": envelope_desc["digest"], "size": envelope_desc["size"],
+            "annotations": {COSIGN_SIGNATURE_ANNOTATION: "", COSIGN_PREDICATE_ANNOTATION: predicate_type}}
+
+
 def referrer_manifest(envelope: bytes, subject: dict[str, Any], predicate_type: str) -> bytes:
     """The OCI 1.1 artifact manifest that stores ``envelope`` as a referrer of ``subject``."""
     return canonical_json({
@@ -462,10 +499,12 @@ def push_attestations(layout_dir: str | os.PathLike[str], subject_digest: str, r
     """Push the layout's referrers of ``subject_digest`` to ``registry/repository`` (the image must be
     there already). Each referrer manifest goes by digest; when the registry does not answer with
     ``OCI-Subject`` (no referrers API), the tag ``sha256-<hex>`` gets an image index listing them.
-    Returns ``{"referrers": [digest...], "referrers_api": bool, "fallback_tag": tag or ""}``."""
+    The envelopes also go under cosign's tag ``sha256-<hex>.att`` (:func:`cosign_manifest`; layers
+    already there are kept). Returns ``{"referrers": [digest...], "referrers_api": bool,
+    "fallback_tag": tag or "", "cosign_tag": tag or ""}``."""
     layout = Layout(layout_dir)
     client = _client(registry, repository, insecure_tls)
-    pushed, api = [], True
+    pushed, api, layers = [], True, []
     for desc in layout.index().get("manifests", []):
         if desc.get("artifactType") != ATTESTATION_ARTIFACT_TYPE:
             continue
@@ -479,6 +518,7 @@ def push_attestations(layout_dir: str | os.PathLike[str], subject_digest: str, r
                               ok=(201, 200), body=lambda data=data: data, headers={"Content-Type": MT_MANIFEST})
         api = api and bool(resp.headers.get(SUBJECT_HEADER))
         pushed.append(_index_descriptor(data))
+        layers.append(_cosign_layer(doc["layers"][0], str((doc.get("annotations") or {}).get(PREDICATE_ANNOTATION, ""))))
     tag = ""
     if pushed and not api:
         tag = fallback_tag(subject_digest)
@@ -487,7 +527,30 @@ def push_attestations(layout_dir: str | os.PathLike[str], subject_digest: str, r
         have = {m.get("digest") for m in index["manifests"]}
         index["manifests"] += [d for d in pushed if d["digest"] not in have]
         client.put_manifest(tag, canonical_json(index), MT_INDEX)
-    return {"referrers": [d["digest"] for d in pushed], "referrers_api": api and bool(pushed), "fallback_tag": tag}
+    att_tag = _push_cosign_tag(client, subject_digest, layers) if layers else ""
+    return {"referrers": [d["digest"] for d in pushed], "referrers_api": api and bool(pushed), "fallback_tag": tag,
+            "cosign_tag": att_tag}
+
+
+def _push_cosign_tag(client: Any, subject_digest: str, layers: list[dict[str, Any]]) -> str:
+    """Put ``layers`` (and the ones the tag already holds) under cosign's ``sha256-<hex>.att``."""
+    tag = cosign_tag(subject_digest)
+    resp = client.request("GET", f"manifests/{tag}", what=f"get cosign tag {tag}", ok=(200, 404),
+                          headers={"Accept": MT_MANIFEST})
+    kept: list[dict[str, Any]] = []
+    if resp.status_code == 200 and len(resp.content) <= MAX_ENVELOPE_BYTES:
+        try:
+            kept = [la for la in json.loads(resp.content).get("layers") or [] if isinstance(la, dict)]
+        except (ValueError, AttributeError):
+            kept = []
+    have = {la.get("digest") for la in kept}
+    config, manifest = cosign_manifest(kept + [la for la in layers if la["digest"] not in have])
+    desc = descriptor(MT_CONFIG, config)
+    with tempfile.TemporaryDirectory(prefix="shipyard-cosign-") as tmp:
+        (Path(tmp) / "config.json").write_bytes(config)
+        client.push_blob(Path(tmp) / "config.json", desc["digest"], desc["size"])
+    client.put_manifest(tag, manifest, MT_MANIFEST)
+    return tag
 
 
 def registry_attestations(registry: str, repository: str, subject_digest: str, *,

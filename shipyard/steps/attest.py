@@ -61,7 +61,7 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
     key (default: ``SHIPYARD_ATTESTATION_KEY`` from the Secret). The other arguments name the records
     the evidence is built from (see :func:`shipyard.gates.evidence.evidence_statements`). Raises when
     what was stored does not verify. Returns ``{"uri", "digest", "decision", "vsa_digest", "keyid",
-    "statements", "stored", "referrers_api", "fallback_tag", "verification"}``."""
+    "statements", "stored", "referrers_api", "fallback_tag", "cosign_tag", "verification"}``."""
     import hashlib
 
     from shipyard.gates.evidence import VSA, evidence_statements, sign_evidence, verify_evidence
@@ -81,7 +81,7 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
     descs = att.attach_to_layout(package_dir, digest, envelopes)
     layout_uri = layout_reference(package_dir, digest)
     stored = [f"OCI layout {Path(package_dir).resolve()}"]
-    pushed: dict[str, Any] = {"referrers_api": False, "fallback_tag": ""}
+    pushed: dict[str, Any] = {"referrers_api": False, "fallback_tag": "", "cosign_tag": ""}
     ref = parse(uri, "uri")
     if not ref.is_layout:
         pushed = att.push_attestations(package_dir, digest, ref.registry, ref.repository, insecure_tls=insecure_tls)
@@ -105,6 +105,7 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
     out = {"uri": uri, "digest": digest, "decision": (checks[-1]["vsa"] or {}).get("result"),
            "vsa_digest": vsa["envelope_digest"], "keyid": att.keyid(key.public_key()), "statements": rows,
            "stored": stored, "referrers_api": pushed["referrers_api"], "fallback_tag": pushed["fallback_tag"],
+           "cosign_tag": pushed["cosign_tag"],
            "verification": {"passed": checks[-1]["passed"], "checks": checks[-1]["checks"],
                             "found_via": checks[-1]["found_via"]}}
     atomic_write_text(Path(package_dir) / SUMMARY_JSON, json.dumps(out, indent=2, sort_keys=True))
