@@ -1,6 +1,7 @@
-"""manifests/components/attestation-policies: the opt-in admission policies (Kyverno
-ImageValidatingPolicy on the LLMInferenceService's spec.model.uri, sigstore policy-controller
-ClusterImagePolicy on pods) built with the real ``kubectl kustomize`` inside a tiny overlay per layout,
+"""manifests/components/attestation-policies(-kyverno): the opt-in admission policies (sigstore
+policy-controller ClusterImagePolicy on pods; Kyverno ImageValidatingPolicy on the
+LLMInferenceService's spec.model.uri, not usable yet with shipyard's attestations) built with the
+real ``kubectl kustomize`` inside a tiny overlay per layout, both Components in it,
 every document validated against its vendored CRD by the one validator
 (:mod:`shipyard.serving.kserve.validate`), and checked against what shipyard signs and where its key lives.
 
@@ -30,6 +31,8 @@ from shipyard.serving.kserve.validate import known_kinds, validate_documents, va
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 COMPONENT = MANIFESTS / "components" / "attestation-policies"
+#: the Kyverno policy, its own Component (not usable yet with shipyard's attestations: manifests/README.md)
+KYVERNO = MANIFESTS / "components" / "attestation-policies-kyverno"
 KUBECTL = shutil.which("kubectl")
 LAYOUTS = sorted(load_cluster_config()["layouts"])
 IVP = ("policies.kyverno.io", "ImageValidatingPolicy")
@@ -45,19 +48,18 @@ def _readme_patch() -> dict[str, Any]:
     return yaml.safe_load(block.group(1))
 
 
-def build(tmp_path: Path, layout_name: str) -> list[dict[str, Any]]:
+def build(tmp_path: Path, layout_name: str, components: tuple[Path, ...] = (COMPONENT, KYVERNO)) -> list[dict[str, Any]]:
     """The Component inside an overlay shaped like the layout's: none for kfp-standalone (whose top
     overlay sets no namespace), the profile namespace plus the README's patch for multi-user."""
     require_tool(KUBECTL is not None, "kubectl with kustomize (Debian/Google Cloud SDK kubectl)")
     layout = cluster_layout(layout_name)
     overlay = tmp_path / layout_name
     overlay.mkdir()
-    rel = os.path.relpath(COMPONENT, overlay)
     kustomization: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                                     "components": [rel]}
-    if layout["pipeline_namespace"] != "kubeflow":
+                                     "components": [os.path.relpath(c, overlay) for c in components]}
+    if layout["pipeline_namespace"] != "kubeflow" and KYVERNO in components:
         snippet = _readme_patch()
-        assert [Path(c).name for c in snippet["components"]] == [COMPONENT.name]
+        assert [Path(c).name for c in snippet["components"]] == [KYVERNO.name]
         patches = yaml.safe_dump(snippet["patches"]).replace("kubeflow-user-example-com", layout["pipeline_namespace"])
         kustomization |= {"namespace": layout["pipeline_namespace"], "patches": yaml.safe_load(patches)}
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
@@ -249,3 +251,10 @@ def test_vendored_crds_are_the_upstream_blobs_sources_md_names(local):
     sources = (SCHEMAS_DIR / "SOURCES.md").read_text()
     row = next(line for line in sources.splitlines() if line.startswith(f"| {local} |"))
     assert re.search(r"\| ([0-9a-f]{40}) \|", row).group(1) == _blob_id(SCHEMAS_DIR / local)
+
+
+def test_the_usable_component_needs_no_kyverno(tmp_path: Path) -> None:
+    """components/attestation-policies alone is the policy-controller policy: a cluster without Kyverno
+    (no ImageValidatingPolicy CRD) can apply it."""
+    docs = build(tmp_path, "kfp-standalone", (COMPONENT,))
+    assert [(d["apiVersion"].rpartition("/")[0], d["kind"]) for d in docs] == [CIP]
