@@ -770,7 +770,7 @@ def _bad_template(**changes):
         ({"secret_env": ["HF_TOKEN"]}, "deploy_config.secret_env", "must be an object"),
         ({"probes": {"startup_seconds": -5}}, "deploy_config.probes.startup_seconds", "positive number"),
         ({"probes": {"startup_seconds": "1h"}}, "deploy_config.probes.startup_seconds", "positive number"),
-        ({"probes": {"period_seconds": 0}}, "deploy_config.probes.period_seconds", ">= 1"),
+        ({"probes": {"period_seconds": 0}}, "deploy_config.probes.period_seconds", "from 1 to 2147483647"),
         ({"probes": {"liveness": {"period": 10}}}, "deploy_config.probes.liveness.period", "not a probe timing"),
         ({"probes": {"liveness": {"success_threshold": 2}}}, "deploy_config.probes.liveness.success_threshold", "must be 1"),
         ({"probes": {"startup": 10}}, "deploy_config.probes.startup", "not a deploy parameter"),

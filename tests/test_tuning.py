@@ -162,3 +162,21 @@ def test_selection_writes_frontier_decision_record_and_deploy_serves_the_searche
     env = {e["name"]: e["value"] for e in svc["spec"]["template"]["containers"][0].get("env", []) if "value" in e}
     args = shlex.split(env["VLLM_ADDITIONAL_ARGS"])
     assert args[args.index("--max-num-seqs") + 1] == "32"
+
+
+def test_kv_cache_dtypes_are_the_pinned_vllms() -> None:
+    """The values tuning accepts for kv_cache_dtype are vLLM's own (its CacheDType literal, read from the
+    vllm runtime's source): a value vLLM would refuse after the model loaded is refused at pre-flight."""
+    import ast
+    import subprocess
+
+    from shipyard.runtimes.runtime import venv_python
+    from shipyard.serving.planner import VLLM_KV_CACHE_DTYPES
+
+    where = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"  # no import of vllm
+    package = subprocess.run([str(venv_python("vllm")), "-c", where], capture_output=True, text=True, timeout=120,
+                             check=True).stdout.strip()
+    tree = ast.parse((Path(package) / "config" / "cache.py").read_text())
+    literal = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                   and any(getattr(t, "id", "") == "CacheDType" for t in node.targets))
+    assert tuple(elt.value for elt in literal.slice.elts) == VLLM_KV_CACHE_DTYPES

@@ -46,6 +46,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 from shipyard.core.jsonargs import json_object
 from shipyard.core.records import read_optional_record
+from shipyard.serving.planner import VLLM_KV_CACHE_DTYPES
 
 SCHEMA = "shipyard.tuning/v1"
 TUNING_FILE = "tuning.json"
@@ -87,7 +88,7 @@ def _values(name: str, values: Any) -> list[Any]:
         if name == "enable_prefix_caching":
             ok = isinstance(v, bool)
         elif name == "kv_cache_dtype":
-            ok = isinstance(v, str) and v.strip() != ""
+            ok = v in VLLM_KV_CACHE_DTYPES
         elif name == "gpu_memory_utilization":
             ok = isinstance(v, int | float) and not isinstance(v, bool) and 0.05 <= v <= 0.99
         else:
@@ -96,7 +97,7 @@ def _values(name: str, values: Any) -> list[Any]:
             raise _bad(f"space.{name}", f"{v!r} is not a valid value",
                        "true/false" if name == "enable_prefix_caching" else
                        "a fraction in [0.05, 0.99]" if name == "gpu_memory_utilization" else
-                       '"auto" or "fp8"' if name == "kv_cache_dtype" else "a whole number >= 1")
+                       f"one of vLLM's: {', '.join(VLLM_KV_CACHE_DTYPES)}" if name == "kv_cache_dtype" else "a whole number >= 1")
     return list(dict.fromkeys(values))
 
 

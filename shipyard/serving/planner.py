@@ -42,6 +42,13 @@ NON_TORCH_BYTES = int(0.25 * GIB)  # cuBLAS/attention workspaces after the CUDA 
 NCCL_BYTES = int(0.5 * GIB)  # extra per GPU when tensor parallel (NCCL buffers, custom all-reduce)
 CUDAGRAPH_BYTES = int(0.5 * GIB)  # vLLM's CUDA graph estimate; 0 with --enforce-eager
 
+#: the ``--kv-cache-dtype`` values the pinned vLLM (0.32) accepts: its ``CacheDType`` literal
+#: (``vllm/config/cache.py``; tests/test_tuning.py compares the two)
+VLLM_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                        "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+                        "turboquant_3bit_nc", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
+                        "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
+
 _DTYPE_BYTES = {
     "float32": 4.0,
     "float": 4.0,

@@ -19,6 +19,7 @@ and, once the promotion gate ran, ``shipyard.metric.<name>`` for each measured f
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -190,13 +191,27 @@ def register_candidate(
     return get_version(tracker, name, str(found.version))
 
 
+_ALIAS = re.compile(r"[A-Za-z0-9_-]{1,255}")
+
+
+def check_alias(alias: str, field: str = "alias") -> str:
+    """``alias`` as MLflow accepts one (it answers INVALID_PARAMETER_VALUE otherwise): letters, digits,
+    '_' and '-', never 'latest' and never v<number> (both name versions); one line naming ``field``."""
+    text = (alias or "").strip()
+    if (not _ALIAS.fullmatch(text) or text.lower() == "latest"
+            or (text.lower().startswith("v") and text[1:].isdigit())):
+        raise ShipyardError(field, f"{str(alias)[:80]!r} is not a usable alias",
+                            "use letters, digits, '_' and '-', e.g. 'candidate' or 'prod-eu' (MLflow reserves "
+                            "v<number> and 'latest')")
+    return text
+
+
 def set_alias(tracker: Tracker, model_name: str, alias: str, version: str) -> None:
     """Point ``alias`` at ``version`` (moving it if another version held it)."""
-    if not alias or alias.strip().lower().startswith("v") and alias[1:].isdigit():
-        raise ShipyardError("alias", f"{alias!r} is not a usable alias", "use a word such as 'candidate'")
+    alias = check_alias(alias)
     get_version(tracker, model_name, version)
     tracker.call(
-        "set the alias", tracker.client.set_registered_model_alias, model_name, alias.strip(), str(version)
+        "set the alias", tracker.client.set_registered_model_alias, model_name, alias, str(version)
     )
 
 
@@ -250,6 +265,9 @@ def rollback(tracker: Tracker, model_name: str, reason: str = "") -> dict[str, s
     Fails with one line when there is nothing to roll back to. Returns the aliases afterwards.
     """
     name = _validate_name(model_name)
+    if not model_exists(tracker, name):
+        raise ShipyardError("MODEL", f"{tracker.uri} holds no registered model {name!r}",
+                            "check the name (the pipelines' registered_model_name parameter)")
     current = aliases(tracker, name)
     bad = current.get(PRODUCTION)
     history = _history(tracker, name)

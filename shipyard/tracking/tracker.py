@@ -239,6 +239,10 @@ def resolve_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str
         uri = str(Path(work_dir).resolve() if work_dir else default_work_dir()) + "/mlruns"
     if "://" not in uri:
         uri = Path(uri).resolve().as_uri()
+    scheme = uri.partition("://")[0].lower()
+    if scheme not in ("http", "https", "file"):
+        raise ShipyardError("tracking_uri", f"{scheme[:20]}:// is not an MLflow tracking URI",
+                            "use an MLflow server's http(s)://host:port, or a file store's path")
     if uri.startswith("file:") and contract.in_cluster():
         raise ShipyardError("tracking_uri", f"{uri} is a file store inside a pipeline pod: its records are lost "
                             "with the pod", "point tracking_uri or MLFLOW_TRACKING_URI (Secret shipyard-mlflow) "

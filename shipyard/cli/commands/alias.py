@@ -75,14 +75,9 @@ def _model(name: str) -> str:
 
 
 def _alias(name: str) -> str:
-    text = (name or "").strip()
-    if not text or len(text) > 255 or any(c.isspace() or not c.isprintable() for c in text) or (
-            text.lower().startswith("v") and text[1:].isdigit()):
-        raise ShipyardError("ALIAS", f"{name!r} is not a usable alias",
-                            "use a word such as production (MLflow reserves v<number> and 'latest')")
-    if text.lower() == "latest":
-        raise ShipyardError("ALIAS", "'latest' is reserved by MLflow", "use a word such as production")
-    return text
+    from shipyard.tracking.model_registry import check_alias
+
+    return check_alias(name, "ALIAS")
 
 
 def _print(aliases: dict[str, str], fmt: str | None, model: str) -> None:

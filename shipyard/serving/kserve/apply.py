@@ -138,19 +138,27 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, *,
     (:data:`CONNECT_ATTEMPTS` attempts), read within ``timeout_s`` (default
     :data:`~shipyard.serving.kserve.config.API_TIMEOUT_S`, above the API server's own 60 s)."""
     import urllib3
+    import yaml
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
     path = kubeconfig or os.environ.get("KUBECONFIG")
     default = os.path.expanduser("~/.kube/config")
     configuration = client.Configuration()
+    given = path or (default if os.path.exists(default) else "")
+    if given and os.pathsep not in given and os.path.exists(given) and not os.path.isfile(given):
+        raise ShipyardError("kubeconfig", f"{given} is not a regular file (a FIFO or a folder would be read forever "
+                            "or not at all)", "give the kubeconfig file itself")
     try:
         if path or os.path.exists(default):
             config.load_kube_config(config_file=path or default, context=context, client_configuration=configuration)
         else:
             config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, OSError, TypeError, ValueError) as err:
-        raise ShipyardError("kubeconfig", f"cannot load cluster credentials: {str(err).splitlines()[0]}",
+    except yaml.YAMLError as err:
+        raise ShipyardError("kubeconfig", f"{path or default} is not YAML ({str(err).splitlines()[0]})",
+                            "give a kubeconfig file (kubectl config view --raw > FILE)") from None
+    except (ConfigException, OSError, TypeError, ValueError, AttributeError) as err:
+        raise ShipyardError("kubeconfig", f"cannot load cluster credentials: {(str(err).splitlines() or [type(err).__name__])[0]}",
                             "give --kubeconfig, set KUBECONFIG, or run inside the cluster") from None
     refuse_credentials(configuration.host, "kubeconfig", "the cluster's server URL carries credentials: keep "
                        "them in the kubeconfig's user entry (token, client certificate), not in server")

@@ -62,6 +62,8 @@ EPP_CONFIG_APIS: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {
 #: disagg-profile-handler when it migrates a config)
 PD_PROFILE_HANDLERS = ("disagg-profile-handler", "pd-profile-handler")
 POOL_KEYS = {"vllm_args"}
+#: the largest value of a Kubernetes int32 field (a Probe's seconds and thresholds)
+INT32_MAX = 2**31 - 1
 PROBE_KEYS = {"period_seconds", "timeout_seconds", "failure_threshold", "initial_delay_seconds", "success_threshold"}
 OFFLOAD_KEYS = {"cpu", "eviction_policy", "secondary"}
 LORA_KEYS = {"adapters", "max_adapters", "max_rank", "max_cpu_adapters"}
@@ -692,8 +694,11 @@ def _check_probes(p: Probes) -> None:
                                           or not math.isfinite(p.startup_seconds) or p.startup_seconds <= 0):
         raise _fail("probes.startup_seconds", f"{p.startup_seconds!r} is not a positive number of seconds",
                     "give how long vLLM may take to start, e.g. 1800")
-    if isinstance(p.period_seconds, bool) or not isinstance(p.period_seconds, int) or p.period_seconds < 1:
-        raise _fail("probes.period_seconds", f"{p.period_seconds!r} must be an integer >= 1", "e.g. 10")
+    if isinstance(p.period_seconds, bool) or not isinstance(p.period_seconds, int) or not 1 <= p.period_seconds <= INT32_MAX:
+        raise _fail("probes.period_seconds", f"{p.period_seconds!r} must be an integer from 1 to {INT32_MAX}", "e.g. 10")
+    if p.startup_seconds is not None and math.ceil(p.startup_seconds / p.period_seconds) > INT32_MAX:
+        raise _fail("probes.startup_seconds", f"{p.startup_seconds!r} s at {p.period_seconds} s a probe needs more "
+                    f"than {INT32_MAX} probes (Kubernetes' failureThreshold is an int32)", "give hours, e.g. 7200")
     for kind in ("liveness", "readiness"):
         timings = getattr(p, kind)
         if timings is None:
@@ -704,8 +709,9 @@ def _check_probes(p: Probes) -> None:
             if key not in PROBE_KEYS:
                 raise _fail(f"probes.{kind}.{key}", "is not a probe timing", f"use {', '.join(sorted(PROBE_KEYS))}")
             low = 0 if key == "initial_delay_seconds" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise _fail(f"probes.{kind}.{key}", f"{value!r} must be an integer >= {low}", "give whole seconds or counts")
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT32_MAX:
+                raise _fail(f"probes.{kind}.{key}", f"{value!r} must be an integer from {low} to {INT32_MAX} (an int32 "
+                            "in Kubernetes' Probe)", "give whole seconds or counts")
         if kind == "liveness" and timings.get("success_threshold", 1) != 1:
             raise _fail("probes.liveness.success_threshold", "must be 1 (Kubernetes)", "drop it")
 
