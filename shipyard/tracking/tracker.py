@@ -465,12 +465,35 @@ class Tracker:
                     return fn(*args, **kwargs)
             except Exception as err:
                 if not _is_transient(err):
+                    refused = self._refused(what, err)
+                    if refused is not None:
+                        raise refused from None
                     raise
                 if self.retry.is_last(attempt):
                     if self.is_remote:
                         self.down = _short(err)
                     raise self._unreachable(what, _short(err), self.retry.attempts) from None
         raise AssertionError("unreachable")
+
+    def _refused(self, what: str, err: BaseException) -> ShipyardError | None:
+        """An answer that is not MLflow's API (a login page, another service's 404) or a refusal (401,
+        403), as one line naming the tracking URI; None for MLflow's own errors (a missing model...)."""
+        text = " ".join(str(err).split())
+        code = re.search(r"error code (\d{3}) != 200", text)
+        not_json = "response body was not in a valid JSON format" in text  # a 200 that is not MLflow's API
+        if not self.is_remote or (code is None and not not_json):
+            return None
+        status = int(code.group(1)) if code else 200
+        body = text.partition("Response body: ")[2].lstrip("'\"")
+        if status in (401, 403):
+            return ShipyardError("tracking_uri", f"{self.uri} refused to {what} (HTTP {status})",
+                                 "give MLflow's credentials (MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "
+                                 "MLFLOW_TRACKING_PASSWORD; in a cluster the Secret shipyard-mlflow)")
+        if body.startswith("<") or not body.startswith("{"):
+            return ShipyardError("tracking_uri", f"{self.uri} is not an MLflow server: asked to {what}, it answered "
+                                 f"HTTP {status} with {'an HTML page (a login page?)' if body.startswith('<') else 'no MLflow error'}",
+                                 "point the tracking URI at the MLflow server (its API answers /api/2.0/mlflow/...)")
+        return None
 
     def probe(self, timeout_s: float = 3.0) -> str:
         """Ask an HTTP server's ``/health`` once, without importing MLflow.

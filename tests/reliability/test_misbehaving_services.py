@@ -143,6 +143,23 @@ def test_runs_against_a_wrong_service_is_one_line(tmp_path: Path, status: int, b
     assert proc.stdout == "" and seconds < 15
 
 
+@pytest.mark.parametrize(("status", "body", "kind", "said"), [
+    (200, b"<html><body><form>Sign in</form></body></html>", "text/html; charset=utf-8", "is not an MLflow server"),
+    (404, b"<!DOCTYPE HTML><title>404 Not Found</title>", "text/html", "is not an MLflow server"),
+    (403, b"<html>Forbidden</html>", "text/html", "refused to read the registered model (HTTP 403)"),
+], ids=["login-page", "wrong-service-404", "forbidden"])
+@pytest.mark.parametrize("sub", ["show", "rollback"])
+def test_alias_against_a_wrong_service_is_one_line(tmp_path: Path, status: int, body: bytes, kind: str, said: str,
+                                                   sub: str) -> None:
+    """MLflow's client raises its own exception for a page that is not its API (exit 70 before): one
+    line naming the tracking URI, the answer and the fix."""
+    with _web(status, body, kind) as url:
+        proc, seconds = _cli(tmp_path, "alias", sub, "tiny", "--tracking-uri", url, capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2 and line.startswith(f"shipyard: error: tracking_uri: {url} ") and said in line, line
+    assert seconds < 60
+
+
 # --------------------------------------------------------------------------- pipes, descriptors, debug
 
 
