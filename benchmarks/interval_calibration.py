@@ -64,6 +64,8 @@ def calibrate(n: int, pairs: int, seed: int) -> dict[str, Any]:
         measured = {key: fc[key] / fb[key] for key, _, _ in FIGURES}
         for row in level_ratios(base, cand, measured):
             c = counts[row["figure"]]
+            if row["lower_is_better"]:
+                c["point_over_1.2"] += row["ratio"] > 1.2
             if row["low"] is None:
                 c["none"] += 1
                 notes.add(row["note"])
@@ -71,7 +73,6 @@ def calibrate(n: int, pairs: int, seed: int) -> dict[str, Any]:
             c["miss"] += not row["low"] <= 1 <= row["high"]
             c["width"] += row["high"] - row["low"]
             if row["lower_is_better"]:
-                c["point_over_1.2"] += row["ratio"] > 1.2
                 c["low_over_1.2"] += row["low"] > 1.2
     out = {}
     for key, c in counts.items():
