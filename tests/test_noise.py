@@ -14,7 +14,8 @@ import report_fixtures as fx
 
 from shipyard.benchmarking.guidellm import build_scenario, parse_benchmark_config, parse_guidellm_report
 from shipyard.core.numbers import percentile
-from shipyard.gates.noise import WITHIN_NOISE, comparison
+from shipyard.core.report import MIN_SAMPLES
+from shipyard.gates.noise import WITHIN_NOISE, comparison, expanded_tail, ratio_text, t_quantile
 from shipyard.gates.slo import compare, parse_slo, run_slo_gate
 
 
@@ -55,16 +56,68 @@ def rows_by_figure(decision: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 # --------------------------------------------------------------------------- intervals
 def test_the_same_weights_measured_twice_differ_by_no_more_than_noise() -> None:
-    """Two benchmarks of one model (two draws from one machine): every ratio's interval covers 1, and the
-    words say so, even where the point is off by 10% or more (a p99 of 12 requests is about the slowest)."""
+    """Two benchmarks of one model (two draws from one machine), 12 requests a level: the throughput interval
+    covers 1 and the words say so; the p99s of 12 requests (about the slowest one) get no interval but say
+    why, though the point alone would have claimed a 3% slowdown."""
     base = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=1030, itl_ms=85, latency_s=1.63)
     cand = measured("concurrent@1", 1, seed=2, n=12, ttft_ms=1030, itl_ms=85, latency_s=1.63)
     rows = rows_by_figure(pair_of(base, cand))
     assert set(rows) == {"output_tokens_per_s", "ttft_p99", "itl_p99"}
-    for row in rows.values():
-        assert row["low"] < 1 < row["high"] and row["words"] == WITHIN_NOISE, row
-        assert row["low"] <= row["ratio"] <= row["high"]  # centred on the figure the reports show
+    tps = rows["output_tokens_per_s"]
+    assert tps["low"] < 1 < tps["high"] and tps["words"] == WITHIN_NOISE, tps
+    assert tps["low"] <= tps["ratio"] <= tps["high"]  # centred on the figure the reports show
+    for key in ("ttft_p99", "itl_p99"):
+        row = rows[key]
+        assert row["low"] is None and row["unresolved"] and row["words"] == "no interval", row
+        assert row["note"] == f"too few requests for a p99 interval: 12 < {MIN_SAMPLES}"
+        assert f"(too few requests for a p99 interval: 12 < {MIN_SAMPLES})" in ratio_text(row)
     assert rows["ttft_p99"]["ratio"] > 1.03  # the point alone would have claimed a 3% slowdown
+
+
+def test_a_p99_interval_needs_enough_requests_on_both_sides() -> None:
+    """100 requests a side resolve a p99 (the interval covers 1 for the same weights); 100 against 99 does not."""
+    base = measured("concurrent@1", 1, seed=21, n=100, ttft_ms=200, itl_ms=60, latency_s=1.2)
+    cand = measured("concurrent@1", 1, seed=22, n=100, ttft_ms=200, itl_ms=60, latency_s=1.2)
+    rows = rows_by_figure(pair_of(base, cand))
+    assert all(r["low"] < 1 < r["high"] and not r["unresolved"] for r in rows.values()), rows
+    short = measured("concurrent@1", 1, seed=22, n=MIN_SAMPLES - 1, ttft_ms=200, itl_ms=60, latency_s=1.2)
+    rows = rows_by_figure(pair_of(base, short))
+    assert rows["ttft_p99"]["unresolved"] and rows["itl_p99"]["unresolved"]
+    assert rows["output_tokens_per_s"]["low"] is not None
+
+
+def test_student_t_quantiles_and_the_expanded_percentile_levels() -> None:
+    """The pure-Python t quantile against the printed tables, and the percentile levels it gives."""
+    for df, t975 in ((1, 12.706), (4, 2.776), (11, 2.201), (30, 2.042), (99, 1.984)):
+        assert t_quantile(0.975, df) == pytest.approx(t975, abs=5e-4)
+    assert t_quantile(0.995, 11) == pytest.approx(3.106, abs=5e-4)
+    assert expanded_tail(12) == pytest.approx(0.0108, abs=1e-4)  # Phi(-sqrt(12/11) x 2.201)
+    assert expanded_tail(100) == pytest.approx(0.0231, abs=1e-4)
+    assert 0.0249 < expanded_tail(100_000) < 0.025  # large samples: the plain 2.5% and 97.5%
+
+
+def test_the_small_sample_correction_widens_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same-weights pairs of 12 requests: the expanded interval contains the plain percentile interval of the
+    same resamples at both ends, and leaves out 1 for fewer pairs (remove the correction and this fails)."""
+    from shipyard.gates import noise
+
+    pairs = [(measured("concurrent@1", 1, seed=100 + 2 * i, n=12, ttft_ms=180, itl_ms=60, latency_s=1.0, spread=0.3),
+              measured("concurrent@1", 1, seed=101 + 2 * i, n=12, ttft_ms=180, itl_ms=60, latency_s=1.0, spread=0.3))
+             for i in range(30)]
+
+    def intervals() -> list[tuple[float, float]]:
+        out = []
+        for base, cand in pairs:
+            row = rows_by_figure(pair_of(base, cand))["output_tokens_per_s"]
+            out.append((row["low"], row["high"]))
+        return out
+
+    expanded = intervals()
+    monkeypatch.setattr(noise, "expanded_tail", lambda n, confidence=noise.CONFIDENCE: (1 - confidence) / 2)
+    plain = intervals()
+    assert all(e[0] <= p[0] and p[1] <= e[1] for e, p in zip(expanded, plain, strict=True))
+    misses = [sum(not lo <= 1 <= hi for lo, hi in ivs) for ivs in (expanded, plain)]
+    assert misses[0] < misses[1], misses
 
 
 def test_a_real_slowdown_is_outside_the_noise_and_says_which_way() -> None:
@@ -94,8 +147,8 @@ def test_the_spread_between_repeats_is_in_the_interval() -> None:
 def test_results_without_per_request_latency_get_no_throughput_interval_and_say_why() -> None:
     """A base measured before the benchmark kept request latency (an old cached result): TTFT and ITL still
     get their interval; output tok/s is judged by its point, and the row says why."""
-    base = measured("concurrent@1", 1, seed=7, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
-    cand = measured("concurrent@1", 1, seed=8, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    base = measured("concurrent@1", 1, seed=7, n=100, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    cand = measured("concurrent@1", 1, seed=8, n=100, ttft_ms=100, itl_ms=60, latency_s=1.0)
     for key in ("latency_s", "output_tokens"):
         del base["samples"][key]
     rows = rows_by_figure(pair_of(base, cand))
@@ -129,16 +182,17 @@ def test_no_budget_is_declared_by_default_and_the_rule_says_so(tmp_path: Path) -
 
 
 def test_a_budget_fails_only_when_the_interval_lies_beyond_it(tmp_path: Path) -> None:
-    """max_latency_ratio 1.2: a candidate whose TTFT p99 point (of 12 requests) is over x1.2 but whose interval
-    reaches back passes, and the reason says it is over only within noise; a real x1.6 fails."""
+    """max_latency_ratio 1.2: a candidate whose TTFT p99 point (of 12 requests, too few to resolve a p99) is over
+    x1.2 passes, and the reason says it is over only within noise and why; a real x1.6 of 100 requests fails."""
     base = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=1030, itl_ms=85, latency_s=1.63)
     noisy = measured("concurrent@1", 1, seed=14, n=12, ttft_ms=1030 * 1.2, itl_ms=85, latency_s=1.63)
     slo = {"ttft_p99_ms": 5000, "itl_p99_ms": 1000, "max_latency_ratio": 1.2}
     out = _gate(tmp_path / "noise", base, noisy, slo)
     row = next(r for r in out["comparison"]["rows"] if r["figure"] == "ttft_p99")
-    assert row["ratio"] > 1.2 and row["low"] <= 1.2, row  # the case this test is about
+    assert row["ratio"] > 1.2 and row["unresolved"] and row["low"] is None, row  # the case this test is about
     assert out["passed"] is True
     assert "over the regression budget only within noise: TTFT p99 x" in out["reason"]
+    assert "(too few requests for a p99 interval: 12 < 100) at concurrency 1 > budget 1.2" in out["reason"]
     assert "TTFT p99 and ITL p99 <= 1.2 x the base's at every level" in out["rule"]
 
     base = measured("concurrent@1", 1, seed=3, n=100, ttft_ms=200, itl_ms=60, latency_s=1.2)

@@ -322,8 +322,8 @@ def level_label(level: Mapping[str, Any]) -> str:
 
 
 def change_text(change: dict[str, Any] | None) -> str:
-    """A change as text, e.g. "TTFT p99 x5.4 [4.1, 6.8] at concurrency 1 (312 vs 57.8 ms base; rests on 8
-    requests; higher latency)": a figure from a level with fewer than ``MIN_SAMPLES`` requests says how many
+    """A change as text, e.g. "output tok/s x0.59 [0.54, 0.64] at concurrency 2 (9.4 vs 15.9 tok/s base; rests on 8
+    requests; slower)": a figure from a level with fewer than ``MIN_SAMPLES`` requests says how many
     it rests on; ``low``/``high``/``words``: the ratio's interval and what it says (``no difference within noise``)."""
     if change is None:
         return "none"

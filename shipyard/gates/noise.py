@@ -18,19 +18,31 @@ a 95% interval from the per-request samples the benchmark keeps (``level["sample
 
 The interval is the percentile interval of (resampled ratio / full-sample ratio), applied to the
 measured ratio, so its centre is the figure every report shows; :data:`RESAMPLES` resamples with a
-fixed seed (the same results give the same interval). When it covers 1 the words are **"no
-difference within noise"**; otherwise faster/slower, lower/higher latency.
+fixed seed (the same results give the same interval). The plain percentile interval is too narrow
+for small samples, so it is **expanded** (Hesterberg 2015, "What teachers should know about the
+bootstrap"; :func:`expanded_tail`): for n requests (the smaller side) it reads the draws at the
+normal tail beyond sqrt(n / (n - 1)) x t_{n-1, 0.975} instead of 1.96: the 1.1% and 98.9% draws at
+12 requests, 2.3% and 97.7% at 100. A **p99 of fewer than** :data:`~shipyard.core.report.MIN_SAMPLES`
+(100) requests on either side gets no interval ("too few requests for a p99 interval: 12 < 100"):
+a p99 of 12 requests is about the slowest one, and the bootstrap of an extreme order statistic
+fails (a resample never exceeds the sample's maximum), expanded or not. When the interval covers 1
+the words are **"no difference within noise"**; otherwise faster/slower, lower/higher latency.
 
 What the interval cannot see: the machine being busier during one of the two benchmarks as a whole
 (a base measured at another time, a cached base: :func:`provenance` says which), and the
 dependence between requests of one level (they share the server's queue; the resampling treats them
 as independent). Repeats, interleaved by the benchmark step, are the remedy for both. A level whose
 results keep no per-request latency (measured before shipyard kept it) gets no throughput interval,
-said as such. Measured calibration (same-weights pairs drawn from one distribution, 2000
-resamples): at 12 requests a level (the local default) the interval leaves out 1 for 9% (output
-tok/s), 15% (TTFT p99) and 8% (ITL p99) of 150 pairs instead of 5%: a p99 of 12 requests is about
-the slowest one, and the percentile bootstrap is too narrow for it; at 100 requests 5%, 0% and 12%
-of 60 pairs. No pair's TTFT/ITL interval had its lower end above 1.2. Pure Python (base runtime).
+said as such. Measured calibration (``benchmarks/interval_calibration.py``, one sitting, same-weights
+pairs drawn from one latency distribution: lognormal TTFT and ITL with 3% slow outliers; the share
+of pairs whose interval leaves out 1, target 5%, +- its binomial standard error): at 12 requests a
+level (the local default, 1000 pairs) the plain percentile interval left out 1 for 9.0 +- 0.9%
+(output tok/s), 15.1 +- 1.1% (TTFT p99) and 15.5 +- 1.1% (ITL p99); the expanded one 4.5 +- 0.7%
+for output tok/s, and 9.2% / 9.6% for the p99s, still too narrow, hence no p99 interval there. At
+100 requests (400 pairs) plain 5.2%, 6.8%, 6.8%; expanded 5.2 +- 1.1%, 6.0 +- 1.2%, 6.2 +- 1.2%. A x1.2
+latency budget on noise alone: at 12 requests the point was over 1.2 for 30% (TTFT) and 23% (ITL) of
+pairs, the plain interval's lower end for 0.6% (TTFT); at 100 requests the expanded lower end for one
+ITL pair of 400. Pure Python (base runtime).
 """
 
 from __future__ import annotations
@@ -38,10 +50,11 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from statistics import NormalDist
 from typing import Any
 
 from shipyard.core.numbers import percentile
-from shipyard.core.report import level_label
+from shipyard.core.report import MIN_SAMPLES, level_label
 
 #: resamples per interval (1000 is the usual floor for a 95% percentile interval; a cluster-sized
 #: benchmark, 5 levels of 500 requests, took 9.7 s of pure Python on a busy 2-core machine, load 7),
@@ -51,11 +64,13 @@ CONFIDENCE = 0.95
 SEED = 20261202
 
 #: the method in words (decision-record.json, the SLO report)
-METHOD = ("candidate / base per load level at matched load; 95% percentile bootstrap interval from the per-request "
-          "samples (TTFT p99 and ITL p99 of resampled requests; output tok/s = mean concurrency x mean output tokens / "
-          "mean request latency, Little's law), base and candidate resampled independently; with repeats a two-stage "
-          "bootstrap (repeats, then requests within each) so the spread between repeats counts; the interval is "
-          "rescaled to the measured ratio. 'no difference within noise' when it covers 1.")
+METHOD = ("candidate / base per load level at matched load; 95% expanded percentile bootstrap interval (Hesterberg: "
+          "the percentile levels widened by sqrt(n/(n-1)) x t_{n-1} for n requests, the smaller side) from the "
+          "per-request samples (TTFT p99 and ITL p99 of resampled requests; output tok/s = mean concurrency x mean "
+          "output tokens / mean request latency, Little's law), base and candidate resampled independently; with "
+          "repeats a two-stage bootstrap (repeats, then requests within each) so the spread between repeats counts; "
+          "the interval is rescaled to the measured ratio. No p99 interval from fewer than 100 requests a side (the "
+          "bootstrap of an extreme quantile fails there). 'no difference within noise' when it covers 1.")
 WITHIN_NOISE = "no difference within noise"
 
 #: (key, label, lower is better): the figures compared, as ``slo.compare``'s pairs name them
@@ -140,6 +155,47 @@ def _resample(groups: list[Group], rng: random.Random) -> dict[str, float | None
     return _figures(groups, [(g, [int(draw() * n) for _ in range(n)]) for g in chosen for n in (len(g["ttft"]),)])
 
 
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile (``p`` > 0.5, integer ``df`` >= 1) by bisection on the exact closed-form CDF
+    (Abramowitz & Stegun 26.7.3-4); pure Python, 1e-9 close."""
+    def inside(t: float) -> float:  # P(|T| < t)
+        theta = math.atan(t / math.sqrt(df))
+        c2, s = math.cos(theta) ** 2, math.sin(theta)
+        if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+            term, total = 1.0, 1.0 if df > 1 else 0.0
+            for k in range(1, (df - 1) // 2):
+                term *= c2 * 2 * k / (2 * k + 1)
+                total += term
+            return 2 / math.pi * (theta + s * math.cos(theta) * total)
+        term, total = 1.0, 1.0  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        return s * total
+
+    target, lo, hi = 2 * p - 1, 0.0, 1.0
+    while inside(hi) < target:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if inside(mid) < target else (lo, mid)
+        if hi - lo < 1e-10:
+            break
+    return (lo + hi) / 2
+
+
+def expanded_tail(n: int, confidence: float = CONFIDENCE) -> float:
+    """The percentile of the bootstrap draws each end of the interval reads, for a sample of ``n``: Hesterberg's
+    expanded percentile interval (``Hesterberg 2015, What teachers should know about the bootstrap``), the
+    tail of the normal beyond sqrt(n / (n - 1)) x t_{n-1} instead of z. The percentile bootstrap is too narrow
+    for small samples (its spread is the plug-in's, (n - 1) / n of the variance, and it knows no t); at 12
+    requests the 95% interval reads the 1.1% and 98.9% draws instead of 2.5% and 97.5%."""
+    tail = (1 - confidence) / 2
+    if n < 2:
+        return tail
+    return NormalDist().cdf(-math.sqrt(n / (n - 1)) * t_quantile(1 - tail, n - 1))
+
+
 def words(key: str, low: float | None, high: float | None) -> str:
     """The interval in words: "no difference within noise" when it covers 1, else which way it went."""
     if low is None or high is None:
@@ -181,16 +237,21 @@ def level_ratios(base: dict[str, Any], cand: dict[str, Any], measured: dict[str,
             for key, _, _ in FIGURES:
                 if plug.get(key) and rb[key] and rc[key]:
                     boot[key].append(rc[key] / rb[key] / plug[key])  # type: ignore[operator]
-    tail = (1 - CONFIDENCE) / 2
+    # the smaller side's number of requests sizes the expansion (base and candidate are resampled independently)
+    fewest = min(sum(len(g["ttft"]) for g in bg), sum(len(g["ttft"]) for g in cg)) if bg and cg else 0
+    tail = expanded_tail(fewest)
     for key, label, lower in FIGURES:
         ratio = measured.get(key)
         if ratio is None:
             continue
         low = high = None
         note = ""
+        unresolved = False
         draws = sorted(boot[key])
         if iters <= 0:
             note = "not computed"
+        elif key != "output_tokens_per_s" and bg and cg and fewest < MIN_SAMPLES:
+            note, unresolved = f"too few requests for a p99 interval: {fewest} < {MIN_SAMPLES}", True
         elif len(draws) >= iters // 2:
             low, high = round(ratio * percentile(draws, tail), 4), round(ratio * percentile(draws, 1 - tail), 4)
         elif not (bg and cg):
@@ -201,7 +262,7 @@ def level_ratios(base: dict[str, Any], cand: dict[str, Any], measured: dict[str,
             note = "too few samples"
         rows.append({"level": cand.get("name"), "load": level_label(cand), "figure": key, "label": label,
                      "lower_is_better": lower, "ratio": ratio, "low": low, "high": high,
-                     "words": words(key, low, high), "note": note, "repeats": reps})
+                     "words": words(key, low, high), "note": note, "unresolved": unresolved, "repeats": reps})
     return rows
 
 
@@ -227,11 +288,15 @@ def beyond(row: dict[str, Any], budget: float, upper: bool) -> str:
     """How a ratio stands against a budget (``upper``: at most ``budget``, else at least): ``"fail"``
     when the interval lies wholly beyond it (lower end above an upper budget, upper end below a
     lower one), ``"within noise"`` when the point is beyond it but the interval reaches back, ``"ok"``
-    when the point is within it. Without an interval the point decides (``"fail"`` or ``"ok"``)."""
+    when the point is within it. Without an interval the point decides (``"fail"`` or ``"ok"``), except for a
+    p99 of too few requests to resolve (``row["unresolved"]``): a point beyond the budget is ``"within noise"``,
+    since no interval from so few requests can tell it from noise (the row's note says why)."""
     ratio, low, high = row["ratio"], row.get("low"), row.get("high")
     over = ratio > budget if upper else ratio < budget
     if not over:
         return "ok"
+    if row.get("unresolved"):
+        return "within noise"
     if low is None or high is None:
         return "fail"
     sure = low > budget if upper else high < budget

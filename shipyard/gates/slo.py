@@ -18,7 +18,10 @@ a 95% bootstrap interval from the per-request samples (:mod:`shipyard.gates.nois
 fails a level only when the **interval lies wholly beyond it** (for ``max_latency_ratio`` its lower
 end is above the budget; for ``min_throughput_ratio`` its upper end is below): a ratio beyond the
 budget whose interval reaches back passes "within noise", said in the reason. A ratio without an
-interval (results that keep no per-request samples) is judged by its point. No budget is declared
+interval (results that keep no per-request samples) is judged by its point, except a p99 of fewer
+requests than a p99 needs (:data:`~shipyard.core.report.MIN_SAMPLES`, 100, on either side): no
+interval can tell it from noise, so a point beyond the budget passes "within noise", the reason
+saying why ("too few requests for a p99 interval: 12 < 100"). No budget is declared
 by default, and the rule says "none declared": a default ``max_latency_ratio`` would fail a
 same-weights candidate on a machine that was busier during its benchmark than during the base's
 (a cached base was measured at another time), a shift the within-run interval cannot see. The rule
