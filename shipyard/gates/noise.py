@@ -289,14 +289,16 @@ def beyond(row: dict[str, Any], budget: float, upper: bool) -> str:
     when the interval lies wholly beyond it (lower end above an upper budget, upper end below a
     lower one), ``"within noise"`` when the point is beyond it but the interval reaches back, ``"ok"``
     when the point is within it. Without an interval the point decides (``"fail"`` or ``"ok"``), except for a
-    p99 of too few requests to resolve (``row["unresolved"]``): a point beyond the budget is ``"within noise"``,
-    since no interval from so few requests can tell it from noise (the row's note says why)."""
+    p99 of too few requests to resolve (``row["unresolved"]``): a point beyond the budget is
+    ``"inconclusive"``, since no interval from so few requests can tell it from noise either way, and a
+    declared budget the benchmark cannot judge is not met (the accuracy gate's rule for an undecided
+    metric; the row's note says why)."""
     ratio, low, high = row["ratio"], row.get("low"), row.get("high")
     over = ratio > budget if upper else ratio < budget
     if not over:
         return "ok"
     if row.get("unresolved"):
-        return "within noise"
+        return "inconclusive"
     if low is None or high is None:
         return "fail"
     sure = low > budget if upper else high < budget

@@ -20,8 +20,10 @@ end is above the budget; for ``min_throughput_ratio`` its upper end is below): a
 budget whose interval reaches back passes "within noise", said in the reason. A ratio without an
 interval (results that keep no per-request samples) is judged by its point, except a p99 of fewer
 requests than a p99 needs (:data:`~shipyard.core.report.MIN_SAMPLES`, 100, on either side): no
-interval can tell it from noise, so a point beyond the budget passes "within noise", the reason
-saying why ("too few requests for a p99 interval: 12 < 100"). No budget is declared
+interval can tell it from noise either way, so a point beyond the budget fails as **inconclusive**,
+the reason saying why ("too few requests for a p99 interval: 12 < 100") and what would decide it
+(``benchmark_config.max_requests`` of at least 100 a level), as the accuracy gate fails a metric its
+sample cannot decide. No budget is declared
 by default, and the rule says "none declared": a default ``max_latency_ratio`` would fail a
 same-weights candidate on a machine that was busier during its benchmark than during the base's
 (a cached base was measured at another time), a shift the within-run interval cannot see. The rule
@@ -41,7 +43,7 @@ from typing import Any
 from shipyard.benchmarking.guidellm import load_results
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
-from shipyard.core.report import change_text, level_label, sample_count
+from shipyard.core.report import MIN_SAMPLES, change_text, level_label, sample_count
 from shipyard.gates.config import SloConfig, slo_config
 from shipyard.gates.noise import beyond, comparison, find, provenance, ratio_text
 
@@ -159,8 +161,6 @@ def worst_and_best(found: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, 
     headline figures: taken from levels with at least ``MIN_SAMPLES`` requests when there are any
     (a p99 of a dozen requests is one cold request); otherwise from all levels, and then the text
     says how many requests it rests on (:func:`shipyard.core.report.change_text`)."""
-    from shipyard.core.report import MIN_SAMPLES
-
     enough = [c for c in found if c.get("samples") is not None and c["samples"] >= MIN_SAMPLES]
     pool = enough or found
     worse = [c for c in pool if c["worse"] > 1 + 1e-9]
@@ -220,8 +220,9 @@ BUDGETS = (("min_throughput_ratio", ("output_tokens_per_s",), False), ("max_late
 
 def budget_checks(pairs: list[dict[str, Any]], comp: dict[str, Any], slo: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The regression budget per level and figure (:func:`shipyard.gates.noise.beyond`): the
-    failures (the interval wholly beyond the budget, or no interval and the point beyond it; a
-    missing throughput ratio fails a throughput budget) and the levels over it only within noise."""
+    failures (the interval wholly beyond the budget, or no interval and the point beyond it, or a p99
+    of too few requests beyond it: inconclusive; a missing throughput ratio fails a throughput
+    budget) and the levels over it only within noise."""
     fails: list[str] = []
     within: list[str] = []
     for key, figures, upper in BUDGETS:
@@ -239,6 +240,9 @@ def budget_checks(pairs: list[dict[str, Any]], comp: dict[str, Any], slo: dict[s
                 said = beyond(row, budget, upper)
                 if said == "fail":
                     fails.append(f"{ratio_text(row)} {op} budget {budget:g}")
+                elif said == "inconclusive":
+                    fails.append(f"{ratio_text(row)} {op} budget {budget:g}, inconclusive (give benchmark_config "
+                                 f"max_requests >= {MIN_SAMPLES} a level to judge a p99 budget)")
                 elif said == "within noise":
                     within.append(f"{ratio_text(row)} {op} budget {budget:g}")
     return fails, within
