@@ -55,6 +55,9 @@ EXERCISED: dict[str, str] = {
     ): "here",
     ('shipyard schedule compiled/requantize.yaml --host https://kfp.example.com --cron "0 3 * * 1" '
      "--param registry=quay.io --param repository=your-org/models"): "here",
+    ("shipyard schedule compiled/watch.yaml --host https://kfp.example.com --every 1h --param "
+     "prometheus_url=http://prometheus-operated.monitoring:9090 --param registered_model_name=qwen-w4a16 "
+     """--param 'watch_config={"window": "1h", "model_name": "qwen"}'"""): "here",
     "bash .ci/podman-setup": "ci:.ci/setup",
     ".venvs/base/bin/shipyard images build --flavor cpu": "ci:.ci/setup",
     ".venvs/base/bin/shipyard run --local --runner container --work-dir rehearsal":
@@ -138,7 +141,7 @@ def test_compile_submit_and_schedule_as_the_readme_shows(tmp_path: Path, kfp_hos
         '  node_selector:\n    nvidia.com/gpu.present: "true"\n',
         '  node_selector:\n    nvidia.com/gpu.present: "true"\n    shipyard.example/pool: my-h100-pool\n'))
     here = [c for c, how in EXERCISED.items() if how == "here" and c.startswith("shipyard ")]
-    assert len(here) == 3
+    assert len(here) == 4
     for command in here:
         proc = _bash(command.replace("https://kfp.example.com", kfp_host.url), tmp_path)
         assert proc.returncode == 0, (command, proc.stderr[-2000:])
@@ -151,7 +154,9 @@ def test_compile_submit_and_schedule_as_the_readme_shows(tmp_path: Path, kfp_hos
     assert run["runtime_config"]["parameters"]["registry"] == "quay.io"
     assert run["runtime_config"]["parameters"]["repository"] == "your-org/models"
     assert kfp_host.recurring_runs, "schedule created no recurring run"
-    assert len(kfp_host.uploaded) == 2  # optimize-and-deploy and requantize
-    for ir in kfp_host.uploaded:  # the user's settings reached the cluster
-        assert "my-h100-pool" in ir and "quay.io/your-org/shipyard-" in ir and "ghcr.io/shipyard-llm" not in ir
+    assert len(kfp_host.uploaded) == 3  # optimize-and-deploy, requantize and watch
+    assert len(kfp_host.recurring_runs) == 2  # re-quantize weekly, watch hourly
+    for ir in kfp_host.uploaded:  # the user's settings reached the cluster (watch has no GPU step to pin)
+        assert "quay.io/your-org/shipyard-" in ir and "ghcr.io/shipyard-llm" not in ir
+        assert ("my-h100-pool" in ir) is ("# Name: watch\n" not in ir)
     assert not kfp_host.rejected, kfp_host.rejected
