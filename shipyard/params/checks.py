@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, refuse_credentials
+from shipyard.core.errors import ShipyardError, refuse_credentials, shown
 from shipyard.core.files import path_kind
 from shipyard.params.pipeline import BY_NAME
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
@@ -42,6 +42,7 @@ CREDENTIAL_FIXES = {
 #: upper bounds of the counts (far above any real run, far below what overflows a step)
 _MAX_INT = {"num_calibration_samples": 10_000_000, "max_seq_length": 1_048_576, "seed": 2**32 - 1}
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _OCI_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 
 
@@ -72,6 +73,21 @@ def check_namespace(value: str, field: str = "namespace", example: str = "namesp
         raise ShipyardError(field, "is empty", f"give {NAMESPACE_RULE}, e.g. {example}")
     if not _DNS_1123_LABEL.match(value):
         raise ShipyardError(field, f"{value[:100]!r} is not {NAMESPACE_RULE}", f"write e.g. {example}")
+    return value
+
+
+#: what most object names (Secrets, Services, Deployments, ServiceAccounts) are, in the words of the error line
+OBJECT_NAME_RULE = "a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)"
+
+
+def check_object_name(value: str, field: str, example: str) -> str:
+    """``value`` as a Kubernetes object name (a DNS-1123 subdomain, what the API server requires of
+    Secrets, Services, Deployments and ServiceAccounts), or one line naming ``field``: checked before
+    a name goes into an API path. A pasted token is not echoed (:func:`~shipyard.core.errors.shown`)."""
+    if not value.strip():
+        raise ShipyardError(field, "is empty", f"give {OBJECT_NAME_RULE}, e.g. {example}")
+    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.match(value):
+        raise ShipyardError(field, f"{shown(value, 100)} is not {OBJECT_NAME_RULE}", f"write e.g. {example}")
     return value
 
 
