@@ -14,7 +14,12 @@ Without a kubeconfig (none given, no ``$KUBECONFIG``, no ``~/.kube/config``, not
 with an API server that does not answer, the Kubernetes part is one line (``SKIP kubernetes: not
 checked: no kubeconfig`` or ``FAIL kubernetes: cannot reach ...``) and what needs no cluster is
 still checked: the deploy config, KFP, MLflow (through ``--mlflow-url``), the registry and S3 (from
-``AWS_*`` in this environment).
+``AWS_*`` in this environment). So is an API server that rejects the credentials (401: ``not
+allowed``) or something that is not an API server at all (a login page, another service's 404:
+``not a Kubernetes API server at URL``), found by the first call, ``GET /api``. A read that RBAC
+forbids (403) is the ``not allowed`` line of the check that needed it (naming the user, verb and
+resource), never "missing". Every name that goes into an API path is checked against Kubernetes'
+rules first (:func:`check_names`) and each path segment is URL-quoted (:func:`api_path`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -35,13 +41,76 @@ from shipyard.serving.cluster_check import Check
 _PLACEHOLDER_OCI = "oci://check.invalid/model@sha256:" + "0" * 64
 
 
+#: what the Kubernetes part leaves unchecked when it stops at its first call
+UNCHECKED = "KServe, CRDs, Secrets, nodes and permissions unchecked"
+
+
+class Refused(Exception):
+    """A 401 or 403 from the API server: the identity running ``check`` (not the cluster) is the
+    problem. :meth:`check` is its one line under the check that made the call."""
+
+    def __init__(self, host: str, code: int, verb: str, resource: str, namespace: str, body: Any) -> None:
+        self.host, self.code, self.verb, self.resource, self.namespace = host, code, verb, resource, namespace
+        self.user = _user_in(body)
+        super().__init__(self.detail())
+
+    def detail(self) -> str:
+        """What was refused, to whom and why, in words."""
+        if self.code == 401:
+            return (f"not allowed: the Kubernetes API at {self.host} rejects these credentials (401 Unauthorized): "
+                    "the kubeconfig's token or client certificate is expired or invalid")
+        where = f" in namespace {self.namespace}" if self.namespace else " (cluster-wide)"
+        return (f"not allowed: the Kubernetes API at {self.host} forbids {self.user or 'this identity'} to {self.verb} "
+                f"{self.resource}{where} (403 Forbidden: RBAC)")
+
+    def fix(self) -> str:
+        """What to do about it."""
+        if self.code == 401:
+            return ("log in again or put a valid token in the kubeconfig's user entry (kubectl auth whoami "
+                    "answers when it works)")
+        where = f" in namespace {self.namespace}" if self.namespace else " cluster-wide"
+        return (f"run shipyard check as a cluster admin, or grant {self.verb} on {self.resource}{where} to "
+                f"{self.user or 'this identity'} (a Role or ClusterRole and its binding)")
+
+    def check(self, name: str, status: str = cc.FAIL) -> Check:
+        """The refusal as the line of check ``name`` (a 401 always fails: nothing can be read)."""
+        return Check(name, cc.FAIL if self.code == 401 else status, self.detail(), self.fix())
+
+
+def _user_in(body: Any) -> str:
+    """The user a 403 Status names (``User "alice" cannot get ...``), or empty."""
+    found = re.search(r'User "([^"]{1,200})"', str(body.get("message", "")) if isinstance(body, dict) else "")
+    return f"user {found.group(1)}" if found else ""
+
+
+def api_path(group_version: str, plural: str, namespace: str = "", name: str = "") -> str:
+    """The REST path of a resource (``name``) or collection, each segment URL-quoted: ``v1`` is the
+    core group (``/api/v1``), anything else ``/apis/GROUP/VERSION``."""
+    base = ["api", "v1"] if group_version == "v1" else ["apis", *group_version.split("/")]
+    segments = [*base, *(["namespaces", namespace] if namespace else []), plural, *([name] if name else [])]
+    return "/" + "/".join(urllib.parse.quote(s, safe="") for s in segments)
+
+
+def _body(raw: Any) -> Any:
+    """An error answer's body: its JSON (a Status), else its text."""
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or "")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 class _Kube:
-    """Raw reads of the Kubernetes API through a kubernetes ``ApiClient``."""
+    """Raw reads of the Kubernetes API through a kubernetes ``ApiClient``: every name checked and
+    quoted before it goes into a path; a 401/403 raised as :class:`Refused`."""
 
     def __init__(self, api: Any) -> None:
         self.api = api
+        self.host = str(api.configuration.host)
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """The status and the answer (JSON, or the text when it is not JSON); a connection that
+        fails is :class:`~shipyard.core.errors.UnreachableError`."""
         import urllib3
         from kubernetes.client.rest import ApiException
 
@@ -50,18 +119,75 @@ class _Kube:
                                      header_params={"Content-Type": "application/json", "Accept": "application/json"},
                                      _return_http_data_only=True)
         except ApiException as err:
-            return int(err.status or 0), None
+            return int(err.status or 0), _body(err.body)
+        except UnicodeDecodeError:  # the client decodes a 200's body as UTF-8
+            return 200, "(a body that is not text)"
         except urllib3.exceptions.HTTPError as err:
             from shipyard.serving.kserve.apply import connection_problem
 
-            host = self.api.configuration.host
-            raise UnreachableError("kubeconfig", f"cannot reach the Kubernetes API at {host}: {connection_problem(err)}",
-                                   "check the kubeconfig's server and the network") from None
+            raise UnreachableError("kubeconfig", f"cannot reach the Kubernetes API at {self.host}: "
+                                   f"{connection_problem(err)}", "check the kubeconfig's server and the network") from None
         return 200, data
 
-    def get(self, path: str) -> Any:
-        code, data = self.call("GET", path)
-        return data if code == 200 else None
+    def refused(self, code: int, verb: str, resource: str, namespace: str, body: Any) -> None:
+        """Raise :class:`Refused` for a 401 or 403."""
+        if code in (401, 403):
+            raise Refused(self.host, code, verb, resource, namespace, body)
+
+    def read(self, group_version: str, plural: str, namespace: str = "", name: str = "", *,
+             field: str = "kubernetes API path", query: dict[str, str] | None = None) -> dict[str, Any] | None:
+        """GET one object (``name``) or a list: the object, None when absent (404) or not an object;
+        ``namespace`` and ``name`` are checked as Kubernetes names first (one line naming ``field``)."""
+        from shipyard.params.checks import check_namespace, check_object_name
+
+        if namespace:
+            check_namespace(namespace, field, "kubeflow")
+        if name:
+            (check_namespace if plural == "namespaces" else check_object_name)(name, field, "kubeflow")
+        path = api_path(group_version, plural, namespace, name)
+        code, data = self.call("GET", path + (f"?{urllib.parse.urlencode(query)}" if query else ""))
+        group = group_version.rpartition("/")[0]
+        self.refused(code, "get" if name else "list", plural + (f".{group}" if group else ""), namespace, data)
+        return data if code == 200 and isinstance(data, dict) else None
+
+    def discover(self, path: str) -> dict[str, Any] | None:
+        """A discovery document (``/apis``, ``/apis/GROUP/VERSION``, segments quoted): None when absent."""
+        quoted = "/".join(urllib.parse.quote(s, safe="") for s in path.split("/"))
+        code, data = self.call("GET", quoted)
+        self.refused(code, "get", f"the discovery path {path}", "", data)
+        return data if code == 200 and isinstance(data, dict) else None
+
+
+def probe(kube: _Kube) -> Check | None:
+    """``GET /api`` before anything else: None when a Kubernetes API server answers (kind
+    APIVersions); else the one ``kubernetes`` line that ends the Kubernetes part: the credentials
+    refused (401/403), or something that is not an API server (a login page, another service's
+    404, a body that is not JSON or JSON of another kind)."""
+    try:
+        code, data = kube.call("GET", "/api")
+        kube.refused(code, "get", "the discovery path /api", "", data)
+    except UnreachableError as err:
+        return Check("kubernetes", cc.FAIL, f"{err.problem}: {UNCHECKED}", err.fix)
+    except Refused as err:
+        return Check("kubernetes", cc.FAIL, f"{err.detail()}: {UNCHECKED}", err.fix())
+    if code == 200 and isinstance(data, dict) and data.get("kind") == "APIVersions":
+        return None
+    if isinstance(data, dict) and data.get("kind") == "Status" and code >= 500:
+        return Check("kubernetes", cc.FAIL, f"the Kubernetes API at {kube.host} fails: GET /api answered {code} "
+                     f"({' '.join(str(data.get('message') or '').split())[:160]}): {UNCHECKED}", "check the API server's health "
+                     "(kubectl get --raw /readyz)")
+    return Check("kubernetes", cc.FAIL, f"not a Kubernetes API server at {kube.host}: GET /api answered "
+                 f"{_answer(code, data)}: {UNCHECKED}", "point the kubeconfig's cluster server at the API server "
+                 "(kubectl config view --minify shows it; an API server answers GET /api with kind APIVersions)")
+
+
+def _answer(code: int, data: Any) -> str:
+    """What came back instead of an API server's answer, in words."""
+    if isinstance(data, str):
+        page = "<html" in data[:2000].lower() or data.lstrip()[:1] == "<"
+        return f"{code} with {'an HTML page' if page else 'a body that is not JSON' if data.strip() else 'no body'}"
+    kind = data.get("kind") if isinstance(data, dict) else None
+    return f"{code} with JSON of kind {' '.join(str(kind).split())[:60]}" if kind else f"{code} with JSON that has no kind or apiVersion"
 
 
 def _deploy_config(raw: str | None, namespace: str) -> Any:
@@ -132,21 +258,17 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                    namespace: str = "") -> list[Check]:
     """Every check, in order; one :class:`Check` each (see the module doc). ``namespace``: the
     deploy target (default: the layout's ``serving_namespace``); ``kserve_namespace``: where KServe's
-    controller runs (default: ``kserve``, then ``kubeflow``, where Kubeflow installs it)."""
-    from shipyard.core.errors import refuse_credentials
-    from shipyard.params.checks import CREDENTIAL_FIXES
+    controller runs (default: ``kserve``, then ``kubeflow``, where Kubeflow installs it). Every name
+    that goes into an API path is checked before the first request (one line naming its field)."""
     from shipyard.serving.kserve.apply import api_client, has_cluster_credentials
 
-    refuse_credentials(kfp_host, "--kfp-host", "drop them; pass the token with --kfp-token")
-    refuse_credentials(mlflow_url, "--mlflow-url", CREDENTIAL_FIXES["tracking_uri"] + " (check reads it from there)")
-    if registry:
-        from shipyard.oci.client import check_registry
-
-        check_registry(registry, "--registry")
+    _refuse_credentials(kfp_host, mlflow_url, registry)
     cfg = load_cluster_config(cluster_config)
     chosen = cluster_layout(layout, cluster_config)
     if namespace:
         chosen = {**chosen, "serving_namespace": namespace}
+    places = [kserve_namespace] if kserve_namespace else list(cc.KSERVE_NAMESPACES)
+    check_names(chosen, cfg, places, namespace_flag=bool(namespace))
     settings = _deploy_config(deploy_config, chosen["serving_namespace"])
     deploy, rollout = settings.config, settings.rollout
     checks: list[Check] = [deploy_config_check(deploy, rollout)]
@@ -156,75 +278,201 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                "check_s3": check_s3}
     if not has_cluster_credentials(kubeconfig):
         checks.append(Check("kubernetes", cc.SKIP, "not checked: no kubeconfig (none given, KUBECONFIG unset, no "
-                            "~/.kube/config, not in a pod): KServe, CRDs, Secrets, nodes and permissions unchecked",
-                            "give --kubeconfig FILE or set KUBECONFIG"))
+                            f"~/.kube/config, not in a pod): {UNCHECKED}", "give --kubeconfig FILE or set KUBECONFIG"))
         return checks + outside_checks(chosen, **outside)
     kube = _Kube(api_client(kubeconfig, context, timeout_s=15.0))
-    try:
-        kube.call("GET", "/version")
-    except UnreachableError as err:
-        checks.append(Check("kubernetes", cc.FAIL, f"{err.problem}: KServe, CRDs, Secrets, nodes and permissions "
-                            "unchecked", err.fix))
-        return checks + outside_checks(chosen, **outside)
+    stop = probe(kube)
+    if stop is not None:
+        return [*checks, stop, *outside_checks(chosen, **outside)]
+    return checks + _Cluster(kube, chosen, cfg, deploy, rollout, places, outside).checks()
 
-    places = [kserve_namespace] if kserve_namespace else list(cc.KSERVE_NAMESPACES)
-    found = next(((ns, c) for ns in places
-                  if (c := kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{cc.KSERVE_CONTROLLER}")) is not None),
-                 None)
-    if found is None:
-        checks.append(Check("kserve version", cc.WARN, f"no Deployment {cc.KSERVE_CONTROLLER} in namespace "
-                            f"{' or '.join(places)}", "install KServe v0.20, or give --kserve-namespace"))
-    else:
-        where, controller = found
-        image = controller["spec"]["template"]["spec"]["containers"][0].get("image", "")
-        version = cc.kserve_version_check(image, deploy)
-        version.detail += f" (controller in namespace {where})"
-        checks.append(version)
-    checks.extend(cc.resource_checks(cc.served_resources(kube.get), deploy, rollout))
 
-    def read_secret(ns: str, name: str) -> dict[str, Any] | None:
-        return kube.get(f"/api/v1/namespaces/{ns}/secrets/{name}")
+def _refuse_credentials(kfp_host: str, mlflow_url: str, registry: str) -> None:
+    """Credentials in the URL options are refused before anything is contacted."""
+    from shipyard.core.errors import refuse_credentials
+    from shipyard.params.checks import CREDENTIAL_FIXES
 
-    others = sorted({v for lay in (cfg.get("layouts") or {}).values() for k, v in lay.items() if k.endswith("namespace")}
-                    | {chosen["serving_namespace"]})
-    checks.extend(cc.secret_checks(read_secret, lambda ns: kube.get(f"/api/v1/namespaces/{ns}") is not None,
-                                   chosen, cfg, others))
-    keys = cc.attestation_keys_check(read_secret, chosen["pipeline_namespace"])
-    if keys is not None:
-        checks.append(keys)
-    uri = cc.tracking_uri_of(read_secret, chosen)
-    checks.append(cc.mlflow_name_check(uri, chosen["pipeline_namespace"],
-                                       lambda ns, name: kube.get(f"/api/v1/namespaces/{ns}/services/{name}") is not None))
-    token = ((read_secret(chosen["pipeline_namespace"], "shipyard-mlflow") or {}).get("data") or {}).get(
-        "MLFLOW_TRACKING_TOKEN", "")
-    checks.extend(cc.mlflow_checks(uri, mlflow_url, base64.b64decode(token).decode() if token else ""))
-    auth = cc.decode_dockerconfig(read_secret(chosen["pipeline_namespace"], "shipyard-registry"))
-    checks.append(cc.registry_check(registry, auth, insecure_registry))
-    if check_s3:
-        s3 = read_secret(chosen["pipeline_namespace"], "shipyard-s3")
-        env = {k: base64.b64decode(v).decode() for k, v in ((s3 or {}).get("data") or {}).items()}
-        checks.append(cc.s3_check(env) if s3 else Check("s3", cc.SKIP, "no Secret shipyard-s3 to read an endpoint from"))
-    code, nodes = kube.call("GET", "/api/v1/nodes?labelSelector=" + ",".join(
-        f"{k}={v}" for k, v in ((cfg.get("gpu") or {}).get("node_selector") or {}).items()))
-    checks.append(cc.gpu_node_check((nodes or {}).get("items", []) if code == 200 else None, cfg.get("gpu") or {}))
-    code, nodes = kube.call("GET", "/api/v1/nodes")
-    checks.append(cc.disk_node_check((nodes or {}).get("items", []) if code == 200 else None, ephemeral_storage(cfg)))
-    user = f"system:serviceaccount:{chosen['pipeline_namespace']}:{chosen['service_account']}"
+    refuse_credentials(kfp_host, "--kfp-host", "drop them; pass the token with --kfp-token")
+    refuse_credentials(mlflow_url, "--mlflow-url", CREDENTIAL_FIXES["tracking_uri"] + " (check reads it from there)")
+    if registry:
+        from shipyard.oci.client import check_registry
 
-    def review(verb: str, group: str, resource: str, ns: str) -> bool:
-        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                "spec": {"user": user, "groups": ["system:serviceaccounts", "system:authenticated",
-                                                  f"system:serviceaccounts:{chosen['pipeline_namespace']}"],
-                         "resourceAttributes": {"namespace": ns, "verb": verb, "group": group, "resource": resource}}}
-        code, data = kube.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
-        if code != 200:
-            raise ShipyardError("kubeconfig", f"cannot create a SubjectAccessReview ({code})",
-                                "run shipyard check as a cluster admin (it asks what the deploy identity may do)")
-        return bool((data.get("status") or {}).get("allowed"))
+        check_registry(registry, "--registry")
 
-    try:
-        who = f"ServiceAccount {chosen['pipeline_namespace']}/{chosen['service_account']}"
-        checks.extend(cc.permission_checks(review, chosen["serving_namespace"], who, chosen["name"], deploy, rollout))
-    except ShipyardError as err:
-        checks.append(Check("deploy permissions", cc.WARN, err.problem, err.fix))
-    return checks
+
+def check_names(chosen: dict[str, str], cfg: dict[str, Any], places: list[str], *, namespace_flag: bool = False) -> None:
+    """Every namespace and object name ``check`` puts into an API path, checked against Kubernetes'
+    own rules (a DNS-1123 label for a namespace, a DNS-1123 subdomain for a Secret or
+    ServiceAccount) before any request: a bad one is one line naming its flag or cluster-config key."""
+    from shipyard.params.checks import check_namespace, check_object_name
+
+    lay = f"cluster_config layouts.{chosen['name']}"
+    check_namespace(chosen["serving_namespace"], "-n/--namespace" if namespace_flag else f"{lay}.serving_namespace",
+                    "shipyard")
+    check_namespace(chosen["pipeline_namespace"], f"{lay}.pipeline_namespace", "pipeline_namespace: kubeflow")
+    check_object_name(chosen["service_account"], f"{lay}.service_account", "service_account: pipeline-runner")
+    for name, entry in (cfg.get("layouts") or {}).items():
+        for key, value in (entry or {}).items():
+            if key.endswith("namespace"):
+                check_namespace(str(value), f"cluster_config layouts.{name}.{key}", f"{key}: kubeflow")
+    for secret in cfg.get("secrets") or {}:
+        check_object_name(str(secret), "cluster_config secrets", "shipyard-mlflow")
+    for ns in places:
+        check_namespace(ns, "--kserve-namespace", "kserve")
+
+
+class _Cluster:
+    """The checks that read the cluster, in order, each guarded: a refusal (401/403) is the one
+    ``not allowed`` line of the check that met it, never "missing"."""
+
+    def __init__(self, kube: _Kube, chosen: dict[str, str], cfg: dict[str, Any], deploy: Any,
+                 rollout: dict[str, Any] | None, places: list[str], outside: dict[str, Any]) -> None:
+        self.kube, self.chosen, self.cfg, self.deploy, self.rollout = kube, chosen, cfg, deploy, rollout
+        self.places, self.outside = places, outside
+        self.pods_ns = chosen["pipeline_namespace"]
+
+    def checks(self) -> list[Check]:
+        """Every cluster check; a refusal or a bad name ends only the check that met it."""
+        sections: list[tuple[str, Any, str]] = [
+            ("kserve version", self.kserve, cc.FAIL), ("crds", self.crds, cc.FAIL), ("secrets", self.secrets, cc.FAIL),
+            ("mlflow name", self.mlflow_name, cc.FAIL), ("mlflow api", self.mlflow, cc.FAIL),
+            ("registry", self.registry, cc.FAIL), ("s3", self.s3, cc.FAIL), ("gpu nodes", self.gpu_nodes, cc.WARN),
+            ("node disk", self.node_disk, cc.WARN), ("deploy permissions", self.permissions, cc.WARN)]
+        out: list[Check] = []
+        for name, section, refused in sections:
+            try:
+                out.extend(section())
+            except Refused as err:
+                out.append(err.check(name, refused))
+            except UnreachableError:
+                raise
+            except ShipyardError as err:
+                out.append(Check(name, cc.FAIL, f"{err.field}: {err.problem}", err.fix))
+        return out
+
+    def secret(self, ns: str, name: str) -> dict[str, Any] | None:
+        """A Secret; a refusal raises (:class:`Refused`)."""
+        return self.kube.read("v1", "secrets", ns, name, field=f"Secret {ns}/{name}")
+
+    def secret_if_readable(self, ns: str, name: str) -> dict[str, Any] | None:
+        """A Secret, or None when absent or not readable (the ``secrets`` line says which)."""
+        try:
+            return self.secret(ns, name)
+        except Refused:
+            return None
+
+    def kserve(self) -> list[Check]:
+        """KServe's controller Deployment, where KServe or Kubeflow installs it, and its release."""
+        refusals: list[Refused] = []
+        for ns in self.places:
+            try:
+                found = self.kube.read("apps/v1", "deployments", ns, cc.KSERVE_CONTROLLER, field="--kserve-namespace")
+            except Refused as err:
+                refusals.append(err)
+                continue
+            if found is not None:
+                image = (((found.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or [{}]
+                version = cc.kserve_version_check(str(image[0].get("image", "")), self.deploy)
+                version.detail += f" (controller in namespace {ns})"
+                return [version]
+        if refusals:
+            raise refusals[0]
+        return [Check("kserve version", cc.WARN, f"no Deployment {cc.KSERVE_CONTROLLER} in namespace "
+                      f"{' or '.join(self.places)}", "install KServe v0.20, or give --kserve-namespace")]
+
+    def crds(self) -> list[Check]:
+        """The API resources the deploy options need, from discovery."""
+        return cc.resource_checks(cc.served_resources(self.kube.discover), self.deploy, self.rollout)
+
+    def secrets(self) -> list[Check]:
+        """The layout's namespaces, the contract Secrets where the pods run, the attestation key pair."""
+        others = sorted({v for lay in (self.cfg.get("layouts") or {}).values() for k, v in (lay or {}).items()
+                         if k.endswith("namespace")} | {self.chosen["serving_namespace"]})
+
+        def read(ns: str, name: str) -> dict[str, Any] | None:
+            return self.secret(ns, name) if ns == self.pods_ns else self.secret_if_readable(ns, name)
+
+        refused: dict[str, Refused] = {}
+
+        def exists(ns: str) -> bool:  # a namespace admin may not get Namespaces: that namespace's line says so
+            try:
+                return self.kube.read("v1", "namespaces", name=ns, field=f"namespace {ns}") is not None
+            except Refused as err:
+                if err.code == 401:
+                    raise
+                refused[f"namespace {ns}"] = err
+                return True
+
+        checks = [refused[c.name].check(c.name) if c.name in refused else c
+                  for c in cc.secret_checks(read, exists, self.chosen, self.cfg, others)]
+        keys = cc.attestation_keys_check(self.secret_if_readable, self.pods_ns)
+        return checks + ([keys] if keys is not None else [])
+
+    def tracking_uri(self) -> str:
+        """MLFLOW_TRACKING_URI as the pods get it (the layout's when the Secret is not readable)."""
+        return cc.tracking_uri_of(self.secret_if_readable, self.chosen)
+
+    def mlflow_name(self) -> list[Check]:
+        """The tracking URI's host names an existing Service."""
+        def service_exists(ns: str, name: str) -> bool:
+            field = "MLFLOW_TRACKING_URI's host (Secret shipyard-mlflow)"
+            return self.kube.read("v1", "services", ns, name, field=field) is not None
+
+        return [cc.mlflow_name_check(self.tracking_uri(), self.pods_ns, service_exists)]
+
+    def mlflow(self) -> list[Check]:
+        """MLflow's API and artifact round-trip with the Secret's token."""
+        data = (self.secret_if_readable(self.pods_ns, "shipyard-mlflow") or {}).get("data") or {}
+        token = base64.b64decode(data["MLFLOW_TRACKING_TOKEN"]).decode() if data.get("MLFLOW_TRACKING_TOKEN") else ""
+        return cc.mlflow_checks(self.tracking_uri(), self.outside["mlflow_url"], token)
+
+    def registry(self) -> list[Check]:
+        """The registry with the credentials of shipyard-registry."""
+        auth = cc.decode_dockerconfig(self.secret(self.pods_ns, "shipyard-registry")) if self.outside["registry"] else None
+        return [cc.registry_check(self.outside["registry"], auth, self.outside["insecure_registry"])]
+
+    def s3(self) -> list[Check]:
+        """The object store of shipyard-s3."""
+        if not self.outside["check_s3"]:
+            return []
+        found = self.secret(self.pods_ns, "shipyard-s3")
+        env = {k: base64.b64decode(v).decode() for k, v in ((found or {}).get("data") or {}).items()}
+        return [cc.s3_check(env) if found else Check("s3", cc.SKIP, "no Secret shipyard-s3 to read an endpoint from")]
+
+    def nodes(self, selector: dict[str, Any] | None = None) -> list[dict[str, Any]] | None:
+        """The nodes (with a label selector), None when they cannot be listed."""
+        query = {"labelSelector": ",".join(f"{k}={v}" for k, v in selector.items())} if selector else None
+        found = self.kube.read("v1", "nodes", query=query)
+        return found.get("items", []) if found is not None else None
+
+    def gpu_nodes(self) -> list[Check]:
+        """Nodes with the GPU labels and the accelerator."""
+        gpu = self.cfg.get("gpu") or {}
+        return [cc.gpu_node_check(self.nodes(gpu.get("node_selector") or {}), gpu)]
+
+    def node_disk(self) -> list[Check]:
+        """A node with room for the steps' ephemeral storage."""
+        return [cc.disk_node_check(self.nodes(), ephemeral_storage(self.cfg))]
+
+    def permissions(self) -> list[Check]:
+        """What the deploy identity may do, by SubjectAccessReviews."""
+        pods_ns, account = self.pods_ns, self.chosen["service_account"]
+        user = f"system:serviceaccount:{pods_ns}:{account}"
+        groups = ["system:serviceaccounts", "system:authenticated", f"system:serviceaccounts:{pods_ns}"]
+
+        def review(verb: str, group: str, resource: str, ns: str) -> bool:
+            body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                    "spec": {"user": user, "groups": groups, "resourceAttributes": {
+                        "namespace": ns, "verb": verb, "group": group, "resource": resource}}}
+            code, data = self.kube.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
+            self.kube.refused(code, "create", "subjectaccessreviews.authorization.k8s.io", "", data)
+            if code != 200 or not isinstance(data, dict):
+                raise ShipyardError("kubeconfig", f"cannot create a SubjectAccessReview ({code})",
+                                    "run shipyard check as a cluster admin (it asks what the deploy identity may do)")
+            return bool((data.get("status") or {}).get("allowed"))
+
+        try:
+            return cc.permission_checks(review, self.chosen["serving_namespace"], f"ServiceAccount {pods_ns}/{account}",
+                                        self.chosen["name"], self.deploy, self.rollout)
+        except ShipyardError as err:
+            return [Check("deploy permissions", cc.WARN, err.problem, err.fix)]

@@ -23,7 +23,8 @@ stores what ``kubectl apply`` would (the objects ``manifests/`` builds, per name
 Services, Roles, RoleBindings, ...), ``add_node`` GPU nodes, ``install_kserve(version)`` the
 controller Deployment whose image tag names the version. ``groups`` chooses the served API groups
 and versions (e.g. KServe serving only ``v1alpha1``, or no LeaderWorkerSet CRD). Tokens map to
-users (``users``); with ``enforce_rbac`` every namespaced request of a user who is not an admin is
+users (``users``); with ``enforce_rbac`` a token it does not know is a 401 to every call (as an
+expired one is to an API server) and every namespaced request of a user who is not an admin is
 authorized from the stored Roles and RoleBindings (and ClusterRoles and ClusterRoleBindings), as
 the API server's RBAC authorizer does, so a verb the Role lacks is a 403; ``SubjectAccessReview``
 and ``SelfSubjectAccessReview`` answer from the same rules.
