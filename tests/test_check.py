@@ -567,3 +567,104 @@ def test_the_attestation_keys_must_be_one_pair(held: dict[str, Any], status: str
         assert check is None
         return
     assert check is not None and check.status == status and says in check.detail, check
+
+
+# --- refusals and names (issue 34, class 6): "not allowed" is not "not installed" ----------------------
+
+DEAD = "http://127.0.0.1:9"  # the discard port: the MLflow check fails fast, without a server
+
+
+def _check_lines(kubeconfig: Path, capsys: pytest.CaptureFixture, *extra: str) -> tuple[int, list[str]]:
+    code = main(["check", "--kubeconfig", str(kubeconfig), "--no-s3", "--mlflow-url", DEAD, *extra])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    return code, out.out.strip().splitlines()
+
+
+def _missing_wording(lines: list[str]) -> list[str]:
+    """Lines that say a component is not installed (what a refusal used to be reported as)."""
+    said = ("CRD is missing", "no Deployment", "does not exist", "is missing", "does not resolve")
+    return [line for line in lines if any(s in line for s in said)]
+
+
+def test_an_expired_token_is_one_not_allowed_line_not_missing_components(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """A token the API server rejects (401 to every call, as an expired one is): one line naming the
+    API server and the credentials, the Kubernetes part stops at the first call; never "no
+    Deployment", "CRD is missing" or "Secret is missing"."""
+    with K8sDouble(groups=FULL_INSTALL_GROUPS, enforce_rbac=True) as double:
+        double.install_kserve("v0.20.0")
+        code, lines = _check_lines(double.kubeconfig(tmp_path / "kubeconfig", token="expired-token"), capsys)
+        requests = list(double.requests)
+    assert code == 1
+    (kube,) = [line for line in lines if line.startswith("FAIL kubernetes: ")]
+    assert kube.startswith(f"FAIL kubernetes: not allowed: the Kubernetes API at {double.url} rejects these "
+                           "credentials (401 Unauthorized): the kubeconfig's token"), kube
+    assert "log in again" in kube
+    assert _missing_wording(lines) == [], lines
+    assert requests == [("GET", "/api")], requests
+
+
+def test_rbac_refusals_name_the_verb_and_the_resource(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An identity RBAC gives nothing (403 to every read): each check that met a refusal says who may
+    not do what where, and the fix; discovery, which every identity may read, is still checked."""
+    with K8sDouble(groups=FULL_INSTALL_GROUPS, enforce_rbac=True, users={"alice-token": "alice"}) as double:
+        double.install_kserve("v0.20.0")
+        code, lines = _check_lines(double.kubeconfig(tmp_path / "kubeconfig", token="alice-token"), capsys)
+    assert code == 1
+    assert _missing_wording(lines) == [], lines
+    said = {line.split(":", 1)[0]: line for line in lines}
+    forbids = f"not allowed: the Kubernetes API at {double.url} forbids user alice to"
+    assert said["FAIL kserve version"].startswith(f"FAIL kserve version: {forbids} get deployments.apps in namespace "
+                                                  "kserve (403 Forbidden: RBAC)"), lines
+    assert "grant get on deployments.apps in namespace kserve to user alice" in said["FAIL kserve version"]
+    assert f"{forbids} get secrets in namespace {PODS_NS} (403" in said["FAIL secrets"]
+    assert f"{forbids} get services in namespace {PODS_NS} (403" in said["FAIL mlflow name"]
+    assert f"{forbids} list nodes (cluster-wide) (403" in said["WARN gpu nodes"]
+    assert f"{forbids} create subjectaccessreviews.authorization.k8s.io (cluster-wide)" in said["WARN deploy permissions"]
+    assert any(line.startswith("PASS crd LLMInferenceService v1alpha2: ") for line in lines), lines
+
+
+def test_a_namespace_admin_gets_its_secrets_checked_and_the_namespace_line_says_not_allowed(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A Role in the pipeline namespace only (a namespace admin may not get Namespaces): that
+    namespace's line is "not allowed", and the Secrets it may read are still checked for real."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "reader", "namespace": PODS_NS},
+            "rules": [{"apiGroups": [""], "resources": ["secrets", "services"], "verbs": ["get"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "reader", "namespace": PODS_NS},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+               "subjects": [{"kind": "User", "name": "alice"}]}
+    with K8sDouble(groups=FULL_INSTALL_GROUPS, enforce_rbac=True, users={"alice-token": "alice"}) as double:
+        double.load([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PODS_NS}}, role, binding])
+        code, lines = _check_lines(double.kubeconfig(tmp_path / "kubeconfig", token="alice-token"), capsys)
+    assert code == 1
+    said = {line.split(":", 1)[0]: line for line in lines}
+    assert "forbids user alice to get namespaces (cluster-wide) (403" in said[f"FAIL namespace {PODS_NS}"], lines
+    assert said[f"FAIL secret {PODS_NS}/shipyard-mlflow"].startswith(
+        f"FAIL secret {PODS_NS}/shipyard-mlflow: is missing"), lines
+    assert said["FAIL mlflow name"].startswith("FAIL mlflow name: mlflow.kubeflow.svc.cluster.local does not resolve")
+
+
+def test_names_are_checked_and_quoted_before_they_go_into_a_path(tmp_path: Path) -> None:
+    """The client refuses a name Kubernetes would refuse before any request, and quotes every segment."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.params.checks import check_object_name
+    from shipyard.run.check import _Kube, api_path
+
+    assert api_path("v1", "secrets", "ns", "a/b?c") == "/api/v1/namespaces/ns/secrets/a%2Fb%3Fc"
+    assert api_path("apps/v1", "deployments", "kserve", "x") == "/apis/apps/v1/namespaces/kserve/deployments/x"
+    assert check_object_name("shipyard-mlflow.v2", "f", "x") == "shipyard-mlflow.v2"
+    for bad in ("Upper", "a/b", "-a", "a..b", "a" * 254, "..", "a b", ""):
+        with pytest.raises(ShipyardError, match=r"^f: "):
+            check_object_name(bad, "f", "shipyard-mlflow")
+    with pytest.raises(ShipyardError) as err:
+        check_object_name("Zx8Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0Xc", "cluster_config secrets", "shipyard-mlflow")
+    assert "Zx8Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0Xc" not in str(err.value)
+    with K8sDouble() as double:
+        kube = _Kube(api_client(str(double.kubeconfig(tmp_path / "kubeconfig"))))
+        for ns, name in (("kubeflow/secrets", "x"), ("..", "x"), ("kubeflow", "../../nodes"), ("kubeflow", "A")):
+            with pytest.raises(ShipyardError, match=r"^Secret field: "):
+                kube.read("v1", "secrets", ns, name, field="Secret field")
+        assert double.requests == []

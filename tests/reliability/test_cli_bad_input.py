@@ -372,6 +372,22 @@ ROWS: list[Row] = [
     row("check-namespace-slash", "check", "-n", "kubeflow/secrets", field="-n/--namespace"),
     row("check-kserve-namespace-path", "check", "--kserve-namespace", "kserve/../kube-system",
         field="--kserve-namespace: 'kserve/../kube-system' is not a Kubernetes namespace"),
+    # --- round 3 class 6 (issue 34): every name check puts into an API path, checked before any request ------
+    row("check-namespace-percent-encoded", "check", "-n", "kubeflow%2Fsecrets", field="-n/--namespace"),
+    row("check-namespace-dot-dot", "check", "-n", "..", field="-n/--namespace: '..' is not a Kubernetes namespace"),
+    row("check-kserve-namespace-query", "check", "--kserve-namespace", "kserve?watch=1", field="--kserve-namespace"),
+    row("check-layout-namespace-slash", "check", "--cluster-config", "cluster-ns-slash.yaml",
+        field="cluster_config layouts.l.pipeline_namespace: 'kubeflow/secrets' is not a Kubernetes namespace"),
+    row("check-layout-serving-namespace-query", "check", "--cluster-config", "cluster-ns-query.yaml",
+        field="cluster_config layouts.l.serving_namespace"),
+    row("check-other-layout-namespace-dot-dot", "check", "--cluster-config", "cluster-other-ns.yaml",
+        field="cluster_config layouts.other.pipeline_namespace: '..'"),
+    row("check-layout-service-account-at", "check", "--cluster-config", "cluster-sa-at.yaml",
+        field="cluster_config layouts.l.service_account: 'runner@x' is not a Kubernetes object name"),
+    row("check-secret-name-token", "check", "--cluster-config", "cluster-secret-token.yaml",
+        field="cluster_config secrets: (a value that looks like a credential, not shown) is not a Kubernetes object"),
+    row("check-secret-name-path", "check", "--cluster-config", "cluster-secret-path.yaml",
+        field="cluster_config secrets: '../nodes' is not a Kubernetes object name"),
     row("submit-namespace-underscore", *submit("-n", "team_a"), field="-n/--namespace"),
     row("submit-o-xml", *submit("-o", "xml"), field="-o/--output"),
     row("submit-o-path", *submit("-o", "run.yaml"), field="--out-file run.yaml"),
@@ -940,6 +956,12 @@ def _files() -> dict[str, str]:
                                                                       "requests_per_s": 1.0, "ttft_p99_ms": 80.0,
                                                                       "itl_p99_ms": 20.0, "error_rate": 0.0}]}),
         "kubeconfig-not-yaml": "clusters: [{name: c\n",
+        "cluster-ns-slash.yaml": _layout(pipeline_namespace="kubeflow/secrets"),
+        "cluster-ns-query.yaml": _layout(serving_namespace="shipyard?watch=1"),
+        "cluster-other-ns.yaml": _layout() + "  other: {pipeline_namespace: '..'}\n",
+        "cluster-sa-at.yaml": _layout(service_account="runner@x"),
+        "cluster-secret-token.yaml": _layout() + f"secrets: {{{TOKEN_LIKE}: {{env: {{}}}}}}\n",
+        "cluster-secret-path.yaml": _layout() + "secrets: {'../nodes': {env: {}}}\n",
         "kubeconfig-a-list": "- 1\n- 2\n",
         "probe-period-int32.yaml": "probes: {readiness: {period_seconds: 99999999999}}\n",
         "probe-startup-int32.yaml": "probes: {startup_seconds: 99999999999999, period_seconds: 1}\n",
@@ -947,6 +969,13 @@ def _files() -> dict[str, str]:
                       "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
                       "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
     }
+
+
+def _layout(**entry: str) -> str:
+    """A cluster config whose one layout ``l`` has ``entry`` over good values (``layouts:`` last)."""
+    good = {"pipeline_namespace": "kubeflow", "service_account": "pipeline-runner", "serving_namespace": "shipyard",
+            "tracking_uri": "http://mlflow.kubeflow.svc.cluster.local:5000", **entry}
+    return "layout: l\nlayouts:\n  l: " + json.dumps(good) + "\n"
 
 
 def _mount(target: Path, options: str) -> bool:

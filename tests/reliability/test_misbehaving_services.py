@@ -160,6 +160,40 @@ def test_alias_against_a_wrong_service_is_one_line(tmp_path: Path, status: int, 
     assert seconds < 60
 
 
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    return path
+
+
+@pytest.mark.parametrize(("status", "body", "kind", "said"), [
+    (200, b"<html><body><form>Sign in</form></body></html>", "text/html; charset=utf-8", "200 with an HTML page"),
+    (404, b"404 page not found", "text/plain", "404 with a body that is not JSON"),
+    (200, b'{"status": "ok"}', "application/json", "200 with JSON that has no kind or apiVersion"),
+    (200, b'{"status": "ok"', "application/json", "200 with a body that is not JSON"),
+    (404, b'{"kind": "Error", "message": "no route"}', "application/json", "404 with JSON of kind Error"),
+], ids=["login-page", "wrong-service-404", "json-without-kind", "broken-json", "other-json-404"])
+def test_check_against_a_web_server_is_one_not_an_api_server_line(tmp_path: Path, status: int, body: bytes, kind: str,
+                                                                   said: str) -> None:
+    """Issue 34, class 6: a kubeconfig pointing at a plain web server is named once as not an API
+    server and the Kubernetes part stops there (exit 1), instead of listing every component as
+    missing (or exit 70 on a login page)."""
+    with _web(status, body, kind) as url:
+        config = _kubeconfig(tmp_path / "kubeconfig", url)
+        proc, seconds = _cli(tmp_path, "check", "--kubeconfig", str(config), "--no-s3", capture_output=True)
+    assert "Traceback" not in proc.stderr and proc.stderr == "", proc.stderr
+    assert proc.returncode == 1 and seconds < 60
+    lines = proc.stdout.splitlines()
+    (kube,) = [line for line in lines if line.startswith("FAIL kubernetes: ")]
+    assert kube.startswith(f"FAIL kubernetes: not a Kubernetes API server at {url}: GET /api answered {said}: "), kube
+    assert "(fix: point the kubeconfig's cluster server at the API server" in kube
+    for wrong in ("CRD is missing", "no Deployment", "does not exist", "is missing", "not allowed"):
+        assert wrong not in proc.stdout, proc.stdout
+
+
 # --------------------------------------------------------------------------- pipes, descriptors, debug
 
 
