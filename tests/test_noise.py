@@ -231,7 +231,7 @@ def test_a_cached_base_says_when_and_where_it_was_measured(tmp_path: Path) -> No
     out = _gate(tmp_path, base, base, {"ttft_p99_ms": 1000}, base_extra=CACHED)
     assert out["base_source"]["source"] == "cache" and out["base_source"]["hardware"]["cores"] == 2
     said = ("base figures from cache (measured 2026-12-02T02:42:10Z by optimize-and-deploy-2026-12-02-02-37-52, 3 h ago; "
-            "not re-measured in this run)")
+            "not re-checked in this run)")
     assert out["base_source"]["text"] == said and out["reason"].endswith(said)
     assert f"**Base figures:** {said}" in (tmp_path / "slo.md").read_text()
     fresh = _gate(tmp_path / "fresh", base, base, {"ttft_p99_ms": 1000})
@@ -249,7 +249,7 @@ def test_the_decision_record_and_the_headline_say_the_base_came_from_the_cache(t
                           str(tmp_path / "c.md"), str(tmp_path / "c.html"), base_eval=str(tmp_path / "base-eval"),
                           base_bench=str(tmp_path / "base-bench"), base_model_uri="/models/base", slo=fx.SLO)
     assert out["headline"].endswith("; base figures from cache (measured 2026-12-02T02:42:10Z by "
-                                    "optimize-and-deploy-2026-12-02-02-37-52, 3 h ago; not re-measured in this run)")
+                                    "optimize-and-deploy-2026-12-02-02-37-52, 3 h ago; not re-checked in this run)")
     record = json.loads((tmp_path / "sel" / "decision-record.json").read_text())
     assert record["base_measured"]["source"] == "cache"
     assert record["base_measured"]["measured_at"] == "2026-12-02T02:42:10Z"
@@ -335,3 +335,79 @@ def test_a_result_restored_from_the_base_cache_carries_where_it_was_measured(tmp
     assert said["source"] == "cache" and said["hardware"] == hardware
     assert said["origin"] == "optimize-and-deploy-2026-12-02-02-37-52" and said["age_seconds"] < 60
     assert said["text"].startswith("base figures from cache (measured ") and "0 min ago" in said["text"]
+
+
+# --------------------------------------------------------------------------- re-checking a cached base
+def test_a_cached_base_figure_this_machine_still_gives_holds() -> None:
+    from shipyard.gates.noise import recheck
+
+    cached = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    fresh = measured("concurrent@1", 1, seed=2, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    check = recheck(cached, fresh)
+    assert check["held"] is True and check["low"] <= 1 <= check["high"], check
+    assert check["requests"] == 12 and check["level"] == "concurrent@1"
+    assert check["text"].startswith("re-checked with 12 requests at concurrency 1: output tok/s x")
+    assert check["text"].endswith("(no difference within noise): the cached figure held")
+
+
+def test_a_cached_base_figure_from_a_quieter_machine_does_not_hold() -> None:
+    """The base cached at 1.0 s a request, the same base now at 1.6 s: comparing a candidate measured now with
+    the cached figure would credit the machine's load to the candidate."""
+    from shipyard.gates.noise import recheck
+
+    cached = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    fresh = measured("concurrent@1", 1, seed=2, n=12, ttft_ms=100, itl_ms=60, latency_s=1.6)
+    check = recheck(cached, fresh)
+    assert check["held"] is False and check["high"] < 1, check
+    assert check["text"].endswith("(slower): the cached figure did not hold")
+
+
+def test_a_cached_level_without_per_request_samples_cannot_be_trusted() -> None:
+    from shipyard.gates.noise import recheck
+
+    cached = {k: v for k, v in measured("concurrent@1", 1, seed=1, n=12, ttft_ms=100, itl_ms=60,
+                                        latency_s=1.0).items() if k != "samples"}
+    fresh = measured("concurrent@1", 1, seed=2, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    check = recheck(cached, fresh)
+    assert check["held"] is False and check["low"] is None
+    assert "no per-request samples" in check["text"] and check["text"].endswith("did not hold")
+
+
+def test_the_decision_record_says_how_a_cached_base_was_rechecked(tmp_path: Path) -> None:
+    from shipyard.gates.noise import provenance, recheck
+
+    base = measured("concurrent@1", 1, seed=1, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0)
+    check = recheck(base, measured("concurrent@1", 1, seed=2, n=12, ttft_ms=100, itl_ms=60, latency_s=1.0))
+    rechecked = {"cached": {**CACHED["cached"], "recheck": check}}
+    out = _gate(tmp_path, base, base, {"ttft_p99_ms": 1000}, base_extra=rechecked)
+    assert out["base_source"]["recheck"]["held"] is True
+    assert out["base_source"]["text"].endswith(f"3 h ago; {check['text']})") and out["reason"].endswith(check["text"] + ")")
+    stale = recheck(base, measured("concurrent@1", 1, seed=2, n=12, ttft_ms=100, itl_ms=60, latency_s=1.6))
+    again = provenance({**fx.bench_results("base", [base]), "recheck": stale})
+    assert again["source"] == "this run" and again["recheck"]["held"] is False
+    assert again["text"] == f"base measured in this run (the cached figure: {stale['text']})"
+
+
+def test_a_restored_result_carries_its_recheck_in_the_summary_note(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.benchmarking import cache
+    from shipyard.gates.noise import recheck
+
+    monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
+    results = fx.write_json(tmp_path / "measured", "results.json", fx.BASE_BENCH)
+    cache.store("k" * 32, {"hardware": {}}, Path(results), "run-a")
+    entry = cache.lookup("k" * 32)
+    assert entry is not None and cache.read(entry)["levels"][0]["name"] == "concurrent@1"
+    level = fx.BASE_BENCH["levels"][0]
+    check = recheck(level, level)
+    restored = cache.restore(entry, tmp_path / "restored", recheck=check)
+    assert restored["cached"]["recheck"] == check
+    note = cache.cached_note(restored)
+    assert note.endswith(" Re-checked with 8 requests at concurrency 1: output tok/s x1 [0.92, 1.08] (no difference "
+                         "within noise): the cached figure held."), note
+    # a stale entry is replaced, not kept beside the new result
+    other = fx.write_json(tmp_path / "again", "results.json", {**fx.BASE_BENCH, "model_name": "re-measured"})
+    cache.store("k" * 32, {"hardware": {}}, Path(other), "run-b")
+    assert cache.read(entry)["model_name"] == fx.BASE_BENCH["model_name"]  # a plain store keeps the first
+    cache.store("k" * 32, {"hardware": {}}, Path(other), "run-b", replace=True)
+    assert cache.read(entry)["model_name"] == "re-measured"

@@ -75,10 +75,17 @@ def lookup(key: str) -> Path | None:
     return entry if (entry / "results.json").is_file() and (entry / META).is_file() else None
 
 
-def store(key: str, parts: dict[str, Any], results_dir: Path, origin: str) -> None:
-    """Keep a finished results folder (atomically; a concurrent store of the same key is harmless)."""
+def read(entry: Path) -> dict[str, Any]:
+    """A cached entry's ``results.json`` as it was stored (nothing restored)."""
+    return json.loads((entry / "results.json").read_text())
+
+
+def store(key: str, parts: dict[str, Any], results_dir: Path, origin: str, *, replace: bool = False) -> None:
+    """Keep a finished results folder (atomically; a concurrent store of the same key is harmless).
+    ``replace``: the entry is stale (its figure did not hold on this machine) and the new result takes
+    its place."""
     entry = _root() / key
-    if lookup(key) is not None:
+    if lookup(key) is not None and not replace:
         return
     entry.parent.mkdir(parents=True, exist_ok=True)
     with atomic_dir(entry) as tmp:
@@ -87,8 +94,10 @@ def store(key: str, parts: dict[str, Any], results_dir: Path, origin: str) -> No
         (tmp / META).write_text(json.dumps(meta, indent=2, default=str))
 
 
-def restore(entry: Path, out_dir: str | Path) -> dict[str, Any]:
-    """Copy a cached result into ``out_dir``, marking ``results.json`` as cached; returns the results."""
+def restore(entry: Path, out_dir: str | Path, recheck: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Copy a cached result into ``out_dir``, marking ``results.json`` as cached (with the short level
+    that re-checked it on this machine, ``recheck``: :func:`shipyard.gates.noise.recheck`); returns
+    the results."""
     meta = json.loads((entry / META).read_text())
     with atomic_dir(out_dir) as tmp:
         shutil.copytree(entry, tmp, dirs_exist_ok=True)
@@ -98,7 +107,7 @@ def restore(entry: Path, out_dir: str | Path) -> dict[str, Any]:
         results["cached"] = {"key": meta.get("key"), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                    time.gmtime(created)),
                              "age_seconds": round(time.time() - created), "origin": meta.get("origin", ""),
-                             "hardware": (meta.get("parts") or {}).get("hardware")}
+                             "hardware": (meta.get("parts") or {}).get("hardware"), "recheck": recheck}
         (tmp / "results.json").write_text(json.dumps(results, indent=2))
     return results
 
@@ -112,5 +121,6 @@ def age_text(seconds: float | None) -> str:
 def cached_note(results: dict[str, Any]) -> str:
     """One line for a summary: where and when a reused result was measured."""
     c = results.get("cached") or {}
+    checked = f" {str(c['recheck']['text'])[:1].upper()}{str(c['recheck']['text'])[1:]}." if c.get("recheck") else ""
     return (f"**Cached:** measured {c.get('measured_at')} ({age_text(c.get('age_seconds'))} ago) by {c.get('origin') or 'an earlier run'}; "
-            f"same model content, benchmark config, vllm runtime lock and hardware (key {str(c.get('key'))[:12]}).")
+            f"same model content, benchmark config, vllm runtime lock and hardware (key {str(c.get('key'))[:12]}).{checked}")

@@ -38,7 +38,7 @@ from shipyard.core.jsonargs import json_object
 from shipyard.core.numbers import percentile
 from shipyard.core.processes import own_session_with_parent_death, stop_group
 from shipyard.core.records import read_record
-from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, safety_config, scan_metrics
+from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, scan_metrics
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
 from shipyard.serving.startup import phases_from_log
 from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
@@ -779,6 +779,15 @@ def _read_levels(json_path: Path, server: VLLMServer) -> tuple[dict[str, Any], l
     return report, levels
 
 
+def benchmark_server(model_dir: str, cfg: dict[str, Any], log_path: Path, model_name: str | None = None) -> VLLMServer:
+    """The vLLM server a benchmark of ``cfg`` runs on (not started): the planner's flags, the config's
+    port, start-up timeout and CPU KV cache, served as ``model_name`` (default: the folder's name)."""
+    _, vllm_args, _ = plan_for_server(model_dir, cfg)
+    env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
+    return VLLMServer(model_dir, served_model_name=model_name or Path(model_dir).name or "model", extra_args=vllm_args,
+                      port=cfg.get("port"), startup_timeout=float(cfg["startup_timeout"]), log_path=log_path, env=env)
+
+
 def benchmark_step(
     model_dir: str,
     benchmark_config: str | dict[str, Any] | None,
@@ -786,8 +795,6 @@ def benchmark_step(
     summary_path: str | None = None,
     model_name: str | None = None,
     shared: VLLMServer | None = None,
-    cache: bool = False,
-    origin: str = "",
     safety: str | dict[str, Any] | None = None,
     after_levels: Callable[[VLLMServer, Path], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
@@ -801,36 +808,20 @@ def benchmark_step(
     the benchmark (``out_dir/safety/safety.json``, :mod:`shipyard.evaluation.garak_scan`); the
     base benchmark cache then keys its result by the safety settings too (the scan is cached
     with it).
-    ``shared``: a running server to benchmark instead of starting one (the measure step's).
-    ``cache``: reuse (or keep) the result from the base benchmark cache
-    (:mod:`shipyard.benchmarking.cache`); ``origin`` names the run in the cache's record.
+    ``shared``: a running server to benchmark instead of starting one (the measure step's, or the
+    one a cached base was re-checked on: :mod:`shipyard.steps.base_benchmark`).
     Returns ``{"metrics": {...}, "summary": markdown, "metadata": {...}}``.
     """
     started = time.monotonic()
     cfg = parse_benchmark_config(benchmark_config)
     if not (Path(model_dir) / "config.json").is_file():
         raise ShipyardError("model", f"{model_dir} has no config.json", "pass a Hugging Face model folder")
-    if cache and shared is None:  # before the planner: a hit needs no plan, a miss plans in the call below
-        scan = safety_config(safety)
-        keyed = {**cfg, "safety": scan} if scan["probes"] else cfg
-        return _cached_benchmark(model_dir, keyed, out_dir, summary_path, origin,
-                                 lambda: benchmark_step(model_dir, cfg, out_dir, summary_path, model_name, safety=safety,
-                                                        after_levels=after_levels))
-    plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
-    name = shared.served_model_name if shared else (model_name or Path(model_dir).name or "model")
-    env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
+    plan, _, plan_error = plan_for_server(model_dir, cfg)
     # on failure vllm.log and guidellm.log stay in <out_dir>.failed-logs/, and the error names it
     with atomic_dir(out_dir, keep_on_failure=("vllm.log", "guidellm.log")) as tmp:
         json_path = tmp / "guidellm.json"
-        server = shared or VLLMServer(
-            model_dir,
-            served_model_name=name,
-            extra_args=vllm_args,
-            port=cfg.get("port"),
-            startup_timeout=float(cfg["startup_timeout"]),
-            log_path=tmp / "vllm.log",
-            env=env,
-        )
+        server = shared or benchmark_server(model_dir, cfg, tmp / "vllm.log", model_name)
+        name = server.served_model_name
         with contextlib.nullcontext(server) if shared else server, _shared_log_copy(shared, tmp / "vllm.log"):
             scenario = build_scenario(
                 cfg, target=server.url, model_name=name, tokenizer=str(model_dir), json_path=str(json_path)
@@ -889,35 +880,6 @@ def benchmark_step(
         "metrics": flat_metrics(results) | scan_metrics(scanned),
         "summary": summary,
         "metadata": {"model_name": name, "profile": cfg["profile"], "levels": [lv["name"] for lv in levels]},
-    }
-
-
-def _cached_benchmark(model_dir: str, cfg: dict[str, Any], out_dir: str, summary_path: str | None, origin: str,
-                      measure: Any) -> dict[str, Any]:
-    """Reuse a cached result for this model, config, runtime lock and hardware, or measure and keep it."""
-    from shipyard.benchmarking import cache
-    from shipyard.evaluation.cache import model_identity
-    from shipyard.runtimes.runtime import lock_file
-
-    key, parts = cache.cache_key(model_identity(model_dir)["sha256"], cfg, lock_file("vllm"), cache.hardware_fingerprint())
-    entry = cache.lookup(key)
-    if entry is None:
-        out = measure()
-        cache.store(key, parts, Path(out_dir), origin)
-        out["metadata"]["cached"] = False
-        return out
-    results = cache.restore(entry, out_dir)
-    summary = cache.cached_note(results) + "\n\n" + summary_markdown(results)
-    atomic_write_text(Path(out_dir) / "summary.md", summary)
-    if summary_path:
-        atomic_write_text(summary_path, summary)
-    print(f"benchmark cache hit {key[:12]}: {cache.cached_note(results)}", flush=True)
-    return {
-        "metrics": flat_metrics(results) | scan_metrics(results.get("safety")),
-        "summary": summary,
-        "metadata": {"model_name": results.get("model_name"), "profile": cfg["profile"],
-                     "levels": [lv["name"] for lv in results["levels"]], "cached": True,
-                     "cached_from": results["cached"]},
     }
 
 

@@ -305,6 +305,38 @@ def beyond(row: dict[str, Any], budget: float, upper: bool) -> str:
     return "fail" if sure else "within noise"
 
 
+#: requests in the short level that re-checks a cached base (fewer when the config asks for fewer)
+RECHECK_REQUESTS = 30
+
+
+def recheck(cached: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """Whether a cached base figure still holds on this machine: the fresh short level ``fresh`` (one
+    level of a few requests, measured now) against the cached level of the same name, as the output
+    tok/s ratio fresh / cached with its interval (:func:`level_ratios`). ``held``: the interval covers 1
+    ("no difference within noise"); a level without per-request samples on either side cannot be
+    re-checked, and does not hold (the base is measured again rather than trusted unseen).
+    Returns ``{"level", "load", "requests", "cached_output_tokens_per_s", "fresh_output_tokens_per_s",
+    "ratio", "low", "high", "words", "held", "text"}``."""
+    c_tps, f_tps = cached.get("output_tokens_per_s"), fresh.get("output_tokens_per_s")
+    ratio = round(float(f_tps) / float(c_tps), 4) if c_tps and f_tps else None
+    row = next(iter(level_ratios(cached, fresh, {"output_tokens_per_s": ratio})), None) if ratio else None
+    low, high = (row or {}).get("low"), (row or {}).get("high")
+    held = low is not None and high is not None and low <= 1 <= high
+    load = level_label(fresh)
+    fresh_n = len((fresh.get("samples") or {}).get("ttft_ms") or [])
+    if ratio is None:
+        said = "no output tok/s to compare"
+    elif low is None:
+        said = f"output tok/s x{ratio:.3g} ({(row or {}).get('note') or 'no interval'})"
+    else:
+        said = f"output tok/s x{ratio:.3g} [{low:.3g}, {high:.3g}] ({(row or {}).get('words')})"
+    verdict = "held" if held else "did not hold"
+    return {"level": fresh.get("name"), "load": load, "requests": fresh_n, "cached_output_tokens_per_s": c_tps,
+            "fresh_output_tokens_per_s": f_tps, "ratio": ratio, "low": low, "high": high,
+            "words": (row or {}).get("words") or "no interval", "held": held,
+            "text": f"re-checked with {fresh_n} requests at {load}: {said}: the cached figure {verdict}"}
+
+
 def provenance(results: dict[str, Any] | None) -> dict[str, Any]:
     """Where a benchmark result's figures come from: ``{"source": "this run"}``, or ``{"source":
     "cache", "measured_at", "age_seconds", "origin", "key", "hardware"}`` for a result the base
@@ -312,19 +344,25 @@ def provenance(results: dict[str, Any] | None) -> dict[str, Any]:
     results = results or {}
     cached = results.get("cached")
     if not cached:
-        return {"source": "this run", "text": provenance_text(None)}
+        found = {"source": "this run", **({"recheck": results["recheck"]} if results.get("recheck") else {})}
+        return {**found, "text": provenance_text(found)}
     hardware = cached.get("hardware") or {"device": results.get("device"), "cpu": (results.get("cpu") or {}).get("model")}
     found = {"source": "cache", "measured_at": cached.get("measured_at"), "age_seconds": cached.get("age_seconds"),
-             "origin": cached.get("origin") or "an earlier run", "key": cached.get("key"), "hardware": hardware}
+             "origin": cached.get("origin") or "an earlier run", "key": cached.get("key"), "hardware": hardware,
+             "recheck": cached.get("recheck")}
     return {**found, "text": provenance_text(found)}
 
 
 def provenance_text(source: dict[str, Any] | None) -> str:
-    """"base measured in this run" or "base figures from cache (measured 2026-12-01T10:00:00Z by run-x, 3 h ago)"."""
+    """"base measured in this run", "base figures from cache (measured 2026-12-01T10:00:00Z by run-x, 3 h
+    ago; re-checked with 12 requests at concurrency 1: ...: the cached figure held)", or "base measured
+    in this run (a cached figure did not hold: re-checked ...)" (:func:`recheck`)."""
+    check = (source or {}).get("recheck") or {}
     if not source or source.get("source") != "cache":
-        return "base measured in this run"
+        return f"base measured in this run (the cached figure: {check['text']})" if check.get("text") \
+            else "base measured in this run"
     from shipyard.benchmarking.cache import age_text
 
     return (f"base figures from cache (measured {source.get('measured_at')} by {source.get('origin')}, "
             f"{age_text(source.get('age_seconds'))} ago; "
-            "not re-measured in this run)")
+            f"{check.get('text') or 'not re-checked in this run'})")

@@ -16,6 +16,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.evaluation.garak_scan import SAFETY_DIR
 from shipyard.gates.slo import check_level, highest_load, parse_slo
+from shipyard.steps.base_benchmark import cached_benchmark
 
 
 def score_point(results_dir: Path, slo: dict[str, Any], gpus: int) -> dict[str, Any]:
@@ -52,8 +53,10 @@ def tune_step(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_
     cfg = parse_benchmark_config(benchmark_config)
     if search is None:
         cfg, replay = workload_replay(cfg, model_dir)  # a bad trace: one line, before the server starts
-        return benchmark_step(model_dir, cfg, out_dir, summary_path, cache=cache, origin=origin,
-                              safety=safety, after_levels=replay)
+        if cache:
+            return cached_benchmark(model_dir, cfg, out_dir, summary_path, origin=origin, safety=safety,
+                                    after_levels=replay)
+        return benchmark_step(model_dir, cfg, out_dir, summary_path, safety=safety, after_levels=replay)
     if cfg.get("workload"):
         raise ShipyardError("benchmark_config.workload", "is not replayed during a tuning search yet",
                             "drop tuning, or drop workload and replay it with the chosen settings")
@@ -74,8 +77,9 @@ def tune_step(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_
 
         def measure(args: list[str], folder: Path) -> None:
             scan = safety if not results else ""
-            results[folder.name] = benchmark_step(model_dir, {**cfg, "vllm_args": args}, str(folder), cache=cache,
-                                                  origin=origin, safety=scan)
+            point = {**cfg, "vllm_args": args}
+            results[folder.name] = (cached_benchmark(model_dir, point, str(folder), origin=origin, safety=scan) if cache
+                                    else benchmark_step(model_dir, point, str(folder), safety=scan))
 
         doc = run_search(search, list(cfg["vllm_args"]), points, measure,
                          lambda folder: score_point(folder, thresholds, gpus), gpus=gpus, heads=heads)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
-from shipyard.serving.vllm_server import VLLMServer
 
 
 def measure_step(
@@ -42,13 +41,8 @@ def measure_step(
     them and answer the rubric prompts into ``eval_sets_out``); returns ``{"eval", "bench",
     "server", "eval_sets"}`` (the steps' results, the shared server's start-up seconds, the eval
     sets' summary or None without sets)."""
-    from shipyard.benchmarking.guidellm import (
-        benchmark_step,
-        parse_benchmark_config,
-        plan_for_server,
-    )
+    from shipyard.benchmarking.guidellm import benchmark_server, benchmark_step, parse_benchmark_config
     from shipyard.evaluation.lmeval import evaluate_step
-    from shipyard.serving.vllm_server import has_gpu
     from shipyard.steps.eval_sets import evaluate_eval_sets, has_sets
     from shipyard.steps.workload import workload_replay
 
@@ -57,16 +51,11 @@ def measure_step(
         raise ShipyardError("benchmark_config.workload", "is not replayed during a tuning search yet",
                             "drop tuning, or drop workload and replay it with the chosen settings")
     cfg, replay = workload_replay(cfg, model_dir)  # a bad trace: one line, before the server starts
-    _, vllm_args, _ = plan_for_server(model_dir, cfg)
     sets = bool(eval_sets_dir) and has_sets(eval_sets_dir)  # a bad prepared folder: one line, before the server
     own_sets = None
-    env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="shipyard-measure-") as tmp:
-        server = VLLMServer(model_dir, served_model_name=Path(model_dir).name or "model", extra_args=vllm_args,
-                            port=cfg.get("port"), startup_timeout=float(cfg["startup_timeout"]),
-                            log_path=Path(tmp) / "vllm.log", env=env)
-        with server:
+        with benchmark_server(model_dir, cfg, Path(tmp) / "vllm.log") as server:
             evaluated = evaluate_step(model_dir, eval_config, eval_out, table_path, backend="openai", server=server)
             if sets:
                 own_sets = evaluate_eval_sets(model_dir, eval_sets_dir, eval_config, eval_sets_out, backend="openai",
