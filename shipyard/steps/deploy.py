@@ -6,6 +6,8 @@ Shared by the KFP component and ``shipyard deploy``. A dry run stops after the m
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -695,3 +697,72 @@ def manifest_summary(path: str | Path) -> str:
     lines = ["| kind | name | namespace |", "| --- | --- | --- |"]
     lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
     return "\n".join(lines) + "\n"
+
+
+#: the deploy step's report files in its verification folder (``verify_dir``)
+VERIFICATION_MD, VERIFICATION_JSON, DECISION_RECORD_JSON = "verification.md", "verification.json", "decision-record.json"
+
+
+def failed_deploy_outputs(verify_dir: str, verification_path: str) -> dict[str, Any]:
+    """A failed deploy's outputs (rolled back or never applied): the verification report, when one was
+    written, copied to ``verification_path`` and printed (it says why). Returns the step's MLflow
+    record (``StepRun.log``'s tags and artifacts) that keeps it and the decision record."""
+    report, record = os.path.join(verify_dir, VERIFICATION_MD), os.path.join(verify_dir, DECISION_RECORD_JSON)
+    log: dict[str, Any] = {"tags": {}, "artifacts": {}}
+    if os.path.isfile(report):
+        shutil.copyfile(report, verification_path)
+        print(Path(report).read_text(encoding="utf-8"), flush=True)
+        log["tags"]["shipyard.verify.passed"] = "false"
+        log["artifacts"].update({"verification.md": report,
+                                 "verification.json": os.path.join(verify_dir, VERIFICATION_JSON)})
+    if os.path.isfile(record):
+        log["artifacts"]["decision-record.json"] = record
+    return log
+
+
+def deploy_outputs(result: dict[str, Any], verify_dir: str, *, manifest_path: str, summary_path: str,
+                   verification_path: str, decision_record_path: str) -> dict[str, Any]:
+    """A finished deploy's outputs from :func:`run_deploy`'s ``result``: the verification report and the
+    decision record copied from ``verify_dir`` to their output paths (a 'not run' stand-in when there
+    is none) and the verification's line printed. Returns ``metadata`` (per output: ``manifest``,
+    ``verification``, ``decision_record``) and ``log``, the step's MLflow record (tags, metrics, artifacts)."""
+    report, record = os.path.join(verify_dir, VERIFICATION_MD), os.path.join(verify_dir, DECISION_RECORD_JSON)
+    checks = result.get("verification") or {}
+    metadata: dict[str, dict[str, Any]] = {
+        "manifest": {k: result[k] for k in ("name", "namespace", "kinds", "mode", "status", "planned")},
+        "verification": {k: checks[k] for k in ("ran", "passed", "reason", "why") if k in checks},
+        "decision_record": {}}
+    if os.path.isfile(report):
+        shutil.copyfile(report, verification_path)
+    else:
+        atomic_write_text(verification_path, f"# deployment verification: not run\n\n{checks.get('why', '')}\n")
+    files = {"manifest.yaml": manifest_path, "deploy.md": summary_path}
+    if os.path.isfile(record):
+        shutil.copyfile(record, decision_record_path)
+        metadata["decision_record"]["verification"] = metadata["verification"].get("passed", "not run")
+        files["decision-record.json"] = record
+    else:
+        atomic_write_text(decision_record_path, json.dumps(
+            {"verification": {"outcome": "not run", "why": "no champion record reached the step"}}))
+    figures: dict[str, float] = {}
+    if checks.get("ran"):
+        files.update({"verification.md": report, "verification.json": os.path.join(verify_dir, VERIFICATION_JSON)})
+        figures = {"verify.passed": float(bool(checks.get("passed")))}
+        if (checks.get("golden") or {}).get("match_rate") is not None:
+            figures["verify.golden_match_rate"] = float(checks["golden"]["match_rate"])
+        print(f"verification: {'passed' if checks.get('passed') else 'FAILED'}: {checks.get('reason', '')}", flush=True)
+    return {"metadata": metadata, "log": {"tags": _deploy_tags(result), "metrics": figures, "artifacts": files}}
+
+
+def _deploy_tags(result: dict[str, Any]) -> dict[str, str]:
+    """The deploy step's MLflow tags: the status, what serves and what was benchmarked, the verification."""
+    checks = result.get("verification") or {}
+    engine = result.get("engine") or {}
+    serving, benchmarked = engine.get("serving") or {}, engine.get("benchmarked") or {}
+    return {"shipyard.deploy.status": result["status"],
+            "shipyard.serving_image": str(serving.get("image", "")),
+            "shipyard.serving_image_source": str(serving.get("source", "")),
+            "shipyard.benchmarked_engine": "vllm " + str(benchmarked.get("version")),
+            "shipyard.benchmarked_image": str(benchmarked.get("image") or ""),
+            "shipyard.serves_benchmarked_build": str(bool(engine.get("same_build"))).lower(),
+            "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"}
