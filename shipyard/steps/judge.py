@@ -181,9 +181,30 @@ def judge_candidate(
         "slo": _slo_section(slo),
         "adapters": lora,
         **({"eval_sets": own} if own is not None else {}),
-        "safety": {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
-                   "families": safe["families"], "new_hits": len(safe["new_hits"]),
-                   "verdict": safe["verdict"], "caveat": safe["caveat"], "warnings": safe["warnings"]},
+        "safety": _safety_section(safe),
+        **_bench_sections(candidate_bench, levels, planner, base_levels, base_planner),
+    }
+    atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
+    return {"passed": passed, "reason": record["reason"], "metrics": _metrics(record, accuracy, slo, safe, lora),
+            "candidate": record, "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"],
+            "accuracy_caveat": caveat, "accuracy_verdict": record["accuracy"]["verdict"],
+            "slo_verdict": verdict(bool(slo["passed"])), "safety_reason": safe["reason"],
+            "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
+
+
+def _safety_section(safe: dict[str, Any]) -> dict[str, Any]:
+    """candidate.json's ``safety``: the safety gate's decision, its families and how many new hits."""
+    return {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
+            "families": safe["families"], "new_hits": len(safe["new_hits"]),
+            "verdict": safe["verdict"], "caveat": safe["caveat"], "warnings": safe["warnings"]}
+
+
+def _bench_sections(candidate_bench: str, levels: list[dict[str, Any]], planner: dict[str, Any],
+                    base_levels: list[dict[str, Any]], base_planner: dict[str, Any]) -> dict[str, Any]:
+    """candidate.json's figures from the benchmarks, in the record's order: the candidate's levels,
+    start-up, golden outputs, serving-configuration search, engine and workload replay, then the
+    base's levels and both planners' figures."""
+    return {
         "levels": levels,
         **_startup(candidate_bench),
         "golden": _golden(candidate_bench),
@@ -194,12 +215,6 @@ def judge_candidate(
         "planner": planner,
         "base_planner": base_planner,
     }
-    atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
-    return {"passed": passed, "reason": record["reason"], "metrics": _metrics(record, accuracy, slo, safe, lora),
-            "candidate": record, "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"],
-            "accuracy_caveat": caveat, "accuracy_verdict": record["accuracy"]["verdict"],
-            "slo_verdict": verdict(bool(slo["passed"])), "safety_reason": safe["reason"],
-            "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
 
 
 def _eval_sets(prepared: str, base: str, candidate: str, judged: str, thresholds: str,
