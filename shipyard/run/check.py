@@ -167,20 +167,38 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
                             "unchecked", err.fix))
         return checks + outside_checks(chosen, **outside)
 
+    checks.append(_kserve_version(kube, kserve_namespace, deploy))
+    checks.extend(cc.resource_checks(cc.served_resources(kube.get), deploy, rollout))
+    checks.extend(_secret_checks(kube, chosen, cfg, mlflow_url=mlflow_url, registry=registry,
+                                 insecure_registry=insecure_registry, check_s3=check_s3))
+    checks.extend(_node_checks(kube, cfg))
+    checks.extend(_permissions(kube, chosen, deploy, rollout))
+    return checks
+
+
+def _kserve_version(kube: _Kube, kserve_namespace: str, deploy: Any) -> Check:
+    """KServe's version from its controller's image (looked for in ``kserve_namespace``, else in
+    :data:`cc.KSERVE_NAMESPACES`), against what the deploy config needs."""
     places = [kserve_namespace] if kserve_namespace else list(cc.KSERVE_NAMESPACES)
     found = next(((ns, c) for ns in places
                   if (c := kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{cc.KSERVE_CONTROLLER}")) is not None),
                  None)
     if found is None:
-        checks.append(Check("kserve version", cc.WARN, f"no Deployment {cc.KSERVE_CONTROLLER} in namespace "
-                            f"{' or '.join(places)}", "install KServe v0.20, or give --kserve-namespace"))
-    else:
-        where, controller = found
-        image = controller["spec"]["template"]["spec"]["containers"][0].get("image", "")
-        version = cc.kserve_version_check(image, deploy)
-        version.detail += f" (controller in namespace {where})"
-        checks.append(version)
-    checks.extend(cc.resource_checks(cc.served_resources(kube.get), deploy, rollout))
+        return Check("kserve version", cc.WARN, f"no Deployment {cc.KSERVE_CONTROLLER} in namespace "
+                     f"{' or '.join(places)}", "install KServe v0.20, or give --kserve-namespace")
+    where, controller = found
+    image = controller["spec"]["template"]["spec"]["containers"][0].get("image", "")
+    version = cc.kserve_version_check(image, deploy)
+    version.detail += f" (controller in namespace {where})"
+    return version
+
+
+def _secret_checks(kube: _Kube, chosen: dict[str, Any], cfg: dict[str, Any], *, mlflow_url: str, registry: str,
+                   insecure_registry: bool, check_s3: bool) -> list[Check]:
+    """The checks that read the cluster's Secrets: the contract Secrets in every layout namespace, the
+    attestation keys, MLflow (its Service name, then the server with the Secret's token), the
+    registry with the Secret's auth and, with ``check_s3``, S3 with the Secret's endpoint."""
+    checks: list[Check] = []
 
     def read_secret(ns: str, name: str) -> dict[str, Any] | None:
         return kube.get(f"/api/v1/namespaces/{ns}/secrets/{name}")
@@ -204,11 +222,22 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
         s3 = read_secret(chosen["pipeline_namespace"], "shipyard-s3")
         env = {k: base64.b64decode(v).decode() for k, v in ((s3 or {}).get("data") or {}).items()}
         checks.append(cc.s3_check(env) if s3 else Check("s3", cc.SKIP, "no Secret shipyard-s3 to read an endpoint from"))
+    return checks
+
+
+def _node_checks(kube: _Kube, cfg: dict[str, Any]) -> list[Check]:
+    """The nodes: GPU nodes matching the cluster config's ``gpu.node_selector``, and nodes with the
+    ephemeral storage the model-holding steps request."""
     code, nodes = kube.call("GET", "/api/v1/nodes?labelSelector=" + ",".join(
         f"{k}={v}" for k, v in ((cfg.get("gpu") or {}).get("node_selector") or {}).items()))
-    checks.append(cc.gpu_node_check((nodes or {}).get("items", []) if code == 200 else None, cfg.get("gpu") or {}))
+    gpu = cc.gpu_node_check((nodes or {}).get("items", []) if code == 200 else None, cfg.get("gpu") or {})
     code, nodes = kube.call("GET", "/api/v1/nodes")
-    checks.append(cc.disk_node_check((nodes or {}).get("items", []) if code == 200 else None, ephemeral_storage(cfg)))
+    return [gpu, cc.disk_node_check((nodes or {}).get("items", []) if code == 200 else None, ephemeral_storage(cfg))]
+
+
+def _permissions(kube: _Kube, chosen: dict[str, Any], deploy: Any, rollout: dict[str, Any]) -> list[Check]:
+    """What the pipeline's ServiceAccount may do, by SubjectAccessReviews (:func:`cc.permission_checks`);
+    a WARN when the reviews cannot be created."""
     user = f"system:serviceaccount:{chosen['pipeline_namespace']}:{chosen['service_account']}"
 
     def review(verb: str, group: str, resource: str, ns: str) -> bool:
@@ -224,7 +253,6 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
 
     try:
         who = f"ServiceAccount {chosen['pipeline_namespace']}/{chosen['service_account']}"
-        checks.extend(cc.permission_checks(review, chosen["serving_namespace"], who, chosen["name"], deploy, rollout))
+        return cc.permission_checks(review, chosen["serving_namespace"], who, chosen["name"], deploy, rollout)
     except ShipyardError as err:
-        checks.append(Check("deploy permissions", cc.WARN, err.problem, err.fix))
-    return checks
+        return [Check("deploy permissions", cc.WARN, err.problem, err.fix)]
