@@ -331,6 +331,15 @@ def test_gpu_steps_have_cache_keys_that_can_repeat(compiled: dict[str, tuple[dic
             assert (task.get("cachingOptions") or {}).get("enableCache"), (name, step)
 
 
+def _takes_a_model(spec: dict[str, Any]) -> bool:
+    """Whether a step of the compiled pipeline takes a model (a ``system.Model`` input artifact): a
+    pipeline whose steps do resolves it first (resolve-model, keyed by pin-model); one whose steps
+    never do (they read records and evidence from the registry, never the model) has neither."""
+    return any(artifact["artifactType"]["schemaTitle"] == "system.Model"
+               for comp in spec["components"].values() if comp.get("executorLabel")
+               for artifact in ((comp.get("inputDefinitions") or {}).get("artifacts") or {}).values())
+
+
 def test_resolve_model_is_keyed_by_the_pinned_content(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
     """resolve-model is cached, but by what pin-model (never cached) says the URI names now: the
     pinned URI and the content fingerprint, never the mutable URI string alone."""
@@ -338,8 +347,8 @@ def test_resolve_model_is_keyed_by_the_pinned_content(compiled: dict[str, tuple[
         tasks = _all_task_specs(spec["root"]["dag"], spec["components"])
         resolves = [t for c, t in tasks if re.sub(r"-\d+$", "", c) == "comp-resolve-model"]
         pins = {t["_key"]: t for c, t in tasks if re.sub(r"-\d+$", "", c) == "comp-pin-model"}
-        if name == "watch":  # reads the served model's evidence from the registry, never the model
-            assert not resolves and not pins
+        if not _takes_a_model(spec):  # no step takes the model: nothing to resolve or pin
+            assert not resolves and not pins, name
             continue
         assert resolves and len(pins) == len(resolves), name
         for task in resolves:
@@ -704,7 +713,7 @@ def test_steps_that_hold_a_model_request_ephemeral_storage(
             if step == "resolve-model":
                 assert json.loads(env[contract.ENV_EPHEMERAL_STORAGE]) == {
                     s: size for s in section["steps"]}, "every listed step, in every pipeline"
-        assert ("resolve-model" in steps) is (name != "watch"), name
+        assert ("resolve-model" in steps) is _takes_a_model(spec), name
     # deploy never holds the model: package-champion (or, in promote, resolve-model) hands it config and
     # tokenizer files; it stays listed for a pipeline that hands it a whole model
     assert requested == {"optimize-and-deploy": {"package-champion"}, "requantize": {"package-champion"}}

@@ -9,6 +9,7 @@
 - No dynamic imports of project modules (``importlib.import_module``, ``__import__``) beyond the
   few listed in :data:`DYNAMIC_IMPORTS`: an import the graph cannot see could go upward or in a circle.
 - Data folders are found through ``importlib.resources``, not ``__file__`` arithmetic.
+- No function is longer than its folder's cap in :data:`MAX_FUNCTION_LINES` (issue 30 asks for 80).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ FILE_RELATIVE = {
     "shipyard/evaluation/eval_set_utils.py": "copied as utils.py into every compiled eval-set task folder, where lm-eval "
                                              "loads it by path and it reads the data file beside the task YAML",
 }
+
+#: the longest a function may be, in lines from ``def`` to its last line, per source folder. Issue 30
+#: asks for 80 in product code; these are today's longest (shipyard: serving/planner.py plan_memory;
+#: components: the deploy wrapper, whose signature and KFP docstring, which the compiled IR carries,
+#: are 66 of its lines). Lower a cap when the function at it is split; never raise one.
+MAX_FUNCTION_LINES = {"shipyard": 101, "components": 122, "pipelines": 80}
 
 
 def _module(path: Path) -> str:
@@ -349,3 +356,26 @@ def _is_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:  # a parent that is not a package
         return False
+
+
+def long_functions(source: str, cap: int) -> list[tuple[str, int]]:
+    """``(name, lines)`` of every function in ``source`` (nested ones included) longer than ``cap``."""
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > cap]
+
+
+def test_functions_stay_under_the_length_cap() -> None:
+    """Long functions are split along their seams into named helpers (issue 30): none grows past its
+    folder's cap."""
+    long = [f"{path.relative_to(ROOT)}:{name} ({lines} lines > {MAX_FUNCTION_LINES[path.relative_to(ROOT).parts[0]]})"
+            for path in SOURCES.values()
+            for name, lines in long_functions(path.read_text(), MAX_FUNCTION_LINES[path.relative_to(ROOT).parts[0]])]
+    assert not long, f"split these functions along their seams: {long}"
+
+
+def test_a_long_function_is_caught() -> None:
+    body = "".join(f"        x{i} = {i}\n" for i in range(5))
+    nested = f"def outer():\n    def inner():\n{body}"
+    assert long_functions(nested, 7) == []
+    assert sorted(long_functions(nested, 5)) == [("inner", 6), ("outer", 7)]

@@ -75,14 +75,12 @@ def deploy(
         status: Ready, or DryRun.
     """
     import json
-    import os
-    import shutil
     import sys
     import tempfile
     from collections import namedtuple
 
     from shipyard.runtimes.runtime import call_step, name_output
-    from shipyard.steps.deploy import promotion_allowed, run_deploy
+    from shipyard.steps.deploy import deploy_outputs, failed_deploy_outputs, promotion_allowed, run_deploy
     from shipyard.tracking.promotion import promote_production
     from shipyard.tracking.steprun import StepRun
 
@@ -92,14 +90,11 @@ def deploy(
 
     champion = dict(decision.metadata) if decision is not None else {}
     model_uri = model_uri or str(champion.get("uri", ""))
-    model_dir = model_files.path if model_files is not None else None
     with StepRun("deploy", str(champion.get("recipe", "")), tracking_uri=tracking_uri, experiment=experiment,
                  kfp_run_id=kfp_run_id if champion else "",
                  params={"name": name, "namespace": namespace, "model_uri": model_uri, "dry_run": dry_run,
                          "model_name": model_name, "version": str(champion.get("version", ""))}) as run:
         checked = tempfile.mkdtemp(prefix="shipyard-verify-")
-        report = os.path.join(checked, "verification.md")
-        record = os.path.join(checked, "decision-record.json")
         try:
             result = call_step(
                 "vllm",
@@ -107,7 +102,7 @@ def deploy(
                 deploy_config=deploy_config,
                 manifest_path=manifest.path,
                 dry_run=dry_run,
-                model_dir=model_dir,
+                model_dir=model_files.path if model_files is not None else None,
                 name=name,
                 model_uri=model_uri,
                 namespace=namespace,
@@ -119,46 +114,14 @@ def deploy(
         except SystemExit:
             # rolled back (or never applied): the verification report, when one was written, says why, and
             # the decision record keeps the failed deploy (and its verification) in MLflow
-            if os.path.isfile(report):
-                shutil.copyfile(report, verification.path)
-                print(open(report, encoding="utf-8").read(), flush=True)
-                run.log(tags={"shipyard.verify.passed": "false"},
-                        artifacts={"verification.md": report, "verification.json": os.path.join(checked, "verification.json")})
-            if os.path.isfile(record):
-                run.log(artifacts={"decision-record.json": record})
+            run.log(**failed_deploy_outputs(checked, verification.path))
             raise
-        manifest.metadata.update({k: result[k] for k in ("name", "namespace", "kinds", "mode", "status", "planned")})
-        checks = result.get("verification") or {}
-        verification.metadata.update({k: checks[k] for k in ("ran", "passed", "reason", "why") if k in checks})
-        if os.path.isfile(report):
-            shutil.copyfile(report, verification.path)
-        else:
-            with open(verification.path, "w", encoding="utf-8") as fh:
-                fh.write(f"# deployment verification: not run\n\n{checks.get('why', '')}\n")
-        files = {"manifest.yaml": manifest.path, "deploy.md": summary.path}
-        if os.path.isfile(record):
-            shutil.copyfile(record, decision_record.path)
-            decision_record.metadata.update({"verification": verification.metadata.get("passed", "not run")})
-            files["decision-record.json"] = record
-        else:
-            with open(decision_record.path, "w", encoding="utf-8") as fh:
-                json.dump({"verification": {"outcome": "not run", "why": "no champion record reached the step"}}, fh)
-        figures: dict = {}
-        if checks.get("ran"):
-            files.update({"verification.md": report, "verification.json": os.path.join(checked, "verification.json")})
-            figures = {"verify.passed": float(bool(checks.get("passed")))}
-            if (checks.get("golden") or {}).get("match_rate") is not None:
-                figures["verify.golden_match_rate"] = float(checks["golden"]["match_rate"])
-            print(f"verification: {'passed' if checks.get('passed') else 'FAILED'}: {checks.get('reason', '')}", flush=True)
-        engine = result.get("engine") or {}
-        run.log(tags={"shipyard.deploy.status": result["status"],
-                      "shipyard.serving_image": str((engine.get("serving") or {}).get("image", "")),
-                      "shipyard.serving_image_source": str((engine.get("serving") or {}).get("source", "")),
-                      "shipyard.benchmarked_engine": "vllm " + str((engine.get("benchmarked") or {}).get("version")),
-                      "shipyard.benchmarked_image": str((engine.get("benchmarked") or {}).get("image") or ""),
-                      "shipyard.serves_benchmarked_build": str(bool(engine.get("same_build"))).lower(),
-                      "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"},
-                metrics=figures, artifacts=files)
+        recorded = deploy_outputs(result, checked, manifest_path=manifest.path, summary_path=summary.path,
+                                 verification_path=verification.path, decision_record_path=decision_record.path)
+        for artifact, key in ((manifest, "manifest"), (verification, "verification"),
+                              (decision_record, "decision_record")):
+            artifact.metadata.update(recorded["metadata"][key])
+        run.log(**recorded["log"])
         # nothing is promoted on a verification that did not run, unless the user switched it off
         verified, why = promotion_allowed(result, dry_run)
         if champion and model_name and verified:

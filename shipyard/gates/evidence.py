@@ -305,25 +305,15 @@ def verify_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_t
     return verified_evidence(uri, public_key, field=field, insecure_tls=insecure_tls, max_age_days=max_age_days)[0]
 
 
-def verified_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_tls: bool = False,
-                      max_age_days: float | None = None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Check the attestations stored with the image ``uri`` (see
-    :func:`shipyard.oci.attestation.find_attestations`) against ``public_key``.
-
-    Checks, each a row ``{"name", "passed", "detail"}``: attestations found; every envelope readable;
-    signed by the key; every subject this digest; the five predicate types present (counting only
-    signed statements about this digest); the verification summary covers the four evidence
-    envelopes by digest; its decision is ``PASSED``; and, with ``max_age_days``, it is not older.
-    Returns ``{"passed", "reason", "uri", "digest", "where", "found_via", "checks", "attestations",
-    "vsa"}``, and the predicates of the statements signed by the key about this digest, by predicate
-    type (the last stored of each type). Bad input (a tag, an unreadable key) raises one line; a
-    failed check does not."""
-    found = att.find_attestations(uri, field=field, insecure_tls=insecure_tls)
-    digest, stored = found["digest"], found["stored"]
-    want = att.keyid(public_key)
-    rows: list[dict[str, Any]] = []
+def _read_entries(stored: list[Any], digest: str, public_key: Any) -> tuple[list[dict[str, Any]], list[str], list[str],
+                                                                          list[tuple[str, str]]]:
+    """Each stored attestation read: its entry (referrer, predicate type, envelope digest, whether the
+    key signed it and it is about ``digest``, the statement), and what is wrong: unreadable envelopes,
+    statements the key did not sign, statements about other subjects (short type, their digests)."""
     entries: list[dict[str, Any]] = []
-    broken, unsigned, foreign = [], [], []
+    broken: list[str] = []
+    unsigned: list[str] = []
+    foreign: list[tuple[str, str]] = []
     for item in stored:
         entry: dict[str, Any] = {"referrer": item.manifest_digest, "predicate_type": item.predicate_type,
                                  "envelope_digest": item.envelope_digest, "signed": False, "subject_ok": False}
@@ -346,6 +336,27 @@ def verified_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure
             unsigned.append(f"{stmt['predicateType']} ({item.envelope_digest[:19]})")
         if not entry["subject_ok"]:
             foreign.append((_short(stmt["predicateType"]), ", ".join(s[:19] for s in subjects) or "nothing"))
+    return entries, broken, unsigned, foreign
+
+
+def verified_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure_tls: bool = False,
+                      max_age_days: float | None = None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Check the attestations stored with the image ``uri`` (see
+    :func:`shipyard.oci.attestation.find_attestations`) against ``public_key``.
+
+    Checks, each a row ``{"name", "passed", "detail"}``: attestations found; every envelope readable;
+    signed by the key; every subject this digest; the five predicate types present (counting only
+    signed statements about this digest); the verification summary covers the four evidence
+    envelopes by digest; its decision is ``PASSED``; and, with ``max_age_days``, it is not older.
+    Returns ``{"passed", "reason", "uri", "digest", "where", "found_via", "checks", "attestations",
+    "vsa"}``, and the predicates of the statements signed by the key about this digest, by predicate
+    type (the last stored of each type). Bad input (a tag, an unreadable key) raises one line; a
+    failed check does not."""
+    found = att.find_attestations(uri, field=field, insecure_tls=insecure_tls)
+    digest, stored = found["digest"], found["stored"]
+    want = att.keyid(public_key)
+    rows: list[dict[str, Any]] = []
+    entries, broken, unsigned, foreign = _read_entries(stored, digest, public_key)
     rows.append(_check("attestations found", bool(stored), f"{len(stored)} in {found['where']} via {found['found_via']}"))
     if not stored:
         return _result(found, rows, entries, None, "carries no attestations"), {}

@@ -136,12 +136,8 @@ def new_hits(base: dict[str, Any] | None, cand: dict[str, Any]) -> list[dict[str
             for hit in stats.get("hit_prompts") or [] if (probe, hit["prompt"]) not in seen]
 
 
-def compare(base: dict[str, Any] | None, cand: dict[str, Any] | None, cfg: dict[str, Any]) -> dict[str, Any]:
-    """The decision on two ``safety.json`` summaries (either may be None: missing).
-
-    Returns ``{"passed", "blocking", "reason", "verdict", "caveat", "warnings", "checks", "metrics",
-    "new_hits", "families"}``; ``families`` holds :func:`judge_family`'s answer per family."""
-    checks: list[Check] = []
+def _scan_problems(base: dict[str, Any] | None, cand: dict[str, Any] | None, cfg: dict[str, Any]) -> list[str]:
+    """What is missing from the two scans: a scan, or a scored attempt for one of the probes."""
     problems: list[str] = []
     for who, scan in (("base", base), ("candidate", cand)):
         if scan is None:
@@ -150,6 +146,14 @@ def compare(base: dict[str, Any] | None, cand: dict[str, Any] | None, cfg: dict[
         missing = [p for p in cfg["probes"] if (scan.get("probes") or {}).get(p, {}).get("asr") is None]
         if missing:
             problems.append(f"the {who} has no scored attempt for {', '.join(missing)}")
+    return problems
+
+
+def _judge_families(base: dict[str, Any] | None, cand: dict[str, Any] | None,
+                    cfg: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[Check], dict[str, float]]:
+    """Each probe family judged (:func:`judge_family`; a family missing from either scan fails
+    closed): the families' answers, one :class:`Check` per family and the MLflow metrics."""
+    checks: list[Check] = []
     metrics: dict[str, float] = {}
     families: dict[str, dict[str, Any]] = {}
     for fam in sorted({family(p) for p in cfg["probes"]}):
@@ -175,6 +179,16 @@ def compare(base: dict[str, Any] | None, cand: dict[str, Any] | None, cfg: dict[
                             note=f"{asr_text(fj['asr'])} (base {pass_rate(fj['base_asr'])}); "
                                  f"{_attempts(fj['base_attempts'], fj['attempts'])}"
                                  + ("; fewer than min_attempts" if fj["warning"] else "")))
+    return families, checks, metrics
+
+
+def compare(base: dict[str, Any] | None, cand: dict[str, Any] | None, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The decision on two ``safety.json`` summaries (either may be None: missing).
+
+    Returns ``{"passed", "blocking", "reason", "verdict", "caveat", "warnings", "checks", "metrics",
+    "new_hits", "families"}``; ``families`` holds :func:`judge_family`'s answer per family."""
+    problems = _scan_problems(base, cand, cfg)
+    families, checks, metrics = _judge_families(base, cand, cfg)
     warnings = [f["warning"] for f in families.values() if f.get("warning")]
     measured = [f for f in families.values() if f.get("margin") is not None]
     unmeasured = [f for f in families.values() if f.get("margin") is None]

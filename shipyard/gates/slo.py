@@ -248,19 +248,9 @@ def budget_checks(pairs: list[dict[str, Any]], comp: dict[str, Any], slo: dict[s
     return fails, within
 
 
-def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], intervals: bool = True) -> dict[str, Any]:
-    """Evaluate both results against the SLO and each other; returns the decision and every figure.
-    ``intervals``: put a bootstrap interval on every candidate/base ratio (off when a result is
-    compared with itself, as the base's own record is: every ratio is 1)."""
-    reasons: list[str] = []
-    if base.get("comparable") != cand.get("comparable"):
-        diff = sorted(k for k in (cand.get("comparable") or {}) if (base.get("comparable") or {}).get(k) != cand["comparable"][k])
-        reasons.append(f"base and candidate ran different benchmark configs (differ in {diff or 'all'})")
-    blev, clev = base["levels"], cand["levels"]
-    bver = [check_level(lv, slo) for lv in blev]
-    cver = [check_level(lv, slo) for lv in clev]
-    if len(blev) != len(clev):
-        reasons.append(f"base has {len(blev)} load levels, the candidate {len(clev)}")
+def _pairs(blev: list[dict[str, Any]], clev: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each candidate level beside the base's at the same position: the candidate/base ratios of
+    throughput, request rate and the p99 latencies (None where the base has no such level)."""
     pairs = []
     for i, c in enumerate(clev):
         b = blev[i] if i < len(blev) else None
@@ -273,7 +263,14 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], int
             "itl_p99_ratio": _ratio(c["itl_ms"]["p99"], b["itl_ms"]["p99"] if b else None),
             "latency_p99_ratio": _ratio(c["latency_s"]["p99"], b["latency_s"]["p99"] if b else None),
         })
-    req = slo["require"]
+    return pairs
+
+
+def _requirement_misses(req: Any, clev: list[dict[str, Any]], bver: list[dict[str, Any]],
+                        cver: list[dict[str, Any]]) -> list[str]:
+    """Where the candidate misses the SLO by ``slo.require`` (``all`` levels, every level the
+    ``base`` meets, or one nominal load); a candidate meeting it at no level always fails."""
+    reasons: list[str] = []
     failing = [f"{v['name']}: {'; '.join(v['failures'])}" for v in cver if not v["meets"]]
     if not any(v["meets"] for v in cver):
         reasons.append("the candidate meets the SLO at no load level (" + " | ".join(failing) + ")")
@@ -292,6 +289,24 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], int
             reasons.append(f"no load level {req:g} in the candidate's benchmark")
         elif not cver[idx[0]]["meets"]:
             reasons.append(f"SLO missed at the required load {req:g}: {'; '.join(cver[idx[0]]['failures'])}")
+    return reasons
+
+
+def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], intervals: bool = True) -> dict[str, Any]:
+    """Evaluate both results against the SLO and each other; returns the decision and every figure.
+    ``intervals``: put a bootstrap interval on every candidate/base ratio (off when a result is
+    compared with itself, as the base's own record is: every ratio is 1)."""
+    reasons: list[str] = []
+    if base.get("comparable") != cand.get("comparable"):
+        diff = sorted(k for k in (cand.get("comparable") or {}) if (base.get("comparable") or {}).get(k) != cand["comparable"][k])
+        reasons.append(f"base and candidate ran different benchmark configs (differ in {diff or 'all'})")
+    blev, clev = base["levels"], cand["levels"]
+    bver = [check_level(lv, slo) for lv in blev]
+    cver = [check_level(lv, slo) for lv in clev]
+    if len(blev) != len(clev):
+        reasons.append(f"base has {len(blev)} load levels, the candidate {len(clev)}")
+    pairs = _pairs(blev, clev)
+    reasons += _requirement_misses(slo["require"], clev, bver, cver)
     comp = comparison(blev, clev, pairs, resamples=None if intervals else 0)
     budget_fails, within = budget_checks(pairs, comp, slo)
     reasons += budget_fails

@@ -214,30 +214,13 @@ def alert_name(sli: str, severity: str) -> str:
     return f"Shipyard{label}BudgetBurn{'Fast' if severity == 'critical' else 'Slow'}"
 
 
-def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None,
-             runbook_url: str, labels: Mapping[str, str] | None = None, buckets: Mapping[str, list[float]] | None = None,
-             why_default: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The PrometheusRule ``<name>-slo`` for the service ``name`` serving ``model_name`` and one row
-    per alert for the deploy report (alert, severity, condition, threshold, where each number came from).
-
-    ``slo``: the SLO thresholds the champion was gated with (``ttft_p99_ms``, ``itl_p99_ms``,
-    ``error_budget``); ``knee``: the knee level (``name``, ``requests_per_s``; ``reached``: False when no
-    measured level broke the SLO, so the knee is a lower bound), None when no level
-    met the SLO (then no capacity alert, and a row says so); ``buckets``: the edges the deployment
-    passes vLLM (:func:`served_buckets`; families not in it keep vLLM's defaults); ``why_default``:
-    why the defaults stayed, said where a threshold then falls between two edges."""
-    budget = check_error_budget(slo.get("error_budget", DEFAULT_ERROR_BUDGET))
-    budget_from = ("slo.error_budget" if "error_budget" in slo and budget != DEFAULT_ERROR_BUDGET
-                   else f"slo.error_budget, default {DEFAULT_ERROR_BUDGET}: p99")
+def _burn_alerts(specs: list[dict[str, Any]], *, name: str, model_name: str, budget: float, budget_from: str,
+                 runbook_url: str, common: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The multi-window burn-rate alerts (:data:`BURN_WINDOWS`) of each SLI in ``specs`` against the
+    error ``budget`` (``budget_from``: where it came from), with one report row per alert."""
     sel = f'model_name="{model_name}"'
-    specs = _sli_specs(slo, buckets or {}, why_default)
-    records: list[dict[str, Any]] = []
-    for sli in specs:
-        for window in WINDOWS:
-            records += _recording(sli, model_name, window)
     alerts: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
-    common = {"shipyard_service": name}
     for sli in specs:
         for long_w, short_w, factor, severity, spent in BURN_WINDOWS:
             limit = _num(factor * budget)
@@ -264,6 +247,33 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
                                  + (f"; threshold {sli['threshold_ms']:g} ms (slo.{sli['sli']}_p99_ms) at "
                                     f"le=\"{sli['le']}\"" if sli["threshold_ms"] is not None else ""),
                          "edge": sli["why"]})
+    return alerts, rows
+
+
+def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None,
+             runbook_url: str, labels: Mapping[str, str] | None = None, buckets: Mapping[str, list[float]] | None = None,
+             why_default: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The PrometheusRule ``<name>-slo`` for the service ``name`` serving ``model_name`` and one row
+    per alert for the deploy report (alert, severity, condition, threshold, where each number came from).
+
+    ``slo``: the SLO thresholds the champion was gated with (``ttft_p99_ms``, ``itl_p99_ms``,
+    ``error_budget``); ``knee``: the knee level (``name``, ``requests_per_s``; ``reached``: False when no
+    measured level broke the SLO, so the knee is a lower bound), None when no level
+    met the SLO (then no capacity alert, and a row says so); ``buckets``: the edges the deployment
+    passes vLLM (:func:`served_buckets`; families not in it keep vLLM's defaults); ``why_default``:
+    why the defaults stayed, said where a threshold then falls between two edges."""
+    budget = check_error_budget(slo.get("error_budget", DEFAULT_ERROR_BUDGET))
+    budget_from = ("slo.error_budget" if "error_budget" in slo and budget != DEFAULT_ERROR_BUDGET
+                   else f"slo.error_budget, default {DEFAULT_ERROR_BUDGET}: p99")
+    sel = f'model_name="{model_name}"'
+    specs = _sli_specs(slo, buckets or {}, why_default)
+    records: list[dict[str, Any]] = []
+    for sli in specs:
+        for window in WINDOWS:
+            records += _recording(sli, model_name, window)
+    common = {"shipyard_service": name}
+    alerts, rows = _burn_alerts(specs, name=name, model_name=model_name, budget=budget, budget_from=budget_from,
+                                runbook_url=runbook_url, common=common)
     capacity: list[dict[str, Any]] = []
     rps = (knee or {}).get("requests_per_s")
     per_replica = "model_name:shipyard_requests_per_replica:rate5m"

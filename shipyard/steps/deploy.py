@@ -6,6 +6,10 @@ Shared by the KFP component and ``shipyard deploy``. A dry run stops after the m
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,146 @@ def refuse_local_layout(model_uri: str) -> None:
             "model_uri", f"{model_uri.split('@')[0]} is an OCI layout on the pipeline's disk, which KServe cannot pull",
             "set the registry parameter so the package step pushes to a registry, or deploy with dry_run=true",
         )
+
+
+@dataclass
+class _Serving:
+    """What is deployed once the champion's record had its say: the parsed config, the parameters and
+    overrides it was parsed from (a canary re-parses them), the sizing, the benchmarked engine, the
+    image choice and why the SLO histogram edges are vLLM's defaults (empty when they are not)."""
+
+    cfg: DeployConfig
+    params: dict[str, Any]
+    overrides: dict[str, Any]
+    sizing: dict[str, Any] | None
+    benchmarked: dict[str, Any] | None
+    image: dict[str, Any]
+    why_default: str
+
+
+def _serving(candidate: str | None, params: dict[str, Any], overrides: dict[str, Any], dry_run: bool) -> _Serving:
+    """The deployment's config: the champion's tuned arguments, adapters and sizing
+    (:func:`_from_champion`), the image the SLO gate benchmarked (:func:`serving_image`) and vLLM's
+    histogram edges at the SLO thresholds (:func:`slo_buckets`); warns of WVA without an accelerator."""
+    params, overrides, sizing = _from_champion(candidate, params, overrides, dry_run) if candidate else \
+        (params, overrides, None)
+    cfg = parse_config(params, **overrides)
+    benchmarked = benchmarked_engine(candidate)
+    image = serving_image(cfg, benchmarked)
+    if image["pin"] and not cfg.image:  # the default: serve the build the SLO gate measured
+        cfg.image = params["image"] = image["pin"]  # params: a canary re-parses them
+    buckets, why_default = slo_buckets(candidate, benchmarked, image) if candidate else ({}, "")
+    if buckets:  # SLO thresholds as histogram edges: the alerts' SLIs are exact bucket ratios
+        tuned = {**overrides.get("tuned_vllm_args", {}), CUSTOM_BUCKETS_FLAG: json.dumps(buckets, separators=(",", ":"))}
+        overrides = {**overrides, "tuned_vllm_args": tuned}
+        cfg = parse_config(params, **overrides)
+        print(f"deploy: vLLM histogram edges at the SLO thresholds (--{CUSTOM_BUCKETS_FLAG} {', '.join(buckets)})",
+              flush=True)
+    if cfg.scaling is not None and cfg.scaling.mode == "wva" and not wva_accelerator(cfg):
+        print(f"deploy: WARNING: WVA scaling without an accelerator name: KServe labels the VariantAutoscaling "
+              f"{WVA_ACCELERATOR_LABEL}=unknown; set gpu_type (nvidia.com/gpu.product) or scaling.accelerator_name",
+              flush=True)
+    return _Serving(cfg, params, overrides, sizing, benchmarked, image, why_default)
+
+
+def _verification_plan(candidate: str | None, verify_opts: dict[str, Any],
+                       dry_run: bool) -> tuple[bool, dict[str, Any] | None, dict[str, Any]]:
+    """Whether a verification is wanted, the champion's record it checks against and the verification
+    entry as it stands before anything ran (``{"ran": False, "why": ...}``).
+
+    A real deploy needs the champion's golden outputs before anything is applied (fail closed); a dry
+    run only when it serves the package to verify it."""
+    wanted = bool(candidate) and verify_opts["enabled"]
+    record = _recorded(candidate) if candidate and wanted and (not dry_run or verify_opts["dry_run"]) else None
+    verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
+                                    "deploy_config.verify.enabled is false" if not wanted else
+                                    "dry run" if dry_run else "the service was not verified"}
+    return wanted, record, verification
+
+
+def _write_manifest(candidate: str | None, cfg: DeployConfig, model_config: Any, report_url: str | None,
+                    why_default: str, manifest_path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                                   dict[str, Any] | None, str]:
+    """Render the service and, with a champion record, its PrometheusRule and dashboard
+    (:func:`slo_alerts`); validate them all and write the manifest (``-``: stdout). Returns the
+    service's objects, the monitoring objects, the alerts' description and the manifest text."""
+    docs = render(cfg, model_config)
+    alerts = slo_alerts(candidate, cfg, report_url, served_buckets(docs), why_default) if candidate else None
+    rules = [alerts.pop("doc"), alerts.pop("dashboard")] if alerts else []
+    require_valid(docs + rules)
+    text = to_yaml(docs + rules)
+    if manifest_path == "-":
+        print(text, end="")
+    else:
+        atomic_write_text(manifest_path, text)
+    return docs, rules, alerts, text
+
+
+def _dry_run_verification(cfg: DeployConfig, record: dict[str, Any] | None, wanted: bool, adapters: list[str],
+                          verify_opts: dict[str, Any], verify_dir: str | None, verification: dict[str, Any]) -> None:
+    """A dry run's verification: the package served locally and checked against the champion's record
+    when ``deploy_config.verify.dry_run`` asks for it (raises when it fails), else the hint why
+    nothing was verified. Updates ``verification``."""
+    if record is not None and verify_opts["dry_run"]:
+        out = verify_package(cfg.model_uri, cfg.served_name, record, adapters, verify_opts["settings"], verify_dir)
+        verification.update(ran=True, passed=out["passed"], reason=out["reason"], where="the package, served locally")
+        if not out["passed"]:
+            raise ShipyardError("verification", f"the packaged model {out['reason']}",
+                                "the package does not serve what was gated: see verification.md")
+    elif wanted:
+        verification["why"] = "dry run: " + DRY_RUN_VERIFY_HINT
+        print(f"deploy: {DRY_RUN_VERIFY_HINT}", flush=True)
+
+
+def _service_check(record: dict[str, Any] | None, served: str, adapters: list[str], model_dir: str | None,
+                   verify_opts: dict[str, Any], verify_dir: str | None,
+                   verification: dict[str, Any]) -> Callable[[str], None] | None:
+    """The check of a Ready service against the champion's record
+    (:func:`shipyard.steps.verify.verify_service`): records what ran in ``verification`` and raises
+    when it fails (the deploy then rolls back). None without a record: nothing is verified."""
+    if record is None:
+        return None
+
+    def check(url: str) -> None:
+        from shipyard.steps.verify import verify_service
+
+        out = verify_service(url, served, record, model_dir=model_dir, lora_adapters=adapters,
+                             config=verify_opts["settings"], report_dir=verify_dir)
+        verification.update(ran=True, passed=out["passed"], reason=out["reason"], where=url,
+                            failed_checks=out["failed_checks"], golden=_golden_figures(out))
+        if not out["passed"]:
+            raise ShipyardError("verification", f"{url} {out['reason']}",
+                                "the deployed service does not serve what was gated: see verification.md")
+
+    return check
+
+
+def _apply(serving: _Serving, docs: list[dict[str, Any]], rules: list[dict[str, Any]], text: str,
+           result: dict[str, Any], *, check: Callable[[str], None] | None, options: dict[str, Any],
+           rollout: dict[str, Any], kubeconfig: str | None, context: str | None, model_config: Any,
+           manifest_path: str) -> tuple[list[dict[str, Any]], str]:
+    """Apply the service and wait for it (replaced in place, or a canary beside the current one:
+    :func:`_canary`), each Ready service verified with ``check``. Updates ``result`` (url, status,
+    generation, rollout) and returns the objects applied and the manifest text."""
+    from shipyard.serving.kserve.apply import Kube, api_client, deploy
+
+    if rules:  # the deployer Role has no monitoring.coreos.com or ConfigMap rights: in the manifest only
+        print(f"deploy: PrometheusRule {rules[0]['metadata']['name']} and the dashboard ConfigMap "
+              f"{rules[1]['metadata']['name']} are written to the manifest, not applied: apply them with the rights "
+              "to monitoring.coreos.com prometheusrules and configmaps", flush=True)
+    kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
+    waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
+    try:
+        if rollout["strategy"] == "canary":
+            docs, text = _canary(kube, serving.cfg, docs, rules, result, params=serving.params,
+                                 overrides=serving.overrides, model_config=model_config, manifest_path=manifest_path,
+                                 rollout=rollout, check=check, waits=waits)
+        else:
+            outcome = deploy(docs, kube, **waits, verify=check)
+            result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
+    finally:
+        kube.close()
+    return docs, text
 
 
 def run_deploy(
@@ -69,102 +213,33 @@ def run_deploy(
     settings = parse_deploy_config(deploy_config, **overrides)  # all of it checked before anything is rendered
     # production only for attested models: refused here, before anything is rendered or applied
     attested = check_attestation(settings.config.model_uri, settings.attestation)
-    params, options, verify_opts, rollout = dict(settings.params), settings.apply, settings.verify, settings.rollout
-    params, overrides, sizing = _from_champion(candidate, params, overrides, dry_run) if candidate else \
-        (params, overrides, None)
-    cfg = parse_config(params, **overrides)
-    benchmarked = benchmarked_engine(candidate)
-    image = serving_image(cfg, benchmarked)
-    if image["pin"] and not cfg.image:  # the default: serve the build the SLO gate measured
-        cfg.image = params["image"] = image["pin"]  # params: a canary re-parses them
-    buckets, why_default = slo_buckets(candidate, benchmarked, image) if candidate else ({}, "")
-    if buckets:  # SLO thresholds as histogram edges: the alerts' SLIs are exact bucket ratios
-        tuned = {**overrides.get("tuned_vllm_args", {}), CUSTOM_BUCKETS_FLAG: json.dumps(buckets, separators=(",", ":"))}
-        overrides = {**overrides, "tuned_vllm_args": tuned}
-        cfg = parse_config(params, **overrides)
-        print(f"deploy: vLLM histogram edges at the SLO thresholds (--{CUSTOM_BUCKETS_FLAG} {', '.join(buckets)})",
-              flush=True)
-    if cfg.scaling is not None and cfg.scaling.mode == "wva" and not wva_accelerator(cfg):
-        print(f"deploy: WARNING: WVA scaling without an accelerator name: KServe labels the VariantAutoscaling "
-              f"{WVA_ACCELERATOR_LABEL}=unknown; set gpu_type (nvidia.com/gpu.product) or scaling.accelerator_name",
-              flush=True)
-    wanted = bool(candidate) and verify_opts["enabled"]
-    # a real deploy needs the champion's golden outputs before anything is applied (fail closed); a dry
-    # run only when it serves the package to verify it
-    record = _recorded(candidate) if wanted and (not dry_run or verify_opts["dry_run"]) else None
-    verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
-                                    "deploy_config.verify.enabled is false" if not wanted else
-                                    "dry run" if dry_run else "the service was not verified"}
-    served = cfg.served_name
+    verify_opts = settings.verify
+    serving = _serving(candidate, dict(settings.params), overrides, dry_run)
+    cfg = serving.cfg
+    wanted, record, verification = _verification_plan(candidate, verify_opts, dry_run)
     adapters = [str(a["name"]) for a in ((cfg.lora or {}).get("adapters") or [])]
     if not dry_run:
         refuse_local_layout(cfg.model_uri)
     model_config = load_model_config(model_dir) if model_dir else None
-    docs = render(cfg, model_config)
-    alerts = slo_alerts(candidate, cfg, report_url, served_buckets(docs), why_default) if candidate else None
-    rules = [alerts.pop("doc"), alerts.pop("dashboard")] if alerts else []
-    require_valid(docs + rules)
-    text = to_yaml(docs + rules)
-    if manifest_path == "-":
-        print(text, end="")
-    else:
-        atomic_write_text(manifest_path, text)
+    docs, rules, alerts, text = _write_manifest(candidate, cfg, model_config, report_url, serving.why_default,
+                                                manifest_path)
     result: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "manifest": manifest_path,
-                              "kinds": [d["kind"] for d in docs], "mode": cfg.mode, "url": "", "status": "DryRun",
-                              "planned": model_config is not None}
-    result["verification"] = verification
-    result["attestation"] = attested
-    result["sizing"] = sizing
-    result["alerts"] = alerts
-    result["kinds"] += [d["kind"] for d in rules]
-    result["engine"] = serving_engine(docs, benchmarked, image)
+                              "kinds": [d["kind"] for d in docs + rules], "mode": cfg.mode, "url": "",
+                              "status": "DryRun", "planned": model_config is not None, "verification": verification,
+                              "attestation": attested, "sizing": serving.sizing, "alerts": alerts,
+                              "engine": serving_engine(docs, serving.benchmarked, serving.image)}
     if result["engine"]["warning"]:  # before anything is applied
         print(f"deploy: WARNING: {result['engine']['warning']}", flush=True)
     failure = ""
     try:
         if dry_run:
-            if record is not None and verify_opts["dry_run"]:
-                out = verify_package(cfg.model_uri, served, record, adapters, verify_opts["settings"], verify_dir)
-                verification.update(ran=True, passed=out["passed"], reason=out["reason"], where="the package, served locally")
-                if not out["passed"]:
-                    raise ShipyardError("verification", f"the packaged model {out['reason']}",
-                                        "the package does not serve what was gated: see verification.md")
-            elif wanted:
-                verification["why"] = "dry run: " + DRY_RUN_VERIFY_HINT
-                print(f"deploy: {DRY_RUN_VERIFY_HINT}", flush=True)
-            if summary_path:
-                atomic_write_text(summary_path, deployment_markdown(result, docs + rules, text))
-            return result
-        from shipyard.serving.kserve.apply import Kube, api_client, deploy
-
-        def check(url: str) -> None:
-            from shipyard.steps.verify import verify_service
-
-            assert record is not None
-            out = verify_service(url, served, record, model_dir=model_dir, lora_adapters=adapters,
-                                 config=verify_opts["settings"], report_dir=verify_dir)
-            verification.update(ran=True, passed=out["passed"], reason=out["reason"], where=url,
-                                failed_checks=out["failed_checks"], golden=_golden_figures(out))
-            if not out["passed"]:
-                raise ShipyardError("verification", f"{url} {out['reason']}",
-                                    "the deployed service does not serve what was gated: see verification.md")
-
-        if rules:  # the deployer Role has no monitoring.coreos.com or ConfigMap rights: in the manifest only
-            print(f"deploy: PrometheusRule {rules[0]['metadata']['name']} and the dashboard ConfigMap "
-                  f"{rules[1]['metadata']['name']} are written to the manifest, not applied: apply them with the rights "
-                  "to monitoring.coreos.com prometheusrules and configmaps", flush=True)
-        kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
-        waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
-        try:
-            if rollout["strategy"] == "canary":
-                docs, text = _canary(kube, cfg, docs, rules, result, params=params, overrides=overrides,
-                                     model_config=model_config, manifest_path=manifest_path, rollout=rollout,
-                                     check=check if record is not None else None, waits=waits)
-            else:
-                outcome = deploy(docs, kube, **waits, verify=check if record is not None else None)
-                result.update(url=outcome.url, status=outcome.status, generation=outcome.generation)
-        finally:
-            kube.close()
+            _dry_run_verification(cfg, record, wanted, adapters, verify_opts, verify_dir, verification)
+        else:
+            docs, text = _apply(serving, docs, rules, text, result,
+                                check=_service_check(record, cfg.served_name, adapters, model_dir, verify_opts,
+                                                     verify_dir, verification),
+                                options=settings.apply, rollout=settings.rollout, kubeconfig=kubeconfig,
+                                context=context, model_config=model_config, manifest_path=manifest_path)
         if summary_path:
             atomic_write_text(summary_path, deployment_markdown(result, docs + rules, text))
         return result
@@ -622,3 +697,72 @@ def manifest_summary(path: str | Path) -> str:
     lines = ["| kind | name | namespace |", "| --- | --- | --- |"]
     lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
     return "\n".join(lines) + "\n"
+
+
+#: the deploy step's report files in its verification folder (``verify_dir``)
+VERIFICATION_MD, VERIFICATION_JSON, DECISION_RECORD_JSON = "verification.md", "verification.json", "decision-record.json"
+
+
+def failed_deploy_outputs(verify_dir: str, verification_path: str) -> dict[str, Any]:
+    """A failed deploy's outputs (rolled back or never applied): the verification report, when one was
+    written, copied to ``verification_path`` and printed (it says why). Returns the step's MLflow
+    record (``StepRun.log``'s tags and artifacts) that keeps it and the decision record."""
+    report, record = os.path.join(verify_dir, VERIFICATION_MD), os.path.join(verify_dir, DECISION_RECORD_JSON)
+    log: dict[str, Any] = {"tags": {}, "artifacts": {}}
+    if os.path.isfile(report):
+        shutil.copyfile(report, verification_path)
+        print(Path(report).read_text(encoding="utf-8"), flush=True)
+        log["tags"]["shipyard.verify.passed"] = "false"
+        log["artifacts"].update({"verification.md": report,
+                                 "verification.json": os.path.join(verify_dir, VERIFICATION_JSON)})
+    if os.path.isfile(record):
+        log["artifacts"]["decision-record.json"] = record
+    return log
+
+
+def deploy_outputs(result: dict[str, Any], verify_dir: str, *, manifest_path: str, summary_path: str,
+                   verification_path: str, decision_record_path: str) -> dict[str, Any]:
+    """A finished deploy's outputs from :func:`run_deploy`'s ``result``: the verification report and the
+    decision record copied from ``verify_dir`` to their output paths (a 'not run' stand-in when there
+    is none) and the verification's line printed. Returns ``metadata`` (per output: ``manifest``,
+    ``verification``, ``decision_record``) and ``log``, the step's MLflow record (tags, metrics, artifacts)."""
+    report, record = os.path.join(verify_dir, VERIFICATION_MD), os.path.join(verify_dir, DECISION_RECORD_JSON)
+    checks = result.get("verification") or {}
+    metadata: dict[str, dict[str, Any]] = {
+        "manifest": {k: result[k] for k in ("name", "namespace", "kinds", "mode", "status", "planned")},
+        "verification": {k: checks[k] for k in ("ran", "passed", "reason", "why") if k in checks},
+        "decision_record": {}}
+    if os.path.isfile(report):
+        shutil.copyfile(report, verification_path)
+    else:
+        atomic_write_text(verification_path, f"# deployment verification: not run\n\n{checks.get('why', '')}\n")
+    files = {"manifest.yaml": manifest_path, "deploy.md": summary_path}
+    if os.path.isfile(record):
+        shutil.copyfile(record, decision_record_path)
+        metadata["decision_record"]["verification"] = metadata["verification"].get("passed", "not run")
+        files["decision-record.json"] = record
+    else:
+        atomic_write_text(decision_record_path, json.dumps(
+            {"verification": {"outcome": "not run", "why": "no champion record reached the step"}}))
+    figures: dict[str, float] = {}
+    if checks.get("ran"):
+        files.update({"verification.md": report, "verification.json": os.path.join(verify_dir, VERIFICATION_JSON)})
+        figures = {"verify.passed": float(bool(checks.get("passed")))}
+        if (checks.get("golden") or {}).get("match_rate") is not None:
+            figures["verify.golden_match_rate"] = float(checks["golden"]["match_rate"])
+        print(f"verification: {'passed' if checks.get('passed') else 'FAILED'}: {checks.get('reason', '')}", flush=True)
+    return {"metadata": metadata, "log": {"tags": _deploy_tags(result), "metrics": figures, "artifacts": files}}
+
+
+def _deploy_tags(result: dict[str, Any]) -> dict[str, str]:
+    """The deploy step's MLflow tags: the status, what serves and what was benchmarked, the verification."""
+    checks = result.get("verification") or {}
+    engine = result.get("engine") or {}
+    serving, benchmarked = engine.get("serving") or {}, engine.get("benchmarked") or {}
+    return {"shipyard.deploy.status": result["status"],
+            "shipyard.serving_image": str(serving.get("image", "")),
+            "shipyard.serving_image_source": str(serving.get("source", "")),
+            "shipyard.benchmarked_engine": "vllm " + str(benchmarked.get("version")),
+            "shipyard.benchmarked_image": str(benchmarked.get("image") or ""),
+            "shipyard.serves_benchmarked_build": str(bool(engine.get("same_build"))).lower(),
+            "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"}

@@ -13,6 +13,7 @@ results: a gate that cannot decide fails closed with the reason.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -180,9 +181,30 @@ def judge_candidate(
         "slo": _slo_section(slo),
         "adapters": lora,
         **({"eval_sets": own} if own is not None else {}),
-        "safety": {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
-                   "families": safe["families"], "new_hits": len(safe["new_hits"]),
-                   "verdict": safe["verdict"], "caveat": safe["caveat"], "warnings": safe["warnings"]},
+        "safety": _safety_section(safe),
+        **_bench_sections(candidate_bench, levels, planner, base_levels, base_planner),
+    }
+    atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
+    return {"passed": passed, "reason": record["reason"], "metrics": _metrics(record, accuracy, slo, safe, lora),
+            "candidate": record, "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"],
+            "accuracy_caveat": caveat, "accuracy_verdict": record["accuracy"]["verdict"],
+            "slo_verdict": verdict(bool(slo["passed"])), "safety_reason": safe["reason"],
+            "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
+
+
+def _safety_section(safe: dict[str, Any]) -> dict[str, Any]:
+    """candidate.json's ``safety``: the safety gate's decision, its families and how many new hits."""
+    return {"passed": bool(safe["passed"]), "enabled": safe["enabled"], "reason": safe["reason"],
+            "families": safe["families"], "new_hits": len(safe["new_hits"]),
+            "verdict": safe["verdict"], "caveat": safe["caveat"], "warnings": safe["warnings"]}
+
+
+def _bench_sections(candidate_bench: str, levels: list[dict[str, Any]], planner: dict[str, Any],
+                    base_levels: list[dict[str, Any]], base_planner: dict[str, Any]) -> dict[str, Any]:
+    """candidate.json's figures from the benchmarks, in the record's order: the candidate's levels,
+    start-up, golden outputs, serving-configuration search, engine and workload replay, then the
+    base's levels and both planners' figures."""
+    return {
         "levels": levels,
         **_startup(candidate_bench),
         "golden": _golden(candidate_bench),
@@ -193,12 +215,6 @@ def judge_candidate(
         "planner": planner,
         "base_planner": base_planner,
     }
-    atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
-    return {"passed": passed, "reason": record["reason"], "metrics": _metrics(record, accuracy, slo, safe, lora),
-            "candidate": record, "accuracy_reason": accuracy["reason"], "slo_reason": slo["reason"],
-            "accuracy_caveat": caveat, "accuracy_verdict": record["accuracy"]["verdict"],
-            "slo_verdict": verdict(bool(slo["passed"])), "safety_reason": safe["reason"],
-            "safety_verdict": safe["verdict"], "safety_caveat": safe["caveat"]}
 
 
 def _eval_sets(prepared: str, base: str, candidate: str, judged: str, thresholds: str,
@@ -347,3 +363,34 @@ def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_ur
     }
     atomic_write_text(out / CANDIDATE_FILE, json.dumps(record, indent=2, default=str))
     return record
+
+
+def gate_outputs(out: dict[str, Any], recipe: str, out_dir: str) -> dict[str, Any]:
+    """What the gates' KFP wrapper records from :func:`judge_candidate`'s ``out`` (``out_dir``: its
+    ``candidate`` folder): ``metadata``, per output artifact (``candidate``, ``accuracy_report``,
+    ``slo_report``, ``safety_report``) the entries its metadata gets, and ``log``, the step's MLflow
+    record (``StepRun.log``'s params, metrics, tags and artifacts)."""
+    own = out["candidate"].get("eval_sets")
+    candidate = {"recipe": recipe, "passed": out["passed"], "reason": out["reason"],
+                 "accuracy_caveat": out["accuracy_caveat"], "safety_verdict": out["safety_verdict"],
+                 "safety_caveat": out["safety_caveat"]}
+    params: dict[str, Any] = {}
+    if own is not None:  # the user's eval sets: the verdict and each set's pin, as for the accuracy gate
+        candidate.update({"eval_sets_verdict": own["verdict"], "eval_sets_reason": own["reason"]})
+        params = {f"eval_sets.{s['name']}": f"{s['form']} {s['rows']} rows sha256:{s['sha256'][:12]}"
+                  for s in own["sets"]}
+    own_files = {name: os.path.join(out_dir, name) for name in ("eval_sets.md", "eval_sets_records.json")
+                 if os.path.isfile(os.path.join(out_dir, name))}
+    tags = {"shipyard.gate.passed": str(out["passed"]).lower(),
+            "shipyard.gate.accuracy": out["accuracy_verdict"],
+            "shipyard.gate.slo": out["slo_verdict"],
+            "shipyard.gate.safety": out["safety_verdict"],
+            **{f"shipyard.gate.lora.{name}": "pass" if a["passed"] else "FAIL"
+               for name, a in out["candidate"].get("adapters", {}).items()},
+            **({"shipyard.gate.eval_sets": own["verdict"]} if own is not None else {})}
+    artifacts = {name: os.path.join(out_dir, name) for name in ("accuracy.md", "slo.html", "slo.md", "safety.md", CANDIDATE_FILE)}
+    return {"metadata": {"candidate": candidate,
+                         "accuracy_report": {"reason": out["accuracy_reason"], "caveat": out["accuracy_caveat"]},
+                         "slo_report": {"reason": out["slo_reason"]},
+                         "safety_report": {"reason": out["safety_reason"], "verdict": out["safety_verdict"]}},
+            "log": {"params": params, "metrics": out["metrics"], "tags": tags, "artifacts": {**artifacts, **own_files}}}

@@ -319,6 +319,47 @@ def _pd_checks(before: dict[str, dict[str, float] | None], after: dict[str, dict
     return checks
 
 
+def _models_check(url: str, served_model_name: str, adapters: list[str], timeout_s: float,
+                  strict_input: bool) -> Check:
+    """The ``models`` check: ``/v1/models`` lists the model and every adapter (with ``strict_input``,
+    a service that does not answer or serves another name raises instead)."""
+    try:
+        ids = check_served(url, served_model_name, adapters, timeout_s)
+        return Check("models (/v1/models)", 1.0, 1.0, "lists the model and every adapter", None, True, "",
+                     f"serves {ids}")
+    except ShipyardError as err:
+        if strict_input:
+            raise
+        return Check("models (/v1/models)", 0.0, 1.0, "lists the model and every adapter", None, False, "", str(err))
+
+
+def _served_checks(url: str, served_model_name: str, record: dict[str, Any], model_dir: str | None,
+                   cfg: dict[str, Any], log: Any) -> tuple[list[Check], dict[str, Any]]:
+    """The checks of a service that serves the model: the golden outputs, then the accuracy slice and
+    the SLO smoke when ``cfg["checks"]`` names them (one that cannot run is a failed, uncompared
+    check). Returns the checks and the golden outputs' result."""
+    root, golden = api_root(url), record["golden"]
+    checks: list[Check] = []
+    golden_result: dict[str, Any] = {}
+    log(f"verify: {root}: golden outputs ({len(golden['answers'])} prompts, greedy)")
+    try:
+        check, golden_result = _golden_checks(url, served_model_name, golden, cfg)
+        checks.append(check)
+    except ShipyardError as err:
+        checks.append(Check("golden outputs (exact-match rate)", None, 1.0, f">= {cfg['min_match_rate']:g}", None,
+                            False, "", f"could not ask: {err}"))
+    for name, run in (("accuracy", _accuracy_checks), ("slo", _slo_checks)):
+        if name not in cfg["checks"]:
+            continue
+        log(f"verify: {root}: {'accuracy slice' if name == 'accuracy' else 'SLO smoke'}")
+        try:
+            checks += run(url, served_model_name, record, model_dir, cfg)
+        except ShipyardError as err:
+            label = "accuracy slice" if name == "accuracy" else "SLO smoke"
+            checks.append(Check(label, None, None, "", None, False, "", f"failed to run: {err}"))
+    return checks, golden_result
+
+
 def verify_service(
     url: str,
     served_model_name: str,
@@ -350,36 +391,13 @@ def verify_service(
                "candidate": record.get("recipe") or "(golden outputs only)", "golden prompts": len(golden["answers"]),
                "max_tokens": golden.get("max_tokens"), "min_match_rate": cfg["min_match_rate"],
                "checks": cfg["checks"]}
-    checks: list[Check] = []
+    checks = [_models_check(url, served_model_name, adapters, cfg["timeout_s"], strict_input)]
     golden_result: dict[str, Any] = {}
-    try:
-        ids = check_served(url, served_model_name, adapters, cfg["timeout_s"])
-        checks.append(Check("models (/v1/models)", 1.0, 1.0, "lists the model and every adapter", None, True, "",
-                            f"serves {ids}"))
-    except ShipyardError as err:
-        if strict_input:
-            raise
-        checks.append(Check("models (/v1/models)", 0.0, 1.0, "lists the model and every adapter", None, False, "",
-                            str(err)))
     metrics_before = {pool: scrape(u, cfg["timeout_s"]) for pool, u in cfg["metrics_urls"].items()} \
         if "pd" in cfg["checks"] else {}
     if checks[0].passed:
-        log(f"verify: {root}: golden outputs ({len(golden['answers'])} prompts, greedy)")
-        try:
-            check, golden_result = _golden_checks(url, served_model_name, golden, cfg)
-            checks.append(check)
-        except ShipyardError as err:
-            checks.append(Check("golden outputs (exact-match rate)", None, 1.0, f">= {cfg['min_match_rate']:g}", None,
-                                False, "", f"could not ask: {err}"))
-        for name, run in (("accuracy", _accuracy_checks), ("slo", _slo_checks)):
-            if name not in cfg["checks"]:
-                continue
-            log(f"verify: {root}: {'accuracy slice' if name == 'accuracy' else 'SLO smoke'}")
-            try:
-                checks += run(url, served_model_name, record, model_dir, cfg)
-            except ShipyardError as err:
-                label = "accuracy slice" if name == "accuracy" else "SLO smoke"
-                checks.append(Check(label, None, None, "", None, False, "", f"failed to run: {err}"))
+        served, golden_result = _served_checks(url, served_model_name, record, model_dir, cfg, log)
+        checks += served
     else:
         checks.append(Check("golden outputs (exact-match rate)", None, 1.0, f">= {cfg['min_match_rate']:g}", None,
                             False, "", "not asked: the service does not serve the model"))

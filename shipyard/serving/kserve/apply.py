@@ -458,41 +458,12 @@ def deploy(
     name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
     res = kube.resource(svc["apiVersion"], svc["kind"])
     extra_res = [kube.resource(d["apiVersion"], d["kind"]) for d in docs[1:]]
-    existing = kube.get(res, name, ns)
-    previous: dict[str, Any] | None = None
-    last_good: str | None = None
-    if existing is not None:
-        _check_immutable(existing, svc)
-        last_good = ((existing.get("metadata") or {}).get("annotations") or {}).get(LAST_GOOD)
-        previous = _last_good(last_good)
-        if previous is None:
-            previous = _snapshot(existing)
-            last_good = json.dumps(previous, sort_keys=True, separators=(",", ":"))
-        log(f"{ns}/{name}: updating (generation {existing['metadata'].get('generation')}); "
-            "the last good spec is kept for rollback")
-    else:
-        log(f"{ns}/{name}: creating")
+    previous, last_good = _previous_state(kube, res, svc, log)
     new_snapshot = _snapshot(svc)
     applied_extra: list[tuple[Any, dict[str, Any]]] = []
 
     def rollback(reason: ShipyardError) -> DeployFailed:
-        with shielded():  # a second Ctrl-C or SIGTERM must not cut a rollback short
-            for extra, doc in reversed(applied_extra):
-                try:
-                    kube.delete(extra, doc["metadata"]["name"], doc["metadata"]["namespace"])
-                except ShipyardError:
-                    pass
-            try:
-                if previous is not None:
-                    kube.apply(res, _body(svc, previous, last_good))
-                    action, done = "rolled-back", "rolled back to the previous spec"
-                else:
-                    kube.delete(res, name, ns)
-                    action, done = "deleted", "deleted the new service"
-            except ShipyardError as err:
-                action, done = "rollback-failed", f"ROLLBACK FAILED ({err.problem}); check `kubectl get llmisvc -n {ns} {name}`"
-            log(f"{ns}/{name}: {done}")
-        return DeployFailed(reason.field, f"{reason.problem}; {done}", reason.fix, action=action)
+        return _rollback(kube, res, svc, previous, last_good, applied_extra, reason, log)
 
     def interrupted(err: KeyboardInterrupt, during: str) -> DeployFailed:
         # A cancelled KFP run (SIGTERM) or Ctrl-C: restore the previous state exactly as on a timeout.
@@ -507,15 +478,7 @@ def deploy(
     except KeyboardInterrupt as err:
         raise interrupted(err, "the apply") from None
     generation = int((applied.get("metadata") or {}).get("generation") or 0)
-    if wait_timeout_s is None:
-        probe_s = startup_seconds_of(svc)
-        wait_timeout_s = ready_wait_seconds(probe_s)
-        basis = (f"startup probe {probe_s:g}s" if probe_s is not None
-                 else f"KServe's default startup probe {wait_timeout_s - PULL_ALLOWANCE_S:g}s")
-        log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready "
-            f"({basis} + {PULL_ALLOWANCE_S:g}s for the image and model pulls)")
-    else:
-        log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready")
+    wait_timeout_s = _ready_wait(svc, generation, wait_timeout_s, log)
     during = "the Ready wait"
     try:
         obj, events = _wait(kube, res, name, ns, generation, wait_timeout_s, poll_s, false_grace_s, log)
@@ -537,6 +500,72 @@ def deploy(
     url = url_of(obj)
     log(f"{ns}/{name}: Ready at {url or '(no URL reported)'}")
     return Outcome(name, ns, "Ready", url, generation, list(conditions_of(obj).values()), events)
+
+
+def _previous_state(kube: Kube, res: Any, svc: dict[str, Any],
+                    log: Callable[[str], None]) -> tuple[dict[str, Any] | None, str | None]:
+    """The service's state to roll back to: ``(previous spec, its last-good annotation)``, both None
+    when the service does not exist yet. An existing service's immutable fields are checked first;
+    its last good spec is the annotation's, else its current spec."""
+    name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
+    existing = kube.get(res, name, ns)
+    previous: dict[str, Any] | None = None
+    last_good: str | None = None
+    if existing is not None:
+        _check_immutable(existing, svc)
+        last_good = ((existing.get("metadata") or {}).get("annotations") or {}).get(LAST_GOOD)
+        previous = _last_good(last_good)
+        if previous is None:
+            previous = _snapshot(existing)
+            last_good = json.dumps(previous, sort_keys=True, separators=(",", ":"))
+        log(f"{ns}/{name}: updating (generation {existing['metadata'].get('generation')}); "
+            "the last good spec is kept for rollback")
+    else:
+        log(f"{ns}/{name}: creating")
+    return previous, last_good
+
+
+def _rollback(kube: Kube, res: Any, svc: dict[str, Any], previous: dict[str, Any] | None, last_good: str | None,
+              applied_extra: list[tuple[Any, dict[str, Any]]], reason: ShipyardError,
+              log: Callable[[str], None]) -> DeployFailed:
+    """Undo a failed deploy, shielded from a second interrupt: delete the extra objects applied so far,
+    then restore the ``previous`` spec (or delete a service that did not exist). Returns the
+    :class:`DeployFailed` to raise: ``reason`` with what the rollback did."""
+    name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
+    with shielded():  # a second Ctrl-C or SIGTERM must not cut a rollback short
+        for extra, doc in reversed(applied_extra):
+            try:
+                kube.delete(extra, doc["metadata"]["name"], doc["metadata"]["namespace"])
+            except ShipyardError:
+                pass
+        try:
+            if previous is not None:
+                kube.apply(res, _body(svc, previous, last_good))
+                action, done = "rolled-back", "rolled back to the previous spec"
+            else:
+                kube.delete(res, name, ns)
+                action, done = "deleted", "deleted the new service"
+        except ShipyardError as err:
+            action, done = "rollback-failed", f"ROLLBACK FAILED ({err.problem}); check `kubectl get llmisvc -n {ns} {name}`"
+        log(f"{ns}/{name}: {done}")
+    return DeployFailed(reason.field, f"{reason.problem}; {done}", reason.fix, action=action)
+
+
+def _ready_wait(svc: dict[str, Any], generation: int, wait_timeout_s: float | None,
+                log: Callable[[str], None]) -> float:
+    """How long to wait for Ready (None: from the manifest's startup probe plus the pull allowance,
+    :func:`shipyard.serving.sizing.ready_wait_seconds`), logged with the applied generation."""
+    name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
+    if wait_timeout_s is None:
+        probe_s = startup_seconds_of(svc)
+        wait_timeout_s = ready_wait_seconds(probe_s)
+        basis = (f"startup probe {probe_s:g}s" if probe_s is not None
+                 else f"KServe's default startup probe {wait_timeout_s - PULL_ALLOWANCE_S:g}s")
+        log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready "
+            f"({basis} + {PULL_ALLOWANCE_S:g}s for the image and model pulls)")
+    else:
+        log(f"{ns}/{name}: applied generation {generation}; waiting up to {wait_timeout_s:g}s for Ready")
+    return wait_timeout_s
 
 
 def _maybe_applied(err: ShipyardError) -> bool:
