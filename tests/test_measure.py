@@ -58,6 +58,12 @@ def test_eval_and_benchmark_share_one_server(tiny_model: Path, tmp_path: Path, m
         assert lv["output_tokens_mean"] == results["config"]["output_tokens"]
     assert results["memory"]["vllm"]["kv_cache_tokens"] == results["memory"]["planner"]["kv_cache_tokens"] == 559_232
     assert results["cpu"]["cores"] and isinstance(results["cpu"]["flags"], list)  # the machine a figure comes from
+    # what the server held during each level, from vLLM's own /metrics (read while guidellm ran)
+    held = [lv["server"] for lv in results["levels"] if lv.get("server")]
+    said = (results["server_metrics"], [lv.get("server") for lv in results["levels"]])
+    assert results["server_metrics"]["reads"] >= 1 and held, said
+    assert all(h["reads"] >= 1 and 0 <= h["kv_cache_usage_max"] <= 1 and h["waiting_max"] >= 0 for h in held), said
+    assert max(h["running_max"] for h in held) >= 1, said
     for name in ("guidellm.json", "scenario.json", "vllm.log", "guidellm.log", "summary.md", "golden.json"):
         assert (bench / name).is_file(), name
     assert out["bench"]["metrics"]["concurrent@1.output_tokens_per_s"] > 0

