@@ -501,13 +501,20 @@ BENCH_IMAGE = "ghcr.io/shipyard-llm/shipyard-vllm:0.9.0-0123456789ab@sha256:" + 
 PINNED_URI = "oci://quay.io/org/m@sha256:" + "0" * 64
 
 
+#: the champion's benchmark levels (candidate.json ``levels``): the SLO gate met it up to concurrency 4
+LEVELS = [{"name": f"concurrent@{c}", "requests_per_s": rps} for c, rps in ((1, 0.8), (4, 2.9), (16, 7.1))]
+
+
 def _champion(tmp_path: Path, nixl: bool = True) -> Path:
-    """A champion's candidate.json whose benchmark ran in BENCH_IMAGE (what results.json's engine says)."""
+    """A champion's candidate.json whose benchmark ran in BENCH_IMAGE (what results.json's engine says)
+    on one aggregated server at tensor parallel 1."""
     candidate = tmp_path / "candidate.json"
     candidate.write_text(json.dumps({"schema": "shipyard.candidate/v1", "recipe": "w4a16", "passed": True,
-                                     "reason": "passed both gates",
+                                     "reason": "passed both gates", "levels": LEVELS,
+                                     "slo": {"passed": True, "metrics": {"highest_load_meeting_slo_rps": 2.9}},
                                      "engine": {"engine": "vllm", "distribution": "vllm", "version": "0.32.0",
-                                                "image": BENCH_IMAGE, "kv_modules": {"nixl": nixl, "lmcache": False}}}))
+                                                "image": BENCH_IMAGE, "kv_modules": {"nixl": nixl, "lmcache": False},
+                                                "tensor_parallel": 1}}))
     return candidate
 
 
@@ -545,6 +552,56 @@ def test_deploy_serves_the_image_the_benchmark_ran(tmp_path: Path) -> None:
     assert "| serves the benchmarked build | yes |" in text
     _, pd, _ = _deploy(tmp_path, "pd", {"preset": "pd-nixl"})  # the benchmarked image has NIXL: both pools
     assert _main_images(pd) == [BENCH_IMAGE, BENCH_IMAGE]
+
+
+def test_a_benchmark_with_nixl_pins_its_image_for_pd() -> None:
+    """The default pd-nixl deploy serves the benchmarked image when the benchmark's image has NIXL
+    (what a benchmark in shipyard's GPU vllm image records), and KServe's preset without it."""
+    from shipyard.serving.kserve.config import parse_config
+    from shipyard.steps.deploy import serving_image
+
+    cfg = parse_config({"preset": "pd-nixl", "name": "llm", "model_uri": PINNED_URI})
+    assert cfg.disaggregated and cfg.kv_connector == "NixlConnector" and cfg.image is None
+    engine = {"version": "0.32.0", "image": BENCH_IMAGE, "kv_modules": {"nixl": True, "lmcache": False}}
+    assert serving_image(cfg, engine) == {"pin": BENCH_IMAGE, "source": "the image the SLO gate benchmarked",
+                                          "warning": ""}
+    without = serving_image(cfg, {**engine, "kv_modules": {"nixl": False, "lmcache": False}})
+    assert without["pin"] is None and "has no nixl" in without["source"]
+
+
+def test_the_deploy_report_says_what_the_gate_measured_against_what_is_deployed(tmp_path: Path) -> None:
+    """The SLO gate measured one aggregated server; the default deploy is P/D. The summary (and the
+    decision record) say both shapes and what that means for the gate's figures; an aggregated
+    deploy at the benchmark's tensor parallelism is the same shape per replica."""
+    result, _, record = _deploy(tmp_path, "shape-pd", {"preset": "pd-nixl", "replicas": 2})
+    shape = result["engine"]["shape"]
+    assert shape["same_shape"] is False and record["deployment"]["engine"]["shape"] == shape
+    text = (tmp_path / "shape-pd.md").read_text()
+    section = text.split("## What the SLO gate measured and what is deployed", 1)[1].split("\n| kind |", 1)[0]
+    assert (f"| benchmarked (the SLO gate) | one aggregated vLLM 0.32.0 server (image `{BENCH_IMAGE}`), tensor "
+            "parallel 1, 3 load levels (concurrency 1, concurrency 4, concurrency 16); SLO gate passed, highest load "
+            "meeting the SLO concurrency 4 |") in section
+    assert (f"| deployed | P/D: 1 prefill replica (tensor parallel 1) + 2 decode replicas (tensor parallel 1), the "
+            f"KV cache moved by NixlConnector; image `{BENCH_IMAGE}` |") in section
+    assert "made on aggregated serving" in section and "TTFT adds the KV cache's transfer" in section
+    assert "decode no longer waits behind other requests' prefills" in section and "SLO smoke" in section
+    assert "image differs" not in section  # the benchmarked image serves both pools
+    assert "Here the verification did not run (deploy_config.verify.enabled is false): the deployed shape is " \
+           "unchecked." in section
+    agg, _, _ = _deploy(tmp_path, "shape-agg", {"preset": "aggregated"})
+    assert agg["engine"]["shape"]["same_shape"] is True
+    assert "| deployed | aggregated: 1 replica (tensor parallel 1); image" in (tmp_path / "shape-agg.md").read_text()
+    tp2, _, _ = _deploy(tmp_path, "shape-tp2", {"preset": "aggregated", "tensor_parallel": 2})
+    assert tp2["engine"]["shape"]["same_shape"] is False and "another tensor parallelism" in tp2["engine"]["shape"]["meaning"]
+
+
+def test_the_benchmark_records_its_tensor_parallelism() -> None:
+    """results.json's engine says the one server's tensor parallelism (vLLM's default 1 without the flag)."""
+    from shipyard.benchmarking.guidellm import served_tensor_parallel
+
+    assert served_tensor_parallel(["vllm", "serve", "/m", "--tensor-parallel-size", "4"]) == 4
+    assert served_tensor_parallel(["vllm", "serve", "/m", "--tensor-parallel-size=2"]) == 2
+    assert served_tensor_parallel(["vllm", "serve", "/m", "--max-model-len", "2048"]) == 1
 
 
 def test_a_pinned_image_wins_and_is_reported_as_differing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -97,6 +97,29 @@ def test_gpu_locks_come_from_pypi_alone() -> None:
     assert {"guidellm", "lm-eval", "kfp", "mlflow-skinny", "runai-model-streamer"} <= set(vllm)
 
 
+#: the NIXL release vLLM 0.32.0's requirements/kv_connectors.txt pins (its CUDA images install it)
+VLLM_NIXL = "1.5.0"
+
+
+def test_the_vllm_gpu_lock_carries_nixl_for_pd() -> None:
+    """The default deploy (pd-nixl) serves the image the SLO gate benchmarked, so that image carries
+    NIXL: the ``nixl`` meta package (the module the deploy looks for, ``CONNECTOR_MODULES``) and
+    both CUDA builds it requires at the same release (it imports nixl_cu13 on torch's CUDA 13),
+    each hashed; their own dependencies (torch, numpy) are the lock's. The CPU flavor has none."""
+    from shipyard.serving.kserve.config import CONNECTOR_MODULES
+
+    gpu = IMAGES_DIR / "vllm" / "requirements-gpu.lock"
+    versions = _versions(gpu)
+    assert CONNECTOR_MODULES["NixlConnector"] == "nixl"
+    assert {n: versions.get(n) for n in ("nixl", "nixl-cu12", "nixl-cu13")} == dict.fromkeys(
+        ("nixl", "nixl-cu12", "nixl-cu13"), VLLM_NIXL)
+    hashed = {r.split("==")[0]: r for r in _requirements(gpu)}
+    assert all(HASH.search(hashed[n]) for n in ("nixl", "nixl-cu12", "nixl-cu13"))
+    assert versions["vllm"] == "0.32.0" and versions["torch"] == "2.13.0" and "numpy" in versions
+    assert f"nixl=={VLLM_NIXL}" in _pins((IMAGES_DIR / "vllm" / "requirements-gpu.in").read_text())
+    assert not {"nixl", "nixl-cu12", "nixl-cu13"} & set(_versions(IMAGES_DIR / "vllm" / "requirements.lock"))
+
+
 def test_gpu_locks_hold_the_cpu_locks_releases() -> None:
     """Both flavors run the same releases; where the GPU build needs another one it is named here."""
     allowed = {"compress": {"torch"}, "vllm": {"torch", "triton", "apache-tvm-ffi"}}

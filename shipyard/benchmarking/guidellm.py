@@ -733,6 +733,13 @@ def engine_identity() -> dict[str, Any]:
             "kv_modules": {m: find_spec(m) is not None for m in modules}}
 
 
+def served_tensor_parallel(command: list[str]) -> int:
+    """The tensor parallelism of the one vLLM server a benchmark measured: its
+    ``--tensor-parallel-size`` (vLLM's default, 1, without the flag)."""
+    value = _flag([str(a) for a in command], "--tensor-parallel-size")
+    return int(value) if value and value.isdigit() else 1
+
+
 def running_image(named: str) -> str | None:
     """``named`` (the step's ``SHIPYARD_IMAGE``) when this interpreter runs inside that image, else
     None. kfp.local's SubprocessRunner (``shipyard run --local``) hands a step its compiled env too,
@@ -853,7 +860,8 @@ def _results_record(cfg: dict[str, Any], name: str, model_dir: str, server: VLLM
         "benchmark_seconds": measured["bench_seconds"],
         "wall_seconds": round(time.monotonic() - started, 2),
         "guidellm_version": (report.get("metadata") or {}).get("guidellm_version"),
-        "engine": engine_identity(),  # what the SLO gate measured (the deployment may serve another build)
+        # what the SLO gate measured (the deployment may serve another build, in another shape)
+        "engine": {**engine_identity(), "tensor_parallel": served_tensor_parallel(server.command)},
         "safety": measured["scanned"],
         "workload": measured["replayed"],
         "server_metrics": measured["server_metrics"],  # how often /metrics was read during the levels

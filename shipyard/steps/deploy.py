@@ -45,7 +45,8 @@ def refuse_local_layout(model_uri: str) -> None:
 class _Serving:
     """What is deployed once the champion's record had its say: the parsed config, the parameters and
     overrides it was parsed from (a canary re-parses them), the sizing, the benchmarked engine, the
-    image choice and why the SLO histogram edges are vLLM's defaults (empty when they are not)."""
+    image choice, why the SLO histogram edges are vLLM's defaults (empty when they are not) and the
+    champion's record (what the gate measured: :func:`served_shape`)."""
 
     cfg: DeployConfig
     params: dict[str, Any]
@@ -54,6 +55,7 @@ class _Serving:
     benchmarked: dict[str, Any] | None
     image: dict[str, Any]
     why_default: str
+    champion: dict[str, Any] | None = None
 
 
 def _serving(candidate: str | None, params: dict[str, Any], overrides: dict[str, Any], dry_run: bool) -> _Serving:
@@ -63,7 +65,8 @@ def _serving(candidate: str | None, params: dict[str, Any], overrides: dict[str,
     params, overrides, sizing = _from_champion(candidate, params, overrides, dry_run) if candidate else \
         (params, overrides, None)
     cfg = parse_config(params, **overrides)
-    benchmarked = benchmarked_engine(candidate)
+    champion = champion_record(candidate)
+    benchmarked = champion.get("engine") if champion and isinstance(champion.get("engine"), dict) else None
     image = serving_image(cfg, benchmarked)
     if image["pin"] and not cfg.image:  # the default: serve the build the SLO gate measured
         cfg.image = params["image"] = image["pin"]  # params: a canary re-parses them
@@ -78,7 +81,7 @@ def _serving(candidate: str | None, params: dict[str, Any], overrides: dict[str,
         print(f"deploy: WARNING: WVA scaling without an accelerator name: KServe labels the VariantAutoscaling "
               f"{WVA_ACCELERATOR_LABEL}=unknown; set gpu_type (nvidia.com/gpu.product) or scaling.accelerator_name",
               flush=True)
-    return _Serving(cfg, params, overrides, sizing, benchmarked, image, why_default)
+    return _Serving(cfg, params, overrides, sizing, benchmarked, image, why_default, champion)
 
 
 def _verification_plan(candidate: str | None, verify_opts: dict[str, Any],
@@ -228,6 +231,7 @@ def run_deploy(
                               "status": "DryRun", "planned": model_config is not None, "verification": verification,
                               "attestation": attested, "sizing": serving.sizing, "alerts": alerts,
                               "engine": serving_engine(docs, serving.benchmarked, serving.image)}
+    result["engine"]["shape"] = served_shape(cfg, docs, serving.champion, result["engine"])
     if result["engine"]["warning"]:  # before anything is applied
         print(f"deploy: WARNING: {result['engine']['warning']}", flush=True)
     failure = ""
@@ -442,10 +446,9 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
                                   config=settings, report_dir=report_dir)
 
 
-def benchmarked_engine(candidate: str | None) -> dict[str, Any] | None:
-    """The engine the champion's SLO gate benchmarked (its benchmark's ``results.json`` ``engine``:
-    vLLM version, the image the step ran in, its KV-connector libraries), from a selection folder or a
-    candidate.json; None when there is no champion record or it names none."""
+def champion_record(candidate: str | None) -> dict[str, Any] | None:
+    """The champion's record (its candidate.json content) from a selection folder or a
+    candidate.json; None when there is none or it cannot be read."""
     if not candidate:
         return None
     path = Path(candidate)
@@ -453,11 +456,12 @@ def benchmarked_engine(candidate: str | None) -> dict[str, Any] | None:
         if path.is_dir() and (path / "selection.json").is_file():
             from shipyard.gates.selection import load_selection
 
-            return (load_selection(str(path)).get("champion") or {}).get("engine")
-        file = path / "candidate.json" if path.is_dir() else path
-        return json.loads(file.read_text()).get("engine")
+            found = load_selection(str(path)).get("champion")
+        else:
+            found = json.loads((path / "candidate.json" if path.is_dir() else path).read_text())
     except (OSError, ValueError, AttributeError, ShipyardError):
         return None
+    return found if isinstance(found, dict) else None
 
 
 def serving_image(cfg: DeployConfig, benchmarked: dict[str, Any] | None) -> dict[str, Any]:
@@ -468,7 +472,9 @@ def serving_image(cfg: DeployConfig, benchmarked: dict[str, Any] | None) -> dict
     engine record), so production runs the build the gate measured. ``deploy_config.image`` wins
     (a different image is warned about); ``"preset"`` keeps KServe's preset image (llm-d's build).
     P/D with a KV connector whose library the benchmarked image lacks (NixlConnector: ``nixl``)
-    keeps the preset image too, with a warning: vLLM could not start there."""
+    keeps the preset image too, with a warning: vLLM could not start there. shipyard's GPU vllm
+    image carries NIXL (images/vllm/requirements-gpu.in), so the default pd-nixl deploy serves the
+    benchmarked image; a benchmark run elsewhere (the CPU flavor, a local venv) records no ``nixl``."""
     bench = (benchmarked or {}).get("image")
     if cfg.template is not None:
         return {"pin": None, "source": "template", "warning": ""}
@@ -535,6 +541,76 @@ def serving_engine(docs: list[dict[str, Any]], benchmarked: dict[str, Any] | Non
     return {"serving": serving, "benchmarked": benchmarked, "same_build": same, "warning": warning}
 
 
+def _pools(docs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """The rendered LLMInferenceService's pools: ``{"decode"|"prefill": (replicas, tensor parallel)}``
+    (an aggregated service has only ``decode``, its one pool)."""
+    spec = next(((d.get("spec") or {}) for d in docs if d.get("kind") == "LLMInferenceService"), {})
+    out = {"decode": (int(spec.get("replicas", 1)), int((spec.get("parallelism") or {}).get("tensor") or 1))}
+    prefill = spec.get("prefill") or {}
+    if prefill:
+        out["prefill"] = (int(prefill.get("replicas", 1)), int((prefill.get("parallelism") or {}).get("tensor") or 1))
+    return out
+
+
+def _measured_levels(record: dict[str, Any]) -> str:
+    """The champion's benchmark levels in words, e.g. "3 load levels (concurrency 1, concurrency 4, ...)"."""
+    from shipyard.core.report import level_label
+
+    levels = [lv for lv in record.get("levels") or [] if isinstance(lv, dict)]
+    if not levels:
+        return "load levels not recorded"
+    return f"{len(levels)} load level{'s' if len(levels) != 1 else ''} (" + ", ".join(level_label(lv) for lv in levels) + ")"
+
+
+def served_shape(cfg: DeployConfig, docs: list[dict[str, Any]], record: dict[str, Any] | None,
+                 engine: dict[str, Any]) -> dict[str, Any] | None:
+    """What the SLO gate measured (one aggregated vLLM server: its image, tensor parallelism and load
+    levels) against what this deployment serves (its pools, KV connector and image), and what that
+    means for the gate's figures: ``{"measured", "deployed", "same_shape", "meaning"}``; None without
+    a champion record (nothing was measured)."""
+    if record is None:
+        return None
+    from shipyard.core.report import level_label
+    from shipyard.gates.verification import selected_level
+
+    bench = record.get("engine") if isinstance(record.get("engine"), dict) else {}
+    tp = bench.get("tensor_parallel")
+    image = f"image `{bench['image']}`" if bench.get("image") else "no container image recorded"
+    selected = selected_level(record)
+    measured = (f"one aggregated vLLM {bench.get('version') or '(version not recorded)'} server ({image}), "
+                f"tensor parallel {tp if tp else 'not recorded'}, {_measured_levels(record)}; SLO gate "
+                + ("passed" if (record.get("slo") or {}).get("passed") else "not passed")
+                + (f", highest load meeting the SLO {level_label(selected)}" if selected else ""))
+    pools = _pools(docs)
+    served = f"`{engine['serving']['image']}`" if engine.get("serving") else "not known"
+    decode, prefill = pools["decode"], pools.get("prefill")
+    if prefill:
+        connector = cfg.kv_connector if cfg.template is None else "the template's KV connector"
+        deployed = (f"P/D: {prefill[0]} prefill replica{'s' if prefill[0] != 1 else ''} (tensor parallel {prefill[1]}) + "
+                    f"{decode[0]} decode replica{'s' if decode[0] != 1 else ''} (tensor parallel {decode[1]}), the KV "
+                    f"cache moved by {connector}; image {served}")
+        meaning = ("The SLO verdict was made on aggregated serving: each request's prefill and decode ran in the same "
+                   "vLLM, with no KV transfer. Here they run in separate pods: TTFT adds the KV cache's transfer from "
+                   "the prefill to the decode pod, while decode no longer waits behind other requests' prefills "
+                   "(ITL under load is usually lower and steadier), and capacity is that of the pools, not of one "
+                   "server. The gate's TTFT/ITL figures and its highest load are therefore not measurements of this "
+                   "shape: the deploy's verification (the SLO smoke at the gate-selected level, and the P/D pool "
+                   "counters when their metrics URLs are given) is the check on the deployed shape.")
+        same = False
+    else:
+        deployed = (f"aggregated: {decode[0]} replica{'s' if decode[0] != 1 else ''} (tensor parallel {decode[1]}); "
+                    f"image {served}")
+        same = tp is not None and int(tp) == decode[1]
+        meaning = ("Each replica serves as the benchmarked server did" + ("" if same else
+                   " but at another tensor parallelism" if tp else ", tensor parallelism of the benchmark not recorded")
+                   + ": the gate's figures describe one replica; the router spreads load over "
+                   f"{decode[0]} replica{'s' if decode[0] != 1 else ''}. The deploy's verification (the SLO smoke) "
+                   "checks the service as deployed.")
+    if not engine.get("same_build"):
+        meaning += " The image differs from the benchmarked one as well (see the engine warning)."
+    return {"measured": measured, "deployed": deployed, "same_shape": same, "meaning": meaning}
+
+
 def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
     """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
     and the manifest itself (the KFP UI renders it inline)."""
@@ -575,6 +651,13 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
         said = (("passed: " if check.get("passed") else "FAILED: ") + str(check.get("reason", ""))
                 if check.get("ran") else f"not run ({check.get('why', '')})")
         lines.append(f"| verification | {said.replace('|', '/')} |")
+    shape = engine.get("shape")
+    if shape:
+        lines += ["", "## What the SLO gate measured and what is deployed", "", "| | |", "| --- | --- |",
+                  f"| benchmarked (the SLO gate) | {shape['measured'].replace('|', '/')} |",
+                  f"| deployed | {shape['deployed'].replace('|', '/')} |", "", shape["meaning"]
+                  + ("" if not check or check.get("ran") else f" Here the verification did not run ({check.get('why', '')}): the "
+                     "deployed shape is unchecked.")]
     alerts = result.get("alerts")
     if alerts:
         from shipyard.serving.alerts import alerts_markdown
