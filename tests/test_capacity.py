@@ -76,7 +76,8 @@ def test_goodput_at_the_slo_in_units_of_the_recorded_peak(tmp_path: Path) -> Non
                            "of 0.35 req/s in 10-s windows; 5.5x the mean of 0.2 req/s); no measured load broke the SLO, "
                            "so this is a lower bound; the replay ran at 2x the recorded rate; the peak here is the "
                            "recorded, unscaled one")
-    assert out["metrics"]["slo_passed"] == 1.0
+    assert out["metrics"]["slo_passed"] == 1.0 and out["metrics"]["capacity_x_recorded_peak"] == cap["x_recorded_peak"]
+    assert out["metrics"]["capacity_x_recorded_mean"] == cap["x_recorded_mean"]  # KFP metrics and MLflow
     # the record keeps the recorded arrival process for the deploy's sizing
     assert out["candidate"]["workload"]["arrivals"]["peak_rate_rps"] == 0.35
     assert out["candidate"]["workload"]["lengths"] == {"input_mean": 40.0, "output_mean": 10.0}

@@ -305,6 +305,9 @@ def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, An
             metrics[f"{lv['name']}.output_tokens_per_s"] = float(lv["output_tokens_per_s"])
     if record["size_bytes"]:
         metrics["size_bytes"] = float(record["size_bytes"])
+    for key, value in (slo.get("metrics") or {}).items():  # goodput at the SLO / the recorded peak and mean
+        if key.startswith("capacity_"):
+            metrics[key] = float(value)
     return metrics
 
 
