@@ -180,7 +180,7 @@ def test_replicas_and_the_keda_margin_come_from_the_recorded_arrivals() -> None:
     # within 66 s (7 windows of 10 s) the rate rose from 0.2 (counted from the mean, 0.3) to the peak 0.6: x2,
     # so the margin is 1 - 1/2 = 50 % instead of 20 %, and the trigger fires at floor(32 x 0.5) = 16
     assert keda["recorded_rise"] == 2.0 and keda["margin"] == 0.5 and keda["threshold"] == 16
-    assert "growth_per_minute" not in keda and "your recorded traffic rose at most x2 within 66 s" in keda["source"]
+    assert "growth_per_minute" not in keda and "your recorded traffic, whose rate rose at most x2 within 66 s" in keda["source"]
     assert sized["min_replicas"]["value"] == 1 and sized["max_replicas"]["value"] == 2
     assert sized["max_replicas"]["source"] == "recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2 replicas"
     assert sized["min_replicas"]["source"].startswith("recorded mean 0.3 req/s / 0.5 req/s per replica at the SLO "
@@ -190,7 +190,7 @@ def test_replicas_and_the_keda_margin_come_from_the_recorded_arrivals() -> None:
                                  "max_replicas": 2, "min_replicas": 1}
     text = sizing_markdown(rows, sized)
     assert "| max_replicas | 2 | 2 | recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2 replicas |" in text
-    assert "traffic growth from your recorded traffic rose at most x2" in text and "growth assumed 10%/min" not in text
+    assert "traffic growth from your recorded traffic, whose rate rose at most x2" in text and "growth assumed 10%/min" not in text
     assert "Replicas from your recorded traffic: one replica serves 0.5 req/s at the SLO" in text
     # a slower replica: the mean needs 2, the peak 3 (0.6 / 0.25 = 2.4); a user's max_replicas wins and caps min
     slow = derive_sizing(recorded(0.25))

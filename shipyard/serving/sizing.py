@@ -211,7 +211,7 @@ def _margin(time_to_ready: float, traffic: Mapping[str, Any] | None) -> dict[str
     rise = recorded_rise(traffic, time_to_ready)
     return {"margin": round(max(MARGIN, 1 - 1 / rise), 3), "time_to_ready_seconds": time_to_ready,
             "recorded_rise": rise,
-            "growth_source": f"your recorded traffic rose at most x{rise:g} within {time_to_ready:.0f} s to ready "
+            "growth_source": f"your recorded traffic, whose rate rose at most x{rise:g} within {time_to_ready:.0f} s to ready "
                              f"({traffic['window_s']:g} s windows of the rate series, from no less than its mean "
                              f"{traffic['mean_rps']:.3g} req/s; peak/mean {traffic.get('peak_to_mean') or 0:.3g})"}
 
