@@ -126,7 +126,8 @@ def test_the_replayed_workload_travels_into_the_decision_record_and_the_report(t
         "fingerprint": {"digest": "sha256:" + "a" * 64}, "fidelity": fidelity}}))
     replayed = _workload(str(bench))
     assert replayed == {"digest": "sha256:" + "a" * 64, "replayed": "trace", "requests": 40, "time_scale": 1.0,
-                        "valid": False, "failed": ["hit_rate"], "line": fidelity["line"]}
+                        "valid": False, "failed": ["hit_rate"], "line": fidelity["line"],
+                        "arrivals": None, "lengths": None}  # the fingerprint here records no arrivals or lengths
     (tmp_path / "empty").mkdir()
     assert _workload(str(tmp_path / "empty")) is None  # no results.json: no workload, no error
     cands = [{**cand("w8a8-int8"), "workload": replayed}, cand("w4a16")]
@@ -137,4 +138,4 @@ def test_the_replayed_workload_travels_into_the_decision_record_and_the_report(t
     assert by["w8a8-int8"]["workload"]["digest"] == "sha256:" + "a" * 64 and by["w4a16"]["workload"] is None
     md = (tmp_path / "r.md").read_text()
     assert "## Your traffic (the recorded workload replayed)" in md
-    assert "| w8a8-int8 | sha256:aaaaaaaaaaaa | NOT faithful: hit_rate | workload fidelity: INVALID" in md
+    assert "| w8a8-int8 | sha256:aaaaaaaaaaaa | NOT faithful: hit_rate | – | workload fidelity: INVALID" in md

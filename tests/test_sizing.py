@@ -141,3 +141,76 @@ def test_oci_native_delivery_renders_an_image_volume_uri(tmp_path: Path) -> None
         parse_config({"oci_delivery": "native"}, name="llm", model_uri="s3://bucket/model")
     with pytest.raises(ShipyardError, match="oci_delivery"):
         parse_config({"oci_delivery": "volume"}, name="llm", model_uri=uri)
+
+
+#: the champion's record after replaying a recorded workload (issue 35, item 4): the fingerprint's arrivals
+#: (judge keeps them in workload.arrivals) and one replica's goodput at the SLO (slo.capacity, gates.capacity)
+ARRIVALS = {"mean_rate_rps": 0.3, "peak_rate_rps": 0.6, "peak_to_mean": 2.0, "window_s": 10, "duration_s": 100.0,
+            "interarrival_cv": 1.4, "rate_series_rps": [0.2, 0.3, 0.3, 0.6, 0.3, 0.2, 0.3, 0.25, 0.3, 0.35]}
+
+
+def recorded(per_replica: float) -> dict[str, Any]:
+    return {**RECORD, "workload": {"digest": "sha256:" + "c" * 64, "arrivals": ARRIVALS},
+            "slo": {"thresholds": SLO, "capacity": {"goodput_rps": per_replica, "x_recorded_peak": per_replica / 0.6}}}
+
+
+def test_the_default_sizing_is_unchanged_without_a_recorded_workload() -> None:
+    """No workload (or no level meeting the SLO, so no per-replica goodput): today's numbers exactly."""
+    default = derive_sizing(RECORD)
+    assert default["keda"] == {
+        "margin": 0.2, "growth_per_minute": 0.1, "time_to_ready_seconds": 66.0, "metric": "vllm:num_requests_running",
+        "threshold": 25, "knee_load": 32, "knee_level": "concurrent@32", "in_flight_at_knee": 32.0,
+        "running_at_knee": 32.0, "waiting_at_knee": 0.0, "reached": True, "broke_at": "concurrent@64",
+        "kv_cache_usage_at_knee": 0.1024,
+        "source": "knee at concurrent@32 (TTFT p99 700 ms, ITL p99 55 ms within the SLO; concurrent@64 is not)"}
+    assert default["min_replicas"] == {"value": 1, "time_to_ready_seconds": 66.0, "ttft_p99_slo_seconds": 1.0,
+                                       "source": "a cold start takes about 66 s against a TTFT p99 SLO of 1 s"}
+    assert "max_replicas" not in default and "recorded" not in default
+    assert derive_sizing(recorded(0.0)) == default  # a workload but no goodput at the SLO: nothing to divide by
+    params, rows = apply_sizing({"scaling": {"mode": "keda"}}, default)
+    assert params["scaling"] == {"mode": "keda", "metric": "vllm:num_requests_running", "threshold": 25,
+                                 "min_replicas": 1}
+    assert [r["name"] for r in rows] == ["startup probe (seconds)", "KEDA metric", "KEDA threshold", "min_replicas"]
+    assert "traffic growth assumed 10%/min over 66 s to ready" in sizing_markdown(rows, default)
+
+
+def test_replicas_and_the_keda_margin_come_from_the_recorded_arrivals() -> None:
+    sized = derive_sizing(recorded(0.5))
+    keda = sized["keda"]
+    # within 66 s (7 windows of 10 s) the rate rose from 0.2 (counted from the mean, 0.3) to the peak 0.6: x2,
+    # so the margin is 1 - 1/2 = 50 % instead of 20 %, and the trigger fires at floor(32 x 0.5) = 16
+    assert keda["recorded_rise"] == 2.0 and keda["margin"] == 0.5 and keda["threshold"] == 16
+    assert "growth_per_minute" not in keda and "your recorded traffic, whose rate rose at most x2 within 66 s" in keda["source"]
+    assert sized["min_replicas"]["value"] == 1 and sized["max_replicas"]["value"] == 2
+    assert sized["max_replicas"]["source"] == "recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2 replicas"
+    assert sized["min_replicas"]["source"].startswith("recorded mean 0.3 req/s / 0.5 req/s per replica at the SLO "
+                                                      "-> 1 replica; a cold start takes about 66 s")
+    params, rows = apply_sizing({"scaling": {"mode": "keda"}}, sized)
+    assert params["scaling"] == {"mode": "keda", "metric": "vllm:num_requests_running", "threshold": 16,
+                                 "max_replicas": 2, "min_replicas": 1}
+    text = sizing_markdown(rows, sized)
+    assert "| max_replicas | 2 | 2 | recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2 replicas |" in text
+    assert "traffic growth from your recorded traffic, whose rate rose at most x2" in text and "growth assumed 10%/min" not in text
+    assert "Replicas from your recorded traffic: one replica serves 0.5 req/s at the SLO" in text
+    # a slower replica: the mean needs 2, the peak 3 (0.6 / 0.25 = 2.4); a user's max_replicas wins and caps min
+    slow = derive_sizing(recorded(0.25))
+    assert slow["min_replicas"]["value"] == 2 and slow["max_replicas"]["value"] == 3
+    params, rows = apply_sizing({"scaling": {"mode": "keda", "max_replicas": 1}}, slow)
+    assert params["scaling"]["max_replicas"] == 1 and params["scaling"]["min_replicas"] == 1
+    assert next(r for r in rows if r["name"] == "max_replicas")["user_given"]
+
+
+def test_deploy_renders_the_replicas_of_the_recorded_traffic(tmp_path: Path) -> None:
+    from shipyard.steps.deploy import run_deploy
+
+    selection = tmp_path / "selection"
+    selection.mkdir()
+    (selection / "selection.json").write_text(json.dumps({"winner": "w8a8-int8", "candidates": [recorded(0.5)]}))
+    run_deploy(deploy_config={"preset": "aggregated", "scaling": {"mode": "keda"}, "verify": {"enabled": False}},
+               manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", namespace="team",
+               model_uri="oci://quay.io/org/m@sha256:" + "a" * 64, candidate=str(selection),
+               summary_path=str(tmp_path / "summary.md"))
+    scaled = next(d for d in yaml.safe_load_all((tmp_path / "m.yaml").read_text()) if d and d["kind"] == "ScaledObject")
+    assert scaled["spec"]["minReplicaCount"] == 1 and scaled["spec"]["maxReplicaCount"] == 2
+    assert scaled["spec"]["triggers"][0]["metadata"]["threshold"] == "16"
+    assert "recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2 replicas" in (tmp_path / "summary.md").read_text()

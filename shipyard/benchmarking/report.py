@@ -295,6 +295,24 @@ def _change_row(kind: str, change: dict[str, Any] | None) -> list[str]:
             str(change["samples"]) + (f" (< {MIN_SAMPLES})" if change["samples"] < MIN_SAMPLES else "")]
 
 
+def _capacity_section(doc: Doc, decision: dict[str, Any]) -> None:
+    """Goodput at the SLO in units of the recorded workload's peak (``capacity``, from
+    :mod:`shipyard.gates.capacity`); nothing when the benchmark replayed no recorded workload."""
+    cand, base = decision.get("capacity"), decision.get("base_capacity")
+    caps = [(who, cap) for who, cap in (("candidate", cand), ("base", base if base != cand else None)) if cap]
+    if not caps:
+        return
+    doc.h(2, "Capacity in your units (the recorded workload)")
+    doc.table(["model", "x your recorded peak", "x your recorded mean", "goodput at the SLO (req/s)",
+               "recorded peak (req/s)", "recorded mean (req/s)", "replay time scale"],
+              [[who, ("at least " if cap.get("lower_bound") else "") + f"{cap['x_recorded_peak']:.3g}x",
+                "–" if cap.get("x_recorded_mean") is None else f"{cap['x_recorded_mean']:.3g}x",
+                _f(cap["goodput_rps"]), _f(cap["recorded_peak_rps"]), _f(cap.get("recorded_mean_rps")),
+                f"{cap.get('time_scale') or 1.0:g}x"] for who, cap in caps])
+    for who, cap in caps:
+        doc.p(str(cap["text"]), f"{who.capitalize()}:")
+
+
 def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None,
                with_plots: bool = True) -> Doc:
     """The SLO gate's (and benchmark's) report as a :class:`Doc`."""
@@ -323,6 +341,7 @@ def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict
         doc.table(["highest load meeting the SLO", "level", "req/s"],
                   [[who, best["name"] if best else "none", _f(best["requests_per_s"]) if best else "–"]
                    for who, best in (("candidate", cb), ("base", bb))])
+    _capacity_section(doc, decision)
     if with_plots:
         for alt, png in plots(decision, base, cand):
             doc.image(alt, png)

@@ -13,7 +13,9 @@ A JSON object (or dict), every key optional::
   file (:mod:`shipyard.benchmarking.workload`); a trace is then sampled from it. ``local``: true
   uses the trace shipped with shipyard (:mod:`shipyard.benchmarking.local_trace`).
 * ``requests``: how many requests to send (default: the trace's, or the fingerprint's count);
-  ``seed``: the sampler's seed; ``time_scale``: replay at N x the recorded rate (default 1).
+  ``seed``: the sampler's seed; ``time_scale``: replay at N x the recorded rate (default 1; the
+  fingerprint keeps the recorded rates, so the SLO gate's capacity, "N x your recorded peak"
+  (:mod:`shipyard.gates.capacity`), divides by the unscaled peak and names the scale).
 * ``tolerance``: the workload fidelity check's limits (:data:`DEFAULT_TOLERANCE`): the KS distance
   between the input (``ks_input``) and output (``ks_output``) lengths sent and the fingerprint's
   (0.1: the largest gap between the two cumulative distributions is 10 points), or else their

@@ -44,6 +44,7 @@ from shipyard.benchmarking.guidellm import load_results
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.report import MIN_SAMPLES, change_text, level_label, sample_count
+from shipyard.gates.capacity import peak_capacity
 from shipyard.gates.config import SloConfig, slo_config
 from shipyard.gates.noise import beyond, comparison, find, provenance, ratio_text
 
@@ -343,6 +344,9 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], int
         "comparison": comp,
         "candidate_highest_load": cbest,
         "base_highest_load": bbest,
+        # goodput at the SLO as N x the recorded peak (None without a replayed workload: shipyard.gates.capacity)
+        "capacity": peak_capacity(clev, cver, cand.get("workload")),
+        "base_capacity": peak_capacity(blev, bver, base.get("workload")),
     }
 
 
@@ -359,6 +363,11 @@ def gate_metrics(decision: dict[str, Any]) -> dict[str, float]:
         out["worst_regression_factor"] = round(float(worst["worse"]), 4)
     best = decision.get("candidate_highest_load")
     out["highest_load_meeting_slo_rps"] = float(best["requests_per_s"]) if best else 0.0
+    cap = decision.get("capacity")
+    if cap:  # the recorded workload's units: goodput at the SLO / the recorded peak (and mean) rate
+        out["capacity_x_recorded_peak"] = float(cap["x_recorded_peak"])
+        if cap.get("x_recorded_mean") is not None:
+            out["capacity_x_recorded_mean"] = float(cap["x_recorded_mean"])
     for p in decision.get("pairs") or []:
         if p["output_tokens_per_s_ratio"] is not None:
             out[f"{p['name']}.throughput_ratio"] = p["output_tokens_per_s_ratio"]
@@ -393,7 +402,9 @@ def run_slo_gate(
     """Decide, write the HTML report (``report_path``) and Markdown summary; never raises.
 
     Returns ``{"passed", "reason", "metrics", "slo", "rule", "worst_regression", "best_gain", "comparison",
-    "base_source"}``: ``comparison`` holds every candidate/base ratio with its interval and the method
+    "base_source", "capacity"}``: ``capacity`` is the goodput at the SLO in units of the recorded
+    workload's peak (:mod:`shipyard.gates.capacity`; None without a replayed workload); ``comparison``
+    holds every candidate/base ratio with its interval and the method
     (:func:`shipyard.gates.noise.comparison`); ``base_source`` says whether the base's figures were
     measured in this run or restored from the base benchmark cache (when, by which run, on what
     hardware: :func:`shipyard.gates.noise.provenance`), and the reason says so for a cached base.
@@ -431,4 +442,4 @@ def run_slo_gate(
     return {"passed": bool(decision["passed"]), "reason": decision["reason"], "metrics": gate_metrics(decision),
             "slo": decision.get("slo"), "rule": decision.get("rule"), "worst_regression": decision.get("worst_regression"),
             "best_gain": decision.get("best_gain"), "comparison": decision.get("comparison"),
-            "base_source": decision.get("base_source")}
+            "base_source": decision.get("base_source"), "capacity": decision.get("capacity")}

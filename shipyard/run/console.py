@@ -112,8 +112,11 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
         caveats = {"accuracy_passed": str((artifacts.get("candidate") or {}).get("accuracy_caveat") or "")}
         # the safety gate's verdict as the step said it ("pass (4 attempts < min_attempts 30)", "FAIL (inconclusive)")
         said = {"safety_passed": str((artifacts.get("candidate") or {}).get("safety_verdict") or "")}
+        # the SLO verdict with the capacity in the recorded workload's units ("3.2x your recorded peak")
+        caveats["slo_passed"] = str((artifacts.get("candidate") or {}).get("capacity") or "")
         parts = [f"{label} " + (said.get(key) or f"{yes_no.get(metrics[key], metrics[key])}"
-                                + (f" ({caveats[key]})" if metrics[key] and caveats.get(key) else ""))
+                                + (f" ({caveats[key]})" if (metrics[key] or key == "slo_passed") and caveats.get(key)
+                                   else ""))
                  for key, label in (("accuracy_passed", "accuracy"), ("slo_passed", "SLO"), ("safety_passed", "safety"))
                  if key in metrics]
         recipe = (artifacts.get("candidate") or {}).get("recipe")

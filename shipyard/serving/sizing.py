@@ -36,6 +36,16 @@ at the knee (``vllm:kv_cache_usage_perc``) is reported with it.
 scale-to-zero would make the first request after idle wait that long; the sizing warns when the
 user asks for 0.
 
+**Your recorded traffic.** When the champion's benchmark replayed a recorded workload (its record
+has ``workload.arrivals`` and ``slo.capacity.goodput_rps``, one replica's goodput at the SLO:
+:mod:`shipyard.gates.capacity`), the sizing uses the recorded arrival process instead of the fixed
+growth assumption: ``min_replicas`` = ceil(recorded mean rate / goodput per replica) (and still at
+least the cold-start floor), ``max_replicas`` = ceil(recorded peak rate / goodput per replica), and
+the KEDA margin's growth is the largest rise the recorded rate series made within the time to
+ready (:func:`recorded_rise`: never counted from below the mean, so at most peak/mean). Each row
+of the deploy report says so: "recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2
+replicas". Without a recorded workload (or when no level met the SLO) nothing changes.
+
 **WVA.** KServe's ``spec.scaling.wva`` takes no per-variant parameters (vendored v0.20 CRD); the
 workload-variant-autoscaler's VariantAutoscaling (llmd.ai/v1alpha1, not vendored here) describes
 a variant by ``modelProfile.accelerators[]: {acc, accCount, maxBatchSize, perfParms: {decodeParms:
@@ -170,17 +180,143 @@ def _probe_source(measured: float | None, predicted: float | None, weights_gib: 
     return (f"max({', '.join(parts)})" if len(parts) > 1 else parts[0]) + f" x {FACTOR:g}"
 
 
+def recorded_traffic(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The champion's recorded arrival process against one replica's goodput at the SLO: the
+    fingerprint's ``arrivals`` its benchmark replayed (candidate record ``workload.arrivals``) and
+    ``slo.capacity.goodput_rps`` (:mod:`shipyard.gates.capacity`). None without a replayed workload,
+    or when no level met the SLO (no per-replica figure to divide by): the fixed growth assumption."""
+    arrivals = (record.get("workload") or {}).get("arrivals") or {}
+    per_replica = ((record.get("slo") or {}).get("capacity") or {}).get("goodput_rps")
+    peak, mean = arrivals.get("peak_rate_rps"), arrivals.get("mean_rate_rps")
+    if not peak or not per_replica or per_replica <= 0:
+        return None
+    return {"peak_rps": float(peak), "mean_rps": float(mean or 0.0), "per_replica_rps": float(per_replica),
+            "peak_to_mean": arrivals.get("peak_to_mean"), "window_s": arrivals.get("window_s"),
+            "series": [float(x) for x in arrivals.get("rate_series_rps") or []]}
+
+
+def recorded_rise(traffic: Mapping[str, Any], seconds: float) -> float:
+    """The largest rise of the recorded request rate within ``seconds`` (a new replica's time to
+    ready): over every window of the rate series, the highest rate in the windows that follow within
+    ``seconds`` over the window's own rate, never counted from below the mean (an idle window would
+    make any request an unbounded rise), so at most peak/mean; at least 1."""
+    series, window, mean = traffic["series"], float(traffic.get("window_s") or 0.0), traffic["mean_rps"]
+    if len(series) < 2 or window <= 0 or mean <= 0:
+        return 1.0
+    ahead = max(1, math.ceil(seconds / window))
+    rise = max(max(series[i + 1:i + 1 + ahead]) / max(series[i], mean) for i in range(len(series) - 1))
+    return max(1.0, round(rise, 4))
+
+
+def _margin(time_to_ready: float, traffic: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The KEDA margin below the knee: the larger of MARGIN and the traffic growth while a replica
+    starts, ``1 - 1 / growth``; growth from the recorded arrivals (:func:`recorded_rise`) when the
+    champion replayed a recorded workload, else GROWTH_PER_MINUTE compounded over the time to ready."""
+    if traffic is None:
+        growth = (1 + GROWTH_PER_MINUTE) ** (time_to_ready / 60.0)
+        return {"margin": round(max(MARGIN, 1 - 1 / growth), 3), "growth_per_minute": GROWTH_PER_MINUTE,
+                "time_to_ready_seconds": time_to_ready}
+    rise = recorded_rise(traffic, time_to_ready)
+    return {"margin": round(max(MARGIN, 1 - 1 / rise), 3), "time_to_ready_seconds": time_to_ready,
+            "recorded_rise": rise,
+            "growth_source": f"your recorded traffic, whose rate rose at most x{rise:g} within {time_to_ready:.0f} s to ready "
+                             f"({traffic['window_s']:g} s windows of the rate series, from no less than its mean "
+                             f"{traffic['mean_rps']:.3g} req/s; peak/mean {traffic.get('peak_to_mean') or 0:.3g})"}
+
+
+def _keda(record: Mapping[str, Any], levels: list[Mapping[str, Any]], slo: Mapping[str, Any],
+          vllm_args: Mapping[str, Any], time_to_ready: float, traffic: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The KEDA trigger: the metric and threshold at the knee, ``margin`` below it (:func:`_margin`)."""
+    margin = _margin(time_to_ready, traffic)
+    knee = find_knee(levels, slo)
+    keda: dict[str, Any] = dict(margin)
+    lv = knee["level"]
+    if lv is None:
+        keda.update(metric=None, threshold=None,
+                    source="no benchmark level met the SLO: nothing to size the trigger from")
+        return keda
+    held = knee_occupancy(lv, record, vllm_args)
+    running, waiting = held["running"], held["waiting"]
+    metric, value = (("vllm:num_requests_waiting", waiting) if waiting and waiting >= 1
+                     else ("vllm:num_requests_running", running))
+    threshold = max(1.0, math.floor((value or 0) * (1 - margin["margin"]))) if value else None
+    keda.update(
+        metric=metric, threshold=threshold, knee_load=lv.get("nominal_load"), knee_level=lv.get("name"),
+        in_flight_at_knee=held["in_flight"], running_at_knee=running,
+        waiting_at_knee=waiting, reached=knee["reached"],
+        broke_at=(knee["broke_at"] or {}).get("name"),
+        kv_cache_usage_at_knee=held["kv_cache_usage"],
+        source=(f"knee at {lv.get('name')} (TTFT p99 {lv.get('ttft_p99_ms')} ms, ITL p99 {lv.get('itl_p99_ms')} ms "
+                f"within the SLO" + (f"; {(knee['broke_at'] or {}).get('name')} is not)" if knee["reached"]
+                                      else "; no measured level broke it: a lower bound)")),
+    )
+    if traffic is not None:
+        keda["source"] += f"; margin from {margin['growth_source']}"
+    return keda
+
+
+def _replicas_needed(rate: float, per_replica: float) -> int:
+    return max(1, math.ceil(round(rate / per_replica, 6)))
+
+
+def _replicas(slo: Mapping[str, Any], time_to_ready: float, traffic: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``min_replicas`` (at least 1 when a cold start breaks the TTFT SLO; with a recorded workload,
+    enough replicas for its mean rate at one replica's goodput at the SLO) and, with a recorded
+    workload, ``max_replicas`` (enough for its peak rate)."""
+    ttft_slo_s = float(slo.get("ttft_p99_ms", math.inf)) / 1000.0
+    cold = 1 if time_to_ready > ttft_slo_s else 0
+    out: dict[str, Any] = {"min_replicas": {
+        "value": cold, "time_to_ready_seconds": time_to_ready,
+        "ttft_p99_slo_seconds": ttft_slo_s if math.isfinite(ttft_slo_s) else None,
+        "source": f"a cold start takes about {time_to_ready:.0f} s against a TTFT p99 SLO of "
+                  f"{ttft_slo_s:g} s" if math.isfinite(ttft_slo_s) else "no TTFT SLO",
+    }}
+    if traffic is None:
+        return out
+    per = traffic["per_replica_rps"]
+    for_mean = _replicas_needed(traffic["mean_rps"], per) if traffic["mean_rps"] > 0 else 0
+    mr = out["min_replicas"]
+    mr.update(value=max(cold, for_mean), for_recorded_mean=for_mean,
+              source=f"recorded mean {traffic['mean_rps']:.3g} req/s / {per:.3g} req/s per replica at the SLO "
+                     f"-> {for_mean} replica{'s' if for_mean != 1 else ''}; {mr['source']}")
+    top = max(_replicas_needed(traffic["peak_rps"], per), mr["value"])
+    out["max_replicas"] = {"value": top, "recorded_peak_rps": traffic["peak_rps"], "per_replica_rps": per,
+                           "source": f"recorded peak {traffic['peak_rps']:.3g} req/s / {per:.3g} req/s per replica "
+                                     f"at the SLO -> {top} replica{'s' if top != 1 else ''}"}
+    return out
+
+
+def _wva(levels: list[Mapping[str, Any]], bench: Mapping[str, Any], planner: Mapping[str, Any],
+         gpu_type: str | None, tensor_parallel: int) -> dict[str, Any]:
+    """WVA per-variant parameters: ITL = alpha + beta x batch; TTFT = gamma + delta x tokens x batch."""
+    pts = [(in_flight(lv2, bench.get("output_tokens")), lv2) for lv2 in levels]
+    pts = [(b, lv2) for b, lv2 in pts if b]
+    decode = fit_line([b for b, _ in pts if _.get("itl_p50_ms") is not None],
+                      [float(x["itl_p50_ms"]) for b, x in pts if x.get("itl_p50_ms") is not None])
+    prompt = float(bench.get("prompt_tokens") or 0)
+    prefill = fit_line([b * prompt for b, _ in pts if _.get("ttft_p50_ms") is not None],
+                       [float(x["ttft_p50_ms"]) for b, x in pts if x.get("ttft_p50_ms") is not None]) if prompt else None
+    return {
+        "acc": gpu_type, "accCount": tensor_parallel,
+        "maxBatchSize": int(planner["max_concurrency"]) if planner.get("max_concurrency") else None,
+        "perfParms": {"decodeParms": {"alpha": round(decode[0], 3), "beta": round(decode[1], 4)} if decode else None,
+                      "prefillParms": {"gamma": round(prefill[0], 3), "delta": round(prefill[1], 6)} if prefill else None},
+        "source": f"least squares over {len(pts)} benchmark levels (p50 ITL and TTFT, ms); not rendered "
+                  "(VariantAutoscaling is not among the vendored schemas)",
+    }
+
+
 def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, tensor_parallel: int = 1,
                   vllm_args: Mapping[str, Any] | None = None, period_seconds: int = 10) -> dict[str, Any]:
     """Every derived number with its source and margin (see the module docstring). ``record``:
     the champion's candidate record (``levels``, ``slo.thresholds``, ``planner``, ``startup``,
-    ``size_bytes``, ``bench_config``)."""
+    ``size_bytes``, ``bench_config``; with a replayed workload, ``workload.arrivals`` and
+    ``slo.capacity``: then ``recorded`` holds the traffic and ``max_replicas`` is derived too)."""
     vllm_args = vllm_args or {}
     slo = ((record.get("slo") or {}).get("thresholds")) or {}
     levels = list(record.get("levels") or [])
     planner = record.get("planner") or {}
     startup = record.get("startup") or {}
-    bench = record.get("bench_config") or {}
     weights = planner.get("weights_bytes") or record.get("size_bytes")
     runai = str(vllm_args.get("load-format", vllm_args.get("load_format", ""))) == "runai_streamer"
     measured = startup.get("ready_seconds")
@@ -197,63 +333,20 @@ def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, ten
             "ready_wait_seconds": ready_wait_seconds(probe_s),
         },
     }
-    time_to_ready = basis
-    growth = (1 + GROWTH_PER_MINUTE) ** (time_to_ready / 60.0)
-    margin = max(MARGIN, 1 - 1 / growth)
-    knee = find_knee(levels, slo)
-    keda: dict[str, Any] = {"margin": round(margin, 3), "growth_per_minute": GROWTH_PER_MINUTE,
-                            "time_to_ready_seconds": time_to_ready}
-    lv = knee["level"]
-    if lv is None:
-        keda.update(metric=None, threshold=None,
-                    source="no benchmark level met the SLO: nothing to size the trigger from")
-    else:
-        held = knee_occupancy(lv, record, vllm_args)
-        running, waiting = held["running"], held["waiting"]
-        metric, value = (("vllm:num_requests_waiting", waiting) if waiting and waiting >= 1
-                         else ("vllm:num_requests_running", running))
-        threshold = max(1.0, math.floor((value or 0) * (1 - margin))) if value else None
-        keda.update(
-            metric=metric, threshold=threshold, knee_load=lv.get("nominal_load"), knee_level=lv.get("name"),
-            in_flight_at_knee=held["in_flight"], running_at_knee=running,
-            waiting_at_knee=waiting, reached=knee["reached"],
-            broke_at=(knee["broke_at"] or {}).get("name"),
-            kv_cache_usage_at_knee=held["kv_cache_usage"],
-            source=(f"knee at {lv.get('name')} (TTFT p99 {lv.get('ttft_p99_ms')} ms, ITL p99 {lv.get('itl_p99_ms')} ms "
-                    f"within the SLO" + (f"; {(knee['broke_at'] or {}).get('name')} is not)" if knee["reached"]
-                                          else "; no measured level broke it: a lower bound)")),
-        )
-    out["keda"] = keda
-    ttft_slo_s = float(slo.get("ttft_p99_ms", math.inf)) / 1000.0
-    out["min_replicas"] = {
-        "value": 1 if time_to_ready > ttft_slo_s else 0, "time_to_ready_seconds": time_to_ready,
-        "ttft_p99_slo_seconds": ttft_slo_s if math.isfinite(ttft_slo_s) else None,
-        "source": f"a cold start takes about {time_to_ready:.0f} s against a TTFT p99 SLO of "
-                  f"{ttft_slo_s:g} s" if math.isfinite(ttft_slo_s) else "no TTFT SLO",
-    }
-    # WVA per-variant parameters: ITL = alpha + beta x batch; TTFT = gamma + delta x tokens x batch
-    pts = [(in_flight(lv2, bench.get("output_tokens")), lv2) for lv2 in levels]
-    pts = [(b, lv2) for b, lv2 in pts if b]
-    decode = fit_line([b for b, _ in pts if _.get("itl_p50_ms") is not None],
-                      [float(x["itl_p50_ms"]) for b, x in pts if x.get("itl_p50_ms") is not None])
-    prompt = float(bench.get("prompt_tokens") or 0)
-    prefill = fit_line([b * prompt for b, _ in pts if _.get("ttft_p50_ms") is not None],
-                       [float(x["ttft_p50_ms"]) for b, x in pts if x.get("ttft_p50_ms") is not None]) if prompt else None
-    out["wva"] = {
-        "acc": gpu_type, "accCount": tensor_parallel,
-        "maxBatchSize": int(planner["max_concurrency"]) if planner.get("max_concurrency") else None,
-        "perfParms": {"decodeParms": {"alpha": round(decode[0], 3), "beta": round(decode[1], 4)} if decode else None,
-                      "prefillParms": {"gamma": round(prefill[0], 3), "delta": round(prefill[1], 6)} if prefill else None},
-        "source": f"least squares over {len(pts)} benchmark levels (p50 ITL and TTFT, ms); not rendered "
-                  "(VariantAutoscaling is not among the vendored schemas)",
-    }
+    traffic = recorded_traffic(record)
+    out["keda"] = _keda(record, levels, slo, vllm_args, basis, traffic)
+    out.update(_replicas(slo, basis, traffic))
+    if traffic is not None:
+        out["recorded"] = traffic
+    out["wva"] = _wva(levels, record.get("bench_config") or {}, planner, gpu_type, tensor_parallel)
     return out
 
 
 def apply_sizing(params: Mapping[str, Any], sizing: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``params`` (the deploy_config mapping) with the derived values wherever the user gave none;
     returns it and one row per number: name, value used, derived value, source, margin, who won.
-    Autoscaling is sized only when ``scaling`` is configured (sizing never turns it on)."""
+    Autoscaling is sized only when ``scaling`` is configured (sizing never turns it on);
+    ``max_replicas`` only from a recorded workload's peak (else the config's default stands)."""
     out = dict(params)
     rows: list[dict[str, Any]] = []
     probes = dict(out.get("probes") or {})
@@ -277,10 +370,19 @@ def apply_sizing(params: Mapping[str, Any], sizing: Mapping[str, Any]) -> tuple[
                              "user_given": given})
                 scaling.setdefault(key, value)
         mr = sizing["min_replicas"]
+        top = sizing.get("max_replicas")  # with a recorded workload only: enough replicas for its peak
+        if top is not None:
+            given = "max_replicas" in scaling
+            rows.append({"name": "max_replicas", "used": scaling.get("max_replicas", top["value"]),
+                         "derived": top["value"], "source": top["source"], "margin": "", "user_given": given})
+            scaling.setdefault("max_replicas", top["value"])
         given = "min_replicas" in scaling
-        rows.append({"name": "min_replicas", "used": scaling.get("min_replicas", max(mr["value"], 1)),
+        floor = max(mr["value"], 1)
+        if top is not None and "max_replicas" in scaling:  # never above the replicas allowed
+            floor = min(floor, int(scaling["max_replicas"]))
+        rows.append({"name": "min_replicas", "used": scaling.get("min_replicas", floor),
                      "derived": mr["value"], "source": mr["source"], "margin": "", "user_given": given})
-        scaling.setdefault("min_replicas", max(mr["value"], 1))
+        scaling.setdefault("min_replicas", floor)
         out["scaling"] = scaling
     return out, rows
 
@@ -326,9 +428,18 @@ def sizing_markdown(rows: list[dict[str, Any]], sizing: Mapping[str, Any], warni
                       f"{keda.get('margin'):.0%} before it, so that a new replica is ready before traffic "
                       f"passes it. At the knee ({keda.get('knee_level')}): {keda.get('in_flight_at_knee')} requests "
                       f"in flight, vllm:num_requests_running {keda.get('running_at_knee')}, vllm:num_requests_waiting "
-                      f"{keda.get('waiting_at_knee')}, KV-cache use {keda.get('kv_cache_usage_at_knee')} (traffic "
-                      f"growth assumed {keda.get('growth_per_minute'):.0%}/min over "
-                      f"{keda.get('time_to_ready_seconds'):.0f} s to ready)."]
+                      f"{keda.get('waiting_at_knee')}, KV-cache use {keda.get('kv_cache_usage_at_knee')} ("
+                      + (f"traffic growth from {keda['growth_source']}" if keda.get("growth_source") else
+                         f"traffic growth assumed {keda.get('growth_per_minute'):.0%}/min over "
+                         f"{keda.get('time_to_ready_seconds'):.0f} s to ready") + ")."]
+    recorded = sizing.get("recorded")
+    if recorded:
+        lines += ["", f"Replicas from your recorded traffic: one replica serves {recorded['per_replica_rps']:.3g} "
+                      f"req/s at the SLO (goodput at the highest load meeting it); the recorded mean "
+                      f"{recorded['mean_rps']:.3g} req/s sets min_replicas, the recorded peak "
+                      f"{recorded['peak_rps']:.3g} req/s sets max_replicas, and the largest rise the recorded rate "
+                      f"made within a replica's time to ready sets the KEDA margin (instead of an assumed "
+                      f"{GROWTH_PER_MINUTE:.0%}/min growth)."]
     lines += ["", wva_text(sizing.get("wva") or {})]
     if warning:
         lines += ["", f"**Warning:** {warning}."]

@@ -26,6 +26,7 @@ from shipyard.evaluation.garak_scan import SAFETY_DIR
 from shipyard.gates.accuracy import run_gate
 from shipyard.gates.adapters import run_adapter_gates
 from shipyard.gates.candidate import CANDIDATE_FILE, SCHEMA, accuracy_caveat, verdict
+from shipyard.gates.capacity import recorded_arrivals, recorded_lengths
 from shipyard.gates.safety import run_safety_gate
 from shipyard.gates.slo import run_slo_gate
 
@@ -91,8 +92,10 @@ def _engine(bench_dir: str) -> dict[str, Any] | None:
 
 def _workload(bench_dir: str) -> dict[str, Any] | None:
     """The recorded workload the benchmark replayed (results.json ``workload``): its fingerprint's
-    digest, what was replayed and the fidelity verdict (``valid``, ``failed``, the line); None when
-    the benchmark replayed none."""
+    digest, what was replayed, the fidelity verdict (``valid``, ``failed``, the line), the recorded
+    arrival process (``arrivals``: mean and peak rate, peak/mean, the rate series; what the deploy
+    sizes its replicas and KEDA margin from) and mean lengths (``lengths``); None when the
+    benchmark replayed none."""
     try:
         replayed = json.loads((Path(bench_dir) / "results.json").read_text()).get("workload")
     except (OSError, ValueError, AttributeError):
@@ -102,7 +105,8 @@ def _workload(bench_dir: str) -> dict[str, Any] | None:
     fidelity = replayed.get("fidelity") or {}
     return {"digest": replayed.get("digest"), "replayed": replayed.get("replayed"),
             "requests": replayed.get("requests"), "time_scale": replayed.get("time_scale"),
-            "valid": fidelity.get("valid"), "failed": fidelity.get("failed"), "line": fidelity.get("line")}
+            "valid": fidelity.get("valid"), "failed": fidelity.get("failed"), "line": fidelity.get("line"),
+            "arrivals": recorded_arrivals(replayed), "lengths": recorded_lengths(replayed)}
 
 
 def _startup(bench_dir: str) -> dict[str, Any]:
@@ -281,7 +285,9 @@ def _slo_section(slo: dict[str, Any]) -> dict[str, Any]:
             "thresholds": slo.get("slo"), "rule": slo.get("rule"),
             "worst_regression": slo.get("worst_regression"), "best_gain": slo.get("best_gain"),
             # candidate / base per level with its interval and method; where the base's figures come from
-            "comparison": slo.get("comparison"), "base_source": slo.get("base_source")}
+            "comparison": slo.get("comparison"), "base_source": slo.get("base_source"),
+            # goodput at the SLO as N x the recorded peak (shipyard.gates.capacity); None without a replayed workload
+            "capacity": slo.get("capacity")}
 
 
 def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
@@ -302,6 +308,9 @@ def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, An
             metrics[f"{lv['name']}.output_tokens_per_s"] = float(lv["output_tokens_per_s"])
     if record["size_bytes"]:
         metrics["size_bytes"] = float(record["size_bytes"])
+    for key, value in (slo.get("metrics") or {}).items():  # goodput at the SLO / the recorded peak and mean
+        if key.startswith("capacity_"):
+            metrics[key] = float(value)
     return metrics
 
 
@@ -377,6 +386,9 @@ def gate_outputs(out: dict[str, Any], recipe: str, out_dir: str) -> dict[str, An
     candidate = {"recipe": recipe, "passed": out["passed"], "reason": out["reason"],
                  "accuracy_caveat": out["accuracy_caveat"], "safety_verdict": out["safety_verdict"],
                  "safety_caveat": out["safety_caveat"]}
+    capacity = (out["candidate"].get("slo") or {}).get("capacity")
+    if capacity:  # the console's SLO figure: "3.2x your recorded peak"
+        candidate["capacity"] = capacity["short"]
     params: dict[str, Any] = {}
     if own is not None:  # the user's eval sets: the verdict and each set's pin, as for the accuracy gate
         candidate.update({"eval_sets_verdict": own["verdict"], "eval_sets_reason": own["reason"]})

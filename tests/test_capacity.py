@@ -1,0 +1,143 @@
+"""Capacity in the user's units (issue 35, item 4): the SLO gate's goodput as "N x your recorded
+peak" when the benchmark replayed a recorded workload, in the candidate record, the SLO report, the
+candidates report, the decision record and the console line; nothing new without a workload."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from report_fixtures import (
+    BASE_BENCH,
+    BASE_SCORES,
+    CAND_BENCH,
+    CAND_SCORES,
+    SLO,
+    THRESHOLDS,
+    eval_summary,
+    level,
+    write_json,
+)
+
+from shipyard.gates.capacity import capacity_text, peak_capacity, recorded_arrivals
+
+DIGEST = "sha256:" + "b" * 64
+#: a fingerprint's arrivals as shipyard.benchmarking.workload.arrival_stats writes them
+ARRIVALS = {"requests": 60, "duration_s": 300.0, "mean_rate_rps": 0.2, "window_s": 10,
+            "rate_series_rps": [0.1, 0.2, 0.35, 0.2, 0.1, 0.15, 0.3, 0.2, 0.1, 0.2], "peak_rate_rps": 0.35,
+            "peak_to_mean": 1.75, "interarrival_cv": 1.3, "interarrival_s": {"p50": 4.0, "mean": 5.0}}
+
+
+def workload(time_scale: float = 2.0, input_mean: float = 40.0) -> dict[str, Any]:
+    """``results["workload"]`` as shipyard.steps.workload's replay keeps it (a faithful replay)."""
+    fingerprint = {"schema": "shipyard.workload/v1", "digest": DIGEST, "arrivals": ARRIVALS,
+                   "lengths": {"input": {"mean": input_mean}, "output": {"mean": 10.0}}}
+    return {"digest": DIGEST, "replayed": "trace", "requests": 60, "time_scale": time_scale, "block_size": 16,
+            "fingerprint": fingerprint, "fidelity": {"valid": True, "failed": [], "line": "workload fidelity: VALID"}}
+
+
+def gates(tmp: Path, replay: dict[str, Any] | None, slo: str = SLO) -> dict[str, Any]:
+    """The real candidate gates on the report fixtures, both benchmarks replaying ``replay``."""
+    from shipyard.steps.judge import judge_candidate
+
+    base, cand = copy.deepcopy(BASE_BENCH), copy.deepcopy(CAND_BENCH)
+    if replay is not None:
+        base["workload"], cand["workload"] = replay, replay
+    return judge_candidate(
+        recipe="w8a8-int8", thresholds=THRESHOLDS, slo=slo, out_dir=str(tmp / "gates"),
+        base_eval=write_json(tmp / "base-eval", "summary.json", eval_summary(BASE_SCORES, "ab")),
+        candidate_eval=write_json(tmp / "cand-eval", "summary.json", eval_summary(CAND_SCORES, "cd")),
+        base_bench=write_json(tmp / "base-bench", "results.json", base),
+        candidate_bench=write_json(tmp / "cand-bench", "results.json", cand),
+        compress_figures={"size_before_bytes": 269_060_552, "size_after_bytes": 163_226_688, "compression_ratio": 1.648},
+    )
+
+
+def console_line(out: dict[str, Any], tmp: Path) -> str:
+    """The console's end line figure of the gates task, from what the KFP wrapper records."""
+    from shipyard.run.console import key_figure
+    from shipyard.steps.judge import gate_outputs
+
+    metadata = gate_outputs(out, "w8a8-int8", str(tmp / "gates"))["metadata"]["candidate"]
+    return key_figure("for-loop-2-iteration-0/candidate-gates", {"Output": out["passed"]}, out["metrics"],
+                      {"candidate": metadata})
+
+
+def test_goodput_at_the_slo_in_units_of_the_recorded_peak(tmp_path: Path) -> None:
+    out = gates(tmp_path, workload())
+    cap = out["candidate"]["slo"]["capacity"]
+    # both levels meet the SLO: the highest is concurrent@2 at 1.11 req/s, every request within it
+    assert cap["level"] == "concurrent@2" and cap["goodput_share"] == 1.0 and cap["goodput_rps"] == 1.11
+    assert cap["x_recorded_peak"] == round(1.11 / 0.35, 4) and cap["x_recorded_mean"] == round(1.11 / 0.2, 4)
+    assert cap["recorded_peak_rps"] == 0.35 and cap["time_scale"] == 2.0 and cap["lower_bound"] and cap["note"] == ""
+    assert cap["text"] == ("serves at least 3.2x your recorded peak (1.11 req/s at the SLO, at concurrent@2, vs a peak "
+                           "of 0.35 req/s in 10-s windows; 5.5x the mean of 0.2 req/s); no measured load broke the SLO, "
+                           "so this is a lower bound; the replay ran at 2x the recorded rate; the peak here is the "
+                           "recorded, unscaled one")
+    assert out["metrics"]["slo_passed"] == 1.0 and out["metrics"]["capacity_x_recorded_peak"] == cap["x_recorded_peak"]
+    assert out["metrics"]["capacity_x_recorded_mean"] == cap["x_recorded_mean"]  # KFP metrics and MLflow
+    # the record keeps the recorded arrival process for the deploy's sizing
+    assert out["candidate"]["workload"]["arrivals"]["peak_rate_rps"] == 0.35
+    assert out["candidate"]["workload"]["lengths"] == {"input_mean": 40.0, "output_mean": 10.0}
+    md = (tmp_path / "gates" / "slo.md").read_text()
+    assert "## Capacity in your units (the recorded workload)" in md
+    assert "| candidate | at least 3.17x | 5.55x | 1.11 | 0.35 | 0.2 | 2x |" in md
+    assert "**Candidate:** serves at least 3.2x your recorded peak" in md
+    html = (tmp_path / "gates" / "slo.html").read_text()
+    assert "Capacity in your units" in html and "serves at least 3.2x your recorded peak" in html
+    line = console_line(out, tmp_path)
+    assert line.startswith("w8a8-int8: accuracy pass") and line.endswith(", SLO pass (at least 3.2x your recorded peak)")
+
+
+def test_no_recorded_workload_adds_no_number(tmp_path: Path) -> None:
+    out = gates(tmp_path, None)
+    assert out["candidate"]["slo"]["capacity"] is None and out["candidate"]["workload"] is None
+    assert not any(k.startswith("capacity") for k in out["metrics"])
+    assert "Capacity in your units" not in (tmp_path / "gates" / "slo.md").read_text()
+    assert "recorded peak" not in (tmp_path / "gates" / "slo.html").read_text()
+    line = console_line(out, tmp_path)
+    assert line.startswith("w8a8-int8: accuracy pass") and line.endswith(", SLO pass"), line
+
+
+def test_a_missed_slo_is_zero_times_the_peak_and_longer_recorded_requests_are_named(tmp_path: Path) -> None:
+    strict = json.dumps({"ttft_p99_ms": 50, "itl_p99_ms": 200, "min_output_tokens_per_s": 5, "max_error_rate": 0.0})
+    out = gates(tmp_path, workload(time_scale=1.0), slo=strict)
+    cap = out["candidate"]["slo"]["capacity"]
+    assert cap["x_recorded_peak"] == 0.0 and cap["level"] is None
+    assert cap["text"] == ("meets the SLO at no measured load: 0x your recorded peak of 0.35 req/s in 10-s windows; "
+                           "the replay ran at the recorded rate")
+    assert console_line(out, tmp_path).endswith("SLO FAIL (0x your recorded peak)")
+    # the load levels' requests (32 + 16 tokens) against recorded ones of 400 + 10: the figure says it is optimistic
+    long = peak_capacity(CAND_BENCH["levels"], [{"meets": True, "goodput": 1.0}] * 2, workload(input_mean=400.0))
+    assert long is not None and long["note"] == ("the load levels' requests (48 tokens on average) are shorter than "
+                                                 "your recorded ones (410): the figure is optimistic")
+    assert long["text"].endswith(long["note"])
+
+
+def test_a_broken_level_makes_it_a_measured_figure_not_a_lower_bound() -> None:
+    levels = [level("constant@1", 1, 1.0, 10, (50, 60, 70), (20, 21, 22)),
+              level("constant@2", 2, 2.0, 20, (50, 60, 70), (20, 21, 22)),
+              level("constant@4", 4, 3.6, 30, (900, 950, 990), (20, 21, 22))]
+    verdicts = [{"meets": True, "goodput": 1.0}, {"meets": True, "goodput": 0.875}, {"meets": False, "goodput": 0.1}]
+    cap = peak_capacity(levels, verdicts, {"arrivals": {"peak_rate_rps": 0.5, "mean_rate_rps": 0.25}})
+    assert cap is not None and cap["goodput_rps"] == 1.75 and cap["x_recorded_peak"] == 3.5 and not cap["lower_bound"]
+    assert capacity_text(cap).startswith("serves 3.5x your recorded peak (1.75 req/s at the SLO, at constant@2, "
+                                         "vs a peak of 0.5 req/s; 7x the mean of 0.25 req/s); the replay ran at")
+    assert peak_capacity(levels, verdicts, None) is None
+    assert recorded_arrivals({"fingerprint": {"arrivals": {"peak_rate_rps": 0}}}) is None  # no peak: no figure
+
+
+def test_the_capacity_travels_into_the_decision_record_and_the_candidates_report(tmp_path: Path) -> None:
+    from shipyard.steps.select import select_champion
+
+    gates(tmp_path, workload())
+    select_champion([str(tmp_path / "gates")], "size", str(tmp_path / "decision"), str(tmp_path / "r.md"),
+                    str(tmp_path / "r.html"))
+    record = json.loads((tmp_path / "decision" / "decision-record.json").read_text())
+    by = {g["candidate"]: g for g in record["candidates"]}
+    assert by["w8a8-int8"]["slo"]["capacity"]["x_recorded_peak"] == round(1.11 / 0.35, 4)
+    md = (tmp_path / "r.md").read_text()
+    assert "| recipe | fingerprint | replay | capacity at the SLO | fidelity |" in md
+    assert "| w8a8-int8 | sha256:bbbbbbbbbbbb | faithful | serves at least 3.2x your recorded peak" in md
