@@ -103,3 +103,26 @@ def test_cluster_defaults_need_a_registry_unless_dry_run() -> None:
     assert check_parameters("requantize", {"dry_run": True})["registry"] == ""
     candidate = "oci://quay.io/org/m@sha256:" + "0" * 64
     assert check_parameters("promote", {"candidate_uri": candidate})["dry_run"] is False
+
+
+def test_the_parent_run_shows_empty_parameters_and_the_slo_that_applied(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """slo left empty: the MLflow parent run records it as given ("") and, beside it, the rule that judged the run
+    with every threshold (effective.slo) and the accuracy gate's config (effective.accuracy_thresholds)."""
+    import json
+
+    from mlflow import MlflowClient
+
+    from shipyard.steps.preflight import preflight_step
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    store = f"file://{tmp_path / 'mlruns'}"
+    params = {**LOCAL, "slo": "", "accuracy_thresholds": '{"max_loss": 0.05}'}
+    run = preflight_step("optimize-and-deploy", params, tracking_uri=store, experiment="effective", kfp_run_id="kfp-eff")
+    recorded = MlflowClient(store).get_run(run["parent_run_id"]).data.params
+    assert recorded["slo"] == ""
+    assert recorded["effective.slo"].startswith("a load level meets the SLO when TTFT p99 <= 10000 ms, ITL p99 <= ")
+    assert "require=base" in recorded["effective.slo"]
+    effective = json.loads(recorded["effective.accuracy_thresholds"])
+    assert effective["rule"] == "non-inferiority" and effective["max_loss"] == 0.05 and effective["alpha"] == 0.05

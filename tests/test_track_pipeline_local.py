@@ -91,6 +91,10 @@ def test_fan_in_one_champion_and_runs_per_step_and_candidate(tmp_path: Path, mon
     parent = client.get_run(mv.run_id)
     assert parent.info.status == "FINISHED" and parent.data.tags["shipyard.champion"] == "w4a16"
     assert parent.data.metrics["champion.output_tokens_per_s_at_slo"] == pytest.approx(150.0)
+    # the pipeline run itself shows the decision: its record and the candidates report, beside the version
+    kept = {a.path for a in client.list_artifacts(mv.run_id, "decision")}
+    assert {f"decision/{n}" for n in ("decision-record.json", "selection.json", "frontier.json", "candidates.md",
+                                      "candidates.html")} <= kept, kept
     children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{mv.run_id}'")
     names = {r.info.run_name: r for r in children}
     assert {"compress [w8a8]", "compress [w4a16]", "select", "register", "deploy [w4a16]"} <= set(names)

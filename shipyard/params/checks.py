@@ -340,10 +340,11 @@ def check_parameters(pipeline: str, params: Mapping[str, Any], *, fill_defaults:
 
 
 def record_for_mlflow(params: Mapping[str, Any]) -> dict[str, str]:
-    """The parameters as the MLflow parent run records them (lists joined, empty values left out)."""
+    """The parameters as the MLflow parent run records them: lists joined, an empty value as ``""``
+    (the run shows it was left empty; the pre-flight adds what applied instead as ``effective.*``)."""
     out = {}
     for key, value in params.items():
-        if value in ("", None, []):
+        if value is None:
             continue
         out[key] = ",".join(map(str, value)) if isinstance(value, list) else str(value)
     return out

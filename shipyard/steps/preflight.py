@@ -21,9 +21,27 @@ def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, exp
     resolved = check_tracking_uri(tracking_uri)
     _cluster_checks(resolved, typed)
 
+    recorded = {**record_for_mlflow(typed), **effective_params(typed)}
     run = start_tracking(tracking_uri=tracking_uri, experiment=experiment, pipeline_name=pipeline,
-                         kfp_run_id=kfp_run_id, params_json=json.dumps(record_for_mlflow(typed)), tags_json="{}")
+                         kfp_run_id=kfp_run_id, params_json=json.dumps(recorded), tags_json="{}")
     return {"checked": sorted(typed), **run}
+
+
+def effective_params(typed: dict[str, Any]) -> dict[str, str]:
+    """What the gates apply, defaults filled in, as the MLflow parent run records it beside the
+    parameters as given: ``effective.slo`` (the SLO rule in words, every threshold) and
+    ``effective.accuracy_thresholds`` (the accuracy gate's config as JSON), so a run whose ``slo``
+    was left empty still says which SLO judged it."""
+    from shipyard.gates.config import accuracy_config
+    from shipyard.gates.slo import parse_slo, rule_text
+
+    out: dict[str, str] = {}
+    if "slo" in typed:
+        out["effective.slo"] = rule_text(parse_slo(typed["slo"]))
+    if "accuracy_thresholds" in typed:
+        config = accuracy_config(typed["accuracy_thresholds"]).model_dump(mode="json", exclude_none=True)
+        out["effective.accuracy_thresholds"] = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return out
 
 
 def _input_secrets(typed: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import UnreachableError
@@ -22,7 +23,7 @@ from shipyard.core.files import atomic_write_text
 from shipyard.gates.baseline import is_base
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
-from shipyard.gates.selection import load_selection, objective_value
+from shipyard.gates.selection import DECISION_RECORD, load_selection, objective_value
 from shipyard.steps.attest import attestation_tags
 from shipyard.tracking import model_registry as registry
 
@@ -84,7 +85,8 @@ def register_champion(
     request = {"kind": "register", "tracking_uri": tracking_uri, "resolved_uri": tracker.uri,
                "experiment": experiment, "kfp_run_id": kfp_run_id, "model_name": model_name,
                "source_uri": source_uri, "digest": digest, "tags": tags, "description": description,
-               "alias": registry.CANDIDATE, "aliases": [], "metrics": {**figures, **head}}
+               "alias": registry.CANDIDATE, "aliases": [], "metrics": {**figures, **head},
+               "selection_dir": selection_dir}
     down = tracker.probe()
     if not down:
         try:
@@ -93,6 +95,16 @@ def register_champion(
         except UnreachableError as err:
             down = str(err)
     return _deferred(request, down, champion, head, figures, report_path)
+
+
+def decision_artifacts(selection_dir: str) -> dict[str, str]:
+    """The files of the selection folder the MLflow parent run keeps under ``decision/``: the
+    decision record, the selection and frontier, and the candidates report (Markdown and HTML)."""
+    from shipyard.steps.select import REPORT_HTML, REPORT_MD
+
+    names = (DECISION_RECORD, "selection.json", "frontier.json", REPORT_MD, REPORT_HTML)
+    return {f"decision/{name}": str(Path(selection_dir) / name) for name in names
+            if (Path(selection_dir) / name).is_file()}
 
 
 def _register_and_gate(tracker: Any, request: dict[str, Any], champion: dict[str, Any], figures: dict[str, float],
@@ -116,8 +128,9 @@ def _register_and_gate(tracker: Any, request: dict[str, Any], champion: dict[str
     registry.tag_version(tracker, model_name, info.version, {
         "shipyard.gate.passed": str(report.passed).lower(), "shipyard.gate.reason": report.reason[:5000],
         "shipyard.gate.champion_version": holder.version if holder else "none"})
-    if parent:
-        tracker.log(parent, tags={"shipyard.registered_model": model_name, "shipyard.registered_version": info.version})
+    if parent:  # the pipeline run shows the decision: its record and the candidates report, beside the version
+        tracker.log(parent, tags={"shipyard.registered_model": model_name, "shipyard.registered_version": info.version},
+                    artifacts=decision_artifacts(request["selection_dir"]))
     atomic_write_text(report_path, report.to_markdown())
     return {"passed": report.passed, "reason": report.reason, "version": info.version,
             "champion_version": holder.version if holder else "", "recipe": champion["recipe"], "headline": head,

@@ -27,6 +27,9 @@ from shipyard.gates.selection import (
 )
 from shipyard.steps.judge import judge_base
 
+#: the candidates report's copies in the selection folder (what the MLflow parent run shows beside the record)
+REPORT_MD, REPORT_HTML = "candidates.md", "candidates.html"
+
 
 def _base_size(candidates: list[dict[str, Any]]) -> int | None:
     """The base's size on disk as the compress step measured it (the same for every candidate)."""
@@ -36,7 +39,8 @@ def _base_size(candidates: list[dict[str, Any]]) -> int | None:
 def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, report_md: str, report_html_path: str,
                     base_eval: str = "", base_bench: str = "", base_model_uri: str = "", slo: str = "") -> dict[str, Any]:
     """Read every candidate record, add the base (when ``base_bench`` is given), select, and write
-    ``selection.json``, ``frontier.json``, ``decision-record.json`` and both reports.
+    ``selection.json``, ``frontier.json``, ``decision-record.json`` and both reports (also copied
+    into ``out_dir`` as :data:`REPORT_MD` and :data:`REPORT_HTML`).
 
     Returns ``{"winner", "winner_model_uri", "reason", "headline", "metrics", "decisions", ...}``;
     ``winner`` is the champion's recipe (``base`` when the base is kept), or empty when no candidate,
@@ -50,8 +54,10 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
                           size_bytes=_base_size(candidates))
         candidates = [base, *candidates]
     result = select(candidates, selection)
-    atomic_write_text(report_md, report_markdown(result, candidates))
-    atomic_write_text(report_html_path, report_html(result, candidates))
+    markdown, html = report_markdown(result, candidates), report_html(result, candidates)
+    for path, text in ((report_md, markdown), (report_html_path, html), (out / REPORT_MD, markdown),
+                       (out / REPORT_HTML, html)):  # a copy beside the record: the MLflow parent run gets both
+        atomic_write_text(path, text)
     winner = result["winner"] or {}
     doc = {k: v for k, v in result.items() if k != "winner"}
     doc["winner"] = winner.get("recipe", "")
