@@ -360,26 +360,17 @@ def _load_x(level: dict[str, Any]) -> float:
     return float(value if value is not None else level.get("requests_per_s") or 0.0)
 
 
-def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
-    """TTFT p99 vs achieved output tok/s and output tok/s vs load (base and every candidate, SLO
-    lines), size and worst recovery (with the min recovery line); ``(alt text, PNG)`` each."""
-    import matplotlib
+def _png(plt: Any, fig: Any) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", pad_inches=0.15)  # labels never clipped
+    plt.close(fig)
+    return buf.getvalue()
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    slo = _first(candidates, "slo", "thresholds") or {}
-    acc = _first(candidates, "accuracy", "thresholds") or {}
-    series = _series(candidates)
-    out = []
-
-    def png(fig: Any) -> bytes:
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", pad_inches=0.15)  # labels never clipped
-        plt.close(fig)
-        return buf.getvalue()
-
+def _ttft_plot(plt: Any, series: list[tuple[str, list[dict[str, Any]]]], slo: dict[str, Any]) -> bytes:
+    """TTFT p99 vs achieved output tokens/s per series, hollow points for thin levels, the SLO line."""
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
     few = False
     for name, levels in series:
@@ -407,8 +398,11 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     ax.set_title("TTFT p99 vs achieved throughput" + (f"\nhollow: < {MIN_SAMPLES} requests" if few else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    out.append(("TTFT p99 vs achieved output tokens/s, base and every candidate, SLO line", png(fig)))
+    return _png(plt, fig)
 
+
+def _throughput_plot(plt: Any, series: list[tuple[str, list[dict[str, Any]]]], slo: dict[str, Any]) -> bytes:
+    """Achieved output tokens/s vs load level per series, the SLO minimum."""
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
     for name, levels in series:
         lv = sorted(levels, key=_load_x)
@@ -424,8 +418,11 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     ax.set_title("throughput vs load", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    out.append(("output tokens/s vs load level, base and every candidate, SLO minimum", png(fig)))
+    return _png(plt, fig)
 
+
+def _size_recovery_plot(plt: Any, candidates: list[dict[str, Any]], acc: dict[str, Any]) -> bytes:
+    """Size on disk and worst accuracy recovery per candidate (and the base), the min recovery line."""
     synthesized = bool(candidates) and not any(is_base(c) for c in candidates)  # older records: no base candidate
     names = (["base"] if synthesized else []) + [c["recipe"][:24] for c in candidates]
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6))
@@ -453,8 +450,25 @@ def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     axes[1].set_title("worst accuracy recovery vs base", fontsize=10)
     for ax in axes:
         ax.tick_params(axis="x", labelrotation=20, labelsize=7)
-    out.append(("size on disk and worst accuracy recovery, base and every candidate", png(fig)))
-    return out
+    return _png(plt, fig)
+
+
+def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    """TTFT p99 vs achieved output tok/s and output tok/s vs load (base and every candidate, SLO
+    lines), size and worst recovery (with the min recovery line); ``(alt text, PNG)`` each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    slo = _first(candidates, "slo", "thresholds") or {}
+    acc = _first(candidates, "accuracy", "thresholds") or {}
+    series = _series(candidates)
+    return [
+        ("TTFT p99 vs achieved output tokens/s, base and every candidate, SLO line", _ttft_plot(plt, series, slo)),
+        ("output tokens/s vs load level, base and every candidate, SLO minimum", _throughput_plot(plt, series, slo)),
+        ("size on disk and worst accuracy recovery, base and every candidate", _size_recovery_plot(plt, candidates, acc)),
+    ]
 
 
 def report_html(result: dict[str, Any], candidates: list[dict[str, Any]], markdown: str | None = None) -> str:

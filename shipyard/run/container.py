@@ -624,6 +624,53 @@ def modelcar_servers(registry: str, params: dict[str, Any]) -> Any:
                            cpu_kv_cache_gib=int(bench["cpu_kv_cache_gib"]), min_start_s=REHEARSAL_START_S)
 
 
+def _serve_deploys(stack: contextlib.ExitStack, registry: Any, kube: Any, params: dict[str, Any],
+                   hosts: dict[str, str]) -> Any:
+    """KServe's part: the deploy's service served from its pushed modelcar (stopped when deleted), its
+    cluster name on the loopback; the servers."""
+    serving = stack.enter_context(modelcar_servers(registry.address, params))
+    serving.watch(kube.double)  # a deleted (rolled-back) service stops its server
+    deploy_name, namespace = str(params["deploy_name"]), str(params["namespace"])
+    kube.double.script(deploy_name, serving.script)  # KServe's part: serve the pushed modelcar, then Ready
+    hosts[service_host(deploy_name, namespace)] = LOOPBACK
+    return serving
+
+
+def _run_steps(pipeline: str, compiled: Path, params: dict[str, Any], work: Path, root: Path, step_log: Path,
+               wired: dict[str, Any], secrets: Path) -> RunSummary:
+    """Run the compiled pipeline's step containers through kfp.local, one console line per task start
+    and end; the run's summary."""
+    from kfp import components, local
+
+    from shipyard.run.kfp_local_compat import enable_oneof_artifacts
+
+    before = {p.name for p in root.iterdir()}
+    enable_oneof_artifacts()
+    exact_exit_codes()
+    local.init(runner=_runner(wired["contract"], wired["hosts"], step_log, secrets), pipeline_root=str(root), raise_on_error=False)
+    run_started = time.perf_counter()
+    component = components.load_component_from_file(str(compiled))
+    # as quiet as the local run: one line per task start and end; kfp.local's log, the executor
+    # inputs and every step container's output go to the log
+    log_path = work / KFP_LOG
+    print(f"shipyard: running {pipeline} in containers; kfp.local's log and every step's output: {log_path}",
+          flush=True)
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
+        watcher = RunConsole(sys.stdout, log, root, before, step_log, _display_names(component),
+                             candidate_labels(params))
+        print_before = builtins.print
+        try:
+            with quiet_kfp(watcher):
+                component(**params)
+            watcher.settle()
+        finally:
+            builtins.print = print_before  # kfp.local swaps print per task (see run_local)
+    seconds = round(time.perf_counter() - run_started, 2)
+    summary = _summarise(pipeline, compiled, root, before, step_log, params, seconds)
+    summary.log = str(log_path)
+    return summary
+
+
 def run_container(
     pipeline: str = DEFAULT_PIPELINE,
     work_dir: str = "shipyard-run",
@@ -635,9 +682,6 @@ def run_container(
     """Run ``pipeline`` in its runtime images against loopback services reached by their cluster
     names, in the namespace ``layout`` of pipelines/cluster.yaml (default: its ``layout``); write
     the summary."""
-    from kfp import components, local
-
-    from shipyard.run.kfp_local_compat import enable_oneof_artifacts
     from shipyard.testing.registry import LocalRegistry
     from shipyard.testing.services import MotoS3, PodmanSocket
 
@@ -675,37 +719,10 @@ def run_container(
         rehearsal = {"registry": registry.address, "dry_run": False, "tracking_uri": "", "safety": "",
                      "namespace": plan.layout["serving_namespace"]}
         params.update({k: v for k, v in {**rehearsal, **staged}.items() if k not in explicit or k in staged})
-        serving = stack.enter_context(modelcar_servers(registry.address, {**defaults, **params}))
-        serving.watch(kube.double)  # a deleted (rolled-back) service stops its server
-        deploy_name, namespace = str({**defaults, **params}["deploy_name"]), str({**defaults, **params}["namespace"])
-        kube.double.script(deploy_name, serving.script)  # KServe's part: serve the pushed modelcar, then Ready
-        wired["hosts"][service_host(deploy_name, namespace)] = LOOPBACK
+        serving = _serve_deploys(stack, registry, kube, {**defaults, **params}, wired["hosts"])
         write_secrets(secrets, registry.address, kube.kubeconfig)
         os.environ["DOCKER_HOST"] = podman.docker_host
-        before = {p.name for p in root.iterdir()}
-        enable_oneof_artifacts()
-        exact_exit_codes()
-        local.init(runner=_runner(wired["contract"], wired["hosts"], step_log, secrets), pipeline_root=str(root), raise_on_error=False)
-        run_started = time.perf_counter()
-        component = components.load_component_from_file(str(compiled))
-        # as quiet as the local run: one line per task start and end; kfp.local's log, the executor
-        # inputs and every step container's output go to the log
-        log_path = work / KFP_LOG
-        print(f"shipyard: running {pipeline} in containers; kfp.local's log and every step's output: {log_path}",
-              flush=True)
-        with open(log_path, "a", encoding="utf-8", buffering=1) as log:
-            watcher = RunConsole(sys.stdout, log, root, before, step_log, _display_names(component),
-                                 candidate_labels(params))
-            print_before = builtins.print
-            try:
-                with quiet_kfp(watcher):
-                    component(**params)
-                watcher.settle()
-            finally:
-                builtins.print = print_before  # kfp.local swaps print per task (see run_local)
-        seconds = round(time.perf_counter() - run_started, 2)
-        summary = _summarise(pipeline, compiled, root, before, step_log, params, seconds)
-        summary.log = str(log_path)
+        summary = _run_steps(pipeline, compiled, params, work, root, step_log, wired, secrets)
         checks = verify(summary, {**defaults, **params}, services)
         checks["serving"] = serving.timings()
     checks.update(services={"registry": registry.address, "mlflow": mlflow.url, "s3": s3.endpoint,

@@ -711,6 +711,57 @@ def _plan_vllm_args(tp: int, gpu_memory_utilization: float, max_model_len: int, 
     return vllm_args
 
 
+def _context_len(a: _Arch, max_model_len: int | None, notes: list[str]) -> int:
+    """The max-model-len to plan for: the config's context by default; a longer one asked for is kept, with a note."""
+    if max_model_len is None:
+        return a.max_position
+    if max_model_len > a.max_position:
+        notes.append(
+            f"max_model_len {max_model_len} exceeds the config's {a.max_position}; vLLM refuses it unless "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (and RoPE scaling supports it)"
+        )
+    return max_model_len
+
+
+def _shortfall_notes(chosen: dict[str, Any], weights: int, gpu_count: int, gpu_memory_gib: float,
+                     gpu_memory_utilization: float, wanted: int) -> list[str]:
+    """Why the chosen option does not fit (the weights, or the KV cache's concurrency); [] when it fits."""
+    if chosen["fits"]:
+        return []
+    if not chosen["weights_fit"]:
+        return [
+            f"the weights ({weights / GIB:.2f} GiB) plus overheads do not fit {gpu_count} x "
+            f"{gpu_memory_gib:g} GiB at gpu-memory-utilization {gpu_memory_utilization}"
+        ]
+    return [f"the KV cache holds {chosen['max_concurrency']}x, less than the wanted {wanted}x"]
+
+
+def _attention_kind(a: _Arch) -> str:
+    """The attention variant's name: MLA, MHA, MQA or GQA."""
+    return "MLA" if a.mla else ("MHA" if a.kv_heads == a.heads else ("MQA" if a.kv_heads == 1 else "GQA"))
+
+
+def _chosen_figures(chosen: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`MemoryPlan` fields that come from the chosen tensor-parallel option."""
+    tp = chosen["tensor_parallel_size"]
+    fits = bool(chosen["fits"])
+    return {
+        "weights_bytes_per_gpu": chosen["weights_bytes_per_gpu"],
+        "kv_bytes_per_token_per_gpu": chosen["kv_bytes_per_token_per_gpu"],
+        "activation_peak_bytes": chosen["activation_peak_bytes"],
+        "non_torch_bytes": chosen["non_torch_bytes"],
+        "cudagraph_bytes": chosen["cudagraph_bytes"],
+        "kv_cache_bytes_per_gpu": chosen["kv_cache_bytes_per_gpu"],
+        "kv_cache_bytes": chosen["kv_cache_bytes_per_gpu"] * tp,
+        "kv_cache_tokens": chosen["kv_cache_tokens"],
+        "max_concurrency": chosen["max_concurrency"],
+        "tensor_parallel_size": tp,
+        "fits": fits,
+        "shortfall_bytes": 0 if fits else chosen["shortfall_bytes_per_gpu"] * tp,
+        "shortfall_bytes_per_gpu": 0 if fits else chosen["shortfall_bytes_per_gpu"],
+    }
+
+
 def plan_memory(
     config: dict[str, Any],
     *,
@@ -746,13 +797,7 @@ def plan_memory(
     kv_bytes = _kv_dtype_bytes(kv_cache_dtype, dtype_bytes)
     notes: list[str] = []
     explicit_len = max_model_len is not None
-    if max_model_len is None:
-        max_model_len = a.max_position
-    elif max_model_len > a.max_position:
-        notes.append(
-            f"max_model_len {max_model_len} exceeds the config's {a.max_position}; vLLM refuses it unless "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (and RoPE scaling supports it)"
-        )
+    max_model_len = _context_len(a, max_model_len, notes)
     wanted = int(wanted_concurrency or 1)
     batched = int(max_num_batched_tokens or default_max_num_batched_tokens(gpu_memory_gib))
     gpu_bytes = int(gpu_memory_gib * GIB)
@@ -761,48 +806,28 @@ def plan_memory(
                      requested, wanted)
     tps = _tp_sizes(a, gpu_count, tensor_parallel_size)
     chosen, options, max_model_len = _choose(sizing, tps, max_model_len, explicit_len, notes)
-    if not chosen["fits"]:
-        if not chosen["weights_fit"]:
-            notes.append(
-                f"the weights ({weights / GIB:.2f} GiB) plus overheads do not fit {gpu_count} x "
-                f"{gpu_memory_gib:g} GiB at gpu-memory-utilization {gpu_memory_utilization}"
-            )
-        else:
-            notes.append(f"the KV cache holds {chosen['max_concurrency']}x, less than the wanted {wanted}x")
+    notes += _shortfall_notes(chosen, weights, gpu_count, gpu_memory_gib, gpu_memory_utilization, wanted)
     model_notes, estimated = _model_notes(config, a, kv_cache_dtype)
     notes += model_notes
     tp = chosen["tensor_parallel_size"]
-    fits = bool(chosen["fits"])
     return MemoryPlan(
         model_type=a.model_type,
-        attention="MLA" if a.mla else ("MHA" if a.kv_heads == a.heads else ("MQA" if a.kv_heads == 1 else "GQA")),
+        attention=_attention_kind(a),
         parameters=params.total,
         dtype=dtype_name,
         weight_scheme=scheme.name,
         weights_bytes=weights,
-        weights_bytes_per_gpu=chosen["weights_bytes_per_gpu"],
         kv_cache_dtype=kv_cache_dtype if kv_cache_dtype != "auto" else dtype_name,
         kv_bytes_per_token=int(_kv_layer_bytes(a, kv_bytes, 1) * a.layers),
-        kv_bytes_per_token_per_gpu=chosen["kv_bytes_per_token_per_gpu"],
-        activation_peak_bytes=chosen["activation_peak_bytes"],
-        non_torch_bytes=chosen["non_torch_bytes"],
-        cudagraph_bytes=chosen["cudagraph_bytes"],
         gpu_memory_bytes=gpu_bytes,
         gpu_count=int(gpu_count),
         gpu_memory_utilization=gpu_memory_utilization,
         requested_bytes_per_gpu=requested,
-        kv_cache_bytes_per_gpu=chosen["kv_cache_bytes_per_gpu"],
-        kv_cache_bytes=chosen["kv_cache_bytes_per_gpu"] * tp,
-        kv_cache_tokens=chosen["kv_cache_tokens"],
         max_model_len=int(max_model_len),
         max_num_seqs=int(max_num_seqs),
         max_num_batched_tokens=batched,
-        max_concurrency=chosen["max_concurrency"],
-        tensor_parallel_size=tp,
         wanted_concurrency=wanted,
-        fits=fits,
-        shortfall_bytes=0 if fits else chosen["shortfall_bytes_per_gpu"] * tp,
-        shortfall_bytes_per_gpu=0 if fits else chosen["shortfall_bytes_per_gpu"],
+        **_chosen_figures(chosen),
         sliding_window=a.sliding_window,
         sliding_window_layers=a.sliding_layers,
         vllm_args=_plan_vllm_args(tp, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,

@@ -476,6 +476,35 @@ def check_model_uri(uri: str, allow_mutable_tag: bool) -> str | None:
 
 def check_config(cfg: DeployConfig) -> None:
     """Every rule that needs no cluster: names, parallelism, GPUs, P/D, router, scaling."""
+    _check_identity(cfg)
+    for name in ("tensor_parallel", "prefill_tensor_parallel", "pipeline_parallel", "data_parallel",
+                 "data_local", "gpus"):
+        _positive(cfg, name)
+    _positive(cfg, "replicas", 0)
+    _positive(cfg, "prefill_replicas", 0)
+    _check_mode(cfg)
+    _check_parallelism(cfg)
+    _check_router(cfg.router)
+    if cfg.disaggregated:
+        _check_pd_scheduler(cfg)
+    if cfg.scaling is not None:
+        _check_scaling(cfg.scaling, cfg)
+    _check_serving_options(cfg)
+    _check_env(cfg)
+    _check_pod_options(cfg)
+    for pool in ("prefill", "decode"):
+        _check_pool(cfg, pool)
+    if cfg.probes is not None:
+        _check_probes(cfg.probes)
+    if cfg.kv_cache_offloading is not None:
+        _check_offloading(cfg)
+    if cfg.lora is not None:
+        _check_lora(cfg.lora, cfg.served_name)
+    _check_objectives(cfg)
+
+
+def _check_identity(cfg: DeployConfig) -> None:
+    """Name, namespace, model URI, OCI delivery and digest (``oci_digest`` is filled from the URI)."""
     if not NAME_RE.match(cfg.name) or len(cfg.name) > MAX_NAME:
         raise _fail("name", f"{cfg.name!r} must be a DNS-1035 label of at most {MAX_NAME} characters",
                     "use lower-case letters, digits and '-', starting with a letter")
@@ -494,11 +523,10 @@ def check_config(cfg: DeployConfig) -> None:
     cfg.oci_digest = cfg.oci_digest or digest
     if cfg.oci_digest and not DIGEST_RE.match(cfg.oci_digest):
         raise _fail("oci_digest", f"{cfg.oci_digest!r} is not a sha256 digest", "write sha256:<64 hex>")
-    for name in ("tensor_parallel", "prefill_tensor_parallel", "pipeline_parallel", "data_parallel",
-                 "data_local", "gpus"):
-        _positive(cfg, name)
-    _positive(cfg, "replicas", 0)
-    _positive(cfg, "prefill_replicas", 0)
+
+
+def _check_mode(cfg: DeployConfig) -> None:
+    """``mode`` (from ``prefill_replicas`` when unset) and what P/D needs: prefill replicas, the scheduler, a KV role."""
     if cfg.mode is None:
         cfg.mode = "pd" if cfg.prefill_replicas else "aggregated"
     if cfg.mode not in ("aggregated", "pd"):
@@ -514,6 +542,10 @@ def check_config(cfg: DeployConfig) -> None:
                         "set router.scheduler to 'managed' or {\"pool\": NAME}, or use mode 'aggregated'")
         if cfg.kv_role not in KV_ROLES:
             raise _fail("kv_role", f"unknown kv_role {cfg.kv_role!r}", f"use one of {sorted(KV_ROLES)}")
+
+
+def _check_parallelism(cfg: DeployConfig) -> None:
+    """Tensor, pipeline, data and expert parallelism against the GPUs per pod."""
     if cfg.pipeline_parallel and (cfg.data_parallel or cfg.data_local):
         raise _fail("pipeline_parallel", "cannot be combined with data parallelism (KServe rejects "
                     "pipeline together with data/dataLocal)", "use either pipeline_parallel or data_parallel/data_local")
@@ -540,11 +572,10 @@ def check_config(cfg: DeployConfig) -> None:
     if cfg.expert_parallel and tp * (cfg.data_parallel or 1) < 2:
         raise _fail("expert_parallel", "needs more than one GPU (tensor_parallel x data_parallel >= 2)",
                     "raise tensor_parallel or data_parallel, or drop expert_parallel")
-    _check_router(cfg.router)
-    if cfg.disaggregated:
-        _check_pd_scheduler(cfg)
-    if cfg.scaling is not None:
-        _check_scaling(cfg.scaling, cfg)
+
+
+def _check_serving_options(cfg: DeployConfig) -> None:
+    """vLLM flags, base presets, planner options, GPU memory and the served model name."""
     for flag in cfg.vllm_args:
         if not isinstance(flag, str) or not flag.strip("-"):
             raise _fail("vllm_args", f"bad flag {flag!r}", "use flag names such as 'max-model-len'")
@@ -559,17 +590,6 @@ def check_config(cfg: DeployConfig) -> None:
                                               or not cfg.served_model_name.strip()):
         raise _fail("served_model_name", f"{cfg.served_model_name!r} is not a model name",
                     "give the name clients send as 'model', e.g. qwen2-7b")
-    _check_env(cfg)
-    _check_pod_options(cfg)
-    for pool in ("prefill", "decode"):
-        _check_pool(cfg, pool)
-    if cfg.probes is not None:
-        _check_probes(cfg.probes)
-    if cfg.kv_cache_offloading is not None:
-        _check_offloading(cfg)
-    if cfg.lora is not None:
-        _check_lora(cfg.lora, cfg.served_name)
-    _check_objectives(cfg)
 
 
 def _check_env(cfg: DeployConfig) -> None:
