@@ -223,21 +223,28 @@ def test_the_pin_step_pins_an_s3_set_to_the_sha256_of_its_bytes(s3: object, tmp_
     assert "run the pipeline again" in line and not (tmp_path / "stale").exists()
 
 
-def test_the_pin_step_pins_local_and_shipped_sets_and_refuses_a_wrong_given_digest(tmp_path: Path) -> None:
-    """A local file and a shipped set are pinned the same way (in a cluster a local path is the step's
-    own file, so it is pinned by what the step reads); the judge's labelled slice too. A digest given
-    in eval_sets that the content does not match fails at the pin step, one line naming the set."""
+def test_the_pin_step_pins_local_pvc_and_shipped_sets_and_refuses_a_wrong_given_digest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local file, a file on a mounted claim and a shipped set are pinned the same way (in a cluster a
+    local path is the step's own file, so it is pinned by what the step reads); the judge's labelled
+    slice too. A digest given in eval_sets that the content does not match fails at the pin step, one
+    line naming the set."""
     from shipyard.core.files import package_dir
     from shipyard.steps.eval_sets import pin_step
 
+    monkeypatch.setenv("SHIPYARD_PVC_ROOT", str(tmp_path / "pvc"))
+    (tmp_path / "pvc" / "evals").mkdir(parents=True)
+    on_claim = write_set(tmp_path / "pvc" / "evals", "faq", [QA, {**QA, "reference": "Lima, Peru"}])
     local = write_set(tmp_path, "support", [QA])
     shipped = package_dir("shipyard.evaluation.user_sets")
     value = {"sets": [{"name": "support", "form": "qa", "uri": local},
+                      {"name": "faq", "form": "qa", "uri": "pvc://evals/faq.jsonl"},
                       {"name": "desk", "form": "mcq", "uri": "builtin://travel_desk_mcq.jsonl"}],
              "judge": {"model_uri": "embedded://smollm2-135m-instruct",
                        "labels_uri": "builtin://homework_judge_labels.jsonl"}}
     out = pin_step(json.dumps(value))
     want = {"support": hashlib.sha256(Path(local).read_bytes()).hexdigest(),
+            "faq": hashlib.sha256(Path(on_claim).read_bytes()).hexdigest(),
             "desk": hashlib.sha256((shipped / "travel_desk_mcq.jsonl").read_bytes()).hexdigest()}
     assert {s["name"]: s["sha256"] for s in out["sets"]} == want
     assert out["labels_sha256"] == hashlib.sha256((shipped / "homework_judge_labels.jsonl").read_bytes()).hexdigest()
