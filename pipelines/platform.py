@@ -149,9 +149,10 @@ SIDE_EFFECT_STEPS = frozenset({
     "close-tracking",
 })
 #: Steps that must see the world as it is now: pin-model reads what a mutable model URI names
-#: (a hub branch, an S3 prefix) so that resolve-model's cache key follows the content;
+#: (a hub branch, an S3 prefix) so that resolve-model's cache key follows the content, and
+#: pin-eval-sets the sha256 of each eval set so that prepare-eval-sets' does;
 #: watch-production reads the last window of production's traffic.
-ALWAYS_RUN_STEPS = SIDE_EFFECT_STEPS | {"pin-model", "watch-production"}
+ALWAYS_RUN_STEPS = SIDE_EFFECT_STEPS | {"pin-model", "pin-eval-sets", "watch-production"}
 
 
 def step_name(task: PipelineTask) -> str:

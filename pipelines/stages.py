@@ -1,7 +1,7 @@
 """Building blocks shared by shipyard's pipelines (KFP DSL, evaluated at compile time).
 
 ``checked`` runs the pre-flight first and closes the MLflow run in an exit handler;
-``prepare_sets`` prepares the user's ``eval_sets`` once per run;
+``prepare_sets`` pins the user's ``eval_sets`` by content and prepares them once per run;
 ``measure`` evaluates and benchmarks one model with the chosen eval backend (and runs the eval sets on it);
 ``candidates`` fans the recipes out (compress, measure, gates) and back in to one selection;
 ``release`` is the one path for the champion: package + register + champion/challenger gate in
@@ -17,7 +17,7 @@ from kfp.dsl import Model
 from shipyard.components.benchmark.component import benchmark
 from shipyard.components.compress.component import compress
 from shipyard.components.deploy.component import deploy
-from shipyard.components.eval_sets.component import judge_eval_sets, prepare_eval_sets
+from shipyard.components.eval_sets.component import judge_eval_sets, pin_eval_sets, prepare_eval_sets
 from shipyard.components.evaluate.component import evaluate_adapters_hf, evaluate_hf
 from shipyard.components.gates.component import candidate_gates, select_champion
 from shipyard.components.measure.component import measure_vllm
@@ -75,18 +75,20 @@ def checked(p: Params, pipeline_name: str, body: Callable[[Any], None]) -> None:
 
 
 def prepare_sets(p: Params, after: Any) -> Any:
-    """Prepare the user's ``eval_sets`` once for the run (read, check, pin, leak check, compile);
-    None for a pipeline without the parameter. Always one CPU step: KFP cannot hand the output of a
-    task under dsl.If to a task outside it, so an empty ``eval_sets`` writes an empty folder (in
-    the step's own process, nothing else started) and every later step skips the sets. No KFP run
-    id among its inputs: its output must stay a cache hit, or every measure step that reads it would
-    miss KFP's cache."""
+    """Pin the user's ``eval_sets`` (never cached: each set's sha256 now, as :func:`resolved` pins
+    a model), then prepare them once for the run from the pinned value (read, check against the
+    pins, leak check, compile); None for a pipeline without the parameter. The prepare step is
+    cached by the pinned sets, so a set changed under the same URI is prepared anew and an unchanged
+    one keeps KFP's cache hits; no KFP run id among its inputs, or every measure step that reads its
+    output would miss KFP's cache. Always one CPU step each: KFP cannot hand the output of a task
+    under dsl.If to a task outside it, so an empty ``eval_sets`` pins nothing and writes an empty
+    folder (in the steps' own processes, nothing else started) and every later step skips the sets."""
     if "eval_sets" not in p:
         return None
-    task = on_cpu(prepare_eval_sets(eval_sets=p["eval_sets"], calibration_dataset=p["calibration_dataset"],
+    pin = on_cpu(pin_eval_sets(eval_sets=p["eval_sets"]).set_display_name("pin your eval sets"))
+    pin.after(after)
+    return on_cpu(prepare_eval_sets(eval_sets=pin.output, calibration_dataset=p["calibration_dataset"],
                                     text_column=p["text_column"]).set_display_name("prepare your eval sets"))
-    task.after(after)
-    return task
 
 
 def measure(p: Params, model: Any, candidate: Any, label: str, prepared: Any = None) -> tuple[Any, Any, Any]:

@@ -186,6 +186,80 @@ def test_s3_set_is_fetched_and_pinned(s3: object, tmp_path: Path, monkeypatch: p
         load_eval_set(SetSpec(name="gone", form="qa", uri="s3://team-evals/sets/gone.jsonl"), tmp_path / "dl2")
 
 
+def test_the_pin_step_pins_an_s3_set_to_the_sha256_of_its_bytes(s3: object, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """pin-eval-sets against a real (moto) S3: the pin is the sha256 of the object's bytes, written into
+    the value the prepare step gets; new bytes under the same key give a new pin (so a new KFP cache
+    key), and the prepare step refuses bytes changed after the pin in one line naming the set."""
+    from shipyard.models.s3 import upload_file
+    from shipyard.steps.eval_sets import pin_step, prepare_step
+
+    for key, value in s3.env.items():  # type: ignore[attr-defined]
+        monkeypatch.setenv(key, value)
+    rubric = [{"prompt": "What is 2 plus 2?", "guideline": "4; clearer wins."}]
+    path = Path(write_set(tmp_path, "homework", rubric))
+    uri = upload_file(path, "s3://team-evals/sets/homework.jsonl")["uri"]
+    value = json.dumps({"sets": [{"name": "homework", "form": "rubric", "uri": uri}],
+                        "judge": {"model_uri": "embedded://smollm2-135m-instruct"}})
+    first = pin_step(value)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert first["sets"] == [{"name": "homework", "uri": uri, "sha256": digest}]
+    pinned = parse_eval_sets(first["eval_sets"])
+    assert pinned.sets[0].sha256 == digest and pinned.sets[0].uri == uri and pinned.judge is not None
+    assert pin_step(value)["eval_sets"] == first["eval_sets"]  # same content, same input: a cache hit
+    out = prepare_step(first["eval_sets"], str(tmp_path / "prepared"))
+    assert out["sets"][0]["sha256"] == digest and out["sets"][0]["pinned"] is True
+
+    write_set(tmp_path, "homework", [*rubric, {"prompt": "What is 3 plus 3?", "guideline": "6."}])
+    upload_file(path, "s3://team-evals/sets/homework.jsonl")  # new bytes, same key
+    second = pin_step(value)
+    assert second["sets"][0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() != digest
+    assert second["eval_sets"] != first["eval_sets"]
+    with pytest.raises(ShipyardError) as err:  # the object changed between the pin and the prepare step
+        prepare_step(first["eval_sets"], str(tmp_path / "stale"))
+    line = str(err.value)
+    assert line.startswith(f"eval_sets.homework: content sha256 {second['sets'][0]['sha256'][:16]}... is not the "
+                           f"pinned {digest[:16]}...: it changed after it was pinned") and "\n" not in line
+    assert "run the pipeline again" in line and not (tmp_path / "stale").exists()
+
+
+def test_the_pin_step_pins_local_pvc_and_shipped_sets_and_refuses_a_wrong_given_digest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local file, a file on a mounted claim and a shipped set are pinned the same way (in a cluster a
+    local path is the step's own file, so it is pinned by what the step reads); the judge's labelled
+    slice too. A digest given in eval_sets that the content does not match fails at the pin step, one
+    line naming the set."""
+    from shipyard.core.files import package_dir
+    from shipyard.steps.eval_sets import pin_step
+
+    monkeypatch.setenv("SHIPYARD_PVC_ROOT", str(tmp_path / "pvc"))
+    (tmp_path / "pvc" / "evals").mkdir(parents=True)
+    on_claim = write_set(tmp_path / "pvc" / "evals", "faq", [QA, {**QA, "reference": "Lima, Peru"}])
+    local = write_set(tmp_path, "support", [QA])
+    shipped = package_dir("shipyard.evaluation.user_sets")
+    value = {"sets": [{"name": "support", "form": "qa", "uri": local},
+                      {"name": "faq", "form": "qa", "uri": "pvc://evals/faq.jsonl"},
+                      {"name": "desk", "form": "mcq", "uri": "builtin://travel_desk_mcq.jsonl"}],
+             "judge": {"model_uri": "embedded://smollm2-135m-instruct",
+                       "labels_uri": "builtin://homework_judge_labels.jsonl"}}
+    out = pin_step(json.dumps(value))
+    want = {"support": hashlib.sha256(Path(local).read_bytes()).hexdigest(),
+            "faq": hashlib.sha256(Path(on_claim).read_bytes()).hexdigest(),
+            "desk": hashlib.sha256((shipped / "travel_desk_mcq.jsonl").read_bytes()).hexdigest()}
+    assert {s["name"]: s["sha256"] for s in out["sets"]} == want
+    assert out["labels_sha256"] == hashlib.sha256((shipped / "homework_judge_labels.jsonl").read_bytes()).hexdigest()
+    assert json.loads(out["eval_sets"])["judge"]["labels_sha256"] == out["labels_sha256"]
+    given = dict(value, sets=[{**value["sets"][0], "sha256": "sha256:" + want["support"]}])
+    assert pin_step(json.dumps(given))["sets"][0]["sha256"] == want["support"]  # a right given digest is kept
+    for wrong, where in ((dict(value, sets=[{**value["sets"][0], "sha256": "f" * 64}]), "eval_sets.support"),
+                         (dict(value, judge={**value["judge"], "labels_sha256": "f" * 64}), "eval_sets.judge.labels_uri")):
+        with pytest.raises(ShipyardError) as err:
+            pin_step(json.dumps(wrong))
+        assert str(err.value).startswith(f"{where}: content sha256 ") and "ffffffffffffffff" in str(err.value)
+        assert "\n" not in str(err.value)
+    assert pin_step("  ") == {"eval_sets": "", "sets": [], "labels_sha256": ""}
+
+
 # --------------------------------------------------------------------------- leak check
 
 

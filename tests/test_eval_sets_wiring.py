@@ -50,9 +50,16 @@ def _artifact_from(task: dict[str, Any], name: str) -> str:
 def test_the_compiled_pipeline_prepares_evaluates_judges_and_gates_the_sets(ir: dict[str, dict[str, Any]]) -> None:
     spec = ir["optimize-and-deploy"]
     tasks = _tasks(spec["root"]["dag"], spec["components"])
-    prepare = tasks["prepare-eval-sets"]  # once per run, outside the loop over recipes
-    assert prepare["inputs"]["parameters"]["eval_sets"] == {"componentInputParameter": "pipelinechannel--eval_sets"}
-    assert "prepare-eval-sets" in spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    # pinned first (never cached), then prepared once per run, outside the loop over recipes, from
+    # the pinned value: KFP's cache key of the prepare step follows each set's content
+    pin = tasks["pin-eval-sets"]
+    assert pin["inputs"]["parameters"]["eval_sets"] == {"componentInputParameter": "pipelinechannel--eval_sets"}
+    assert pin["dependentTasks"] == ["preflight"] and not pin["cachingOptions"].get("enableCache")
+    prepare = tasks["prepare-eval-sets"]
+    assert prepare["inputs"]["parameters"]["eval_sets"] == {
+        "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "pin-eval-sets"}}
+    assert prepare["cachingOptions"]["enableCache"] is True and "pin-eval-sets" in prepare["dependentTasks"]
+    assert {"pin-eval-sets", "prepare-eval-sets"} <= set(spec["components"]["comp-exit-handler-1"]["dag"]["tasks"])
     # every model's measure step (both eval backends, base and candidate) reads the prepared sets
     measuring = [n for n in tasks if n.startswith(("measure-vllm", "evaluate-hf"))]
     assert len(measuring) == 4
@@ -111,8 +118,14 @@ def test_a_candidate_that_fails_an_eval_set_is_not_eligible_with_the_reason(tmp_
     wrong on a planted tenth of the set fails the set's gate, so its candidate.json fails and the
     selection does not rank it; the one answering like the base passes. The report and the decision
     record carry the set's row; the metrics are what the step logs into MLflow."""
+    from shipyard.steps.eval_sets import pin_step
+    from shipyard.steps.judge import gate_outputs
+
     prepared = str(tmp_path / "prepared")
-    out = prepare_step(_qa_set(tmp_path), prepared, validate_runtime="vllm")  # as the pipeline step
+    pinned = pin_step(_qa_set(tmp_path))  # as the pipeline's steps: pinned, then prepared from the pinned value
+    out = prepare_step(pinned["eval_sets"], prepared, validate_runtime="vllm")
+    digest = pinned["sets"][0]["sha256"]
+    assert out["sets"][0]["sha256"] == digest and out["sets"][0]["pinned"] is True
     assert out["judge_model_uri"] == "" and [s["name"] for s in out["sets"]] == [SET] and has_sets(prepared)
     base = _set_results(tmp_path / "base-sets", [1] * ROWS, "ab")
     planted = _set_results(tmp_path / "planted-sets", [0 if i % 10 == 0 else 1 for i in range(ROWS)], "cd")
@@ -127,7 +140,9 @@ def test_a_candidate_that_fails_an_eval_set_is_not_eligible_with_the_reason(tmp_
     assert record["reason"].startswith(f"eval sets gate {SET}: loss 0.1 [")
     row = record["eval_sets"]["rows"][0]
     assert row["task"] == SET and row["decision"] == "inferior" and row["paired"]["n"] == ROWS
-    assert [s["sha256"] for s in record["eval_sets"]["sets"]] == [out["sets"][0]["sha256"]]
+    assert [(s["sha256"], s["pinned"]) for s in record["eval_sets"]["sets"]] == [(digest, True)]
+    logged = gate_outputs(bad, "w4a16", str(tmp_path / "w4a16-gates"))["log"]["params"]  # the gates' MLflow params
+    assert logged == {f"eval_sets.{SET}": f"qa {ROWS} rows {pinned['sets'][0]['uri']} sha256:{digest}"}
     assert bad["metrics"]["eval_sets_passed"] == 0.0 and bad["metrics"][f"eval_sets/{SET}/loss"] == pytest.approx(0.1)
     assert (tmp_path / "w4a16-gates" / "eval_sets.md").read_text().startswith("# Your eval sets: FAIL")
     assert good["passed"] and good["candidate"]["eval_sets"]["verdict"] == "pass"
@@ -140,6 +155,7 @@ def test_a_candidate_that_fails_an_eval_set_is_not_eligible_with_the_reason(tmp_
     by = {g["candidate"]: g for g in decision["candidates"]}
     assert by["w4a16"]["eval_sets"]["verdict"] == "FAIL" and by["w4a16"]["eval_sets"]["rows"][0]["task"] == SET
     assert by["w8a8-int8"]["eval_sets"]["passed"] is True
+    assert by["w4a16"]["eval_sets"]["sets"][0]["sha256"] == digest  # which content was evaluated
     report = (tmp_path / "r.md").read_text()
     assert "## Your eval sets" in report and f"| w4a16 | {SET} | exact_match,match | 1 | 0.9 | loss 0.1 [" in report
     assert "Your eval sets" in (tmp_path / "r.html").read_text()
@@ -198,10 +214,15 @@ def test_steps_that_read_eval_sets_get_their_secrets() -> None:
     needed = needed_secrets(params)
     assert needed["prepare-eval-sets"] == {"shipyard-s3": ["calibration_dataset", "eval_sets"],
                                            "hf-token": ["eval_sets"]}
+    assert needed["pin-eval-sets"]["shipyard-s3"] == ["eval_sets"]  # the pin step reads the s3:// set first
     assert needed["judge-eval-sets"]["hf-token"] == ["eval_sets"]
     assert not [gap for gap in contract_gaps(load_cluster_config()) if "eval-sets" in gap[1]]
+    with pytest.raises(ShipyardError, match="step pin-eval-sets reads"):
+        check_input_secrets(params, {"compress": ["shipyard-s3"], "prepare-eval-sets": ["shipyard-s3"],
+                                     "judge-eval-sets": ["shipyard-s3"]})
     with pytest.raises(ShipyardError, match="step prepare-eval-sets reads"):
-        check_input_secrets(params, {"compress": ["shipyard-s3"], "judge-eval-sets": ["shipyard-s3"]})
+        check_input_secrets(params, {"compress": ["shipyard-s3"], "pin-eval-sets": ["shipyard-s3"],
+                                     "judge-eval-sets": ["shipyard-s3"]})
 
 
 def test_the_judge_step_runs_only_for_rubric_sets(tmp_path: Path) -> None:
@@ -222,18 +243,19 @@ def test_the_judge_step_runs_only_for_rubric_sets(tmp_path: Path) -> None:
 
 
 def test_with_empty_eval_sets_the_real_steps_do_nothing_under_kfp_local(tmp_path: Path) -> None:
-    """The two added KFP steps with ``eval_sets`` empty, as the pipeline runs them: prepare writes only an
-    empty prepared.json and answers "" (so the judge's GPU branch is skipped), and the judge's CPU branch
+    """The added KFP steps with ``eval_sets`` empty, as the pipeline runs them: pin answers "", prepare
+    writes only an empty prepared.json and answers "" (so the judge's GPU branch is skipped), and the judge's CPU branch
     writes nothing; neither starts a runtime (each well under the time of starting one)."""
     import time
 
     from kfp import dsl, local
 
-    from shipyard.components.eval_sets.component import judge_eval_sets, prepare_eval_sets
+    from shipyard.components.eval_sets.component import judge_eval_sets, pin_eval_sets, prepare_eval_sets
 
     @dsl.pipeline(name="empty-eval-sets")
     def pipeline():  # no return annotation: KFP reads it, and this module's annotations are strings
-        prepared = prepare_eval_sets(eval_sets="")
+        pinned = pin_eval_sets(eval_sets="")
+        prepared = prepare_eval_sets(eval_sets=pinned.output)
         judge_eval_sets(prepared=prepared.outputs["prepared"], base_results=prepared.outputs["prepared"],
                         candidate_results=prepared.outputs["prepared"])
 
@@ -242,10 +264,12 @@ def test_with_empty_eval_sets_the_real_steps_do_nothing_under_kfp_local(tmp_path
     pipeline()
     took = time.monotonic() - started
     run = next((tmp_path / "root").iterdir())
+    assert json.loads((run / "pin-eval-sets" / "executor_output.json").read_text())["parameterValues"] == \
+        {"Output": ""}
     prepared = json.loads((run / "prepare-eval-sets" / "prepared" / "prepared.json").read_text())
     assert prepared["sets"] == [] and prepared["manifest"] is None
     assert json.loads((run / "prepare-eval-sets" / "executor_output.json").read_text())["parameterValues"] == \
         {"Output": ""}
     judged = run / "judge-eval-sets" / "judged"
     assert not judged.exists() or list(judged.iterdir()) == []
-    print(f"two empty eval-sets steps under kfp.local: {took:.1f} s")
+    print(f"three empty eval-sets steps under kfp.local: {took:.1f} s")

@@ -185,6 +185,7 @@ def test_passing_run_gates_the_user_eval_set(passing_run: tuple[Path, RunSummary
     from shipyard.evaluation.eval_set_tasks import task_name
 
     work, summary = passing_run
+    assert one(summary, "pin-eval-sets").status == "SUCCESS"  # pinned by content before it is prepared
     prepare = one(summary, "prepare-eval-sets")
     assert prepare.status == "SUCCESS" and prepare.parameters["Output"] == ""  # no rubric set: no judge
     for name in ("measure-vllm", "measure-vllm-2"):
@@ -198,6 +199,7 @@ def test_passing_run_gates_the_user_eval_set(passing_run: tuple[Path, RunSummary
         record = json.loads((Path(gates.artifacts["candidate"]) / "candidate.json").read_text())
         own = record["eval_sets"]
         assert own["verdict"] == "pass" and own["rows"][0]["task"] == "desk", own
+        assert [s["pinned"] for s in own["sets"]] == [True], own["sets"]
         assert own["rows"][0]["paired"]["n"] == SET_ROWS and own["sets"][0]["rows"] == SET_ROWS
         assert "eval sets gate all 1 gated eval set(s) non-inferior" in record["reason"]
     select = one(summary, "select-champion")

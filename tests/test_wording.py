@@ -16,6 +16,8 @@ def test_outputs_are_said_in_words_never_as_kfp_names() -> None:
     assert outputs_text("deploy", {"url": "http://llm.ns.svc", "status": "Ready"}) == "status Ready, http://llm.ns.svc"
     assert outputs_text("for-loop-8-iteration-0/candidate-gates", {"Output": True}) == "yes"
     assert outputs_text("pin-model", {"uri": "hf://org/m@abc", "fingerprint": ""}) == "uri=hf://org/m@abc"
+    pinned = json.dumps({"sets": [{"name": "faq", "form": "qa", "uri": "s3://b/faq.jsonl", "sha256": "ab" * 32}]})
+    assert outputs_text("pin-eval-sets", {"Output": pinned}) == "faq sha256:abababababab"
     assert "Output" not in outputs_text("select-champion", {"Output": "/runs/x/resolve-model/model"})
 
 

@@ -1,12 +1,40 @@
 """KFP wrappers of your own eval sets' run-level and per-candidate steps (logic: shipyard/steps/eval_sets.py).
 
-Each model's measure step evaluates the prepared sets; the candidate's gates decide on them.
+The pin step (never cached) pins every set to the sha256 of its bytes; the prepare step (cached by
+the pinned sets) reads them; each model's measure step evaluates the prepared sets; the candidate's
+gates decide on them.
 """
 
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Output
 
 from shipyard.runtimes.runtime import runtime_image
+
+
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def pin_eval_sets(eval_sets: str) -> str:
+    """Pin your eval sets to what they hold now, so that the cached prepare step (and every measure
+    step that reads its output) reruns exactly when a set's content changes, even under the same
+    s3:// key. Never cached: every set and the judge's labelled slice is read (file, s3://, pvc://,
+    builtin://) and its sha256 written into the spec.
+
+    Args:
+        eval_sets: The eval_sets parameter (JSON). A "sha256" given for a set (or "labels_sha256" for the
+            judge's labelled slice) must be the sha256 of its bytes, or the step fails naming the set.
+
+    Returns the pinned eval_sets (each set with its "sha256"), the prepare step's input; "" when empty.
+    """
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.eval_sets import pin_step
+
+    if not eval_sets.strip():  # no sets: nothing to pin, no runtime started
+        return ""
+    out = call_step("base", pin_step, eval_sets=eval_sets)
+    for pinned in out["sets"]:
+        print(f"eval set {pinned['name']}: {pinned['uri']}; content sha256:{pinned['sha256']}", flush=True)
+    if out["labels_sha256"]:
+        print(f"judge labelled slice: content sha256:{out['labels_sha256']}", flush=True)
+    return out["eval_sets"]
 
 
 @dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
@@ -17,13 +45,15 @@ def prepare_eval_sets(
     text_column: str = "text",
 ) -> str:
     """Your eval sets, prepared once for the run: every set read (file, s3://, pvc://, builtin://),
-    validated against its form's schema, deduplicated, pinned by sha256 and checked for overlap with
+    checked against the sha256 the pin step gave it (a set changed since is refused), validated
+    against its form's schema, deduplicated and checked for overlap with
     the calibration data (refused over max_leak_share); mcq/qa/chat/rag sets are compiled into
     lm-eval tasks and loaded with lm-eval's own loader; rubric rows and the judge's labelled slice
     are kept for the judge.
 
     Args:
-        eval_sets: The eval_sets parameter (JSON). Empty: an empty folder, and no later step runs a set.
+        eval_sets: The pinned eval_sets (pin-eval-sets' output: each set with its sha256). Empty: an empty
+            folder, and no later step runs a set.
         prepared: prepared.json (sets, digests, leak reports, warnings, judge), tasks/, rubric/, labels.jsonl.
         calibration_dataset: The compression calibration data the sets are checked against.
         text_column: Its text column.

@@ -22,7 +22,11 @@ the row number and the field:
 * ``rubric``: ``prompt``, ``guideline`` (judged pairwise: needs ``judge``).
 
 Every row may carry an ``id`` (unique in its set) and a ``metadata`` object. A set is pinned by the
-sha256 of its bytes (recorded; an optional ``sha256`` in the spec must match). Rows that repeat an
+sha256 of its bytes (recorded; an optional ``sha256`` in the spec must match): in a pipeline
+:func:`pin_eval_sets` (the uncached pin step) reads every set and the judge's labelled slice
+before anything uses them and writes each digest into the spec (``sha256``, ``labels_sha256``),
+so the prepare step's input, and so KFP's cache key, changes when their content does, and the
+prepare step refuses bytes that are not the pinned ones. Rows that repeat an
 earlier row exactly are dropped and counted; an empty set, a set over its ``max_rows`` cap
 (default 10000), duplicate ids, a ``rubric`` set without a judge and credentials in a URI are
 refused. Pure Python (base runtime): ``jsonschema`` and pydantic.
@@ -130,10 +134,15 @@ class SetSpec(BaseModel):
     @field_validator("sha256")
     @classmethod
     def _sha(cls, value: str | None) -> str | None:
-        text = (value or "").removeprefix("sha256:")
-        if value is not None and not _HEX64.match(text):
-            raise ValueError("is not a sha256 digest|give the 64 hex digits `sha256sum` prints for the file")
-        return text or None
+        return _check_sha(value)
+
+
+def _check_sha(value: str | None) -> str | None:
+    """A pinned digest as 64 lowercase hex digits (a ``sha256:`` prefix dropped); None when not given."""
+    text = (value or "").removeprefix("sha256:")
+    if value is not None and not _HEX64.match(text):
+        raise ValueError("is not a sha256 digest|give the 64 hex digits `sha256sum` prints for the file")
+    return text or None
 
 
 class JudgeSpec(BaseModel):
@@ -143,8 +152,14 @@ class JudgeSpec(BaseModel):
 
     model_uri: str = Field(min_length=1, max_length=2000)
     labels_uri: str | None = None
+    labels_sha256: str | None = None
     min_kappa: float = Field(default=0.6, ge=0, le=1)
     max_tokens: int = Field(default=16, ge=1, le=1024)
+
+    @field_validator("labels_sha256")
+    @classmethod
+    def _sha(cls, value: str | None) -> str | None:
+        return _check_sha(value)
 
 
 class EvalSetsConfig(BaseModel):
@@ -290,9 +305,10 @@ class EvalSet:
         return self.spec.form
 
     def summary(self) -> dict[str, Any]:
-        """What a report and the decision record show of the set."""
+        """What a report and the decision record show of the set: ``sha256`` is the content read,
+    ``pinned`` whether it was checked against a pin (the pin step's, or one given in ``eval_sets``)."""
         return {"name": self.name, "form": self.form, "uri": self.spec.uri, "sha256": self.sha256,
-                "rows": len(self.rows), "read_rows": self.read_rows, "duplicates_dropped": self.duplicates,
+                "pinned": self.spec.sha256 is not None, "rows": len(self.rows), "read_rows": self.read_rows, "duplicates_dropped": self.duplicates,
                 "margin": self.spec.margin, "match": match_of(self.spec)}
 
 
@@ -439,13 +455,22 @@ def dedupe(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     return out, len(rows) - len(out)
 
 
+def check_pin(where: str, digest: str, pinned: str | None) -> None:
+    """Bytes read at ``where`` whose sha256 ``digest`` is not the ``pinned`` one (given in
+    ``eval_sets`` or written by the pin step) are one line; no pin, nothing to check."""
+    if pinned and pinned != digest:
+        raise ShipyardError(where, f"content sha256 {digest[:16]}... is not the pinned {pinned[:16]}...: it changed "
+                            "after it was pinned, or eval_sets gives another digest",
+                            "run the pipeline again to pin the new content, or point at the pinned file; "
+                            "a sha256 written in eval_sets is updated with the set, as sha256sum prints it")
+
+
 def load_eval_set(spec: SetSpec, dest: Path | None = None) -> EvalSet:
-    """Read the set of ``spec`` (local, ``s3://`` or ``pvc://``), validate, deduplicate and pin it."""
+    """Read the set of ``spec`` (local, ``s3://`` or ``pvc://``), validate, deduplicate and pin it
+    (a ``sha256`` in the spec must be the sha256 of the bytes read)."""
     where = f"{FIELD}.{spec.name}"
     numbered, digest = read_jsonl(local_path(spec.uri, where, dest), where)
-    if spec.sha256 and spec.sha256 != digest:
-        raise ShipyardError(where, f"content sha256 {digest[:16]}... is not the pinned {spec.sha256[:16]}...",
-                            "point at the pinned file, or update the sha256 in eval_sets")
+    check_pin(where, digest, spec.sha256)
     if not numbered:
         raise ShipyardError(where, f"{spec.uri} holds no rows", "give at least one JSON object per line")
     if len(numbered) > spec.max_rows:
@@ -465,13 +490,50 @@ def load_eval_set(spec: SetSpec, dest: Path | None = None) -> EvalSet:
     return EvalSet(spec, kept, digest, len(rows), dropped, warnings)
 
 
-def load_labels(uri: str, dest: Path | None = None) -> list[dict[str, Any]]:
-    """The judge's labelled slice: rows ``{prompt, answer_a, answer_b, label: A|B|tie}``."""
+def load_labels(uri: str, dest: Path | None = None, sha256: str | None = None) -> list[dict[str, Any]]:
+    """The judge's labelled slice: rows ``{prompt, answer_a, answer_b, label: A|B|tie}`` (``sha256``:
+    its pinned digest, checked against the bytes read)."""
     where = f"{FIELD}.judge.labels_uri"
-    numbered, _ = read_jsonl(local_path(uri, where, dest), where)
+    numbered, digest = read_jsonl(local_path(uri, where, dest), where)
+    check_pin(where, digest, sha256)
     if not numbered:
         raise ShipyardError(where, f"{uri} holds no rows", "label at least a few dozen answer pairs")
     return validate_rows("labels", numbered, where, schema=LABEL_SCHEMA)
+
+
+def content_sha256(uri: str, where: str) -> str:
+    """The sha256 of the bytes a set's URI names now (a local or shipped file, a file on a mounted
+    ``pvc://`` claim, or the ``s3://`` object downloaded, checked and deleted: an ETag is no sha256
+    of a multipart upload, so the bytes are hashed)."""
+    with tempfile.TemporaryDirectory(prefix="shipyard-evalset-pin-") as tmp:
+        # read as the prepare step reads it (its bounds; a missing file or a folder is one line)
+        return hashlib.sha256(read_user_bytes(local_path(uri, where, Path(tmp)), where, ".jsonl file")).hexdigest()
+
+
+def pin_eval_sets(value: str | list[Any] | dict[str, Any] | None) -> EvalSetsConfig:
+    """``eval_sets`` with every set (and the judge's labelled slice) pinned to the sha256 of its
+    bytes now: the digest written into the spec (``sha256``, ``judge.labels_sha256``); one given
+    in ``eval_sets`` that the content does not match is one line naming the set."""
+    config = parse_eval_sets(value)
+    sets = []
+    for spec in config.sets:
+        where = f"{FIELD}.{spec.name}"
+        digest = content_sha256(spec.uri, where)
+        check_pin(where, digest, spec.sha256)
+        sets.append(spec.model_copy(update={"sha256": digest}))
+    judge = config.judge
+    if judge is not None and judge.labels_uri:
+        where = f"{FIELD}.judge.labels_uri"
+        digest = content_sha256(judge.labels_uri, where)
+        check_pin(where, digest, judge.labels_sha256)
+        judge = judge.model_copy(update={"labels_sha256": digest})
+    return config.model_copy(update={"sets": sets, "judge": judge})
+
+
+def config_text(config: EvalSetsConfig) -> str:
+    """``config`` as the ``eval_sets`` JSON it was parsed from (what the pin step hands the prepare
+    step: KFP's cache key of that step, so the same sets pinned to the same content give the same text)."""
+    return json.dumps(config.model_dump(exclude_none=True), sort_keys=True, separators=(",", ":"))
 
 
 def load_all(config: EvalSetsConfig, dest: Path | None = None) -> list[EvalSet]:
@@ -502,7 +564,7 @@ def check_eval_sets(value: str | list[Any] | dict[str, Any] | None) -> tuple[Eva
     sets = [load_eval_set(spec) for spec in local_sets(config)]
     judge = config.judge
     if judge is not None and judge.labels_uri and ("://" not in judge.labels_uri or judge.labels_uri.startswith(BUILTIN)):
-        load_labels(judge.labels_uri)
+        load_labels(judge.labels_uri, sha256=judge.labels_sha256)
     return config, sets
 
 

@@ -31,8 +31,8 @@ READERS: dict[str, tuple[str, ...]] = {
     "calibration_dataset": ("compress", "prepare-eval-sets"),  # the eval sets' leak check reads it too
     "lora_adapters": ("fetch-adapters",),
     "deploy_config": ("deploy",),
-    # the sets and the judge's labelled slice (prepare), the judge model (judge)
-    "eval_sets": ("prepare-eval-sets", "judge-eval-sets"),
+    # the sets and the judge's labelled slice (pinned, then prepared), the judge model (judge)
+    "eval_sets": ("pin-eval-sets", "prepare-eval-sets", "judge-eval-sets"),
 }
 #: URI scheme -> the Secret reading it needs (hf:// without a token works for public repos only)
 SCHEME_SECRETS: dict[str, str] = {"s3://": S3_SECRET, "hf://": HF_SECRET}

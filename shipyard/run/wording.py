@@ -34,12 +34,25 @@ def outputs_text(task: str, parameters: dict[str, Any]) -> str:
             return "dry run: rendered and checked, nothing applied"
         url = str(parameters.get("url") or "")
         return f"status {parameters['status']}" + (f", {url}" if url else "")
+    if component == "pin-eval-sets" and value:
+        return _pinned_sets(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     said = [f"{k}={_short(v)}" for k, v in parameters.items() if k != "Output" and v not in ("", None)]
     if value not in (None, ""):
         said.insert(0, _short(value))
     return ", ".join(said)
+
+
+def _pinned_sets(value: Any) -> str:
+    """pin-eval-sets' output (the pinned ``eval_sets``) as each set's name and content digest."""
+    import json
+
+    try:
+        sets = json.loads(value).get("sets") or []
+        return ", ".join(f"{s['name']} sha256:{str(s['sha256'])[:12]}" for s in sets)
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return _short(value)
 
 
 def _has_rubric(eval_sets: Any) -> bool:

@@ -1,7 +1,11 @@
 """Your own eval sets as step logic: prepare once, evaluate per model, judge rubric answers, decide.
 
-The four functions a pipeline wires (the KFP wrappers call them with ``call_step``):
+The functions a pipeline wires (the KFP wrappers call them with ``call_step``):
 
+* :func:`pin_step` (once per run, never cached; base runtime): every set of ``eval_sets`` and the
+  judge's labelled slice pinned to the sha256 of its bytes now, as pin-model pins the model: the
+  pinned ``eval_sets`` (each digest written in) is the prepare step's input, so KFP's cache key of
+  that step changes exactly when a set's content does, even under the same ``s3://`` key.
 * :func:`prepare_eval_sets` (once per run; a runtime with lm-eval): reads every set of
   ``eval_sets`` (``s3://`` too), validates, deduplicates and pins it, runs the leak check against
   the calibration data (refusing a set over ``max_leak_share``), compiles the mcq/qa/chat/rag sets
@@ -16,7 +20,7 @@ The four functions a pipeline wires (the KFP wrappers call them with ``call_step
 * :func:`decide_eval_sets` (per candidate, base runtime): the per-set gate
   (:mod:`shipyard.gates.eval_sets`) and its report; never raises (fails closed with the reason).
 
-The pipelines (``shipyard.pipelines.stages``) run :func:`prepare_step` once per run (an empty
+The pipelines (``shipyard.pipelines.stages``) run :func:`pin_step`, then :func:`prepare_step` once per run (an empty
 ``eval_sets`` writes an empty prepared folder and nothing else runs), :func:`evaluate_eval_sets`
 inside each model's measure step (the same vLLM server or hf backend as the evaluation),
 :func:`judge_step` per candidate only when a rubric set exists, and :func:`decide_eval_sets` inside
@@ -50,12 +54,28 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def pin_step(eval_sets: str) -> dict[str, Any]:
+    """The pipeline's pin step: ``eval_sets`` with every set (and the judge's labelled slice)
+    pinned to the sha256 of its bytes now (:func:`shipyard.evaluation.eval_sets.pin_eval_sets`).
+    Returns ``{"eval_sets": the pinned value ("" for an empty one), "sets": [{name, uri, sha256}],
+    "labels_sha256": the labelled slice's digest or ""}``. A digest given in ``eval_sets`` that the
+    content does not match is one line naming the set."""
+    from shipyard.evaluation.eval_sets import config_text, pin_eval_sets
+
+    if not eval_sets.strip():
+        return {"eval_sets": "", "sets": [], "labels_sha256": ""}
+    config = pin_eval_sets(eval_sets)
+    return {"eval_sets": config_text(config),
+            "sets": [{"name": s.name, "uri": s.uri, "sha256": s.sha256} for s in config.sets],
+            "labels_sha256": (config.judge.labels_sha256 or "") if config.judge else ""}
+
+
 def prepare_eval_sets(eval_sets: str, out_dir: str, calibration_dataset: str = "", text_column: str = "text",
                       validate_runtime: str = "compress") -> dict[str, Any]:
     """Read, check, leak-check and compile ``eval_sets`` into the prepared folder ``out_dir``.
 
-    Returns ``prepared.json``: ``sets`` (name, form, uri, sha256, rows, duplicates dropped, margin,
-    match), ``manifest`` (the compiled tasks, or None), ``leaks`` (one report per set), ``warnings``
+    Returns ``prepared.json``: ``sets`` (name, form, uri, sha256, pinned, rows, duplicates dropped,
+    margin, match; a set whose bytes are not its pinned sha256 raises one line), ``manifest`` (the compiled tasks, or None), ``leaks`` (one report per set), ``warnings``
     (duplicates, overlaps), ``judge`` (the judge spec, or None) and ``lm_eval_docs`` (documents
     lm-eval loaded per task). A bad set or a leak over ``max_leak_share`` raises one line."""
     from shipyard.evaluation.eval_set_tasks import compile_eval_sets, validate_task_folder
@@ -71,7 +91,8 @@ def prepare_eval_sets(eval_sets: str, out_dir: str, calibration_dataset: str = "
         sets = load_all(config, downloads)
         reports, overlaps = leak_check(sets, calibration_dataset, text_column=text_column,
                                        max_leak_share=config.max_leak_share)
-        labels = load_labels(config.judge.labels_uri, downloads) if config.judge and config.judge.labels_uri else []
+        judge = config.judge
+        labels = load_labels(judge.labels_uri, downloads, judge.labels_sha256) if judge and judge.labels_uri else []
     finally:
         shutil.rmtree(downloads, ignore_errors=True)
     prepared: dict[str, Any] = {

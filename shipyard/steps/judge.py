@@ -390,9 +390,9 @@ def gate_outputs(out: dict[str, Any], recipe: str, out_dir: str) -> dict[str, An
     if capacity:  # the console's SLO figure: "3.2x your recorded peak"
         candidate["capacity"] = capacity["short"]
     params: dict[str, Any] = {}
-    if own is not None:  # the user's eval sets: the verdict and each set's pin, as for the accuracy gate
+    if own is not None:  # the user's eval sets: the verdict and each set's pin (the content evaluated)
         candidate.update({"eval_sets_verdict": own["verdict"], "eval_sets_reason": own["reason"]})
-        params = {f"eval_sets.{s['name']}": f"{s['form']} {s['rows']} rows sha256:{s['sha256'][:12]}"
+        params = {f"eval_sets.{s['name']}": f"{s['form']} {s['rows']} rows {s['uri'][:200]} sha256:{s['sha256']}"
                   for s in own["sets"]}
     own_files = {name: os.path.join(out_dir, name) for name in ("eval_sets.md", "eval_sets_records.json")
                  if os.path.isfile(os.path.join(out_dir, name))}

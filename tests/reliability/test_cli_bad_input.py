@@ -607,6 +607,15 @@ ROWS: list[Row] = [
     row("run-eval-sets-unpinned-judge", *run_local(
         "--param", 'eval_sets={"sets": [], "judge": {"model_uri": "hf://org/judge"}}'),
         field="eval_sets.judge.model_uri: an hf:// judge is not pinned to a commit", params=True),
+    # a digest given for a set or the judge's labelled slice pins its content: checked against the bytes
+    row("run-eval-sets-wrong-sha256", *run_local("--param", eval_sets("es-qa.jsonl", sha256="0" * 64)),
+        field="is not the pinned 0000000000000000...: it changed after it was pinned", params=True),
+    row("run-eval-sets-sha256-not-hex", *run_local("--param", eval_sets("es-qa.jsonl", sha256="sha256:abc")),
+        field="eval_sets.sets[0].sha256: is not a sha256 digest", params=True),
+    row("run-eval-sets-wrong-labels-sha256", *run_local("--param", "eval_sets=" + json.dumps(
+        {"sets": [], "judge": {"model_uri": "embedded://smollm2-135m-instruct",
+                               "labels_uri": "builtin://homework_judge_labels.jsonl", "labels_sha256": "1" * 64}})),
+        field="eval_sets.judge.labels_uri: content sha256 ", params=True),
     # --- deploy_config: wrong types inside, caught before any step --------------------------------------
     row("run-deploy-config-rollout-strategy", *run_local("--param", 'deploy_config={"rollout": {"strategy": "big-bang"}}'),
         field="deploy_config.rollout.strategy", params=True),
