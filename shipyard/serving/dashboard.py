@@ -5,8 +5,10 @@
 dashboard JSON. Each panel draws the live series from the metrics vLLM 0.32 exports (and the
 recording rules of :mod:`shipyard.serving.alerts`) beside the envelope as constant series: the SLO
 lines, the figures the benchmark measured at the knee (p99 TTFT and ITL, requests/s per replica)
-and the burn-rate lines of the alerts. Series are split by ``instance`` (one per vLLM pod), so the
-members of a canary and the prefill and decode pods of a P/D deployment show side by side.
+and the burn-rate lines of the alerts. Series are split by ``instance`` (one per vLLM pod); four
+panels (:func:`split_panels`) draw the prefill/decode split (by :data:`ROLE_LABEL`) and the canary
+members side by side (by :data:`SERVICE_LABEL`, the LLMInferenceService's name) from the per-role and
+per-service recording rules (``model_name_role:...``, ``model_name_service:...``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from shipyard.serving.alerts import BURN_WINDOWS, DEFAULT_ERROR_BUDGET
+from shipyard.serving.alerts import BURN_WINDOWS, DEFAULT_ERROR_BUDGET, ROLE_LABEL, SERVICE_LABEL
 
 SIDECAR_LABEL = "grafana_dashboard"
 
@@ -29,6 +31,24 @@ def _panel(pid: int, title: str, unit: str, targets: list[dict[str, str]]) -> di
             "gridPos": {"h": 8, "w": 12, "x": 12 * ((pid - 1) % 2), "y": 8 * ((pid - 1) // 2)},
             "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
             "targets": [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(targets)]}
+
+
+def split_panels(first_id: int, sel: str, budget: float) -> list[dict[str, Any]]:
+    """The P/D split and the canary members side by side: requests/s and the 5-minute SLO-miss ratios
+    per role and per service, from the per-role and per-service recording rules, with the error
+    budget as a constant line."""
+    out = []
+    for i, (level, label, what) in enumerate((("model_name_role", ROLE_LABEL, "P/D split (per role)"),
+                                              ("model_name_service", SERVICE_LABEL, "Canary members side by side"))):
+        legend = f"{{{{{label}}}}}"
+        out.append(_panel(first_id + 2 * i, f"{what}: requests/s", "reqps",
+                          [{"expr": f"{level}:shipyard_availability_requests:rate5m{{{sel}}}",
+                            "legendFormat": f"{legend}"}]))
+        out.append(_panel(first_id + 2 * i + 1, f"{what}: share of requests missing the SLO (5m)", "percentunit",
+                          [*({"expr": f"{level}:shipyard_{sli}_errors:ratio_rate5m{{{sel}}}",
+                              "legendFormat": f"{sli} {legend}"} for sli in ("ttft", "itl", "availability")),
+                           _const(budget, f"error budget ({format(budget, '.10g')})")]))
+    return out
 
 
 def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -69,6 +89,7 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
                [{"expr": f"sum by (instance) (rate(vllm:prefix_cache_hits_total{{{sel}}}[5m])) / "
                          f"sum by (instance) (rate(vllm:prefix_cache_queries_total{{{sel}}}[5m]))",
                  "legendFormat": "{{instance}}"}]),
+        *split_panels(9, sel, budget),  # odd: each pair on a row of its own (gridPos from the id)
     ]
     return {"title": f"shipyard: {name}", "uid": f"shipyard-{name}"[:40], "schemaVersion": 39, "editable": False,
             "tags": ["shipyard", "vllm", "slo"], "time": {"from": "now-6h", "to": "now"}, "refresh": "30s",

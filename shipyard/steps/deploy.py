@@ -102,12 +102,12 @@ def _verification_plan(candidate: str | None, verify_opts: dict[str, Any],
 def _write_manifest(candidate: str | None, cfg: DeployConfig, model_config: Any, report_url: str | None,
                     why_default: str, manifest_path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                                                    dict[str, Any] | None, str]:
-    """Render the service and, with a champion record, its PrometheusRule and dashboard
+    """Render the service and, with a champion record, its PrometheusRule, PodMonitor and dashboard
     (:func:`slo_alerts`); validate them all and write the manifest (``-``: stdout). Returns the
     service's objects, the monitoring objects, the alerts' description and the manifest text."""
     docs = render(cfg, model_config)
     alerts = slo_alerts(candidate, cfg, report_url, served_buckets(docs), why_default) if candidate else None
-    rules = [alerts.pop("doc"), alerts.pop("dashboard")] if alerts else []
+    rules = [alerts.pop("doc"), alerts.pop("monitor"), alerts.pop("dashboard")] if alerts else []
     require_valid(docs + rules)
     text = to_yaml(docs + rules)
     if manifest_path == "-":
@@ -166,9 +166,9 @@ def _apply(serving: _Serving, docs: list[dict[str, Any]], rules: list[dict[str, 
     from shipyard.serving.kserve.apply import Kube, api_client, deploy
 
     if rules:  # the deployer Role has no monitoring.coreos.com or ConfigMap rights: in the manifest only
-        print(f"deploy: PrometheusRule {rules[0]['metadata']['name']} and the dashboard ConfigMap "
-              f"{rules[1]['metadata']['name']} are written to the manifest, not applied: apply them with the rights "
-              "to monitoring.coreos.com prometheusrules and configmaps", flush=True)
+        named = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in rules)
+        print(f"deploy: {named} are written to the manifest, not applied: apply them with the rights "
+              "to monitoring.coreos.com prometheusrules and podmonitors, and configmaps", flush=True)
     kube = Kube(api_client(kubeconfig, context, timeout_s=options["api_timeout_s"]), timeout_s=options["api_timeout_s"])
     waits = {k: options[k] for k in ("wait_timeout_s", "poll_s", "false_grace_s")}
     try:
@@ -720,7 +720,7 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     ``{"doc", "dashboard", "name", "rows", "note"}``; None when the record cannot be read
     (the deploy then says so and renders no rule). ``report_url``: the alerts' ``runbook_url``
     (default: the champion record's own location)."""
-    from shipyard.serving.alerts import slo_rule
+    from shipyard.serving.alerts import pod_monitor, slo_rule
     from shipyard.serving.dashboard import dashboard_configmap
     from shipyard.serving.kserve.render import link_metadata
     from shipyard.serving.sizing import find_knee, knee_occupancy
@@ -739,12 +739,18 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
                          buckets=buckets, why_default=why_default)
     board = dashboard_configmap(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
                                 labels=labels)
+    monitor = pod_monitor(name=cfg.name, namespace=cfg.namespace, labels=labels)
     note = (f"Prometheus loads {doc['metadata']['name']} when its ruleSelector matches these labels "
             f"({', '.join(f'{k}={v}' for k, v in sorted(labels.items()))}; deploy_config labels adds more, e.g. "
             f"release for kube-prometheus-stack). The dashboard is the ConfigMap {board['metadata']['name']} "
             "(label grafana_dashboard=1, which the Grafana sidecar loads): live TTFT, ITL, requests/s per replica, "
-            "budget burn, KV-cache, queue depth and prefix-cache hits per pod against the SLO lines and the knee.")
-    return {"doc": doc, "dashboard": board, "name": doc["metadata"]["name"], "rows": rows, "note": note}
+            "budget burn, KV-cache, queue depth and prefix-cache hits per pod against the SLO lines and the knee, "
+            "and the prefill/decode split and the canary members side by side. The PodMonitor "
+            f"{monitor['metadata']['name']} scrapes the service's vLLM pods (and its canary's) and copies their "
+            "llm-d.ai/role and app.kubernetes.io/name labels onto the series, which the per-role and per-member "
+            "rules group by; Prometheus loads it when its podMonitorSelector matches the same labels.")
+    return {"doc": doc, "monitor": monitor, "dashboard": board, "name": doc["metadata"]["name"], "rows": rows,
+            "note": note}
 
 
 def measured_sizing(candidate: str, params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """Validate Kubernetes manifests the way an API server would, without one.
 
 Custom resources (LLMInferenceService, LLMInferenceServiceConfig, InferencePool, HTTPRoute,
-Gateway, LeaderWorkerSet, PrometheusRule, and the admission policies' Kyverno ImageValidatingPolicy
+Gateway, LeaderWorkerSet, PrometheusRule, PodMonitor, and the admission policies' Kyverno ImageValidatingPolicy
 and sigstore ClusterImagePolicy, ...) are checked against the upstream CRDs in ``shipyard/schemas``:
 each served version's ``openAPIV3Schema`` becomes a JSON Schema in which unknown fields are
 rejected (``additionalProperties: false`` wherever the schema lists ``properties`` and does
