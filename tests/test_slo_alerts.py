@@ -507,9 +507,11 @@ def test_recording_rules_per_model_role_and_service() -> None:
                 for kind in ("requests", "requests_good"):
                     assert records[f"{level}:shipyard_{sli}_{kind}:rate{window}"].startswith(f"sum by ({by}) (rate(")
                 assert f"{level}:shipyard_{sli}_errors:ratio_rate{window}" in records
-    # the per-model rules and alerts read as before
+    # per model and per member only the pods that answer the user; per role every role
     assert records["model_name:shipyard_ttft_requests:rate5m"] == (
-        'sum by (model_name) (rate(vllm:time_to_first_token_seconds_count{model_name="llm"}[5m]))')
+        'sum by (model_name) (rate(vllm:time_to_first_token_seconds_count{model_name="llm",llm_d_ai_role!="prefill"}[5m]))')
+    assert 'llm_d_ai_role!="prefill"' in records["model_name_service:shipyard_availability_requests_good:rate1h"]
+    assert "prefill" not in records["model_name_role:shipyard_itl_requests:rate6h"]
     assert "model_name:shipyard_ttft_errors:ratio_rate1h{" in _alert(doc, "ShipyardTTFTBudgetBurnFast")["expr"]
 
 
@@ -544,12 +546,62 @@ def test_per_role_and_per_member_rules_compute_from_the_pod_labels(tmp_path: Pat
              (f'model_name_role:shipyard_ttft_errors:ratio_rate5m{{{sel},{role}="prefill"}}', 0.5),
              (f'model_name_role:shipyard_ttft_errors:ratio_rate5m{{{sel},{role}="decode"}}', 0.25)),
         case(f"model_name_service:shipyard_ttft_requests_good:rate5m{{{sel}}}",
-             (f'model_name_service:shipyard_ttft_requests_good:rate5m{{{sel},{member}="llm"}}', 28),
+             (f'model_name_service:shipyard_ttft_requests_good:rate5m{{{sel},{member}="llm"}}', 24),
              (f'model_name_service:shipyard_ttft_requests_good:rate5m{{{sel},{member}="llm-canary"}}', 0)),
         case(f"model_name_service:shipyard_ttft_errors:ratio_rate5m{{{sel}}}",
-             (f'model_name_service:shipyard_ttft_errors:ratio_rate5m{{{sel},{member}="llm"}}', 0.125),
+             (f'model_name_service:shipyard_ttft_errors:ratio_rate5m{{{sel},{member}="llm"}}', 0),
              (f'model_name_service:shipyard_ttft_errors:ratio_rate5m{{{sel},{member}="llm-canary"}}', 1)),
-        case(f"model_name:{rec}{{{sel}}}", (f"model_name:{rec}{{{sel}}}", 40)),
+        # per model and per member the prefill pod's 8/s are the decode pods' requests again: left out
+        case(f"model_name:{rec}{{{sel}}}", (f"model_name:{rec}{{{sel}}}", 32)),
+    ]}]
+    out = _run_tests(doc, tests, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _pd_series() -> list[dict[str, str]]:
+    """A P/D service's prefill pod and decode pod both reporting the same 10 requests/s (the prefill's
+    TTFTs all fast, the decode's 5 of 10), an aggregated pod (role ``both``, 5/s, all fast) and one
+    scraped without the PodMonitor (no role or service label, 5/s, all fast); every pod running."""
+    out: list[dict[str, str]] = []
+    for pod, role, total, good in (("llm-prefill", "prefill", 10, 10), ("llm-decode", "decode", 10, 5),
+                                   ("agg", "both", 5, 5), ("bare", None, 5, 5)):
+        labels = f'model_name="{MODEL}",pod="{pod}",instance="{pod}:8000"' + (
+            f',{ROLE_LABEL}="{role}",{SERVICE_LABEL}="llm"' if role else "")
+        ttft = "vllm:time_to_first_token_seconds"
+        out += [{"series": f'{ttft}_bucket{{{labels},le="0.25"}}', "values": f"0+{good * 60}x30"},
+                {"series": f'{ttft}_count{{{labels}}}', "values": f"0+{total * 60}x30"},
+                {"series": f'vllm:request_success_total{{{labels},finished_reason="stop"}}', "values": f"0+{total * 60}x30"},
+                {"series": f"vllm:num_requests_running{{{labels}}}", "values": "2x30"}]
+    return out
+
+
+@needs_promtool
+def test_per_model_slis_count_each_pd_request_once_from_the_pods_that_answer(tmp_path: Path) -> None:
+    """Per model: the decode pod's 10/s plus the aggregated pods' 10/s (the one without the role label
+    too: a ``!=`` matcher matches an absent label), not the prefill pod's 10/s again; the TTFT error ratio
+    is the decode pod's misses over those 20/s (5/20), the capacity rule 20/s over the three answering pods."""
+    doc, _ = render()
+    sel = f'model_name="{MODEL}"'
+
+    def case(record: str, value: float) -> dict[str, Any]:
+        return {"eval_time": "20m", "expr": f"{record}{{{sel}}}",
+                "exp_samples": [{"labels": f"{record}{{{sel}}}", "value": value}]}
+
+    tests = [{"interval": "1m", "input_series": _pd_series(), "promql_expr_test": [
+        case("model_name:shipyard_ttft_requests:rate5m", 20),
+        case("model_name:shipyard_ttft_requests_good:rate5m", 15),
+        case("model_name:shipyard_ttft_errors:ratio_rate5m", 0.25),
+        case("model_name:shipyard_availability_requests:rate5m", 20),
+        case("model_name:shipyard_requests_per_replica:rate5m", 20 / 3),
+        # per role the prefill pod's own figures stay; per member the decode and aggregated pods of llm, and
+        # the bare pod (no service label) apart
+        {"eval_time": "20m", "expr": f'model_name_role:shipyard_ttft_requests:rate5m{{{sel},{ROLE_LABEL}="prefill"}}',
+         "exp_samples": [{"labels": f'model_name_role:shipyard_ttft_requests:rate5m{{{sel},{ROLE_LABEL}="prefill"}}',
+                          "value": 10}]},
+        {"eval_time": "20m", "expr": f"model_name_service:shipyard_ttft_requests:rate5m{{{sel}}}",
+         "exp_samples": [{"labels": f'model_name_service:shipyard_ttft_requests:rate5m{{{sel},{SERVICE_LABEL}="llm"}}',
+                          "value": 15},
+                         {"labels": f"model_name_service:shipyard_ttft_requests:rate5m{{{sel}}}", "value": 5}]},
     ]}]
     out = _run_tests(doc, tests, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr

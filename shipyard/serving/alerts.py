@@ -9,7 +9,10 @@ validated against the vendored CRD) with two groups:
   same again per prefill/decode role (``model_name_role:...``, by :data:`ROLE_LABEL`) and per
   LLMInferenceService, i.e. per canary member (``model_name_service:...``, by :data:`SERVICE_LABEL`).
   Those two labels are KServe's pod labels, copied onto the series by the PodMonitor
-  :func:`pod_monitor` renders beside the rule:
+  :func:`pod_monitor` renders beside the rule. Under P/D a request passes a prefill and a decode
+  vLLM and both count it, so the per-model and per-member rules read only the pods that answer the
+  user (:data:`ANSWERING`: decode and aggregated pods, and series without the role label); the
+  per-role rules keep the prefill pods' own figures:
 
   - **TTFT**: ``vllm:time_to_first_token_seconds`` (one observation per request); good = the
     ``_bucket`` at the SLO's ``ttft_p99_ms``, total = ``_count``;
@@ -25,10 +28,10 @@ validated against the vendored CRD) with two groups:
   in an hour), over 6h **and** 30m above 6 x (warning: 5 % in six hours). The error budget is the
   SLO's ``error_budget`` (the share of requests allowed to miss; default
   :data:`DEFAULT_ERROR_BUDGET` = 0.01, what a p99 target means). A **capacity** alert fires when the
-  request rate per ready replica (vLLM instances exporting ``vllm:num_requests_running``) stays
-  above the request rate the benchmark measured at the knee (the highest load level meeting the
-  SLO, :func:`shipyard.serving.sizing.find_knee`) for 10 minutes. Every alert carries a
-  ``runbook_url`` annotation: the champion's report.
+  request rate per ready replica (vLLM instances exporting ``vllm:num_requests_running``; requests
+  and replicas both without the prefill pods) stays above the request rate the benchmark measured at
+  the knee (the highest load level meeting the SLO, :func:`shipyard.serving.sizing.find_knee`) for
+  10 minutes. Every alert carries a ``runbook_url`` annotation: the champion's report.
 
 **Bucket edges.** A histogram SLI is an exact ratio only when the SLO threshold is a bucket edge.
 vLLM 0.32 takes ``--custom-histogram-buckets`` (a JSON map from bucket family to edges,
@@ -85,11 +88,19 @@ SERVICE_POD_LABEL = "app.kubernetes.io/name"
 #: (prometheus-operator v0.93.0 pkg/prometheus/promcfg.go sanitizeLabelName: ``[^a-zA-Z0-9_]`` -> ``_``)
 ROLE_LABEL = "llm_d_ai_role"
 SERVICE_LABEL = "app_kubernetes_io_name"
-#: recording-rule level (the record name's prefix) -> the labels it keeps (``sum by``)
-LEVELS: dict[str, str] = {
-    "model_name": "model_name",
-    "model_name_role": f"model_name, {ROLE_LABEL}",
-    "model_name_service": f"model_name, {SERVICE_LABEL}",
+#: the series of the pods that answer the user: under P/D every request passes a prefill vLLM (which
+#: counts it, and observes a TTFT of the prefill alone) and then a decode vLLM, so the per-model and
+#: per-member SLIs leave the prefill pods out. A ``!=`` matcher also matches series without the label
+#: (PromQL: an absent label is the empty string): an aggregated service's pods (role ``both``) and
+#: pods scraped without the PodMonitor still count.
+ANSWERING = f'{ROLE_LABEL}!="prefill"'
+#: recording-rule level (the record name's prefix) -> the labels it keeps (``sum by``) and the
+#: matcher it adds to the model's: per model and per member only the pods that answer
+#: (:data:`ANSWERING`), per role every role
+LEVELS: dict[str, tuple[str, str]] = {
+    "model_name": ("model_name", ANSWERING),
+    "model_name_role": (f"model_name, {ROLE_LABEL}", ""),
+    "model_name_service": (f"model_name, {SERVICE_LABEL}", ANSWERING),
 }
 #: the ports KServe v0.20's presets give vLLM in container ``main``: 8000 (config-llm-template,
 #: config-llm-prefill-template) and 8001 behind the llm-d routing sidecar (config-llm-decode-template)
@@ -215,11 +226,12 @@ def _sli_specs(slo: Mapping[str, Any], buckets: Mapping[str, list[float]], why_d
 
 def _recording(sli: Mapping[str, Any], model: str, window: str) -> list[dict[str, str]]:
     """The SLI's total, good and error-ratio rules over ``window``: per model, then per P/D role and
-    per service (canary member) of that model (:data:`LEVELS`)."""
-    sel = f'model_name="{model}"'
+    per service (canary member) of that model (:data:`LEVELS`); per model and per member from the
+    pods that answer the user only (:data:`ANSWERING`: each request once, its TTFT as the user saw it)."""
     name = sli["sli"]
     out: list[dict[str, str]] = []
-    for level, by in LEVELS.items():
+    for level, (by, only) in LEVELS.items():
+        sel = f'model_name="{model}"' + (f",{only}" if only else "")
         if sli["sli"] == "availability":
             total = f'sum by ({by}) (rate(vllm:request_success_total{{{sel}}}[{window}]))'
             good = f'sum by ({by}) (rate(vllm:request_success_total{{{sel},finished_reason!="error"}}[{window}]))'
@@ -230,8 +242,8 @@ def _recording(sli: Mapping[str, Any], model: str, window: str) -> list[dict[str
             {"record": f"{level}:shipyard_{name}_requests:rate{window}", "expr": total},
             {"record": f"{level}:shipyard_{name}_requests_good:rate{window}", "expr": good},
             {"record": f"{level}:shipyard_{name}_errors:ratio_rate{window}",
-             "expr": f"1 - {level}:shipyard_{name}_requests_good:rate{window}{{{sel}}} / "
-                     f"{level}:shipyard_{name}_requests:rate{window}{{{sel}}}"},
+             "expr": f'1 - {level}:shipyard_{name}_requests_good:rate{window}{{model_name="{model}"}} / '
+                     f'{level}:shipyard_{name}_requests:rate{window}{{model_name="{model}"}}'},
         ]
     return out
 
@@ -307,8 +319,9 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
     per_replica = "model_name:shipyard_requests_per_replica:rate5m"
     if rps:
         records.append({"record": per_replica,
-                        "expr": f"sum by (model_name) (rate(vllm:request_success_total{{{sel}}}[5m])) / count by "
-                                f"(model_name) (count by (model_name, instance) (vllm:num_requests_running{{{sel}}}))"})
+                        "expr": f"sum by (model_name) (rate(vllm:request_success_total{{{sel},{ANSWERING}}}[5m])) / "
+                                f"count by (model_name) (count by (model_name, instance) "
+                                f"(vllm:num_requests_running{{{sel},{ANSWERING}}}))"})
         level = knee.get("name") if knee else ""
         alert, row = _capacity_alert(
             "ShipyardAboveKnee", f"{per_replica}{{{sel}}} > {_num(float(rps))}", runbook_url,
@@ -316,7 +329,7 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
             description=f"{model_name} has served more than {_num(float(rps))} requests/s per ready replica for "
                         f"{CAPACITY_FOR}: the benchmark's knee ({level}, the highest load meeting the SLO); latency "
                         "beyond it was not qualified. Add replicas.",
-            condition=f"requests/s per ready replica > {_num(float(rps))}",
+            condition=f"requests/s per ready replica (decode or aggregated; not prefill) > {_num(float(rps))}",
             source=f"benchmark level {level}: requests/s measured at the knee"
                    + ("" if (knee or {}).get("reached", True) else
                       " (no measured level broke the SLO: the knee is a lower bound)"))

@@ -748,7 +748,10 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
             "and the prefill/decode split and the canary members side by side. The PodMonitor "
             f"{monitor['metadata']['name']} scrapes the service's vLLM pods (and its canary's) and copies their "
             "llm-d.ai/role and app.kubernetes.io/name labels onto the series, which the per-role and per-member "
-            "rules group by; Prometheus loads it when its podMonitorSelector matches the same labels.")
+            "rules group by; Prometheus loads it when its podMonitorSelector matches the same labels. Under "
+            "prefill/decode both pods count each request, so the per-model SLIs, the alerts on them and the "
+            "per-member rules read the pods that answer the user only (llm_d_ai_role!=\"prefill\": decode and "
+            "aggregated pods, and series without the label); the per-role rules show the prefill pods' own.")
     return {"doc": doc, "monitor": monitor, "dashboard": board, "name": doc["metadata"]["name"], "rows": rows,
             "note": note}
 
