@@ -287,7 +287,9 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     assert gate_tags["shipyard.gate.eval_sets"] == "pass"  # the user's eval set, logged as the accuracy gate is
     gate_run = by_name[f"gates [{champion}]"].data
     assert gate_run.metrics["eval_sets_passed"] == 1.0 and "eval_sets/desk/loss" in gate_run.metrics
-    assert gate_run.params["eval_sets.desk"].startswith("mcq 20 rows sha256:")
+    said = gate_run.params["eval_sets.desk"]  # the form, the rows, where it came from and the content it was pinned to
+    where, _, digest = said.removeprefix("mcq 20 rows ").partition(" sha256:")
+    assert said.startswith("mcq 20 rows ") and where.endswith("desk.jsonl") and len(digest) == 64, said
     names = {a.path for a in client.list_artifacts(by_name[f"gates [{champion}]"].info.run_id)}
     assert {"accuracy.md", "slo.html", "eval_sets.md", "eval_sets_records.json"} <= names
     package_files = {a.path for a in client.list_artifacts(by_name[f"package [{champion}]"].info.run_id)}
