@@ -53,7 +53,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def _png(fig: Any, plt: Any) -> bytes:
+def png_bytes(fig: Any, plt: Any) -> bytes:
+    """A matplotlib figure as PNG bytes (labels never clipped); the figure is closed."""
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", pad_inches=0.15)  # labels never clipped
@@ -135,7 +136,7 @@ def latency_plot(key: str, label: str, limit: float | None, base: dict[str, Any]
     ax.set_title(f"{label} vs achieved throughput" + (f"\nhollow: < {MIN_SAMPLES} requests" if few else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _png(fig, plt)
+    return png_bytes(fig, plt)
 
 
 def _load_x(level: dict[str, Any]) -> float:
@@ -177,7 +178,7 @@ def throughput_plot(minimum: float | None, base: dict[str, Any] | None, cand: di
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _png(fig, plt)
+    return png_bytes(fig, plt)
 
 
 def goodput_plot(decision: dict[str, Any]) -> bytes | None:
@@ -204,7 +205,7 @@ def goodput_plot(decision: dict[str, Any]) -> bytes | None:
     ax.set_ylabel("share of requests meeting the SLO")
     ax.set_title("goodput per load level", fontsize=10)
     ax.legend(fontsize=7)
-    return _png(fig, plt)
+    return png_bytes(fig, plt)
 
 
 def plots(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None) -> list[tuple[str, bytes]]:

@@ -17,10 +17,10 @@ gets a line saying why it won or lost.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
+from shipyard.benchmarking.report import png_bytes
 from shipyard.core.errors import ShipyardError
 from shipyard.core.records import read_record
 from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
@@ -360,15 +360,6 @@ def _load_x(level: dict[str, Any]) -> float:
     return float(value if value is not None else level.get("requests_per_s") or 0.0)
 
 
-def _png(plt: Any, fig: Any) -> bytes:
-    """The figure as PNG bytes; the figure is closed."""
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", pad_inches=0.15)  # labels never clipped
-    plt.close(fig)
-    return buf.getvalue()
-
-
 def _ttft_plot(plt: Any, series: list[tuple[str, list[dict[str, Any]]]], slo: dict[str, Any]) -> bytes:
     """TTFT p99 vs achieved output tokens/s per series, hollow points for thin levels, the SLO line."""
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
@@ -398,7 +389,7 @@ def _ttft_plot(plt: Any, series: list[tuple[str, list[dict[str, Any]]]], slo: di
     ax.set_title("TTFT p99 vs achieved throughput" + (f"\nhollow: < {MIN_SAMPLES} requests" if few else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _png(plt, fig)
+    return png_bytes(fig, plt)
 
 
 def _throughput_plot(plt: Any, series: list[tuple[str, list[dict[str, Any]]]], slo: dict[str, Any]) -> bytes:
@@ -418,7 +409,7 @@ def _throughput_plot(plt: Any, series: list[tuple[str, list[dict[str, Any]]]], s
     ax.set_title("throughput vs load", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _png(plt, fig)
+    return png_bytes(fig, plt)
 
 
 def _size_recovery_plot(plt: Any, candidates: list[dict[str, Any]], acc: dict[str, Any]) -> bytes:
@@ -450,7 +441,7 @@ def _size_recovery_plot(plt: Any, candidates: list[dict[str, Any]], acc: dict[st
     axes[1].set_title("worst accuracy recovery vs base", fontsize=10)
     for ax in axes:
         ax.tick_params(axis="x", labelrotation=20, labelsize=7)
-    return _png(plt, fig)
+    return png_bytes(fig, plt)
 
 
 def plot_pngs(candidates: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
