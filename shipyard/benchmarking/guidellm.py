@@ -789,10 +789,13 @@ def _read_levels(json_path: Path, server: VLLMServer) -> tuple[dict[str, Any], l
     return report, levels
 
 
-def benchmark_server(model_dir: str, cfg: dict[str, Any], log_path: Path, model_name: str | None = None) -> VLLMServer:
-    """The vLLM server a benchmark of ``cfg`` runs on (not started): the planner's flags, the config's
-    port, start-up timeout and CPU KV cache, served as ``model_name`` (default: the folder's name)."""
-    _, vllm_args, _ = plan_for_server(model_dir, cfg)
+def benchmark_server(model_dir: str, cfg: dict[str, Any], log_path: Path, model_name: str | None = None,
+                     vllm_args: list[str] | None = None) -> VLLMServer:
+    """The vLLM server a benchmark of ``cfg`` runs on (not started): the planner's flags (``vllm_args``
+    when the caller planned already), the config's port, start-up timeout and CPU KV cache, served as
+    ``model_name`` (default: the folder's name)."""
+    if vllm_args is None:
+        _, vllm_args, _ = plan_for_server(model_dir, cfg)
     env = {} if has_gpu() else {"VLLM_CPU_KVCACHE_SPACE": str(int(cfg["cpu_kv_cache_gib"]))}
     return VLLMServer(model_dir, served_model_name=model_name or Path(model_dir).name or "model", extra_args=vllm_args,
                       port=cfg.get("port"), startup_timeout=float(cfg["startup_timeout"]), log_path=log_path, env=env)
@@ -896,10 +899,10 @@ def benchmark_step(
     cfg = parse_benchmark_config(benchmark_config)
     if not (Path(model_dir) / "config.json").is_file():
         raise ShipyardError("model", f"{model_dir} has no config.json", "pass a Hugging Face model folder")
-    plan, _, plan_error = plan_for_server(model_dir, cfg)
+    plan, vllm_args, plan_error = plan_for_server(model_dir, cfg)
     # on failure vllm.log and guidellm.log stay in <out_dir>.failed-logs/, and the error names it
     with atomic_dir(out_dir, keep_on_failure=("vllm.log", "guidellm.log")) as tmp:
-        server = shared or benchmark_server(model_dir, cfg, tmp / "vllm.log", model_name)
+        server = shared or benchmark_server(model_dir, cfg, tmp / "vllm.log", model_name, vllm_args=vllm_args)
         name = server.served_model_name
         with contextlib.nullcontext(server) if shared else server, _shared_log_copy(shared, tmp / "vllm.log"):
             measured = _measure_server(server, cfg, tmp, name, model_dir, safety, after_levels)
