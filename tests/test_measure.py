@@ -29,7 +29,7 @@ def test_eval_and_benchmark_share_one_server(tiny_model: Path, tmp_path: Path, m
     out = run_in_runtime(
         "vllm", measure_step, model_dir=str(tiny_model),
         eval_config=json.dumps({"tasks": EVAL_TASKS, "limit": 3}),
-        benchmark_config=json.dumps({"loads": [1, 2], "max_requests": 6}),
+        benchmark_config=json.dumps({"loads": [1, 2], "max_requests": 16}),
         eval_out=str(tmp_path / "eval"), table_path=str(tmp_path / "table.md"), bench_out=str(bench),
         summary_path=str(tmp_path / "summary.md"),
     )

@@ -3,7 +3,8 @@
 guidellm measures from the client's side (latency, throughput); how full the server was is only
 on the server. While the benchmark's levels run, :class:`MetricsSampler` reads vLLM's
 ``/metrics`` every :data:`INTERVAL_S` seconds and keeps three gauges, with the wall-clock time of
-each read:
+each read (the midpoint of its request and answer: on a busy server the answer can come long after
+the request, and a short level's measured window is a fraction of a second):
 
 * ``vllm:kv_cache_usage_perc``: the share of the KV cache in use (0-1);
 * ``vllm:num_requests_waiting``: requests queued for a slot;
@@ -27,8 +28,8 @@ import urllib.request
 from types import TracebackType
 from typing import Any
 
-#: seconds between two reads of /metrics
-INTERVAL_S = 0.5
+#: seconds between two reads of /metrics (a level of a few requests can measure for 0.3 s)
+INTERVAL_S = 0.25
 
 #: gauge -> the key in a level's ``server`` figures
 GAUGES = {"vllm:kv_cache_usage_perc": "kv_cache_usage", "vllm:num_requests_waiting": "waiting",
@@ -70,6 +71,7 @@ class MetricsSampler:
         self._thread = threading.Thread(target=self._run, name="vllm-metrics-sampler", daemon=True)
 
     def _read(self) -> None:
+        sent = time.time()
         try:
             with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
                 text = resp.read().decode("utf-8", errors="replace")
@@ -78,7 +80,7 @@ class MetricsSampler:
             return
         gauges = parse_gauges(text)
         if gauges:
-            self.reads.append((time.time(), gauges))
+            self.reads.append(((sent + time.time()) / 2, gauges))
 
     def _run(self) -> None:
         while not self._stop.is_set():
