@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -257,6 +258,10 @@ def test_the_pod_names_its_service_account_from_its_token(double: K8sDouble, tmp
     assert check.detail.startswith(f"ServiceAccount {PODS_NS}/{LAYOUT['service_account']} may not delete "
                                    "llminferenceservices.serving.kserve.io in namespace"), check.line()
     assert token not in check.line() and part not in check.line()
+    in_pod = SimpleNamespace(configuration=SimpleNamespace(api_key={"authorization": f"bearer {token}\n"}))
+    assert cc.pod_identity(in_pod) == f"ServiceAccount {PODS_NS}/{LAYOUT['service_account']}"  # load_incluster_config's form
+    assert cc.pod_identity(SimpleNamespace(configuration=SimpleNamespace(api_key={"authorization": "Bearer a.b.c"}))) \
+        == "this pod's ServiceAccount"
 
 
 class _Answers:

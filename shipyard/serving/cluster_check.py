@@ -641,8 +641,8 @@ def pod_identity(api: Any) -> str:
     (an in-cluster token is a JWT whose ``sub`` is ``system:serviceaccount:NS:NAME``; only that
     claim is read, the token is never shown), else "this pod's ServiceAccount"."""
     keys = getattr(getattr(api, "configuration", None), "api_key", None) or {}
-    bearer = str(keys.get("authorization") or keys.get("BearerToken") or "")
-    parts = bearer.removeprefix("Bearer ").strip().split(".")
+    words = str(keys.get("authorization") or keys.get("BearerToken") or "").split()  # "bearer TOKEN" in a pod
+    parts = words[-1].split(".") if words else []
     try:
         claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))) if len(parts) == 3 else {}
     except (ValueError, TypeError):
