@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.redact import redact
 from shipyard.serving.kserve.config import EPP_CONFIG_APIS, epp_config_api
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -47,9 +48,10 @@ class Check:
     fix: str = ""
 
     def line(self) -> str:
-        """``PASS name: detail`` (and ``(fix: ...)`` unless it passed): one line."""
+        """``PASS name: detail`` (and ``(fix: ...)`` unless it passed): one line, redacted
+        (:func:`shipyard.core.redact.redact`: the pre-flight prints it to the pod's log as it is)."""
         fix = f" (fix: {self.fix})" if self.fix and self.status != PASS else ""
-        return f"{self.status.upper():4} {self.name}: {self.detail}{fix}"
+        return redact(f"{self.status.upper():4} {self.name}: {self.detail}{fix}")
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
