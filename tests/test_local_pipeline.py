@@ -291,11 +291,12 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     where, _, digest = said.removeprefix("mcq 20 rows ").partition(" sha256:")
     assert said.startswith("mcq 20 rows ") and where.endswith("desk.jsonl") and len(digest) == 64, said
     names = {a.path for a in client.list_artifacts(by_name[f"gates [{champion}]"].info.run_id)}
-    assert {"accuracy.md", "slo.html", "eval_sets.md", "eval_sets_records.json"} <= names
+    assert {"accuracy.md", "accuracy.html", "slo.html", "eval_sets.md", "eval_sets_records.json"} <= names
     package_files = {a.path for a in client.list_artifacts(by_name[f"package [{champion}]"].info.run_id)}
     assert package_files == {"package.json", "package.md", "champion-gate.md"}  # never the layout or the weights
     deploy_files = {a.path for a in client.list_artifacts(by_name[f"deploy [{champion}]"].info.run_id)}
-    assert deploy_files == {"manifest.yaml", "deploy.md", "decision-record.json"}  # the record with its verification
+    # the record with its verification, and the report as a page that fits MLflow's viewer
+    assert deploy_files == {"manifest.yaml", "deploy.md", "deploy.html", "decision-record.json"}
     # every report has an extension MLflow's UI previews (its artifact viewer's text/markdown/html sets;
     # MLflow 3.17's text set has "jsonl": lm-eval's per-sample logs and garak's report)
     previewable = {".md", ".html", ".json", ".jsonl", ".yaml", ".yml", ".txt", ".log", ".png"}

@@ -163,3 +163,35 @@ def test_champion_report_counts_match_its_rows() -> None:
     assert sum("| not compared |" in r for r in rows) == 1
     first = champion_gate(challenger, None)
     assert "nothing to compare with" in first.reason and "**Checks:** none:" in first.to_markdown()
+
+
+def test_the_accuracy_report_has_an_html_twin_that_wraps(tmp_path: Path) -> None:
+    """accuracy.html is the Markdown report's page for MLflow: the same rows, its 11-column table marked
+    ``wide`` (one block per row in a narrow frame, each cell named by its column), and CSS that wraps."""
+    from shipyard.core.report import CSS
+
+    fx.judged(tmp_path)
+    page = (tmp_path / "w8a8-int8-gates" / "accuracy.html").read_text()
+    assert page.count("<table class='wide'>") == 1 and "data-label='stderr rule'" in page
+    assert "<td class='pass' data-label='result'>pass</td>" in page and "within noise" in page
+    assert "overflow-wrap:anywhere" in CSS and "@media (max-width:720px)" in CSS and CSS in page
+
+
+def test_markdown_html_reads_the_deploy_reports_markdown() -> None:
+    """markdown_html: tables (an escaped pipe, no separator row, no header row when every header is
+    empty, ``wide`` past 3 columns), code spans and bold, a quoted warning as a box, fenced code escaped,
+    bullets, and every text redacted."""
+    from shipyard.core.report import markdown_html
+
+    page = markdown_html("# LLMInferenceService ns/llm\n\nApplied and **Ready** at http://u:s3cret@h/x.\n\n"
+                         "| | |\n| --- | --- |\n| model | `oci://r/m@sha256:00` |\n| note | a \\| b |\n\n"
+                         "| a | b | c | d |\n|---|---|---|---|\n| 1 | FAIL | x | |\n\n"
+                         "> **Warning:** deploy_config.image is _not_ the benchmarked one\n\n"
+                         "- one\n- `two`\n\n```yaml\nkey: <v>\n```\n")
+    assert "<title>LLMInferenceService ns/llm</title>" in page and "<h1>LLMInferenceService ns/llm</h1>" in page
+    assert "<b>Ready</b>" in page and "s3cret" not in page
+    assert "<table>\n<tbody>\n<tr><td>model</td><td><code>oci://r/m@sha256:00</code></td></tr>" in page
+    assert "<td>a | b</td>" in page and "---" not in page and "<thead>" in page.split("<table class='wide'>")[1]
+    assert "<td class='fail' data-label='b'>FAIL</td>" in page and "<td data-label='d'></td>" in page
+    assert "<div class='warn'><b>Warning:</b> deploy_config.image is <i>not</i> the benchmarked one</div>" in page
+    assert "<ul><li>one</li><li><code>two</code></li></ul>" in page and "<pre><code>key: &lt;v&gt;</code></pre>" in page

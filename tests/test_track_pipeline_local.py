@@ -103,7 +103,8 @@ def test_fan_in_one_champion_and_runs_per_step_and_candidate(tmp_path: Path, mon
     assert names["compress [w4a16]"].info.end_time >= names["compress [w4a16]"].info.start_time
     artifacts = {a.path for a in client.list_artifacts(names["select"].info.run_id)}
     assert {"candidates.md", "candidates.html", "selection.json"} <= artifacts
-    assert {a.path for a in client.list_artifacts(names["deploy [w4a16]"].info.run_id)} == {"manifest.yaml", "deploy.md"}
+    assert {a.path for a in client.list_artifacts(names["deploy [w4a16]"].info.run_id)} == {"manifest.yaml", "deploy.md",
+                                                                                        "deploy.html"}
     assert names["deploy [w4a16]"].data.params["model_uri"] == "oci://reg.local/tiny@sha256:" + "9" * 64
     decision = json.loads(Path(client.download_artifacts(names["select"].info.run_id, "selection.json", str(tmp_path)))
                           .read_text())

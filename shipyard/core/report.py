@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,15 +27,28 @@ from shipyard.core.redact import redact, redact_obj
 MIN_SAMPLES = 100
 
 CSS = (
-    "body{font-family:sans-serif;margin:1.5em;max-width:1300px;color:#222}"
-    "table{border-collapse:collapse;margin:.4em 0 1.4em}"
+    # everything wraps (a digest, a long image reference or a code span breaks where it must) so a page
+    # fits a narrow frame (MLflow's artifact viewer: about 500 px beside its assistant at a 1280 px window)
+    "body{font-family:sans-serif;margin:1.5em;max-width:1300px;color:#222;overflow-wrap:anywhere}"
+    "table{border-collapse:collapse;margin:.4em 0 1.4em;max-width:100%}"
     "td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;text-align:left;vertical-align:top}"
     "th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    "table:not(.wide) td:first-child{min-width:8em}"  # a setting's name is not squeezed by a long value
     ".pass{color:#17803d;font-weight:bold}.fail{color:#b3261e;font-weight:bold}"
     ".warn{background:#fff4e5;border-left:5px solid #ef6c00;padding:.5em .9em;margin:.6em 0}"
     ".note{background:#e8f0fe;border-left:5px solid #1a73e8;padding:.5em .9em;margin:.6em 0}"
     "img{max-width:100%;border:1px solid #eee;margin:.3em .3em 1em 0}code{background:#f4f4f4}"
+    "pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap;font-size:12px}"
+    # a table of more than WIDE_COLUMNS columns in a narrow frame: one block per row, each cell led by
+    # its column's name (the header row is hidden), instead of columns a few letters wide
+    "@media (max-width:720px){table.wide,table.wide tbody,table.wide tr,table.wide td{display:block}"
+    "table.wide thead{display:none}table.wide tr{border:1px solid #ccc;margin:0 0 .6em;padding:2px 0}"
+    "table.wide td{border:none;padding:1px 7px}table.wide td.num{text-align:left}table.wide td:empty{display:none}"
+    'table.wide td[data-label]::before{content:attr(data-label) ": ";font-weight:bold;color:#555}}'
 )
+
+#: tables with more columns than this are laid out one block per row in a narrow frame (see :data:`CSS`)
+WIDE_COLUMNS = 3
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -88,7 +102,9 @@ def _md_cell(text: str) -> str:
     return "**FAIL**" if value == "FAIL" else value
 
 
-def _html_cell(text: str, tag: str = "td") -> str:
+def _html_cell(text: str, tag: str = "td", label: str = "", markdown: bool = False) -> str:
+    """One table cell; ``label``: its column's name (shown before it in a narrow frame); ``markdown``:
+    the text is Markdown (code spans, bold) rather than plain text."""
     value = str(text)
     cls = ""
     if tag == "td":
@@ -99,7 +115,96 @@ def _html_cell(text: str, tag: str = "td") -> str:
             value = value.replace("**", "")
         elif value and (value[0].isdigit() or value[0] in "-+–x") and len(value) < 24 and " " not in value.strip():
             cls = " class='num'"
-    return f"<{tag}{cls}>{html.escape(value)}</{tag}>"
+    if label:
+        cls += f" data-label='{html.escape(label, quote=True)}'"
+    return f"<{tag}{cls}>{_md_inline(value) if markdown else html.escape(value)}</{tag}>"
+
+
+def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool = False) -> str:
+    """A table as HTML: the header row in ``<thead>`` (left out when every header is empty), and the
+    class ``wide`` on tables of more than :data:`WIDE_COLUMNS` columns (one block per row when narrow)."""
+    wide = len(head) > WIDE_COLUMNS
+    out = ["<table class='wide'>" if wide else "<table>"]
+    if any(str(h).strip() for h in head):
+        out.append("<thead><tr>" + "".join(_html_cell(h, "th", markdown=markdown) for h in head) + "</tr></thead>")
+    out.append("<tbody>")
+    labels = [str(h) if wide else "" for h in head]
+    out += ["<tr>" + "".join(_html_cell(c, label=labels[k] if k < len(labels) else "", markdown=markdown)
+                             for k, c in enumerate(row)) + "</tr>" for row in rows]
+    if not rows:
+        out.append(f"<tr><td colspan='{len(head)}'>(none)</td></tr>")
+    return "\n".join(out) + "</tbody></table>"
+
+
+def _md_inline(text: str) -> str:
+    """Markdown's inline marks as HTML (escaped): `code`, **bold** and _emphasis_; code spans keep their text."""
+    parts = re.split(r"(`[^`]+`)", text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+            continue
+        part = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(part))
+        out.append(re.sub(r"(^|[\s(])_([^_]+?)_(?=$|[\s.,;:)])", r"\1<i>\2</i>", part))
+    return "".join(out)
+
+
+def _md_row(line: str) -> list[str]:
+    """A Markdown table row's cells (``\\|`` is a pipe inside a cell)."""
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    body = body[:-1] if body.endswith("|") and not body.endswith("\\|") else body
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", body)]
+
+
+def _md_blocks(lines: list[str]) -> list[str]:
+    """Markdown lines (the subset shipyard's reports use) as HTML blocks."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line, j = lines[i], i + 1
+        if line.startswith("```"):
+            j = next((k for k in range(i + 1, len(lines)) if lines[k].startswith("```")), len(lines))
+            out.append("<pre><code>" + html.escape("\n".join(lines[i + 1:j])) + "</code></pre>")
+            j += 1
+        elif m := re.match(r"(#{1,6}) (.*)", line):
+            level = len(m.group(1))
+            out.append(f"<h{level}>{_md_inline(m.group(2))}</h{level}>")
+        elif line.lstrip().startswith("|"):
+            while j < len(lines) and lines[j].lstrip().startswith("|"):
+                j += 1
+            rows = [_md_row(row) for row in lines[i:j]]
+            rows = [r for r in rows if not all(re.fullmatch(r":?-+:?", c) for c in r)]
+            out.append(_html_table(rows[0], [r + [""] * (len(rows[0]) - len(r)) for r in rows[1:]], markdown=True))
+        elif line.startswith(">"):
+            while j < len(lines) and lines[j].startswith(">"):
+                j += 1
+            text = " ".join(row.lstrip("> ").strip() for row in lines[i:j])
+            kind = "warn" if text.startswith("**Warning:**") else "note"
+            out.append(f"<div class='{kind}'>{_md_inline(text)}</div>")
+        elif re.match(r"[-*] ", line):
+            while j < len(lines) and re.match(r"[-*] ", lines[j]):
+                j += 1
+            out.append("<ul>" + "".join(f"<li>{_md_inline(row[2:])}</li>" for row in lines[i:j]) + "</ul>")
+        elif line.strip():
+            while j < len(lines) and lines[j].strip() and not re.match(r"```|#{1,6} |\s*\||>|[-*] ", lines[j]):
+                j += 1
+            out.append("<p>" + _md_inline(" ".join(row.strip() for row in lines[i:j])) + "</p>")
+        i = j
+    return out
+
+
+def markdown_html(text: str, title: str = "") -> str:
+    """A Markdown report as one self-contained HTML page in the reports' style (:data:`CSS`: it wraps
+    and fits a narrow frame such as MLflow's artifact viewer). Reads the subset shipyard's Markdown
+    reports use: headings, paragraphs, pipe tables, bullet lists, quotes (``> **Warning:**`` as a
+    warning box), fenced code, `code`, **bold** and _emphasis_. The text goes through :func:`redact`."""
+    text = redact(text)
+    lines = text.splitlines()
+    if not title:
+        title = next((line.lstrip("# ").strip() for line in lines if line.startswith("#")), "report")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title><style>"
+            + CSS + "</style></head><body>\n" + "\n".join(_md_blocks(lines)) + "\n</body></html>\n")
 
 
 @dataclass
@@ -196,12 +301,7 @@ class Doc:
             elif kind == "ul":
                 out.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in data) + "</ul>")
             elif kind == "table":
-                head, rows = data
-                out.append("<table><tr>" + "".join(_html_cell(h, "th") for h in head) + "</tr>")
-                out += ["<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in rows]
-                if not rows:
-                    out.append(f"<tr><td colspan='{len(head)}'>(none)</td></tr>")
-                out.append("</table>")
+                out.append(_html_table(*data))
             elif kind == "img":
                 alt, png = data
                 out.append(f"<img alt='{html.escape(alt, quote=True)}' src='{png_data_url(png)}'>")

@@ -317,8 +317,10 @@ def _flat_metrics(passed: bool, rows: list[Row]) -> dict[str, float]:
     return metrics
 
 
-def run_gate(base_results: str, candidate_results: str, thresholds: str = "", report_path: str | None = None) -> dict[str, Any]:
-    """Compare candidate with base results and decide; write the Markdown report to ``report_path``.
+def run_gate(base_results: str, candidate_results: str, thresholds: str = "", report_path: str | None = None,
+             html_path: str | None = None) -> dict[str, Any]:
+    """Compare candidate with base results and decide; write the Markdown report to ``report_path``
+    and the same report as HTML (it wraps to fit MLflow's artifact viewer) to ``html_path``.
 
     Returns ``{"passed", "reason", "rows", "metrics", "thresholds", "rule", "alpha",
     "multiple_comparisons", "comparisons", "power"}``: ``metrics`` are flat numbers for a KFP
@@ -345,8 +347,11 @@ def run_gate(base_results: str, candidate_results: str, thresholds: str = "", re
         passed, reason = False, f"failed closed: {err}"
     except Exception as err:  # noqa: BLE001 - any surprise still means "do not promote"
         passed, reason = False, f"failed closed: unexpected {type(err).__name__}: {err}".splitlines()[0]
+    doc = report_doc(passed, reason, rows, context, rules)
     if report_path:
-        atomic_write_text(Path(report_path), report_markdown(passed, reason, rows, context, rules))
+        atomic_write_text(Path(report_path), doc.to_markdown())
+    if html_path:
+        atomic_write_text(Path(html_path), doc.to_html())
     return {"passed": passed, "reason": reason, "metrics": _flat_metrics(passed, rows),
             "thresholds": None if rules is None else rules.to_dict(),
             "rule": None if rules is None else rules.rule,

@@ -15,6 +15,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.report import markdown_html
 from shipyard.gates.verification import DRY_RUN_VERIFY_HINT
 from shipyard.params.deploy import parse_deploy_config
 from shipyard.serving.alerts import CUSTOM_BUCKETS_FLAG, served_buckets
@@ -793,6 +794,9 @@ def manifest_summary(path: str | Path) -> str:
 
 #: the deploy step's report files in its verification folder (``verify_dir``)
 VERIFICATION_MD, VERIFICATION_JSON, DECISION_RECORD_JSON = "verification.md", "verification.json", "decision-record.json"
+#: the deploy summary as HTML (in ``verify_dir``), for MLflow: its Markdown preview boxes each table in a
+#: 420 px high scroll area with fixed-width columns, which hid rows such as "serves the benchmarked build"
+DEPLOY_HTML = "deploy.html"
 
 
 def failed_deploy_outputs(verify_dir: str, verification_path: str) -> dict[str, Any]:
@@ -816,8 +820,9 @@ def deploy_outputs(result: dict[str, Any], verify_dir: str, *, manifest_path: st
                    verification_path: str, decision_record_path: str) -> dict[str, Any]:
     """A finished deploy's outputs from :func:`run_deploy`'s ``result``: the verification report and the
     decision record copied from ``verify_dir`` to their output paths (a 'not run' stand-in when there
-    is none) and the verification's line printed. Returns ``metadata`` (per output: ``manifest``,
-    ``verification``, ``decision_record``) and ``log``, the step's MLflow record (tags, metrics, artifacts)."""
+    is none), the summary also written there as :data:`DEPLOY_HTML`, and the verification's line printed.
+    Returns ``metadata`` (per output: ``manifest``, ``verification``, ``decision_record``) and ``log``,
+    the step's MLflow record (tags, metrics, artifacts)."""
     report, record = os.path.join(verify_dir, VERIFICATION_MD), os.path.join(verify_dir, DECISION_RECORD_JSON)
     checks = result.get("verification") or {}
     metadata: dict[str, dict[str, Any]] = {
@@ -829,6 +834,10 @@ def deploy_outputs(result: dict[str, Any], verify_dir: str, *, manifest_path: st
     else:
         atomic_write_text(verification_path, f"# deployment verification: not run\n\n{checks.get('why', '')}\n")
     files = {"manifest.yaml": manifest_path, "deploy.md": summary_path}
+    if os.path.isfile(summary_path):
+        page = os.path.join(verify_dir, DEPLOY_HTML)
+        atomic_write_text(page, markdown_html(Path(summary_path).read_text(encoding="utf-8")))
+        files[DEPLOY_HTML] = page
     if os.path.isfile(record):
         shutil.copyfile(record, decision_record_path)
         metadata["decision_record"]["verification"] = metadata["verification"].get("passed", "not run")

@@ -140,7 +140,7 @@ def judge_candidate(
     candidate_eval_sets: str = "",
     eval_sets_judged: str = "",
 ) -> dict[str, Any]:
-    """Gate one candidate; write ``out_dir/{candidate.json, accuracy.md, slo.html, slo.md, safety.md}``.
+    """Gate one candidate; write ``out_dir/{candidate.json, accuracy.md, accuracy.html, slo.html, slo.md, safety.md}``.
 
     ``safety``: the safety parameter; when it names probes, the safety gate
     (:mod:`shipyard.gates.safety`) compares the garak scans in both benchmark results and a
@@ -158,7 +158,8 @@ def judge_candidate(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    accuracy = run_gate(base_eval, candidate_eval, thresholds, report_path=str(out / "accuracy.md"))
+    accuracy = run_gate(base_eval, candidate_eval, thresholds, report_path=str(out / "accuracy.md"),
+                        html_path=str(out / "accuracy.html"))
     slo = run_slo_gate(base_bench, candidate_bench, slo, report_path=str(out / "slo.html"),
                        summary_path=str(out / "slo.md"))
     levels, planner = _levels(candidate_bench)
@@ -403,7 +404,8 @@ def gate_outputs(out: dict[str, Any], recipe: str, out_dir: str) -> dict[str, An
             **{f"shipyard.gate.lora.{name}": "pass" if a["passed"] else "FAIL"
                for name, a in out["candidate"].get("adapters", {}).items()},
             **({"shipyard.gate.eval_sets": own["verdict"]} if own is not None else {})}
-    artifacts = {name: os.path.join(out_dir, name) for name in ("accuracy.md", "slo.html", "slo.md", "safety.md", CANDIDATE_FILE)}
+    artifacts = {name: os.path.join(out_dir, name) for name in ("accuracy.md", "accuracy.html", "slo.html", "slo.md",
+                                                                "safety.md", CANDIDATE_FILE)}
     return {"metadata": {"candidate": candidate,
                          "accuracy_report": {"reason": out["accuracy_reason"], "caveat": out["accuracy_caveat"]},
                          "slo_report": {"reason": out["slo_reason"]},
