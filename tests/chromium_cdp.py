@@ -77,11 +77,13 @@ class Chromium:
                 self.proc.kill()
                 self.proc.wait()
 
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        """One DevTools command; its result (events in between are skipped)."""
+    def call(self, method: str, session_id: str = "", **params: Any) -> dict[str, Any]:
+        """One DevTools command (to the attached target ``session_id`` when given, e.g. an iframe's);
+        its result (events in between are skipped)."""
         assert self.ws is not None
         ident = next(self.ids)
-        self.ws.send(json.dumps({"id": ident, "method": method, "params": params}))
+        self.ws.send(json.dumps({"id": ident, "method": method, "params": params,
+                                 **({"sessionId": session_id} if session_id else {})}))
         while True:
             message = json.loads(self.ws.recv())
             if message.get("id") == ident:
@@ -97,6 +99,24 @@ class Chromium:
             if json.loads(self.ws.recv()).get("method") == "Page.loadEventFired":
                 return
         raise AssertionError(f"{url} did not load in {seconds} s")
+
+    def frame_eval(self, expression: str, seconds: float = 30) -> Any:
+        """The value of ``expression`` evaluated in the page's ``blob:`` iframe (MLflow's viewer of an
+        HTML artifact: a sandboxed frame, out of the page's process, that the page's scripts cannot
+        reach but DevTools can), polled until it is not null (the frame's document still loading)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            frames = [t for t in self.call("Target.getTargets")["targetInfos"]
+                      if t["type"] == "iframe" and t["url"].startswith("blob:")]
+            if frames:
+                session = self.call("Target.attachToTarget", targetId=frames[0]["targetId"], flatten=True)["sessionId"]
+                value = self.call("Runtime.evaluate", session_id=session, expression=expression,
+                                  returnByValue=True)["result"].get("value")
+                self.call("Target.detachFromTarget", sessionId=session)
+                if value is not None:
+                    return value
+            assert time.monotonic() < deadline, f"no blob: iframe answered in {seconds} s"
+            time.sleep(0.25)
 
     def screenshot(self) -> np.ndarray:
         """The viewport as an RGB array (height x width x 3)."""

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow import MlflowClient
@@ -67,15 +68,79 @@ def test_the_experiment_shipyard_links_to_opens_in_the_classic_view(tmp_path: Pa
     assert "Detect Issues" in genai and "Run Name" not in genai
 
 
+#: evaluated in MLflow's HTML viewer frame: its document's widths, and whether the last cell of every
+#: table, and the deploy report's "serves the benchmarked build" row (its name and its value), can be
+#: seen once scrolled to: inside the frame's width, with no sideways scrolling, not covered or clipped
+FIT = """(() => {
+  const d = document.documentElement;
+  if (document.readyState !== 'complete' || !document.body || !document.body.innerText.trim()) return null;
+  const seen = e => {
+    e.scrollIntoView({block: 'center'});
+    const r = e.getBoundingClientRect(), hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    return r.width > 0 && r.left >= 0 && r.right <= d.clientWidth && scrollX === 0 && !!hit && (hit === e || e.contains(hit));
+  };
+  const last = [...document.querySelectorAll('table')].map(t => [...t.rows[t.rows.length - 1].cells].pop());
+  const name = [...document.querySelectorAll('td')].find(td => td.textContent.trim() === 'serves the benchmarked build');
+  return {scrollWidth: d.scrollWidth, clientWidth: d.clientWidth,
+          lastCellsSeen: last.filter(c => c.textContent.trim()).map(seen),
+          served: name ? [seen(name), name.nextElementSibling.textContent.trim(), seen(name.nextElementSibling)] : null};
+})()"""
+
+
+def _dry_run_deploy(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The deploy step's MLflow record (:func:`~shipyard.steps.deploy.deploy_outputs`) for a dry run of
+    the champion in ``tmp/d`` with a pinned image: its report says "serves the benchmarked build: NO".
+    The manifest's schema check is skipped (loading the vendored CRDs alone takes 4 s; test_deploy_render
+    covers it)."""
+    from shipyard.steps import deploy
+
+    monkeypatch.setattr(deploy, "require_valid", lambda docs, source="": None)
+    verify = tmp / "verify"
+    result = deploy.run_deploy(deploy_config={"gpu_memory_gib": 80, "verify": {"enabled": False}, "preset": "pd-nixl",
+                                              "image": "quay.io/org/vllm:0.32.0"},
+                               manifest_path=str(tmp / "manifest.yaml"), dry_run=True, name="llm", namespace="ns",
+                               model_uri="oci://quay.io/org/m@sha256:" + "0" * 64, summary_path=str(tmp / "deploy.md"),
+                               candidate=str(tmp / "d"), verify_dir=str(verify))
+    return deploy.deploy_outputs(result, str(verify), manifest_path=str(tmp / "manifest.yaml"),
+                                 summary_path=str(tmp / "deploy.md"), verification_path=str(tmp / "verification.md"),
+                                 decision_record_path=str(tmp / "decision-record.json"))["log"]
+
+
+def _painted(browser: Any, path: str, label: str, tmp: Path) -> None:
+    """The report's green heading paints at the top of MLflow's frame and, for the reports with plots,
+    scrolling inside the frame reaches them (matplotlib's colours)."""
+    from chromium_cdp import has_colour, ink
+
+    green, plot_colours = (23, 128, 61), [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
+    frame = (slice(200, 860), slice(420, 920))  # the artifact viewer's iframe (1280x900 window)
+    top = browser.wait_for(lambda px: ink(px[frame]) > 0.05 and has_colour(px[frame], green))
+    browser.save(top, tmp / f"{label}.png")
+    assert ink(top[frame]) > 0.05 and has_colour(top[frame], green), (path, ink(top[frame]))
+    if path not in ("slo.html", "candidates.html"):
+        return
+    for _ in range(8):  # down the report, inside the sandboxed frame
+        browser.wheel(700, 500, 700)
+        shot = browser.wait_for(lambda px: any(has_colour(px[frame], c, least=300) for c in plot_colours), 4)
+        if any(has_colour(shot[frame], c, least=300) for c in plot_colours):
+            browser.save(shot, tmp / f"{label}-plot.png")
+            return
+    raise AssertionError(f"{path}: no plot painted in MLflow's preview")
+
+
 def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every HTML report the gates steps log (through StepRun, the components' own path: the REST
-    upload into the server's proxied store) renders in MLflow's artifact viewer (a sandboxed
-    ``blob:`` iframe): its green heading paints at the top, and scrolling inside the frame reaches
-    the plots (matplotlib's colours). Real-time screenshots over the DevTools protocol
-    (:mod:`chromium_cdp`): ``--screenshot --virtual-time-budget`` can shoot before the sandboxed
-    frame paints, which showed one report or the other blank at random."""
+    """Every HTML report the gates, select and deploy steps log (through StepRun, the components' own
+    path: the REST upload into the server's proxied store) renders in MLflow's artifact viewer (a
+    sandboxed ``blob:`` iframe) at a 1280 px window, where the frame is about 500 px wide beside
+    MLflow's assistant: the gates' green heading paints at the top, scrolling inside the frame
+    reaches the plots, and the page fits the frame: no sideways scrolling (the frame document's
+    scrollWidth is its clientWidth), the last cell of every table shows, and the deploy report's
+    "serves the benchmarked build: NO" shows. (MLflow's Markdown preview of deploy.md boxes each table
+    in a 420 px high scroll area, with that row below its fold, and scrolls accuracy.md's 11-column
+    table sideways.) Real-time screenshots over the DevTools protocol (:mod:`chromium_cdp`):
+    ``--screenshot --virtual-time-budget`` can shoot before the sandboxed frame paints, which showed
+    one report or the other blank at random."""
     import report_fixtures as fx
-    from chromium_cdp import Chromium, has_colour, ink
+    from chromium_cdp import Chromium
 
     from shipyard.steps.select import select_champion
     from shipyard.tracking.steprun import StepRun
@@ -84,6 +149,7 @@ def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monke
     fx.judged(tmp_path)
     select_champion([str(tmp_path / "w8a8-int8-gates")], "", str(tmp_path / "d"), str(tmp_path / "c.md"),
                     str(tmp_path / "candidates.html"))
+    deployed = _dry_run_deploy(tmp_path, monkeypatch)
     server = shared_server()
     name, kfp_run_id = f"previews-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:8]
     track.start_tracking(server.url, name, "optimize-and-deploy", kfp_run_id)
@@ -92,31 +158,26 @@ def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monke
         run.log(artifacts={f.name: str(f) for f in (tmp_path / "w8a8-int8-gates").iterdir() if f.is_file()})
     with StepRun("select", "", **where) as run:
         run.log(artifacts={"candidates.html": str(tmp_path / "candidates.html"), "candidates.md": str(tmp_path / "c.md")})
+    with StepRun("deploy", "w8a8-int8", **where) as run:
+        run.log(**deployed)
 
     client = MlflowClient(server.url)
     experiment = client.get_experiment_by_name(name).experiment_id
     reports = [(run.info.run_id, art.path) for run in client.search_runs([experiment])
                for art in client.list_artifacts(run.info.run_id) if art.path.endswith(".html")]
-    assert sorted(path for _, path in reports) == ["candidates.html", "slo.html"]
+    assert sorted(path for _, path in reports) == ["accuracy.html", "candidates.html", "deploy.html", "slo.html"]
 
-    green, plot_colours = (23, 128, 61), [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
-    frame = (slice(200, 850), slice(420, 980))  # the artifact viewer's iframe (1400x900 window)
     for run_id, path in reports:
         label = f"mlflow-preview-{path.removesuffix('.html')}"
-        with Chromium(tmp_path / f"profile-{label}") as browser:
+        with Chromium(tmp_path / f"profile-{label}", width=1280, height=900) as browser:
             browser.open(f"{ui_url(server.url, experiment, run_id).split('?')[0]}/artifacts/{path}?{CLASSIC_VIEW_QUERY}")
-            top = browser.wait_for(lambda px: ink(px[frame]) > 0.05 and has_colour(px[frame], green))
-            browser.save(top, tmp_path / f"{label}.png")
-            assert ink(top[frame]) > 0.05 and has_colour(top[frame], green), (path, ink(top[frame]))
-            plotted = False
-            for _ in range(8):  # down the report, inside the sandboxed frame
-                browser.wheel(700, 500, 700)
-                shot = browser.wait_for(lambda px: any(has_colour(px[frame], c, least=300) for c in plot_colours), 4)
-                if any(has_colour(shot[frame], c, least=300) for c in plot_colours):
-                    plotted = True
-                    browser.save(shot, tmp_path / f"{label}-plot.png")
-                    break
-            assert plotted, f"{path}: no plot painted in MLflow's preview"
+            if path != "deploy.html":  # the deploy report's heading is not a verdict
+                _painted(browser, path, label, tmp_path)
+            fit = browser.frame_eval(FIT)
+            browser.save(browser.screenshot(), tmp_path / f"{label}-fit.png")
+        assert 400 < fit["clientWidth"] < 700 and fit["scrollWidth"] <= fit["clientWidth"], (path, fit)
+        assert fit["lastCellsSeen"] and all(fit["lastCellsSeen"]), (path, fit)
+        assert fit["served"] == ([True, "NO", True] if path == "deploy.html" else None), (path, fit)
         if os.environ.get("SHIPYARD_SCREENSHOTS"):
             for png in tmp_path.glob(f"{label}*.png"):
                 Path(os.environ["SHIPYARD_SCREENSHOTS"]).mkdir(parents=True, exist_ok=True)
