@@ -138,6 +138,28 @@ def test_bad_plugin_config_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
         resolve_tracking_uri("")
 
 
+@pytest.mark.parametrize("uri", ["http://hunter2pw@mlflow.example:5000", "https://bob:it's@hunter2pw@mlflow.example",
+                                 "http://bob:p%40hunter2pw@127.0.0.1:9/"])
+def test_a_tracking_uri_that_carries_credentials_is_refused_from_the_environment_too(
+        uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLFLOW_TRACKING_URI (in a cluster the Secret shipyard-mlflow's) with a user name, password or
+    token is refused as tracking_uri is: one line naming the variable and MLflow's own credential
+    variables, the value not shown; before, it went to the network and came back "Name or service
+    not known" after 5 attempts."""
+    monkeypatch.delenv("KFP_MLFLOW_CONFIG", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with pytest.raises(ShipyardError) as err:
+        resolve_tracking_uri("")
+    line = str(err.value)
+    assert line.startswith("MLFLOW_TRACKING_URI: http") and "carries credentials (not shown)" in line, line
+    assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in line and "Secret shipyard-mlflow" in line
+    assert "hunter2pw" not in line and "bob" not in line
+    with pytest.raises(ShipyardError, match="^tracking_uri: http"):  # the parameter, named as itself
+        resolve_tracking_uri(uri)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000/")
+    assert resolve_tracking_uri("") == "http://mlflow.example:5000"
+
+
 def test_local_file_store_without_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHIPYARD_WORK_DIR", str(tmp_path))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -67,7 +67,7 @@ from typing import Any, TypeVar
 
 from shipyard.core import contract
 from shipyard.core.env import env_bool, env_float
-from shipyard.core.errors import ShipyardError, UnreachableError, header_value
+from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
 from shipyard.core.redact import redact, redact_obj
 from shipyard.core.retry import Retry
 
@@ -224,14 +224,25 @@ def parent_caches(work_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+#: the fix for a tracking URI that carries a user name, password or token (MLflow reads its credentials
+#: from these variables; in a cluster the Secret shipyard-mlflow gives the pods the URI and the token)
+TRACKING_CREDENTIALS_FIX = ("drop them from the URI and give them to MLflow as MLFLOW_TRACKING_USERNAME and "
+                            "MLFLOW_TRACKING_PASSWORD, or a token as MLFLOW_TRACKING_TOKEN (in a cluster: the token "
+                            "under the key MLFLOW_TRACKING_TOKEN of the Secret shipyard-mlflow)")
+
+
 def resolve_tracking_uri(tracking_uri: str = "", work_dir: str | os.PathLike[str] | None = None) -> str:
-    """The tracking URI to use (see the module docstring for the order)."""
+    """The tracking URI to use (see the module docstring for the order). A URI that carries
+    credentials (``http://TOKEN@host``, ``http://user:password@host``) is refused up front as one
+    line naming where it came from (``tracking_uri`` or ``MLFLOW_TRACKING_URI``), never shown."""
     uri = (tracking_uri or "").strip()
+    refuse_credentials(uri, "tracking_uri", TRACKING_CREDENTIALS_FIX)
     if not uri:
         kfp = KfpMlflowConfig.from_env()
         if kfp:
             return kfp.endpoint
         uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+        refuse_credentials(uri, "MLFLOW_TRACKING_URI", TRACKING_CREDENTIALS_FIX)
     if not uri and contract.in_cluster():
         raise contract.missing("MLFLOW_TRACKING_URI", "a pipeline pod has no MLflow server to track to "
                                "(a file:// store would be lost with the pod)")

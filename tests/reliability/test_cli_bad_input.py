@@ -1171,3 +1171,26 @@ def test_mutable_tags_need_an_explicit_yes(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv(ALLOW_ENV, "1")
     assert parse_model_uri("oci://quay.io/org/m:v1").scheme == "oci"
     assert parse_model_uri(f"oci:///abs/layout@{DIGEST}").location == f"/abs/layout@{DIGEST}"
+
+
+@pytest.mark.parametrize(("argv", "uri"), [
+    (("alias", "show", "tiny"), f"http://{SECRET}@mlflow.example:5000"),
+    (run_local(), f"https://bob:it's{SECRET}@mlflow.example"),
+], ids=["alias-show-token-as-user", "run-local-password-with-quote"])
+def test_a_tracking_uri_from_the_environment_that_carries_credentials_is_one_line(
+        argv: tuple[str, ...], uri: str, tmp_path: Path) -> None:
+    """MLFLOW_TRACKING_URI (the Secret shipyard-mlflow's, or the shell's) with a user name, password or
+    token: the same one-line refusal as ``--param tracking_uri``, naming the variable and MLflow's
+    credential variables, before any network call (it was "Name or service not known" after 5
+    attempts) and before anything is written."""
+    env = {**cli_env(), "MLFLOW_TRACKING_URI": uri}
+    env.pop("KFP_MLFLOW_CONFIG", None)
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and proc.returncode == 2, proc.stderr
+    assert lines[0].startswith("shipyard: error: MLFLOW_TRACKING_URI: http") and "carries credentials (not shown)" \
+        in lines[0] and "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in lines[0], lines[0]
+    for secret in SECRETS:
+        assert secret not in proc.stderr + proc.stdout
+    assert not any(tmp_path.iterdir()), "the command left files behind"
