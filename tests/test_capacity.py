@@ -141,3 +141,57 @@ def test_the_capacity_travels_into_the_decision_record_and_the_candidates_report
     md = (tmp_path / "r.md").read_text()
     assert "| recipe | fingerprint | replay | capacity at the SLO | fidelity |" in md
     assert "| w8a8-int8 | sha256:bbbbbbbbbbbb | faithful | serves at least 3.2x your recorded peak" in md
+
+
+def _selected(tmp: Path, replay: dict[str, Any] | None) -> Path:
+    """The real gates and select step on the report fixtures: the decision folder."""
+    from shipyard.steps.select import select_champion
+
+    gates(tmp, replay)
+    select_champion([str(tmp / "gates")], "size", str(tmp / "decision"), str(tmp / "r.md"), str(tmp / "r.html"))
+    return tmp / "decision"
+
+
+def test_the_capacity_is_signed_into_the_slo_evidence_and_read_back_from_the_model(tmp_path: Path) -> None:
+    """The SLO attestation carries the capacity and the fingerprint it rests on; ``shipyard watch
+    --model`` rebuilds it from the verified evidence (issues 35 and 37)."""
+    from shipyard.gates.evidence import SLO, evidence_statements
+    from shipyard.oci.attestation import generate_key_pair, read_key_file
+    from shipyard.steps.attest import attest_package
+    from shipyard.steps.package import package_model
+    from shipyard.steps.watch import envelope_of_model
+
+    decision = _selected(tmp_path, workload())
+    stmts = evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(decision))
+    slo = next(s["predicate"] for s in stmts if s["predicateType"] == SLO)
+    assert slo["workload"] == {"digest": {"sha256": "b" * 64}} and slo["capacity_reason"] is None
+    cap = slo["capacity"]
+    assert cap["x_recorded_peak"] == round(1.11 / 0.35, 4) and cap["x_recorded_mean"] == round(1.11 / 0.2, 4)
+    assert cap["recorded_peak_rps"] == 0.35 and cap["window_s"] == 10 and cap["goodput_rps"] == 1.11
+    assert cap["lower_bound"] is True and cap["time_scale"] == 2.0 and cap["level"] == "concurrent@2"
+    assert cap["workload"] == {"digest": {"sha256": "b" * 64}} and cap["text"].startswith("serves at least 3.2x")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    (model / "model.safetensors").write_bytes(b"weights" * 64)
+    (model / "tokenizer.json").write_text('{"version": "1.0"}')
+    private, public = generate_key_pair(tmp_path / "keys")
+    car = package_model(str(model), str(tmp_path / "champion"))
+    attest_package(str(tmp_path / "champion"), str(decision), key_file=str(private), model_dir=str(model))
+    envelope, _ = envelope_of_model(car["uri"], read_key_file(public, "--key", private=False))
+    assert envelope.capacity == {"goodput_rps": 1.11, "recorded_peak_rps": 0.35, "x_recorded_peak": round(1.11 / 0.35, 4),
+                                 "window_s": 10, "lower_bound": True, "digest": DIGEST}
+
+
+def test_a_synthetic_benchmark_signs_no_capacity_and_says_why(tmp_path: Path) -> None:
+    from shipyard.gates.evidence import SLO, evidence_statements
+    from shipyard.serving.watch import envelope_from_record
+
+    decision = _selected(tmp_path, None)
+    slo = next(s["predicate"] for s in evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(decision))
+               if s["predicateType"] == SLO)
+    assert slo["capacity"] is None and "workload" not in slo
+    assert slo["capacity_reason"] == ("the benchmark's load was synthetic (no recorded workload replayed): "
+                                      "no recorded peak to count in")
+    record = {"levels": slo["levels"], "slo": {"thresholds": slo["slo"], "capacity": slo["capacity"]}}
+    assert envelope_from_record(record).capacity is None
