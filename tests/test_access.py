@@ -8,11 +8,13 @@ the API server's RBAC authorizer does, so a verb the Role lacks is a 403 here as
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -200,3 +202,116 @@ def test_the_pre_flight_reviews_what_the_deploy_config_needs(double: K8sDouble, 
     assert "\n" not in failed.line() and "(fix: bind Role shipyard-deployer" in failed.line()
     (default,) = cc.pod_checks(tracking_uri="", namespace=NS, dry_run=False, api=api)
     assert default.status == "pass"
+
+
+# --- issue 34: the pre-flight reads a refused SelfSubjectAccessReview as refused ----------------------------
+
+
+def pod_permissions(double: K8sDouble, tmp_path: Path, token: str = SA_TOKEN) -> cc.Check:
+    """The pre-flight's "deploy permissions" line for a pod whose kubeconfig carries ``token``."""
+    api = api_client(str(double.kubeconfig(tmp_path / "pod-kubeconfig", PODS_NS, token=token)))
+    (check,) = cc.pod_checks(tracking_uri="", namespace=NS, dry_run=False, api=api)
+    return check
+
+
+def test_a_self_review_the_api_server_forbids_is_not_read_as_allowed(double: K8sDouble, tmp_path: Path) -> None:
+    """A 403 on the SelfSubjectAccessReview itself (an identity without system:basic-user) is one
+    FAIL line saying the permissions cannot be checked, naming the identity the API server names;
+    it passed before ("cannot ask: the deploy step will say it", after the GPU work)."""
+    double.forbid("POST", "selfsubjectaccessreviews")
+    check = pod_permissions(double, tmp_path)
+    assert check.status == "fail", check.line()
+    assert check.detail.startswith("cannot check permissions: "), check.line()
+    assert "403 Forbidden" in check.detail and f"system:serviceaccount:{PODS_NS}:{LAYOUT['service_account']}" \
+        in check.detail, check.line()
+    assert "system:basic-user" in check.fix and "\n" not in check.line()
+
+
+def test_credentials_the_api_server_rejects_fail_the_permission_check(double: K8sDouble, tmp_path: Path) -> None:
+    """A token the API server does not know (an expired one): 401 on the review, one FAIL line
+    saying the credentials are rejected (it passed before)."""
+    check = pod_permissions(double, tmp_path, token="expired-token")
+    assert check.status == "fail" and "401 Unauthorized" in check.detail and "rejects" in check.detail, check.line()
+    assert "expired-token" not in check.line()
+
+
+def test_a_binding_to_a_missing_role_keeps_the_evaluation_error(double: K8sDouble, tmp_path: Path) -> None:
+    """The RoleBinding applied without its Role: the API server answers allowed: false with an
+    evaluationError naming the missing Role; the FAIL line keeps that text and points at the overlay."""
+    del double.objects[("roles", NS, "shipyard-deployer")]
+    check = pod_permissions(double, tmp_path)
+    assert check.status == "fail" and "may not get llminferenceservices.serving.kserve.io" in check.detail
+    assert 'role.rbac.authorization.k8s.io "shipyard-deployer" not found' in check.detail, check.line()
+    assert f"in namespace {NS}" in check.detail and "kubectl apply -k manifests/overlays/" in check.fix
+
+
+def test_the_pod_names_its_service_account_from_its_token(double: K8sDouble, tmp_path: Path) -> None:
+    """An in-cluster token is a JWT whose subject is the ServiceAccount: the line names it (the
+    token itself is never shown)."""
+    claims = {"sub": f"system:serviceaccount:{PODS_NS}:{LAYOUT['service_account']}", "iss": "kubernetes"}
+    part = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    token = f"eyJhbGciOiJSUzI1NiJ9.{part}.c2lnbmF0dXJl"
+    double.users[token] = claims["sub"]
+    role = double.objects[("roles", NS, "shipyard-deployer")]
+    next(r for r in role["rules"] if r["resources"] == ["llminferenceservices"])["verbs"].remove("delete")
+    check = pod_permissions(double, tmp_path, token=token)
+    assert check.detail.startswith(f"ServiceAccount {PODS_NS}/{LAYOUT['service_account']} may not delete "
+                                   "llminferenceservices.serving.kserve.io in namespace"), check.line()
+    assert token not in check.line() and part not in check.line()
+    in_pod = SimpleNamespace(configuration=SimpleNamespace(api_key={"authorization": f"bearer {token}\n"}))
+    assert cc.pod_identity(in_pod) == f"ServiceAccount {PODS_NS}/{LAYOUT['service_account']}"  # load_incluster_config's form
+    assert cc.pod_identity(SimpleNamespace(configuration=SimpleNamespace(api_key={"authorization": "Bearer a.b.c"}))) \
+        == "this pod's ServiceAccount"
+
+
+class _Answers:
+    """An ``ApiClient`` stand-in whose SelfSubjectAccessReviews get one fixed answer."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        return self.answer
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    ({"status": {"allowed": False}}, "may not get llminferenceservices"),
+    ({"status": {}}, "may not get llminferenceservices"),
+    ({"kind": "SelfSubjectAccessReview"}, "may not get llminferenceservices"),
+    ({"status": {"allowed": "true"}}, "may not get llminferenceservices"),
+    ({"status": {"allowed": False, "denied": True, "reason": "the admission webhook says no"}},
+     "the admission webhook says no"),
+    ({"status": {"allowed": False, "evaluationError": "webhook timed out"}}, "webhook timed out"),
+    ("<html><form>Sign in</form></html>", "cannot check permissions: "),
+], ids=["allowed-false", "no-allowed", "no-status", "allowed-a-string", "denied", "evaluation-error", "html"])
+def test_only_allowed_true_is_allowed(answer: Any, said: str) -> None:
+    """``status.allowed`` false, missing or not the boolean true is not allowed; a denial's reason and
+    an evaluationError stay in the line; an answer that is not a review cannot be read as one."""
+    (check,) = cc.pod_checks(tracking_uri="", namespace=NS, dry_run=False, api=_Answers(answer))
+    assert check.status == "fail" and said in check.detail, check.line()
+    assert "\n" not in check.line()
+
+
+def test_the_pre_flight_step_stops_a_run_whose_review_is_forbidden(double: K8sDouble, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline's first task, in a cluster, where the review itself is refused: one line, and
+    the run ends there, before its MLflow parent run and any GPU step (it went on before). MLflow
+    is taken as answering (its checks are test_check's)."""
+    from shipyard.core.contract import ENV_CONTRACT
+    from shipyard.core.errors import ShipyardError
+    from shipyard.steps.preflight import preflight_step
+    from shipyard.tracking import pipeline_runs, tracker
+
+    started: list[dict[str, Any]] = []
+    monkeypatch.setattr(tracker, "check_tracking_uri", lambda uri: "")
+    monkeypatch.setattr(pipeline_runs, "start_tracking", lambda **kw: started.append(kw) or {})
+    double.forbid("POST", "selfsubjectaccessreviews")
+    monkeypatch.setenv("KUBECONFIG", as_pipeline(double, tmp_path))
+    monkeypatch.setenv(ENV_CONTRACT, json.dumps({"step": "preflight", "env": {}}))
+    local = yaml.safe_load((ROOT / "pipelines" / "local-params.yaml").read_text())
+    params = {**local, "registry": "quay.io", "dry_run": False, "namespace": NS}
+    with pytest.raises(ShipyardError) as err:
+        preflight_step("optimize-and-deploy", params, tracking_uri="http://mlflow.kubeflow:5000", experiment="check",
+                       kfp_run_id="kfp-check")
+    assert err.value.field == "deploy permissions" and "cannot check permissions" in str(err.value), str(err.value)
+    assert "\n" not in str(err.value) and started == []

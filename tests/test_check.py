@@ -258,6 +258,18 @@ def test_readme_says_what_to_do_with_each_failing_check() -> None:
         assert name in rows, name
 
 
+@pytest.mark.parametrize("userinfo", ["Zx8Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0Xc", "mlflow:pa'ss9xyz", "mlflow:p@ss9xyz",
+                                      "to'ken9xyz", "tok%40en9xyz"])
+def test_the_pre_flight_lines_never_show_a_tracking_uri_credential(userinfo: str) -> None:
+    """Issue 34, class 1: the pre-flight prints its check lines to the pod's log as they are; a
+    tracking URI with a userinfo (a token as the user name, a password with ``'`` or ``@``, from
+    MLFLOW_TRACKING_URI, which no parameter check sees) was shown whole in "cannot reach ..."."""
+    secret = userinfo.partition(":")[2] or userinfo
+    checks = cc.pod_checks(tracking_uri=f"http://{userinfo}@127.0.0.1:9", namespace=SERVING_NS, dry_run=True)
+    assert [c.status for c in checks] == ["fail"], [c.line() for c in checks]
+    assert secret not in checks[0].line() and "***@127.0.0.1:9" in checks[0].line(), checks[0].line()
+
+
 def test_the_pre_flight_pod_checks_name_the_host_check_and_a_missing_verb(services: dict[str, Any],
                                                                           tmp_path: Path) -> None:
     """What the pipeline's pre-flight runs from its pod: MLflow's API with the Host of the URI the

@@ -460,7 +460,7 @@ class _Cluster:
         user = f"system:serviceaccount:{pods_ns}:{account}"
         groups = ["system:serviceaccounts", "system:authenticated", f"system:serviceaccounts:{pods_ns}"]
 
-        def review(verb: str, group: str, resource: str, ns: str) -> bool:
+        def review(verb: str, group: str, resource: str, ns: str) -> cc.Answer:
             body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                     "spec": {"user": user, "groups": groups, "resourceAttributes": {
                         "namespace": ns, "verb": verb, "group": group, "resource": resource}}}
@@ -469,7 +469,7 @@ class _Cluster:
             if code != 200 or not isinstance(data, dict):
                 raise ShipyardError("kubeconfig", f"cannot create a SubjectAccessReview ({code})",
                                     "run shipyard check as a cluster admin (it asks what the deploy identity may do)")
-            return bool((data.get("status") or {}).get("allowed"))
+            return cc.review_answer(data)
 
         try:
             return cc.permission_checks(review, self.chosen["serving_namespace"], f"ServiceAccount {pods_ns}/{account}",

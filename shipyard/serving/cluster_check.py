@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.redact import redact
 from shipyard.serving.kserve.config import EPP_CONFIG_APIS, epp_config_api
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -47,9 +48,10 @@ class Check:
     fix: str = ""
 
     def line(self) -> str:
-        """``PASS name: detail`` (and ``(fix: ...)`` unless it passed): one line."""
+        """``PASS name: detail`` (and ``(fix: ...)`` unless it passed): one line, redacted
+        (:func:`shipyard.core.redact.redact`: the pre-flight prints it to the pod's log as it is)."""
         fix = f" (fix: {self.fix})" if self.fix and self.status != PASS else ""
-        return f"{self.status.upper():4} {self.name}: {self.detail}{fix}"
+        return redact(f"{self.status.upper():4} {self.name}: {self.detail}{fix}")
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -477,21 +479,52 @@ def mlflow_checks(uri: str, connect_url: str = "", token: str = "") -> list[Chec
     return [api] if api.status != PASS else [api, mlflow_artifact_check(uri, connect_url, token)]
 
 
-def permission_checks(review: Callable[[str, str, str, str], bool], ns: str, who: str, overlay: str,
+#: what a review function answers: allowed or not, and why not in the API server's words (may be empty)
+Answer = tuple[bool, str]
+
+
+def review_answer(data: Any) -> Answer:
+    """A (Self)SubjectAccessReview's answer: allowed only when ``status.allowed`` is the boolean
+    true (false, missing or anything else: not allowed, as the API server's client libraries read
+    it), with why not: the reason of an explicit denial (``status.denied``, e.g. a webhook
+    authorizer) and ``status.evaluationError`` (e.g. a RoleBinding whose Role does not exist), one
+    line each. An answer that is not an object is :class:`ShipyardError` (it is not a review)."""
+    if not isinstance(data, dict):
+        raise ShipyardError("deploy permissions", "cannot check permissions: the Kubernetes API answered the "
+                            "access review with something that is not a review (not JSON, or not an object)",
+                            "point the kubeconfig (or the pod's API server address) at the Kubernetes API server")
+    status = data.get("status") if isinstance(data.get("status"), dict) else {}
+    allowed = status.get("allowed") is True
+    why = []
+    if not allowed and status.get("denied") is True and status.get("reason"):
+        why.append(f"denied: {status['reason']}")
+    if not allowed and status.get("evaluationError"):
+        why.append(f"evaluation error: {status['evaluationError']}")
+    return allowed, "; ".join(" ".join(str(w).split())[:300] for w in why)
+
+
+def permission_checks(review: Callable[[str, str, str, str], bool | Answer], ns: str, who: str, overlay: str,
                       deploy: Any = None, rollout: dict[str, Any] | None = None) -> list[Check]:
     """The deploy identity's permissions, one review per (verb, group, resource) the deploy step
     needs for ``deploy`` and ``rollout`` (:func:`shipyard.serving.kserve.access.needed_access`: the
     table the shipped Role is also made of), in the deploy target ``ns`` (a canary's route: in its
     own namespace). ``review(verb, group, resource, namespace)`` is a SubjectAccessReview or
-    SelfSubjectAccessReview; ``who`` names the identity in the line, ``overlay`` the
-    manifests/overlays folder the fix applies."""
+    SelfSubjectAccessReview: allowed, or (allowed, why not) (:func:`review_answer`); it raises
+    :class:`ShipyardError` when it cannot ask. ``who`` names the identity in the line, ``overlay``
+    the manifests/overlays folder the fix applies."""
     from shipyard.serving.kserve.access import deploy_kinds, needed_access
 
-    needs = needed_access(deploy, rollout, ns)
-    missing = [f"{verb} {resource}" + (f".{group}" if group else "") + (f" (in {where})" if where != ns else "")
-               for verb, group, resource, where in needs if not review(verb, group, resource, where)]
+    missing, notes = [], []
+    for verb, group, resource, where in needed_access(deploy, rollout, ns):
+        answer = review(verb, group, resource, where)
+        allowed, why = answer if isinstance(answer, tuple) else (answer is True, "")
+        if not allowed:
+            missing.append(f"{verb} {resource}" + (f".{group}" if group else "") + (f" (in {where})" if where != ns else ""))
+        if why and why not in notes:
+            notes.append(why)
     if missing:
-        return [Check("deploy permissions", FAIL, f"{who} may not {', '.join(missing)} in namespace {ns}",
+        said = f" (the API server: {'; '.join(notes)})" if notes else ""
+        return [Check("deploy permissions", FAIL, f"{who} may not {', '.join(missing)} in namespace {ns}{said}",
                       f"bind Role shipyard-deployer to {who} in {ns}: kubectl apply -k manifests/overlays/{overlay}")]
     extra = [k for k in deploy_kinds(deploy, rollout) if k != "LLMInferenceService"] if deploy is not None else []
     also = f" (and the {', '.join(extra)} its options need)" if extra else ""
@@ -597,21 +630,81 @@ def pod_checks(*, tracking_uri: str, namespace: str, dry_run: bool, api: Any = N
     if tracking_uri.startswith(("http://", "https://")):
         checks.extend(mlflow_checks(tracking_uri, connect_url, token))
     if not dry_run and api is not None:
-        from kubernetes.client.rest import ApiException
-
-        def review(verb: str, group: str, resource: str, ns: str) -> bool:
-            body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                    "spec": {"resourceAttributes": {"namespace": ns, "verb": verb, "group": group, "resource": resource}}}
-            try:
-                data = api.call_api("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "POST", body=body,
-                                    auth_settings=["BearerToken"], response_type="object",
-                                    header_params={"Content-Type": "application/json"}, _return_http_data_only=True)
-            except ApiException:
-                return True  # cannot ask: the deploy step will say it
-            return bool((data.get("status") or {}).get("allowed"))
-
-        checks.extend(permission_checks(review, namespace, "this pod's ServiceAccount", "<layout>", deploy, rollout))
+        who = pod_identity(api)
+        try:
+            checks.extend(permission_checks(self_review(api, who), namespace, who, "<layout>", deploy, rollout))
+        except ShipyardError as err:  # the review itself was refused or not answered: not "allowed"
+            checks.append(Check("deploy permissions", FAIL, err.problem, err.fix))
     return checks
+
+
+def pod_identity(api: Any) -> str:
+    """The pod's identity in words: ``ServiceAccount NS/NAME`` from the subject of its bearer token
+    (an in-cluster token is a JWT whose ``sub`` is ``system:serviceaccount:NS:NAME``; only that
+    claim is read, the token is never shown), else "this pod's ServiceAccount"."""
+    keys = getattr(getattr(api, "configuration", None), "api_key", None) or {}
+    words = str(keys.get("authorization") or keys.get("BearerToken") or "").split()  # "bearer TOKEN" in a pod
+    parts = words[-1].split(".") if words else []
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))) if len(parts) == 3 else {}
+    except (ValueError, TypeError):
+        claims = {}
+    found = re.fullmatch(r"system:serviceaccount:([a-z0-9.-]{1,253}):([a-z0-9.-]{1,253})",
+                         str(claims.get("sub", "")) if isinstance(claims, dict) else "")
+    return f"ServiceAccount {found.group(1)}/{found.group(2)}" if found else "this pod's ServiceAccount"
+
+
+def self_review(api: Any, who: str) -> Callable[[str, str, str, str], Answer]:
+    """A SelfSubjectAccessReview through ``api`` (a kubernetes ``ApiClient``) as ``who``: the answer
+    (:func:`review_answer`); a review the API server refuses (403: the identity may not even ask,
+    401: its credentials are rejected), any other error status, and an API server out of reach
+    raise one :class:`ShipyardError` line, never "allowed"."""
+    import urllib3
+    from kubernetes.client.rest import ApiException
+
+    from shipyard.serving.kserve.apply import connection_problem
+
+    host = str(getattr(getattr(api, "configuration", None), "host", "") or "the Kubernetes API")
+    cannot, field = "cannot check permissions", "deploy permissions"
+
+    def review(verb: str, group: str, resource: str, ns: str) -> Answer:
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {"namespace": ns, "verb": verb, "group": group, "resource": resource}}}
+        try:
+            data = api.call_api("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "POST", body=body,
+                                auth_settings=["BearerToken"], response_type="object",
+                                header_params={"Content-Type": "application/json"}, _return_http_data_only=True)
+        except ApiException as err:
+            raise ShipyardError(field, *_review_refused(int(err.status or 0), err.body, host, who)) from None
+        except urllib3.exceptions.HTTPError as err:
+            raise ShipyardError(field, f"{cannot}: cannot reach the Kubernetes API at {host}: {connection_problem(err)}",
+                                "check that pods reach the API server (kubernetes.default.svc) and rerun") from None
+        except UnicodeDecodeError:
+            data = None
+        return review_answer(data)
+
+    return review
+
+
+def _review_refused(code: int, body: Any, host: str, who: str) -> tuple[str, str]:
+    """The line (problem, fix) for a SelfSubjectAccessReview the API server did not answer: 401, 403
+    (with the API server's own message, which names the user) or another status."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        said = json.loads(text).get("message", "")
+    except (ValueError, AttributeError):
+        said = ""
+    said = f": {' '.join(str(said).split())[:300]}" if said else ""
+    if code == 401:
+        return (f"cannot check permissions: the Kubernetes API at {host} rejects the credentials of {who} "
+                "(401 Unauthorized)", "the pod's ServiceAccount token is expired or invalid: check that the "
+                "pipeline's ServiceAccount exists and its token is mounted (automountServiceAccountToken), then rerun")
+    if code == 403:
+        return (f"cannot check permissions: {who} may not create selfsubjectaccessreviews.authorization.k8s.io "
+                f"(403 Forbidden{said})", f"bind ClusterRole system:basic-user to {who} (Kubernetes binds it to "
+                "system:authenticated by default), so that the pre-flight can ask what it may do")
+    return (f"cannot check permissions: the Kubernetes API at {host} answered {code} to a SelfSubjectAccessReview"
+            f"{said}", "check that the API server serves authorization.k8s.io/v1 and is healthy, then rerun")
 
 
 def summary(checks: list[Check]) -> dict[str, Any]:

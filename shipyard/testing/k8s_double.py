@@ -15,8 +15,10 @@ annotations and spec, which is what a single manager's apply amounts to), watche
 controller: ``status`` comes from a per-test *script*, a function of the stored object and the
 number of GETs since its generation changed.
 
-Faults: ``forbid(method, plural)`` answers 403; ``delay(method, seconds)`` holds the answer (a
-PATCH is committed first, as a slow API server may do) so that client timeouts fire.
+Faults: ``forbid(method, plural)`` answers 403 (``forbid("POST", "selfsubjectaccessreviews")``:
+the review itself, as for an identity without ``system:basic-user``); ``delay(method, seconds)``
+holds the answer (a PATCH is committed first, as a slow API server may do) so that client
+timeouts fire.
 
 A whole cluster, for ``shipyard check`` and the rehearsal of a namespace layout: ``load(docs)``
 stores what ``kubectl apply`` would (the objects ``manifests/`` builds, per namespace: Secrets,
@@ -27,7 +29,8 @@ users (``users``); with ``enforce_rbac`` a token it does not know is a 401 to ev
 expired one is to an API server) and every namespaced request of a user who is not an admin is
 authorized from the stored Roles and RoleBindings (and ClusterRoles and ClusterRoleBindings), as
 the API server's RBAC authorizer does, so a verb the Role lacks is a 403; ``SubjectAccessReview``
-and ``SelfSubjectAccessReview`` answer from the same rules.
+and ``SelfSubjectAccessReview`` answer from the same rules (201 with ``status.allowed: false`` for a
+missing rule, and ``status.evaluationError`` when a binding's Role does not exist).
 """
 
 from __future__ import annotations
@@ -339,9 +342,11 @@ class K8sDouble:
         return kind == "Group" and name in groups
 
     def allowed(self, user: str, verb: str, group: str, resource: str, ns: str, name: str = "",
-                groups: set[str] | None = None) -> bool:
+                groups: set[str] | None = None, errors: list[str] | None = None) -> bool:
         """What the RBAC authorizer says: an admin may do anything; anyone else needs a rule of a
-        Role bound in ``ns`` (or a ClusterRole bound there or cluster-wide)."""
+        Role bound in ``ns`` (or a ClusterRole bound there or cluster-wide). A binding of the user
+        whose Role does not exist adds the authorizer's error to ``errors`` (a review's
+        ``evaluationError``)."""
         if user == ADMIN:
             return True
         groups = (groups or set()) | self._groups_of(user)
@@ -353,6 +358,9 @@ class K8sDouble:
             ref = binding.get("roleRef") or {}
             role = (self.objects.get(("roles", bns, ref.get("name", ""))) if ref.get("kind") == "Role"
                     else self.objects.get(("clusterroles", "", ref.get("name", ""))))
+            if role is None and errors is not None:
+                errors.append(f'{str(ref.get("kind", "")).lower()}.rbac.authorization.k8s.io "{ref.get("name", "")}" '
+                              "not found")
             for rule in (role or {}).get("rules") or []:
                 if ((group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", []))
                         and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
@@ -362,7 +370,7 @@ class K8sDouble:
         return False
 
     def _forbidden(self, user: str, verb: str, group: str, resource: str, ns: str, name: str) -> tuple[int, Any]:
-        what = f'{resource}.{group} "{name}"' if group else f'{resource} "{name}"'
+        what = (f"{resource}.{group}" if group else resource) + (f' "{name}"' if name else "")
         where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
         return 403, self.status(403, "Forbidden", f'{what} is forbidden: User "{user}" cannot {verb} resource '
                                 f'"{resource}" in API group "{group}"{where}')
@@ -371,11 +379,14 @@ class K8sDouble:
         spec = body.get("spec") or {}
         attrs = spec.get("resourceAttributes") or {}
         who = user if self_review else str(spec.get("user") or "")
+        errors: list[str] = []
         ok = self.allowed(who, attrs.get("verb", ""), attrs.get("group", ""), attrs.get("resource", ""),
-                          attrs.get("namespace", ""), attrs.get("name", ""), set(spec.get("groups") or []))
-        status = {"allowed": ok}
+                          attrs.get("namespace", ""), attrs.get("name", ""), set(spec.get("groups") or []), errors)
+        status: dict[str, Any] = {"allowed": ok}
         if not ok:
             status["reason"] = "no RBAC rule allows it"
+        if not ok and errors:  # as the API server aggregates the authorizer's errors
+            status["evaluationError"] = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
         kind = "SelfSubjectAccessReview" if self_review else "SubjectAccessReview"
         return 201, {"kind": kind, "apiVersion": "authorization.k8s.io/v1", "metadata": {}, "spec": spec,
                      "status": status}
@@ -446,6 +457,8 @@ class K8sDouble:
             return 401, self.status(401, "Unauthorized", "Unauthorized")
         if parts[:3] == ["apis", "authorization.k8s.io", "v1"] and method == "POST" and len(parts) == 4:
             body = json.loads(raw or b"{}")
+            if (method, parts[3]) in self.forbidden:  # an identity without system:basic-user
+                return self._forbidden(user, "create", "authorization.k8s.io", parts[3], "", "")
             if parts[3] == "selfsubjectaccessreviews":
                 return self._review(body, user, True)
             if parts[3] == "subjectaccessreviews":

@@ -194,6 +194,30 @@ def test_check_against_a_web_server_is_one_not_an_api_server_line(tmp_path: Path
         assert wrong not in proc.stdout, proc.stdout
 
 
+@pytest.mark.parametrize(("status", "body", "kind", "said"), [
+    (200, b"<html><body><form>Sign in</form></body></html>", "text/html; charset=utf-8", "is not a review"),
+    (404, b"404 page not found", "text/plain", "answered 404 to a SelfSubjectAccessReview"),
+    (500, b'{"kind": "Status", "message": "etcdserver: request timed out"}', "application/json",
+     "answered 500 to a SelfSubjectAccessReview: etcdserver: request timed out"),
+    (403, b'{"kind": "Status", "message": "forbidden by policy"}', "application/json", "403 Forbidden: forbidden by"),
+    (401, b'{"kind": "Status", "message": "Unauthorized"}', "application/json", "rejects the credentials"),
+], ids=["login-page", "wrong-service-404", "server-error", "review-forbidden", "unauthorized"])
+def test_the_pre_flight_never_reads_an_unanswered_review_as_allowed(tmp_path: Path, status: int, body: bytes,
+                                                                    kind: str, said: str) -> None:
+    """Issue 34, class 6, in the pipeline's pre-flight: a SelfSubjectAccessReview the API server
+    refuses (401, 403), fails (500) or a web server answers (a login page, a 404) is one FAIL line
+    "cannot check permissions", never "may apply" (a 404 or a 403 passed, a login page was exit 70)."""
+    from shipyard.serving import cluster_check as cc
+    from shipyard.serving.kserve.apply import api_client
+
+    with _web(status, body, kind) as url:
+        api = api_client(str(_kubeconfig(tmp_path / "kubeconfig", url)), timeout_s=5.0)
+        (check,) = cc.pod_checks(tracking_uri="", namespace="shipyard", dry_run=False, api=api)
+    assert check.name == "deploy permissions" and check.status == "fail", check.line()
+    assert check.detail.startswith("cannot check permissions: ") and said in check.detail, check.line()
+    assert "\n" not in check.line() and check.fix
+
+
 # --------------------------------------------------------------------------- pipes, descriptors, debug
 
 
