@@ -460,6 +460,11 @@ def test_dashboard_configmap_validates_and_draws_the_envelope() -> None:
         assert const in exprs, const
     assert all(f'model_name="{MODEL}"' in e for e in exprs if not e.startswith("vector("))
     assert any("vllm:prefix_cache_hits_total" in e for e in exprs) and any("vllm:kv_cache_usage_perc" in e for e in exprs)
+    # the gateway beside vLLM: what the endpoint picker counted and refused, and its budget burn
+    records = {r["record"] for g in render()[0]["spec"]["groups"] for r in g["rules"] if "record" in r}
+    assert "model_name:shipyard_gateway_requests:rate5m" in records
+    assert any("inference_objective_request_error_total" in e and "error_code" in e for e in exprs)
+    assert any(e.startswith("model_name:shipyard_gateway_errors:ratio_rate1h") for e in exprs)
     bare = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=None)
     assert "vector(1.5)" not in expressions(bare) and "vector(0.25)" in expressions(bare)
 
