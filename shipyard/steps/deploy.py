@@ -107,7 +107,8 @@ def _write_manifest(candidate: str | None, cfg: DeployConfig, model_config: Any,
     service's objects, the monitoring objects, the alerts' description and the manifest text."""
     docs = render(cfg, model_config)
     alerts = slo_alerts(candidate, cfg, report_url, served_buckets(docs), why_default) if candidate else None
-    rules = [alerts.pop("doc"), alerts.pop("monitor"), alerts.pop("dashboard")] if alerts else []
+    rules = ([alerts.pop("doc"), alerts.pop("monitor"), alerts.pop("epp_monitor"), alerts.pop("dashboard")]
+             if alerts else [])
     require_valid(docs + rules)
     text = to_yaml(docs + rules)
     if manifest_path == "-":
@@ -720,7 +721,7 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     ``{"doc", "dashboard", "name", "rows", "note"}``; None when the record cannot be read
     (the deploy then says so and renders no rule). ``report_url``: the alerts' ``runbook_url``
     (default: the champion record's own location)."""
-    from shipyard.serving.alerts import pod_monitor, slo_rule
+    from shipyard.serving.alerts import epp_monitor, pod_monitor, slo_rule
     from shipyard.serving.dashboard import dashboard_configmap
     from shipyard.serving.kserve.render import link_metadata
     from shipyard.serving.sizing import find_knee, knee_occupancy
@@ -740,6 +741,7 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     board = dashboard_configmap(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
                                 labels=labels)
     monitor = pod_monitor(name=cfg.name, namespace=cfg.namespace, labels=labels)
+    gateway = epp_monitor(name=cfg.name, namespace=cfg.namespace, labels=labels)
     note = (f"Prometheus loads {doc['metadata']['name']} when its ruleSelector matches these labels "
             f"({', '.join(f'{k}={v}' for k, v in sorted(labels.items()))}; deploy_config labels adds more, e.g. "
             f"release for kube-prometheus-stack). The dashboard is the ConfigMap {board['metadata']['name']} "
@@ -751,8 +753,11 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
             "rules group by; Prometheus loads it when its podMonitorSelector matches the same labels. Under "
             "prefill/decode both pods count each request, so the per-model SLIs, the alerts on them and the "
             "per-member rules read the pods that answer the user only (llm_d_ai_role!=\"prefill\": decode and "
-            "aggregated pods, and series without the label); the per-role rules show the prefill pods' own.")
-    return {"doc": doc, "monitor": monitor, "dashboard": board, "name": doc["metadata"]["name"], "rows": rows,
+            "aggregated pods, and series without the label); the per-role rules show the prefill pods' own. "
+            f"The PodMonitor {gateway['metadata']['name']} scrapes the service's endpoint picker (port metrics, with "
+            "the token of Secret shipyard-metrics-reader-token: manifests/components/epp-metrics-reader) for the "
+            "gateway's availability SLI, which counts requests that never reached vLLM.")
+    return {"doc": doc, "monitor": monitor, "epp_monitor": gateway, "dashboard": board, "name": doc["metadata"]["name"], "rows": rows,
             "note": note}
 
 
