@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -409,3 +411,49 @@ def gate_outputs(out: dict[str, Any], recipe: str, out_dir: str) -> dict[str, An
                          "slo_report": {"reason": out["slo_reason"]},
                          "safety_report": {"reason": out["safety_reason"], "verdict": out["safety_verdict"]}},
             "log": {"params": params, "metrics": out["metrics"], "tags": tags, "artifacts": {**artifacts, **own_files}}}
+
+
+#: the gates wrapper's report outputs -> the report in the candidate folder each is a copy of
+REPORT_FILES = {"accuracy_report": "accuracy.md", "slo_report": "slo.html", "safety_report": "safety.md"}
+
+
+def gates_task(recipe: str, *, base_eval: str, candidate_eval: str, base_bench: str, candidate_bench: str,
+               thresholds: str, slo: str, safety: str, out_dir: str, report_paths: Mapping[str, str],
+               compress_figures: Mapping[str, Any], compress_summary: Mapping[str, Any],
+               base_adapters: str = "", candidate_adapters: str = "", eval_sets: str = "", base_eval_sets: str = "",
+               candidate_eval_sets: str = "", eval_sets_judged: str = "", pending: Sequence[Mapping[str, Any]] = (),
+               tracking_uri: str = "", experiment: str = "", kfp_run_id: str = "") -> dict[str, Any]:
+    """The candidate gates step as its KFP wrapper runs it, with its outputs' paths: :func:`judge_candidate`
+    (``out_dir``: the candidate folder) inside the step's MLflow run, its reports copied to
+    ``report_paths`` (:data:`REPORT_FILES`' keys), its record logged (:func:`gate_outputs`), then the
+    payloads of steps whose image has no MLflow client applied (``compress_summary`` and ``pending``:
+    the inputs' metadata; see :func:`shipyard.tracking.steprun.apply_pending`).
+
+    ``compress_figures``/``compress_summary``: the compress step's metrics and summary metadata ({} for
+    a packaged candidate); the optional inputs' folders are "" without them (``eval_sets_judged``:
+    judge-eval-sets' folder). Returns ``passed``, ``reason``, ``metrics`` and ``metadata`` per output."""
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.eval_sets import JUDGED
+    from shipyard.tracking.steprun import StepRun, apply_pending
+
+    with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
+        out = call_step("base", judge_candidate, recipe=recipe,
+                        base_eval=base_eval, candidate_eval=candidate_eval, base_bench=base_bench,
+                        candidate_bench=candidate_bench, thresholds=thresholds, slo=slo, out_dir=out_dir,
+                        compress_figures=dict(compress_figures), model_uri=str(compress_summary.get("model_uri", "")),
+                        safety=safety, base_adapters=base_adapters, candidate_adapters=candidate_adapters,
+                        eval_sets=eval_sets, base_eval_sets=base_eval_sets, candidate_eval_sets=candidate_eval_sets,
+                        eval_sets_judged=os.path.join(eval_sets_judged, JUDGED) if eval_sets_judged else "")
+        for key, file in REPORT_FILES.items():
+            shutil.copyfile(os.path.join(out_dir, file), report_paths[key])
+        outputs = gate_outputs(out, recipe, out_dir)
+        run.log(**outputs["log"])
+    try:  # payloads of steps whose image has no MLflow client (see tracking/steprun.py)
+        apply_pending(compress_summary, *pending,
+                      context={"kfp_run_id": kfp_run_id, "tracking_uri": tracking_uri, "experiment": experiment})
+    except Exception as err:  # noqa: BLE001 - tracking never fails the gate
+        print(f"shipyard: deferred tracking not applied: {err}", flush=True)
+    print(f"{recipe}: {out['reason']}", flush=True)
+    return {"passed": bool(out["passed"]), "reason": out["reason"], "metrics": out["metrics"],
+            "metadata": outputs["metadata"]}
