@@ -13,8 +13,9 @@ manifest digest (:mod:`shipyard.oci.attestation` signs and stores them as OCI 1.
   it), goodput, TTFT and ITL p99 there, every level's load, latency and lengths (the envelope
   ``shipyard watch`` reads back), the hardware, the vLLM arguments and the engine, and, when the
   benchmark replayed a recorded workload, the fingerprint's digest and the capacity in its units
-  (goodput at the SLO as N x the recorded peak, :func:`capacity_evidence`; null with the reason
-  otherwise) (:func:`slo_predicate`);
+  (goodput at the SLO as N x the recorded peak, :func:`capacity_evidence`) and the SLO measured on
+  the replay itself (TTFT and ITL p99, error rate, goodput, meets or not, :func:`replay_evidence`);
+  each null with the reason otherwise (:func:`slo_predicate`);
 * **safety evidence** (``https://shipyard.io/evidence/safety/v1``): per garak probe family the
   attack-success-rate difference with its interval, the tolerance and the decision
   (:func:`safety_predicate`);
@@ -174,7 +175,8 @@ def slo_predicate(champion: dict[str, Any], serving: dict[str, Any] | None = Non
     ``shipyard watch`` reads back), the hardware, the vLLM arguments (the serving configuration
     the selection chose, else the benchmark's) and the engine; ``workload_digest`` (default: the
     champion record's ``workload.digest``) when a workload fingerprint exists; ``capacity`` (goodput at
-    the SLO as N x the recorded peak, :func:`capacity_evidence`), or null and ``capacity_reason`` saying why."""
+    the SLO as N x the recorded peak, :func:`capacity_evidence`), or null and ``capacity_reason`` saying why;
+    ``replay`` (the SLO measured on the replay itself, :func:`replay_evidence`), or null and ``replay_reason``."""
     from shipyard.serving.sizing import find_knee
 
     slo = champion.get("slo") or {}
@@ -198,6 +200,7 @@ def slo_predicate(champion: dict[str, Any], serving: dict[str, Any] | None = Non
     if workload_digest:
         out["workload"] = {"digest": {"sha256": workload_digest.removeprefix("sha256:")}}
     out["capacity"], out["capacity_reason"] = capacity_evidence(champion)
+    out["replay"], out["replay_reason"] = replay_evidence(champion)
     return out
 
 
@@ -221,6 +224,30 @@ def capacity_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, 
         return None, why
     out = {k: cap.get(k) for k in CAPACITY_FIELDS}
     digest = str(cap.get("digest") or (champion.get("workload") or {}).get("digest") or "")
+    out["workload"] = {"digest": {"sha256": digest.removeprefix("sha256:")}} if digest else None
+    return out, None
+
+
+#: what the SLO evidence keeps of the SLO measured on the replay of the user's traffic
+#: (:func:`shipyard.gates.slo.replay_verdict`)
+REPLAY_FIELDS = ("meets", "gating", "requests", "time_scale", "ttft_p99_ms", "itl_p99_ms", "error_rate", "goodput_rps",
+                 "goodput_share", "requests_per_s", "failures", "text")
+
+
+def replay_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The SLO measured on the recorded workload's replay itself (``slo.replay`` of the champion's
+    record: TTFT and ITL p99, error rate, goodput, whether it meets the SLO and gated, the time scale it
+    ran at) with the digest of the fingerprint replayed, and None; or ``(None, why)``: a synthetic
+    benchmark, or a replay that kept no latency figures."""
+    rep = (champion.get("slo") or {}).get("replay")
+    if not isinstance(rep, dict) or not rep.get("measured"):
+        why = ("the benchmark's load was synthetic (no recorded workload replayed): no SLO figures on your traffic"
+               if not champion.get("workload") else
+               "the replay of the recorded workload kept no latency figures (a benchmark recorded before shipyard "
+               "kept them)")
+        return None, why
+    out = {k: rep.get(k) for k in REPLAY_FIELDS}
+    digest = str(rep.get("digest") or (champion.get("workload") or {}).get("digest") or "")
     out["workload"] = {"digest": {"sha256": digest.removeprefix("sha256:")}} if digest else None
     return out, None
 

@@ -289,7 +289,9 @@ def _slo_section(slo: dict[str, Any]) -> dict[str, Any]:
             # candidate / base per level with its interval and method; where the base's figures come from
             "comparison": slo.get("comparison"), "base_source": slo.get("base_source"),
             # goodput at the SLO as N x the recorded peak (shipyard.gates.capacity); None without a replayed workload
-            "capacity": slo.get("capacity")}
+            "capacity": slo.get("capacity"),
+            # the SLO measured on the replay itself (shipyard.gates.slo.replay_verdict); None without a replay
+            "replay": slo.get("replay")}
 
 
 def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
@@ -310,8 +312,8 @@ def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, An
             metrics[f"{lv['name']}.output_tokens_per_s"] = float(lv["output_tokens_per_s"])
     if record["size_bytes"]:
         metrics["size_bytes"] = float(record["size_bytes"])
-    for key, value in (slo.get("metrics") or {}).items():  # goodput at the SLO / the recorded peak and mean
-        if key.startswith("capacity_"):
+    for key, value in (slo.get("metrics") or {}).items():  # capacity in the recorded units; the SLO on the replay
+        if key.startswith(("capacity_", "replay.")):
             metrics[key] = float(value)
     return metrics
 
