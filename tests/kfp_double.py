@@ -34,7 +34,7 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import jsonschema
@@ -42,6 +42,7 @@ import kfp_server_api
 import yaml
 
 from shipyard.schemas import SCHEMAS_DIR
+from shipyard.testing.loopback import LoopbackServer
 
 SWAGGER = SCHEMAS_DIR / "kfp" / "recurring_run.swagger.json"
 FREE_FORM = {"pipeline_spec", "parameters", "plugins_input", "details"}
@@ -203,7 +204,7 @@ class KfpDouble:
     run_states: list[str] = field(default_factory=lambda: ["RUNNING", "SUCCEEDED"])
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
     url: str = ""
-    _server: ThreadingHTTPServer | None = None
+    _server: LoopbackServer | None = None
 
     def __post_init__(self) -> None:
         self._rr_schema = recurring_run_schema()
@@ -244,15 +245,13 @@ class KfpDouble:
             def do_POST(self) -> None:  # noqa: N802
                 self._handle("POST")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = LoopbackServer(Handler).start()
+        self.url = self._server.url
         return self
 
     def stop(self) -> None:
         if self._server:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
 
     def _authorize(self, headers: Any) -> None:
         if self.token is None and self.cookie is None:

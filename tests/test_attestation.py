@@ -192,6 +192,8 @@ def test_predicates_come_from_the_gate_records(selection: Path, model: Path) -> 
     assert acc["rule"] == "recovery"
     assert slo["slo"]["ttft_p99_ms"] == 500 and slo["knee"]["level"] == "concurrent@2"
     assert slo["knee"]["ttft_p99_ms"] == 110.5 and slo["knee"]["goodput"] is not None
+    # a synthetic benchmark: no capacity in the user's units, and why (tests/test_capacity.py: a replayed one)
+    assert slo["capacity"] is None and slo["capacity_reason"].startswith("the benchmark's load was synthetic")
     assert safety["enabled"] is False and safety["families"] == []
 
 

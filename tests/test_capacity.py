@@ -1,6 +1,7 @@
 """Capacity in the user's units (issue 35, item 4): the SLO gate's goodput as "N x your recorded
 peak" when the benchmark replayed a recorded workload, in the candidate record, the SLO report, the
-candidates report, the decision record and the console line; nothing new without a workload."""
+candidates report, the decision record and the console line; and the SLO judged on the replay itself
+(TTFT/ITL p99, error rate, goodput: the gate fails when it misses); nothing new without a workload."""
 
 from __future__ import annotations
 
@@ -30,12 +31,22 @@ ARRIVALS = {"requests": 60, "duration_s": 300.0, "mean_rate_rps": 0.2, "window_s
             "peak_to_mean": 1.75, "interarrival_cv": 1.3, "interarrival_s": {"p50": 4.0, "mean": 5.0}}
 
 
-def workload(time_scale: float = 2.0, input_mean: float = 40.0) -> dict[str, Any]:
-    """``results["workload"]`` as shipyard.steps.workload's replay keeps it (a faithful replay)."""
+def workload(time_scale: float = 2.0, input_mean: float = 40.0, measured: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``results["workload"]`` as shipyard.steps.workload's replay keeps it (a faithful replay);
+    ``measured``: the replay's own figures (``level``, parsed as a load level is); without it, a
+    benchmark recorded before the replay's figures were kept."""
     fingerprint = {"schema": "shipyard.workload/v1", "digest": DIGEST, "arrivals": ARRIVALS,
                    "lengths": {"input": {"mean": input_mean}, "output": {"mean": 10.0}}}
-    return {"digest": DIGEST, "replayed": "trace", "requests": 60, "time_scale": time_scale, "block_size": 16,
-            "fingerprint": fingerprint, "fidelity": {"valid": True, "failed": [], "line": "workload fidelity: VALID"}}
+    out = {"digest": DIGEST, "replayed": "trace", "requests": 60, "time_scale": time_scale, "block_size": 16,
+           "fingerprint": fingerprint, "fidelity": {"valid": True, "failed": [], "line": "workload fidelity: VALID"}}
+    return {**out, "level": measured} if measured is not None else out
+
+
+#: the replay's own figures (60 requests): within the fixtures' SLO (TTFT p99 <= 500 ms, ITL p99 <= 200 ms, no
+#: errors) though its 3.5 output tok/s are under the SLO's floor of 5 (a replay's tok/s is the traffic's rate)
+REPLAY_OK = level("replay", 1, 0.21, 3.5, (120.0, 180.0, 240.0), (40.0, 45.0, 50.0), ok=60)
+#: a replay missing the SLO: TTFT p99 900 ms and 2 errored requests of 62
+REPLAY_SLOW = level("replay", 1, 0.2, 3.2, (300.0, 600.0, 900.0), (40.0, 45.0, 50.0), ok=60, errored=2)
 
 
 def gates(tmp: Path, replay: dict[str, Any] | None, slo: str = SLO) -> dict[str, Any]:
@@ -132,12 +143,176 @@ def test_a_broken_level_makes_it_a_measured_figure_not_a_lower_bound() -> None:
 def test_the_capacity_travels_into_the_decision_record_and_the_candidates_report(tmp_path: Path) -> None:
     from shipyard.steps.select import select_champion
 
-    gates(tmp_path, workload())
+    gates(tmp_path, workload(measured=REPLAY_OK))
     select_champion([str(tmp_path / "gates")], "size", str(tmp_path / "decision"), str(tmp_path / "r.md"),
                     str(tmp_path / "r.html"))
     record = json.loads((tmp_path / "decision" / "decision-record.json").read_text())
     by = {g["candidate"]: g for g in record["candidates"]}
     assert by["w8a8-int8"]["slo"]["capacity"]["x_recorded_peak"] == round(1.11 / 0.35, 4)
+    # the SLO measured on the replay itself, beside the capacity
+    assert by["w8a8-int8"]["slo"]["replay"]["meets"] is True and by["w8a8-int8"]["slo"]["replay"]["goodput_rps"] == 0.21
     md = (tmp_path / "r.md").read_text()
-    assert "| recipe | fingerprint | replay | capacity at the SLO | fidelity |" in md
-    assert "| w8a8-int8 | sha256:bbbbbbbbbbbb | faithful | serves at least 3.2x your recorded peak" in md
+    assert "| recipe | fingerprint | replay | SLO on your traffic | capacity at the SLO | fidelity |" in md
+    assert (f"| w8a8-int8 | sha256:bbbbbbbbbbbb | faithful | {ON_YOUR_TRAFFIC} | serves at least 3.2x your "
+            "recorded peak") in md
+
+
+def _selected(tmp: Path, replay: dict[str, Any] | None) -> Path:
+    """The real gates and select step on the report fixtures: the decision folder."""
+    from shipyard.steps.select import select_champion
+
+    gates(tmp, replay)
+    select_champion([str(tmp / "gates")], "size", str(tmp / "decision"), str(tmp / "r.md"), str(tmp / "r.html"))
+    return tmp / "decision"
+
+
+def test_the_capacity_is_signed_into_the_slo_evidence_and_read_back_from_the_model(tmp_path: Path) -> None:
+    """The SLO attestation carries the capacity and the fingerprint it rests on; ``shipyard watch
+    --model`` rebuilds it from the verified evidence (issues 35 and 37)."""
+    from shipyard.gates.evidence import SLO, evidence_statements
+    from shipyard.oci.attestation import generate_key_pair, read_key_file
+    from shipyard.steps.attest import attest_package
+    from shipyard.steps.package import package_model
+    from shipyard.steps.watch import envelope_of_model
+
+    decision = _selected(tmp_path, workload())
+    stmts = evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(decision))
+    slo = next(s["predicate"] for s in stmts if s["predicateType"] == SLO)
+    assert slo["workload"] == {"digest": {"sha256": "b" * 64}} and slo["capacity_reason"] is None
+    cap = slo["capacity"]
+    assert cap["x_recorded_peak"] == round(1.11 / 0.35, 4) and cap["x_recorded_mean"] == round(1.11 / 0.2, 4)
+    assert cap["recorded_peak_rps"] == 0.35 and cap["window_s"] == 10 and cap["goodput_rps"] == 1.11
+    assert cap["lower_bound"] is True and cap["time_scale"] == 2.0 and cap["level"] == "concurrent@2"
+    assert cap["workload"] == {"digest": {"sha256": "b" * 64}} and cap["text"].startswith("serves at least 3.2x")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    (model / "model.safetensors").write_bytes(b"weights" * 64)
+    (model / "tokenizer.json").write_text('{"version": "1.0"}')
+    private, public = generate_key_pair(tmp_path / "keys")
+    car = package_model(str(model), str(tmp_path / "champion"))
+    attest_package(str(tmp_path / "champion"), str(decision), key_file=str(private), model_dir=str(model))
+    envelope, _ = envelope_of_model(car["uri"], read_key_file(public, "--key", private=False))
+    assert envelope.capacity == {"goodput_rps": 1.11, "recorded_peak_rps": 0.35, "x_recorded_peak": round(1.11 / 0.35, 4),
+                                 "window_s": 10, "lower_bound": True, "digest": DIGEST}
+
+
+def test_a_synthetic_benchmark_signs_no_capacity_and_says_why(tmp_path: Path) -> None:
+    from shipyard.gates.evidence import SLO, evidence_statements
+    from shipyard.serving.watch import envelope_from_record
+
+    decision = _selected(tmp_path, None)
+    slo = next(s["predicate"] for s in evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(decision))
+               if s["predicateType"] == SLO)
+    assert slo["capacity"] is None and "workload" not in slo
+    assert slo["capacity_reason"] == ("the benchmark's load was synthetic (no recorded workload replayed): "
+                                      "no recorded peak to count in")
+    record = {"levels": slo["levels"], "slo": {"thresholds": slo["slo"], "capacity": slo["capacity"]}}
+    assert envelope_from_record(record).capacity is None
+
+
+# --------------------------------------------------------------------------- the SLO on the replay itself
+ON_YOUR_TRAFFIC = ("on your traffic (replay of sha256:bbbbbbbbbbbb, 60 requests at 2x time scale): TTFT p99 240 ms "
+                   "(SLO <= 500), ITL p99 50 ms (SLO <= 200), error rate 0 (SLO <= 0), goodput 0.21 req/s (100% of "
+                   "its requests within the TTFT and ITL SLO); meets the SLO: yes; the replay ran at 2x the recorded "
+                   "rate (faster than your traffic arrived)")
+
+
+def test_the_slo_is_judged_on_the_replay_itself(tmp_path: Path) -> None:
+    out = gates(tmp_path, workload(measured=REPLAY_OK))
+    rep = out["candidate"]["slo"]["replay"]
+    assert rep["measured"] and rep["meets"] and rep["gating"] and rep["failures"] == []
+    assert (rep["ttft_p99_ms"], rep["itl_p99_ms"], rep["error_rate"]) == (240.0, 50.0, 0.0)
+    assert rep["goodput_share"] == 1.0 and rep["goodput_rps"] == 0.21 and rep["requests"] == 60
+    # the throughput floor is not a check of a replay: its tok/s is the recorded traffic's rate
+    assert [c["check"] for c in rep["checks"]] == ["TTFT p99", "ITL p99", "error rate"]
+    assert rep["text"] == ON_YOUR_TRAFFIC and out["metrics"]["slo_passed"] == 1.0
+    assert ON_YOUR_TRAFFIC in out["candidate"]["slo"]["reason"]
+    assert "your traffic: the recorded workload's replay must meet" in out["candidate"]["slo"]["rule"]
+    assert {k: v for k, v in out["metrics"].items() if k.startswith("replay.")} == {
+        "replay.meets_slo": 1.0, "replay.error_rate": 0.0, "replay.goodput_rps": 0.21, "replay.ttft_p99_ms": 240.0,
+        "replay.itl_p99_ms": 50.0}
+    md = (tmp_path / "gates" / "slo.md").read_text()
+    assert "## SLO on your traffic (the recorded workload's replay)" in md and f"**Candidate:** {ON_YOUR_TRAFFIC}" in md
+    assert "| candidate | TTFT p99 | 240 ms | <= 500 ms | 260 | pass |" in md
+    assert "on your traffic (replay of sha256:bbbbbbbbbbbb" in (tmp_path / "gates" / "slo.html").read_text()
+
+
+def test_a_replay_missing_the_slo_fails_the_gate_naming_the_figure(tmp_path: Path) -> None:
+    out = gates(tmp_path / "gating", workload(time_scale=1.0, measured=REPLAY_SLOW))
+    slo = out["candidate"]["slo"]
+    missed = ("SLO missed on your traffic (replay of sha256:bbbbbbbbbbbb, 62 requests at 1x time scale): TTFT p99 "
+              "900 ms > 500; error rate 0.0323 > 0 (2 errored, 0 incomplete of 62)")
+    assert not out["passed"] and not slo["passed"] and slo["reason"].startswith(f"failed: {missed}; worst regression")
+    assert slo["replay"]["meets"] is False and out["metrics"]["replay.meets_slo"] == 0.0
+    assert slo["replay"]["text"].endswith("; meets the SLO: no (TTFT p99 900 ms > 500; error rate 0.0323 > 0 "
+                                          "(2 errored, 0 incomplete of 62))")  # at 1x: no time-scale words
+    # a replay at another pace says so next to the verdict and in the reason
+    fast = gates(tmp_path / "fast", workload(time_scale=4.0, measured=REPLAY_SLOW))["candidate"]["slo"]
+    assert fast["reason"].startswith("failed: SLO missed on your traffic (replay of sha256:bbbbbbbbbbbb, 62 requests "
+                                     "at 4x time scale): TTFT p99 900 ms > 500; error rate 0.0323 > 0 (2 errored, 0 "
+                                     "incomplete of 62); the replay ran at 4x the recorded rate (faster than your "
+                                     "traffic arrived); worst regression")
+    # slo.judge_replay false: reported, not gating
+    loose = json.dumps({**json.loads(SLO), "judge_replay": False})
+    shown = gates(tmp_path / "shown", workload(time_scale=0.5, measured=REPLAY_SLOW), slo=loose)["candidate"]["slo"]
+    assert shown["passed"] and shown["replay"]["gating"] is False
+    assert shown["replay"]["text"].endswith("; meets the SLO: no (TTFT p99 900 ms > 500; error rate 0.0323 > 0 (2 "
+                                            "errored, 0 incomplete of 62)); the replay ran at 0.5x the recorded rate "
+                                            "(slower than your traffic arrived); not gating: slo.judge_replay is false")
+    assert shown["replay"]["text"] in shown["reason"] and "is reported against (slo.judge_replay false" in shown["rule"]
+
+
+def test_no_replay_changes_nothing_and_a_replay_without_figures_is_not_judged(tmp_path: Path) -> None:
+    from shipyard.gates.slo import compare, parse_slo
+
+    synthetic = gates(tmp_path / "synthetic", None)
+    assert synthetic["candidate"]["slo"]["replay"] is None and synthetic["passed"]
+    assert not any(k.startswith("replay.") for k in synthetic["metrics"])
+    assert "your traffic" not in synthetic["candidate"]["slo"]["reason"] + synthetic["candidate"]["slo"]["rule"]
+    assert "on your traffic" not in (tmp_path / "synthetic" / "gates" / "slo.md").read_text()
+    # the decision without a replay is the one before: same verdict, reason and rule as the load levels alone
+    slo = parse_slo(SLO)
+    plain = compare(BASE_BENCH, CAND_BENCH, slo)
+    assert plain["replay"] is None and plain["base_replay"] is None
+    # a benchmark recorded before the replay's figures were kept: said, not judged, not failed
+    old = gates(tmp_path / "old", workload())["candidate"]["slo"]
+    assert old["passed"] and old["replay"]["measured"] is False and old["replay"]["meets"] is None
+    assert old["replay"]["text"].startswith("on your traffic (replay of sha256:bbbbbbbbbbbb): the replay kept no "
+                                            "latency figures")
+
+
+def test_the_slo_on_your_traffic_is_signed_into_the_slo_evidence(tmp_path: Path) -> None:
+    from shipyard.gates.evidence import SLO as SLO_TYPE
+    from shipyard.gates.evidence import evidence_statements
+
+    def predicate(tmp: Path, replay: dict[str, Any] | None) -> dict[str, Any]:
+        decision = _selected(tmp, replay)
+        return next(s["predicate"] for s in evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(decision))
+                    if s["predicateType"] == SLO_TYPE)
+
+    signed = predicate(tmp_path / "replayed", workload(measured=REPLAY_OK))
+    rep = signed["replay"]
+    assert signed["replay_reason"] is None and signed["capacity"] is not None  # beside the capacity
+    assert rep["meets"] is True and rep["gating"] is True and rep["time_scale"] == 2.0 and rep["requests"] == 60
+    assert (rep["ttft_p99_ms"], rep["itl_p99_ms"], rep["error_rate"], rep["goodput_rps"]) == (240.0, 50.0, 0.0, 0.21)
+    assert rep["text"] == ON_YOUR_TRAFFIC and rep["workload"] == {"digest": {"sha256": "b" * 64}}
+    synthetic = predicate(tmp_path / "synthetic", None)
+    assert synthetic["replay"] is None and synthetic["replay_reason"] == (
+        "the benchmark's load was synthetic (no recorded workload replayed): no SLO figures on your traffic")
+    old = predicate(tmp_path / "old", workload())
+    assert old["replay"] is None and old["replay_reason"].startswith("the replay of the recorded workload kept no latency")
+
+
+def test_a_bad_judge_replay_is_one_line_naming_it() -> None:
+    import pytest
+
+    from shipyard.core.errors import ShipyardError
+    from shipyard.gates.config import slo_config
+
+    assert slo_config(None).judge_replay is True and slo_config({"judge_replay": False}).judge_replay is False
+    for bad in ("no", 0, None):
+        with pytest.raises(ShipyardError) as err:
+            slo_config({"judge_replay": bad})
+        assert err.value.field == "slo.judge_replay" and "must be true or false" in err.value.problem
+        assert "\n" not in str(err.value)

@@ -7,6 +7,8 @@ check, a missing CRD). The double's RBAC is the one the overlay ships, enforced.
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.server
 import json
 import shutil
 import subprocess
@@ -27,6 +29,7 @@ from shipyard.serving.kserve.apply import Kube, api_client
 from shipyard.serving.kserve.config import parse_config
 from shipyard.serving.kserve.render import render
 from shipyard.testing.k8s_double import FULL_INSTALL_GROUPS, K8sDouble
+from shipyard.testing.loopback import LoopbackServer
 from shipyard.testing.registry import LocalRegistry
 from shipyard.testing.services import MlflowServer, MotoS3
 
@@ -457,37 +460,29 @@ def test_an_mlflow_that_cannot_store_artifacts_fails_the_round_trip_in_one_line(
     assert err.value.field == "mlflow artifacts" and "answered 500" in str(err.value) and "boto3" in str(err.value)
 
 
-class _IstioDenies:
+@contextlib.contextmanager
+def _istio_denies() -> Iterator[str]:
     """What a pipeline pod without a sidecar meets in a profile namespace: MLflow's Istio sidecar
     whose owner-only AuthorizationPolicy refuses it; Envoy's RBAC filter answers every path (even
     /health) 403 with the body ``RBAC: access denied``, and MLflow never sees the request."""
 
-    def __enter__(self) -> str:
-        import http.server
-        import threading
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _deny(self) -> None:
+            body = b"RBAC: access denied"
+            self.send_response(403)
+            self.send_header("content-type", "text/plain")
+            self.send_header("content-length", str(len(body)))
+            self.send_header("server", "istio-envoy")
+            self.end_headers()
+            self.wfile.write(body)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _deny(self) -> None:
-                body = b"RBAC: access denied"
-                self.send_response(403)
-                self.send_header("content-type", "text/plain")
-                self.send_header("content-length", str(len(body)))
-                self.send_header("server", "istio-envoy")
-                self.end_headers()
-                self.wfile.write(body)
+        do_GET = do_POST = do_PUT = do_DELETE = _deny
 
-            do_GET = do_POST = do_PUT = do_DELETE = _deny
+        def log_message(self, *args: Any) -> None:
+            pass
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    with LoopbackServer(Handler) as server:
+        yield server.url
 
 
 def test_istios_403_is_named_with_the_policy_fix_not_a_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -500,7 +495,7 @@ def test_istios_403_is_named_with_the_policy_fix_not_a_token(tmp_path: Path, mon
     from shipyard.steps.preflight import preflight_step
 
     profile_uri = "http://mlflow.kubeflow-user-example-com.svc.cluster.local:5000"
-    with _IstioDenies() as sidecar:
+    with _istio_denies() as sidecar:
         api = cc.mlflow_api_check(profile_uri, sidecar)
         artifacts = cc.mlflow_artifact_check(profile_uri, sidecar)
         _no_kubeconfig(monkeypatch, tmp_path)

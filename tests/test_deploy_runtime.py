@@ -11,12 +11,15 @@ from pathlib import Path
 
 from shipyard.components.deploy.component import deploy
 from shipyard.runtimes.runtime import runtime_image, venv_python
+from shipyard.steps.deploy import deploy_task, promote_verified
 
 
 def test_the_deploy_step_runs_in_the_vllm_image_and_calls_only_the_vllm_runtime() -> None:
     assert deploy.component_spec.implementation.container.image == runtime_image("vllm")
-    source = inspect.getsource(deploy.python_func)
-    assert 'call_step("base"' not in source and source.count('"vllm"') >= 2
+    wrapper = inspect.getsource(deploy.python_func)
+    assert "call_step(" not in wrapper and "deploy_task(" in wrapper  # the wrapper hands the step to deploy_task
+    source = inspect.getsource(deploy_task) + inspect.getsource(promote_verified)
+    assert 'call_step("base"' not in source and source.count('call_step("vllm"') == 2
 
 
 def test_in_the_vllm_image_the_accuracy_slice_and_slo_smoke_run_in_process(tmp_path: Path) -> None:

@@ -49,11 +49,11 @@ FILE_RELATIVE = {
 }
 
 #: the longest a function may be, in lines from ``def`` to its last line, per source folder. Issue 30
-#: asks for 80 in product code, which shipyard now meets (its longest: benchmarking/guidellm.py
-#: parse_benchmark_config, 80). components: today's longest, the deploy wrapper, whose signature and
-#: KFP docstring, which the compiled IR carries, are 66 of its lines. Lower a cap when the function at
-#: it is split; never raise one.
-MAX_FUNCTION_LINES = {"shipyard": 80, "components": 122, "pipelines": 80}
+#: asks for 80 in product code, which every folder now meets (the longest: benchmarking/guidellm.py
+#: parse_benchmark_config and the candidate_gates wrapper, whose 25-input signature and KFP docstring,
+#: which the compiled IR carries, are 56 of its lines). Lower a cap when the function at it is split;
+#: never raise one.
+MAX_FUNCTION_LINES = {"shipyard": 80, "components": 80, "pipelines": 80}
 
 
 def _module(path: Path) -> str:

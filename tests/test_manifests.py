@@ -289,3 +289,30 @@ def test_keda_query_selects_the_scaled_objects_namespace(path):
             if trigger["type"] == "prometheus":
                 selectors = re.findall(r"\{([^}]*)\}", trigger["metadata"]["query"])
                 assert selectors and all(f'namespace="{ns}"' in s for s in selectors), trigger["metadata"]["query"]
+
+
+def test_the_epp_metrics_reader_installs_as_the_readme_says(tmp_path):
+    """manifests/README.md's Monitoring snippet added to the kustomization that installs KFP standalone's
+    serving namespace: the reader's ServiceAccount and token Secret land there (the PodMonitor <service>-epp
+    names that Secret), the binding's subject follows them, and the ClusterRole grants get /metrics only."""
+    from shipyard.serving.gateway_slis import READER_SECRET
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Monitoring (opt-in)", 1)[1].split("\n## ", 1)[0]
+    snippet = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    tree = tmp_path / "manifests"
+    shutil.copytree(ROOT, tree)
+    serving = tree / "overlays" / "kfp-standalone" / "serving" / "kustomization.yaml"
+    serving.write_text(yaml.safe_dump({**yaml.safe_load(serving.read_text()), **snippet}))
+    docs = build(tree / "overlays" / "kfp-standalone")
+    assert validate_documents(docs, "epp-metrics-reader") == []
+    serving_ns = cluster_layout("kfp-standalone")["serving_namespace"]
+    by_kind = {d["kind"]: d for d in docs if "shipyard-metrics-reader" in d["metadata"]["name"]}
+    assert set(by_kind) == {"ServiceAccount", "Secret", "ClusterRole", "ClusterRoleBinding"}
+    secret = by_kind["Secret"]
+    assert secret["metadata"]["name"] == READER_SECRET and secret["metadata"]["namespace"] == serving_ns
+    assert secret["metadata"]["annotations"]["kubernetes.io/service-account.name"] == "shipyard-metrics-reader"
+    assert by_kind["ServiceAccount"]["metadata"]["namespace"] == serving_ns
+    assert by_kind["ClusterRoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "shipyard-metrics-reader", "namespace": serving_ns}]
+    assert by_kind["ClusterRole"]["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from shipyard.core.net import free_port
 from shipyard.oci import layout as oci_layout
 from shipyard.oci import modelcar, transfer
 from shipyard.oci.client import RegistryClient
+from shipyard.testing.loopback import LoopbackServer
 from shipyard.testing.registry import LocalRegistry
 
 pytestmark = pytest.mark.usefixtures("registry_tools")
@@ -289,17 +289,15 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.server = LoopbackServer(Handler)
+        self.address = self.server.address
 
     def __enter__(self) -> FaultProxy:
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 def test_transient_errors_are_retried(tiny_model: Path, tmp_path: Path, registry: LocalRegistry) -> None:

@@ -138,4 +138,4 @@ def test_the_replayed_workload_travels_into_the_decision_record_and_the_report(t
     assert by["w8a8-int8"]["workload"]["digest"] == "sha256:" + "a" * 64 and by["w4a16"]["workload"] is None
     md = (tmp_path / "r.md").read_text()
     assert "## Your traffic (the recorded workload replayed)" in md
-    assert "| w8a8-int8 | sha256:aaaaaaaaaaaa | NOT faithful: hit_rate | – | workload fidelity: INVALID" in md
+    assert "| w8a8-int8 | sha256:aaaaaaaaaaaa | NOT faithful: hit_rate | – | – | workload fidelity: INVALID" in md

@@ -3,10 +3,9 @@ each level's maxima and means over its own measured windows (every repeat)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -17,6 +16,7 @@ from shipyard.benchmarking.server_metrics import (
     parse_gauges,
     window_stats,
 )
+from shipyard.testing.loopback import LoopbackServer
 
 #: a vLLM 0.32 /metrics answer, abridged (two engines: waiting and running add up, the KV share is the fuller one)
 METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -85,14 +85,8 @@ class _Metrics(BaseHTTPRequestHandler):
 @pytest.fixture
 def metrics_server() -> Iterator[str]:
     _Metrics.answers = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with LoopbackServer(_Metrics) as server:
+        yield server.url
 
 
 def test_the_sampler_reads_metrics_while_the_block_runs_and_stops_after(metrics_server: str) -> None:

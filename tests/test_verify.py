@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from shipyard.evaluation.golden import (
 )
 from shipyard.gates.verification import api_root, load_recorded, parse_verify_config, selected_level
 from shipyard.steps.verify import _pd_checks, scrape, served_models
+from shipyard.testing.loopback import LoopbackServer
 
 
 def golden(*texts: str, tokens: bool = True) -> dict:
@@ -164,15 +164,11 @@ def _page(prompt: float, gen: float, xfer: float, failed: float) -> str:
 
 
 def test_pd_checks_read_vllm_counters_and_unreachable_pools_are_not_checked() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    try:
+    with LoopbackServer(_Metrics) as server:
+        url = f"{server.url}/metrics"
         _Metrics.pages = [_page(10, 0, 0, 0), _page(0, 5, 2, 0), _page(90, 0, 0, 0), _page(0, 50, 9, 1)]
         before = {"prefill": scrape(url, 5), "decode": scrape(url, 5)}
         after = {"prefill": scrape(url, 5), "decode": scrape(url, 5)}
-    finally:
-        server.shutdown()
     checks = {c.name: c for c in _pd_checks(before, after)}
     assert checks["P/D prefill vllm:prompt_tokens_total"].passed and checks["P/D prefill vllm:prompt_tokens_total"].measured == 80
     assert checks["P/D decode vllm:generation_tokens_total"].passed

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import require_tool
@@ -28,19 +29,29 @@ LEVELS = [{"name": f"constant@{rps:g}", "strategy": "constant", "nominal_load": 
           for rps, ttft, itl in ((1.0, 80.0, 20.0), (2.0, 120.0, 25.0), (4.0, 900.0, 60.0))]
 SLO = {"ttft_p99_ms": 500.0, "itl_p99_ms": 50.0, "max_error_rate": 0.0}
 RECORD = {"schema": "shipyard.candidate/v1", "recipe": "w8a8-int8", "passed": True, "reason": "passed", "levels": LEVELS, "slo": {"thresholds": SLO}}
+WORKLOAD = "sha256:" + "b" * 64
+#: the same champion had its benchmark replayed a recorded workload (shipyard.gates.capacity): one replica's
+#: goodput at the SLO 2 req/s, twice the recorded peak of 1 req/s (in 10-s windows)
+CAPACITY = {"goodput_rps": 2.0, "level": "constant@2", "requests_per_s": 2.0, "goodput_share": 1.0, "lower_bound": False,
+            "recorded_peak_rps": 1.0, "recorded_mean_rps": 0.4, "window_s": 10, "x_recorded_peak": 2.0,
+            "x_recorded_mean": 5.0, "time_scale": 1.0, "digest": WORKLOAD}
+REPLAYED = {**RECORD, "slo": {**RECORD["slo"], "capacity": CAPACITY}, "workload": {"digest": WORKLOAD}}
 #: TTFT histogram edges (vLLM's defaults start 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25 ...)
 EDGES = (0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
 
 
 def _series(model: str, replicas: int, rps: float, prompt: float, output: float, ttft_s: float,
-            start: float, end: float, step: float = 15.0) -> list[str]:
-    """OpenMetrics lines of ``replicas`` vLLM instances serving ``rps`` requests/s each, every request
-    with ``prompt``/``output`` tokens, TTFT spread evenly below ``ttft_s`` (so p99 is just under it),
-    and half of the prompt blocks found in the prefix cache."""
+            start: float, end: float, step: float = 15.0, burst: tuple[float, float, float] | None = None) -> list[str]:
+    """OpenMetrics lines of ``replicas`` vLLM instances serving ``rps`` requests/s each (``burst``:
+    ``(from, to, rps)``, a higher rate between those times), every request with ``prompt``/``output``
+    tokens, TTFT spread evenly below ``ttft_s`` (so p99 is just under it), and half of the prompt
+    blocks found in the prefix cache."""
     lines = []
-    t, n = start, 0
+    t, n, extra = start, 0, 0.0
     while t <= end:
-        done = rps * step * n
+        if burst and burst[0] < t <= burst[1]:
+            extra += (burst[2] - rps) * step
+        done = rps * step * n + extra
         for i in range(replicas):
             lab = f'model_name="{model}",instance="10.0.0.{i}:8000"'
             lines += [f"vllm:request_success_total{{{lab},finished_reason=\"stop\"}} {done} {t:.3f}",
@@ -62,9 +73,10 @@ def _series(model: str, replicas: int, rps: float, prompt: float, output: float,
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Prometheus with 40 minutes of three served models, up to a minute ago: ``steady`` serves
+    """A real Prometheus with 40 minutes of four served models, up to a minute ago: ``steady`` serves
     what the champion was qualified on, ``drifted`` prompts 2.5x longer at 3 req/s per replica,
-    ``attested`` what the signed champion of :func:`attested` was qualified on."""
+    ``attested`` what the signed champion of :func:`attested` was qualified on, ``bursty`` the
+    champion's lengths at 0.5 req/s per replica but 2.5 req/s for six minutes (from 16 minutes ago)."""
     require_tool(bool(shutil.which("prometheus")) and bool(shutil.which("promtool")), "apt-get install -y prometheus")
     root = tmp_path_factory.mktemp("prometheus")
     end = time.time() - 60
@@ -73,7 +85,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     lines = (_series("steady", 2, 1.5, 200, 100, 0.1, start, end)
              + _series("drifted", 2, 3.0, 500, 100, 0.3, start, end)
              # what the attested champion (report_fixtures' w8a8-int8: 32/16 tokens, knee 1.11 req/s) was qualified on
-             + _series("attested", 2, 0.5, 32, 16, 0.06, start, end))
+             + _series("attested", 2, 0.5, 32, 16, 0.06, start, end)
+             + _series("bursty", 2, 0.5, 200, 100, 0.1, start, end, burst=(end - 16 * 60, end - 10 * 60, 2.5)))
     (root / "data.om").write_text("\n".join(sorted(lines, key=lambda line: float(line.rsplit(" ", 1)[1])))
                                   + "\n# EOF\n")
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(root / "tsdb")],
@@ -93,10 +106,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def _watch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _watch(tmp_path: Path, *args: str, record: dict[str, Any] = RECORD) -> subprocess.CompletedProcess[str]:
     champion = tmp_path / "champion"
     champion.mkdir(exist_ok=True)
-    (champion / "candidate.json").write_text(json.dumps(RECORD))
+    (champion / "candidate.json").write_text(json.dumps(record))
     return subprocess.run([sys.executable, "-m", "shipyard.cli.main", "watch", "--champion", str(champion), *args],
                           capture_output=True, text=True, timeout=120, check=False)
 
@@ -124,6 +137,33 @@ def test_each_dimension_drifts_on_its_own() -> None:
     assert compare(env, Live(**{**steady.__dict__, "ttft_p99_ms": 200}), tol)["drifted"] == ["ttft"]
     idle = compare(env, Live(None, None, None, 2, None, None, 1800), tol)
     assert idle["drifted"] == [] and all(r["drifted"] is None for r in idle["rows"])
+
+
+def test_the_live_peak_is_held_against_the_qualified_capacity() -> None:
+    """A replayed workload's capacity (one replica's goodput at the SLO, N x the recorded peak): the
+    window's peak load per replica against it, live peak / recorded peak and the headroom."""
+    env, tol = envelope_from_record(REPLAYED), parse_tolerance(None)
+    assert env.capacity == {"goodput_rps": 2.0, "recorded_peak_rps": 1.0, "x_recorded_peak": 2.0, "window_s": 10,
+                            "lower_bound": False, "digest": WORKLOAD}
+    steady = Live(prompt_tokens=210, output_tokens=95, rps=3.0, replicas=2, ttft_p99_ms=110, prefix_hit_rate=0.4,
+                  window_s=1800, peak_rps=3.2, peak_rps_per_replica=1.6, peak_window_s=120)
+    out = compare(env, steady, tol)
+    row = next(r for r in out["rows"] if r["dimension"] == "capacity")
+    assert out["drifted"] == [] and row["drifted"] is False and row["live"] == 1.6 and row["qualified"] == 2.0
+    assert row["peak"]["x_recorded_peak"] == 3.2 and row["peak"]["headroom"] == 0.2  # 1.6 of 2 req/s a replica
+    assert row["note"] == ("at most the goodput at the SLO x1.00, headroom 20%; live peak 3.2 req/s = 3.2x your recorded "
+                           "peak of 1 req/s (qualified: 2x a replica, 4x at 2 replicas; 120-s windows, recorded in 10-s)")
+    # the mean load per replica stays below the knee, the bursts pass the goodput at the SLO: the capacity drifts alone
+    burst = compare(env, Live(**{**steady.__dict__, "peak_rps": 5.0, "peak_rps_per_replica": 2.5}), tol)
+    assert burst["drifted"] == ["capacity"] and '"loads":[0.75,1.5,2.25,2.5,3.0]' in burst["requalify"]
+    assert "25% past it; live peak 5 req/s = 5x your recorded peak" in next(
+        r["note"] for r in burst["rows"] if r["dimension"] == "capacity")
+    assert compare(env, Live(**{**steady.__dict__, "peak_rps_per_replica": 2.5}),
+                   parse_tolerance('{"capacity": 0.3}'))["drifted"] == []
+    # a synthetic benchmark: the peak is shown, never judged
+    synthetic = next(r for r in compare(envelope_from_record(RECORD), steady, tol)["rows"] if r["dimension"] == "capacity")
+    assert synthetic["drifted"] is None and synthetic["live"] == 1.6 and synthetic["qualified"] is None
+    assert synthetic["note"].startswith("shown only: the qualifying benchmark replayed no recorded workload")
 
 
 @pytest.mark.parametrize("text, said", [("{", "--tolerance: is not JSON"), ("[1]", "--tolerance: is not a JSON object"),
@@ -155,6 +195,37 @@ def test_longer_prompts_at_a_heavier_load_are_named_and_a_requalification_propos
     assert any(line.startswith("  input length (tokens): DRIFT live 500 vs qualified 200 x2.50") for line in lines)
     assert lines[-1].startswith("re-qualify on this traffic: shipyard submit optimize-and-deploy ")
     assert '"prompt_tokens":500' in lines[-1]
+
+
+def test_bursts_past_the_qualified_capacity_are_named_though_the_mean_load_is_within(prometheus: str,
+                                                                                     tmp_path: Path) -> None:
+    """``bursty`` averages 0.9 req/s a replica over 30 minutes (the knee is 2) but took 2.5 for six
+    minutes: past the goodput at the SLO the replayed workload qualified (2 req/s a replica)."""
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "bursty", "-o", "json", record=REPLAYED)
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    out = json.loads(proc.stdout)
+    rows = {r["dimension"]: r for r in out["rows"]}
+    assert out["drifted"] == ["capacity"] and rows["load"]["drifted"] is False
+    assert rows["load"]["live"] == pytest.approx(0.9, rel=0.1)
+    cap = rows["capacity"]
+    assert cap["live"] == pytest.approx(2.5, rel=0.02) and cap["qualified"] == 2.0
+    assert cap["peak"]["live_peak_rps"] == pytest.approx(5.0, rel=0.02) and cap["peak"]["window_s"] == 120
+    assert cap["peak"]["x_recorded_peak"] == pytest.approx(5.0, rel=0.02) and cap["peak"]["headroom"] < 0
+    assert cap["peak"]["workload_digest"] == WORKLOAD
+    text = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "bursty", record=REPLAYED)
+    print(text.stdout)
+    assert text.returncode == 1 and text.stdout.startswith("watch w8a8-int8 over 30 min: drifted (capacity)")
+    assert "  peak load per replica (req/s): DRIFT live 2.5 vs qualified 2 x1.25  (at most the goodput at the SLO " \
+           "x1.00, 25% past it; live peak 5 req/s = 5x your recorded peak of 1 req/s" in text.stdout
+    # the qualified load, steady at 1.5 req/s a replica: within the capacity, with its headroom
+    steady = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "steady", "-o", "json", record=REPLAYED)
+    assert steady.returncode == 0, steady.stderr + steady.stdout
+    row = next(r for r in json.loads(steady.stdout)["rows"] if r["dimension"] == "capacity")
+    assert row["drifted"] is False and row["peak"]["headroom"] == pytest.approx(0.25, abs=0.02)
+    # without a replayed workload the peak is shown only
+    plain = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "bursty", "-o", "json")
+    assert plain.returncode == 0, plain.stderr + plain.stdout
+    assert next(r for r in json.loads(plain.stdout)["rows"] if r["dimension"] == "capacity")["drifted"] is None
 
 
 def test_a_model_prometheus_has_no_series_for_is_one_line(prometheus: str, tmp_path: Path) -> None:

@@ -207,6 +207,33 @@ def test_sent_requests_are_read_from_guidellms_report_shape() -> None:
                                           {"t": 12.0, "input": 7, "output": None}]
 
 
+def test_the_replays_own_latencies_are_parsed_as_a_load_level_is() -> None:
+    """The replay's guidellm report (its one benchmark, strategy ``replay``) gives the level the SLO
+    gate judges: per-request TTFT/ITL samples, percentiles, errors counted (issue 35)."""
+    from shipyard.benchmarking.workload_replay import replay_level
+
+    def dist(values: list[float]) -> dict:
+        return {"count": len(values), "mean": sum(values) / len(values),
+                "percentiles": {"p50": sorted(values)[len(values) // 2], "p90": max(values), "p99": max(values)}}
+
+    ok = [{"request_start_time": 10.0 + i, "request_end_time": 10.5 + i, "time_to_first_token_ms": 100.0 + 10 * i,
+           "inter_token_latency_ms": 20.0, "request_latency": 0.5, "output_tokens": 8, "prompt_tokens": 40}
+          for i in range(4)]
+    bench = {"start_time": 10.0, "end_time": 14.0, "duration": 4.0, "config": {"strategy": {"type_": "replay"}},
+             "metrics": {"request_totals": {"successful": 4, "errored": 1, "incomplete": 0},
+                         "time_to_first_token_ms": {"successful": dist([100.0, 110.0, 120.0, 130.0])},
+                         "inter_token_latency_ms": {"successful": dist([20.0] * 4)},
+                         "requests_per_second": {"successful": dist([0.8])}},
+             "requests": {"successful": ok, "errored": [{"info": {"error": "500 Internal Server Error"}}],
+                          "incomplete": []}}
+    level = replay_level({"benchmarks": [bench]})
+    assert level is not None and level["name"] == "replay" and level["total"] == 5 and level["error_rate"] == 0.2
+    assert level["ttft_ms"]["p99"] == 130.0 and level["itl_ms"]["p99"] == 20.0 and level["requests_per_s"] == 0.8
+    assert level["samples"]["ttft_ms"] == [100.0, 110.0, 120.0, 130.0] and level["first_errors"] == [
+        "500 Internal Server Error"]
+    assert replay_level({"benchmarks": []}) is None
+
+
 def test_other_trace_formats_read_their_real_columns(tmp_path: Path) -> None:
     azure = tmp_path / "azure.csv"
     azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
@@ -566,6 +593,9 @@ def test_the_benchmark_replays_the_shipped_trace_faithfully_under_a_real_prometh
     assert replayed["digest"] == load_fingerprint(local_trace.fingerprint_path()).digest
     assert out["metrics"]["workload.fidelity_valid"] == 1.0
     assert "workload fidelity: VALID" in (tmp_path / "bench" / "summary.md").read_text()
+    # the replay's own latencies, parsed as a load level is: what the SLO gate judges on your traffic
+    assert replayed["level"]["name"] == "replay" and replayed["level"]["ttft_ms"]["p99"] is not None
+    assert replayed["level"]["samples"]["ttft_ms"], replayed["level"]
     server_hit = fidelity["checks"]["hit_rate"]["server"]
     other = build_fingerprint(_lognormal_trace(200, 3), source="azure").data
     requests = sent_from_guidellm(sent)

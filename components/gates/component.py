@@ -33,8 +33,8 @@ def candidate_gates(
     candidate_eval_sets: Input[Artifact] = None,
     eval_sets_judged: Input[Artifact] = None,
 ) -> bool:
-    """Accuracy gate (recovery against the base) and SLO gate (latency and throughput under
-    load against the base) for one candidate; both fail closed.
+    """The gates of one candidate against the base, each failing closed: accuracy (recovery), SLO (latency
+    and throughput under load), safety (garak scans) and your eval sets. Rules, reports: components/gates/README.md.
 
     Args:
         recipe: The candidate's recipe (its name in reports and MLflow).
@@ -47,72 +47,45 @@ def candidate_gates(
         candidate: candidate.json: everything the candidates report shows for this candidate.
         accuracy_report: The accuracy gate's table (recovery per metric).
         slo_report: The SLO gate's HTML report with plots (stored as slo_report.html).
+        safety_report: The safety gate's report (per garak probe family: attack success rates, decision).
         compress_metrics: The compress step's figures (size before/after); none for a packaged candidate.
         compress_summary: The compress step's summary (its metadata names the model artifact).
         tracking_uri: MLflow tracking URI (the pipeline parameter).
         experiment: MLflow experiment.
         kfp_run_id: dsl.PIPELINE_JOB_ID_PLACEHOLDER.
-        safety: The safety parameter (JSON): garak probes, tolerance per probe family, require.
-            With probes, the safety gate compares both models' garak scans (attack success rate
-            per family, judged on the 95% interval of the difference: pass, FAIL or inconclusive);
-            a missing scan fails closed. Empty: the safety gate is off.
-        safety_report: The safety gate's report: per family the attempts, base and candidate
-            attack success rate with 95% intervals and garak's pass rate, the difference and its
-            interval, the decision; the attacks that got through for the candidate and not for the base.
+        safety: The safety parameter (JSON: garak probes, tolerance per family, require; empty: off).
         base_adapters: The base's per-LoRA-adapter results (evaluate_adapters_hf); none without adapters.
-        candidate_adapters: The candidate's, with the same adapters: the accuracy gate runs once per
-            adapter (candidate+adapter vs base+adapter), and the candidate passes only if every adapter does.
-        eval_sets: Your eval sets, prepared once for the run. When it holds sets, the eval-sets gate
-            decides each set by the accuracy gate's paired non-inferiority rule (the set's margin,
-            Holm across sets; a rubric set gates only with a calibrated judge): a candidate that
-            fails a set is not eligible to be champion. Its report is eval_sets.md beside candidate.json.
+        candidate_adapters: The candidate's, with the same adapters: it passes only if every adapter does.
+        eval_sets: Your eval sets, prepared once for the run (the gate's report: eval_sets.md beside candidate.json).
         base_eval_sets: The base's eval-set results (its measure step).
         candidate_eval_sets: The candidate's eval-set results (same prepared sets, same eval_config).
         eval_sets_judged: The judge's verdicts on the rubric sets (judge-eval-sets); none without rubric sets.
 
     Returns True when the candidate passed its gates (the reason is in candidate's metadata).
     """
-    import os
-    import shutil
+    from shipyard.runtimes.runtime import name_output, record_outputs
+    from shipyard.steps.judge import gates_task
 
-    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
-    from shipyard.steps.judge import gate_outputs, judge_candidate
-    from shipyard.tracking.steprun import StepRun, apply_pending
-
-    def path(artifact: Input[Artifact], name: str = "") -> str:  # an optional input's path ("" without it)
-        return "" if artifact is None else os.path.join(artifact.path, name) if name else artifact.path
+    def path(artifact: Input[Artifact]) -> str:  # an optional input's path ("" without it)
+        return "" if artifact is None else artifact.path
 
     # the reports are stored and recorded under names a browser and MLflow know (KFP and the run folder)
-    name_output(accuracy_report, ".md")
-    name_output(safety_report, ".md")
-    name_output(slo_report, ".html")
-    reports = {"accuracy_report": (accuracy_report, "accuracy.md"), "slo_report": (slo_report, "slo.html"),
-               "safety_report": (safety_report, "safety.md")}
-    with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
-                 params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
-        out = call_step("base", judge_candidate, recipe=recipe,
-                        base_eval=base_eval.path, candidate_eval=candidate_eval.path, base_bench=base_bench.path,
-                        candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, out_dir=candidate.path,
-                        compress_figures=dict(compress_metrics.metadata) if compress_metrics is not None else {},
-                        model_uri=str(compress_summary.metadata.get("model_uri", "")) if compress_summary is not None
-                        else "", safety=safety, base_adapters=path(base_adapters),
-                        candidate_adapters=path(candidate_adapters), eval_sets=path(eval_sets),
-                        base_eval_sets=path(base_eval_sets), candidate_eval_sets=path(candidate_eval_sets),
-                        eval_sets_judged=path(eval_sets_judged, "judged.json"))
-        for report, file in reports.values():
-            shutil.copyfile(os.path.join(candidate.path, file), report.path)
-        record_outputs(out, metrics=metrics)
-        outputs = gate_outputs(out, recipe, candidate.path)
-        for name, artifact in {"candidate": candidate, **{k: r for k, (r, _) in reports.items()}}.items():
-            artifact.metadata.update(outputs["metadata"][name])
-        run.log(**outputs["log"])
-    try:  # payloads of steps whose image has no MLflow client (see track/steprun.py)
-        apply_pending(compress_summary.metadata if compress_summary is not None else {}, candidate_eval.metadata, candidate_bench.metadata,
-                      base_eval.metadata, base_bench.metadata,
-                      context={"kfp_run_id": kfp_run_id, "tracking_uri": tracking_uri, "experiment": experiment})
-    except Exception as err:  # noqa: BLE001 - tracking never fails the gate
-        print(f"shipyard: deferred tracking not applied: {err}", flush=True)
-    print(f"{recipe}: {out['reason']}", flush=True)
+    reports = {"accuracy_report": name_output(accuracy_report, ".md"), "slo_report": name_output(slo_report, ".html"),
+               "safety_report": name_output(safety_report, ".md")}
+    out = gates_task(recipe, base_eval=base_eval.path, candidate_eval=candidate_eval.path, base_bench=base_bench.path,
+                     candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, safety=safety,
+                     out_dir=candidate.path, report_paths=reports,
+                     compress_figures=compress_metrics.metadata if compress_metrics is not None else {},
+                     compress_summary=compress_summary.metadata if compress_summary is not None else {},
+                     base_adapters=path(base_adapters), candidate_adapters=path(candidate_adapters),
+                     eval_sets=path(eval_sets), base_eval_sets=path(base_eval_sets),
+                     candidate_eval_sets=path(candidate_eval_sets), eval_sets_judged=path(eval_sets_judged),
+                     pending=[candidate_eval.metadata, candidate_bench.metadata, base_eval.metadata, base_bench.metadata],
+                     tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
+    record_outputs(out, metrics=metrics)
+    for name, artifact in {"candidate": candidate, "accuracy_report": accuracy_report, "slo_report": slo_report,
+                           "safety_report": safety_report}.items():
+        artifact.metadata.update(out["metadata"][name])
     return bool(out["passed"])
 
 

@@ -43,7 +43,7 @@ def package_model(
     from collections import namedtuple
 
     from shipyard.runtimes.runtime import call_step
-    from shipyard.steps.package import artifact_metadata, package_model
+    from shipyard.steps.package import artifact_metadata, package_model, package_record
     from shipyard.tracking.steprun import StepRun
 
     with StepRun("package", candidate, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
@@ -62,10 +62,7 @@ def package_model(
             insecure_tls=insecure_tls,
         )
         modelcar.metadata.update(artifact_metadata(result))
-        run.log(params={"uri": result["uri"]}, metrics={"size_bytes": result["size_bytes"]},
-                tags={"shipyard.oci_digest": result["digest"]},
-                artifacts={"package.json": f"{modelcar.path}/shipyard-package.json",
-                           "package.md": f"{modelcar.path}/shipyard-package.md"})
+        run.log(**package_record(result, modelcar.path))
     print(f"packaged: {result['uri']}", flush=True)
     outputs = namedtuple("Outputs", ["uri", "digest"])
     return outputs(result["uri"], result["digest"])
@@ -116,56 +113,20 @@ def package_champion(
 
     Returns True to deploy the champion and give it 'production'.
     """
-    import json
-    import shutil
-
-    from shipyard.compression.recipes import recipe_label
-    from shipyard.gates.selection import load_selection
-    from shipyard.runtimes.runtime import call_step, name_output
-    from shipyard.serving.kserve.render import copy_model_files
-    from shipyard.steps.attest import attest_if_keyed
-    from shipyard.steps.package import artifact_metadata, package_model
-    from shipyard.steps.register import register_champion
-    from shipyard.tracking.steprun import StepRun
+    from shipyard.runtimes.runtime import name_output
+    from shipyard.steps.package import package_champion_task
 
     # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
     name_output(package_summary, ".md")
     name_output(decision, ".md")
 
-    recipe = load_selection(selection.path)["champion"]["recipe"]
-    annotations = json.dumps({"recipe": recipe_label(recipe), "source_model": base_model_uri,
-                              "pipeline_run": kfp_run_id})
-    with StepRun("package", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
-                 params={"registry": registry, "repository": repository, "mode": mode, "model_name": model_name,
-                         "champion_tolerance": champion_tolerance}) as run:
-        packed = call_step("base", package_model, model_dir=model.path,
-                           out_dir=modelcar.path, registry=registry, repository=repository, tag="", mode=mode,
-                           base_image=base_image, annotations=annotations, insecure_tls=insecure_tls)
-        modelcar.metadata.update(artifact_metadata(packed))
-        # the gates' evidence, signed and stored with the modelcar (OCI referrers), when a key is configured
-        attested = call_step("base", attest_if_keyed, package_dir=modelcar.path, selection=selection.path,
-                             model_dir=model.path, base_model_uri=base_model_uri, kfp_run_id=kfp_run_id,
-                             insecure_tls=insecure_tls)
-        shutil.copyfile(f"{modelcar.path}/shipyard-package.md", package_summary.path)
-        small = call_step("base", copy_model_files, model_dir=model.path,
-                          out_dir=model_files.path)
-        model_files.metadata.update(small)
-        package_summary.metadata.update({"uri": packed["uri"], "digest": packed["digest"],
-                                         "attestation": attested["note"]})
-        print(f"packaged: {packed['uri']}", flush=True)
-        run.log(params={"uri": packed["uri"]}, metrics={"size_bytes": packed["size_bytes"]},
-                tags={"shipyard.oci_digest": packed["digest"]},
-                artifacts={"package.json": f"{modelcar.path}/shipyard-package.json", "package.md": package_summary.path})
-        out = call_step("base", register_champion, tracking_uri=tracking_uri,
-                        experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
-                        source_uri=packed["uri"], digest=packed["digest"], selection_dir=selection.path,
-                        base_model_uri=base_model_uri, champion_tolerance=champion_tolerance,
-                        report_path=decision.path, attestation=modelcar.path if attested["attested"] else "")
-        decision.metadata.update({"uri": packed["uri"], "digest": packed["digest"], "version": out["version"],
-                                  "passed": out["passed"], "reason": out["reason"], "recipe": out["recipe"],
-                                  "headline": json.dumps(out["headline"])})
-        run.log(params={"version": out["version"], "champion_version": out["champion_version"] or "none"},
-                metrics={"gate.passed": float(out["passed"])},
-                tags={"shipyard.gate.reason": out["reason"][:5000]}, artifacts={"champion-gate.md": decision.path})
-    print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"], flush=True)
+    out = package_champion_task(
+        model_dir=model.path, selection_dir=selection.path, modelcar_dir=modelcar.path,
+        summary_path=package_summary.path, decision_path=decision.path, model_files_dir=model_files.path,
+        registry=registry, repository=repository, mode=mode, base_image=base_image, insecure_tls=insecure_tls,
+        model_name=model_name, base_model_uri=base_model_uri, champion_tolerance=champion_tolerance,
+        tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
+    for artifact, key in ((modelcar, "modelcar"), (model_files, "model_files"), (package_summary, "package_summary"),
+                          (decision, "decision")):
+        artifact.metadata.update(out["metadata"][key])
     return bool(out["passed"])

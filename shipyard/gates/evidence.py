@@ -11,7 +11,11 @@ manifest digest (:mod:`shipyard.oci.attestation` signs and stores them as OCI 1.
   correction; lm-eval's and each task's version (:func:`accuracy_predicate`);
 * **SLO evidence** (``https://shipyard.io/evidence/slo/v1``): the SLO, the knee (highest load meeting
   it), goodput, TTFT and ITL p99 there, every level's load, latency and lengths (the envelope
-  ``shipyard watch`` reads back), the hardware, the vLLM arguments and the engine (:func:`slo_predicate`);
+  ``shipyard watch`` reads back), the hardware, the vLLM arguments and the engine, and, when the
+  benchmark replayed a recorded workload, the fingerprint's digest and the capacity in its units
+  (goodput at the SLO as N x the recorded peak, :func:`capacity_evidence`) and the SLO measured on
+  the replay itself (TTFT and ITL p99, error rate, goodput, meets or not, :func:`replay_evidence`);
+  each null with the reason otherwise (:func:`slo_predicate`);
 * **safety evidence** (``https://shipyard.io/evidence/safety/v1``): per garak probe family the
   attack-success-rate difference with its interval, the tolerance and the decision
   (:func:`safety_predicate`);
@@ -169,8 +173,10 @@ def slo_predicate(champion: dict[str, Any], serving: dict[str, Any] | None = Non
     """The SLO gate's evidence: the SLO, the knee (the highest load meeting it, :func:`find_knee`),
     goodput, TTFT and ITL p99 at the knee, every level's load, latency and lengths (the envelope
     ``shipyard watch`` reads back), the hardware, the vLLM arguments (the serving configuration
-    the selection chose, else the benchmark's) and the engine; ``workload_digest`` when a workload
-    fingerprint exists."""
+    the selection chose, else the benchmark's) and the engine; ``workload_digest`` (default: the
+    champion record's ``workload.digest``) when a workload fingerprint exists; ``capacity`` (goodput at
+    the SLO as N x the recorded peak, :func:`capacity_evidence`), or null and ``capacity_reason`` saying why;
+    ``replay`` (the SLO measured on the replay itself, :func:`replay_evidence`), or null and ``replay_reason``."""
     from shipyard.serving.sizing import find_knee
 
     slo = champion.get("slo") or {}
@@ -190,9 +196,60 @@ def slo_predicate(champion: dict[str, Any], serving: dict[str, Any] | None = Non
            "knee": at_knee, "levels": [{k: lv.get(k) for k in ENVELOPE_LEVEL_FIELDS} for lv in levels], "hardware": hardware,
            "vllm_args": list((serving or {}).get("vllm_args") or results.get("vllm_args") or []),
            "engine": champion.get("engine"), "worst_regression": slo.get("worst_regression")}
+    workload_digest = workload_digest or str((champion.get("workload") or {}).get("digest") or "")
     if workload_digest:
         out["workload"] = {"digest": {"sha256": workload_digest.removeprefix("sha256:")}}
+    out["capacity"], out["capacity_reason"] = capacity_evidence(champion)
+    out["replay"], out["replay_reason"] = replay_evidence(champion)
     return out
+
+
+#: what the SLO evidence keeps of the capacity in the user's units (:mod:`shipyard.gates.capacity`)
+CAPACITY_FIELDS = ("x_recorded_peak", "x_recorded_mean", "lower_bound", "recorded_peak_rps", "recorded_mean_rps",
+                   "window_s", "goodput_rps", "level", "requests_per_s", "goodput_share", "time_scale", "text")
+
+
+def capacity_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The capacity the SLO evidence carries, and why there is none: goodput at the SLO as N x the
+    recorded peak (``slo.capacity`` of the champion's record, :mod:`shipyard.gates.capacity`) with the
+    recorded peak and mean rates, the window the peak was counted in, the goodput at the SLO (one
+    replica's, req/s) and the digest of the workload fingerprint it rests on, and None; or ``(None,
+    why)`` (a synthetic benchmark, or a replay whose fingerprint holds no peak rate). ``shipyard
+    watch`` reads it back (:func:`shipyard.steps.watch.envelope_of_model`) to compare the live peak."""
+    cap = (champion.get("slo") or {}).get("capacity")
+    if not isinstance(cap, dict) or cap.get("x_recorded_peak") is None:
+        why = ("the benchmark replayed a recorded workload whose fingerprint holds no peak arrival rate"
+               if champion.get("workload") else
+               "the benchmark's load was synthetic (no recorded workload replayed): no recorded peak to count in")
+        return None, why
+    out = {k: cap.get(k) for k in CAPACITY_FIELDS}
+    digest = str(cap.get("digest") or (champion.get("workload") or {}).get("digest") or "")
+    out["workload"] = {"digest": {"sha256": digest.removeprefix("sha256:")}} if digest else None
+    return out, None
+
+
+#: what the SLO evidence keeps of the SLO measured on the replay of the user's traffic
+#: (:func:`shipyard.gates.slo.replay_verdict`)
+REPLAY_FIELDS = ("meets", "gating", "requests", "time_scale", "ttft_p99_ms", "itl_p99_ms", "error_rate", "goodput_rps",
+                 "goodput_share", "requests_per_s", "failures", "text")
+
+
+def replay_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The SLO measured on the recorded workload's replay itself (``slo.replay`` of the champion's
+    record: TTFT and ITL p99, error rate, goodput, whether it meets the SLO and gated, the time scale it
+    ran at) with the digest of the fingerprint replayed, and None; or ``(None, why)``: a synthetic
+    benchmark, or a replay that kept no latency figures."""
+    rep = (champion.get("slo") or {}).get("replay")
+    if not isinstance(rep, dict) or not rep.get("measured"):
+        why = ("the benchmark's load was synthetic (no recorded workload replayed): no SLO figures on your traffic"
+               if not champion.get("workload") else
+               "the replay of the recorded workload kept no latency figures (a benchmark recorded before shipyard "
+               "kept them)")
+        return None, why
+    out = {k: rep.get(k) for k in REPLAY_FIELDS}
+    digest = str(rep.get("digest") or (champion.get("workload") or {}).get("digest") or "")
+    out["workload"] = {"digest": {"sha256": digest.removeprefix("sha256:")}} if digest else None
+    return out, None
 
 
 def safety_predicate(champion: dict[str, Any]) -> dict[str, Any]:

@@ -216,18 +216,21 @@ def _level_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
 
 
 def _workload_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
-    """The recorded workload each benchmark replayed: its fingerprint's digest, the goodput at the SLO
-    as N x the recorded peak (:mod:`shipyard.gates.capacity`) and the fidelity line (the SLO verdict
-    stands only on a faithful replay of the same workload)."""
-    replayed = [(c["recipe"][:40], c["workload"], ((c.get("slo") or {}).get("capacity") or {}).get("text") or "–")
+    """The recorded workload each benchmark replayed: its fingerprint's digest, the SLO measured on the
+    replay itself (:func:`shipyard.gates.slo.replay_verdict`), the goodput at the SLO as N x the
+    recorded peak (:mod:`shipyard.gates.capacity`) and the fidelity line (the SLO verdict stands only
+    on a faithful replay of the same workload)."""
+    replayed = [(c["recipe"][:40], c["workload"], ((c.get("slo") or {}).get("capacity") or {}).get("text") or "–",
+                 ((c.get("slo") or {}).get("replay") or {}).get("text") or "–")
                 for c in candidates if c.get("workload")]
     if not replayed:
         return
     doc.h(2, "Your traffic (the recorded workload replayed)")
-    doc.table(["recipe", "fingerprint", "replay", "capacity at the SLO", "fidelity"],
+    doc.table(["recipe", "fingerprint", "replay", "SLO on your traffic", "capacity at the SLO", "fidelity"],
               [[name, str(w.get("digest") or "–")[:19], "faithful" if w.get("valid") else
-                "NOT faithful: " + (", ".join(w.get("failed") or []) or "unmeasured"), capacity, w.get("line") or "–"]
-               for name, w, capacity in replayed])
+                "NOT faithful: " + (", ".join(w.get("failed") or []) or "unmeasured"), on_replay, capacity,
+                w.get("line") or "–"]
+               for name, w, capacity, on_replay in replayed])
 
 
 def _accuracy_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
@@ -498,7 +501,9 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
                                    for r in (slo.get("comparison") or {}).get("rows") or []],
                     "base_source": slo.get("base_source"),
                     # goodput at the SLO as N x the recorded peak (None without a replayed workload)
-                    "capacity": slo.get("capacity")},
+                    "capacity": slo.get("capacity"),
+                    # TTFT/ITL p99, error rate and goodput measured on the replay itself (None without one)
+                    "replay": slo.get("replay")},
             "benchmark_source": c.get("benchmark_source") if is_base(c) else None,
             "safety": {"enabled": safety.get("enabled"), "passed": safety.get("passed"), "verdict": safety.get("verdict"),
                        "reason": safety.get("reason")},

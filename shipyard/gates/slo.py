@@ -29,6 +29,13 @@ same-weights candidate on a machine that was busier during its benchmark than du
 (a cached base was measured at another time), a shift the within-run interval cannot see. The rule
 in words (:func:`rule_text`, printed by the console as "SLO applied") always names the budget.
 
+**Your traffic.** When the benchmark replayed a recorded workload (``results["workload"]``, issue
+35), the replay's own requests are judged by the same level rule (:func:`replay_verdict`:
+:func:`check_level` without the throughput floor, since a replay's tok/s is the recorded traffic's
+rate): TTFT p99, ITL p99, error rate and goodput (requests meeting the SLO per second). A replay
+missing the SLO fails the gate, the reason naming the figure and the replay's time scale when it is
+not 1 (``slo.judge_replay: false`` reports it without gating); without a replay nothing changes.
+
 :func:`run_slo_gate` never raises: unreadable results, results of different benchmark
 configs, bad SLO thresholds and missing figures all give ``passed = False`` with the reason
 (fail closed), so ``dsl.If`` skips promotion and the report says why. Pure Python (base runtime).
@@ -44,7 +51,7 @@ from shipyard.benchmarking.guidellm import load_results
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.report import MIN_SAMPLES, change_text, level_label, sample_count
-from shipyard.gates.capacity import peak_capacity
+from shipyard.gates.capacity import goodput_rps, peak_capacity
 from shipyard.gates.config import SloConfig, slo_config
 from shipyard.gates.noise import beyond, comparison, find, provenance, ratio_text
 
@@ -102,9 +109,11 @@ def _check(name: str, measured: float | None, op: str, limit: float, unit: str) 
             "margin": round(margin, 6), "unit": unit, "passed": margin >= 0, "note": ""}
 
 
-def check_level(level: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
+def check_level(level: dict[str, Any], slo: dict[str, Any], throughput: bool = True) -> dict[str, Any]:
     """The SLO verdict of one load level: ``meets``, ``goodput``, the failed checks (text) and
-    every check (``checks``: measured, threshold, margin, verdict)."""
+    every check (``checks``: measured, threshold, margin, verdict). ``throughput``: hold the output
+    tok/s to ``min_output_tokens_per_s`` (off for a recorded workload's replay, whose throughput is
+    the recorded traffic's rate, not the server's: :func:`replay_verdict`)."""
     failures = []
     ttft, itl = level["ttft_ms"]["p99"], level["itl_ms"]["p99"]
     if ttft is None:
@@ -113,7 +122,7 @@ def check_level(level: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
         failures.append(f"TTFT p99 {ttft:.4g} ms > {slo['ttft_p99_ms']:g}")
     if itl is not None and itl > slo["itl_p99_ms"]:
         failures.append(f"ITL p99 {itl:.4g} ms > {slo['itl_p99_ms']:g}")
-    if level["output_tokens_per_s"] < slo["min_output_tokens_per_s"]:
+    if throughput and level["output_tokens_per_s"] < slo["min_output_tokens_per_s"]:
         failures.append(f"output {level['output_tokens_per_s']:.4g} tok/s < {slo['min_output_tokens_per_s']:g}")
     if level["error_rate"] > slo["max_error_rate"]:
         failures.append(
@@ -126,7 +135,8 @@ def check_level(level: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
     checks = [
         _check("TTFT p99", ttft, "<=", slo["ttft_p99_ms"], "ms"),
         _check("ITL p99", itl, "<=", slo["itl_p99_ms"], "ms"),
-        _check("output tok/s", level["output_tokens_per_s"], ">=", slo["min_output_tokens_per_s"], "tok/s"),
+        *([_check("output tok/s", level["output_tokens_per_s"], ">=", slo["min_output_tokens_per_s"], "tok/s")]
+          if throughput else []),
         _check("error rate", level["error_rate"], "<=", slo["max_error_rate"], ""),
     ]
     if slo.get("min_goodput") is not None:
@@ -311,6 +321,8 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], int
     comp = comparison(blev, clev, pairs, resamples=None if intervals else 0)
     budget_fails, within = budget_checks(pairs, comp, slo)
     reasons += budget_fails
+    replay = replay_verdict(cand.get("workload"), slo)  # the SLO on the user's own traffic (None without a replay)
+    reasons += replay_misses(replay)
     passed = not reasons
     cbest, bbest = highest_load(clev, cver), highest_load(blev, bver)
     met = sum(v["meets"] for v in cver)
@@ -328,10 +340,12 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], int
                   f"{best} (base: {bbest_txt}); {versus}")
         if within:
             reason += "; over the regression budget only within noise: " + " | ".join(within)
+        if replay and replay["measured"]:
+            reason += f"; {replay['text']}"
     else:
         reason = "failed: " + "; ".join(reasons) + f"; {versus}"
     return {
-        "rule": rule_text(slo),
+        "rule": rule_text(slo) + (replay_rule(slo) if replay else ""),
         "worst_regression": worst,
         "best_gain": gain,
         "passed": passed,
@@ -347,6 +361,9 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], int
         # goodput at the SLO as N x the recorded peak (None without a replayed workload: shipyard.gates.capacity)
         "capacity": peak_capacity(clev, cver, cand.get("workload")),
         "base_capacity": peak_capacity(blev, bver, base.get("workload")),
+        # TTFT/ITL p99, error rate and goodput measured on the recorded workload's replay itself
+        "replay": replay,
+        "base_replay": replay_verdict(base.get("workload"), slo),
     }
 
 
@@ -368,11 +385,24 @@ def gate_metrics(decision: dict[str, Any]) -> dict[str, float]:
         out["capacity_x_recorded_peak"] = float(cap["x_recorded_peak"])
         if cap.get("x_recorded_mean") is not None:
             out["capacity_x_recorded_mean"] = float(cap["x_recorded_mean"])
+    out.update(replay_metrics(decision.get("replay")))
     for p in decision.get("pairs") or []:
         if p["output_tokens_per_s_ratio"] is not None:
             out[f"{p['name']}.throughput_ratio"] = p["output_tokens_per_s_ratio"]
         if p["ttft_p99_ratio"] is not None:
             out[f"{p['name']}.ttft_p99_ratio"] = p["ttft_p99_ratio"]
+    return out
+
+
+def replay_metrics(rep: dict[str, Any] | None) -> dict[str, float]:
+    """KFP/MLflow metrics of the SLO measured on the replay (``replay.*``; none when not measured)."""
+    if not rep or not rep.get("measured"):
+        return {}
+    out = {"replay.meets_slo": 1.0 if rep["meets"] else 0.0, "replay.error_rate": float(rep["error_rate"]),
+           "replay.goodput_rps": float(rep["goodput_rps"])}
+    for key in ("ttft_p99_ms", "itl_p99_ms"):
+        if rep.get(key) is not None:
+            out[f"replay.{key}"] = float(rep[key])
     return out
 
 
@@ -392,6 +422,75 @@ def workload_refusal(base: dict[str, Any], cand: dict[str, Any]) -> str:
     return ""
 
 
+def _scale_words(scale: float) -> str:
+    """The replay's pace against the recorded one, next to its verdict ("" at the recorded rate)."""
+    if scale == 1:
+        return ""
+    return (f"the replay ran at {scale:g}x the recorded rate "
+            f"({'faster' if scale > 1 else 'slower'} than your traffic arrived)")
+
+
+def replay_verdict(workload: dict[str, Any] | None, slo: dict[str, Any]) -> dict[str, Any] | None:
+    """The SLO judged on the recorded workload's replay itself (issue 35): its per-request figures
+    (``workload["level"]``, parsed as a load level is:
+    :func:`shipyard.benchmarking.workload_replay.replay_level`) through :func:`check_level` without
+    the throughput floor (a replay's output tok/s is the recorded traffic's rate, not the server's), and
+    goodput as requests meeting the SLO per second (:func:`shipyard.gates.capacity.goodput_rps`).
+    Returns the figures, ``meets``, ``failures``, ``checks``, ``gating`` (``slo.judge_replay``) and
+    ``text``; None without a replayed workload; ``measured`` false (not judged, and said so) when the
+    replay kept no figures, as a benchmark recorded before they were kept."""
+    if not isinstance(workload, dict) or not workload:
+        return None
+    level, scale = workload.get("level"), float(workload.get("time_scale") or 1.0)
+    digest = str(workload["digest"])[:19] if workload.get("digest") else "an unknown fingerprint"
+    out: dict[str, Any] = {"digest": workload.get("digest"), "time_scale": scale,
+                           "gating": bool(slo.get("judge_replay", True))}
+    if not isinstance(level, dict):
+        return {**out, "measured": False, "meets": None, "requests": workload.get("requests"),
+                "text": f"on your traffic (replay of {digest}): the replay kept no latency figures (a benchmark "
+                        "recorded before shipyard kept them), so it is not judged; rerun the benchmark to judge it"}
+    verdict, total = check_level(level, slo, throughput=False), int(level.get("total") or 0)
+    out.update(measured=True, meets=verdict["meets"], requests=total, ttft_p99_ms=level["ttft_ms"]["p99"],
+               itl_p99_ms=level["itl_ms"]["p99"], error_rate=level["error_rate"], goodput_share=verdict["goodput"],
+               goodput_rps=goodput_rps(level, verdict), requests_per_s=level.get("requests_per_s"),
+               failures=verdict["failures"], checks=verdict["checks"], samples=verdict["samples"],
+               head=f"on your traffic (replay of {digest}, {total} requests at {scale:g}x time scale)")
+    out["text"] = replay_text(out, slo)
+    return out
+
+
+def replay_text(rep: dict[str, Any], slo: dict[str, Any]) -> str:
+    """The replay's SLO figures and verdict in words (:func:`replay_verdict`'s ``text``)."""
+    def ms(value: float | None) -> str:
+        return "–" if value is None else f"{value:.4g} ms"
+
+    figures = (f"TTFT p99 {ms(rep['ttft_p99_ms'])} (SLO <= {slo['ttft_p99_ms']:g}), ITL p99 {ms(rep['itl_p99_ms'])} "
+               f"(SLO <= {slo['itl_p99_ms']:g}), error rate {rep['error_rate']:.3g} (SLO <= {slo['max_error_rate']:g}), "
+               f"goodput {rep['goodput_rps']:.3g} req/s ({rep['goodput_share']:.0%} of its requests within the TTFT "
+               "and ITL SLO)")
+    verdict = "yes" if rep["meets"] else "no (" + "; ".join(rep["failures"]) + ")"
+    notes = [n for n in (_scale_words(rep["time_scale"]),
+                         "" if rep["meets"] or rep["gating"] else "not gating: slo.judge_replay is false") if n]
+    return f"{rep['head']}: {figures}; meets the SLO: {verdict}" + "".join(f"; {n}" for n in notes)
+
+
+def replay_rule(slo: dict[str, Any]) -> str:
+    """What the rule adds when the benchmark replayed a recorded workload."""
+    how = "must meet" if slo.get("judge_replay", True) else "is reported against (slo.judge_replay false, not gating)"
+    return (f"; your traffic: the recorded workload's replay {how} the same TTFT p99, ITL p99, error rate"
+            + (" and goodput" if slo.get("min_goodput") is not None else "")
+            + " bounds on its own requests (its tok/s is your traffic's rate, not held to the floor)")
+
+
+def replay_misses(rep: dict[str, Any] | None) -> list[str]:
+    """The gate's reason when the replay of the user's traffic misses the SLO, naming the figures
+    (none when no replay was measured, it meets the SLO, or ``slo.judge_replay`` is false)."""
+    if not rep or not rep.get("measured") or rep["meets"] or not rep["gating"]:
+        return []
+    scale = _scale_words(rep["time_scale"])
+    return [f"SLO missed {rep['head']}: " + "; ".join(rep["failures"]) + (f"; {scale}" if scale else "")]
+
+
 def run_slo_gate(
     base_results: str,
     candidate_results: str,
@@ -402,8 +501,9 @@ def run_slo_gate(
     """Decide, write the HTML report (``report_path``) and Markdown summary; never raises.
 
     Returns ``{"passed", "reason", "metrics", "slo", "rule", "worst_regression", "best_gain", "comparison",
-    "base_source", "capacity"}``: ``capacity`` is the goodput at the SLO in units of the recorded
-    workload's peak (:mod:`shipyard.gates.capacity`; None without a replayed workload); ``comparison``
+    "base_source", "capacity", "replay"}``: ``capacity`` is the goodput at the SLO in units of the recorded
+    workload's peak (:mod:`shipyard.gates.capacity`; None without a replayed workload); ``replay`` the
+    SLO measured on the replay itself (:func:`replay_verdict`; None without one); ``comparison``
     holds every candidate/base ratio with its interval and the method
     (:func:`shipyard.gates.noise.comparison`); ``base_source`` says whether the base's figures were
     measured in this run or restored from the base benchmark cache (when, by which run, on what
@@ -442,4 +542,5 @@ def run_slo_gate(
     return {"passed": bool(decision["passed"]), "reason": decision["reason"], "metrics": gate_metrics(decision),
             "slo": decision.get("slo"), "rule": decision.get("rule"), "worst_regression": decision.get("worst_regression"),
             "best_gain": decision.get("best_gain"), "comparison": decision.get("comparison"),
-            "base_source": decision.get("base_source"), "capacity": decision.get("capacity")}
+            "base_source": decision.get("base_source"), "capacity": decision.get("capacity"),
+            "replay": decision.get("replay")}

@@ -99,7 +99,9 @@ _ALL: list[Param] = [
     P("slo", str, CLUSTER_SLO,
       "SLO gate as JSON: ttft_p99_ms, itl_p99_ms, min_output_tokens_per_s, max_error_rate, min_goodput, require "
       "(base, all, any or a load level), error_budget (the share of requests that may miss the SLO, 0.01 for p99: "
-      "the deployed service's burn-rate alerts fire at 14.4x and 6x of it).", json=True),
+      "the deployed service's burn-rate alerts fire at 14.4x and 6x of it), judge_replay (default true: when the "
+      "benchmark replayed your recorded workload, a replay missing the SLO fails the gate; false: reported only).",
+      json=True),
     P("safety", str, CLUSTER_SAFETY,
       "Safety gate as JSON: garak probes (promptinject.*, dan.*, encoding.* that run offline), max_prompts per "
       "probe, parallel attempts, max_tokens, tolerance (how much higher the candidate's attack success rate may be "

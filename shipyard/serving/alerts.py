@@ -23,6 +23,11 @@ validated against the vendored CRD) with two groups:
   - **availability**: ``vllm:request_success_total``; bad = ``finished_reason="error"`` (vLLM's
     retryable internal error, always a 500; ``abort`` is the client's doing).
 
+* **the gateway's availability** (:mod:`shipyard.serving.gateway_slis`): the same recording rules and
+  burn-rate alerts from the llm-d endpoint picker's request and error counters, which see the
+  requests that never reached vLLM (shed under load, no ready endpoint); scraped by a second
+  PodMonitor, :func:`epp_monitor`.
+
 * **alerts**: multi-window, multi-burn-rate (Google SRE workbook, "Alerting on SLOs") for each SLI:
   the error ratio over 1h **and** 5m above 14.4 x the error budget (critical: 2 % of a 30-day budget
   in an hour), over 6h **and** 30m above 6 x (warning: 5 % in six hours). The error budget is the
@@ -55,6 +60,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.serving.gateway_slis import epp_pod_monitor, gateway_rules
+from shipyard.serving.promql import number as _num
 
 #: the share of requests allowed to miss the SLO; 0.01 is what a p99 latency target means
 DEFAULT_ERROR_BUDGET = 0.01
@@ -191,10 +198,6 @@ def le_label(edge: float) -> str:
     return repr(float(edge))
 
 
-def _num(value: float) -> str:
-    return format(round(value, 10), ".10g")
-
-
 def _sli_specs(slo: Mapping[str, Any], buckets: Mapping[str, list[float]], why_default: str) -> list[dict[str, Any]]:
     """The three SLIs: name, metric, threshold, the edge used and why."""
     out = []
@@ -314,6 +317,12 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
     common = {"shipyard_service": name}
     alerts, rows = _burn_alerts(specs, name=name, model_name=model_name, budget=budget, budget_from=budget_from,
                                 runbook_url=runbook_url, common=common)
+    at_gateway, gateway_alerts, gateway_rows = gateway_rules(
+        name=name, model_name=model_name, budget=budget, budget_from=budget_from, runbook_url=runbook_url,
+        common=common, windows=WINDOWS, service_label=SERVICE_LABEL, burn_windows=BURN_WINDOWS)
+    records += at_gateway
+    alerts += gateway_alerts
+    rows += gateway_rows
     capacity: list[dict[str, Any]] = []
     rps = (knee or {}).get("requests_per_s")
     per_replica = "model_name:shipyard_requests_per_replica:rate5m"
@@ -388,6 +397,16 @@ def pod_monitor(*, name: str, namespace: str, labels: Mapping[str, str] | None =
                                      "relabelings": keep_main} for port in VLLM_PORTS],
         },
     }
+
+
+def epp_monitor(*, name: str, namespace: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The PodMonitor ``<name>-epp`` that scrapes the endpoint pickers of the service and of its canary
+    for the gateway SLI (:mod:`shipyard.serving.gateway_slis`), the service's name copied as
+    :data:`SERVICE_LABEL` as on the vLLM series."""
+    from shipyard.serving.kserve.rollout import CANARY_SUFFIX
+
+    return epp_pod_monitor(name=name, namespace=namespace, labels=labels, service_pod_label=SERVICE_POD_LABEL,
+                           canary_suffix=CANARY_SUFFIX)
 
 
 def _capacity_alert(alert: str, expr: str, runbook_url: str, *, summary: str, description: str, condition: str,

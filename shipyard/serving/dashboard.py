@@ -78,7 +78,7 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
                  "legendFormat": "{{instance}}"}, *knee_rps]),
         _panel(4, "Error-budget burn rate (x budget)", "none",
                [*({"expr": f"model_name:shipyard_{sli}_errors:ratio_rate1h{{{sel}}} / {format(budget, '.10g')}",
-                   "legendFormat": f"{sli} 1h"} for sli in ("ttft", "itl", "availability")),
+                   "legendFormat": f"{sli} 1h"} for sli in ("ttft", "itl", "availability", "gateway")),
                 *(_const(factor, f"{severity} ({long_w}/{short_w})") for long_w, short_w, factor, severity, _ in BURN_WINDOWS)]),
         _panel(5, "KV-cache usage per pod", "percentunit",
                [{"expr": f"max by (instance) (vllm:kv_cache_usage_perc{{{sel}}})", "legendFormat": "{{instance}}"}]),
@@ -89,6 +89,10 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
                [{"expr": f"sum by (instance) (rate(vllm:prefix_cache_hits_total{{{sel}}}[5m])) / "
                          f"sum by (instance) (rate(vllm:prefix_cache_queries_total{{{sel}}}[5m]))",
                  "legendFormat": "{{instance}}"}]),
+        _panel(8, "At the gateway: requests/s and errors by code (llm-d endpoint picker)", "reqps",
+               [{"expr": f"model_name:shipyard_gateway_requests:rate5m{{{sel}}}", "legendFormat": "requests"},
+                {"expr": f"sum by (error_code) (rate(inference_objective_request_error_total{{{sel}}}[5m]))",
+                 "legendFormat": "{{error_code}}"}]),
         *split_panels(9, sel, budget),  # odd: each pair on a row of its own (gridPos from the id)
     ]
     return {"title": f"shipyard: {name}", "uid": f"shipyard-{name}"[:40], "schemaVersion": 39, "editable": False,

@@ -13,9 +13,22 @@ input length            ``vllm:request_prompt_tokens`` sum / count              
 output length           ``vllm:request_generation_tokens`` sum / count             the knee level's mean
 load per replica        ``vllm:request_success_total`` rate / vLLM instances       the knee's requests/s
 TTFT p99 at that load   ``vllm:time_to_first_token_seconds`` buckets               the benchmark curve
+peak load per replica   the highest ``request_success_total`` rate / instances     the goodput at the
+                        over the window, in the recorded peak's windows            SLO (shown only
+                                                                                   without a replay)
 prefix-cache hit rate   ``vllm:prefix_cache_hits_total`` / ``..._queries_total``   shown (no reference
                                                                                    in a synthetic run)
 ======================  =========================================================  ==================
+
+**Capacity.** When the champion's benchmark replayed a recorded workload, its record (and the SLO
+evidence the model carries) holds the capacity in the user's units (``shipyard.gates.capacity``):
+one replica's goodput at the SLO, the recorded peak rate and the multiple ("3.2x your recorded
+peak"). The live peak is the highest request rate over the window, counted in windows as long as the
+recorded peak's (at least :data:`MIN_WINDOW_S`: ``rate()`` needs two scrapes, so a burst shorter than
+that reads lower live than it was recorded). The row reports live peak / recorded peak, the headroom
+below the goodput at the SLO, and drifts when a replica's peak load passes the goodput at the SLO
+(which is the recorded peak x the qualified multiple): the mean load can sit below the knee while
+the bursts pass what was qualified.
 
 A dimension outside its tolerance is a drift; the verdict names each one and proposes the
 re-qualification run on the traffic as measured (the optimize pipeline with the live lengths and
@@ -37,9 +50,11 @@ from shipyard.core.numbers import check_number
 from shipyard.serving.prometheus import PrometheusAPI
 
 #: relative change each dimension may show before it counts as drift (``--tolerance`` overrides)
-DEFAULT_TOLERANCE = {"input_length": 0.25, "output_length": 0.25, "load": 0.0, "ttft": 0.5}
+DEFAULT_TOLERANCE = {"input_length": 0.25, "output_length": 0.25, "load": 0.0, "ttft": 0.5, "capacity": 0.0}
 #: the shortest window: Prometheus's rate() needs two scrapes in it (the default scrape interval is 1 min)
 MIN_WINDOW_S = 120
+#: the step of the subqueries over the window (replicas, the peak rate)
+STEP_S = 30
 _WINDOW = re.compile(r"^(\d+)([smh])$")
 
 
@@ -53,6 +68,8 @@ class Envelope:
     knee_rps: float
     curve: list[tuple[float, float]]  # (requests/s, TTFT p99 ms) per benchmark level, by load
     slo: dict[str, Any] = field(default_factory=dict)
+    #: the capacity in the recorded workload's units (:func:`qualified_capacity`); None for a synthetic benchmark
+    capacity: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +83,9 @@ class Live:
     ttft_p99_ms: float | None
     prefix_hit_rate: float | None
     window_s: int
+    peak_rps: float | None = None  # the highest request rate over the window, all replicas
+    peak_rps_per_replica: float | None = None  # the highest request rate per serving replica over the window
+    peak_window_s: int | None = None  # the rate() window both peaks were counted in
 
 
 def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -> Envelope:
@@ -83,7 +103,38 @@ def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -
     return Envelope(recipe=str(record.get("recipe") or "champion"),
                     prompt_tokens=float(knee.get("prompt_tokens_mean") or math.nan),
                     output_tokens=float(knee.get("output_tokens_mean") or math.nan),
-                    knee_rps=float(knee["requests_per_s"]), curve=[p for p in curve if math.isfinite(p[1])], slo=slo)
+                    knee_rps=float(knee["requests_per_s"]), curve=[p for p in curve if math.isfinite(p[1])], slo=slo,
+                    capacity=qualified_capacity(record))
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def qualified_capacity(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The capacity the champion was qualified for in its recorded workload's units: ``slo.capacity``
+    of a candidate record (:mod:`shipyard.gates.capacity`) or of the record rebuilt from the signed SLO
+    evidence (``capacity``: :func:`shipyard.gates.evidence.capacity_evidence`), as ``{"goodput_rps"``
+    (one replica's goodput at the SLO), ``"recorded_peak_rps", "x_recorded_peak", "window_s",
+    "lower_bound", "digest"}``; None without a replayed workload, or when no load met the SLO."""
+    cap = (record.get("slo") or {}).get("capacity")
+    if not isinstance(cap, Mapping) or not _positive(cap.get("goodput_rps")) or not _positive(cap.get("recorded_peak_rps")):
+        return None
+    digest = cap.get("digest") or ((cap.get("workload") or {}).get("digest") or {}).get("sha256") \
+        or (record.get("workload") or {}).get("digest")
+    if digest and not str(digest).startswith("sha256:"):
+        digest = f"sha256:{digest}"
+    goodput, peak = float(cap["goodput_rps"]), float(cap["recorded_peak_rps"])
+    return {"goodput_rps": goodput, "recorded_peak_rps": peak,
+            "x_recorded_peak": float(cap.get("x_recorded_peak") or goodput / peak),
+            "window_s": cap.get("window_s"), "lower_bound": bool(cap.get("lower_bound")), "digest": digest}
+
+
+def peak_window(env: Envelope, window_s: int) -> int:
+    """The ``rate()`` window the live peak is counted in: the recorded peak's window, at least
+    :data:`MIN_WINDOW_S` (two scrapes), at most the watch window."""
+    recorded = (env.capacity or {}).get("window_s")
+    return min(window_s, max(MIN_WINDOW_S, int(recorded) if _positive(recorded) else 0))
 
 
 def predicted_ttft(curve: list[tuple[float, float]], rps: float) -> float | None:
@@ -127,9 +178,13 @@ def check_selector(selector: str, field: str = "--selector") -> str:
     return selector
 
 
-def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str = "") -> Live:
-    """The live figures over the last ``window_s`` seconds for the served ``model_name``."""
+def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str = "",
+              peak_window_s: int = MIN_WINDOW_S) -> Live:
+    """The live figures over the last ``window_s`` seconds for the served ``model_name``; the peak
+    request rates (all replicas, and per replica) are the highest over the window of rates counted
+    in ``peak_window_s``-second windows (:func:`peak_window`)."""
     check_window(window_s)
+    peak_window_s = min(window_s, max(MIN_WINDOW_S, int(peak_window_s)))
     sel = ",".join([f'model_name="{model_name}"', *([selector] if selector else [])])
     w = f"{window_s}s"
 
@@ -142,6 +197,12 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
                           f"vLLM instances serving {model_name}")
     ttft = api.scalar(f"histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{sel}}}[{w}])))",
                       "TTFT p99")
+    # the rates of the peak windows that end inside the watch window, every STEP_S seconds
+    rate = f"sum(rate(vllm:request_success_total{{{sel}}}[{peak_window_s}s]))"
+    over = f"[{max(window_s - peak_window_s, STEP_S)}s:{STEP_S}s]"
+    peak = api.scalar(f"max_over_time({rate}{over})", "the peak request rate")
+    peak_per = api.scalar(f"max_over_time(({rate} / count(vllm:num_requests_running{{{sel}}})){over})",
+                          "the peak request rate per replica")
     return Live(
         prompt_tokens=ratio("vllm:request_prompt_tokens_sum", "vllm:request_prompt_tokens_count", "prompt tokens"),
         output_tokens=ratio("vllm:request_generation_tokens_sum", "vllm:request_generation_tokens_count",
@@ -150,7 +211,7 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
         replicas=round(replicas, 2) if replicas else 0.0,
         ttft_p99_ms=None if ttft is None else ttft * 1000.0,
         prefix_hit_rate=ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "prefix-cache hits"),
-        window_s=window_s,
+        window_s=window_s, peak_rps=peak, peak_rps_per_replica=peak_per, peak_window_s=peak_window_s,
     )
 
 
@@ -234,18 +295,54 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
     else:
         row("ttft", "TTFT p99 at that load (ms)", live.ttft_p99_ms, predicted, live.ttft_p99_ms > predicted * (1 + tol),
             f"at most the benchmark curve x{1 + tol:.2f}")
+    rows.append(capacity_row(env, live, tolerance.get("capacity", DEFAULT_TOLERANCE["capacity"])))
     row("prefix_cache", "prefix-cache hit rate", live.prefix_hit_rate, None, None,
         "shown only: the qualifying benchmark recorded none")
-    drifted = [r for r in rows if r["drifted"]]
-    return {"recipe": env.recipe, "window_s": live.window_s, "rows": rows,
-            "drifted": [r["dimension"] for r in drifted],
+    drifted = [r["dimension"] for r in rows if r["drifted"]]
+    return {"recipe": env.recipe, "window_s": live.window_s, "rows": rows, "drifted": drifted,
             "verdict": "drifted" if drifted else "within the envelope",
-            "requalify": requalify_command(live, base_model_uri) if drifted else None}
+            "requalify": requalify_command(live, base_model_uri, peak="capacity" in drifted) if drifted else None}
 
 
-def requalify_command(live: Live, base_model_uri: str = "") -> str:
-    """The optimize pipeline on the traffic as measured: live lengths, loads around the live rate,
-    from ``base_model_uri`` (the base the champion was built from) when known."""
+def capacity_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:
+    """The live peak against the qualified capacity (the module docstring's **Capacity**): the
+    highest load a replica took over the window against one replica's goodput at the SLO, drifted
+    above ``x(1 + tol)``; ``peak`` holds live peak / recorded peak, the headroom and the figures."""
+    out: dict[str, Any] = {"dimension": "capacity", "name": "peak load per replica (req/s)",
+                           "live": live.peak_rps_per_replica, "qualified": None, "ratio": None, "drifted": None}
+    cap, now = env.capacity, live.peak_rps_per_replica
+    if cap is None:
+        return {**out, "note": "shown only: the qualifying benchmark replayed no recorded workload (no capacity "
+                               "in your traffic's units)"}
+    goodput, recorded = cap["goodput_rps"], cap["recorded_peak_rps"]
+    replicas = live.replicas or 0.0
+    peak = {"live_peak_rps": live.peak_rps, "recorded_peak_rps": recorded, "window_s": live.peak_window_s,
+            "recorded_window_s": cap.get("window_s"), "qualified_x_recorded_peak": cap["x_recorded_peak"],
+            "goodput_rps": goodput, "workload_digest": cap.get("digest"),
+            "x_recorded_peak": round(live.peak_rps / recorded, 4) if live.peak_rps is not None else None,
+            "headroom": round(1 - now / goodput, 4) if now is not None else None}
+    out.update(qualified=goodput, peak=peak)
+    if now is None:
+        return {**out, "note": "no traffic or no replica in the window"}
+    x_live = f"{peak['x_recorded_peak']:.2g}x" if peak["x_recorded_peak"] is not None else "-"
+    fleet = f", {cap['x_recorded_peak'] * replicas:.2g}x at {replicas:g} replicas" if replicas else ""
+    windows = f"{live.peak_window_s}-s windows" + (f", recorded in {cap['window_s']:g}-s" if cap.get("window_s") else "")
+    headroom = f"headroom {peak['headroom']:.0%}" if now <= goodput else f"{-peak['headroom']:.0%} past it"
+    return {**out, "ratio": now / goodput, "drifted": now > goodput * (1 + tol),
+            "note": f"at most the goodput at the SLO x{1 + tol:.2f}, {headroom}; live peak {fig(live.peak_rps)} req/s "
+                    f"= {x_live} your recorded peak of {recorded:.3g} req/s (qualified: {'at least ' if cap['lower_bound'] else ''}"
+                    f"{cap['x_recorded_peak']:.2g}x a replica{fleet}; {windows})"}
+
+
+def fig(v: float | None) -> str:
+    """A figure as the report prints it: three significant digits, ``-`` for none."""
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3g}"
+
+
+def requalify_command(live: Live, base_model_uri: str = "", peak: bool = False) -> str:
+    """The optimize pipeline on the traffic as measured: live lengths, loads around the live rate
+    (and, with ``peak``, the live peak load per replica), from ``base_model_uri`` (the base the
+    champion was built from) when known."""
     cfg: dict[str, Any] = {}
     if live.prompt_tokens:
         cfg["prompt_tokens"] = max(1, round(live.prompt_tokens))
@@ -254,7 +351,10 @@ def requalify_command(live: Live, base_model_uri: str = "") -> str:
     if live.rps and live.replicas:
         per = live.rps / live.replicas
         cfg["profile"] = "constant"
-        cfg["loads"] = sorted({round(per * f, 2) for f in (0.5, 1.0, 1.5, 2.0) if per * f > 0})
+        loads = {round(per * f, 2) for f in (0.5, 1.0, 1.5, 2.0) if per * f > 0}
+        if peak and live.peak_rps_per_replica:
+            loads.add(round(live.peak_rps_per_replica, 2))
+        cfg["loads"] = sorted(loads)
     model = shlex.quote(base_model_uri) if base_model_uri else "<the base model's URI>"
     return (f"shipyard submit optimize-and-deploy --param model_uri={model} "
             f"--param benchmark_config={shlex.quote(json.dumps(cfg, separators=(',', ':')))}")
@@ -262,9 +362,6 @@ def requalify_command(live: Live, base_model_uri: str = "") -> str:
 
 def format_report(result: Mapping[str, Any]) -> str:
     """The console lines: the verdict, one line per dimension, the proposal."""
-    def fig(v: float | None) -> str:
-        return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3g}"
-
     lines = [f"watch {result['recipe']} over {result['window_s'] // 60} min: {result['verdict']}"
              + (f" ({', '.join(result['drifted'])})" if result["drifted"] else "")]
     for r in result["rows"]:

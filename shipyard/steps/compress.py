@@ -36,10 +36,8 @@ def compress_model(
     seed: int = 42,
     summary_path: str = "",
 ) -> dict[str, Any]:
-    """Compress the model at ``model_dir`` into ``out_dir``; return metrics and metadata."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """Compress the model at ``model_dir`` into ``out_dir``; return metrics and metadata. Every input
+    is checked, and the calibration set read, before torch and the model are loaded."""
     source = check_model_folder(model_dir, "model")
     resolved = load_recipe(recipe)
     if max_seq_length <= 0:
@@ -48,10 +46,15 @@ def compress_model(
         raise ShipyardError(
             "num_calibration_samples", f"must be > 0, got {num_calibration_samples}", "use e.g. 512 on a GPU, 16 on a CPU"
         )
-    torch.manual_seed(seed)
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(source)
     dataset, samples = _calibration_set(resolved, tokenizer, calibration_dataset, text_column, num_calibration_samples,
                                         max_seq_length, seed)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
     started = time.perf_counter()
     with atomic_dir(out_dir) as tmp:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,8 @@ def _write_manifest(candidate: str | None, cfg: DeployConfig, model_config: Any,
     service's objects, the monitoring objects, the alerts' description and the manifest text."""
     docs = render(cfg, model_config)
     alerts = slo_alerts(candidate, cfg, report_url, served_buckets(docs), why_default) if candidate else None
-    rules = [alerts.pop("doc"), alerts.pop("monitor"), alerts.pop("dashboard")] if alerts else []
+    rules = ([alerts.pop("doc"), alerts.pop("monitor"), alerts.pop("epp_monitor"), alerts.pop("dashboard")]
+             if alerts else [])
     require_valid(docs + rules)
     text = to_yaml(docs + rules)
     if manifest_path == "-":
@@ -721,7 +723,7 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     ``{"doc", "dashboard", "name", "rows", "note"}``; None when the record cannot be read
     (the deploy then says so and renders no rule). ``report_url``: the alerts' ``runbook_url``
     (default: the champion record's own location)."""
-    from shipyard.serving.alerts import pod_monitor, slo_rule
+    from shipyard.serving.alerts import epp_monitor, pod_monitor, slo_rule
     from shipyard.serving.dashboard import dashboard_configmap
     from shipyard.serving.kserve.render import link_metadata
     from shipyard.serving.sizing import find_knee, knee_occupancy
@@ -741,6 +743,7 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     board = dashboard_configmap(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
                                 labels=labels)
     monitor = pod_monitor(name=cfg.name, namespace=cfg.namespace, labels=labels)
+    gateway = epp_monitor(name=cfg.name, namespace=cfg.namespace, labels=labels)
     note = (f"Prometheus loads {doc['metadata']['name']} when its ruleSelector matches these labels "
             f"({', '.join(f'{k}={v}' for k, v in sorted(labels.items()))}; deploy_config labels adds more, e.g. "
             f"release for kube-prometheus-stack). The dashboard is the ConfigMap {board['metadata']['name']} "
@@ -752,8 +755,11 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
             "rules group by; Prometheus loads it when its podMonitorSelector matches the same labels. Under "
             "prefill/decode both pods count each request, so the per-model SLIs, the alerts on them and the "
             "per-member rules read the pods that answer the user only (llm_d_ai_role!=\"prefill\": decode and "
-            "aggregated pods, and series without the label); the per-role rules show the prefill pods' own.")
-    return {"doc": doc, "monitor": monitor, "dashboard": board, "name": doc["metadata"]["name"], "rows": rows,
+            "aggregated pods, and series without the label); the per-role rules show the prefill pods' own. "
+            f"The PodMonitor {gateway['metadata']['name']} scrapes the service's endpoint picker (port metrics, with "
+            "the token of Secret shipyard-metrics-reader-token: manifests/components/epp-metrics-reader) for the "
+            "gateway's availability SLI, which counts requests that never reached vLLM.")
+    return {"doc": doc, "monitor": monitor, "epp_monitor": gateway, "dashboard": board, "name": doc["metadata"]["name"], "rows": rows,
             "note": note}
 
 
@@ -867,3 +873,66 @@ def _deploy_tags(result: dict[str, Any]) -> dict[str, str]:
             "shipyard.benchmarked_image": str(benchmarked.get("image") or ""),
             "shipyard.serves_benchmarked_build": str(bool(engine.get("same_build"))).lower(),
             "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"}
+
+
+def deploy_task(*, model_uri: str, name: str, namespace: str, deploy_config: str, dry_run: bool,
+                champion: dict[str, Any], manifest_path: str, summary_path: str, verification_path: str,
+                decision_record_path: str, model_dir: str | None = None, selection_path: str | None = None,
+                selection_uri: str | None = None, model_name: str = "", tracking_uri: str = "",
+                experiment: str = "", kfp_run_id: str = "") -> dict[str, Any]:
+    """The deploy step as its KFP wrapper runs it, with its outputs' paths: :func:`run_deploy` in the
+    vllm runtime inside the step's MLflow run, the outputs and their record (:func:`deploy_outputs`;
+    :func:`failed_deploy_outputs` when the deploy ends the step), then :func:`promote_verified`.
+
+    ``champion`` is the decision's metadata ({} without one); ``model_uri`` "" deploys its ``uri``.
+    Returns run_deploy's ``url`` and ``status``, and ``metadata`` per output (``manifest``,
+    ``verification``, ``decision_record``)."""
+    import tempfile
+
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.tracking.steprun import StepRun
+
+    model_uri = model_uri or str(champion.get("uri", ""))
+    with StepRun("deploy", str(champion.get("recipe", "")), tracking_uri=tracking_uri, experiment=experiment,
+                 kfp_run_id=kfp_run_id if champion else "",
+                 params={"name": name, "namespace": namespace, "model_uri": model_uri, "dry_run": dry_run,
+                         "model_name": model_name, "version": str(champion.get("version", ""))}) as run:
+        checked = tempfile.mkdtemp(prefix="shipyard-verify-")
+        try:
+            result = call_step("vllm", run_deploy, deploy_config=deploy_config, manifest_path=manifest_path,
+                               dry_run=dry_run, model_dir=model_dir, name=name, model_uri=model_uri,
+                               namespace=namespace, summary_path=summary_path, candidate=selection_path,
+                               verify_dir=checked, report_url=selection_uri)
+        except SystemExit:
+            # rolled back (or never applied): the verification report, when one was written, says why, and
+            # the decision record keeps the failed deploy (and its verification) in MLflow
+            run.log(**failed_deploy_outputs(checked, verification_path))
+            raise
+        recorded = deploy_outputs(result, checked, manifest_path=manifest_path, summary_path=summary_path,
+                                  verification_path=verification_path, decision_record_path=decision_record_path)
+        run.log(**recorded["log"])
+        promote_verified(result, champion, dry_run=dry_run, model_name=model_name, tracking_uri=tracking_uri,
+                         experiment=experiment, kfp_run_id=kfp_run_id)
+    return {"url": result["url"], "status": result["status"], "metadata": recorded["metadata"]}
+
+
+def promote_verified(result: dict[str, Any], champion: dict[str, Any], *, dry_run: bool, model_name: str,
+                     tracking_uri: str, experiment: str, kfp_run_id: str) -> None:
+    """After :func:`run_deploy` returned ``result``: the champion's model version gets ``production``
+    in MLflow (a dry run: ``dry-run``) when :func:`promotion_allowed` says so; when it does not, the
+    step ends (exit 1) saying why, and ``production`` stays where it was. Nothing happens without a
+    champion (the decision's metadata) and a ``model_name``."""
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.tracking.promotion import promote_production
+
+    # nothing is promoted on a verification that did not run, unless the user switched it off
+    verified, why = promotion_allowed(result, dry_run)
+    if champion and model_name and verified:
+        out = call_step("vllm", promote_production, tracking_uri=tracking_uri,
+                        experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
+                        version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
+                        headline_json=str(champion.get("headline", "{}")), dry_run=dry_run)
+        print(f"{out.get('note') or 'production'}: aliases {json.dumps(out['aliases'])}", flush=True)
+    elif champion and model_name:
+        print(f"shipyard: verification: {why}; production unchanged", file=sys.stderr, flush=True)
+        raise SystemExit(1)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -288,7 +290,9 @@ def _slo_section(slo: dict[str, Any]) -> dict[str, Any]:
             # candidate / base per level with its interval and method; where the base's figures come from
             "comparison": slo.get("comparison"), "base_source": slo.get("base_source"),
             # goodput at the SLO as N x the recorded peak (shipyard.gates.capacity); None without a replayed workload
-            "capacity": slo.get("capacity")}
+            "capacity": slo.get("capacity"),
+            # the SLO measured on the replay itself (shipyard.gates.slo.replay_verdict); None without a replay
+            "replay": slo.get("replay")}
 
 
 def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
@@ -309,8 +313,8 @@ def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, An
             metrics[f"{lv['name']}.output_tokens_per_s"] = float(lv["output_tokens_per_s"])
     if record["size_bytes"]:
         metrics["size_bytes"] = float(record["size_bytes"])
-    for key, value in (slo.get("metrics") or {}).items():  # goodput at the SLO / the recorded peak and mean
-        if key.startswith("capacity_"):
+    for key, value in (slo.get("metrics") or {}).items():  # capacity in the recorded units; the SLO on the replay
+        if key.startswith(("capacity_", "replay.")):
             metrics[key] = float(value)
     return metrics
 
@@ -411,3 +415,49 @@ def gate_outputs(out: dict[str, Any], recipe: str, out_dir: str) -> dict[str, An
                          "slo_report": {"reason": out["slo_reason"]},
                          "safety_report": {"reason": out["safety_reason"], "verdict": out["safety_verdict"]}},
             "log": {"params": params, "metrics": out["metrics"], "tags": tags, "artifacts": {**artifacts, **own_files}}}
+
+
+#: the gates wrapper's report outputs -> the report in the candidate folder each is a copy of
+REPORT_FILES = {"accuracy_report": "accuracy.md", "slo_report": "slo.html", "safety_report": "safety.md"}
+
+
+def gates_task(recipe: str, *, base_eval: str, candidate_eval: str, base_bench: str, candidate_bench: str,
+               thresholds: str, slo: str, safety: str, out_dir: str, report_paths: Mapping[str, str],
+               compress_figures: Mapping[str, Any], compress_summary: Mapping[str, Any],
+               base_adapters: str = "", candidate_adapters: str = "", eval_sets: str = "", base_eval_sets: str = "",
+               candidate_eval_sets: str = "", eval_sets_judged: str = "", pending: Sequence[Mapping[str, Any]] = (),
+               tracking_uri: str = "", experiment: str = "", kfp_run_id: str = "") -> dict[str, Any]:
+    """The candidate gates step as its KFP wrapper runs it, with its outputs' paths: :func:`judge_candidate`
+    (``out_dir``: the candidate folder) inside the step's MLflow run, its reports copied to
+    ``report_paths`` (:data:`REPORT_FILES`' keys), its record logged (:func:`gate_outputs`), then the
+    payloads of steps whose image has no MLflow client applied (``compress_summary`` and ``pending``:
+    the inputs' metadata; see :func:`shipyard.tracking.steprun.apply_pending`).
+
+    ``compress_figures``/``compress_summary``: the compress step's metrics and summary metadata ({} for
+    a packaged candidate); the optional inputs' folders are "" without them (``eval_sets_judged``:
+    judge-eval-sets' folder). Returns ``passed``, ``reason``, ``metrics`` and ``metadata`` per output."""
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.steps.eval_sets import JUDGED
+    from shipyard.tracking.steprun import StepRun, apply_pending
+
+    with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
+        out = call_step("base", judge_candidate, recipe=recipe,
+                        base_eval=base_eval, candidate_eval=candidate_eval, base_bench=base_bench,
+                        candidate_bench=candidate_bench, thresholds=thresholds, slo=slo, out_dir=out_dir,
+                        compress_figures=dict(compress_figures), model_uri=str(compress_summary.get("model_uri", "")),
+                        safety=safety, base_adapters=base_adapters, candidate_adapters=candidate_adapters,
+                        eval_sets=eval_sets, base_eval_sets=base_eval_sets, candidate_eval_sets=candidate_eval_sets,
+                        eval_sets_judged=os.path.join(eval_sets_judged, JUDGED) if eval_sets_judged else "")
+        for key, file in REPORT_FILES.items():
+            shutil.copyfile(os.path.join(out_dir, file), report_paths[key])
+        outputs = gate_outputs(out, recipe, out_dir)
+        run.log(**outputs["log"])
+    try:  # payloads of steps whose image has no MLflow client (see tracking/steprun.py)
+        apply_pending(compress_summary, *pending,
+                      context={"kfp_run_id": kfp_run_id, "tracking_uri": tracking_uri, "experiment": experiment})
+    except Exception as err:  # noqa: BLE001 - tracking never fails the gate
+        print(f"shipyard: deferred tracking not applied: {err}", flush=True)
+    print(f"{recipe}: {out['reason']}", flush=True)
+    return {"passed": bool(out["passed"]), "reason": out["reason"], "metrics": out["metrics"],
+            "metadata": outputs["metadata"]}

@@ -102,3 +102,70 @@ def package_model(model_dir: str, out_dir: str, registry: str = "", repository: 
         (stage / SUMMARY_MD).write_text(md)
         (stage / SUMMARY_HTML).write_text(_html(md, result))
     return result
+
+
+def package_record(result: dict[str, Any], out_dir: str, report_md: str = "") -> dict[str, Any]:
+    """The package step's MLflow record (:meth:`StepRun.log`'s arguments) of :func:`package_model`'s
+    ``result``: its URI, size, digest and reports (never the layout or the weights). ``out_dir``: the
+    package folder; ``report_md``: the Markdown report logged as package.md (default: the one in ``out_dir``)."""
+    return {"params": {"uri": result["uri"]}, "metrics": {"size_bytes": result["size_bytes"]},
+            "tags": {"shipyard.oci_digest": result["digest"]},
+            "artifacts": {"package.json": f"{out_dir}/{SUMMARY_JSON}", "package.md": report_md or f"{out_dir}/{SUMMARY_MD}"}}
+
+
+def package_champion_task(*, model_dir: str, selection_dir: str, modelcar_dir: str, summary_path: str,
+                          decision_path: str, model_files_dir: str, registry: str, repository: str, mode: str,
+                          base_image: str, insecure_tls: bool, model_name: str, base_model_uri: str,
+                          champion_tolerance: float, tracking_uri: str = "", experiment: str = "",
+                          kfp_run_id: str = "") -> dict[str, Any]:
+    """The package-champion step as its KFP wrapper runs it, with its outputs' paths, inside the step's
+    MLflow run: :func:`package_model` (the champion of ``selection_dir``, annotated with its recipe,
+    source model and pipeline run), its signed evidence when a key is configured
+    (:func:`shipyard.steps.attest.attest_if_keyed`), the model's small files for the deploy step
+    (:func:`shipyard.serving.kserve.render.copy_model_files`), then its registration and gate against
+    ``production`` (:func:`shipyard.steps.register.register_champion`, report at ``decision_path``).
+
+    Returns ``passed`` (deploy the champion and give it 'production') and ``metadata`` per output
+    (``modelcar``, ``model_files``, ``package_summary``, ``decision``)."""
+    import shutil
+
+    from shipyard.compression.recipes import recipe_label
+    from shipyard.gates.selection import load_selection
+    from shipyard.runtimes.runtime import call_step
+    from shipyard.serving.kserve.render import copy_model_files
+    from shipyard.steps.attest import attest_if_keyed
+    from shipyard.steps.register import register_champion
+    from shipyard.tracking.steprun import StepRun
+
+    recipe = load_selection(selection_dir)["champion"]["recipe"]
+    annotations = json.dumps({"recipe": recipe_label(recipe), "source_model": base_model_uri,
+                              "pipeline_run": kfp_run_id})
+    with StepRun("package", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
+                 params={"registry": registry, "repository": repository, "mode": mode, "model_name": model_name,
+                         "champion_tolerance": champion_tolerance}) as run:
+        packed = call_step("base", package_model, model_dir=model_dir,
+                           out_dir=modelcar_dir, registry=registry, repository=repository, tag="", mode=mode,
+                           base_image=base_image, annotations=annotations, insecure_tls=insecure_tls)
+        # the gates' evidence, signed and stored with the modelcar (OCI referrers), when a key is configured
+        attested = call_step("base", attest_if_keyed, package_dir=modelcar_dir, selection=selection_dir,
+                             model_dir=model_dir, base_model_uri=base_model_uri, kfp_run_id=kfp_run_id,
+                             insecure_tls=insecure_tls)
+        shutil.copyfile(f"{modelcar_dir}/{SUMMARY_MD}", summary_path)
+        small = call_step("base", copy_model_files, model_dir=model_dir, out_dir=model_files_dir)
+        print(f"packaged: {packed['uri']}", flush=True)
+        run.log(**package_record(packed, modelcar_dir, summary_path))
+        out = call_step("base", register_champion, tracking_uri=tracking_uri,
+                        experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
+                        source_uri=packed["uri"], digest=packed["digest"], selection_dir=selection_dir,
+                        base_model_uri=base_model_uri, champion_tolerance=champion_tolerance,
+                        report_path=decision_path, attestation=modelcar_dir if attested["attested"] else "")
+        run.log(params={"version": out["version"], "champion_version": out["champion_version"] or "none"},
+                metrics={"gate.passed": float(out["passed"])},
+                tags={"shipyard.gate.reason": out["reason"][:5000]}, artifacts={"champion-gate.md": decision_path})
+    print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"], flush=True)
+    return {"passed": bool(out["passed"]), "metadata": {
+        "modelcar": artifact_metadata(packed), "model_files": small,
+        "package_summary": {"uri": packed["uri"], "digest": packed["digest"], "attestation": attested["note"]},
+        "decision": {"uri": packed["uri"], "digest": packed["digest"], "version": out["version"],
+                     "passed": out["passed"], "reason": out["reason"], "recipe": out["recipe"],
+                     "headline": json.dumps(out["headline"])}}}

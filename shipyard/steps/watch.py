@@ -2,12 +2,14 @@
 
 The package step signs the champion's gate evidence into the modelcar's registry (in-toto
 attestations, :mod:`shipyard.gates.evidence`); its SLO statement holds every benchmark level (load,
-TTFT and ITL p99, prompt and output lengths) and the SLO. So the model deployed is enough to know
-what it was qualified on, wherever the run that built it kept its files: :func:`envelope_of_model`
-verifies the attestations with the cluster's trust key and rebuilds the envelope from the signed SLO
-statement; :func:`watch_model` reads the live traffic from Prometheus
-(:func:`shipyard.serving.watch.read_live`) and compares; :func:`watch_step` is the scheduled ``watch``
-pipeline's step: it writes the verdict as ``drift.json`` and ``drift.md`` and logs it to MLflow.
+TTFT and ITL p99, prompt and output lengths), the SLO and, when the benchmark replayed a recorded
+workload, the capacity in its units (goodput at the SLO, the recorded peak and the multiple). So
+the model deployed is enough to know what it was qualified on, wherever the run that built it kept
+its files: :func:`envelope_of_model` verifies the attestations with the cluster's trust key and
+rebuilds the envelope from the signed SLO statement; :func:`watch_model` reads the live traffic from
+Prometheus (:func:`shipyard.serving.watch.read_live`) and compares; :func:`watch_step` is the
+scheduled ``watch`` pipeline's step: it writes the verdict as ``drift.json`` and ``drift.md`` and
+logs it to MLflow.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def envelope_of_model(uri: str, public_key: Any, *, field: str = "model_uri",
     provenance = predicates.get(PROVENANCE) or {}
     recipe = ((provenance.get("buildDefinition") or {}).get("externalParameters") or {}).get("recipe")
     base = ((provenance.get("buildDefinition") or {}).get("externalParameters") or {}).get("base_model") or ""
-    record = {"recipe": recipe or "champion", "levels": slo["levels"], "slo": {"thresholds": slo.get("slo") or {}}}
+    # the capacity in the recorded workload's units, when the benchmark replayed one (null otherwise)
+    record = {"recipe": recipe or "champion", "levels": slo["levels"],
+              "slo": {"thresholds": slo.get("slo") or {}, "capacity": slo.get("capacity")}}
     return envelope_from_record(record, field=field), str(base)
 
 
@@ -50,9 +54,10 @@ def watch_model(api: Any, model_name: str, window_s: int, envelope: Any, toleran
                 selector: str = "", model_uri: str = "", base_model_uri: str = "") -> dict[str, Any]:
     """The comparison of :func:`shipyard.serving.watch.compare`, with the model it judged: ``model_uri``
     (its image) and the re-qualification command on the base model the provenance names."""
-    from shipyard.serving.watch import compare, read_live
+    from shipyard.serving.watch import compare, peak_window, read_live
 
-    result = compare(envelope, read_live(api, model_name, window_s, selector), tolerance, base_model_uri=base_model_uri)
+    live = read_live(api, model_name, window_s, selector, peak_window_s=peak_window(envelope, window_s))
+    result = compare(envelope, live, tolerance, base_model_uri=base_model_uri)
     return {**result, "model_name": model_name, "model_uri": model_uri}
 
 

@@ -7,7 +7,9 @@ replays the workload's trace with guidellm on the same server and judges the rep
 (:mod:`shipyard.benchmarking.workload_fidelity`): lengths sent against the fingerprint's, the rate
 achieved, and the prefix-cache hit rate the server measured against the fingerprint's theoretical
 one. The SLO gate refuses a benchmark whose replay was not faithful (its figures would not describe
-the workload). :func:`workload_replay` prepares everything before any server starts, so a bad
+the workload), and judges the replay's own TTFT/ITL p99, error rate and goodput (``level``: the
+replay parsed as a load level is) against the SLO (:func:`shipyard.gates.slo.replay_verdict`).
+:func:`workload_replay` prepares everything before any server starts, so a bad
 trace is one line before the GPU work.
 """
 
@@ -72,10 +74,11 @@ def workload_replay(cfg: dict[str, Any], model_dir: str) -> tuple[dict[str, Any]
         record = replay_on_server(server, prepared["fingerprint"], str(folder / "trace.jsonl"), str(folder / "replay"),
                                   tokenizer=model_dir, cfg={k: v for k, v in cfg.items() if k != "workload"},
                                   time_scale=prepared["time_scale"], tolerance=prepared["tolerance"])
-        record.pop("sent", None)  # per-request figures stay in replay/guidellm.json
+        record.pop("sent", None)  # per-request lengths and times stay in replay/guidellm.json
+        level = record.pop("level", None)  # the replay's own latency figures: the SLO gate judges them
         print(record["line"], flush=True)
         return {"digest": prepared["digest"], "replayed": prepared["replayed"], "requests": prepared["requests"],
                 "time_scale": prepared["time_scale"], "block_size": prepared["block_size"],
-                "fingerprint": prepared["fingerprint"], "fidelity": record}
+                "fingerprint": prepared["fingerprint"], "fidelity": record, "level": level}
 
     return {**cfg, "vllm_args": args}, replay

@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -50,6 +50,7 @@ from urllib.parse import parse_qs, urlparse
 import yaml
 
 from shipyard.serving.kserve.validate import validate_object
+from shipyard.testing.loopback import LoopbackServer
 
 Script = Callable[[dict[str, Any], int], dict[str, Any] | None]
 
@@ -220,22 +221,19 @@ class K8sDouble:
         self.requests: list[tuple[str, str]] = []
         self.served_groups = set(self.groups)
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.server = LoopbackServer(self._handler())
 
     # -- test controls -----------------------------------------------------------------------
     def __enter__(self) -> K8sDouble:
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self.server.url
 
     def script(self, name: str, script: Script) -> None:
         self.scripts[name] = script

@@ -175,7 +175,7 @@ class KubeAPI:
         self.ready_after_polls = ready_after_polls
         self.kubeconfig = self.root / "kubeconfig"
         self.token, self.namespace = token, namespace
-        port = self.double.server.server_address[1]
+        port = self.double.server.port
         self.server = f"http://{server_host}:{port}" if server_host else self.double.url
 
     def __enter__(self) -> KubeAPI:

@@ -514,6 +514,9 @@ ROWS: list[Row] = [
         field="slo.error_budget: must be < 0.0694", params=True),
     row("run-slo-error-budget-percent", *run_local("--param", 'slo={"error_budget": "1%"}'),
         field="slo.error_budget: must be a number", params=True),
+    # whether a replay of the user's recorded workload that misses the SLO fails the gate (issue 35)
+    row("run-slo-judge-replay-text", *run_local("--param", 'slo={"judge_replay": "no"}'),
+        field="slo.judge_replay: must be true or false", params=True),
     # --- names Kubernetes and registries refuse, empty names ---------------------------------------------
     row("run-namespace-uppercase", *run_local("--param", "namespace=Bad_NS"), field="namespace", params=True),
     row("run-namespace-too-long", *run_local("--param", "namespace=" + "a" * 64), field="namespace", params=True),

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from shipyard.core.errors import ShipyardError, header_value
+from shipyard.testing.loopback import LoopbackServer
 
 SECRET = "hunter2pw"
 DIGEST = "sha256:" + "a" * 64
@@ -90,14 +91,8 @@ def _web(status: int, body: bytes, content_type: str) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with LoopbackServer(Handler) as server:
+        yield server.url
 
 
 # --------------------------------------------------------------------------- misbehaving services

@@ -2,8 +2,10 @@
 
 Reads the live figures of a served model from the Prometheus that scrapes its vLLM pods over a
 window (:mod:`shipyard.serving.watch`): input and output lengths, load per replica, TTFT p99 at that
-load against the benchmark curve, the prefix-cache hit rate; compares each with the champion's
-record, or with the envelope the model image carries in its signed SLO evidence (``--model``: the
+load against the benchmark curve, the peak load per replica against the qualified capacity (when the
+benchmark replayed a recorded workload: live peak / recorded peak, the headroom below the goodput at
+the SLO), the prefix-cache hit rate; compares each with the champion's record, or with the
+envelope the model image carries in its signed SLO evidence (``--model``: the
 package step's ``oci://...@sha256:...``, verified with the cluster's trust key). Exit status: 0 within the envelope, 1 drifted (the dimensions are named and a
 re-qualification run on the live traffic is proposed), 2 bad input, 3 Prometheus does not answer.
 """
@@ -20,9 +22,11 @@ from shipyard.core.errors import ShipyardError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("watch", help="compare a served model's live traffic with the envelope it was qualified on",
-                       description="Input and output lengths, load per replica, TTFT p99 at that load and the "
-                                   "prefix-cache hit rate, from Prometheus over a window, against the champion's "
-                                   "benchmark. Exit 0 within the envelope, 1 drifted, 3 Prometheus unreachable.")
+                       description="Input and output lengths, load per replica, TTFT p99 at that load, the peak "
+                                   "load per replica (against the capacity a replayed recorded workload qualified) "
+                                   "and the prefix-cache hit rate, from Prometheus over a window, against the "
+                                   "champion's benchmark. Exit 0 within the envelope, 1 drifted, 3 Prometheus "
+                                   "unreachable.")
     p.add_argument("--prometheus", required=True, help="the Prometheus API base URL, e.g. http://prometheus:9090")
     p.add_argument("--prometheus-token-file", help="a file holding a bearer token for Prometheus (or a proxy)")
     p.add_argument("--model-name", required=True, help="the served model name (vLLM's model_name label)")
@@ -36,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--insecure-tls", action="store_true", help="with --model: skip TLS verification (test registries only)")
     p.add_argument("--window", default="30m", help="how far back to look: 30m (default), 2h, 900s")
     p.add_argument("--selector", default="", help='more label matchers, e.g. namespace="llm"')
-    p.add_argument("--tolerance", help='relative change per dimension as JSON, e.g. {"input_length": 0.3, "ttft": 0.5}')
+    p.add_argument("--tolerance", help='relative change per dimension as JSON, e.g. '
+                                       '{"input_length": 0.3, "ttft": 0.5, "capacity": 0.1}')
     add_output_option(p, default_help="the verdict and one line per dimension")
     p.set_defaults(func=_watch)
 
