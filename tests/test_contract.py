@@ -619,6 +619,26 @@ def test_a_pinned_image_wins_and_is_reported_as_differing(tmp_path: Path, capsys
     assert "| serves the benchmarked build | NO |" in (tmp_path / "pin.md").read_text()
 
 
+def test_no_benchmarked_engine_is_unknown_not_no(tmp_path: Path) -> None:
+    """A champion whose record has no engine (or no champion record): the summary says the benchmarked
+    build is unknown, not that the deployment does not serve it; the MLflow tag says unknown too."""
+    from shipyard.steps.deploy import _deploy_tags
+
+    candidate = json.loads(_champion(tmp_path).read_text())
+    del candidate["engine"]
+    (tmp_path / "bare.json").write_text(json.dumps(candidate))
+    off = {"preset": "aggregated", "gpu_memory_gib": 80, "verify": {"enabled": False}}
+    for tag, champion in (("bare", str(tmp_path / "bare.json")), ("none", None)):
+        result = run_deploy(deploy_config=off, manifest_path=str(tmp_path / f"{tag}.yaml"), dry_run=True, name="llm",
+                            model_uri=PINNED_URI, namespace="ns", summary_path=str(tmp_path / f"{tag}.md"),
+                            candidate=champion)
+        text = (tmp_path / f"{tag}.md").read_text()
+        assert "| engine the SLO gate benchmarked | not recorded |" in text
+        assert "| serves the benchmarked build | unknown (the champion's record has no engine) |" in text
+        assert "| NO |" not in text
+        assert _deploy_tags(result)["shipyard.serves_benchmarked_build"] == "unknown"
+
+
 def test_image_preset_keeps_kserve_preset_image(tmp_path: Path) -> None:
     """deploy_config.image "preset": no image is set, KServe's preset (llm-d's build) serves, and the
     record says so next to the benchmarked image."""

@@ -614,6 +614,14 @@ def served_shape(cfg: DeployConfig, docs: list[dict[str, Any]], record: dict[str
     return {"measured": measured, "deployed": deployed, "same_shape": same, "meaning": meaning}
 
 
+def serves_benchmarked(engine: dict[str, Any]) -> str:
+    """Whether the deployment serves the build the SLO gate benchmarked: "yes", "NO", or "unknown (...)"
+    when the champion's record names no benchmarked engine (there is nothing to compare with)."""
+    if (engine.get("benchmarked") or {}).get("version"):
+        return "yes" if engine.get("same_build") else "NO"
+    return "unknown (the champion's record has no engine)"
+
+
 def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
     """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
     and the manifest itself (the KFP UI renders it inline)."""
@@ -640,7 +648,7 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
                     if bench.get("version") else "not recorded")
         lines.append(f"| serving engine | `{engine['serving']['image']}` ({engine['serving']['source']}) |")
         lines.append(f"| engine the SLO gate benchmarked | {measured} |")
-        lines.append(f"| serves the benchmarked build | {'yes' if engine.get('same_build') else 'NO'} |")
+        lines.append(f"| serves the benchmarked build | {serves_benchmarked(engine)} |")
         if engine.get("warning"):
             lines.append(f"| engine warning | {str(engine['warning']).replace('|', '/')} |")
     attested = result.get("attestation") or {}
@@ -871,7 +879,8 @@ def _deploy_tags(result: dict[str, Any]) -> dict[str, str]:
             "shipyard.serving_image_source": str(serving.get("source", "")),
             "shipyard.benchmarked_engine": "vllm " + str(benchmarked.get("version")),
             "shipyard.benchmarked_image": str(benchmarked.get("image") or ""),
-            "shipyard.serves_benchmarked_build": str(bool(engine.get("same_build"))).lower(),
+            "shipyard.serves_benchmarked_build": {"yes": "true", "NO": "false"}.get(serves_benchmarked(engine),
+                                                                                   "unknown"),
             "shipyard.verify.passed": str(bool(checks.get("passed"))).lower() if checks.get("ran") else "not run"}
 
 
