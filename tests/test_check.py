@@ -187,6 +187,28 @@ def test_each_planted_fault_is_named_in_one_line(services: dict[str, Any], tmp_p
     assert any(f.startswith("FAIL crd LLMInferenceServiceConfig v1alpha2") for f in failed)
 
 
+def test_a_tracking_uri_with_credentials_in_the_secret_is_one_fail_line(services: dict[str, Any], tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """MLFLOW_TRACKING_URI in shipyard-mlflow with a user name, password or token: every step refuses
+    it (resolve_tracking_uri), so the check says so in the Secret's one FAIL line, naming the key and
+    never the credential; MLflow's checks are skipped, not run with it."""
+    double, kubeconfig = cluster(services, tmp_path)
+    try:
+        secret = double.objects[("secrets", PODS_NS, "shipyard-mlflow")]
+        for userinfo in ("Zx8Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0Xc", "mlflow:pa'ss9xyz"):
+            secret["data"]["MLFLOW_TRACKING_URI"] = base64.b64encode(f"http://{userinfo}@{MLFLOW_HOST}".encode()).decode()
+            code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys)
+            text = "\n".join(lines)
+            assert code == 1 and userinfo.partition(":")[2 if ":" in userinfo else 0] not in text, text
+            (failed,) = [line for line in lines if line.startswith("FAIL")]
+            assert failed.startswith(f"FAIL secret {PODS_NS}/shipyard-mlflow: key MLFLOW_TRACKING_URI: http://... "
+                                     "carries credentials (not shown)") and "MLFLOW_TRACKING_TOKEN" in failed, text
+            assert [line.split(":")[0] for line in lines if line.startswith("SKIP mlflow")] == \
+                ["SKIP mlflow name", "SKIP mlflow api"], text
+    finally:
+        double.__exit__(None, None, None)
+
+
 def test_the_double_enforces_the_overlays_rbac_for_the_pipeline_identity(services: dict[str, Any],
                                                                          tmp_path: Path) -> None:
     """The deploy step's own apply, as kubeflow/pipeline-runner: allowed by the overlay's Role and

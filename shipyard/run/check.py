@@ -418,13 +418,17 @@ class _Cluster:
             field = "MLFLOW_TRACKING_URI's host (Secret shipyard-mlflow)"
             return self.kube.read("v1", "services", ns, name, field=field) is not None
 
-        return [cc.mlflow_name_check(self.tracking_uri(), self.pods_ns, service_exists)]
+        uri = self.tracking_uri()
+        skip = cc.credentialed_uri_skip("mlflow name", uri, self.pods_ns)
+        return [skip or cc.mlflow_name_check(uri, self.pods_ns, service_exists)]
 
     def mlflow(self) -> list[Check]:
         """MLflow's API and artifact round-trip with the Secret's token."""
         data = (self.secret_if_readable(self.pods_ns, "shipyard-mlflow") or {}).get("data") or {}
         token = base64.b64decode(data["MLFLOW_TRACKING_TOKEN"]).decode() if data.get("MLFLOW_TRACKING_TOKEN") else ""
-        return cc.mlflow_checks(self.tracking_uri(), self.outside["mlflow_url"], token)
+        uri = self.tracking_uri()
+        skip = cc.credentialed_uri_skip("mlflow api", uri, self.pods_ns)
+        return [skip] if skip else cc.mlflow_checks(uri, self.outside["mlflow_url"], token)
 
     def registry(self) -> list[Check]:
         """The registry with the credentials of shipyard-registry."""

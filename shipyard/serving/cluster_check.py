@@ -245,9 +245,29 @@ def secret_checks(read_secret: Callable[[str, str], dict[str, Any] | None], name
         elif templates:
             checks.append(Check(name, FAIL, f"key {', '.join(templates)} still holds the template value {TEMPLATE_VALUE}",
                                 "replace it with the real value (or create the Secret from your secret store)"))
+        elif refused := credentials_in_uri_keys(data):
+            checks.append(Check(name, FAIL, refused[0], refused[1]))
         else:
             checks.append(Check(name, PASS, f"has {', '.join(keys)}"))
     return checks
+
+
+#: Secret keys whose value is a URI the steps refuse when it carries credentials (resolve_tracking_uri)
+URI_KEYS = ("MLFLOW_TRACKING_URI",)
+
+
+def credentials_in_uri_keys(data: dict[str, str]) -> tuple[str, str] | None:
+    """The problem and the fix when a Secret's URI key (:data:`URI_KEYS`) carries a user name,
+    password or token: every step refuses it, and the line names the key, never the value."""
+    from shipyard.core.errors import refuse_credentials
+    from shipyard.tracking.tracker import TRACKING_CREDENTIALS_FIX
+
+    for key in URI_KEYS:
+        try:
+            refuse_credentials(data.get(key, ""), f"key {key}", TRACKING_CREDENTIALS_FIX)
+        except ShipyardError as err:
+            return f"{err.field}: {err.problem}; every step refuses it", err.fix
+    return None
 
 
 def _secret_value(read_secret: Callable[[str, str], dict[str, Any] | None], ns: str, secret: str, key: str) -> str:
@@ -300,6 +320,16 @@ def tracking_uri_of(read_secret: Callable[[str, str], dict[str, Any] | None], la
     found = read_secret(layout["pipeline_namespace"], "shipyard-mlflow") or {}
     raw = (found.get("data") or {}).get("MLFLOW_TRACKING_URI")
     return base64.b64decode(raw).decode() if raw else layout["tracking_uri"]
+
+
+def credentialed_uri_skip(name: str, uri: str, pods_ns: str) -> Check | None:
+    """The ``name`` line of an MLflow check that does not run because the Secret's tracking URI
+    carries credentials (the Secret's own line is the FAIL, :func:`credentials_in_uri_keys`); None
+    when it carries none."""
+    if credentials_in_uri_keys({"MLFLOW_TRACKING_URI": uri}) is None:
+        return None
+    return Check(name, SKIP, f"not checked: MLFLOW_TRACKING_URI of Secret {pods_ns}/shipyard-mlflow carries "
+                 "credentials (see that Secret's line)")
 
 
 def mlflow_name_check(uri: str, pods_ns: str, service_exists: Callable[[str, str], bool]) -> Check:
