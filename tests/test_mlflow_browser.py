@@ -89,7 +89,8 @@ FIT = """(() => {
 
 def _dry_run_deploy(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The deploy step's MLflow record (:func:`~shipyard.steps.deploy.deploy_outputs`) for a dry run of
-    the champion in ``tmp/d`` with a pinned image: its report says "serves the benchmarked build: NO".
+    the champion in ``tmp/d`` (its record has no engine) with a pinned image: its report says "serves the
+    benchmarked build: unknown (the champion's record has no engine)".
     The manifest's schema check is skipped (loading the vendored CRDs alone takes 4 s; test_deploy_render
     covers it)."""
     from shipyard.steps import deploy
@@ -134,7 +135,7 @@ def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monke
     MLflow's assistant: the gates' green heading paints at the top, scrolling inside the frame
     reaches the plots, and the page fits the frame: no sideways scrolling (the frame document's
     scrollWidth is its clientWidth), the last cell of every table shows, and the deploy report's
-    "serves the benchmarked build: NO" shows. (MLflow's Markdown preview of deploy.md boxes each table
+    "serves the benchmarked build" row shows, name and value. (MLflow's Markdown preview of deploy.md boxes each table
     in a 420 px high scroll area, with that row below its fold, and scrolls accuracy.md's 11-column
     table sideways.) Real-time screenshots over the DevTools protocol (:mod:`chromium_cdp`):
     ``--screenshot --virtual-time-budget`` can shoot before the sandboxed frame paints, which showed
@@ -177,7 +178,8 @@ def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monke
             browser.save(browser.screenshot(), tmp_path / f"{label}-fit.png")
         assert 400 < fit["clientWidth"] < 700 and fit["scrollWidth"] <= fit["clientWidth"], (path, fit)
         assert fit["lastCellsSeen"] and all(fit["lastCellsSeen"]), (path, fit)
-        assert fit["served"] == ([True, "NO", True] if path == "deploy.html" else None), (path, fit)
+        unknown = "unknown (the champion's record has no engine)"
+        assert fit["served"] == ([True, unknown, True] if path == "deploy.html" else None), (path, fit)
         if os.environ.get("SHIPYARD_SCREENSHOTS"):
             for png in tmp_path.glob(f"{label}*.png"):
                 Path(os.environ["SHIPYARD_SCREENSHOTS"]).mkdir(parents=True, exist_ok=True)

@@ -609,8 +609,11 @@ def served_shape(cfg: DeployConfig, docs: list[dict[str, Any]], record: dict[str
                    + ": the gate's figures describe one replica; the router spreads load over "
                    f"{decode[0]} replica{'s' if decode[0] != 1 else ''}. The deploy's verification (the SLO smoke) "
                    "checks the service as deployed.")
-    if not engine.get("same_build"):
+    build = serves_benchmarked(engine)
+    if build == "NO":
         meaning += " The image differs from the benchmarked one as well (see the engine warning)."
+    elif build != "yes":
+        meaning += " Whether the image is the benchmarked build is unknown: the champion's record has no engine."
     return {"measured": measured, "deployed": deployed, "same_shape": same, "meaning": meaning}
 
 
