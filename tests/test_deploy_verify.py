@@ -245,7 +245,7 @@ def test_cli_verify_against_real_servers(served: dict[str, Any], tmp_path: Path,
                  "--report-dir", str(tmp_path / "r")]) == 1
     text = capsys.readouterr().out
     assert "\nFAILED: failed: golden outputs" in text and "diverges at token" in text
-    assert (tmp_path / "r" / "verification.md").is_file()
+    assert (tmp_path / "r" / "verification.md").is_file() and (tmp_path / "r" / "verification.html").is_file()
 
 
 def test_a_canary_is_verified_at_every_step_through_its_own_url(served: dict[str, Any], tmp_path: Path) -> None:

@@ -293,7 +293,7 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     names = {a.path for a in client.list_artifacts(by_name[f"gates [{champion}]"].info.run_id)}
     assert {"accuracy.md", "accuracy.html", "slo.html", "eval_sets.md", "eval_sets_records.json"} <= names
     package_files = {a.path for a in client.list_artifacts(by_name[f"package [{champion}]"].info.run_id)}
-    assert package_files == {"package.json", "package.md", "champion-gate.md"}  # never the layout or the weights
+    assert package_files == {"package.json", "package.md", "package.html", "champion-gate.md"}  # never the layout or the weights
     deploy_files = {a.path for a in client.list_artifacts(by_name[f"deploy [{champion}]"].info.run_id)}
     # the record with its verification, and the report as a page that fits MLflow's viewer
     assert deploy_files == {"manifest.yaml", "deploy.md", "deploy.html", "decision-record.json"}

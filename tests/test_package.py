@@ -10,6 +10,7 @@ import pytest
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import sha256_file
+from shipyard.core.report import CSS
 from shipyard.oci import transfer
 from shipyard.steps.package import package_model
 from shipyard.testing.registry import LocalRegistry
@@ -41,7 +42,8 @@ def test_local_layout_fallback(tiny_model: Path, tmp_path: Path) -> None:
     assert result["registry"] == "" and result["tag"].startswith("model-")
     assert json.loads((out / "shipyard-package.json").read_text())["digest"] == result["digest"]
     assert result["uri"] in (out / "shipyard-package.md").read_text()
-    assert "<table" in (out / "shipyard-package.html").read_text()
+    page = (out / "shipyard-package.html").read_text()  # the reports' page, which fits MLflow's artifact viewer
+    assert "<table" in page and CSS in page and result["digest"] in page
     assert result["annotations"]["io.shipyard.benchmark.summary"] == '{"tps":12.5}'
     transfer.pull_model(result["uri"], tmp_path / "back")
     assert tree_hashes(tmp_path / "back") == tree_hashes(tiny_model)

@@ -195,3 +195,33 @@ def test_markdown_html_reads_the_deploy_reports_markdown() -> None:
     assert "<td class='fail' data-label='b'>FAIL</td>" in page and "<td data-label='d'></td>" in page
     assert "<div class='warn'><b>Warning:</b> deploy_config.image is <i>not</i> the benchmarked one</div>" in page
     assert "<ul><li>one</li><li><code>two</code></li></ul>" in page and "<pre><code>key: &lt;v&gt;</code></pre>" in page
+
+
+def test_the_verification_and_package_reports_have_pages_in_the_reports_style(tmp_path: Path) -> None:
+    """verification.html and shipyard-package.html are the shared page (:data:`CSS`, which wraps and
+    fits MLflow's frame): the verification's check table and its diverging golden outputs as ``wide``
+    tables; the package's digests and annotations through markdown_html. The deploy step logs
+    verification.html beside verification.md."""
+    from shipyard.core.report import CSS, Check, GateReport, markdown_html
+    from shipyard.gates.verification import report_html
+    from shipyard.steps.deploy import failed_deploy_outputs
+    from shipyard.steps.package import _markdown
+
+    report = GateReport("deployment verification", False, "failed: golden outputs", rule="models and golden",
+                        checks=[Check("golden outputs (exact-match rate)", 0.5, 1.0, ">= 0.75", -0.25, False)])
+    golden = {"matched": 1, "total": 2, "mismatches": [{"index": 1, "prompt": "2+2?", "divergence": {
+        "token_offset": 0, "char_offset": 0, "expected": "4", "got": "five"}}]}
+    page = report_html(report, golden)
+    assert CSS in page and page.count("<table class='wide'>") == 2 and "data-label='got (service)'" in page
+    result = {"mode": "modelcar", "uri": "oci://r/m@sha256:" + "0" * 64, "tag": "model-1", "size_bytes": 2e6,
+              "model_digest": "sha256:" + "1" * 64, "annotations": {"io.shipyard.recipe": "w4a16"},
+              "layers": [{"digest": "sha256:" + "2" * 64, "title": "model.safetensors", "mediaType": "x", "size": 9}]}
+    package = markdown_html(_markdown(result))
+    assert CSS in package and "<h1>Packaged model (modelcar)</h1>" in package
+    assert f"<code>sha256:{'2' * 64}</code> model.safetensors" in package and "io.shipyard.recipe" in package
+    verify = tmp_path / "verify"
+    verify.mkdir()
+    for name in ("verification.md", "verification.json", "verification.html"):
+        (verify / name).write_text("x")
+    logged = failed_deploy_outputs(str(verify), str(tmp_path / "out.md"))["artifacts"]
+    assert set(logged) == {"verification.md", "verification.json", "verification.html"}

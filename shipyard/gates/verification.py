@@ -20,7 +20,8 @@ from shipyard.core.report import Doc, GateReport
 from shipyard.evaluation.golden import check_golden, load_golden
 
 GATE = "deployment verification"
-REPORT_MD, REPORT_JSON = "verification.md", "verification.json"
+#: the report as Markdown (KFP UI), as HTML that fits MLflow's artifact viewer, and as JSON
+REPORT_MD, REPORT_HTML, REPORT_JSON = "verification.md", "verification.html", "verification.json"
 CHECKS = ("models", "golden", "accuracy", "slo", "pd")
 DEFAULTS: dict[str, Any] = {
     "checks": list(CHECKS),
@@ -188,3 +189,8 @@ def report_doc(report: GateReport, golden_result: dict[str, Any]) -> Doc:
 def report_markdown(report: GateReport, golden_result: dict[str, Any]) -> str:
     """:func:`report_doc` as Markdown (KFP UI, MLflow)."""
     return report_doc(report, golden_result).to_markdown()
+
+
+def report_html(report: GateReport, golden_result: dict[str, Any]) -> str:
+    """:func:`report_doc` as one HTML page in the reports' style (fits MLflow's artifact viewer)."""
+    return report_doc(report, golden_result).to_html()

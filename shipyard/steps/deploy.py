@@ -811,9 +811,20 @@ def manifest_summary(path: str | Path) -> str:
 
 #: the deploy step's report files in its verification folder (``verify_dir``)
 VERIFICATION_MD, VERIFICATION_JSON, DECISION_RECORD_JSON = "verification.md", "verification.json", "decision-record.json"
+#: the verification report as HTML (written beside the Markdown by :func:`shipyard.steps.verify.verify`)
+VERIFICATION_HTML = "verification.html"
 #: the deploy summary as HTML (in ``verify_dir``), for MLflow: its Markdown preview boxes each table in a
 #: 420 px high scroll area with fixed-width columns, which hid rows such as "serves the benchmarked build"
 DEPLOY_HTML = "deploy.html"
+
+
+def _verification_files(verify_dir: str) -> dict[str, str]:
+    """The verification report's files in ``verify_dir`` as the step logs them to MLflow (the HTML
+    page when it was written)."""
+    files = {name: os.path.join(verify_dir, name) for name in (VERIFICATION_MD, VERIFICATION_JSON)}
+    if os.path.isfile(os.path.join(verify_dir, VERIFICATION_HTML)):
+        files[VERIFICATION_HTML] = os.path.join(verify_dir, VERIFICATION_HTML)
+    return files
 
 
 def failed_deploy_outputs(verify_dir: str, verification_path: str) -> dict[str, Any]:
@@ -826,8 +837,7 @@ def failed_deploy_outputs(verify_dir: str, verification_path: str) -> dict[str, 
         shutil.copyfile(report, verification_path)
         print(Path(report).read_text(encoding="utf-8"), flush=True)
         log["tags"]["shipyard.verify.passed"] = "false"
-        log["artifacts"].update({"verification.md": report,
-                                 "verification.json": os.path.join(verify_dir, VERIFICATION_JSON)})
+        log["artifacts"].update(_verification_files(verify_dir))
     if os.path.isfile(record):
         log["artifacts"]["decision-record.json"] = record
     return log
@@ -864,7 +874,7 @@ def deploy_outputs(result: dict[str, Any], verify_dir: str, *, manifest_path: st
             {"verification": {"outcome": "not run", "why": "no champion record reached the step"}}))
     figures: dict[str, float] = {}
     if checks.get("ran"):
-        files.update({"verification.md": report, "verification.json": os.path.join(verify_dir, VERIFICATION_JSON)})
+        files.update(_verification_files(verify_dir))
         figures = {"verify.passed": float(bool(checks.get("passed")))}
         if (checks.get("golden") or {}).get("match_rate") is not None:
             figures["verify.golden_match_rate"] = float(checks["golden"]["match_rate"])

@@ -8,13 +8,13 @@ retries.
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir
+from shipyard.core.report import markdown_html
 
 MODES = ("modelcar", "oras")
 SUMMARY_JSON = "shipyard-package.json"
@@ -48,17 +48,6 @@ def _markdown(result: dict[str, Any]) -> str:
     lines += ["", "## Annotations", "", "| key | value |", "|---|---|"]
     lines += [f"| {k} | {str(v).replace('|', '/')} |" for k, v in sorted(result["annotations"].items())]
     return "\n".join(lines) + "\n"
-
-
-def _html(md: str, result: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><td><code>{html.escape(la['digest'])}</code> {html.escape(la.get('title', ''))}</td>"
-                   f"<td>{html.escape(la['mediaType'])}</td><td>{la['size']}</td></tr>" for la in result["layers"])
-    notes = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
-                    for k, v in sorted(result["annotations"].items()))
-    return (f"<html><body><h1>Packaged model ({html.escape(result['mode'])})</h1>"
-            f"<p>Reference: <code>{html.escape(result['uri'])}</code><br>Tag: <code>{html.escape(result['tag'])}</code><br>"
-            f"Size: {result['size_bytes']} bytes</p><table border=1><tr><th>layer</th><th>media type</th><th>size</th></tr>"
-            f"{rows}</table><h2>Annotations</h2><table border=1>{notes}</table></body></html>\n")
 
 
 def package_model(model_dir: str, out_dir: str, registry: str = "", repository: str = "", tag: str = "",
@@ -100,17 +89,19 @@ def package_model(model_dir: str, out_dir: str, registry: str = "", repository: 
         md = _markdown(result)
         (stage / SUMMARY_JSON).write_text(json.dumps(result, indent=2, sort_keys=True))
         (stage / SUMMARY_MD).write_text(md)
-        (stage / SUMMARY_HTML).write_text(_html(md, result))
+        (stage / SUMMARY_HTML).write_text(markdown_html(md))
     return result
 
 
 def package_record(result: dict[str, Any], out_dir: str, report_md: str = "") -> dict[str, Any]:
     """The package step's MLflow record (:meth:`StepRun.log`'s arguments) of :func:`package_model`'s
     ``result``: its URI, size, digest and reports (never the layout or the weights). ``out_dir``: the
-    package folder; ``report_md``: the Markdown report logged as package.md (default: the one in ``out_dir``)."""
+    package folder; ``report_md``: the Markdown report logged as package.md (default: the one in ``out_dir``),
+    beside package.html (the page that fits MLflow's artifact viewer)."""
     return {"params": {"uri": result["uri"]}, "metrics": {"size_bytes": result["size_bytes"]},
             "tags": {"shipyard.oci_digest": result["digest"]},
-            "artifacts": {"package.json": f"{out_dir}/{SUMMARY_JSON}", "package.md": report_md or f"{out_dir}/{SUMMARY_MD}"}}
+            "artifacts": {"package.json": f"{out_dir}/{SUMMARY_JSON}", "package.md": report_md or f"{out_dir}/{SUMMARY_MD}",
+                          "package.html": f"{out_dir}/{SUMMARY_HTML}"}}
 
 
 def package_champion_task(*, model_dir: str, selection_dir: str, modelcar_dir: str, summary_path: str,

@@ -51,11 +51,13 @@ from shipyard.evaluation.golden import ask_all, compare_golden
 from shipyard.gates.verification import (
     GATE,
     PD_METRICS,
+    REPORT_HTML,
     REPORT_JSON,
     REPORT_MD,
     api_root,
     load_recorded,
     parse_verify_config,
+    report_html,
     report_markdown,
     selected_level,
 )
@@ -372,8 +374,8 @@ def verify_service(
     strict_input: bool = False,
     log: Any = print,
 ) -> dict[str, Any]:
-    """Verify the service at ``url`` against the recorded ``candidate``; write ``verification.md``
-    and ``verification.json`` to ``report_dir`` when given.
+    """Verify the service at ``url`` against the recorded ``candidate``; write ``verification.md``,
+    ``verification.html`` and ``verification.json`` to ``report_dir`` when given.
 
     ``strict_input`` (the CLI): an unreachable URL, a timeout or a wrong served model name raise a
     one-line :class:`ShipyardError` instead of a failed ``models`` check. Returns ``{"passed",
@@ -424,5 +426,6 @@ def verify_service(
     if report_dir:
         Path(report_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(report_dir) / REPORT_MD, report_markdown(report, golden_result))
+        atomic_write_text(Path(report_dir) / REPORT_HTML, report_html(report, golden_result))
         atomic_write_text(Path(report_dir) / REPORT_JSON, json.dumps(out, indent=2, default=str))
     return out

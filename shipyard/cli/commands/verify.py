@@ -7,7 +7,7 @@ slice and a guidellm SLO smoke test through the service (both need ``--model-dir
 tokenizer), and the P/D pools' vLLM metrics when ``--metrics-url`` names them.
 
 Prints the verdict and the checks (or ``-o json|yaml``); ``--report-dir`` keeps
-``verification.md`` and ``verification.json``. Exit status (README, "CLI"): 0 passed, 1 failed,
+``verification.md``, ``verification.html`` and ``verification.json``. Exit status (README, "CLI"): 0 passed, 1 failed,
 2 bad input (a wrong served model name, an empty golden set, a tolerance outside 0..1), 3 the URL
 is unreachable or does not answer in time.
 """
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-url", action="append", default=[], metavar="POOL=URL",
                    help="a P/D pool's vLLM /metrics URL, e.g. prefill=http://llm-prefill:8000/metrics (repeat)")
     p.add_argument("--config", help="more verification settings as JSON (see shipyard/gates/verification.py)")
-    p.add_argument("--report-dir", help="write verification.md and verification.json here")
+    p.add_argument("--report-dir", help="write verification.md, .html and .json here")
     add_output_option(p, default_help="the verdict and one line per check")
     p.set_defaults(func=_verify)
 
