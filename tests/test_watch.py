@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import require_tool
+from kfp_double import KfpDouble
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok, wait_ready
@@ -380,3 +383,74 @@ def test_the_watch_pipeline_runs_locally_and_its_report_names_the_drift(promethe
     assert [line for line in proc.stdout.splitlines() if "SUCCESS  watch production" in line
             and line.endswith("drifted (input_length,output_length,load,ttft)")], proc.stdout
     assert "> drifted: input_length, output_length, load, ttft" in proc.stdout  # the run's summary table
+
+
+# --- --requalify: the proposed run, submitted through `shipyard submit`'s client to the KFP double -------------
+
+KFP_TOKEN = "s3cret-kfp-token"
+#: the run's own parameters (the modelcar's registry) and the base the champion was built from
+RUN = ("--param", "registry=quay.io", "--param", "repository=your-org/models",
+       "--param", "model_uri=hf://HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+@pytest.fixture()
+def kfp() -> Iterator[KfpDouble]:
+    double = KfpDouble(token=KFP_TOKEN).start()
+    yield double
+    double.stop()
+
+
+def test_requalify_submits_exactly_the_proposed_run(prometheus: str, tmp_path: Path, kfp: KfpDouble) -> None:
+    """``watch --requalify`` on a drift: the proposed pipeline with the proposed parameters (and the
+    user's registry) reaches KFP, and the run id and URL are printed; the exit stays 1 (drifted)."""
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "drifted", "--requalify", "--host", kfp.url,
+                  "--token", KFP_TOKEN, "--experiment", "requalify", *RUN, "-o", "json")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    out = json.loads(proc.stdout)
+    proposed = out["requalify_run"]
+    assert proposed["pipeline"] == "optimize-and-deploy" and set(proposed["params"]) == {"benchmark_config"}
+    assert f"--param benchmark_config={shlex.quote(proposed['params']['benchmark_config'])}" in out["requalify"]
+    assert [kind for kind, _, _ in kfp.requests] == ["upload", "experiment", "run"] and not kfp.rejected
+    (ir,) = kfp.uploaded
+    assert next(yaml.safe_load_all(ir))["pipelineInfo"]["name"] == "optimize-and-deploy"
+    ((run_id, run),) = kfp.runs.items()
+    assert run["runtime_config"]["parameters"] == {
+        "benchmark_config": proposed["params"]["benchmark_config"], "registry": "quay.io",
+        "repository": "your-org/models", "model_uri": "hf://HuggingFaceTB/SmolLM2-135M-Instruct"}
+    assert run["display_name"] == "requalify drifted: input_length, load"
+    assert kfp.experiments[run["experiment_id"]]["display_name"] == "requalify"
+    record = out["requalification"]
+    assert record["submitted"] is True and record["run_id"] == run_id and record["url"].endswith(run_id)
+    # the text: the verdict and the proposal, then the run's id and URL
+    text = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "drifted", "--requalify", "--host", kfp.url,
+                  "--token", KFP_TOKEN, *RUN)
+    print(text.stdout)
+    assert text.returncode == 1, text.stderr + text.stdout
+    (second,) = set(kfp.runs) - {run_id}
+    lines = text.stdout.splitlines()
+    assert lines[-3].startswith("re-qualify on this traffic: shipyard submit optimize-and-deploy ")
+    assert lines[-2].startswith(f"re-qualification run {second} submitted (optimize-and-deploy-")
+    assert lines[-1] == f"run: {kfp.url}/#/runs/details/{second}"
+
+
+def test_requalify_within_the_envelope_submits_nothing(prometheus: str, tmp_path: Path, kfp: KfpDouble) -> None:
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "steady", "--requalify", "--host", kfp.url,
+                  "--token", KFP_TOKEN, *RUN)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert proc.stdout.splitlines()[-1] == "within the envelope: no re-qualification run submitted"
+    assert kfp.requests == [] and kfp.runs == {}
+
+
+@pytest.mark.parametrize("how", ["refused", "unreachable"])
+def test_a_requalification_kfp_refuses_or_cannot_be_reached_is_one_line(prometheus: str, tmp_path: Path,
+                                                                        kfp: KfpDouble, how: str) -> None:
+    """The verdict is printed; the submit's failure is one line with exit 4 (not 3: that is Prometheus)."""
+    host, token = (kfp.url, "wrong") if how == "refused" else (f"http://127.0.0.1:{free_port()}", KFP_TOKEN)
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "drifted", "--requalify", "--host", host,
+                  "--token", token, *RUN)
+    assert proc.returncode == 4, proc.stderr + proc.stdout
+    assert proc.stdout.startswith("watch w8a8-int8 over 30 min: drifted (input_length, load")
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+    said = "refused the credentials (401" if how == "refused" else "cannot reach"
+    assert proc.stderr.startswith("shipyard: error: --host: ") and said in proc.stderr, proc.stderr
+    assert "wrong" not in proc.stderr and kfp.runs == {}
