@@ -454,3 +454,23 @@ def test_a_requalification_kfp_refuses_or_cannot_be_reached_is_one_line(promethe
     said = "refused the credentials (401" if how == "refused" else "cannot reach"
     assert proc.stderr.startswith("shipyard: error: --host: ") and said in proc.stderr, proc.stderr
     assert "wrong" not in proc.stderr and kfp.runs == {}
+
+
+def test_requalify_starts_from_the_base_the_model_provenance_names(prometheus: str, attested: dict[str, str],
+                                                                   kfp: KfpDouble) -> None:
+    """With ``--model`` the run's ``model_uri`` is the signed provenance's base; another one given is
+    one line before Prometheus is read, and nothing reaches KFP."""
+    run = ("--requalify", "--host", kfp.url, "--token", KFP_TOKEN, "--param", "registry=quay.io")
+    proc = _watch_model("--prometheus", prometheus, "--model-name", "drifted", "--model", attested["uri"],
+                        "--key", attested["key"], *run, "-o", "json")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    out = json.loads(proc.stdout)
+    ((run_id, submitted),) = kfp.runs.items()
+    assert out["requalification"]["run_id"] == run_id
+    assert submitted["runtime_config"]["parameters"] == {**out["requalify_run"]["params"], "registry": "quay.io"}
+    assert out["requalify_run"]["params"]["model_uri"] == "hf://HuggingFaceTB/SmolLM2-135M-Instruct"
+    other = _watch_model("--prometheus", prometheus, "--model-name", "drifted", "--model", attested["uri"],
+                         "--key", attested["key"], *run, "--param", "model_uri=hf://org/another")
+    assert other.returncode == 2 and other.stdout == "" and len(other.stderr.splitlines()) == 1, other.stderr
+    assert other.stderr.startswith("shipyard: error: --param model_uri: is not the base the model's provenance names")
+    assert len(kfp.runs) == 1
