@@ -256,11 +256,16 @@ def test_prometheus_values_are_numbers_or_nan() -> None:
 # --------------------------------------------------------------- the envelope the model carries
 
 
+#: the base model the champion was built from, as the user named it
+BASE = "hf://HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
 @pytest.fixture(scope="module")
 def attested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A modelcar (OCI layout) signed by the real package and attest steps over the real candidate
     gates' champion (report_fixtures' w8a8-int8: knee concurrent@2 at 1.11 req/s, 32/16 tokens): its ``uri``,
-    the public key (``key``) and another key (``other``)."""
+    the public key (``key``) and another key (``other``); ``selection``: the select step's folder, which
+    names the base (:data:`BASE`, pinned to a commit)."""
     from report_fixtures import judged
 
     from shipyard.oci.attestation import generate_key_pair
@@ -270,7 +275,8 @@ def attested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
     tmp = tmp_path_factory.mktemp("attested")
     assert judged(tmp)["passed"]
-    select_champion([str(tmp / "w8a8-int8-gates")], "size", str(tmp / "selection"), str(tmp / "r.md"), str(tmp / "r.html"))
+    select_champion([str(tmp / "w8a8-int8-gates")], "size", str(tmp / "selection"), str(tmp / "r.md"), str(tmp / "r.html"),
+                    base_uri=BASE, base_pinned_uri=f"{BASE}@{'c' * 40}", base_fingerprint=f"hf:{'c' * 40}")
     model = tmp / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
@@ -281,7 +287,7 @@ def attested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     car = package_model(str(model), str(tmp / "champion"))
     attest_package(str(tmp / "champion"), str(tmp / "selection"), key_file=str(private), model_dir=str(model),
                    base_model_uri="hf://HuggingFaceTB/SmolLM2-135M-Instruct")
-    return {"uri": car["uri"], "key": str(public), "other": str(other)}
+    return {"uri": car["uri"], "key": str(public), "other": str(other), "selection": str(tmp / "selection")}
 
 
 def _watch_model(*args: str) -> subprocess.CompletedProcess[str]:
@@ -408,7 +414,9 @@ def test_requalify_submits_exactly_the_proposed_run(prometheus: str, tmp_path: P
     assert proc.returncode == 1, proc.stderr + proc.stdout
     out = json.loads(proc.stdout)
     proposed = out["requalify_run"]
-    assert proposed["pipeline"] == "optimize-and-deploy" and set(proposed["params"]) == {"benchmark_config"}
+    # a candidate.json names no base: the proposal starts from the user's --param model_uri
+    assert proposed["pipeline"] == "optimize-and-deploy" and set(proposed["params"]) == {"benchmark_config", "model_uri"}
+    assert proposed["params"]["model_uri"] == BASE and f"--param model_uri={BASE} " in out["requalify"]
     assert f"--param benchmark_config={shlex.quote(proposed['params']['benchmark_config'])}" in out["requalify"]
     assert [kind for kind, _, _ in kfp.requests] == ["upload", "experiment", "run"] and not kfp.rejected
     (ir,) = kfp.uploaded
@@ -474,3 +482,33 @@ def test_requalify_starts_from_the_base_the_model_provenance_names(prometheus: s
     assert other.returncode == 2 and other.stdout == "" and len(other.stderr.splitlines()) == 1, other.stderr
     assert other.stderr.startswith("shipyard: error: --param model_uri: is not the base the model's provenance names")
     assert len(kfp.runs) == 1
+
+
+def test_requalify_starts_from_the_base_the_champion_record_names(prometheus: str, attested: dict[str, str],
+                                                                  kfp: KfpDouble, tmp_path: Path) -> None:
+    """With ``--champion`` the select step's record names the base (as the user gave it): the proposal
+    and the submitted run start from it without ``--param model_uri``; one given wins, with a note; an
+    older record that names none still needs it (one line, nothing reaches KFP)."""
+    run = ("--requalify", "--host", kfp.url, "--token", KFP_TOKEN, "--param", "registry=quay.io",
+           "--param", "repository=your-org/models")
+    watch = ("--prometheus", prometheus, "--model-name", "drifted", "--champion")
+    proc = _watch_model(*watch, attested["selection"], *run)
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr + proc.stdout
+    assert f"--param model_uri={BASE} --param benchmark_config=" in proc.stdout.splitlines()[-3]
+    ((run_id, submitted),) = kfp.runs.items()
+    assert submitted["runtime_config"]["parameters"]["model_uri"] == BASE
+    other = _watch_model(*watch, attested["selection"], *run, "--param", "model_uri=hf://org/another", "-o", "json")
+    assert other.returncode == 1, other.stderr + other.stdout
+    assert other.stderr == f"note: --param model_uri overrides the base the champion's record names ({BASE})\n"
+    assert json.loads(other.stdout)["requalify_run"]["params"]["model_uri"] == "hf://org/another"
+    (second,) = set(kfp.runs) - {run_id}
+    assert kfp.runs[second]["runtime_config"]["parameters"]["model_uri"] == "hf://org/another"
+    older = tmp_path / "older"
+    older.mkdir()
+    doc = json.loads((Path(attested["selection"]) / "selection.json").read_text())
+    (older / "selection.json").write_text(json.dumps({k: v for k, v in doc.items() if k != "base_model"}))
+    old = _watch_model(*watch, str(older), *run)
+    assert old.returncode == 2 and old.stdout == "" and len(old.stderr.splitlines()) == 1, old.stderr
+    assert old.stderr.startswith("shipyard: error: --requalify: needs the base model, which a champion's record "
+                                 "does not name")
+    assert len(kfp.runs) == 2

@@ -746,6 +746,8 @@ ROWS: list[Row] = [
     row("watch-model-without-a-key", *watch_model(), field="--key: is required with --model"),
     row("watch-model-key-missing", *watch_model("--key", "nope.pem"), field="--key: nope.pem is not a file"),
     row("watch-model-and-champion", *watch_model("--champion", "candidate.json"), field="--champion"),
+    row("watch-champion-base-credentials", *watch(champion="champion-base-creds"),
+        field="--champion: s3://... carries credentials"),
     # --- watch --requalify: the run it would submit is checked before anything is read ---------------------
     row("watch-host-without-requalify", *watch("--host", "http://127.0.0.1:9"),
         field="--host: is an option of the re-qualification run, which only --requalify submits"),
@@ -1032,6 +1034,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     (base / "emptydir").mkdir()
     (base / "lora-adapter").mkdir()  # a peft adapter folder's shape, for the lora_adapters rows
     (base / "lora-adapter" / "adapter_config.json").write_text('{"r": 8, "peft_type": "LORA"}')
+    (base / "champion-base-creds").mkdir()  # a selection whose recorded base model carries a password
+    (base / "champion-base-creds" / "selection.json").write_text(json.dumps({
+        "winner": "w8a8-int8", "candidates": [json.loads((base / "candidate.json").read_text())],
+        "base_model": {"uri": f"s3://bob:{SECRET}@bucket/base"}}))
     (base / "utf16.yaml").write_bytes("seed: abc\r\n".encode("utf-16"))  # as PowerShell's Out-File writes it
     (base / "binary.yaml").write_bytes(bytes(range(256)) * 4)
     (base / "latin1.yaml").write_bytes("experiment: caf\u00e9\n".encode("latin-1"))

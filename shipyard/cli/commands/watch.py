@@ -12,9 +12,10 @@ drifted and the re-qualification run could not be submitted (``--requalify``).
 
 ``--requalify`` (opt-in) starts the proposed run instead of printing it only: when the verdict is
 drifted, the optimize pipeline with the proposed parameters (``requalify_run``: ``model_uri``, the
-base the model's provenance names or ``--param model_uri``, and ``benchmark_config``, the live
-traffic) plus the user's ``--param``/``--params-file`` (registry, repository, namespace...) is
-submitted through ``shipyard submit``'s own code (:mod:`shipyard.cli.commands.submit`, the same
+base the champion's record (``base_model``, recorded by the select step) or the model's provenance
+names, or ``--param model_uri``, and ``benchmark_config``, the live traffic) plus the user's
+``--param``/``--params-file`` (registry, repository, namespace...) is submitted through
+``shipyard submit``'s own code (:mod:`shipyard.cli.commands.submit`, the same
 ``--host``/``--token``/``--cookie``/``-n``/``--insecure``/``--experiment``/``--cluster-config``/
 ``--image-registry``/``--service-account``), and the run id and URL are printed. The run is built
 first (compiled, its parameters checked), before Prometheus is read, so a broken setting fails the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +90,8 @@ def _add_requalify_options(p: argparse.ArgumentParser) -> None:
                        help="YAML/JSON mapping of the run's other parameters: registry, repository, namespace...")
     group.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="a parameter of the run (repeatable; --param wins over --params-file); "
-                            "benchmark_config is the proposal's, model_uri too when the provenance names it")
+                            "benchmark_config is the proposal's; model_uri defaults to the base the "
+                            "champion's record or the model's provenance names")
     group.add_argument("--service-account", help="ServiceAccount the run's pods use (default: KFP's)")
 
 
@@ -100,8 +103,9 @@ def _token(path: str) -> str:
 
 
 def _envelope(args: argparse.Namespace) -> tuple[Any, str]:
-    """The envelope to compare with, from ``--champion`` or ``--model``, and the base model (or "")."""
-    from shipyard.gates.selection import load_selection
+    """The envelope to compare with, from ``--champion`` or ``--model``, and the base model its record
+    or signed provenance names (or "")."""
+    from shipyard.gates.selection import load_selection, recorded_base_uri
     from shipyard.serving.watch import envelope_from_record
 
     if args.model:
@@ -122,12 +126,13 @@ def _envelope(args: argparse.Namespace) -> tuple[Any, str]:
     try:
         champion = Path(args.champion)
         # a candidate.json file is read from its folder, as the promote pipeline's champion is
-        record = load_selection(str(champion.parent if champion.name == "candidate.json" and champion.is_file()
-                                    else champion))["champion"]
+        selection = load_selection(str(champion.parent if champion.name == "candidate.json" and champion.is_file()
+                                       else champion))
+        base = recorded_base_uri(selection)  # "": a candidate.json, or a record older than base_model
     except ShipyardError as err:  # said as the option the user gave
         raise ShipyardError("--champion", err.problem, "pass the select step's decision folder (selection.json) "
                             "or the champion's candidate.json") from None
-    return envelope_from_record(record), ""
+    return envelope_from_record(selection["champion"]), base
 
 
 @dataclass
@@ -161,10 +166,6 @@ def _requalification(args: argparse.Namespace) -> Requalification | None:
         if key in raw:
             raise ShipyardError(f"--param {key}", "is the proposal's: the re-qualification runs on the live traffic "
                                 "as measured", f"drop {key}; `shipyard submit` takes a run of your own")
-    if args.champion and "model_uri" not in raw:
-        raise ShipyardError("--requalify", "needs the base model, which a champion's record does not name",
-                            "pass --param model_uri=URI (the base the champion was built from), or watch --model "
-                            "(its signed provenance names it)")
     package, tmp = compiled_package(argparse.Namespace(pipeline=REQUALIFY_PIPELINE, cluster_config=args.cluster_config,
                                                        image_registry=args.image_registry))
     try:
@@ -175,17 +176,27 @@ def _requalification(args: argparse.Namespace) -> Requalification | None:
     return Requalification(package, tmp, raw)
 
 
-def _check_base(plan: Requalification, base: str) -> None:
-    """The run needs a base model: the one the model's provenance names (``base``), else the user's
-    ``--param model_uri``; a user's that is not the provenance's is one line (the run would qualify
-    another model), and so is neither (the pipeline's default model would be qualified)."""
+def _check_base(args: argparse.Namespace, plan: Requalification, base: str) -> str:
+    """The base model the run starts from: the one the champion's record or the model's provenance
+    names (``base``), else the user's ``--param model_uri``; neither is one line (the pipeline's
+    default model would be qualified). With ``--model`` another ``--param model_uri`` is one line
+    (the signed provenance says what the model was built from); with ``--champion`` it wins over the
+    record, with a note on standard error."""
     given = plan.raw.get("model_uri")
-    if base and given is not None and given != base:
+    if args.model and base and given is not None and given != base:
         raise ShipyardError("--param model_uri", f"is not the base the model's provenance names ({base[:200]})",
                             "drop --param model_uri")
     if not base and given is None:
+        if args.champion:
+            raise ShipyardError("--requalify", "needs the base model, which a champion's record does not name",
+                                "pass --param model_uri=URI (the base the champion was built from), or watch "
+                                "--model (its signed provenance names it)")
         raise ShipyardError("--requalify", "needs the base model, which the model's provenance does not name",
                             "pass --param model_uri=URI (the base the model was built from)")
+    if base and given is not None and given != base:
+        print(f"note: --param model_uri overrides the base the champion's record names ({base[:200]})",
+              file=sys.stderr, flush=True)
+    return str(given) if given is not None else base
 
 
 def _submit(args: argparse.Namespace, plan: Requalification, result: dict[str, Any]) -> dict[str, Any]:
@@ -244,7 +255,7 @@ def _watch(args: argparse.Namespace) -> int:
     with plan.tmp if plan else contextlib.nullcontext():
         envelope, base = _envelope(args)
         if plan:
-            _check_base(plan, base)
+            base = _check_base(args, plan, base)
         result = watch_model(api, args.model_name, window_s, envelope, tolerance, selector=args.selector,
                              model_uri=args.model or "", base_model_uri=base)
         if plan:
