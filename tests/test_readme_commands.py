@@ -59,9 +59,8 @@ EXERCISED: dict[str, str] = {
      "prometheus_url=http://prometheus-operated.monitoring:9090 --param registered_model_name=qwen-w4a16 "
      """--param 'watch_config={"window": "1h", "model_name": "qwen"}'"""): "here",
     ("shipyard watch --prometheus http://prometheus-operated.monitoring:9090 --model-name qwen --champion decision/ "
-     "--requalify --host https://kfp.example.com --param model_uri=hf://Qwen/Qwen3-8B --param registry=quay.io "
-     "--param repository=your-org/models"):
-        "test:tests/test_watch.py::test_requalify_submits_exactly_the_proposed_run",
+     "--requalify --host https://kfp.example.com --param registry=quay.io --param repository=your-org/models"):
+        "test:tests/test_watch.py::test_requalify_starts_from_the_base_the_champion_record_names",
     "bash .ci/podman-setup": "ci:.ci/setup",
     ".venvs/base/bin/shipyard images build --flavor cpu": "ci:.ci/setup",
     ".venvs/base/bin/shipyard run --local --runner container --work-dir rehearsal":
