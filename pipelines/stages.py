@@ -186,10 +186,12 @@ def gates(p: Params, recipe: Any, base_eval: Any, base_bench: Any, cand_eval: An
 
 
 def select(p: Params, judged: Any, base: Any, base_eval: Any, base_bench: Any) -> Any:
-    """Fan-in: one selection over every candidate's gates (dsl.Collected) and the base, always a candidate."""
+    """Fan-in: one selection over every candidate's gates (dsl.Collected) and the base, always a candidate;
+    the record names the base model as the user gave it (``model_uri``) and as it was pinned."""
     return on_cpu(select_champion(
         candidates=dsl.Collected(judged.outputs["candidate"]), selection=p["selection"],
-        base_model=base.outputs["model"], base_eval=base_eval, base_bench=base_bench, slo=p["slo"], **tracking(p),
+        base_model=base.outputs["model"], base_eval=base_eval, base_bench=base_bench, slo=p["slo"],
+        base_model_uri=p["model_uri"], **tracking(p),
     ).set_display_name("select champion"))
 
 

@@ -7,11 +7,16 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
 import report_fixtures as fx
 
+from shipyard.core.errors import ShipyardError
 from shipyard.gates.baseline import accuracy_loss, dominance
 from shipyard.gates.selection import objective_value, select
 from shipyard.steps.select import select_champion
+
+#: the base model as the user named it (the pipeline's model_uri)
+BASE = "hf://HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def record(recipe: str, *, tok_s: float, size: int, base_acc: float = 0.80, acc: float = 0.80,
@@ -103,8 +108,12 @@ def test_the_step_builds_the_base_from_its_own_results_and_records_it(tmp_path: 
     fx.judged(tmp_path, cand_bench=slow)
     out = select_champion([str(tmp_path / "w8a8-int8-gates")], "throughput", str(tmp_path / "sel"),
                           str(tmp_path / "c.md"), str(tmp_path / "c.html"), base_eval=str(tmp_path / "base-eval"),
-                          base_bench=str(tmp_path / "base-bench"), base_model_uri="/models/base", slo=fx.SLO)
+                          base_bench=str(tmp_path / "base-bench"), base_model_uri="/models/base", slo=fx.SLO,
+                          base_uri=BASE, base_pinned_uri=f"{BASE}@{'e' * 40}", base_fingerprint=f"hf:{'e' * 40}")
     assert out["winner"] == "base" and out["winner_model_uri"] == "/models/base" and out["metrics"]["kept_base"] == 1.0
+    # the base model as the user named it and as the pin step pinned it, in both records
+    named = {"uri": BASE, "pinned_uri": f"{BASE}@{'e' * 40}", "fingerprint": f"hf:{'e' * 40}"}
+    assert json.loads((tmp_path / "sel" / "selection.json").read_text())["base_model"] == named
     # the throughput ratio at matched load (both meet the SLO highest at concurrency 2) with its 95% interval
     assert out["headline"].startswith("kept the base: w8a8-int8 is 0.59x as fast at the SLO [0.54, 0.64] and loses "
                                       "0.0348 on shipyard_arithmetic_mc acc")
@@ -116,6 +125,7 @@ def test_the_step_builds_the_base_from_its_own_results_and_records_it(tmp_path: 
     assert row["words"] == "slower" and row["low"] < row["ratio"] < row["high"] < 1 and row["repeats"] == {"base": 1, "candidate": 1}
     assert "bootstrap" in record_["statistics"]["performance_comparison"]
     assert record_["kept_base"] is True and record_["headline"] == out["headline"]
+    assert record_["base_model"] == named
     assert record_["base"]["figures"]["throughput"] == 15.9 and record_["base"]["figures"]["size"] == 269_060_552
     assert record_["dominance"]["dominated"]["w8a8-int8"].startswith("dominated by the base: 0.59x as fast")
     front = json.loads((tmp_path / "sel" / "frontier.json").read_text())
@@ -125,6 +135,15 @@ def test_the_step_builds_the_base_from_its_own_results_and_records_it(tmp_path: 
     assert "**Verdict:** kept the base: w8a8-int8" in md and "| dominated by the base |" in md
     assert "| 1 | base | champion | 15.9 |" in md  # the base's own throughput at the SLO, never "–"
     assert (tmp_path / "sel" / "base" / "slo.md").is_file()  # the base met the absolute SLO on its own figures
+
+
+def test_a_base_uri_with_credentials_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    fx.judged(tmp_path)
+    secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+    with pytest.raises(ShipyardError, match=r"model_uri: s3://\.\.\. carries credentials") as err:
+        select_champion([str(tmp_path / "w8a8-int8-gates")], "size", str(tmp_path / "sel"), str(tmp_path / "c.md"),
+                        str(tmp_path / "c.html"), base_uri=f"s3://AKIAEXAMPLE:{secret}@bucket/base")
+    assert secret not in str(err.value) and not (tmp_path / "sel").exists()
 
 
 def test_a_kept_base_moves_nothing_when_production_exists(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ from the executor output's URI and records it in MLMD) hands that URI on: the ta
 ``slo_report.html`` and ``report_html.html``, the executor output's URI names them, and the step
 runs in MLflow hold ``slo.html`` and ``candidates.html``. The gates run carries every verdict as a
 ``shipyard.gate.*`` tag, the safety gate's included (the local run's scan: 4 attacks per model).
+The select step's record names the base model from its ``base_model_uri`` input and the base
+model artifact's metadata (the pinned URI resolve-model records).
 """
 
 # no `from __future__ import annotations`: kfp reads the fixture component's annotations as types
@@ -46,7 +48,7 @@ def _uri(task_dir: Path, name: str) -> str:
 def test_reports_are_stored_and_recorded_with_html_and_md_names(tmp_path: Path, monkeypatch) -> None:
     import kfp.local
     from kfp import dsl
-    from kfp.dsl import Artifact, Output
+    from kfp.dsl import Artifact, Model, Output
 
     from shipyard.components.gates.component import candidate_gates, select_champion
 
@@ -65,6 +67,13 @@ def test_reports_are_stored_and_recorded_with_html_and_md_names(tmp_path: Path, 
             with open(os.path.join(out.path, name), "w") as fh:
                 fh.write(content)
 
+    @dsl.component(base_image="python:3.11", install_kfp_package=False)
+    def base_model(model: Output[Model]) -> None:  # what resolve-model hands on: the pinned URI in its metadata
+        import os
+
+        os.makedirs(model.path, exist_ok=True)
+        model.metadata.update({"uri": "hf://org/base@" + "a" * 40, "fingerprint": "hf:" + "a" * 40})
+
     def made(name: str, data: dict, scan: dict | None = None) -> "dsl.PipelineTask":
         files = {name: json.dumps(data), **({"safety/safety.json": json.dumps(scan)} if scan else {})}
         return fixture(files=json.dumps(files))
@@ -81,6 +90,7 @@ def test_reports_are_stored_and_recorded_with_html_and_md_names(tmp_path: Path, 
                                      thresholds=fx.THRESHOLDS, slo=fx.SLO, tracking_uri=tracking_uri,
                                      experiment=experiment, kfp_run_id=kfp_run_id, safety=json.dumps(SAFETY))
         select_champion(candidates=dsl.Collected(judged.outputs["candidate"]), selection="",
+                        base_model=base_model().output, base_model_uri="hf://org/base",
                         tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
 
     kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path))
@@ -98,6 +108,9 @@ def test_reports_are_stored_and_recorded_with_html_and_md_names(tmp_path: Path, 
         assert stored.is_file() and heading in stored.read_text(), sorted(p.name for p in task_dir.iterdir())
         assert not (task_dir / name).exists()  # nothing left under the old, extension-less name
         assert _uri(task_dir, name) == str(stored)  # the URI kfp.local hands on (the cluster records it in MLMD)
+    # the record names the base as the user gave it and as resolve-model's metadata pinned it
+    assert json.loads((select / "decision" / "selection.json").read_text())["base_model"] == {
+        "uri": "hf://org/base", "pinned_uri": "hf://org/base@" + "a" * 40, "fingerprint": "hf:" + "a" * 40}
 
     client = MlflowClient(server.url)
     exp = client.get_experiment_by_name(experiment).experiment_id

@@ -58,6 +58,9 @@ EXERCISED: dict[str, str] = {
     ("shipyard schedule compiled/watch.yaml --host https://kfp.example.com --every 1h --param "
      "prometheus_url=http://prometheus-operated.monitoring:9090 --param registered_model_name=qwen-w4a16 "
      """--param 'watch_config={"window": "1h", "model_name": "qwen"}'"""): "here",
+    ("shipyard watch --prometheus http://prometheus-operated.monitoring:9090 --model-name qwen --champion decision/ "
+     "--requalify --host https://kfp.example.com --param registry=quay.io --param repository=your-org/models"):
+        "test:tests/test_watch.py::test_requalify_starts_from_the_base_the_champion_record_names",
     "bash .ci/podman-setup": "ci:.ci/setup",
     ".venvs/base/bin/shipyard images build --flavor cpu": "ci:.ci/setup",
     ".venvs/base/bin/shipyard run --local --runner container --work-dir rehearsal":
@@ -88,7 +91,8 @@ def test_every_readme_command_is_exercised() -> None:
 
 #: what a test's source holds when it runs the command: the function, or the CLI's own argv
 _CALLS = {"--runner container": ("run_container(", '"--runner", "container"'),
-          "run --local": ("run_local(", '"run", "--local"')}
+          "run --local": ("run_local(", '"run", "--local"'),
+          "--requalify": ('"--requalify", "--host"',)}
 
 
 @pytest.mark.parametrize("command", [c for c, how in EXERCISED.items() if how.startswith(("ci:", "test:"))])

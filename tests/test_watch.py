@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import require_tool
+from kfp_double import KfpDouble
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok, wait_ready
@@ -253,11 +256,16 @@ def test_prometheus_values_are_numbers_or_nan() -> None:
 # --------------------------------------------------------------- the envelope the model carries
 
 
+#: the base model the champion was built from, as the user named it
+BASE = "hf://HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
 @pytest.fixture(scope="module")
 def attested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A modelcar (OCI layout) signed by the real package and attest steps over the real candidate
     gates' champion (report_fixtures' w8a8-int8: knee concurrent@2 at 1.11 req/s, 32/16 tokens): its ``uri``,
-    the public key (``key``) and another key (``other``)."""
+    the public key (``key``) and another key (``other``); ``selection``: the select step's folder, which
+    names the base (:data:`BASE`, pinned to a commit)."""
     from report_fixtures import judged
 
     from shipyard.oci.attestation import generate_key_pair
@@ -267,7 +275,8 @@ def attested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
     tmp = tmp_path_factory.mktemp("attested")
     assert judged(tmp)["passed"]
-    select_champion([str(tmp / "w8a8-int8-gates")], "size", str(tmp / "selection"), str(tmp / "r.md"), str(tmp / "r.html"))
+    select_champion([str(tmp / "w8a8-int8-gates")], "size", str(tmp / "selection"), str(tmp / "r.md"), str(tmp / "r.html"),
+                    base_uri=BASE, base_pinned_uri=f"{BASE}@{'c' * 40}", base_fingerprint=f"hf:{'c' * 40}")
     model = tmp / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
@@ -278,7 +287,7 @@ def attested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     car = package_model(str(model), str(tmp / "champion"))
     attest_package(str(tmp / "champion"), str(tmp / "selection"), key_file=str(private), model_dir=str(model),
                    base_model_uri="hf://HuggingFaceTB/SmolLM2-135M-Instruct")
-    return {"uri": car["uri"], "key": str(public), "other": str(other)}
+    return {"uri": car["uri"], "key": str(public), "other": str(other), "selection": str(tmp / "selection")}
 
 
 def _watch_model(*args: str) -> subprocess.CompletedProcess[str]:
@@ -380,3 +389,126 @@ def test_the_watch_pipeline_runs_locally_and_its_report_names_the_drift(promethe
     assert [line for line in proc.stdout.splitlines() if "SUCCESS  watch production" in line
             and line.endswith("drifted (input_length,output_length,load,ttft)")], proc.stdout
     assert "> drifted: input_length, output_length, load, ttft" in proc.stdout  # the run's summary table
+
+
+# --- --requalify: the proposed run, submitted through `shipyard submit`'s client to the KFP double -------------
+
+KFP_TOKEN = "s3cret-kfp-token"
+#: the run's own parameters (the modelcar's registry) and the base the champion was built from
+RUN = ("--param", "registry=quay.io", "--param", "repository=your-org/models",
+       "--param", "model_uri=hf://HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+@pytest.fixture()
+def kfp() -> Iterator[KfpDouble]:
+    double = KfpDouble(token=KFP_TOKEN).start()
+    yield double
+    double.stop()
+
+
+def test_requalify_submits_exactly_the_proposed_run(prometheus: str, tmp_path: Path, kfp: KfpDouble) -> None:
+    """``watch --requalify`` on a drift: the proposed pipeline with the proposed parameters (and the
+    user's registry) reaches KFP, and the run id and URL are printed; the exit stays 1 (drifted)."""
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "drifted", "--requalify", "--host", kfp.url,
+                  "--token", KFP_TOKEN, "--experiment", "requalify", *RUN, "-o", "json")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    out = json.loads(proc.stdout)
+    proposed = out["requalify_run"]
+    # a candidate.json names no base: the proposal starts from the user's --param model_uri
+    assert proposed["pipeline"] == "optimize-and-deploy" and set(proposed["params"]) == {"benchmark_config", "model_uri"}
+    assert proposed["params"]["model_uri"] == BASE and f"--param model_uri={BASE} " in out["requalify"]
+    assert f"--param benchmark_config={shlex.quote(proposed['params']['benchmark_config'])}" in out["requalify"]
+    assert [kind for kind, _, _ in kfp.requests] == ["upload", "experiment", "run"] and not kfp.rejected
+    (ir,) = kfp.uploaded
+    assert next(yaml.safe_load_all(ir))["pipelineInfo"]["name"] == "optimize-and-deploy"
+    ((run_id, run),) = kfp.runs.items()
+    assert run["runtime_config"]["parameters"] == {
+        "benchmark_config": proposed["params"]["benchmark_config"], "registry": "quay.io",
+        "repository": "your-org/models", "model_uri": "hf://HuggingFaceTB/SmolLM2-135M-Instruct"}
+    assert run["display_name"] == "requalify drifted: input_length, load"
+    assert kfp.experiments[run["experiment_id"]]["display_name"] == "requalify"
+    record = out["requalification"]
+    assert record["submitted"] is True and record["run_id"] == run_id and record["url"].endswith(run_id)
+    # the text: the verdict and the proposal, then the run's id and URL
+    text = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "drifted", "--requalify", "--host", kfp.url,
+                  "--token", KFP_TOKEN, *RUN)
+    print(text.stdout)
+    assert text.returncode == 1, text.stderr + text.stdout
+    (second,) = set(kfp.runs) - {run_id}
+    lines = text.stdout.splitlines()
+    assert lines[-3].startswith("re-qualify on this traffic: shipyard submit optimize-and-deploy ")
+    assert lines[-2].startswith(f"re-qualification run {second} submitted (optimize-and-deploy-")
+    assert lines[-1] == f"run: {kfp.url}/#/runs/details/{second}"
+
+
+def test_requalify_within_the_envelope_submits_nothing(prometheus: str, tmp_path: Path, kfp: KfpDouble) -> None:
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "steady", "--requalify", "--host", kfp.url,
+                  "--token", KFP_TOKEN, *RUN)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert proc.stdout.splitlines()[-1] == "within the envelope: no re-qualification run submitted"
+    assert kfp.requests == [] and kfp.runs == {}
+
+
+@pytest.mark.parametrize("how", ["refused", "unreachable"])
+def test_a_requalification_kfp_refuses_or_cannot_be_reached_is_one_line(prometheus: str, tmp_path: Path,
+                                                                        kfp: KfpDouble, how: str) -> None:
+    """The verdict is printed; the submit's failure is one line with exit 4 (not 3: that is Prometheus)."""
+    host, token = (kfp.url, "wrong") if how == "refused" else (f"http://127.0.0.1:{free_port()}", KFP_TOKEN)
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "drifted", "--requalify", "--host", host,
+                  "--token", token, *RUN)
+    assert proc.returncode == 4, proc.stderr + proc.stdout
+    assert proc.stdout.startswith("watch w8a8-int8 over 30 min: drifted (input_length, load")
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+    said = "refused the credentials (401" if how == "refused" else "cannot reach"
+    assert proc.stderr.startswith("shipyard: error: --host: ") and said in proc.stderr, proc.stderr
+    assert "wrong" not in proc.stderr and kfp.runs == {}
+
+
+def test_requalify_starts_from_the_base_the_model_provenance_names(prometheus: str, attested: dict[str, str],
+                                                                   kfp: KfpDouble) -> None:
+    """With ``--model`` the run's ``model_uri`` is the signed provenance's base; another one given is
+    one line before Prometheus is read, and nothing reaches KFP."""
+    run = ("--requalify", "--host", kfp.url, "--token", KFP_TOKEN, "--param", "registry=quay.io")
+    proc = _watch_model("--prometheus", prometheus, "--model-name", "drifted", "--model", attested["uri"],
+                        "--key", attested["key"], *run, "-o", "json")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    out = json.loads(proc.stdout)
+    ((run_id, submitted),) = kfp.runs.items()
+    assert out["requalification"]["run_id"] == run_id
+    assert submitted["runtime_config"]["parameters"] == {**out["requalify_run"]["params"], "registry": "quay.io"}
+    assert out["requalify_run"]["params"]["model_uri"] == "hf://HuggingFaceTB/SmolLM2-135M-Instruct"
+    other = _watch_model("--prometheus", prometheus, "--model-name", "drifted", "--model", attested["uri"],
+                         "--key", attested["key"], *run, "--param", "model_uri=hf://org/another")
+    assert other.returncode == 2 and other.stdout == "" and len(other.stderr.splitlines()) == 1, other.stderr
+    assert other.stderr.startswith("shipyard: error: --param model_uri: is not the base the model's provenance names")
+    assert len(kfp.runs) == 1
+
+
+def test_requalify_starts_from_the_base_the_champion_record_names(prometheus: str, attested: dict[str, str],
+                                                                  kfp: KfpDouble, tmp_path: Path) -> None:
+    """With ``--champion`` the select step's record names the base (as the user gave it): the proposal
+    and the submitted run start from it without ``--param model_uri``; one given wins, with a note; an
+    older record that names none still needs it (one line, nothing reaches KFP)."""
+    run = ("--requalify", "--host", kfp.url, "--token", KFP_TOKEN, "--param", "registry=quay.io",
+           "--param", "repository=your-org/models")
+    watch = ("--prometheus", prometheus, "--model-name", "drifted", "--champion")
+    proc = _watch_model(*watch, attested["selection"], *run)
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr + proc.stdout
+    assert f"--param model_uri={BASE} --param benchmark_config=" in proc.stdout.splitlines()[-3]
+    ((run_id, submitted),) = kfp.runs.items()
+    assert submitted["runtime_config"]["parameters"]["model_uri"] == BASE
+    other = _watch_model(*watch, attested["selection"], *run, "--param", "model_uri=hf://org/another", "-o", "json")
+    assert other.returncode == 1, other.stderr + other.stdout
+    assert other.stderr == f"note: --param model_uri overrides the base the champion's record names ({BASE})\n"
+    assert json.loads(other.stdout)["requalify_run"]["params"]["model_uri"] == "hf://org/another"
+    (second,) = set(kfp.runs) - {run_id}
+    assert kfp.runs[second]["runtime_config"]["parameters"]["model_uri"] == "hf://org/another"
+    older = tmp_path / "older"
+    older.mkdir()
+    doc = json.loads((Path(attested["selection"]) / "selection.json").read_text())
+    (older / "selection.json").write_text(json.dumps({k: v for k, v in doc.items() if k != "base_model"}))
+    old = _watch_model(*watch, str(older), *run)
+    assert old.returncode == 2 and old.stdout == "" and len(old.stderr.splitlines()) == 1, old.stderr
+    assert old.stderr.startswith("shipyard: error: --requalify: needs the base model, which a champion's record "
+                                 "does not name")
+    assert len(kfp.runs) == 2

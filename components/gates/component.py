@@ -101,6 +101,7 @@ def select_champion(
     base_eval: Input[Artifact] = None,
     base_bench: Input[Artifact] = None,
     slo: str = "",
+    base_model_uri: str = "",
     tracking_uri: str = "",
     experiment: str = "",
     kfp_run_id: str = "",
@@ -119,6 +120,8 @@ def select_champion(
         base_eval: The base model's evaluate results.
         base_bench: The base model's benchmark results (its own SLO gate and figures).
         slo: slo JSON (the base must meet the absolute SLO like any candidate).
+        base_model_uri: The base model's URI as the user gave it (the pipeline's model_uri): recorded as
+            base_model with what the pin step pinned it to (base_model's metadata) for `shipyard watch`.
         decision: selection.json: the ranking, the champion's record and every decision.
         report: The candidates report (Markdown).
         report_html: The candidates report with a plot (HTML, self-contained; stored as report_html.html).
@@ -139,6 +142,7 @@ def select_champion(
     # the reports are stored and recorded under names a browser and MLflow know (KFP and the run folder)
     name_output(report, ".md")
     name_output(report_html, ".html")
+    pinned = base_model.metadata if base_model is not None else {}  # the resolve step's: the pinned URI
     with StepRun("select", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
         out = call_step("base", select_champion,
@@ -146,7 +150,9 @@ def select_champion(
                         report_md=report.path, report_html_path=report_html.path,
                         base_eval=base_eval.path if base_eval is not None else "",
                         base_bench=base_bench.path if base_bench is not None else "",
-                        base_model_uri=base_model.uri if base_model is not None else "", slo=slo)
+                        base_model_uri=base_model.uri if base_model is not None else "", slo=slo,
+                        base_uri=base_model_uri, base_pinned_uri=pinned.get("uri", ""),
+                        base_fingerprint=pinned.get("fingerprint", ""))
         record_outputs(out, metrics=metrics)
         for artifact in (decision, report, report_html):
             artifact.metadata.update({"champion": out["winner"], "reason": out["reason"], "headline": out["headline"]})

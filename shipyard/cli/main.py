@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_USAGE
-        if args.command in _BUILDS_PIPELINES:
+        if args.command in _BUILDS_PIPELINES or getattr(args, "requalify", False):
             from shipyard.run.kfp_speed import install
 
             install()  # pipelines build in ~1 s instead of ~10 s of inspect.stack() (see shipyard.run.kfp_speed)

@@ -1,6 +1,6 @@
 """Options that several ``shipyard`` commands share with kubectl's spelling.
 
-``-n/--namespace NS`` (check, deploy, submit, schedule, runs): checked as a Kubernetes namespace
+``-n/--namespace NS`` (check, deploy, submit, schedule, runs, watch --requalify): checked as a Kubernetes namespace
 (a DNS-1123 label) when the command line is read, so a bad value is one usage line naming
 ``-n/--namespace`` and never reaches an API path, a URL or a manifest. :func:`namespace` is the
 argparse type of any other namespace option (``check --kserve-namespace``).

@@ -12,6 +12,8 @@ code meaning
      cannot be read or written
 3    an external service is unreachable (the KFP host, the Kubernetes API, a
      registry): a :class:`UnreachableError`
+4    ``shipyard watch --requalify``: drifted, and the re-qualification run could
+     not be submitted to KFP (the verdict is printed; the error is one line)
 70   an internal error (a bug): one line; ``SHIPYARD_DEBUG=1`` shows the traceback
 130  interrupted (Ctrl-C)
 141  stdout was closed early (``shipyard plan -o json | head -1``), as a process
@@ -31,6 +33,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_NOT_SUBMITTED = 4
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141

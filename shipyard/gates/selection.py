@@ -28,6 +28,7 @@ from shipyard.gates.accuracy import METHOD
 from shipyard.gates.baseline import dominance, headline, is_base, slo_level
 from shipyard.gates.config import OBJECTIVES, SelectionConfig, selection_config
 from shipyard.gates.noise import METHOD as NOISE_METHOD
+from shipyard.models.resolve import refuse_credentials
 
 LABELS = {
     "throughput": "output tok/s at the highest load meeting the SLO",
@@ -523,6 +524,8 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
         "headline": result.get("headline", result["reason"]),
         "why": result["reason"],
         "base": next((g for g in gates if g["is_base"]), None),
+        # the base model as the run named it and as the pin step pinned it (None: not given to the step)
+        "base_model": doc.get("base_model"),
         "dominance": {"rule": "a compressed candidate is not eligible when the base is at least as good on both "
                               "accuracy (its largest loss > 0 is worse) and the objective, and better on one",
                       "dominated": dict(result.get("dominated") or {})},
@@ -591,3 +594,28 @@ def load_selection(path: str) -> dict[str, Any]:
     if winner is None:
         raise ShipyardError("selection", "names no champion", "run register only when select_champion found one")
     return {**doc, "champion": winner}
+
+
+def base_model_record(uri: str, pinned_uri: str = "", fingerprint: str = "") -> dict[str, str] | None:
+    """The base model as the run named it, for ``selection.json`` and ``decision-record.json``:
+    ``uri`` as the user gave it (the pipeline's ``model_uri``), ``pinned_uri`` what the pin step
+    resolved it to (an ``hf://`` branch, tag or nothing pinned to its commit; any other URI
+    unchanged), ``fingerprint`` the content the pin step recorded (the hub commit, the S3 objects'
+    or a folder's digest, the OCI digest). None without ``uri``. A URI carrying credentials is
+    refused (the pin step refuses it before anything runs), so the record never holds one."""
+    uri, pinned_uri = uri.strip(), pinned_uri.strip()
+    if not uri:
+        return None
+    refuse_credentials(uri, "model_uri")
+    refuse_credentials(pinned_uri, "model_uri")
+    return {"uri": uri, "pinned_uri": pinned_uri or uri, "fingerprint": fingerprint}
+
+
+def recorded_base_uri(selection: dict[str, Any]) -> str:
+    """The base model's URI a selection record names (``base_model.uri``, as the user gave it), or ""
+    for a record that names none (a candidate.json, a record written before the select step kept it).
+    A URI carrying credentials (a hand-edited record) is refused, never shown."""
+    base = selection.get("base_model")
+    uri = str(base.get("uri") or "").strip() if isinstance(base, dict) else ""
+    refuse_credentials(uri, "base_model.uri")
+    return uri

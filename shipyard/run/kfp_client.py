@@ -273,22 +273,29 @@ def _api(host: str, what: str) -> Iterator[None]:
         raise _api_error(err, host, what) from None
 
 
+def kfp_settings(host: str | None, token: str | None = None,
+                 cookie: str | None = None) -> tuple[str, str | None, str | None]:
+    """The KFP host, token and cookie (the options, else ``KF_PIPELINES_*``), checked without a
+    request: a host that is missing, not http(s) or carries credentials, or a token or cookie with a
+    control character, is one line."""
+    host = (host or os.environ.get("KF_PIPELINES_ENDPOINT") or "").strip().rstrip("/")
+    if not host:
+        raise ShipyardError("--host", "no KFP host given", "pass --host URL or set KF_PIPELINES_ENDPOINT")
+    refuse_credentials(host, "--host", "drop them; pass --token or --cookie (KF_PIPELINES_TOKEN, "
+                       "KF_PIPELINES_COOKIE)")
+    if not re.match(r"^https?://[^/\s]+", host):
+        raise ShipyardError("--host", f"{host!r} is not an http(s) URL", "e.g. --host http://localhost:8080")
+    # a token file saved on Windows ends in \r\n: stripped; a control character inside is one line
+    return (host, header_value(token or os.environ.get("KF_PIPELINES_TOKEN"), "--token (KF_PIPELINES_TOKEN)"),
+            header_value(cookie or os.environ.get("KF_PIPELINES_COOKIE"), "--cookie (KF_PIPELINES_COOKIE)"))
+
+
 class Kfp:
     """A :class:`kfp.Client` for one host, with one-line errors."""
 
     def __init__(self, host: str | None, token: str | None = None, cookie: str | None = None,
                  namespace: str | None = None, verify_ssl: bool = True) -> None:
-        host = (host or os.environ.get("KF_PIPELINES_ENDPOINT") or "").strip().rstrip("/")
-        if not host:
-            raise ShipyardError("--host", "no KFP host given", "pass --host URL or set KF_PIPELINES_ENDPOINT")
-        refuse_credentials(host, "--host", "drop them; pass --token or --cookie (KF_PIPELINES_TOKEN, "
-                           "KF_PIPELINES_COOKIE)")
-        if not re.match(r"^https?://[^/\s]+", host):
-            raise ShipyardError("--host", f"{host!r} is not an http(s) URL", "e.g. --host http://localhost:8080")
-        self.host = host
-        # a token file saved on Windows ends in \r\n: stripped; a control character inside is one line
-        self.token = header_value(token or os.environ.get("KF_PIPELINES_TOKEN"), "--token (KF_PIPELINES_TOKEN)")
-        self.cookie = header_value(cookie or os.environ.get("KF_PIPELINES_COOKIE"), "--cookie (KF_PIPELINES_COOKIE)")
+        self.host, self.token, self.cookie = kfp_settings(host, token, cookie)
         self.namespace = namespace or None
         self._preflight(verify_ssl)
         import kfp

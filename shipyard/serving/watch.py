@@ -32,7 +32,8 @@ the bursts pass what was qualified.
 
 A dimension outside its tolerance is a drift; the verdict names each one and proposes the
 re-qualification run on the traffic as measured (the optimize pipeline with the live lengths and
-loads around the live rate), which the user submits (``shipyard submit``).
+loads around the live rate), which the user submits (``shipyard submit``) or has
+``shipyard watch --requalify`` submit (``requalify_run``: that pipeline and its parameters).
 """
 
 from __future__ import annotations
@@ -299,9 +300,12 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
     row("prefix_cache", "prefix-cache hit rate", live.prefix_hit_rate, None, None,
         "shown only: the qualifying benchmark recorded none")
     drifted = [r["dimension"] for r in rows if r["drifted"]]
+    peak = "capacity" in drifted
     return {"recipe": env.recipe, "window_s": live.window_s, "rows": rows, "drifted": drifted,
             "verdict": "drifted" if drifted else "within the envelope",
-            "requalify": requalify_command(live, base_model_uri, peak="capacity" in drifted) if drifted else None}
+            "requalify": requalify_command(live, base_model_uri, peak=peak) if drifted else None,
+            "requalify_run": {"pipeline": REQUALIFY_PIPELINE, "params": requalify_params(live, base_model_uri, peak)}
+            if drifted else None}
 
 
 def capacity_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:
@@ -339,10 +343,14 @@ def fig(v: float | None) -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3g}"
 
 
-def requalify_command(live: Live, base_model_uri: str = "", peak: bool = False) -> str:
-    """The optimize pipeline on the traffic as measured: live lengths, loads around the live rate
-    (and, with ``peak``, the live peak load per replica), from ``base_model_uri`` (the base the
-    champion was built from) when known."""
+#: the pipeline a re-qualification runs (``shipyard watch --requalify`` submits it)
+REQUALIFY_PIPELINE = "optimize-and-deploy"
+
+
+def requalify_params(live: Live, base_model_uri: str = "", peak: bool = False) -> dict[str, str]:
+    """The parameters of the re-qualification run on the traffic as measured: ``benchmark_config``
+    with the live lengths and loads around the live rate (and, with ``peak``, the live peak load per
+    replica), and ``model_uri``, the base the champion was built from, when known."""
     cfg: dict[str, Any] = {}
     if live.prompt_tokens:
         cfg["prompt_tokens"] = max(1, round(live.prompt_tokens))
@@ -355,9 +363,16 @@ def requalify_command(live: Live, base_model_uri: str = "", peak: bool = False) 
         if peak and live.peak_rps_per_replica:
             loads.add(round(live.peak_rps_per_replica, 2))
         cfg["loads"] = sorted(loads)
-    model = shlex.quote(base_model_uri) if base_model_uri else "<the base model's URI>"
-    return (f"shipyard submit optimize-and-deploy --param model_uri={model} "
-            f"--param benchmark_config={shlex.quote(json.dumps(cfg, separators=(',', ':')))}")
+    return {**({"model_uri": base_model_uri} if base_model_uri else {}),
+            "benchmark_config": json.dumps(cfg, separators=(",", ":"))}
+
+
+def requalify_command(live: Live, base_model_uri: str = "", peak: bool = False) -> str:
+    """:func:`requalify_params` as the ``shipyard submit`` command line that starts the run."""
+    params = requalify_params(live, base_model_uri, peak)
+    model = shlex.quote(params["model_uri"]) if "model_uri" in params else "<the base model's URI>"
+    return (f"shipyard submit {REQUALIFY_PIPELINE} --param model_uri={model} "
+            f"--param benchmark_config={shlex.quote(params['benchmark_config'])}")
 
 
 def format_report(result: Mapping[str, Any]) -> str:

@@ -19,6 +19,7 @@ from shipyard.gates.candidate import load_candidate
 from shipyard.gates.frontier import frontier
 from shipyard.gates.selection import (
     DECISION_RECORD,
+    base_model_record,
     decision_record,
     objective_value,
     report_html,
@@ -37,15 +38,23 @@ def _base_size(candidates: list[dict[str, Any]]) -> int | None:
 
 
 def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, report_md: str, report_html_path: str,
-                    base_eval: str = "", base_bench: str = "", base_model_uri: str = "", slo: str = "") -> dict[str, Any]:
+                    base_eval: str = "", base_bench: str = "", base_model_uri: str = "", slo: str = "",
+                    base_uri: str = "", base_pinned_uri: str = "", base_fingerprint: str = "") -> dict[str, Any]:
     """Read every candidate record, add the base (when ``base_bench`` is given), select, and write
     ``selection.json``, ``frontier.json``, ``decision-record.json`` and both reports (also copied
     into ``out_dir`` as :data:`REPORT_MD` and :data:`REPORT_HTML`).
+
+    ``base_model_uri`` is the base's model artifact (the champion's URI when the base is kept);
+    ``base_uri`` the base model as the user named it (the pipeline's ``model_uri``), recorded with
+    what the pin step made of it (``base_pinned_uri``, ``base_fingerprint``) as ``base_model`` in
+    ``selection.json`` and ``decision-record.json`` (:func:`shipyard.gates.selection.base_model_record`),
+    so ``shipyard watch --champion --requalify`` knows the base to re-qualify from.
 
     Returns ``{"winner", "winner_model_uri", "reason", "headline", "metrics", "decisions", ...}``;
     ``winner`` is the champion's recipe (``base`` when the base is kept), or empty when no candidate,
     the base included, passed its gates.
     """
+    base_model = base_model_record(base_uri, base_pinned_uri, base_fingerprint)  # a credential: refused first
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     candidates = [load_candidate(path) for path in candidate_dirs]
@@ -62,6 +71,7 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
     doc = {k: v for k, v in result.items() if k != "winner"}
     doc["winner"] = winner.get("recipe", "")
     doc["kept_base"] = is_base(winner)
+    doc["base_model"] = base_model
     doc["candidates"] = candidates
     front = frontier(candidates, doc["winner"], lambda c: objective_value(c, "throughput"))
     doc["serving"] = {"vllm_args": front["champion"]["vllm_args"] or [],

@@ -746,6 +746,34 @@ ROWS: list[Row] = [
     row("watch-model-without-a-key", *watch_model(), field="--key: is required with --model"),
     row("watch-model-key-missing", *watch_model("--key", "nope.pem"), field="--key: nope.pem is not a file"),
     row("watch-model-and-champion", *watch_model("--champion", "candidate.json"), field="--champion"),
+    row("watch-champion-base-credentials", *watch(champion="champion-base-creds"),
+        field="--champion: s3://... carries credentials"),
+    # --- watch --requalify: the run it would submit is checked before anything is read ---------------------
+    row("watch-host-without-requalify", *watch("--host", "http://127.0.0.1:9"),
+        field="--host: is an option of the re-qualification run, which only --requalify submits"),
+    row("watch-param-without-requalify", *watch("--param", "registry=quay.io"), field="--param: is an option"),
+    row("watch-requalify-no-host", *watch("--requalify"), field="--host: no KFP host given"),
+    row("watch-requalify-host-not-http", *watch("--requalify", "--host", "kfp:8080"), field="--host"),
+    row("watch-requalify-host-credentials", *watch("--requalify", "--host", f"http://bob:{SECRET}@127.0.0.1:9"),
+        field="--host: http://... carries credentials"),
+    row("watch-requalify-namespace", *watch("--requalify", "--host", DEAD, "-n", "Team_A"), field="-n/--namespace"),
+    row("watch-requalify-param-not-key-value", *watch("--requalify", "--host", DEAD, "--param", "registry"),
+        field="--param"),
+    row("watch-requalify-params-file-missing", *watch("--requalify", "--host", DEAD, "--params-file", "nope.yaml"),
+        field="--params-file"),
+    row("watch-requalify-benchmark-config-given",
+        *watch("--requalify", "--host", DEAD, "--param", 'benchmark_config={"loads": [1]}'),
+        field="--param benchmark_config: is the proposal's"),
+    row("watch-requalify-champion-without-base", *watch("--requalify", "--host", DEAD, *REGISTRY),
+        field="--requalify: needs the base model"),
+    row("watch-requalify-unknown-param",
+        *watch("--requalify", "--host", DEAD, *REGISTRY, "--param", "model_uri=hf://a/b", "--param", "regsitry=x"),
+        field="--param: unknown parameter(s) regsitry"),
+    row("watch-requalify-registry-empty", *watch("--requalify", "--host", DEAD, "--param", "model_uri=hf://a/b"),
+        field="registry: is empty while dry_run is false"),
+    row("watch-requalify-prometheus-unreachable",
+        *watch("--requalify", "--host", DEAD, *REGISTRY, "--param", "model_uri=hf://a/b"),
+        field="--prometheus: http://127.0.0.1:9 is unreachable", code=3),
     # --- round 3 (issue 34): credentials in every URI-like field, in every userinfo form, refused up front
     # and never shown; a Secret's name that looks like a token is not echoed -----------------------------
     row("verify-url-token-as-user", *verify(url=f"http://{SECRET}@127.0.0.1:9"), field="url: http://... carries "
@@ -1006,6 +1034,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     (base / "emptydir").mkdir()
     (base / "lora-adapter").mkdir()  # a peft adapter folder's shape, for the lora_adapters rows
     (base / "lora-adapter" / "adapter_config.json").write_text('{"r": 8, "peft_type": "LORA"}')
+    (base / "champion-base-creds").mkdir()  # a selection whose recorded base model carries a password
+    (base / "champion-base-creds" / "selection.json").write_text(json.dumps({
+        "winner": "w8a8-int8", "candidates": [json.loads((base / "candidate.json").read_text())],
+        "base_model": {"uri": f"s3://bob:{SECRET}@bucket/base"}}))
     (base / "utf16.yaml").write_bytes("seed: abc\r\n".encode("utf-16"))  # as PowerShell's Out-File writes it
     (base / "binary.yaml").write_bytes(bytes(range(256)) * 4)
     (base / "latin1.yaml").write_bytes("experiment: caf\u00e9\n".encode("latin-1"))
