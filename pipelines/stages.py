@@ -1,7 +1,8 @@
 """Building blocks shared by shipyard's pipelines (KFP DSL, evaluated at compile time).
 
 ``checked`` runs the pre-flight first and closes the MLflow run in an exit handler;
-``prepare_sets`` pins the user's ``eval_sets`` by content and prepares them once per run;
+``prepare_sets`` pins the user's ``eval_sets`` by content and prepares them once per run, and
+``judge_model`` pins and fetches their judge once per run;
 ``measure`` evaluates and benchmarks one model with the chosen eval backend (and runs the eval sets on it);
 ``candidates`` fans the recipes out (compress, measure, gates) and back in to one selection;
 ``release`` is the one path for the champion: package + register + champion/challenger gate in
@@ -17,7 +18,12 @@ from kfp.dsl import Model
 from shipyard.components.benchmark.component import benchmark
 from shipyard.components.compress.component import compress
 from shipyard.components.deploy.component import deploy
-from shipyard.components.eval_sets.component import judge_eval_sets, pin_eval_sets, prepare_eval_sets
+from shipyard.components.eval_sets.component import (
+    judge_eval_sets,
+    no_judge_model,
+    pin_eval_sets,
+    prepare_eval_sets,
+)
 from shipyard.components.evaluate.component import evaluate_adapters_hf, evaluate_hf
 from shipyard.components.gates.component import candidate_gates, select_champion
 from shipyard.components.measure.component import measure_vllm
@@ -124,14 +130,39 @@ def base_reference(p: Params, after: Any, prepared: Any = None) -> tuple[Any, An
     return base, base_eval, base_bench, base_sets
 
 
-def judge_sets(prepared: Any, base_sets: Any, cand_sets: Any) -> Any:
+#: the parameter a judge model's pin or fetch error names
+JUDGE_FIELD = "eval_sets.judge.model_uri"
+
+
+def judge_model(prepared: Any) -> tuple[Any, Any]:
+    """The judge of the rubric sets, pinned (never cached) and fetched once per run, before the
+    candidates' loop, like the base model (:func:`resolved`): the fetch is cached by the pinned URI
+    and content fingerprint, and every candidate's judge step serves that one artifact. Only when a
+    rubric set exists (the prepare step returned the judge model's URI); else one CPU step hands an
+    empty folder on (KFP cannot hand the output of a task under dsl.If to a task outside it: one
+    task on each branch, as :func:`judge_sets` does). Returns (model channel, fingerprint channel)."""
+    with dsl.If(prepared.outputs["Output"] != "", name="judge-model"):
+        pin = on_cpu(pin_model(model_uri=prepared.outputs["Output"], field=JUDGE_FIELD)
+                     .set_display_name("pin judge model"))
+        fetch = on_cpu(resolve_model(model_uri=pin.outputs["uri"], fingerprint=pin.outputs["fingerprint"],
+                                     field=JUDGE_FIELD, check_disk=False).set_display_name("resolve judge model"))
+    with dsl.Else(name="no-judge-model"):
+        skip = on_cpu(no_judge_model().set_display_name("no judge model to fetch"))
+    return (dsl.OneOf(fetch.outputs["model"], skip.outputs["model"]),
+            dsl.OneOf(pin.outputs["fingerprint"], skip.outputs["Output"]))
+
+
+def judge_sets(prepared: Any, base_sets: Any, cand_sets: Any, judge: tuple[Any, Any]) -> Any:
     """The judge of the rubric sets for one candidate: on a GPU node when a rubric set exists (the
-    prepare step returned the judge model's URI), else the same step on a CPU node that writes
-    nothing (KFP needs a task on both branches for the gates to read one output; no GPU is claimed
-    for nothing). Returns the judged channel."""
+    prepare step returned the judge model's URI), serving ``judge`` (:func:`judge_model`'s model
+    and fingerprint, fetched once for the run; the fingerprint keys KFP's cache), else the same
+    step on a CPU node that writes nothing (KFP needs a task on both branches for the gates to read
+    one output; no GPU is claimed for nothing). Returns the judged channel."""
+    model, fingerprint = judge
+
     def step() -> Any:
         return judge_eval_sets(prepared=prepared.outputs["prepared"], base_results=base_sets,
-                               candidate_results=cand_sets)
+                               candidate_results=cand_sets, judge_model=model, judge_fingerprint=fingerprint)
 
     with dsl.If(prepared.outputs["Output"] != "", name="rubric-sets"):
         on_gpu_task = on_gpu(step()).set_display_name("judge rubric sets (vLLM judge)")
@@ -198,8 +229,10 @@ def select(p: Params, judged: Any, base: Any, base_eval: Any, base_bench: Any) -
 def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any, adapters: Any = None,
                base_lora: Any = None, prepared: Any = None, base_sets: Any = None) -> Any:
     """For each recipe in parallel: compress, evaluate and benchmark (and evaluate with each LoRA adapter,
-    and run the prepared eval sets, judging rubric sets), the gates; then one selection."""
+    and run the prepared eval sets, judging rubric sets with the judge fetched once before the loop),
+    the gates; then one selection."""
     parallelism = int(load_cluster_config().get("candidate_parallelism", 4))
+    judge = None if prepared is None else judge_model(prepared)
     with dsl.ParallelFor(items=p["recipes"], parallelism=parallelism, name="candidates") as recipe:
         squeezed = on_gpu(compress(
             base_model=base.outputs["model"], recipe=recipe, calibration_dataset=p["calibration_dataset"],
@@ -210,7 +243,8 @@ def candidates(p: Params, base: Any, base_eval: Any, base_bench: Any, adapters: 
                                                    prepared)
         cand_lora = None if adapters is None else adapter_eval(p, squeezed.outputs["compressed_model"], adapters,
                                                                  "candidate")
-        own = None if prepared is None else (prepared, base_sets, cand_sets, judge_sets(prepared, base_sets, cand_sets))
+        own = None if judge is None else (prepared, base_sets, cand_sets,
+                                          judge_sets(prepared, base_sets, cand_sets, judge))
         judged = gates(p, recipe, base_eval, base_bench, cand_eval, cand_bench, squeezed, base_lora, cand_lora, own)
     return select(p, judged, base, base_eval, base_bench)
 

@@ -386,6 +386,9 @@ def test_pin_fingerprints_a_folder_by_its_content(tmp_path: Path, monkeypatch: p
     with pytest.raises(ShipyardError) as err:
         pin_model("pvc://other/llama")
     assert err.value.field == "model_uri" and "pvc.claims" in str(err.value)
+    with pytest.raises(ShipyardError) as err:  # the same step pins the judge of the eval sets: its field named
+        pin_model("pvc://other/llama", field="eval_sets.judge.model_uri")
+    assert err.value.field == "eval_sets.judge.model_uri"
 
 
 def test_pin_fingerprints_s3_objects_by_etag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

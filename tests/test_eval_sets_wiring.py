@@ -5,6 +5,7 @@ changes nothing. The step logic itself is tested in tests/test_eval_sets.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,92 @@ def test_the_compiled_pipeline_prepares_evaluates_judges_and_gates_the_sets(ir: 
     assert "eval_sets" not in promote["root"]["inputDefinitions"]["parameters"]
 
 
+def _located(dag: dict[str, Any], components: dict[str, Any], chain: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
+    """Every task of a compiled pipeline by name -> the tasks (loops, conditions, exit handler) it is nested in."""
+    found = {}
+    for name, task in (dag.get("tasks") or {}).items():
+        found[name] = chain
+        inner = components.get(task["componentRef"]["name"], {}).get("dag")
+        if inner:
+            found.update(_located(inner, components, (*chain, name)))
+    return found
+
+
+def _producers(spec: dict[str, Any], chain: tuple[str, ...], kind: str, ref: dict[str, Any]) -> set[str]:
+    """The executing tasks an input ``ref`` (of a task nested in ``chain``) comes from, through the
+    loops and conditions around it and the dsl.OneOf selectors of condition branches (``kind``:
+    "artifacts" or "parameters")."""
+    comps, root = spec["components"], spec["root"]["dag"]
+    outer = "componentInputArtifact" if kind == "artifacts" else "componentInputParameter"
+    if outer in ref:  # handed in by the enclosing task: look where it got it
+        parent_dag = root
+        for name in chain[:-1]:
+            parent_dag = comps[parent_dag["tasks"][name]["componentRef"]["name"]]["dag"]
+        parent = parent_dag["tasks"][chain[-1]]
+        return _producers(spec, chain[:-1], kind, parent["inputs"][kind][ref[outer]])
+    source = ref["taskOutputArtifact" if kind == "artifacts" else "taskOutputParameter"]
+    dag = root
+    for name in chain:
+        dag = comps[dag["tasks"][name]["componentRef"]["name"]]["dag"]
+    return _outputs(spec, dag["tasks"][source["producerTask"]], source["producerTask"], kind,
+                    source["outputArtifactKey" if kind == "artifacts" else "outputParameterKey"])
+
+
+def _outputs(spec: dict[str, Any], task: dict[str, Any], name: str, kind: str, key: str) -> set[str]:
+    """The executing tasks behind output ``key`` of ``task`` (a step, or a group selecting its subtasks' outputs)."""
+    comp = spec["components"][task["componentRef"]["name"]]
+    if not comp.get("dag"):
+        return {name}
+    out = comp["dag"]["outputs"][kind][key]
+    selectors = out.get("artifactSelectors") or (out.get("valueFromOneof") or {}).get("parameterSelectors") \
+        or [out["valueFromParameter"]]
+    key_name = "outputArtifactKey" if kind == "artifacts" else "outputParameterKey"
+    return set().union(*(_outputs(spec, comp["dag"]["tasks"][s["producerSubtask"]], s["producerSubtask"], kind,
+                                  s[key_name]) for s in selectors))
+
+
+def test_the_judge_model_is_resolved_once_before_the_loop_and_handed_to_each_judge(
+        ir: dict[str, dict[str, Any]]) -> None:
+    """The judge model is pinned (never cached) and fetched (cached by the pinned URI and content
+    fingerprint) by the base model's own steps, once per run, outside the loop over recipes and only
+    on the rubric branch; every judge task (GPU and CPU branch) gets that one artifact and the
+    pinned fingerprint (in its cache key); without a rubric set one CPU step hands an empty folder on."""
+    spec = ir["optimize-and-deploy"]
+    comps = spec["components"]
+    tasks, where = _tasks(spec["root"]["dag"], comps), _located(spec["root"]["dag"], comps)
+    pins = sorted(n for n in tasks if re.sub(r"-\d+$", "", n) == "pin-model")
+    fetches = sorted(n for n in tasks if re.sub(r"-\d+$", "", n) == "resolve-model")
+    assert pins == ["pin-model", "pin-model-2"] and fetches == ["resolve-model", "resolve-model-2"]  # base, judge
+    pin, fetch = tasks["pin-model-2"], tasks["resolve-model-2"]
+    assert pin["inputs"]["parameters"]["model_uri"] == {
+        "componentInputParameter": "pipelinechannel--prepare-eval-sets-Output"}  # prepare's answer: the judge URI
+    assert pin["inputs"]["parameters"]["field"]["runtimeValue"]["constant"] == "eval_sets.judge.model_uri"
+    assert not (pin.get("cachingOptions") or {}).get("enableCache") and fetch["cachingOptions"]["enableCache"]
+    assert {k: v["taskOutputParameter"] for k, v in fetch["inputs"]["parameters"].items()
+            if "taskOutputParameter" in v} == {"model_uri": {"outputParameterKey": "uri", "producerTask": "pin-model-2"},
+                                               "fingerprint": {"outputParameterKey": "fingerprint",
+                                                               "producerTask": "pin-model-2"}}
+    assert fetch["inputs"]["parameters"]["check_disk"]["runtimeValue"]["constant"] is False  # never packaged
+    # outside the loop, under the rubric condition; its Else is the no-op CPU step
+    assert where["pin-model-2"] == where["resolve-model-2"] and where["pin-model-2"][0] == "exit-handler-1"
+    assert not any(n.startswith("for-loop") for n in where["resolve-model-2"])
+    condition = tasks[where["resolve-model-2"][-1]]["triggerPolicy"]["condition"]
+    assert "prepare-eval-sets-Output" in condition and "!= ''" in condition
+    assert where["no-judge-model"][:-1] == where["resolve-model-2"][:-1] and "no-judge-model" in tasks
+    judges = sorted(n for n in tasks if n.startswith("judge-eval-sets"))
+    assert judges == ["judge-eval-sets", "judge-eval-sets-2"]
+    for name in judges:
+        assert any(n.startswith("for-loop") for n in where[name])  # per candidate
+        judge = tasks[name]
+        assert _producers(spec, where[name], "artifacts", judge["inputs"]["artifacts"]["judge_model"]) == \
+            {"resolve-model-2", "no-judge-model"}
+        assert _producers(spec, where[name], "parameters", judge["inputs"]["parameters"]["judge_fingerprint"]) == \
+            {"pin-model-2", "no-judge-model"}
+    # the base model still comes from the first pin/resolve pair
+    assert _producers(spec, where["compress"], "artifacts", tasks["compress"]["inputs"]["artifacts"]["base_model"]) \
+        == {"resolve-model"}
+
+
 def _qa_set(folder: Path) -> str:
     """The eval_sets value of one qa set of ROWS rows, written in ``folder``."""
     path = folder / f"{SET}.jsonl"
@@ -141,6 +228,7 @@ def test_a_candidate_that_fails_an_eval_set_is_not_eligible_with_the_reason(tmp_
     row = record["eval_sets"]["rows"][0]
     assert row["task"] == SET and row["decision"] == "inferior" and row["paired"]["n"] == ROWS
     assert [(s["sha256"], s["pinned"]) for s in record["eval_sets"]["sets"]] == [(digest, True)]
+    assert "judge_model" not in record["eval_sets"]  # no rubric set: no judge, nothing said of one
     logged = gate_outputs(bad, "w4a16", str(tmp_path / "w4a16-gates"))["log"]["params"]  # the gates' MLflow params
     assert logged == {f"eval_sets.{SET}": f"qa {ROWS} rows {pinned['sets'][0]['uri']} sha256:{digest}"}
     assert bad["metrics"]["eval_sets_passed"] == 0.0 and bad["metrics"][f"eval_sets/{SET}/loss"] == pytest.approx(0.1)
@@ -156,6 +244,7 @@ def test_a_candidate_that_fails_an_eval_set_is_not_eligible_with_the_reason(tmp_
     assert by["w4a16"]["eval_sets"]["verdict"] == "FAIL" and by["w4a16"]["eval_sets"]["rows"][0]["task"] == SET
     assert by["w8a8-int8"]["eval_sets"]["passed"] is True
     assert by["w4a16"]["eval_sets"]["sets"][0]["sha256"] == digest  # which content was evaluated
+    assert "judge_model" not in by["w4a16"]["eval_sets"]  # no rubric set: the record as before
     report = (tmp_path / "r.md").read_text()
     assert "## Your eval sets" in report and f"| w4a16 | {SET} | exact_match,match | 1 | 0.9 | loss 0.1 [" in report
     assert "Your eval sets" in (tmp_path / "r.html").read_text()
@@ -212,11 +301,15 @@ def test_steps_that_read_eval_sets_get_their_secrets() -> None:
                                        "judge": {"model_uri": "hf://org/judge@" + "a" * 40}}),
               "calibration_dataset": "s3://data/calib.jsonl"}
     needed = needed_secrets(params)
-    assert needed["prepare-eval-sets"] == {"shipyard-s3": ["calibration_dataset", "eval_sets"],
-                                           "hf-token": ["eval_sets"]}
+    assert needed["prepare-eval-sets"] == {"shipyard-s3": ["calibration_dataset", "eval_sets"]}
     assert needed["pin-eval-sets"]["shipyard-s3"] == ["eval_sets"]  # the pin step reads the s3:// set first
-    assert needed["judge-eval-sets"]["hf-token"] == ["eval_sets"]
-    assert not [gap for gap in contract_gaps(load_cluster_config()) if "eval-sets" in gap[1]]
+    # the judge model is pinned and fetched once by the base model's steps; the judge step reads no URI
+    judge = "eval_sets.judge.model_uri"
+    assert needed["pin-model"] == needed["resolve-model"] == {"hf-token": [judge]} and "judge-eval-sets" not in needed
+    assert needed_secrets({**params, "eval_sets": params["eval_sets"].replace("hf://org/judge@" + "a" * 40,
+                                                                              "s3://models/judge")})[
+        "resolve-model"] == {"shipyard-s3": [judge]}
+    assert not [gap for gap in contract_gaps(load_cluster_config()) if "eval-sets" in gap[1] or judge in gap[2]]
     with pytest.raises(ShipyardError, match="step pin-eval-sets reads"):
         check_input_secrets(params, {"compress": ["shipyard-s3"], "prepare-eval-sets": ["shipyard-s3"],
                                      "judge-eval-sets": ["shipyard-s3"]})
@@ -242,23 +335,110 @@ def test_the_judge_step_runs_only_for_rubric_sets(tmp_path: Path) -> None:
     assert list((tmp_path / "judged").iterdir()) == []
 
 
+class _Server:
+    """vLLM's place in the judge step: records the folder it is asked to serve."""
+
+    served: list[Path] = []
+
+    def __init__(self, model_dir: Path, served_model_name: str) -> None:
+        self.served.append(Path(model_dir))
+        self.base_url, self.served_model_name = "http://127.0.0.1:9", served_model_name
+
+    def __enter__(self) -> _Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_the_judge_step_serves_the_handed_model_and_fetches_nothing(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the judge model resolve-model fetched for the run, the judge step serves that folder:
+    the judge's URI (a folder that does not exist: fetching it fails) is never fetched nor pinned again. Its pinned URI and fingerprint go into judged.json, candidate.json's eval_sets,
+    the report and the gates' MLflow params. A missing folder or another model's is one line."""
+    import shipyard.evaluation.judge as judge_mod
+    import shipyard.models.resolve as resolve_mod
+    import shipyard.serving.vllm_server as vllm_mod
+    import shipyard.steps.pin as pin_mod
+    from shipyard.core.errors import ShipyardError
+    from shipyard.steps.eval_sets import JUDGED, judge_step
+    from shipyard.steps.judge import gate_outputs
+
+    uri, digest = str(tmp_path / "no-such-judge"), "sha256:" + "0" * 64
+    with pytest.raises(ShipyardError, match="eval_sets.judge.model_uri"):  # what fetching it would do
+        resolve_mod.resolve_model(uri, str(tmp_path / "fetched"), field="eval_sets.judge.model_uri")
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the judge step fetched or pinned the judge model")
+
+    monkeypatch.setattr(resolve_mod, "resolve_model", never)
+    monkeypatch.setattr(pin_mod, "pin_model", never)
+    monkeypatch.setattr(vllm_mod, "VLLMServer", _Server)
+    monkeypatch.setattr(judge_mod, "judge_set", lambda url, model, rows, b, c: (
+        [{"id": r["id"], "base_first": "tie", "candidate_first": "tie"} for r in rows], 0))
+    monkeypatch.setattr(judge_mod, "judge_labels", lambda url, model, labels: [r["label"] for r in labels])
+    rubric = json.dumps({"sets": [{"name": "homework", "form": "rubric", "uri": "builtin://homework_rubric.jsonl"}],
+                         "judge": {"model_uri": uri, "labels_uri": "builtin://homework_judge_labels.jsonl"}})
+    prepared = str(tmp_path / "prepared")
+    assert prepare_step(rubric, prepared)["judge_model_uri"] == uri
+    rows = len((tmp_path / "prepared" / "rubric" / "homework.jsonl").read_text().splitlines())
+    for side in ("base", "cand"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "rubric_answers.json").write_text(json.dumps({"homework": ["an answer"] * rows}))
+    model = tmp_path / "judge-model"  # resolve-model's artifact
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    _Server.served.clear()
+    out = judge_step(prepared, str(tmp_path / "base"), str(tmp_path / "cand"), str(tmp_path / "judged"),
+                     model_dir=str(model), pinned_uri=uri, fingerprint=digest)
+    assert _Server.served == [model]
+    assert out["judge_model"] == {"uri": uri, "pinned_uri": uri, "fingerprint": digest}
+    assert json.loads((tmp_path / "judged" / JUDGED).read_text())["judge_model"] == out["judge_model"]
+    assert len(out["sets"]["homework"]["judged"]) == rows
+
+    gated = _gate(tmp_path, "w8a8-int8", eval_sets=prepared, base_eval_sets=str(tmp_path / "base"),
+                  candidate_eval_sets=str(tmp_path / "cand"), eval_sets_judged=str(tmp_path / "judged" / JUDGED))
+    assert gated["candidate"]["eval_sets"]["judge_model"] == out["judge_model"]
+    logged = gate_outputs(gated, "w8a8-int8", str(tmp_path / "w8a8-int8-gates"))["log"]["params"]
+    assert logged["eval_sets.judge"] == f"{uri} {digest}"
+    assert f"judge model {uri} (content {digest})" in (tmp_path / "w8a8-int8-gates" / "eval_sets.md").read_text()
+    select_champion([str(tmp_path / "w8a8-int8-gates")], "size", str(tmp_path / "decision"), str(tmp_path / "r.md"),
+                    str(tmp_path / "r.html"))
+    decision = json.loads((tmp_path / "decision" / "decision-record.json").read_text())
+    assert {g["candidate"]: g for g in decision["candidates"]}["w8a8-int8"]["eval_sets"]["judge_model"] == \
+        out["judge_model"]
+
+    with pytest.raises(ShipyardError, match="not handed to the judge step"):
+        judge_step(prepared, str(tmp_path / "base"), str(tmp_path / "cand"), str(tmp_path / "j2"),
+                   model_dir=str(tmp_path / "empty"))
+    with pytest.raises(ShipyardError, match="is embedded://smollm2-135m-instruct, not /"):
+        judge_step(prepared, str(tmp_path / "base"), str(tmp_path / "cand"), str(tmp_path / "j3"),
+                   model_dir=str(model), pinned_uri="embedded://smollm2-135m-instruct")
+
+
 def test_with_empty_eval_sets_the_real_steps_do_nothing_under_kfp_local(tmp_path: Path) -> None:
-    """The added KFP steps with ``eval_sets`` empty, as the pipeline runs them: pin answers "", prepare
-    writes only an empty prepared.json and answers "" (so the judge's GPU branch is skipped), and the judge's CPU branch
-    writes nothing; neither starts a runtime (each well under the time of starting one)."""
+    """The added KFP steps with ``eval_sets`` empty, wired as the pipeline wires them (the stages' judge
+    model before a loop of two candidates, each with its judge): pin answers "", prepare writes only an
+    empty prepared.json and answers "", so the judge model is neither pinned nor fetched (its Else step
+    hands on an empty folder) and each candidate's judge runs its CPU branch, writing nothing; none
+    starts a runtime (each well under the time of starting one)."""
     import time
 
     from kfp import dsl, local
 
-    from shipyard.components.eval_sets.component import judge_eval_sets, pin_eval_sets, prepare_eval_sets
+    from shipyard.components.eval_sets.component import pin_eval_sets, prepare_eval_sets
+    from shipyard.pipelines.stages import judge_model, judge_sets
+    from shipyard.run.kfp_local_compat import enable_oneof_artifacts
 
     @dsl.pipeline(name="empty-eval-sets")
     def pipeline():  # no return annotation: KFP reads it, and this module's annotations are strings
         pinned = pin_eval_sets(eval_sets="")
         prepared = prepare_eval_sets(eval_sets=pinned.output)
-        judge_eval_sets(prepared=prepared.outputs["prepared"], base_results=prepared.outputs["prepared"],
-                        candidate_results=prepared.outputs["prepared"])
+        judge = judge_model(prepared)  # once, before the loop
+        with dsl.ParallelFor(items=["a", "b"], name="candidates"):
+            judge_sets(prepared, prepared.outputs["prepared"], prepared.outputs["prepared"], judge)
 
+    enable_oneof_artifacts()  # as `shipyard run --local` does
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
     started = time.monotonic()
     pipeline()
@@ -270,6 +450,12 @@ def test_with_empty_eval_sets_the_real_steps_do_nothing_under_kfp_local(tmp_path
     assert prepared["sets"] == [] and prepared["manifest"] is None
     assert json.loads((run / "prepare-eval-sets" / "executor_output.json").read_text())["parameterValues"] == \
         {"Output": ""}
-    judged = run / "judge-eval-sets" / "judged"
-    assert not judged.exists() or list(judged.iterdir()) == []
-    print(f"three empty eval-sets steps under kfp.local: {took:.1f} s")
+    assert json.loads((run / "no-judge-model" / "executor_output.json").read_text())["parameterValues"] == \
+        {"Output": ""}
+    assert list((run / "no-judge-model" / "model").iterdir()) == []
+    ran = sorted(p.parent.relative_to(run).as_posix() for p in run.rglob("executor_output.json"))
+    assert not [r for r in ran if "pin-model" in r or "resolve-model" in r]  # no judge model pinned or fetched
+    judges = [r for r in ran if r.endswith("/judge-eval-sets-2")]  # each candidate's CPU branch
+    assert len(judges) == 2 and not [r for r in ran if r.endswith("/judge-eval-sets")]
+    assert all(list((run / r / "judged").iterdir()) == [] for r in judges if (run / r / "judged").exists())
+    print(f"the empty eval-sets steps of a run with two candidates under kfp.local: {took:.1f} s")

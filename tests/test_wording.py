@@ -46,3 +46,8 @@ def test_the_judge_of_eval_sets_not_run_says_whether_a_rubric_set_was_given() ->
     assert not_run_reason("judge-eval-sets", rubric, {}, failed=False).startswith("rubric sets in eval_sets")
     for params in (qa, {"eval_sets": ""}, {}):
         assert not_run_reason("judge-eval-sets", params, {}, failed=False).startswith("no rubric set in eval_sets")
+    # the judge model, pinned and fetched once per run only with a rubric set, else the no-op step
+    assert not_run_reason("no-judge-model", rubric, {}, failed=False).startswith("rubric sets in eval_sets")
+    for step in ("pin-model", "resolve-model"):
+        assert not_run_reason(step, qa, {}, failed=False) == "no rubric set in eval_sets: no judge model to pin or fetch"
+        assert not_run_reason(step, qa, {}, failed=True) == "an upstream step failed"

@@ -1,12 +1,13 @@
 """KFP wrappers of your own eval sets' run-level and per-candidate steps (logic: shipyard/steps/eval_sets.py).
 
 The pin step (never cached) pins every set to the sha256 of its bytes; the prepare step (cached by
-the pinned sets) reads them; each model's measure step evaluates the prepared sets; the candidate's
-gates decide on them.
+the pinned sets) reads them; each model's measure step evaluates the prepared sets; with a rubric
+set the judge model is pinned and fetched once per run (pin-model, resolve-model) and each
+candidate's judge step serves that artifact; the candidate's gates decide on them.
 """
 
 from kfp import dsl
-from kfp.dsl import Artifact, Input, Output
+from kfp.dsl import Artifact, Input, Model, Output
 
 from shipyard.runtimes.runtime import runtime_image
 
@@ -76,23 +77,47 @@ def prepare_eval_sets(
     return out["judge_model_uri"]
 
 
+@dsl.component(base_image=runtime_image("base"), install_kfp_package=False)
+def no_judge_model(model: Output[Model]) -> str:
+    """No rubric set in this run, so no judge model to fetch: an empty folder in place of the judge
+    model (the judge step then writes nothing), in this step's own process on a CPU node.
+
+    Args:
+        model: Empty.
+
+    Returns "" (no pinned content).
+    """
+    import os
+
+    os.makedirs(model.path, exist_ok=True)
+    return ""
+
+
 @dsl.component(base_image=runtime_image("vllm"), install_kfp_package=False)
 def judge_eval_sets(
     prepared: Input[Artifact],
     base_results: Input[Artifact],
     candidate_results: Input[Artifact],
+    judge_model: Input[Model],
     judged: Output[Artifact],
+    judge_fingerprint: str = "",
 ):
-    """The judge of your rubric sets for one candidate: the pinned judge model, served by vLLM, reads
-    base's and candidate's answers to every rubric prompt in both orders (greedy), and judges your
-    labelled slice once (its Cohen's kappa decides whether the judge may gate).
+    """The judge of your rubric sets for one candidate: the judge model, pinned and fetched once for
+    the run (pin-model, resolve-model), served by vLLM from that artifact (nothing is downloaded
+    here), reads base's and candidate's answers to every rubric prompt in both orders (greedy), and
+    judges your labelled slice once (its Cohen's kappa decides whether the judge may gate).
 
     Args:
         prepared: The prepared eval sets (prepare-eval-sets).
         base_results: The base's eval-set results (its answers to the rubric prompts).
         candidate_results: The candidate's.
-        judged: judged.json: per rubric set the verdicts in both orders, and the labelled slice's verdicts.
-            Without rubric sets (this step then runs on a CPU node) nothing is written.
+        judge_model: The judge model (resolve-model's folder; metadata: its pinned uri and fingerprint).
+            Empty without rubric sets.
+        judged: judged.json: per rubric set the verdicts in both orders, the labelled slice's verdicts and the
+            judge model (pinned uri, content fingerprint). Without rubric sets (this step then runs on a CPU
+            node) nothing is written.
+        judge_fingerprint: pin-model's content fingerprint of the judge: part of KFP's cache key, so a cached
+            judgement is reused only while the judge is the same content.
     """
     import os
 
@@ -103,5 +128,7 @@ def judge_eval_sets(
         os.makedirs(judged.path, exist_ok=True)
         return
     out = call_step("vllm", judge_step, prepared_dir=prepared.path, base_results=base_results.path,
-                    candidate_results=candidate_results.path, out_dir=judged.path)
-    judged.metadata.update({"sets": sorted((out.get("sets") or {}).keys())})
+                    candidate_results=candidate_results.path, out_dir=judged.path, model_dir=judge_model.path,
+                    pinned_uri=str(judge_model.metadata.get("uri") or ""),
+                    fingerprint=judge_fingerprint or str(judge_model.metadata.get("fingerprint") or ""))
+    judged.metadata.update({"sets": sorted((out.get("sets") or {}).keys()), "judge_model": out.get("judge_model") or {}})

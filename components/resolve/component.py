@@ -11,12 +11,14 @@ from shipyard.runtimes.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
-def pin_model(model_uri: str) -> NamedTuple("Pinned", [("uri", str), ("fingerprint", str)]):
+def pin_model(model_uri: str, field: str = "model_uri") -> NamedTuple("Pinned", [("uri", str), ("fingerprint", str)]):
     """Pin the model URI to what it names now, so that the cached resolve step (and every step
     downstream of its model) reruns exactly when the model changes. Never cached.
 
     Args:
         model_uri: As resolve_model's. hf://org/name[@branch] becomes hf://org/name@<commit the hub serves now>.
+        field: The parameter an error names: model_uri for the base model, eval_sets.judge.model_uri for the
+            judge of your rubric sets.
 
     Returns uri (the pinned URI) and fingerprint (hub commit, sha256 over S3 keys/ETags/sizes or
     over a folder's names/sizes/mtimes, OCI digest).
@@ -26,15 +28,16 @@ def pin_model(model_uri: str) -> NamedTuple("Pinned", [("uri", str), ("fingerpri
     from shipyard.runtimes.runtime import call_step
     from shipyard.steps.pin import pin_model
 
-    out = call_step("compress", pin_model, uri=model_uri)
+    out = call_step("compress", pin_model, uri=model_uri, field=field)
     moved = f" (was @{out['moved_from']})" if out["moved_from"] else ""
     print(f"model: {out['uri']}{moved}; content {out['fingerprint']}", flush=True)
     return namedtuple("Pinned", ["uri", "fingerprint"])(out["uri"], out["fingerprint"])
 
 
 @dsl.component(base_image=runtime_image("compress"), install_kfp_package=False)
-def resolve_model(model_uri: str, model: Output[Model], model_files: Output[Artifact], fingerprint: str = ""):
-    """Fetch the base model into a pipeline artifact.
+def resolve_model(model_uri: str, model: Output[Model], model_files: Output[Artifact], fingerprint: str = "",
+                  field: str = "model_uri", check_disk: bool = True):
+    """Fetch the base model (or the judge of your rubric sets) into a pipeline artifact.
 
     Args:
         model_uri: Where the model is: hf://org/name[@rev], s3://bucket/prefix, oci://registry/repo@sha256:...,
@@ -44,6 +47,9 @@ def resolve_model(model_uri: str, model: Output[Model], model_files: Output[Arti
             that needs only those (the promote pipeline's deploy): KFP downloads a whole Model artifact.
         fingerprint: pin_model's content fingerprint: part of KFP's cache key, so a cached model is
             reused only while the content it names is unchanged (recorded in the model's metadata).
+        field: The parameter an error names: model_uri for the base model, eval_sets.judge.model_uri for the judge.
+        check_disk: Check the model against package-champion's disk (below); off for the judge, which is never
+            packaged.
 
     In a cluster the step fails here, before any GPU work, when package-champion could not hold
     the model in the ephemeral storage it requests (ephemeral_storage in the cluster config); the
@@ -55,8 +61,8 @@ def resolve_model(model_uri: str, model: Output[Model], model_files: Output[Arti
     from shipyard.models.resolve import resolve_model
     from shipyard.runtimes.runtime import call_step
 
-    info = call_step("compress", resolve_model, uri=model_uri, out_dir=model.path)
-    if os.environ.get(ENV_EPHEMERAL_STORAGE):  # compiled for a cluster
+    info = call_step("compress", resolve_model, uri=model_uri, out_dir=model.path, field=field)
+    if check_disk and os.environ.get(ENV_EPHEMERAL_STORAGE):  # compiled for a cluster
         call_step("compress", check_model_fits_disk, model_bytes=int(info["size_bytes"]))
     model.metadata.update(info)
     from shipyard.serving.kserve.render import copy_model_files

@@ -153,9 +153,11 @@ def _interval(r: Row) -> str:
     return loss_text(r.paired) if r.paired else "–"
 
 
-def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None) -> Doc:
+def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None,
+               judge_model: dict[str, Any] | None = None) -> Doc:
     """The eval-sets report: decision, rule, the sets (pinned digests, duplicates), leak lines, one
-    row per set, and the judge's win/tie/loss, position bias and calibration per rubric set."""
+    row per set, and the judge's win/tie/loss, position bias and calibration per rubric set (with
+    ``judge_model``, which judge: its pinned URI and content fingerprint)."""
     verdict = "PASS" if gate.passed else "FAIL"
     doc = Doc(f"Your eval sets: {verdict}").h(1, f"Your eval sets: {verdict}", "pass" if gate.passed else "fail")
     doc.p(gate.reason, "Decision:")
@@ -171,8 +173,10 @@ def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None) -> 
          "decision", "note"),
         [(r.task, r.metric, str((r.paired or {}).get("n", "–")), r.base, r.candidate, _interval(r), r.margin, r.mdl,
           r.p_adjusted if r.p_adjusted is not None else r.p_value, r.decision or "–", r.note) for r in gate.rows])
+    judge = [] if not judge_model else [f"judge model {str(judge_model.get('pinned_uri') or '')[:200]} "
+                                        f"(content {judge_model.get('fingerprint') or 'not recorded'})"]
     for name, info in gate.judged.items():
-        doc.h(3, f"Judge on {name}").items([info["line"], info["judge"]["note"]])
+        doc.h(3, f"Judge on {name}").items([info["line"], info["judge"]["note"], *judge])
     return doc
 
 

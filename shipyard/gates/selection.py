@@ -511,9 +511,11 @@ def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], fr
             "tuning": (c.get("tuning") or {}).get("best_vllm_args"),
             # the recorded workload its benchmark replayed: a later run can say "same workload" by the digest
             "workload": c.get("workload"),
-            # the gate per user eval set (only in a run with eval_sets): the sets' pins and every row
-            **({"eval_sets": {k: (c.get("eval_sets") or {}).get(k)
-                              for k in ("passed", "verdict", "reason", "method", "rows", "judged", "leaks", "sets")}}
+            # the gate per user eval set (only in a run with eval_sets): the sets' pins and every row, and
+            # with rubric sets the judge model that judged them (pinned URI, content fingerprint)
+            **({"eval_sets": {k: c["eval_sets"].get(k) for k in ("passed", "verdict", "reason", "method", "rows",
+                                                                  "judged", "leaks", "sets", "judge_model")
+                              if k != "judge_model" or c["eval_sets"].get(k)}}
                if c.get("eval_sets") is not None else {}),
         })
     return {

@@ -22,6 +22,8 @@ from typing import Any
 from shipyard.core.contract import HF_SECRET, S3_SECRET
 from shipyard.core.errors import ShipyardError
 
+#: the judge model's URI inside ``eval_sets``: read by other steps than the sets themselves
+JUDGE = "eval_sets.judge.model_uri"
 #: parameter -> the steps (KFP component names, as the cluster config names them) that read the
 #: URIs it gives: the model (pin, then fetch), the calibration data, the LoRA adapters, the deploy
 #: config's ``template`` (an ``s3://BUCKET/KEY.yaml`` LLMInferenceService, read by the deploy step)
@@ -31,15 +33,19 @@ READERS: dict[str, tuple[str, ...]] = {
     "calibration_dataset": ("compress", "prepare-eval-sets"),  # the eval sets' leak check reads it too
     "lora_adapters": ("fetch-adapters",),
     "deploy_config": ("deploy",),
-    # the sets and the judge's labelled slice (pinned, then prepared), the judge model (judge)
-    "eval_sets": ("pin-eval-sets", "prepare-eval-sets", "judge-eval-sets"),
+    # the sets and the judge's labelled slice (pinned, then prepared)
+    "eval_sets": ("pin-eval-sets", "prepare-eval-sets"),
+    # the judge model of eval_sets: pinned and fetched once per run like the base model (the
+    # judge step serves that artifact and reads no URI)
+    JUDGE: ("pin-model", "resolve-model"),
 }
 #: URI scheme -> the Secret reading it needs (hf:// without a token works for public repos only)
 SCHEME_SECRETS: dict[str, str] = {"s3://": S3_SECRET, "hf://": HF_SECRET}
 #: which schemes each parameter can carry (the deploy config's template is s3:// only)
 SCHEMES: dict[str, tuple[str, ...]] = {
     "model_uri": ("s3://", "hf://"), "candidate_uri": ("s3://",), "calibration_dataset": ("s3://",),
-    "lora_adapters": ("s3://", "hf://"), "deploy_config": ("s3://",), "eval_sets": ("s3://", "hf://"),
+    "lora_adapters": ("s3://", "hf://"), "deploy_config": ("s3://",), "eval_sets": ("s3://",),
+    JUDGE: ("s3://", "hf://"),
 }
 
 
@@ -57,7 +63,8 @@ def input_uris(params: Mapping[str, Any]) -> dict[str, list[str]]:
     a value the parameter checks refuse names none)."""
     out: dict[str, list[str]] = {}
     for name in READERS:
-        value = _loaded(params.get(name))
+        value = _loaded(params.get("eval_sets" if name == JUDGE else name))
+        judge = value.get("judge") if name in ("eval_sets", JUDGE) and isinstance(value, dict) else None
         if name == "deploy_config":
             template = value.get("template") if isinstance(value, dict) else None
             uris = [template] if isinstance(template, str) else []
@@ -66,10 +73,11 @@ def input_uris(params: Mapping[str, Any]) -> dict[str, list[str]]:
             uris = [i.get("uri") if isinstance(i, dict) else i for i in items]
         elif name == "eval_sets":
             sets = value.get("sets") if isinstance(value, dict) else value
-            judge = value.get("judge") if isinstance(value, dict) else None
             uris = [s.get("uri") for s in sets if isinstance(s, dict)] if isinstance(sets, list) else []
             if isinstance(judge, dict):
-                uris += [judge.get("model_uri"), judge.get("labels_uri")]
+                uris.append(judge.get("labels_uri"))
+        elif name == JUDGE:
+            uris = [judge.get("model_uri")] if isinstance(judge, dict) else []
         else:
             uris = [value]
         found = [u.strip() for u in uris if isinstance(u, str) and u.strip()]

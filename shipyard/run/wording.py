@@ -80,8 +80,12 @@ def not_run_reason(component: str, params: dict[str, Any], answer: dict[str, Any
     if component == "judge-eval-sets":
         return ("rubric sets in eval_sets: the judge ran on a GPU node" if _has_rubric(params.get("eval_sets"))
                 else "no rubric set in eval_sets: nothing to judge, the empty record was written on a CPU node")
+    if component == "no-judge-model":
+        return "rubric sets in eval_sets: the judge model was pinned and fetched once for the run"
     if failed:
         return "an upstream step failed"
+    if component in ("pin-model", "resolve-model") and "eval_sets" in params:  # the base's always runs
+        return "no rubric set in eval_sets: no judge model to pin or fetch"
     if component in ("importer", "package-champion", "register-champion") and not answer.get("champion"):
         return "no champion: nothing passed its gates, the base included"
     if component == "deploy" and answer.get("champion"):

@@ -16,7 +16,10 @@ The functions a pipeline wires (the KFP wrappers call them with ``call_step``):
   compiled tasks with per-sample logs (an evaluate results folder), and, given a vLLM server, the
   model's greedy answers to the rubric prompts (``rubric_answers.json``).
 * :func:`judge_eval_sets` (per candidate, vllm runtime, only with rubric sets): the judge model
-  served by vLLM judges base against candidate in both orders, and the labelled slice once.
+  served by vLLM judges base against candidate in both orders, and the labelled slice once. The
+  judge model is pinned and fetched once per run, before the candidates' loop, by the pipeline's
+  pin-model and resolve-model (the way the base model is); :func:`judge_step` serves that artifact
+  and fetches nothing.
 * :func:`decide_eval_sets` (per candidate, base runtime): the per-set gate
   (:mod:`shipyard.gates.eval_sets`) and its report; never raises (fails closed with the reason).
 
@@ -186,10 +189,11 @@ def evaluate_eval_sets(model_dir: str, prepared_dir: str, eval_config: str, out_
 
 
 def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, judge_model_dir: str,
-                    out_path: str) -> dict[str, Any]:
+                    out_path: str, judge_model: dict[str, str] | None = None) -> dict[str, Any]:
     """The judge (a vLLM server of ``judge_model_dir``, the resolved pinned judge model) on every
     rubric set, both orders, and on the labelled slice; writes and returns ``judged.json``:
-    ``{"sets": {name: {"judged": [...], "unparsed": k}}, "labels": {"verdicts", "truth"}}``."""
+    ``{"sets": {name: {"judged": [...], "unparsed": k}}, "labels": {"verdicts", "truth"}}``, plus
+    ``judge_model`` (``{"uri", "pinned_uri", "fingerprint"}``: which judge judged) when given."""
     from shipyard.evaluation.judge import judge_labels, judge_set
     from shipyard.serving.vllm_server import VLLMServer
 
@@ -197,6 +201,8 @@ def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str
     cand = json.loads((Path(candidate_results) / ANSWERS).read_text())
     labels = _read_jsonl(Path(prepared_dir) / LABELS) if (Path(prepared_dir) / LABELS).is_file() else []
     out: dict[str, Any] = {"sets": {}, "labels": {"verdicts": [], "truth": [r["label"] for r in labels]}}
+    if judge_model:
+        out["judge_model"] = dict(judge_model)
     with VLLMServer(Path(judge_model_dir), served_model_name="shipyard-judge") as server:
         for path in sorted((Path(prepared_dir) / RUBRIC).glob("*.jsonl")):
             judged, unparsed = judge_set(server.base_url, server.served_model_name, _read_jsonl(path),
@@ -208,20 +214,40 @@ def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str
     return out
 
 
-def judge_step(prepared_dir: str, base_results: str, candidate_results: str, out_dir: str) -> dict[str, Any]:
-    """The pipeline's judge step of one candidate: fetch the judge model named in ``prepared.json``
-    (pinned at pre-flight) and run :func:`judge_eval_sets` into ``out_dir/judged.json``. Without a
-    rubric set it writes nothing and returns ``{}``."""
-    from shipyard.models.resolve import resolve_model
+def judged_model(uri: str, model_dir: str, pinned_uri: str = "", fingerprint: str = "") -> dict[str, str]:
+    """Which judge a candidate's judge step serves, checked without fetching anything: ``model_dir``
+    (the judge model resolve-model fetched once for the run) holds a model, and ``pinned_uri``
+    (its metadata) is the judge ``uri`` of ``prepared.json``. Returns ``{"uri", "pinned_uri",
+    "fingerprint"}`` for ``judged.json``; one line otherwise."""
+    from shipyard.models.resolve import parse_model_uri
 
+    field = "eval_sets.judge.model_uri"
+    folder = Path(model_dir) if model_dir else None
+    if folder is None or not (folder / "config.json").is_file():
+        raise ShipyardError(field, f"the judge model was not handed to the judge step (no config.json in "
+                            f"{model_dir or 'no folder'})", "run the judge step with the judge model resolve-model "
+                            "fetched for the run (the pipeline wires it: pin-model, resolve-model, judge-eval-sets)")
+    named = str(parse_model_uri(uri, field=field))
+    if pinned_uri and pinned_uri != named:
+        raise ShipyardError(field, f"the judge model handed to the judge step is {pinned_uri[:200]}, not {named[:200]}",
+                            "resolve the judge named in eval_sets (the pipeline resolves prepare-eval-sets' answer)")
+    return {"uri": uri, "pinned_uri": pinned_uri or named, "fingerprint": fingerprint}
+
+
+def judge_step(prepared_dir: str, base_results: str, candidate_results: str, out_dir: str, model_dir: str = "",
+               pinned_uri: str = "", fingerprint: str = "") -> dict[str, Any]:
+    """The pipeline's judge step of one candidate: :func:`judge_eval_sets` into ``out_dir/judged.json``
+    with the judge served from ``model_dir``, the judge model pinned (``pinned_uri``,
+    ``fingerprint``) and fetched once for the run by pin-model and resolve-model: nothing is
+    fetched here (:func:`judged_model` checks the folder is the judge ``prepared.json`` names).
+    Without a rubric set it writes nothing and returns ``{}``."""
     uri = judge_model_uri(load_prepared(prepared_dir))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     if not uri:
         return {}
-    with tempfile.TemporaryDirectory(prefix="shipyard-judge-") as tmp:
-        resolve_model(uri, str(Path(tmp) / "judge"), field="eval_sets.judge.model_uri")
-        return judge_eval_sets(prepared_dir, base_results, candidate_results, str(Path(tmp) / "judge"),
-                               str(Path(out_dir) / JUDGED))
+    model = judged_model(uri, model_dir, pinned_uri, fingerprint)
+    return judge_eval_sets(prepared_dir, base_results, candidate_results, model_dir, str(Path(out_dir) / JUDGED),
+                           judge_model=model)
 
 
 def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, accuracy_thresholds: str = "",
@@ -229,7 +255,8 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
     """The per-set gate of one candidate (:func:`shipyard.gates.eval_sets.gate_eval_sets`), its
     Markdown report (``report_path``) and the per-sample records, base and candidate side by side,
     in MLflow's table format (``records_path``: log it as the step run's artifact). Returns
-    ``{"passed", "reason", "metrics", "rows", "judged", "leaks", "sets"}``; fails closed
+    ``{"passed", "reason", "metrics", "rows", "judged", "leaks", "sets"}`` and, when rubric sets
+    were judged, ``judge_model`` (the judge's URI, pinned URI and content fingerprint); fails closed
     (``passed`` false with the reason) instead of raising."""
     from shipyard.gates.eval_sets import EvalSetsGate, JudgedSet, gate_eval_sets, paired_records, report_doc
     from shipyard.gates.judging import Judged, calibrate
@@ -238,6 +265,7 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
     from shipyard.gates.recovery import load_summary, parse_thresholds
 
     prepared: dict[str, Any] = {}
+    judge_model: dict[str, Any] | None = None  # which judge judged the rubric sets (judged.json)
     try:
         prepared = load_prepared(prepared_dir)
         thresholds = parse_thresholds(accuracy_thresholds, "accuracy_thresholds")
@@ -248,6 +276,7 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
                 raise ShipyardError("eval_sets", f"rubric set(s) {[s['name'] for s in rubric]} were not judged",
                                     "run the judge step (judge_eval_sets) before deciding")
             data = json.loads(Path(judged_path).read_text())
+            judge_model = data.get("judge_model")
             judge = prepared.get("judge") or {}
             labels = data.get("labels") or {}
             calibration = calibrate(labels.get("verdicts") or None, labels.get("truth") or None,
@@ -274,5 +303,6 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
     except Exception as err:  # noqa: BLE001 - any surprise still means "do not promote"
         gate = EvalSetsGate(False, f"failed closed: unexpected {type(err).__name__}: {err}".splitlines()[0], [])
     if report_path:
-        atomic_write_text(report_path, report_doc(gate, prepared.get("sets")).to_markdown())
-    return {**gate.to_dict(), "metrics": gate.metrics(), "sets": prepared.get("sets") or []}
+        atomic_write_text(report_path, report_doc(gate, prepared.get("sets"), judge_model).to_markdown())
+    return {**gate.to_dict(), "metrics": gate.metrics(), "sets": prepared.get("sets") or [],
+            **({"judge_model": judge_model} if judge_model else {})}

@@ -399,6 +399,9 @@ def gate_outputs(out: dict[str, Any], recipe: str, out_dir: str) -> dict[str, An
         candidate.update({"eval_sets_verdict": own["verdict"], "eval_sets_reason": own["reason"]})
         params = {f"eval_sets.{s['name']}": f"{s['form']} {s['rows']} rows {s['uri'][:200]} sha256:{s['sha256']}"
                   for s in own["sets"]}
+        if own.get("judge_model"):  # the judge of the rubric sets: the content that judged
+            judge = own["judge_model"]
+            params["eval_sets.judge"] = f"{str(judge.get('pinned_uri') or '')[:200]} {judge.get('fingerprint') or ''}".strip()
     own_files = {name: os.path.join(out_dir, name) for name in ("eval_sets.md", "eval_sets_records.json")
                  if os.path.isfile(os.path.join(out_dir, name))}
     tags = {"shipyard.gate.passed": str(out["passed"]).lower(),

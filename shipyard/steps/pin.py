@@ -36,70 +36,71 @@ def _digest(rows: list[tuple[Any, ...]]) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _folder_fingerprint(folder: Path) -> str:
+def _folder_fingerprint(folder: Path, field: str = "model_uri") -> str:
     if not folder.is_dir():
-        raise ShipyardError("model_uri", f"{folder} does not exist (or is not mounted)",
+        raise ShipyardError(field, f"{folder} does not exist (or is not mounted)",
                             "give an existing model folder; for pvc:// list the claim in pvc.claims of the cluster config")
     rows = [(str(p.relative_to(folder)), st.st_size, st.st_mtime_ns)
             for p in folder.rglob("*") if p.is_file() for st in (p.stat(),)]
     if not rows:
-        raise ShipyardError("model_uri", f"{folder} is empty", "point at the folder that holds config.json")
+        raise ShipyardError(field, f"{folder} is empty", "point at the folder that holds config.json")
     return _digest(rows)
 
 
-def _hf_commit(parsed: ModelURI) -> str:
+def _hf_commit(parsed: ModelURI, field: str = "model_uri") -> str:
     from huggingface_hub import HfApi
 
     try:
         info = HfApi(token=os.environ.get("HF_TOKEN") or None).model_info(parsed.location, revision=parsed.revision)
     except Exception as err:  # network errors, 401/404 from the hub
-        raise ShipyardError("model_uri", f"cannot read the current revision of hf://{parsed.location}: "
+        raise ShipyardError(field, f"cannot read the current revision of hf://{parsed.location}: "
                             f"{type(err).__name__}: {err}".splitlines()[0],
                             "check the name, HF_TOKEN and network, or pin it: hf://ORG/NAME@<commit sha>") from None
     if not info.sha:
-        raise ShipyardError("model_uri", f"the hub gave no commit for hf://{parsed.location}",
+        raise ShipyardError(field, f"the hub gave no commit for hf://{parsed.location}",
                             "pin it: hf://ORG/NAME@<commit sha>")
     return str(info.sha)
 
 
-def _s3_fingerprint(uri: str) -> str:
+def _s3_fingerprint(uri: str, field: str = "model_uri") -> str:
     from shipyard.models import s3
 
     config = s3.load_config()
-    bucket, prefix = s3.parse_s3_uri(uri, "model_uri")
+    bucket, prefix = s3.parse_s3_uri(uri, field)
     try:
         objects = [o for o in s3.client(config).list_objects(bucket, prefix=f"{prefix}/", recursive=True)
                    if not o.is_dir]
     except Exception as err:
         raise s3._s3_error(err, uri, config) from None
     if not objects:
-        raise ShipyardError("model_uri", f"no objects under {uri}", "check the bucket and prefix (upload the model first)")
+        raise ShipyardError(field, f"no objects under {uri}", "check the bucket and prefix (upload the model first)")
     return _digest([(o.object_name, (o.etag or "").strip('"'), o.size) for o in objects])
 
 
-def pin_model(uri: str) -> dict[str, Any]:
+def pin_model(uri: str, field: str = "model_uri") -> dict[str, Any]:
     """``uri`` pinned to its current content: ``{"uri", "fingerprint", "moved_from"}`` (see the
-    module doc). ``moved_from`` is the revision the URI named (``""`` when already pinned)."""
-    parsed = parse_model_uri(uri)
+    module doc). ``moved_from`` is the revision the URI named (``""`` when already pinned);
+    ``field``: the parameter an error names (``eval_sets.judge.model_uri`` for the judge)."""
+    parsed = parse_model_uri(uri, field=field)
     moved_from = ""
     if parsed.scheme == "hf":
         if parsed.revision and _COMMIT.match(parsed.revision):
             commit = parsed.revision
         elif hub_offline():
-            raise ShipyardError("model_uri", f"hf://{parsed.location}@{parsed.revision or 'main'} can move and the hub "
+            raise ShipyardError(field, f"hf://{parsed.location}@{parsed.revision or 'main'} can move and the hub "
                                 "is offline (HF_HUB_OFFLINE), so it cannot be pinned",
                                 "pin it: hf://ORG/NAME@<commit sha>")
         else:
-            commit = _hf_commit(parsed)
+            commit = _hf_commit(parsed, field)
             moved_from = parsed.revision or "main"
         pinned = ModelURI("hf", parsed.location, commit)
         return {"uri": str(pinned), "fingerprint": f"hf:{commit}", "moved_from": moved_from}
     if parsed.scheme == "s3":
-        fingerprint = _s3_fingerprint(str(parsed))
+        fingerprint = _s3_fingerprint(str(parsed), field)
     elif parsed.scheme == "pvc":
-        fingerprint = _folder_fingerprint(pvc_root() / parsed.location)
+        fingerprint = _folder_fingerprint(pvc_root() / parsed.location, field)
     elif parsed.scheme == "file":
-        fingerprint = _folder_fingerprint(Path(parsed.location))
+        fingerprint = _folder_fingerprint(Path(parsed.location), field)
     elif parsed.scheme == "oci":
         fingerprint = parsed.location.rsplit("@", 1)[-1]
     else:  # embedded: shipped inside shipyard's wheel, whose code is hashed into the image tag
