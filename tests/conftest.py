@@ -77,6 +77,18 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_other_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another tiny random-weight Llama (seed 1): the same shapes and tokenizer as ``tiny_model``,
+    other weights, so its answers differ (a wrong model for the golden-output checks)."""
+    from shipyard.runtimes.runtime import run_in_runtime
+    from shipyard.testing.tinymodel import build_tiny_model
+
+    out = tmp_path_factory.mktemp("models") / "tiny-base"
+    run_in_runtime("compress", build_tiny_model, out_dir=str(out), seed=1)
+    return out
+
+
 @pytest.fixture(autouse=True)
 def _print_restored() -> Iterator[None]:
     """kfp.local swaps ``builtins.print`` per task to indent step output, and parallel loop

@@ -37,7 +37,6 @@ from shipyard.serving.vllm_server import VLLMServer
 from shipyard.steps.deploy import promotion_allowed, run_deploy
 from shipyard.steps.verify import accuracy_slice
 from shipyard.testing.k8s_double import K8sDouble, ready_after
-from shipyard.testing.tinymodel import build_tiny_model
 from shipyard.tracking import pipeline_runs as track
 from shipyard.tracking.promotion import promote_production
 
@@ -50,7 +49,8 @@ TIMINGS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def served(tiny_model: Path, tiny_other_model: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The packaged candidate (pushed, pulled back) and the tiny base, each behind a real vLLM server
     named ``llm``; the candidate's record (golden outputs, its lm-eval result, SLO thresholds)."""
     from conftest import require_tool
@@ -66,8 +66,7 @@ def served(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     with LocalRegistry() as reg:
         packed = package_model(str(tiny_model), str(tmp / "car"), registry=reg.address, repository="team/tiny")
         pull_model(packed["uri"], tmp / "candidate")
-    base = tmp / "tiny-base"
-    run_in_runtime("compress", build_tiny_model, out_dir=str(base), seed=1)
+    base = tiny_other_model
     TIMINGS["models"] = round(time.monotonic() - started, 1)
     servers = {"candidate": VLLMServer(tmp / "candidate", served_model_name="llm", progress=False),
                "base": VLLMServer(base, served_model_name="llm", progress=False)}

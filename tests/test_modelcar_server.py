@@ -130,22 +130,20 @@ def _require_podman_and_image() -> str:
 
 
 @pytest.fixture(scope="module")
-def pushed(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def pushed(tiny_model: Path, tiny_other_model: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The tiny model and another one (the tiny base, seed 1) packaged by the package step and
     pushed to a registry with htpasswd auth; the tiny model's golden outputs as the measure step
     records them, in a candidate record."""
     image = _require_podman_and_image()
     from shipyard.benchmarking.guidellm import parse_benchmark_config, plan_for_server
     from shipyard.evaluation.golden import record_golden
-    from shipyard.runtimes.runtime import run_in_runtime
     from shipyard.serving.vllm_server import VLLMServer
     from shipyard.steps.package import package_model
     from shipyard.testing.registry import LocalRegistry
-    from shipyard.testing.tinymodel import build_tiny_model
 
     tmp = tmp_path_factory.mktemp("modelcar-server")
-    other = tmp / "tiny-base"
-    run_in_runtime("compress", build_tiny_model, out_dir=str(other), seed=1)
+    other = tiny_other_model
     with LocalRegistry(users={USER: PASSWORD}) as reg, pytest.MonkeyPatch.context() as env:
         env.setenv("SHIPYARD_REGISTRY_USERNAME", USER)
         env.setenv("SHIPYARD_REGISTRY_PASSWORD", PASSWORD)
