@@ -281,11 +281,6 @@ ACCURACY = {
     "kubeflow-multi-user": 'accuracy_thresholds={"rule": "recovery", "min_recovery": 1.5}',
 }
 KEEPS_THE_BASE = "kubeflow-multi-user"
-# the safety scan runs in its container in the kfp-standalone rehearsal (garak in the vllm image, against
-# the measure step's server); the multi-user layout, whose point is its namespaces, identity and
-# keep-the-base, skips it (two fewer garak starts on the shared cores); its safety attestation then
-# says the scan was off
-NO_SAFETY_SCAN = {"kubeflow-multi-user": ["safety="]}
 
 
 @pytest.fixture(scope="module")
@@ -313,8 +308,7 @@ def rehearsals(tiny_model: Path) -> Iterator[dict[str, tuple[int, str, Path]]]:
         for layout in LAYOUTS:
             cmd = [sys.executable, "-m", "shipyard.cli.main", "run", "--local", "--runner", "container", "--no-build",
                    "--layout", layout, "--work-dir", str(works[layout]),
-                   *[arg for param in [*params, ACCURACY[layout], *NO_SAFETY_SCAN.get(layout, [])]
-                     for arg in ("--param", param)]]
+                   *[arg for param in [*params, ACCURACY[layout]] for arg in ("--param", param)]]
             with open(consoles[layout], "w") as console:
                 procs[layout] = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT, text=True,
                                                  env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -354,9 +348,6 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(
     answer = {k: on_disk[k] for k in ("champion", "promoted", "production", "model_uri", "gates")}
     assert on_disk["champion"] and on_disk["promoted"] is True, answer  # applied (dry_run=false), Ready
     assert on_disk["model_uri"].startswith("oci://") and on_disk["gates"]["candidates"], answer
-    # garak scanned in its container where the layout asked for it; the gate says "off" where it did not
-    scanned = [c["safety"]["verdict"] != "off" for c in on_disk["gates"]["candidates"]]
-    assert scanned == [layout not in NO_SAFETY_SCAN] * len(scanned), on_disk["gates"]["candidates"]
     rehearsal = on_disk["rehearsal"]
     assert on_disk["runner"] == "container" and rehearsal["problems"] == []
     assert rehearsal["staged"]["model_uri"].startswith("s3://")
