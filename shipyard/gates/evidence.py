@@ -222,10 +222,14 @@ def capacity_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, 
                if champion.get("workload") else
                "the benchmark's load was synthetic (no recorded workload replayed): no recorded peak to count in")
         return None, why
-    out = {k: cap.get(k) for k in CAPACITY_FIELDS}
-    digest = str(cap.get("digest") or (champion.get("workload") or {}).get("digest") or "")
-    out["workload"] = {"digest": {"sha256": digest.removeprefix("sha256:")}} if digest else None
-    return out, None
+    return {**{k: cap.get(k) for k in CAPACITY_FIELDS}, "workload": _workload_ref(cap, champion)}, None
+
+
+def _workload_ref(section: dict[str, Any], champion: dict[str, Any]) -> dict[str, Any] | None:
+    """The in-toto digest of the workload fingerprint a figure rests on: the section's own ``digest``,
+    else the champion record's workload's; None when neither names one."""
+    digest = str(section.get("digest") or (champion.get("workload") or {}).get("digest") or "")
+    return {"digest": {"sha256": digest.removeprefix("sha256:")}} if digest else None
 
 
 #: what the SLO evidence keeps of the SLO measured on the replay of the user's traffic
@@ -246,10 +250,7 @@ def replay_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, st
                "the replay of the recorded workload kept no latency figures (a benchmark recorded before shipyard "
                "kept them)")
         return None, why
-    out = {k: rep.get(k) for k in REPLAY_FIELDS}
-    digest = str(rep.get("digest") or (champion.get("workload") or {}).get("digest") or "")
-    out["workload"] = {"digest": {"sha256": digest.removeprefix("sha256:")}} if digest else None
-    return out, None
+    return {**{k: rep.get(k) for k in REPLAY_FIELDS}, "workload": _workload_ref(rep, champion)}, None
 
 
 def safety_predicate(champion: dict[str, Any]) -> dict[str, Any]:
