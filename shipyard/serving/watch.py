@@ -316,7 +316,8 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
 def capacity_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:
     """The live peak against the qualified capacity (the module docstring's **Capacity**): the
     highest load a replica took over the window against one replica's goodput at the SLO, drifted
-    above ``x(1 + tol)``; ``peak`` holds live peak / recorded peak, the headroom and the figures."""
+    above ``x(1 + tol)``; ``peak`` holds live peak / recorded peak (only when ``alike``: both counted in
+    ``window_s``-second windows), the headroom and the figures."""
     out: dict[str, Any] = {"dimension": "capacity", "name": "peak load per replica (req/s)",
                            "live": live.peak_rps_per_replica, "qualified": None, "ratio": None, "drifted": None}
     cap, now = env.capacity, live.peak_rps_per_replica
