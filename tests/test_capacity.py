@@ -25,17 +25,22 @@ from report_fixtures import (
 from shipyard.gates.capacity import capacity_text, peak_capacity, recorded_arrivals
 
 DIGEST = "sha256:" + "b" * 64
-#: a fingerprint's arrivals as shipyard.benchmarking.workload.arrival_stats writes them
+#: a fingerprint's arrivals as shipyard.benchmarking.workload.arrival_stats writes them: the peak over
+#: 120-s windows (the window shipyard watch counts production's peak in) is 0.35 req/s, over 10-s ones 0.6
 ARRIVALS = {"requests": 60, "duration_s": 300.0, "mean_rate_rps": 0.2, "window_s": 10,
             "rate_series_rps": [0.1, 0.2, 0.35, 0.2, 0.1, 0.15, 0.3, 0.2, 0.1, 0.2], "peak_rate_rps": 0.35,
+            "peaks_rps": {"10": 0.6, "60": 0.45, "120": 0.35},
             "peak_to_mean": 1.75, "interarrival_cv": 1.3, "interarrival_s": {"p50": 4.0, "mean": 5.0}}
+#: the same arrivals as a fingerprint written before per-window peaks: its peak is the rate series' (10-s windows)
+OLD_ARRIVALS = {k: v for k, v in ARRIVALS.items() if k != "peaks_rps"}
 
 
-def workload(time_scale: float = 2.0, input_mean: float = 40.0, measured: dict[str, Any] | None = None) -> dict[str, Any]:
+def workload(time_scale: float = 2.0, input_mean: float = 40.0, measured: dict[str, Any] | None = None,
+             arrivals: dict[str, Any] = ARRIVALS) -> dict[str, Any]:
     """``results["workload"]`` as shipyard.steps.workload's replay keeps it (a faithful replay);
     ``measured``: the replay's own figures (``level``, parsed as a load level is); without it, a
     benchmark recorded before the replay's figures were kept."""
-    fingerprint = {"schema": "shipyard.workload/v1", "digest": DIGEST, "arrivals": ARRIVALS,
+    fingerprint = {"schema": "shipyard.workload/v1", "digest": DIGEST, "arrivals": arrivals,
                    "lengths": {"input": {"mean": input_mean}, "output": {"mean": 10.0}}}
     out = {"digest": DIGEST, "replayed": "trace", "requests": 60, "time_scale": time_scale, "block_size": 16,
            "fingerprint": fingerprint, "fidelity": {"valid": True, "failed": [], "line": "workload fidelity: VALID"}}
@@ -84,17 +89,19 @@ def test_goodput_at_the_slo_in_units_of_the_recorded_peak(tmp_path: Path) -> Non
     assert cap["x_recorded_peak"] == round(1.11 / 0.35, 4) and cap["x_recorded_mean"] == round(1.11 / 0.2, 4)
     assert cap["recorded_peak_rps"] == 0.35 and cap["time_scale"] == 2.0 and cap["lower_bound"] and cap["note"] == ""
     assert cap["text"] == ("serves at least 3.2x your recorded peak (1.11 req/s at the SLO, at concurrent@2, vs a peak "
-                           "of 0.35 req/s in 10-s windows; 5.5x the mean of 0.2 req/s); no measured load broke the SLO, "
+                           "of 0.35 req/s in 120-s windows; 5.5x the mean of 0.2 req/s); no measured load broke the SLO, "
                            "so this is a lower bound; the replay ran at 2x the recorded rate; the peak here is the "
                            "recorded, unscaled one")
     assert out["metrics"]["slo_passed"] == 1.0 and out["metrics"]["capacity_x_recorded_peak"] == cap["x_recorded_peak"]
     assert out["metrics"]["capacity_x_recorded_mean"] == cap["x_recorded_mean"]  # KFP metrics and MLflow
     # the record keeps the recorded arrival process for the deploy's sizing
     assert out["candidate"]["workload"]["arrivals"]["peak_rate_rps"] == 0.35
+    assert out["candidate"]["workload"]["arrivals"]["peaks_rps"] == ARRIVALS["peaks_rps"]
+    assert cap["window_s"] == 120 and cap["window_note"] == ""  # counted as shipyard watch counts the live peak
     assert out["candidate"]["workload"]["lengths"] == {"input_mean": 40.0, "output_mean": 10.0}
     md = (tmp_path / "gates" / "slo.md").read_text()
     assert "## Capacity in your units (the recorded workload)" in md
-    assert "| candidate | at least 3.17x | 5.55x | 1.11 | 0.35 | 0.2 | 2x |" in md
+    assert "| candidate | at least 3.17x | 5.55x | 1.11 | 0.35 in 120-s windows | 0.2 | 2x |" in md
     assert "**Candidate:** serves at least 3.2x your recorded peak" in md
     html = (tmp_path / "gates" / "slo.html").read_text()
     assert "Capacity in your units" in html and "serves at least 3.2x your recorded peak" in html
@@ -102,11 +109,32 @@ def test_goodput_at_the_slo_in_units_of_the_recorded_peak(tmp_path: Path) -> Non
     assert line.startswith("w8a8-int8: accuracy pass") and line.endswith(", SLO pass (at least 3.2x your recorded peak)")
 
 
+def test_the_peak_is_counted_in_the_watchs_window_and_an_older_fingerprint_says_which_it_used() -> None:
+    """The capacity divides by the recorded peak over 120-s windows (what shipyard watch counts live),
+    not the 10-s one (0.6 req/s, higher); a trace shorter than 120 s uses its longest window and a
+    fingerprint without ``peaks_rps`` its rate series' peak, each named with why it is not the watch's."""
+    levels, verdicts = CAND_BENCH["levels"], [{"meets": True, "goodput": 1.0}] * 2
+    cap = peak_capacity(levels, verdicts, workload())
+    assert cap is not None and cap["recorded_peak_rps"] == 0.35 and cap["window_s"] == 120 and cap["window_note"] == ""
+    short = peak_capacity(levels, verdicts, workload(arrivals={**ARRIVALS, "peaks_rps": {"10": 0.6, "60": 0.45}}))
+    assert short is not None and short["recorded_peak_rps"] == 0.45 and short["window_s"] == 60
+    assert short["window_note"] == ("the recorded peak is counted in 60-s windows, not the 120-s windows shipyard "
+                                    "watch counts production's peak in (the trace is shorter than 120 s)")
+    assert "vs a peak of 0.45 req/s in 60-s windows" in short["text"] and short["window_note"] in short["text"]
+    old = peak_capacity(levels, verdicts, workload(arrivals=OLD_ARRIVALS))
+    assert old is not None and old["recorded_peak_rps"] == 0.35 and old["window_s"] == 10
+    assert old["window_note"] == ("the recorded peak is counted in 10-s windows, not the 120-s windows shipyard watch "
+                                  "counts production's peak in (the fingerprint predates per-window peaks: rebuild it "
+                                  "with shipyard workload fingerprint)")
+    assert "vs a peak of 0.35 req/s in 10-s windows" in old["text"] and old["text"].endswith(old["window_note"])
+
+
 def test_no_recorded_workload_adds_no_number(tmp_path: Path) -> None:
     out = gates(tmp_path, None)
     assert out["candidate"]["slo"]["capacity"] is None and out["candidate"]["workload"] is None
     assert not any(k.startswith("capacity") for k in out["metrics"])
     assert "Capacity in your units" not in (tmp_path / "gates" / "slo.md").read_text()
+    assert "judge_replay" not in (tmp_path / "gates" / "slo.md").read_text()  # no replay: no row about one
     assert "recorded peak" not in (tmp_path / "gates" / "slo.html").read_text()
     line = console_line(out, tmp_path)
     assert line.startswith("w8a8-int8: accuracy pass") and line.endswith(", SLO pass"), line
@@ -117,7 +145,7 @@ def test_a_missed_slo_is_zero_times_the_peak_and_longer_recorded_requests_are_na
     out = gates(tmp_path, workload(time_scale=1.0), slo=strict)
     cap = out["candidate"]["slo"]["capacity"]
     assert cap["x_recorded_peak"] == 0.0 and cap["level"] is None
-    assert cap["text"] == ("meets the SLO at no measured load: 0x your recorded peak of 0.35 req/s in 10-s windows; "
+    assert cap["text"] == ("meets the SLO at no measured load: 0x your recorded peak of 0.35 req/s in 120-s windows; "
                            "the replay ran at the recorded rate")
     assert console_line(out, tmp_path).endswith("SLO FAIL (0x your recorded peak)")
     # the load levels' requests (32 + 16 tokens) against recorded ones of 400 + 10: the figure says it is optimistic
@@ -152,6 +180,7 @@ def test_the_capacity_travels_into_the_decision_record_and_the_candidates_report
     # the SLO measured on the replay itself, beside the capacity
     assert by["w8a8-int8"]["slo"]["replay"]["meets"] is True and by["w8a8-int8"]["slo"]["replay"]["goodput_rps"] == 0.21
     md = (tmp_path / "r.md").read_text()
+    assert "| judge_replay | true |" in md  # the candidates report's SLO table: a replay was judged
     assert "| recipe | fingerprint | replay | SLO on your traffic | capacity at the SLO | fidelity |" in md
     assert (f"| w8a8-int8 | sha256:bbbbbbbbbbbb | faithful | {ON_YOUR_TRAFFIC} | serves at least 3.2x your "
             "recorded peak") in md
@@ -181,7 +210,7 @@ def test_the_capacity_is_signed_into_the_slo_evidence_and_read_back_from_the_mod
     assert slo["workload"] == {"digest": {"sha256": "b" * 64}} and slo["capacity_reason"] is None
     cap = slo["capacity"]
     assert cap["x_recorded_peak"] == round(1.11 / 0.35, 4) and cap["x_recorded_mean"] == round(1.11 / 0.2, 4)
-    assert cap["recorded_peak_rps"] == 0.35 and cap["window_s"] == 10 and cap["goodput_rps"] == 1.11
+    assert cap["recorded_peak_rps"] == 0.35 and cap["window_s"] == 120 and cap["goodput_rps"] == 1.11
     assert cap["lower_bound"] is True and cap["time_scale"] == 2.0 and cap["level"] == "concurrent@2"
     assert cap["workload"] == {"digest": {"sha256": "b" * 64}} and cap["text"].startswith("serves at least 3.2x")
     model = tmp_path / "model"
@@ -194,7 +223,7 @@ def test_the_capacity_is_signed_into_the_slo_evidence_and_read_back_from_the_mod
     attest_package(str(tmp_path / "champion"), str(decision), key_file=str(private), model_dir=str(model))
     envelope, _ = envelope_of_model(car["uri"], read_key_file(public, "--key", private=False))
     assert envelope.capacity == {"goodput_rps": 1.11, "recorded_peak_rps": 0.35, "x_recorded_peak": round(1.11 / 0.35, 4),
-                                 "window_s": 10, "lower_bound": True, "digest": DIGEST}
+                                 "window_s": 120, "lower_bound": True, "digest": DIGEST}
 
 
 def test_a_synthetic_benchmark_signs_no_capacity_and_says_why(tmp_path: Path) -> None:
@@ -233,6 +262,7 @@ def test_the_slo_is_judged_on_the_replay_itself(tmp_path: Path) -> None:
         "replay.meets_slo": 1.0, "replay.error_rate": 0.0, "replay.goodput_rps": 0.21, "replay.ttft_p99_ms": 240.0,
         "replay.itl_p99_ms": 50.0}
     md = (tmp_path / "gates" / "slo.md").read_text()
+    assert "| judge_replay | true |" in md  # a replay was judged: the SLO table says how
     assert "## SLO on your traffic (the recorded workload's replay)" in md and f"**Candidate:** {ON_YOUR_TRAFFIC}" in md
     assert "| candidate | TTFT p99 | 240 ms | <= 500 ms | 260 | pass |" in md
     assert "on your traffic (replay of sha256:bbbbbbbbbbbb" in (tmp_path / "gates" / "slo.html").read_text()

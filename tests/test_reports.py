@@ -54,6 +54,7 @@ def test_slo_report_names_worst_regression_best_gain_thresholds_and_margins(tmp_
     slo = json.loads(fx.SLO)
     assert f"TTFT p99 <= {slo['ttft_p99_ms']} ms, ITL p99 <= {slo['itl_p99_ms']} ms" in md  # the rule states thresholds
     assert f"| ttft_p99_ms | {slo['ttft_p99_ms']} |" in md and "| min_goodput | not set |" in md
+    assert "judge_replay" not in md and "judge_replay" not in page  # no replay was judged: no row about one
     margin = slo["ttft_p99_ms"] - cand1["ttft_ms"]["p99"]
     assert (f"| candidate | concurrent@1 | 8 | TTFT p99 | {cand1['ttft_ms']['p99']:g} | <= {slo['ttft_p99_ms']} ms | "
             f"+{margin:g} | pass |") in md
@@ -147,6 +148,7 @@ def test_candidates_report_states_rule_values_margins_and_warnings(tmp_path: Pat
     assert "w8a8-int8: shipyard_arithmetic_mc acc passed the accuracy gate below min_recovery 0.99" in md
     assert "w8a8-int8: the TTFT/ITL percentiles rest on fewer than 100 requests" in md
     assert "| ttft_p99_ms | 500 |" in md and "| stderr_k | 2 |" in md
+    assert "judge_replay" not in md  # no candidate replayed a recorded workload: no row about one
     assert page.count("<img alt=") == 4 and "http://" not in page and "https://" not in page
     _no_reprs(md)
 

@@ -182,14 +182,14 @@ def test_replicas_and_the_keda_margin_come_from_the_recorded_arrivals() -> None:
     assert keda["recorded_rise"] == 2.0 and keda["margin"] == 0.5 and keda["threshold"] == 16
     assert "growth_per_minute" not in keda and "your recorded traffic, whose rate rose at most x2 within 66 s" in keda["source"]
     assert sized["min_replicas"]["value"] == 1 and sized["max_replicas"]["value"] == 2
-    assert sized["max_replicas"]["source"] == "recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2 replicas"
+    assert sized["max_replicas"]["source"] == "recorded peak 0.6 req/s in 10-s windows / 0.5 req/s per replica at the SLO -> 2 replicas"
     assert sized["min_replicas"]["source"].startswith("recorded mean 0.3 req/s / 0.5 req/s per replica at the SLO "
                                                       "-> 1 replica; a cold start takes about 66 s")
     params, rows = apply_sizing({"scaling": {"mode": "keda"}}, sized)
     assert params["scaling"] == {"mode": "keda", "metric": "vllm:num_requests_running", "threshold": 16,
                                  "max_replicas": 2, "min_replicas": 1}
     text = sizing_markdown(rows, sized)
-    assert "| max_replicas | 2 | 2 | recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2 replicas |" in text
+    assert "| max_replicas | 2 | 2 | recorded peak 0.6 req/s in 10-s windows / 0.5 req/s per replica at the SLO -> 2 replicas |" in text
     assert "traffic growth from your recorded traffic, whose rate rose at most x2" in text and "growth assumed 10%/min" not in text
     assert "Replicas from your recorded traffic: one replica serves 0.5 req/s at the SLO" in text
     # a slower replica: the mean needs 2, the peak 3 (0.6 / 0.25 = 2.4); a user's max_replicas wins and caps min
@@ -198,6 +198,20 @@ def test_replicas_and_the_keda_margin_come_from_the_recorded_arrivals() -> None:
     params, rows = apply_sizing({"scaling": {"mode": "keda", "max_replicas": 1}}, slow)
     assert params["scaling"]["max_replicas"] == 1 and params["scaling"]["min_replicas"] == 1
     assert next(r for r in rows if r["name"] == "max_replicas")["user_given"]
+
+
+def test_max_replicas_divide_the_recorded_peak_the_capacity_divided() -> None:
+    """The capacity counts the recorded peak in 120-s windows (shipyard.gates.capacity, the window
+    shipyard watch counts); max_replicas divides that same peak, named with its window, not the rate
+    series' 10-s peak (0.6, higher)."""
+    record = recorded(0.25)
+    record["slo"]["capacity"].update(recorded_peak_rps=0.4, window_s=120)
+    sized = derive_sizing(record)
+    assert sized["max_replicas"]["value"] == 2 and sized["max_replicas"]["recorded_peak_rps"] == 0.4  # 0.4 / 0.25
+    assert sized["max_replicas"]["source"] == ("recorded peak 0.4 req/s in 120-s windows / 0.25 req/s per replica at "
+                                               "the SLO -> 2 replicas")
+    _, rows = apply_sizing({"scaling": {"mode": "keda"}}, sized)
+    assert "the recorded peak 0.4 req/s in 120-s windows sets max_replicas" in sizing_markdown(rows, sized)
 
 
 def test_deploy_renders_the_replicas_of_the_recorded_traffic(tmp_path: Path) -> None:
@@ -213,4 +227,4 @@ def test_deploy_renders_the_replicas_of_the_recorded_traffic(tmp_path: Path) -> 
     scaled = next(d for d in yaml.safe_load_all((tmp_path / "m.yaml").read_text()) if d and d["kind"] == "ScaledObject")
     assert scaled["spec"]["minReplicaCount"] == 1 and scaled["spec"]["maxReplicaCount"] == 2
     assert scaled["spec"]["triggers"][0]["metadata"]["threshold"] == "16"
-    assert "recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2 replicas" in (tmp_path / "summary.md").read_text()
+    assert "recorded peak 0.6 req/s in 10-s windows / 0.5 req/s per replica at the SLO -> 2 replicas" in (tmp_path / "summary.md").read_text()

@@ -23,7 +23,14 @@ from kfp_double import KfpDouble
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok, wait_ready
 from shipyard.serving.prometheus import PrometheusAPI
-from shipyard.serving.watch import Live, compare, envelope_from_record, parse_tolerance, predicted_ttft
+from shipyard.serving.watch import (
+    Live,
+    compare,
+    envelope_from_record,
+    parse_tolerance,
+    peak_window,
+    predicted_ttft,
+)
 
 #: the champion's benchmark: three load levels, the SLO met up to 2 req/s (the knee)
 LEVELS = [{"name": f"constant@{rps:g}", "strategy": "constant", "nominal_load": rps, "requests_per_s": rps,
@@ -34,9 +41,9 @@ SLO = {"ttft_p99_ms": 500.0, "itl_p99_ms": 50.0, "max_error_rate": 0.0}
 RECORD = {"schema": "shipyard.candidate/v1", "recipe": "w8a8-int8", "passed": True, "reason": "passed", "levels": LEVELS, "slo": {"thresholds": SLO}}
 WORKLOAD = "sha256:" + "b" * 64
 #: the same champion had its benchmark replayed a recorded workload (shipyard.gates.capacity): one replica's
-#: goodput at the SLO 2 req/s, twice the recorded peak of 1 req/s (in 10-s windows)
+#: goodput at the SLO 2 req/s, twice the recorded peak of 1 req/s (in 120-s windows, as the watch counts it)
 CAPACITY = {"goodput_rps": 2.0, "level": "constant@2", "requests_per_s": 2.0, "goodput_share": 1.0, "lower_bound": False,
-            "recorded_peak_rps": 1.0, "recorded_mean_rps": 0.4, "window_s": 10, "x_recorded_peak": 2.0,
+            "recorded_peak_rps": 1.0, "recorded_mean_rps": 0.4, "window_s": 120, "x_recorded_peak": 2.0,
             "x_recorded_mean": 5.0, "time_scale": 1.0, "digest": WORKLOAD}
 REPLAYED = {**RECORD, "slo": {**RECORD["slo"], "capacity": CAPACITY}, "workload": {"digest": WORKLOAD}}
 #: TTFT histogram edges (vLLM's defaults start 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25 ...)
@@ -146,16 +153,18 @@ def test_the_live_peak_is_held_against_the_qualified_capacity() -> None:
     """A replayed workload's capacity (one replica's goodput at the SLO, N x the recorded peak): the
     window's peak load per replica against it, live peak / recorded peak and the headroom."""
     env, tol = envelope_from_record(REPLAYED), parse_tolerance(None)
-    assert env.capacity == {"goodput_rps": 2.0, "recorded_peak_rps": 1.0, "x_recorded_peak": 2.0, "window_s": 10,
+    assert env.capacity == {"goodput_rps": 2.0, "recorded_peak_rps": 1.0, "x_recorded_peak": 2.0, "window_s": 120,
                             "lower_bound": False, "digest": WORKLOAD}
+    assert peak_window(env, 1800) == 120  # rate(...[120s]): the recorded peak's window
     steady = Live(prompt_tokens=210, output_tokens=95, rps=3.0, replicas=2, ttft_p99_ms=110, prefix_hit_rate=0.4,
                   window_s=1800, peak_rps=3.2, peak_rps_per_replica=1.6, peak_window_s=120)
     out = compare(env, steady, tol)
     row = next(r for r in out["rows"] if r["dimension"] == "capacity")
     assert out["drifted"] == [] and row["drifted"] is False and row["live"] == 1.6 and row["qualified"] == 2.0
     assert row["peak"]["x_recorded_peak"] == 3.2 and row["peak"]["headroom"] == 0.2  # 1.6 of 2 req/s a replica
+    assert row["peak"]["alike"] is True
     assert row["note"] == ("at most the goodput at the SLO x1.00, headroom 20%; live peak 3.2 req/s = 3.2x your recorded "
-                           "peak of 1 req/s (qualified: 2x a replica, 4x at 2 replicas; 120-s windows, recorded in 10-s)")
+                           "peak of 1 req/s, both in 120-s windows (qualified: 2x a replica, 4x at 2 replicas)")
     # the mean load per replica stays below the knee, the bursts pass the goodput at the SLO: the capacity drifts alone
     burst = compare(env, Live(**{**steady.__dict__, "peak_rps": 5.0, "peak_rps_per_replica": 2.5}), tol)
     assert burst["drifted"] == ["capacity"] and '"loads":[0.75,1.5,2.25,2.5,3.0]' in burst["requalify"]
@@ -167,6 +176,26 @@ def test_the_live_peak_is_held_against_the_qualified_capacity() -> None:
     synthetic = next(r for r in compare(envelope_from_record(RECORD), steady, tol)["rows"] if r["dimension"] == "capacity")
     assert synthetic["drifted"] is None and synthetic["live"] == 1.6 and synthetic["qualified"] is None
     assert synthetic["note"].startswith("shown only: the qualifying benchmark replayed no recorded workload")
+
+
+def test_a_recorded_peak_counted_in_other_windows_is_not_compared_with_the_live_one() -> None:
+    """A capacity from a fingerprint written before per-window peaks (its peak over the rate series'
+    10-s windows) or from a trace shorter than 120 s: the watch still counts 120-s windows, names both
+    windows and gives no live / recorded multiple (a 10-s peak is higher than the 120-s peak of the same
+    traffic); the drift against the goodput at the SLO does not depend on it and still holds."""
+    old = envelope_from_record({**REPLAYED, "slo": {**REPLAYED["slo"], "capacity": {**CAPACITY, "window_s": 10}}})
+    assert peak_window(old, 1800) == 120
+    steady = Live(prompt_tokens=210, output_tokens=95, rps=3.0, replicas=2, ttft_p99_ms=110, prefix_hit_rate=0.4,
+                  window_s=1800, peak_rps=3.2, peak_rps_per_replica=1.6, peak_window_s=120)
+    row = next(r for r in compare(old, steady, parse_tolerance(None))["rows"] if r["dimension"] == "capacity")
+    assert row["drifted"] is False and row["peak"]["alike"] is False and row["peak"]["x_recorded_peak"] is None
+    assert row["peak"]["recorded_window_s"] == 10 and row["peak"]["window_s"] == 120
+    assert row["note"] == ("at most the goodput at the SLO x1.00, headroom 20%; live peak 3.2 req/s in 120-s windows, "
+                           "not compared with your recorded peak of 1 req/s in 10-s windows: a peak over other windows "
+                           "is another figure, and a fingerprint of a trace of at least 120 s records its 120-s peak "
+                           "(qualified: 2x a replica, 4x at 2 replicas)")
+    burst = compare(old, Live(**{**steady.__dict__, "peak_rps": 5.0, "peak_rps_per_replica": 2.5}), parse_tolerance(None))
+    assert burst["drifted"] == ["capacity"]
 
 
 @pytest.mark.parametrize("text, said", [("{", "--tolerance: is not JSON"), ("[1]", "--tolerance: is not a JSON object"),

@@ -70,6 +70,7 @@ def test_hand_built_trace_gives_the_hit_rates_counted_by_hand(tmp_path: Path) ->
     cv = math.sqrt(sum((g - mean) ** 2 for g in gaps) / 3) / mean
     assert arr["interarrival_cv"] == round(cv, 6) and arr["window_s"] == 1
     assert arr["rate_series_rps"] == [1.0, 1.0, 1.0, 1.0]  # one arrival in each 1 s window, the last in the 4th
+    assert arr["peaks_rps"] == {}  # 4 s of trace: no 10-s window fits in it
     sessions = fp["sessions"]
     assert sessions["sessions"] == 2 and sessions["turns"]["mean"] == 2.0
     assert sessions["think_time_s"]["p0"] == 1.0 and sessions["think_time_s"]["p100"] == 3.0  # a: 0 -> 1 -> 4 s
@@ -99,6 +100,33 @@ def test_digest_is_stable_and_catches_an_edit(tmp_path: Path) -> None:
     saved.write_text(json.dumps(edited))
     with pytest.raises(ShipyardError, match="digest does not match"):
         load_fingerprint(saved)
+
+
+def test_the_peak_is_recorded_over_the_watchs_windows_and_an_older_fingerprint_still_loads(tmp_path: Path) -> None:
+    """``arrivals.peaks_rps``: the peak over 10, 60 and 120-s windows (120 s: the window ``shipyard
+    watch`` counts production's peak in), counted by hand; a fingerprint written before them loads and
+    names the window its peak was counted in (the rate series')."""
+    from shipyard.benchmarking.workload import recorded_peak, seal, window_peaks
+
+    # a burst of 12 requests in the first 6 s, then one every 10 s up to 300 s
+    times = [i * 0.5 for i in range(12)] + [10.0 * k for k in range(1, 31)]
+    fp = build_fingerprint([TraceRequest(t, 10, 5) for t in times], source="mooncake")
+    arr = fp.data["arrivals"]
+    # 10 s: the burst alone; 60 s: the burst and the arrivals at 10..50 s; 120 s: and those at 10..110 s
+    assert arr["peaks_rps"] == {"10": 1.2, "60": round(17 / 60, 6), "120": round(23 / 120, 6)}
+    assert arr["window_s"] == 5 and arr["peak_rate_rps"] == 2.0  # the rate series' own, 5-s windows
+    assert recorded_peak(arr) == (round(23 / 120, 6), 120)
+    assert "mean 0.137 req/s (peak 0.192 in 120-s windows, burstiness CV" in fp.summary()
+    # a fingerprint from before peaks_rps: it loads, and its peak is the rate series' over its own window
+    old = seal({k: v for k, v in fp.data.items() if k != "digest"}
+               | {"arrivals": {k: v for k, v in arr.items() if k != "peaks_rps"}})
+    old.save(tmp_path / "old.json")
+    loaded = load_fingerprint(tmp_path / "old.json")
+    assert recorded_peak(loaded.data["arrivals"]) == (2.0, 5) and "(peak 2 in 5-s windows" in loaded.summary()
+    # Prometheus's rate series (15-s steps): the windows that are whole numbers of steps, 10 s is not one
+    series = [0.0, 1.0, 2.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    assert window_peaks(series, 15) == {"60": 1.0, "120": 0.625}  # the best 4 points sum to 4, the best 8 to 5
+    assert window_peaks(series, 45) == {}
 
 
 def _lognormal_trace(n: int, seed: int) -> list[TraceRequest]:
@@ -155,6 +183,8 @@ def test_the_shipped_trace_is_what_its_generator_writes_and_shares_prefixes() ->
     assert again.digest == fp.digest
     assert fp.data["prefix"]["hit_rate_tokens"] > 0.5 and fp.data["prefix"]["roots"] == 1
     assert fp.data["sessions"]["multi_turn_share"] > 0.5
+    # 74.8 s of trace: peaks over 10 and 60-s windows; a 120-s one does not fit in it
+    assert fp.data["arrivals"]["duration_s"] < 120 and set(fp.data["arrivals"]["peaks_rps"]) == {"10", "60"}
     assert "text" not in local_trace.trace_path().read_text()
 
 
@@ -396,6 +426,10 @@ def test_a_fingerprint_from_a_real_prometheus_matches_the_traffic(prometheus: tu
     assert abs(record["checks"]["rate"]["achieved_rps"] / record["checks"]["rate"]["target_rps"] - 600 / span) < 0.01
     series = fp["arrivals"]["rate_series_rps"]
     assert len(series) == 10 and series[-1] == 0.0  # 60 s points from 60 to 600 s; no traffic after 540 s
+    # peaks over the windows that are whole 60-s steps: 60 s (a point) and 120 s (two points); 10 s cannot be seen
+    peaks = fp["arrivals"]["peaks_rps"]
+    assert set(peaks) == {"60", "120"} and peaks["60"] == pytest.approx(max(series), abs=1e-6)
+    assert peaks["120"] == pytest.approx(max((a + b) / 2 for a, b in zip(series, series[1:], strict=False)), abs=1e-6)
     # a trace sampled from it (no tree in the metrics: one shared chain at the measured share)
     rendered = render_check(sample_trace(fp, requests=2000, seed=2), 16).data
     assert abs(rendered["prefix"]["hit_rate_tokens"] - fp["prefix"]["hit_rate_tokens"]) < 0.1
@@ -506,7 +540,7 @@ def test_the_cli_fingerprints_renders_and_judges(tmp_path: Path) -> None:
 
     made = _cli(tmp_path, "workload", "fingerprint", str(local_trace.trace_path()), "--format", "mooncake",
                 "--block-size", "32", "--out-file", "fp.json")
-    assert made.returncode == 0 and made.stdout.startswith("workload 951ee4750614"), made.stderr
+    assert made.returncode == 0 and made.stdout.startswith("workload f231528db18b"), made.stderr
     assert load_fingerprint(tmp_path / "fp.json").digest == load_fingerprint(local_trace.fingerprint_path()).digest
     rendered = _cli(tmp_path, "workload", "render", "fp.json", "--out-file", "trace.jsonl", "--requests", "300")
     assert rendered.returncode == 0 and "300 requests" in rendered.stdout, rendered.stderr

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from shipyard.core.report import (
@@ -288,6 +289,17 @@ SLO_MEANING = {
 }
 
 
+def slo_shown(slo: dict[str, Any], replay_judged: bool) -> dict[str, Any]:
+    """The SLO thresholds an SLO table shows: all but ``judge_replay``, which shows only when a replay
+    of a recorded workload was judged (it says nothing of a benchmark without one)."""
+    return {k: v for k, v in slo.items() if k != "judge_replay" or replay_judged}
+
+
+def replay_judged(*replays: Mapping[str, Any] | None) -> bool:
+    """Whether any of these replay verdicts (:func:`shipyard.gates.slo.replay_verdict`) judged a replay."""
+    return any(bool((rep or {}).get("measured")) for rep in replays)
+
+
 def _change_row(kind: str, change: dict[str, Any] | None) -> list[str]:
     if not change:
         return [kind, "none", "–", "–", "–", "–", "–"]
@@ -309,7 +321,9 @@ def _capacity_section(doc: Doc, decision: dict[str, Any]) -> None:
                "recorded peak (req/s)", "recorded mean (req/s)", "replay time scale"],
               [[who, ("at least " if cap.get("lower_bound") else "") + f"{cap['x_recorded_peak']:.3g}x",
                 "–" if cap.get("x_recorded_mean") is None else f"{cap['x_recorded_mean']:.3g}x",
-                _f(cap["goodput_rps"]), _f(cap["recorded_peak_rps"]), _f(cap.get("recorded_mean_rps")),
+                _f(cap["goodput_rps"]),
+                _f(cap["recorded_peak_rps"]) + (f" in {cap['window_s']:g}-s windows" if cap.get("window_s") else ""),
+                _f(cap.get("recorded_mean_rps")),
                 f"{cap.get('time_scale') or 1.0:g}x"] for who, cap in caps])
     for who, cap in caps:
         doc.p(str(cap["text"]), f"{who.capitalize()}:")
@@ -356,7 +370,8 @@ def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict
     if slo:
         doc.h(2, "SLO")
         doc.table(["threshold", "value", "meaning"],
-                  [[k, cell(v), SLO_MEANING.get(k, "")] for k, v in slo.items()])
+                  [[k, cell(v), SLO_MEANING.get(k, "")] for k, v in
+                   slo_shown(slo, replay_judged(decision.get("replay"), decision.get("base_replay"))).items()])
     if "candidate_highest_load" in decision:
         cb, bb = decision.get("candidate_highest_load"), decision.get("base_highest_load")
         doc.table(["highest load meeting the SLO", "level", "req/s"],

@@ -9,8 +9,11 @@ counts, times and block hashes' statistics. It holds:
   while there are at most 512 distinct lengths, else on quarter-octave edges) and each length's
   quantiles;
 * ``arrivals``: the arrival process: duration, mean and peak request rate, the rate series per
-  window, and burstiness (the coefficient of variation of inter-arrival gaps: 1 for Poisson
-  arrivals, above 1 for bursty ones, 0 for a fixed pace);
+  window, burstiness (the coefficient of variation of inter-arrival gaps: 1 for Poisson
+  arrivals, above 1 for bursty ones, 0 for a fixed pace) and ``peaks_rps``: the peak rate over
+  sliding windows of each of :data:`PEAK_WINDOWS_S` seconds that fits in the trace (keyed by the
+  window), the longest being the window ``shipyard watch`` counts live peaks in, so a recorded
+  peak and a live one are counted alike (:func:`recorded_peak`);
 * ``sessions``: turns per session and think time (the gap between a session's consecutive
   arrivals, or the recorded ``delay``), when the source names sessions;
 * ``prefix``: prefix-tree statistics at the stated ``block_size``: the theoretical prefix-cache hit
@@ -40,6 +43,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError, file_error
 from shipyard.core.files import atomic_write_text
 from shipyard.core.numbers import percentile
+from shipyard.serving.watch import MIN_WINDOW_S
 
 SCHEMA = "shipyard.workload/v1"
 SLO_CLASSES = ("interactive", "batch")
@@ -48,6 +52,9 @@ QUANTILES = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 #: windows (seconds) the rate series may use: the smallest giving at most MAX_WINDOWS windows
 WINDOW_CHOICES = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 MAX_WINDOWS = 120
+#: the windows (seconds) whose peak rate a fingerprint records (``arrivals.peaks_rps``): bursts, a minute,
+#: and the window ``shipyard watch`` counts live peaks in (``rate()`` over two scrapes: MIN_WINDOW_S)
+PEAK_WINDOWS_S = (10, 60, MIN_WINDOW_S)
 #: first blocks whose request shares are kept by name-free rank (the most shared system prompts)
 TOP_ROOTS = 16
 #: bins of the per-request reused share: exactly 0, (0, 0.1], ..., (0.9, 1), exactly 1
@@ -194,6 +201,37 @@ def window_for(duration: float) -> int:
     return next((w for w in WINDOW_CHOICES if duration / w <= MAX_WINDOWS), WINDOW_CHOICES[-1])
 
 
+def window_peaks(rates: list[float], slot_s: int) -> dict[str, float]:
+    """The peak request rate over each window of :data:`PEAK_WINDOWS_S` that is a whole number of
+    ``slot_s``-second slots and fits in the series ``rates`` (req/s per consecutive slot): the highest
+    mean over that many consecutive slots, keyed by the window in seconds (text: a JSON key). One
+    computation for a trace (1-s slots of its arrivals) and for Prometheus's rate series."""
+    out: dict[str, float] = {}
+    for window in PEAK_WINDOWS_S:
+        k = window // slot_s
+        if window % slot_s or not 1 <= k <= len(rates):
+            continue
+        run = best = sum(rates[:k])
+        for i in range(k, len(rates)):
+            run += rates[i] - rates[i - k]
+            best = max(best, run)
+        out[str(window)] = round(best / k, 6)
+    return out
+
+
+def recorded_peak(arrivals: dict[str, Any]) -> tuple[float | None, float | None]:
+    """``(peak req/s, window s)``: the recorded peak a capacity is counted against and the window it
+    was counted in. The longest of ``peaks_rps`` (:data:`PEAK_WINDOWS_S`: the watch's window, or a
+    shorter one when the trace is shorter than that); a fingerprint without ``peaks_rps`` (written
+    before they were recorded) gives its rate series' peak over the series' own ``window_s``."""
+    peaks = [(int(w), float(r)) for w, r in (arrivals.get("peaks_rps") or {}).items()
+             if str(w).isdigit() and isinstance(r, int | float) and not isinstance(r, bool) and r > 0]
+    if peaks:
+        window, rate = max(peaks)
+        return rate, window
+    return arrivals.get("peak_rate_rps"), arrivals.get("window_s")
+
+
 def arrival_stats(times: list[float]) -> dict[str, Any]:
     """The arrival process of sorted arrival times (seconds)."""
     start = times[0]
@@ -212,6 +250,9 @@ def arrival_stats(times: list[float]) -> dict[str, Any]:
         counts[min(int(t // window), n_windows - 1)] += 1
     series = [round(c / window, 6) for c in counts]
     mean_rate = round(len(gaps) / duration, 6) if duration > 0 else None
+    seconds = [0.0] * max(1, math.ceil(duration))
+    for t in rel:
+        seconds[min(int(t), len(seconds) - 1)] += 1
     return {
         "requests": len(times),
         "duration_s": round(duration, 6),
@@ -220,6 +261,7 @@ def arrival_stats(times: list[float]) -> dict[str, Any]:
         "rate_series_rps": series,
         "peak_rate_rps": max(series),
         "peak_to_mean": round(max(series) / mean_rate, 6) if mean_rate else None,
+        "peaks_rps": window_peaks(seconds, 1),
         "interarrival_cv": cv,
         "interarrival_s": quantiles(gaps),
     }
@@ -360,8 +402,9 @@ def build_fingerprint(requests: list[TraceRequest], *, source: str, block_size: 
 
 
 def summary_line(data: dict[str, Any]) -> str:
-    """``workload <digest12>: N requests over D s, mean R req/s (peak P, burstiness CV), input p50/p99 ...,
-    output p50/p99 ..., theoretical prefix hit rate H at block B``."""
+    """``workload <digest12>: N requests over D s, mean R req/s (peak P in W-s windows, burstiness CV),
+    input p50/p99 ..., output p50/p99 ..., theoretical prefix hit rate H at block B`` (the peak:
+    :func:`recorded_peak`)."""
     arr, lengths, prefix = data.get("arrivals") or {}, data.get("lengths") or {}, data.get("prefix") or {}
 
     def q(part: str) -> str:
@@ -373,7 +416,9 @@ def summary_line(data: dict[str, Any]) -> str:
         parts[0] += f" over {arr['duration_s']:g} s"
     if arr.get("mean_rate_rps") is not None:
         cv = arr.get("interarrival_cv")
-        parts.append(f"mean {arr['mean_rate_rps']:.3g} req/s (peak {arr.get('peak_rate_rps', 0):.3g}"
+        peak, window = recorded_peak(arr)
+        parts.append(f"mean {arr['mean_rate_rps']:.3g} req/s (peak {peak or 0:.3g}"
+                     + (f" in {window:g}-s windows" if window else "")
                      + (f", burstiness CV {cv:.2g})" if cv is not None else ")"))
     parts.append(f"input {q('input')}, output {q('output')} tokens")
     if prefix.get("hit_rate_tokens") is not None:

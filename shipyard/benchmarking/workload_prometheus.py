@@ -11,8 +11,9 @@ What it can and cannot know: the length distributions are vLLM's bucket counts (
 histogram is their product: the metrics keep no pairing of input with output, said by
 ``lengths.joint.independent``), the arrival rate is a series of ``step``-second windows (no
 per-request gaps, so ``interarrival_cv`` is None and the rate series' own coefficient of variation
-is kept), there are no sessions, and the prefix-cache hit rate is the one the server *measured*
-(``prefix.measured``), not a theoretical one. An empty window (no request finished in it, or no
+is kept; ``peaks_rps`` holds the peak windows that are whole numbers of steps), there are no
+sessions, and the prefix-cache hit rate is the one the server *measured* (``prefix.measured``), not
+a theoretical one. An empty window (no request finished in it, or no
 vLLM series under the selector) is one line.
 """
 
@@ -27,6 +28,7 @@ from shipyard.benchmarking.workload import (
     WorkloadFingerprint,
     seal,
     window_for,
+    window_peaks,
 )
 from shipyard.core.errors import ShipyardError
 from shipyard.serving.prometheus import PrometheusAPI
@@ -174,6 +176,7 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
                      "mean_rate_rps": round(mean_rate, 6), "window_s": step_s, "rate_series_rps": series,
                      "peak_rate_rps": max(series) if series else round(mean_rate, 6),
                      "peak_to_mean": round(max(series) / mean_rate, 6) if series and mean_rate else None,
+                     "peaks_rps": window_peaks(series, step_s),
                      "interarrival_cv": None, "rate_series_cv": cv, "interarrival_s": None},
         "sessions": None,
         "prefix": prefix,

@@ -1,13 +1,18 @@
 """Capacity in your units: the SLO gate's goodput as "N x your recorded peak" (issue 35, item 4).
 
 When a benchmark replayed a recorded workload (``results["workload"]``: :mod:`shipyard.steps.workload`),
-its fingerprint's arrival process (``arrivals``: the mean request rate, the peak rate over
-``window_s``-second windows, peak/mean) turns the SLO gate's figure into the user's own units::
+its fingerprint's arrival process (``arrivals``: the mean request rate, the peak rates, peak/mean)
+turns the SLO gate's figure into the user's own units::
 
     goodput at the SLO = requests/s x goodput share, at the highest load level meeting the SLO
     capacity           = goodput at the SLO / the recorded peak rate   (and / the recorded mean rate)
 
-e.g. "serves 3.2x your recorded peak (1.9 req/s at the SLO vs a peak of 0.6 req/s)". The recorded
+e.g. "serves 3.2x your recorded peak (1.9 req/s at the SLO vs a peak of 0.6 req/s in 120-s windows)".
+The peak is counted in the windows ``shipyard watch`` counts production's peak in
+(:func:`shipyard.benchmarking.workload.recorded_peak`: 120 s), so the recorded and the live peak
+are counted alike; ``window_s`` names the window, and the text says so when it is another one (a
+trace shorter than 120 s, or a fingerprint from before ``peaks_rps``, whose peak is its rate
+series' over the series' own window). The recorded
 rates are the trace's own, unscaled: ``workload.time_scale`` speeds up the replay (its fidelity
 check compares the rate sent with recorded x time_scale) but never the user's peak; the text names
 the scale the replay ran at. No level meeting the SLO gives 0x; every measured level meeting it
@@ -23,9 +28,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shipyard.benchmarking.workload import PEAK_WINDOWS_S, recorded_peak
+
 #: the arrival figures the candidate record keeps of a replayed workload's fingerprint
 ARRIVAL_KEYS = ("mean_rate_rps", "peak_rate_rps", "peak_to_mean", "window_s", "duration_s", "interarrival_cv",
-                "rate_series_rps")
+                "rate_series_rps", "peaks_rps")
+#: the window (s) of the peak a capacity is counted against: the one ``shipyard watch`` counts live peaks in
+WATCH_PEAK_WINDOW_S = max(PEAK_WINDOWS_S)
 #: the relative gap between the load levels' mean tokens per request and the recorded ones that the text names
 LENGTH_GAP = 0.25
 
@@ -98,13 +107,14 @@ def peak_capacity(levels: list[Mapping[str, Any]], verdicts: list[Mapping[str, A
     at_slo = goodput_rps(best[0], best[1]) if best else 0.0
     broke = [lv for lv, v in zip(levels, verdicts, strict=False)
              if not v.get("meets") and float(lv.get("requests_per_s") or 0.0) >= rps]
-    peak, mean = float(arrivals["peak_rate_rps"]), arrivals.get("mean_rate_rps")
+    (peak, window), mean = recorded_peak(arrivals), arrivals.get("mean_rate_rps")
+    peak = float(peak)
     cap: dict[str, Any] = {
         "goodput_rps": at_slo, "level": best[0].get("name") if best else None,
         "requests_per_s": rps if best else None, "goodput_share": best[1].get("goodput") if best else None,
         "lower_bound": bool(best) and not broke,
         "recorded_peak_rps": peak, "recorded_mean_rps": mean, "peak_to_mean": arrivals.get("peak_to_mean"),
-        "window_s": arrivals.get("window_s"),
+        "window_s": window, "window_note": window_note(window, arrivals.get("peaks_rps") is not None),
         "x_recorded_peak": round(at_slo / peak, 4),
         "x_recorded_mean": round(at_slo / float(mean), 4) if _positive(mean) else None,
         "time_scale": float((workload or {}).get("time_scale") or 1.0),
@@ -114,6 +124,18 @@ def peak_capacity(levels: list[Mapping[str, Any]], verdicts: list[Mapping[str, A
     cap["short"] = capacity_short(cap)
     cap["text"] = capacity_text(cap)
     return cap
+
+
+def window_note(window: float | None, recorded_peaks: bool) -> str:
+    """Words when the recorded peak is not counted in :data:`WATCH_PEAK_WINDOW_S`-second windows (""
+    when it is): a peak over shorter windows is higher than the watch's live peak of the same traffic."""
+    if window == WATCH_PEAK_WINDOW_S:
+        return ""
+    why = (f"the trace is shorter than {WATCH_PEAK_WINDOW_S} s" if recorded_peaks else
+           "the fingerprint predates per-window peaks: rebuild it with shipyard workload fingerprint")
+    shown = f"{window:g}-s windows" if window else "unstated windows"
+    return (f"the recorded peak is counted in {shown}, not the {WATCH_PEAK_WINDOW_S}-s windows shipyard watch "
+            f"counts production's peak in ({why})")
 
 
 def capacity_short(cap: Mapping[str, Any]) -> str:
@@ -140,4 +162,4 @@ def capacity_text(cap: Mapping[str, Any]) -> str:
         if cap.get("lower_bound"):
             text += "; no measured load broke the SLO, so this is a lower bound"
     text += f"; {replay}"
-    return text + (f"; {cap['note']}" if cap.get("note") else "")
+    return text + "".join(f"; {cap[k]}" for k in ("window_note", "note") if cap.get(k))

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shipyard.benchmarking.report import png_bytes
+from shipyard.benchmarking.report import png_bytes, replay_judged, slo_shown
 from shipyard.core.errors import ShipyardError
 from shipyard.core.records import read_record
 from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
@@ -336,7 +336,8 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
         doc.h(2, "Accuracy thresholds").config(acc_cfg)
     slo_cfg = _first(candidates, "slo", "thresholds")
     if slo_cfg:
-        doc.h(2, "SLO").config(slo_cfg, ("threshold", "value"))
+        judged = replay_judged(*((c.get("slo") or {}).get("replay") for c in candidates))
+        doc.h(2, "SLO").config(slo_shown(slo_cfg, judged), ("threshold", "value"))
     return doc
 
 

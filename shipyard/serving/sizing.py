@@ -184,15 +184,27 @@ def recorded_traffic(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """The champion's recorded arrival process against one replica's goodput at the SLO: the
     fingerprint's ``arrivals`` its benchmark replayed (candidate record ``workload.arrivals``) and
     ``slo.capacity.goodput_rps`` (:mod:`shipyard.gates.capacity`). None without a replayed workload,
-    or when no level met the SLO (no per-replica figure to divide by): the fixed growth assumption."""
+    or when no level met the SLO (no per-replica figure to divide by): the fixed growth assumption.
+    The peak is the one the capacity was divided by (``slo.capacity.recorded_peak_rps``, over
+    ``peak_window_s``-second windows: the 120-s ones ``shipyard watch`` counts), so the deploy and the
+    capacity name one recorded peak; a record without it gives the rate series' peak."""
     arrivals = (record.get("workload") or {}).get("arrivals") or {}
-    per_replica = ((record.get("slo") or {}).get("capacity") or {}).get("goodput_rps")
-    peak, mean = arrivals.get("peak_rate_rps"), arrivals.get("mean_rate_rps")
+    capacity = (record.get("slo") or {}).get("capacity") or {}
+    per_replica = capacity.get("goodput_rps")
+    peak, peak_window = ((capacity["recorded_peak_rps"], capacity.get("window_s")) if capacity.get("recorded_peak_rps")
+                         else (arrivals.get("peak_rate_rps"), arrivals.get("window_s")))
+    mean = arrivals.get("mean_rate_rps")
     if not peak or not per_replica or per_replica <= 0:
         return None
-    return {"peak_rps": float(peak), "mean_rps": float(mean or 0.0), "per_replica_rps": float(per_replica),
-            "peak_to_mean": arrivals.get("peak_to_mean"), "window_s": arrivals.get("window_s"),
-            "series": [float(x) for x in arrivals.get("rate_series_rps") or []]}
+    return {"peak_rps": float(peak), "peak_window_s": peak_window, "mean_rps": float(mean or 0.0),
+            "per_replica_rps": float(per_replica), "peak_to_mean": arrivals.get("peak_to_mean"),
+            "window_s": arrivals.get("window_s"), "series": [float(x) for x in arrivals.get("rate_series_rps") or []]}
+
+
+def peak_words(traffic: Mapping[str, Any]) -> str:
+    """``0.6 req/s in 120-s windows``: the recorded peak with the window it was counted in."""
+    window = traffic.get("peak_window_s")
+    return f"{traffic['peak_rps']:.3g} req/s" + (f" in {window:g}-s windows" if window else "")
 
 
 def recorded_rise(traffic: Mapping[str, Any], seconds: float) -> float:
@@ -281,7 +293,7 @@ def _replicas(slo: Mapping[str, Any], time_to_ready: float, traffic: Mapping[str
                      f"-> {for_mean} replica{'s' if for_mean != 1 else ''}; {mr['source']}")
     top = max(_replicas_needed(traffic["peak_rps"], per), mr["value"])
     out["max_replicas"] = {"value": top, "recorded_peak_rps": traffic["peak_rps"], "per_replica_rps": per,
-                           "source": f"recorded peak {traffic['peak_rps']:.3g} req/s / {per:.3g} req/s per replica "
+                           "source": f"recorded peak {peak_words(traffic)} / {per:.3g} req/s per replica "
                                      f"at the SLO -> {top} replica{'s' if top != 1 else ''}"}
     return out
 
@@ -437,7 +449,7 @@ def sizing_markdown(rows: list[dict[str, Any]], sizing: Mapping[str, Any], warni
         lines += ["", f"Replicas from your recorded traffic: one replica serves {recorded['per_replica_rps']:.3g} "
                       f"req/s at the SLO (goodput at the highest load meeting it); the recorded mean "
                       f"{recorded['mean_rps']:.3g} req/s sets min_replicas, the recorded peak "
-                      f"{recorded['peak_rps']:.3g} req/s sets max_replicas, and the largest rise the recorded rate "
+                      f"{peak_words(recorded)} sets max_replicas, and the largest rise the recorded rate "
                       f"made within a replica's time to ready sets the KEDA margin (instead of an assumed "
                       f"{GROWTH_PER_MINUTE:.0%}/min growth)."]
     lines += ["", wva_text(sizing.get("wva") or {})]

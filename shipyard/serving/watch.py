@@ -24,11 +24,16 @@ prefix-cache hit rate   ``vllm:prefix_cache_hits_total`` / ``..._queries_total``
 evidence the model carries) holds the capacity in the user's units (``shipyard.gates.capacity``):
 one replica's goodput at the SLO, the recorded peak rate and the multiple ("3.2x your recorded
 peak"). The live peak is the highest request rate over the window, counted in windows as long as the
-recorded peak's (at least :data:`MIN_WINDOW_S`: ``rate()`` needs two scrapes, so a burst shorter than
-that reads lower live than it was recorded). The row reports live peak / recorded peak, the headroom
-below the goodput at the SLO, and drifts when a replica's peak load passes the goodput at the SLO
-(which is the recorded peak x the qualified multiple): the mean load can sit below the knee while
-the bursts pass what was qualified.
+recorded peak's (``rate(...[W])``, at least :data:`MIN_WINDOW_S`: ``rate()`` needs two scrapes). A
+fingerprint records its peak over :data:`MIN_WINDOW_S`-second windows too
+(:data:`shipyard.benchmarking.workload.PEAK_WINDOWS_S`), so the two peaks are counted alike and the
+row reports live peak / recorded peak, naming the window. A recorded peak counted in other windows (a
+trace shorter than that, or a fingerprint from before per-window peaks, whose peak is over its rate
+series' window, often 1 or 10 s) is not compared with the live one: a 10-s peak of the same traffic
+is higher than its 120-s peak, so the multiple would read low; the row says so. The row also reports
+the headroom below the goodput at the SLO, and drifts when a replica's peak load passes the goodput at
+the SLO (which is the recorded peak x the qualified multiple): the mean load can sit below the knee
+while the bursts pass what was qualified.
 
 A dimension outside its tolerance is a drift; the verdict names each one and proposes the
 re-qualification run on the traffic as measured (the optimize pipeline with the live lengths and
@@ -311,7 +316,8 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
 def capacity_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:
     """The live peak against the qualified capacity (the module docstring's **Capacity**): the
     highest load a replica took over the window against one replica's goodput at the SLO, drifted
-    above ``x(1 + tol)``; ``peak`` holds live peak / recorded peak, the headroom and the figures."""
+    above ``x(1 + tol)``; ``peak`` holds live peak / recorded peak (only when ``alike``: both counted in
+    ``window_s``-second windows), the headroom and the figures."""
     out: dict[str, Any] = {"dimension": "capacity", "name": "peak load per replica (req/s)",
                            "live": live.peak_rps_per_replica, "qualified": None, "ratio": None, "drifted": None}
     cap, now = env.capacity, live.peak_rps_per_replica
@@ -320,22 +326,35 @@ def capacity_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:
                                "in your traffic's units)"}
     goodput, recorded = cap["goodput_rps"], cap["recorded_peak_rps"]
     replicas = live.replicas or 0.0
+    alike = _positive(cap.get("window_s")) and float(cap["window_s"]) == live.peak_window_s
     peak = {"live_peak_rps": live.peak_rps, "recorded_peak_rps": recorded, "window_s": live.peak_window_s,
-            "recorded_window_s": cap.get("window_s"), "qualified_x_recorded_peak": cap["x_recorded_peak"],
-            "goodput_rps": goodput, "workload_digest": cap.get("digest"),
-            "x_recorded_peak": round(live.peak_rps / recorded, 4) if live.peak_rps is not None else None,
+            "recorded_window_s": cap.get("window_s"), "alike": alike,
+            "qualified_x_recorded_peak": cap["x_recorded_peak"], "goodput_rps": goodput,
+            "workload_digest": cap.get("digest"),
+            "x_recorded_peak": round(live.peak_rps / recorded, 4) if live.peak_rps is not None and alike else None,
             "headroom": round(1 - now / goodput, 4) if now is not None else None}
     out.update(qualified=goodput, peak=peak)
     if now is None:
         return {**out, "note": "no traffic or no replica in the window"}
-    x_live = f"{peak['x_recorded_peak']:.2g}x" if peak["x_recorded_peak"] is not None else "-"
     fleet = f", {cap['x_recorded_peak'] * replicas:.2g}x at {replicas:g} replicas" if replicas else ""
-    windows = f"{live.peak_window_s}-s windows" + (f", recorded in {cap['window_s']:g}-s" if cap.get("window_s") else "")
     headroom = f"headroom {peak['headroom']:.0%}" if now <= goodput else f"{-peak['headroom']:.0%} past it"
     return {**out, "ratio": now / goodput, "drifted": now > goodput * (1 + tol),
-            "note": f"at most the goodput at the SLO x{1 + tol:.2f}, {headroom}; live peak {fig(live.peak_rps)} req/s "
-                    f"= {x_live} your recorded peak of {recorded:.3g} req/s (qualified: {'at least ' if cap['lower_bound'] else ''}"
-                    f"{cap['x_recorded_peak']:.2g}x a replica{fleet}; {windows})"}
+            "note": f"at most the goodput at the SLO x{1 + tol:.2f}, {headroom}; {_peak_words(peak)} (qualified: "
+                    f"{'at least ' if cap['lower_bound'] else ''}{cap['x_recorded_peak']:.2g}x a replica{fleet})"}
+
+
+def _peak_words(peak: Mapping[str, Any]) -> str:
+    """Live peak against recorded peak, both in ``window_s``-second windows; when the recorded one was
+    counted in other windows, the two figures with their windows and why they are not compared."""
+    live, recorded, window = fig(peak["live_peak_rps"]), peak["recorded_peak_rps"], peak["window_s"]
+    if peak["alike"]:
+        x_live = f"{peak['x_recorded_peak']:.2g}x" if peak["x_recorded_peak"] is not None else "-"
+        return f"live peak {live} req/s = {x_live} your recorded peak of {recorded:.3g} req/s, both in {window}-s windows"
+    other = f"{peak['recorded_window_s']:g}-s windows" if _positive(peak["recorded_window_s"]) else "unstated windows"
+    fix = (f"a fingerprint of a trace of at least {window} s records its {window}-s peak" if window == MIN_WINDOW_S
+           else "widen --window to at least the recorded peak's window")
+    return (f"live peak {live} req/s in {window}-s windows, not compared with your recorded peak of {recorded:.3g} "
+            f"req/s in {other}: a peak over other windows is another figure, and {fix}")
 
 
 def fig(v: float | None) -> str:
