@@ -341,7 +341,7 @@ def test_contributings_map_names_only_modules_that_exist() -> None:
         here = {p.stem for p in folder.iterdir() if not p.name.startswith("_")
                 and (p.suffix == ".py" or (p / "__init__.py").is_file())}
         unlisted += [f"{layer}.{name}" for name in sorted(here - named)]
-    for dotted in sorted(set(re.findall(r"`(shipyard(?:\.[A-Za-z_]+)+)", text))):
+    for dotted in sorted(set(re.findall(r"`(shipyard(?:\.[A-Za-z_][A-Za-z_0-9]*)+)", text))):
         parts = dotted.split(".")
         module = next((n for n in range(len(parts), 0, -1) if _is_module(".".join(parts[:n]))), 1)
         rest = parts[module:]  # at most one name inside the module (shipyard.core.env.env_int)
