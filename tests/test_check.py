@@ -679,7 +679,7 @@ def test_a_namespace_admin_gets_its_secrets_checked_and_the_namespace_line_says_
 def test_names_are_checked_and_quoted_before_they_go_into_a_path(tmp_path: Path) -> None:
     """The client refuses a name Kubernetes would refuse before any request, and quotes every segment."""
     from shipyard.core.errors import ShipyardError
-    from shipyard.params.checks import check_object_name
+    from shipyard.core.k8s_names import check_object_name
     from shipyard.run.check import _Kube, api_path
 
     assert api_path("v1", "secrets", "ns", "a/b?c") == "/api/v1/namespaces/ns/secrets/a%2Fb%3Fc"

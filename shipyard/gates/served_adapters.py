@@ -1,5 +1,5 @@
 """The LoRA adapters a champion is served with: those it passed the per-adapter accuracy gate with
-(:mod:`shipyard.gates.adapters`), added to ``deploy_config.lora`` (``spec.model.lora``) by the deploy step.
+(:mod:`shipyard.gates.adapter_gates`), added to ``deploy_config.lora`` (``spec.model.lora``) by the deploy step.
 Pure Python (base runtime)."""
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ class _Kube:
              field: str = "kubernetes API path", query: dict[str, str] | None = None) -> dict[str, Any] | None:
         """GET one object (``name``) or a list: the object, None when absent (404) or not an object;
         ``namespace`` and ``name`` are checked as Kubernetes names first (one line naming ``field``)."""
-        from shipyard.params.checks import check_namespace, check_object_name
+        from shipyard.core.k8s_names import check_namespace, check_object_name
 
         if namespace:
             check_namespace(namespace, field, "kubeflow")
@@ -304,7 +304,7 @@ def check_names(chosen: dict[str, str], cfg: dict[str, Any], places: list[str], 
     """Every namespace and object name ``check`` puts into an API path, checked against Kubernetes'
     own rules (a DNS-1123 label for a namespace, a DNS-1123 subdomain for a Secret or
     ServiceAccount) before any request: a bad one is one line naming its flag or cluster-config key."""
-    from shipyard.params.checks import check_namespace, check_object_name
+    from shipyard.core.k8s_names import check_namespace, check_object_name
 
     lay = f"cluster_config layouts.{chosen['name']}"
     check_namespace(chosen["serving_namespace"], "-n/--namespace" if namespace_flag else f"{lay}.serving_namespace",

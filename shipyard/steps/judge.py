@@ -26,7 +26,7 @@ from shipyard.core.files import atomic_write_text
 from shipyard.core.report import sample_count
 from shipyard.evaluation.garak_scan import SAFETY_DIR
 from shipyard.gates.accuracy import run_gate
-from shipyard.gates.adapters import run_adapter_gates
+from shipyard.gates.adapter_gates import run_adapter_gates
 from shipyard.gates.candidate import CANDIDATE_FILE, SCHEMA, accuracy_caveat, verdict
 from shipyard.gates.capacity import recorded_arrivals, recorded_lengths
 from shipyard.gates.safety import run_safety_gate
@@ -148,7 +148,7 @@ def judge_candidate(
     (:mod:`shipyard.gates.safety`) compares the garak scans in both benchmark results and a
     blocking verdict fails the candidate like the other two gates. ``base_adapters`` /
     ``candidate_adapters``: per-adapter eval results (:mod:`shipyard.evaluation.lora`); each adapter
-    gets the accuracy gate (:mod:`shipyard.gates.adapters`), recorded under ``adapters``
+    gets the accuracy gate (:mod:`shipyard.gates.adapter_gates`), recorded under ``adapters``
     ({name: {passed, reason, worst_recovery, digest}}), and ``passed`` requires every one.
     ``eval_sets``: the prepared folder of the user's eval sets; when it holds sets, the per-set gate
     (:func:`shipyard.steps.eval_sets.decide_eval_sets` on ``base_eval_sets`` / ``candidate_eval_sets``

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shipyard.params.checks import PLACEHOLDER_OCI, check_parameters, record_for_mlflow
+from shipyard.params.checks import check_parameters, record_for_mlflow
+from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
 
 
 def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, experiment: str, kfp_run_id: str) -> dict[str, Any]:
@@ -84,7 +85,6 @@ def _cluster_checks(tracking_uri: str, typed: dict[str, Any]) -> None:
     deploy, rollout = None, None
     if api is not None:  # what the deploy config makes the deploy step do decides the verbs reviewed
         from shipyard.params.deploy import parse_deploy_config
-        from shipyard.params.pipeline import BY_NAME
 
         settings = parse_deploy_config(typed.get("deploy_config", BY_NAME["deploy_config"].default),
                                        name=typed.get("deploy_name") or "shipyard-llm",

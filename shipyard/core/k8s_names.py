@@ -1,0 +1,45 @@
+"""The one Kubernetes name check: :func:`check_namespace` (a DNS-1123 label) and
+:func:`check_object_name` (a DNS-1123 subdomain), each one line naming the field and the fix.
+
+A name is checked before it goes into an API path, a URL or a manifest: the ``namespace``
+pipeline parameter, ``-n/--namespace`` (``shipyard.cli.options``), and the cluster config's
+namespaces, Secrets and ServiceAccounts (``shipyard check``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from shipyard.core.errors import ShipyardError, shown
+
+#: a DNS-1123 label: namespaces, and the names Kubernetes allows at most 63 characters
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+#: what a namespace is, in the words of the error line
+NAMESPACE_RULE = "a Kubernetes namespace (lowercase letters, digits and '-', at most 63)"
+
+
+def check_namespace(value: str, field: str = "namespace", example: str = "namespace=shipyard") -> str:
+    """``value`` as a Kubernetes namespace (a DNS-1123 label), or one line naming ``field``: checked
+    before a namespace goes into an API path, a URL or a manifest."""
+    if not value.strip():
+        raise ShipyardError(field, "is empty", f"give {NAMESPACE_RULE}, e.g. {example}")
+    if not DNS_1123_LABEL.match(value):
+        raise ShipyardError(field, f"{value[:100]!r} is not {NAMESPACE_RULE}", f"write e.g. {example}")
+    return value
+
+
+#: what most object names (Secrets, Services, Deployments, ServiceAccounts) are, in the words of the error line
+OBJECT_NAME_RULE = "a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)"
+
+
+def check_object_name(value: str, field: str, example: str) -> str:
+    """``value`` as a Kubernetes object name (a DNS-1123 subdomain, what the API server requires of
+    Secrets, Services, Deployments and ServiceAccounts), or one line naming ``field``: checked before
+    a name goes into an API path. A pasted token is not echoed (:func:`~shipyard.core.errors.shown`)."""
+    if not value.strip():
+        raise ShipyardError(field, "is empty", f"give {OBJECT_NAME_RULE}, e.g. {example}")
+    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.match(value):
+        raise ShipyardError(field, f"{shown(value, 100)} is not {OBJECT_NAME_RULE}", f"write e.g. {example}")
+    return value
