@@ -69,11 +69,17 @@ def test_format_built_prints_tags_and_sizes() -> None:
     assert "r/shipyard-base:t-cpu" in text and "512MB" in text and "12.5" in text
 
 
-def test_step_env_uses_the_cluster_contract_names(tmp_path: Path) -> None:
+def test_step_env_uses_the_cluster_contract_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     contract = yaml.safe_load((REPO_ROOT / "pipelines" / "cluster.yaml").read_text())
     values = {**MotoS3().env, "MLFLOW_TRACKING_URI": "http://mlflow.kubeflow.svc.cluster.local:5000",
               ".dockerconfigjson": "{}"}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = step_env(contract_env(rehearsal_secrets("kubeflow", values)), tmp_path / "steps.jsonl")
+    # the machine's OpenMP settings where it has them (the tests' conftest sets the wait policy), no others
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE" and "OMP_NUM_THREADS" not in env
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert "OMP_WAIT_POLICY" not in step_env(contract_env(rehearsal_secrets("kubeflow", values)), tmp_path / "s.jsonl")
     s3_names = set(contract["secrets"]["shipyard-s3"]["env"].values())
     assert s3_names <= set(env)
     assert env["MLFLOW_TRACKING_URI"] == values["MLFLOW_TRACKING_URI"]

@@ -92,6 +92,10 @@ REGISTRY_PASSWORD = "rehearsal"  # noqa: S105 - a throwaway registry on 127.0.0.
 CALIBRATION = package_dir("shipyard.compression") / "calibration" / "default.jsonl"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                "TOKENIZERS_PARALLELISM": "false"}
+#: thread settings a step container takes from the machine that runs the rehearsal, when set there:
+#: the rehearsal squeezes a cluster's pipeline onto a few shared cores, where an OpenMP team that
+#: spins at its barriers (OMP_WAIT_POLICY's default) waits for a descheduled thread
+HOST_THREAD_ENV = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")
 
 
 #: the Kubernetes API's in-cluster name (a pod's ``kubernetes.default.svc``); the double serves
@@ -427,13 +431,15 @@ def write_secrets(root: Path, registry: str, kubeconfig: Path) -> None:
 
 def step_env(contract: dict[str, str], step_log: Path) -> dict[str, str]:
     """Every step's environment: what the contract Secrets give it (:func:`contract_env`: the
-    services by their cluster names), the mounted registry auth file and kubeconfig."""
+    services by their cluster names), the mounted registry auth file and kubeconfig, and the
+    machine's OpenMP settings (:data:`HOST_THREAD_ENV`) where it has any."""
     return {
         **contract,
         "SHIPYARD_REGISTRY_AUTH_FILE": f"{SECRETS_MOUNT}/registry/.dockerconfigjson",
         "KUBECONFIG": f"{SECRETS_MOUNT}/kube/config",
         "SHIPYARD_STEP_LOG": str(step_log),
         **OFFLINE_ENV,
+        **{name: os.environ[name] for name in HOST_THREAD_ENV if os.environ.get(name)},
     }
 
 
