@@ -71,6 +71,20 @@ def test_natural_spellings_are_accepted() -> None:
     assert typed["num_calibration_samples"] == 32 and typed["dry_run"] is True
 
 
+def test_eval_config_is_judged_by_the_default_backend_when_eval_backend_is_not_given() -> None:
+    """``submit``/``schedule`` check only the parameters given: an eval_config is judged by the backend
+    the run will use, eval_backend's declared default (vllm: lm-eval's openai backend), not by hf."""
+    openai = '{"tasks": ["arc_challenge"], "backend": "openai"}'
+    assert check_parameters("optimize-and-deploy", {"dry_run": True, "eval_config": openai})["eval_backend"] == "vllm"
+    with pytest.raises(ShipyardError, match="^eval_config.backend: the config asks for backend 'hf' but this step "
+                                            "runs 'openai'"):
+        check_parameters("optimize-and-deploy", {"dry_run": True, "eval_config": openai.replace("openai", "hf")})
+    hf = {"dry_run": True, "eval_backend": "hf", "eval_config": openai.replace("openai", "hf")}
+    assert check_parameters("optimize-and-deploy", hf)["eval_backend"] == "hf"
+    with pytest.raises(ShipyardError, match="^eval_backend: unknown backend 'tgi'"):  # named, whatever the order
+        check_parameters("optimize-and-deploy", {"dry_run": True, "eval_config": openai, "eval_backend": "tgi"})
+
+
 def test_promote_needs_candidate_uri() -> None:
     with pytest.raises(ShipyardError, match="candidate_uri: is required"):
         check_parameters("promote", {})

@@ -109,18 +109,24 @@ def _check_bounded(name: str, value: Any, params: Mapping[str, Any]) -> None:
                             f"write e.g. {name}={BY_NAME[name].default}")
 
 
+#: ``eval_backend`` -> the lm-eval backend the step that evaluates runs (vllm: the measure step's server)
+_LM_EVAL_BACKEND = {"vllm": "openai", "hf": "hf"}
+
+
 def _check_eval_backend(name: str, value: Any, params: Mapping[str, Any]) -> None:
     """The evaluation backend: vllm or hf."""
-    if value not in ("vllm", "hf"):
+    if value not in _LM_EVAL_BACKEND:
         raise ShipyardError(name, f"unknown backend {value!r}", "use vllm or hf")
 
 
 def _check_eval_config(name: str, value: Any, params: Mapping[str, Any]) -> None:
-    """The eval config, with the backend ``eval_backend`` implies."""
+    """The eval config, with the backend ``eval_backend`` implies (given, or its declared default:
+    the CLI checks only the parameters given)."""
     from shipyard.evaluation.config import parse_eval_config
 
-    backend = {"vllm": "openai", "hf": "hf"}.get(params.get("eval_backend", "hf"), "hf")
-    parse_eval_config(value).with_backend(backend)
+    eval_backend = params.get("eval_backend", BY_NAME["eval_backend"].default)
+    _check_eval_backend("eval_backend", eval_backend, params)
+    parse_eval_config(value).with_backend(_LM_EVAL_BACKEND[eval_backend])
 
 
 def _check_accuracy_thresholds(name: str, value: Any, params: Mapping[str, Any]) -> None:
