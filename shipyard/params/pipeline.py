@@ -59,7 +59,7 @@ class Param:
 # In the order of the declarations below; each declaration names its check (``check=``). Libraries
 # are imported inside a check: the pipelines import this module to build their signatures.
 
-#: the model URI the deploy config is checked with before there is a model
+#: the model URI the deploy config is checked with before there is a model (the pre-flight, ``shipyard check``)
 PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
 #: upper bounds of the counts (far above any real run, far below what overflows a step)
 _MAX_INT = {"num_calibration_samples": 10_000_000, "max_seq_length": 1_048_576, "seed": 2**32 - 1}

@@ -34,12 +34,10 @@ import urllib.request
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
 from shipyard.pipelines.platform import cluster_layout, ephemeral_storage, load_cluster_config
 from shipyard.serving import cluster_check as cc
 from shipyard.serving.cluster_check import Check
-
-_PLACEHOLDER_OCI = "oci://check.invalid/model@sha256:" + "0" * 64
-
 
 #: what the Kubernetes part leaves unchecked when it stops at its first call
 UNCHECKED = "KServe, CRDs, Secrets, nodes and permissions unchecked"
@@ -192,10 +190,9 @@ def _answer(code: int, data: Any) -> str:
 
 def _deploy_config(raw: str | None, namespace: str) -> Any:
     from shipyard.params.deploy import parse_deploy_config
-    from shipyard.params.pipeline import BY_NAME
 
     text = raw if raw else BY_NAME["deploy_config"].default
-    return parse_deploy_config(text, name="shipyard-llm", namespace=namespace, model_uri=_PLACEHOLDER_OCI)
+    return parse_deploy_config(text, name="shipyard-llm", namespace=namespace, model_uri=PLACEHOLDER_OCI)
 
 
 def kfp_healthz(host: str, token: str = "", timeout_s: float = 10.0) -> Check:
