@@ -34,12 +34,18 @@ def check_namespace(value: str, field: str = "namespace", example: str = "namesp
 OBJECT_NAME_RULE = "a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)"
 
 
+def is_object_name(value: str) -> bool:
+    """Whether ``value`` is a Kubernetes object name: a DNS-1123 subdomain, at most 253 characters
+    (Secrets, Services, Deployments, ServiceAccounts, PersistentVolumeClaims)."""
+    return len(value) <= 253 and bool(_DNS_1123_SUBDOMAIN.match(value))
+
+
 def check_object_name(value: str, field: str, example: str) -> str:
     """``value`` as a Kubernetes object name (a DNS-1123 subdomain, what the API server requires of
     Secrets, Services, Deployments and ServiceAccounts), or one line naming ``field``: checked before
     a name goes into an API path. A pasted token is not echoed (:func:`~shipyard.core.errors.shown`)."""
     if not value.strip():
         raise ShipyardError(field, "is empty", f"give {OBJECT_NAME_RULE}, e.g. {example}")
-    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.match(value):
+    if not is_object_name(value):
         raise ShipyardError(field, f"{shown(value, 100)} is not {OBJECT_NAME_RULE}", f"write e.g. {example}")
     return value
