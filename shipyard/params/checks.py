@@ -26,25 +26,17 @@ from shipyard.core.files import path_kind
 from shipyard.params.pipeline import BY_NAME
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
 
-#: the URI-like parameters and where their credentials go instead (checked before anything else:
-#: a credential in a parameter is shown in the KFP UI, the MLflow run and every log that prints it)
-CREDENTIAL_FIXES = {
-    "tracking_uri": "drop them; MLflow's credentials go in the Secret shipyard-mlflow (MLFLOW_TRACKING_TOKEN)",
-    "calibration_dataset": "drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, "
-                           "AWS_SECRET_ACCESS_KEY), the Hub's in HF_TOKEN",
-    "eval_sets": "drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)",
-    "modelcar_base_image": "drop them; registry credentials go in the Secret shipyard-registry (locally "
-                           "REGISTRY_AUTH_FILE or ~/.docker/config.json)",
-}
-
 
 def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
-    """One parameter's checks: credentials refused first (:data:`CREDENTIAL_FIXES`), then the check its
-    declaration names (:attr:`~shipyard.params.pipeline.Param.check`), if it has one."""
-    if name in CREDENTIAL_FIXES:
-        refuse_credentials(value, name, CREDENTIAL_FIXES[name])
+    """One parameter's checks, as its declaration names them: credentials refused first
+    (:attr:`~shipyard.params.pipeline.Param.credential_fix`), then its value check
+    (:attr:`~shipyard.params.pipeline.Param.check`)."""
     param = BY_NAME.get(name)
-    if param is not None and param.check is not None:
+    if param is None:
+        return
+    if param.credential_fix:
+        refuse_credentials(value, name, param.credential_fix)
+    if param.check is not None:
         param.check(name, value, params)
 
 

@@ -45,7 +45,11 @@ Checker = Callable[[str, Any, Mapping[str, Any]], None]
 class Param:
     """One pipeline parameter: name, Python type, cluster default (or REQUIRED), description, and
     its value check (``check``: run by the pre-flight on the typed value, :mod:`shipyard.params.checks`;
-    none: the value is only typed)."""
+    none: the value is only typed).
+
+    ``credential_fix``: for a URI-like parameter, where credentials go instead of the value; the
+    pre-flight refuses a value carrying them before its check, never echoing them (a parameter is
+    shown in the KFP UI, the MLflow run and every log that prints it). Empty: not looked for."""
 
     name: str
     type: type
@@ -53,6 +57,7 @@ class Param:
     help: str
     json: bool = False  # a JSON-object parameter (checked by pre-flight, YAML allowed on the CLI)
     check: Checker | None = None
+    credential_fix: str = ""
 
 
 # --------------------------------------------------------------------------- each parameter's check
@@ -282,7 +287,9 @@ _ALL: list[Param] = [
       'KV-cache tokens, memory planner); or JSON {"objective": ..., "then": [...]} for the tie-breakers.', json=True,
       check=_check_selection),
     P("calibration_dataset", str, "",
-      "Calibration data: hub dataset name[:split], s3://bucket/key.jsonl, or empty for shipyard's built-in text."),
+      "Calibration data: hub dataset name[:split], s3://bucket/key.jsonl, or empty for shipyard's built-in text.",
+      credential_fix="drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, "
+                     "AWS_SECRET_ACCESS_KEY), the Hub's in HF_TOKEN"),
     P("text_column", str, "text", "Column of the calibration data that holds the text.",
       check=_check_plain_name),
     P("num_calibration_samples", int, 512, "Calibration samples for GPTQ/SmoothQuant (512 is usual).",
@@ -319,7 +326,8 @@ _ALL: list[Param] = [
       "sha256 given must match). Rows are checked against the form's schema, deduplicated and checked for overlap "
       "with the calibration data; each set is gated by the paired non-inferiority rule (Holm across sets); rubric "
       "sets are judged pairwise and gate only with a calibrated judge. Empty = none (see the README's 'Your own "
-      "eval sets').", json=True, check=_check_eval_sets),
+      "eval sets').", json=True, check=_check_eval_sets,
+      credential_fix="drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"),
     P("benchmark_config", str, CLUSTER_BENCHMARK,
       "guidellm load as JSON: profile (synchronous, concurrent, constant, poisson, sweep), loads, prompt_tokens, "
       "output_tokens, max_requests, max_seconds, warmup_requests, vllm_args.", json=True,
@@ -351,7 +359,9 @@ _ALL: list[Param] = [
       "modelcar (an image KServe mounts) or oras (the model folder as an OCI artifact).",
       check=_check_package_mode),
     P("modelcar_base_image", str, "",
-      "Base of the modelcar (needs sh, ln, sleep): a registry reference or OCI layout; empty builds one from busybox."),
+      "Base of the modelcar (needs sh, ln, sleep): a registry reference or OCI layout; empty builds one from busybox.",
+      credential_fix="drop them; registry credentials go in the Secret shipyard-registry (locally "
+                     "REGISTRY_AUTH_FILE or ~/.docker/config.json)"),
     P("insecure_registry", bool, False, "Skip TLS verification for the registry (never in production)."),
     P("deploy_name", str, "shipyard-llm", "Name of the LLMInferenceService.", check=_check_deploy_name),
     P("namespace", str, "shipyard",
@@ -364,7 +374,8 @@ _ALL: list[Param] = [
     P("dry_run", bool, False, "Render and validate the LLMInferenceService without applying it."),
     P("tracking_uri", str, "",
       "MLflow tracking server URL; empty uses the KFP MLflow plugin, MLFLOW_TRACKING_URI, or a local file store.",
-      check=_check_tracking_uri),
+      check=_check_tracking_uri,
+      credential_fix="drop them; MLflow's credentials go in the Secret shipyard-mlflow (MLFLOW_TRACKING_TOKEN)"),
     P("experiment", str, "shipyard", "MLflow experiment.", check=_check_plain_name),
     P("registered_model_name", str, "shipyard-llm",
       "MLflow registered model that gets one version for the champion of each run.",

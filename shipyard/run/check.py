@@ -287,10 +287,9 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
 def _refuse_credentials(kfp_host: str, mlflow_url: str, registry: str) -> None:
     """Credentials in the URL options are refused before anything is contacted."""
     from shipyard.core.errors import refuse_credentials
-    from shipyard.params.checks import CREDENTIAL_FIXES
 
     refuse_credentials(kfp_host, "--kfp-host", "drop them; pass the token with --kfp-token")
-    refuse_credentials(mlflow_url, "--mlflow-url", CREDENTIAL_FIXES["tracking_uri"] + " (check reads it from there)")
+    refuse_credentials(mlflow_url, "--mlflow-url", BY_NAME["tracking_uri"].credential_fix + " (check reads it from there)")
     if registry:
         from shipyard.oci.client import check_registry
 
