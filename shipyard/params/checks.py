@@ -23,7 +23,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.files import path_kind
-from shipyard.params.pipeline import BY_NAME
+from shipyard.params.pipeline import BY_NAME, REQUIRED, param_specs_for, params_for
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
 
 
@@ -41,20 +41,20 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
 
 
 def check_values(params: Mapping[str, Any]) -> None:
-    """The pre-flight checks of typed values (what ``shipyard.params.specs`` registers as a validator):
-    recipes, selection, eval/benchmark/deploy configs, thresholds, SLO, names and numbers."""
+    """The pre-flight checks of typed values, each parameter's as its declaration names them
+    (:func:`_check`): recipes, selection, eval/benchmark/deploy configs, thresholds, SLO, names and
+    numbers. :func:`check_params` runs it after typing and the model URI and registry checks."""
     for name, value in params.items():
         _check(name, value, params)
 
 
 def check_parameters(pipeline: str, params: Mapping[str, Any], *, fill_defaults: bool = True) -> dict[str, Any]:
-    """Type and check every parameter of ``pipeline`` (:func:`shipyard.params.specs.coerce_params` with
-    its validators, this module's among them); returns them typed (defaults filled in).
+    """Type and check every parameter of ``pipeline`` given in ``params`` (:func:`check_params`);
+    returns them typed, with ``fill_defaults`` the declared defaults of the others filled in.
 
     Unknown names, missing required ones, wrong types and bad JSON parameters raise the first
     problem as one ShipyardError line.
     """
-    from shipyard.params.pipeline import REQUIRED, param_specs_for, params_for
     typed = check_params(param_specs_for(pipeline), params, name=pipeline)
     if fill_defaults:
         for p in params_for(pipeline):
