@@ -42,6 +42,9 @@ BAD = [
     ({"benchmark_config": '{"output_tokens": -1}'}, "benchmark_config.output_tokens"),
     ({"selection": "fastest"}, "selection.objective"),
     ({"package_mode": "zip"}, "package_mode"),
+    ({"namespace": "shipyard\n"}, "namespace"),  # a final newline: no name (`$` would match before it)
+    ({"deploy_name": "shipyard-llm\n"}, "deploy_name"),
+    ({"repository": "shipyard/models\n"}, "repository"),
     ({"champion_tolerance": -0.1}, "champion_tolerance"),
     ({"dry_run": "maybe"}, "dry_run"),
     ({"dry_run": False}, "registry"),  # LOCAL's registry is "": deploy would fail after the GPU work

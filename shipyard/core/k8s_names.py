@@ -12,9 +12,10 @@ import re
 
 from shipyard.core.errors import ShipyardError, shown
 
-#: a DNS-1123 label: namespaces, and the names Kubernetes allows at most 63 characters
-DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: a DNS-1123 label: namespaces, and the names Kubernetes allows at most 63 characters (``\Z``, not ``$``,
+#: which also matches before a final newline: ``"shipyard\n"`` is no name)
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 #: what a namespace is, in the words of the error line
 NAMESPACE_RULE = "a Kubernetes namespace (lowercase letters, digits and '-', at most 63)"

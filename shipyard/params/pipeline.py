@@ -68,7 +68,7 @@ class Param:
 PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
 #: upper bounds of the counts (far above any real run, far below what overflows a step)
 _MAX_INT = {"num_calibration_samples": 10_000_000, "max_seq_length": 1_048_576, "seed": 2**32 - 1}
-_OCI_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+_OCI_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z")
 
 
 def _name(name: str, value: str, rule: re.Pattern[str] | None, what: str, example: str) -> None:
