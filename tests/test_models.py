@@ -19,6 +19,7 @@ from shipyard.runtimes.runtime import run_in_runtime
         ("s3://models/llama/8b/", "s3", "models/llama/8b", None),
         ("oci://quay.io/org/model@sha256:" + "a" * 64, "oci", "quay.io/org/model@sha256:" + "a" * 64, None),
         ("pvc://models-claim/llama", "pvc", "models-claim/llama", None),
+        ("pvc://models.team-a/llama", "pvc", "models.team-a/llama", None),  # a claim name is a DNS-1123 subdomain
         ("embedded://smollm2-135m-instruct", "embedded", "smollm2-135m-instruct", None),
         ("/data/model", "file", "/data/model", None),
     ],
@@ -26,6 +27,13 @@ from shipyard.runtimes.runtime import run_in_runtime
 def test_parse(uri: str, scheme: str, location: str, revision: str | None) -> None:
     parsed = parse_model_uri(uri)
     assert (parsed.scheme, parsed.location, parsed.revision) == (scheme, location, revision)
+
+
+@pytest.mark.parametrize("claim", ["Models", "models_claim", "-models", "models.", "a" * 254])
+def test_pvc_claim_follows_the_kubernetes_object_name_rule(claim: str) -> None:
+    """A claim is checked by the one Kubernetes name rule (:mod:`shipyard.core.k8s_names`)."""
+    with pytest.raises(ShipyardError, match=f"^model_uri: '{claim}' is not a PersistentVolumeClaim name"):
+        parse_model_uri(f"pvc://{claim}/llama")
 
 
 def test_unknown_scheme_names_the_field_and_the_choices() -> None:

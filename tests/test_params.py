@@ -58,3 +58,19 @@ def test_each_check_is_named_by_its_declaration() -> None:
     assert pipeline.BY_NAME["seed"].check is pipeline.BY_NAME["max_seq_length"].check
     with pytest.raises(ShipyardError, match="^package_mode: unknown mode 'zip'"):
         check_values({"package_mode": "zip"})
+
+
+def test_each_credential_fix_is_declared_and_refuses_before_the_check() -> None:
+    """A URI-like parameter declares where its credentials go (``credential_fix=``): the pre-flight
+    refuses a value carrying them with that fix, before the value's own check, never echoing them."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.params.checks import check_values
+    from shipyard.params.pipeline import BY_NAME
+
+    declared = {p.name for p in BY_NAME.values() if p.credential_fix}
+    assert {"tracking_uri", "calibration_dataset", "eval_sets", "modelcar_base_image"} <= declared
+    for name in sorted(declared):
+        with pytest.raises(ShipyardError) as err:
+            check_values({name: "https://bob:hunter2@example.com/x"})
+        assert (err.value.field, err.value.fix) == (name, BY_NAME[name].credential_fix)
+        assert "hunter2" not in str(err.value)

@@ -42,6 +42,9 @@ BAD = [
     ({"benchmark_config": '{"output_tokens": -1}'}, "benchmark_config.output_tokens"),
     ({"selection": "fastest"}, "selection.objective"),
     ({"package_mode": "zip"}, "package_mode"),
+    ({"namespace": "shipyard\n"}, "namespace"),  # a final newline: no name (`$` would match before it)
+    ({"deploy_name": "shipyard-llm\n"}, "deploy_name"),
+    ({"repository": "shipyard/models\n"}, "repository"),
     ({"champion_tolerance": -0.1}, "champion_tolerance"),
     ({"dry_run": "maybe"}, "dry_run"),
     ({"dry_run": False}, "registry"),  # LOCAL's registry is "": deploy would fail after the GPU work
@@ -69,6 +72,20 @@ def test_natural_spellings_are_accepted() -> None:
                                                      "num_calibration_samples": "32", "dry_run": "true"})
     assert typed["recipes"] == ["w8a8-int8", "w4a16"]
     assert typed["num_calibration_samples"] == 32 and typed["dry_run"] is True
+
+
+def test_eval_config_is_judged_by_the_default_backend_when_eval_backend_is_not_given() -> None:
+    """``submit``/``schedule`` check only the parameters given: an eval_config is judged by the backend
+    the run will use, eval_backend's declared default (vllm: lm-eval's openai backend), not by hf."""
+    openai = '{"tasks": ["arc_challenge"], "backend": "openai"}'
+    assert check_parameters("optimize-and-deploy", {"dry_run": True, "eval_config": openai})["eval_backend"] == "vllm"
+    with pytest.raises(ShipyardError, match="^eval_config.backend: the config asks for backend 'hf' but this step "
+                                            "runs 'openai'"):
+        check_parameters("optimize-and-deploy", {"dry_run": True, "eval_config": openai.replace("openai", "hf")})
+    hf = {"dry_run": True, "eval_backend": "hf", "eval_config": openai.replace("openai", "hf")}
+    assert check_parameters("optimize-and-deploy", hf)["eval_backend"] == "hf"
+    with pytest.raises(ShipyardError, match="^eval_backend: unknown backend 'tgi'"):  # named, whatever the order
+        check_parameters("optimize-and-deploy", {"dry_run": True, "eval_config": openai, "eval_backend": "tgi"})
 
 
 def test_promote_needs_candidate_uri() -> None:

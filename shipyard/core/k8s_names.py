@@ -12,9 +12,10 @@ import re
 
 from shipyard.core.errors import ShipyardError, shown
 
-#: a DNS-1123 label: namespaces, and the names Kubernetes allows at most 63 characters
-DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: a DNS-1123 label: namespaces, and the names Kubernetes allows at most 63 characters (``\Z``, not ``$``,
+#: which also matches before a final newline: ``"shipyard\n"`` is no name)
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 #: what a namespace is, in the words of the error line
 NAMESPACE_RULE = "a Kubernetes namespace (lowercase letters, digits and '-', at most 63)"
@@ -34,12 +35,18 @@ def check_namespace(value: str, field: str = "namespace", example: str = "namesp
 OBJECT_NAME_RULE = "a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)"
 
 
+def is_object_name(value: str) -> bool:
+    """Whether ``value`` is a Kubernetes object name: a DNS-1123 subdomain, at most 253 characters
+    (Secrets, Services, Deployments, ServiceAccounts, PersistentVolumeClaims)."""
+    return len(value) <= 253 and bool(_DNS_1123_SUBDOMAIN.match(value))
+
+
 def check_object_name(value: str, field: str, example: str) -> str:
     """``value`` as a Kubernetes object name (a DNS-1123 subdomain, what the API server requires of
     Secrets, Services, Deployments and ServiceAccounts), or one line naming ``field``: checked before
     a name goes into an API path. A pasted token is not echoed (:func:`~shipyard.core.errors.shown`)."""
     if not value.strip():
         raise ShipyardError(field, "is empty", f"give {OBJECT_NAME_RULE}, e.g. {example}")
-    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.match(value):
+    if not is_object_name(value):
         raise ShipyardError(field, f"{shown(value, 100)} is not {OBJECT_NAME_RULE}", f"write e.g. {example}")
     return value

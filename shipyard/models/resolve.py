@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from shipyard.core.env import env_bool
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, copy_tree, dir_size
+from shipyard.core.k8s_names import is_object_name
 from shipyard.oci.reference import ALLOW_MUTABLE_TAG_ENV, require_pinned
 from shipyard.oci.reference import parse as parse_reference
 
@@ -39,7 +40,6 @@ def refuse_credentials(uri: str, field: str = "model_uri") -> None:
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _check_location(scheme: str, location: str, revision: str | None, field: str) -> None:
@@ -62,7 +62,7 @@ def _check_location(scheme: str, location: str, revision: str | None, field: str
             raise ShipyardError(field, f"s3://{bucket}/{key} has spaces or '..' in its key", "write the key as stored")
     elif scheme == "pvc":
         claim, _, path = location.partition("/")
-        if not _DNS_1123.match(claim) or len(claim) > 253:
+        if not is_object_name(claim):
             raise ShipyardError(field, f"{claim!r} is not a PersistentVolumeClaim name",
                                 "write pvc://CLAIM/path with a lowercase DNS-1123 claim name")
         if any(part == ".." for part in path.split("/")):

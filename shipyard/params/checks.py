@@ -23,46 +23,38 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.files import path_kind
-from shipyard.params.pipeline import BY_NAME
+from shipyard.params.pipeline import BY_NAME, REQUIRED, param_specs_for, params_for
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
-
-#: the URI-like parameters and where their credentials go instead (checked before anything else:
-#: a credential in a parameter is shown in the KFP UI, the MLflow run and every log that prints it)
-CREDENTIAL_FIXES = {
-    "tracking_uri": "drop them; MLflow's credentials go in the Secret shipyard-mlflow (MLFLOW_TRACKING_TOKEN)",
-    "calibration_dataset": "drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, "
-                           "AWS_SECRET_ACCESS_KEY), the Hub's in HF_TOKEN",
-    "eval_sets": "drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)",
-    "modelcar_base_image": "drop them; registry credentials go in the Secret shipyard-registry (locally "
-                           "REGISTRY_AUTH_FILE or ~/.docker/config.json)",
-}
 
 
 def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
-    """One parameter's checks: credentials refused first (:data:`CREDENTIAL_FIXES`), then the check its
-    declaration names (:attr:`~shipyard.params.pipeline.Param.check`), if it has one."""
-    if name in CREDENTIAL_FIXES:
-        refuse_credentials(value, name, CREDENTIAL_FIXES[name])
+    """One parameter's checks, as its declaration names them: credentials refused first
+    (:attr:`~shipyard.params.pipeline.Param.credential_fix`), then its value check
+    (:attr:`~shipyard.params.pipeline.Param.check`)."""
     param = BY_NAME.get(name)
-    if param is not None and param.check is not None:
+    if param is None:
+        return
+    if param.credential_fix:
+        refuse_credentials(value, name, param.credential_fix)
+    if param.check is not None:
         param.check(name, value, params)
 
 
 def check_values(params: Mapping[str, Any]) -> None:
-    """The pre-flight checks of typed values (what ``shipyard.params.specs`` registers as a validator):
-    recipes, selection, eval/benchmark/deploy configs, thresholds, SLO, names and numbers."""
+    """The pre-flight checks of typed values, each parameter's as its declaration names them
+    (:func:`_check`): recipes, selection, eval/benchmark/deploy configs, thresholds, SLO, names and
+    numbers. :func:`check_params` runs it after typing and the model URI and registry checks."""
     for name, value in params.items():
         _check(name, value, params)
 
 
 def check_parameters(pipeline: str, params: Mapping[str, Any], *, fill_defaults: bool = True) -> dict[str, Any]:
-    """Type and check every parameter of ``pipeline`` (:func:`shipyard.params.specs.coerce_params` with
-    its validators, this module's among them); returns them typed (defaults filled in).
+    """Type and check every parameter of ``pipeline`` given in ``params`` (:func:`check_params`);
+    returns them typed, with ``fill_defaults`` the declared defaults of the others filled in.
 
     Unknown names, missing required ones, wrong types and bad JSON parameters raise the first
     problem as one ShipyardError line.
     """
-    from shipyard.params.pipeline import REQUIRED, param_specs_for, params_for
     typed = check_params(param_specs_for(pipeline), params, name=pipeline)
     if fill_defaults:
         for p in params_for(pipeline):

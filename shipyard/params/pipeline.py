@@ -45,7 +45,11 @@ Checker = Callable[[str, Any, Mapping[str, Any]], None]
 class Param:
     """One pipeline parameter: name, Python type, cluster default (or REQUIRED), description, and
     its value check (``check``: run by the pre-flight on the typed value, :mod:`shipyard.params.checks`;
-    none: the value is only typed)."""
+    none: the value is only typed).
+
+    ``credential_fix``: for a URI-like parameter, where credentials go instead of the value; the
+    pre-flight refuses a value carrying them before its check, never echoing them (a parameter is
+    shown in the KFP UI, the MLflow run and every log that prints it). Empty: not looked for."""
 
     name: str
     type: type
@@ -53,17 +57,18 @@ class Param:
     help: str
     json: bool = False  # a JSON-object parameter (checked by pre-flight, YAML allowed on the CLI)
     check: Checker | None = None
+    credential_fix: str = ""
 
 
 # --------------------------------------------------------------------------- each parameter's check
 # In the order of the declarations below; each declaration names its check (``check=``). Libraries
 # are imported inside a check: the pipelines import this module to build their signatures.
 
-#: the model URI the deploy config is checked with before there is a model
+#: the model URI the deploy config is checked with before there is a model (the pre-flight, ``shipyard check``)
 PLACEHOLDER_OCI = "oci://preflight.invalid/model@sha256:" + "0" * 64
 #: upper bounds of the counts (far above any real run, far below what overflows a step)
 _MAX_INT = {"num_calibration_samples": 10_000_000, "max_seq_length": 1_048_576, "seed": 2**32 - 1}
-_OCI_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+_OCI_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z")
 
 
 def _name(name: str, value: str, rule: re.Pattern[str] | None, what: str, example: str) -> None:
@@ -109,18 +114,24 @@ def _check_bounded(name: str, value: Any, params: Mapping[str, Any]) -> None:
                             f"write e.g. {name}={BY_NAME[name].default}")
 
 
+#: ``eval_backend`` -> the lm-eval backend the step that evaluates runs (vllm: the measure step's server)
+_LM_EVAL_BACKEND = {"vllm": "openai", "hf": "hf"}
+
+
 def _check_eval_backend(name: str, value: Any, params: Mapping[str, Any]) -> None:
     """The evaluation backend: vllm or hf."""
-    if value not in ("vllm", "hf"):
+    if value not in _LM_EVAL_BACKEND:
         raise ShipyardError(name, f"unknown backend {value!r}", "use vllm or hf")
 
 
 def _check_eval_config(name: str, value: Any, params: Mapping[str, Any]) -> None:
-    """The eval config, with the backend ``eval_backend`` implies."""
+    """The eval config, with the backend ``eval_backend`` implies (given, or its declared default:
+    the CLI checks only the parameters given)."""
     from shipyard.evaluation.config import parse_eval_config
 
-    backend = {"vllm": "openai", "hf": "hf"}.get(params.get("eval_backend", "hf"), "hf")
-    parse_eval_config(value).with_backend(backend)
+    eval_backend = params.get("eval_backend", BY_NAME["eval_backend"].default)
+    _check_eval_backend("eval_backend", eval_backend, params)
+    parse_eval_config(value).with_backend(_LM_EVAL_BACKEND[eval_backend])
 
 
 def _check_accuracy_thresholds(name: str, value: Any, params: Mapping[str, Any]) -> None:
@@ -276,7 +287,9 @@ _ALL: list[Param] = [
       'KV-cache tokens, memory planner); or JSON {"objective": ..., "then": [...]} for the tie-breakers.', json=True,
       check=_check_selection),
     P("calibration_dataset", str, "",
-      "Calibration data: hub dataset name[:split], s3://bucket/key.jsonl, or empty for shipyard's built-in text."),
+      "Calibration data: hub dataset name[:split], s3://bucket/key.jsonl, or empty for shipyard's built-in text.",
+      credential_fix="drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, "
+                     "AWS_SECRET_ACCESS_KEY), the Hub's in HF_TOKEN"),
     P("text_column", str, "text", "Column of the calibration data that holds the text.",
       check=_check_plain_name),
     P("num_calibration_samples", int, 512, "Calibration samples for GPTQ/SmoothQuant (512 is usual).",
@@ -313,7 +326,8 @@ _ALL: list[Param] = [
       "sha256 given must match). Rows are checked against the form's schema, deduplicated and checked for overlap "
       "with the calibration data; each set is gated by the paired non-inferiority rule (Holm across sets); rubric "
       "sets are judged pairwise and gate only with a calibrated judge. Empty = none (see the README's 'Your own "
-      "eval sets').", json=True, check=_check_eval_sets),
+      "eval sets').", json=True, check=_check_eval_sets,
+      credential_fix="drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"),
     P("benchmark_config", str, CLUSTER_BENCHMARK,
       "guidellm load as JSON: profile (synchronous, concurrent, constant, poisson, sweep), loads, prompt_tokens, "
       "output_tokens, max_requests, max_seconds, warmup_requests, vllm_args.", json=True,
@@ -345,7 +359,9 @@ _ALL: list[Param] = [
       "modelcar (an image KServe mounts) or oras (the model folder as an OCI artifact).",
       check=_check_package_mode),
     P("modelcar_base_image", str, "",
-      "Base of the modelcar (needs sh, ln, sleep): a registry reference or OCI layout; empty builds one from busybox."),
+      "Base of the modelcar (needs sh, ln, sleep): a registry reference or OCI layout; empty builds one from busybox.",
+      credential_fix="drop them; registry credentials go in the Secret shipyard-registry (locally "
+                     "REGISTRY_AUTH_FILE or ~/.docker/config.json)"),
     P("insecure_registry", bool, False, "Skip TLS verification for the registry (never in production)."),
     P("deploy_name", str, "shipyard-llm", "Name of the LLMInferenceService.", check=_check_deploy_name),
     P("namespace", str, "shipyard",
@@ -358,7 +374,8 @@ _ALL: list[Param] = [
     P("dry_run", bool, False, "Render and validate the LLMInferenceService without applying it."),
     P("tracking_uri", str, "",
       "MLflow tracking server URL; empty uses the KFP MLflow plugin, MLFLOW_TRACKING_URI, or a local file store.",
-      check=_check_tracking_uri),
+      check=_check_tracking_uri,
+      credential_fix="drop them; MLflow's credentials go in the Secret shipyard-mlflow (MLFLOW_TRACKING_TOKEN)"),
     P("experiment", str, "shipyard", "MLflow experiment.", check=_check_plain_name),
     P("registered_model_name", str, "shipyard-llm",
       "MLflow registered model that gets one version for the champion of each run.",

@@ -34,12 +34,10 @@ import urllib.request
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
 from shipyard.pipelines.platform import cluster_layout, ephemeral_storage, load_cluster_config
 from shipyard.serving import cluster_check as cc
 from shipyard.serving.cluster_check import Check
-
-_PLACEHOLDER_OCI = "oci://check.invalid/model@sha256:" + "0" * 64
-
 
 #: what the Kubernetes part leaves unchecked when it stops at its first call
 UNCHECKED = "KServe, CRDs, Secrets, nodes and permissions unchecked"
@@ -192,10 +190,9 @@ def _answer(code: int, data: Any) -> str:
 
 def _deploy_config(raw: str | None, namespace: str) -> Any:
     from shipyard.params.deploy import parse_deploy_config
-    from shipyard.params.pipeline import BY_NAME
 
     text = raw if raw else BY_NAME["deploy_config"].default
-    return parse_deploy_config(text, name="shipyard-llm", namespace=namespace, model_uri=_PLACEHOLDER_OCI)
+    return parse_deploy_config(text, name="shipyard-llm", namespace=namespace, model_uri=PLACEHOLDER_OCI)
 
 
 def kfp_healthz(host: str, token: str = "", timeout_s: float = 10.0) -> Check:
@@ -290,10 +287,9 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
 def _refuse_credentials(kfp_host: str, mlflow_url: str, registry: str) -> None:
     """Credentials in the URL options are refused before anything is contacted."""
     from shipyard.core.errors import refuse_credentials
-    from shipyard.params.checks import CREDENTIAL_FIXES
 
     refuse_credentials(kfp_host, "--kfp-host", "drop them; pass the token with --kfp-token")
-    refuse_credentials(mlflow_url, "--mlflow-url", CREDENTIAL_FIXES["tracking_uri"] + " (check reads it from there)")
+    refuse_credentials(mlflow_url, "--mlflow-url", BY_NAME["tracking_uri"].credential_fix + " (check reads it from there)")
     if registry:
         from shipyard.oci.client import check_registry
 

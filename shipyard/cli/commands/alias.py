@@ -21,6 +21,7 @@ import argparse
 from shipyard.cli.output import add_output_option, emit
 from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.numbers import positive_int
+from shipyard.params.pipeline import BY_NAME
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,9 +62,7 @@ def _usage(args: argparse.Namespace) -> int:
 
 def _tracking_uri(args: argparse.Namespace) -> str:
     """``--tracking-uri``, refused (not shown) when it carries credentials."""
-    from shipyard.params.checks import CREDENTIAL_FIXES
-
-    refuse_credentials(args.tracking_uri, "--tracking-uri", CREDENTIAL_FIXES["tracking_uri"])
+    refuse_credentials(args.tracking_uri, "--tracking-uri", BY_NAME["tracking_uri"].credential_fix)
     return args.tracking_uri
 
 
