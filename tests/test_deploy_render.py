@@ -200,6 +200,10 @@ def test_router_references():
         ({"model_uri": "/local/folder"}, "deploy_config.model_uri", "not a URI KServe can load"),
         ({"data_parallel": 4}, "deploy_config.data_local", "set together"),
         ({"name": "Bad_Name"}, "deploy_config.name", "DNS-1035"),
+        # a final newline is no name (the rule of shipyard.core.k8s_names: \Z, not $)
+        ({"name": "llm\n"}, "deploy_config.name", "DNS-1035"),
+        ({"namespace": "serving\n"}, "deploy_config.namespace", "not a valid namespace"),
+        ({"base_refs": ["config-llm-template\n"]}, "deploy_config.base_refs", "LLMInferenceServiceConfig names"),
         ({"replicaz": 2}, "deploy_config.replicaz", "not a deploy parameter"),
         ({"vllm_args": {"tensor_parallel_size": 2}}, "deploy_config.vllm_args", "--tensor-parallel-size"),
         ({"gpus": 4}, "deploy_config.gpus", "uses 1"),
@@ -253,6 +257,27 @@ def _svc(**spec):
 )
 def test_validator_rejects(spec, path, text):
     problems = validate_object(_svc(**spec))
+    assert any(p.path == path and text in p.message for p in problems), [str(p) for p in problems]
+
+
+@pytest.mark.parametrize(
+    ("meta", "path", "text"),
+    [
+        ({"name": "Llm"}, "metadata.name", "not a valid DNS-1123 subdomain"),
+        ({"name": "llm\n"}, "metadata.name", "not a valid DNS-1123 subdomain"),
+        ({"name": "llm..pd"}, "metadata.name", "not a valid DNS-1123 subdomain"),
+        ({"name": "x" * 254}, "metadata.name", "not a valid DNS-1123 subdomain"),
+        ({"namespace": "default\n"}, "metadata.namespace", "not a valid DNS-1123 label"),
+        ({"namespace": "team.prod"}, "metadata.namespace", "not a valid DNS-1123 label"),
+        ({"namespace": "n" * 64}, "metadata.namespace", "not a valid DNS-1123 label"),
+    ],
+)
+def test_validator_rejects_metadata_names(meta, path, text):
+    """The API server's name rules (``shipyard.core.k8s_names``): a name is a DNS-1123 subdomain, a
+    namespace a DNS-1123 label; a final newline is neither."""
+    doc = _svc()
+    doc["metadata"].update(meta)
+    problems = validate_object(doc)
     assert any(p.path == path and text in p.message for p in problems), [str(p) for p in problems]
 
 
@@ -766,6 +791,8 @@ def _bad_template(**changes):
         ({"env": {"N": ["a"]}}, "deploy_config.env.N", "not text"),
         ({"env": {"1 bad": "x"}}, "deploy_config.env", "not a valid environment variable name"),
         ({"secret_env": {"HF_TOKEN": {"secret": "Bad_Name"}}}, "deploy_config.secret_env.HF_TOKEN", "does not name a Secret"),
+        ({"secret_env": {"HF_TOKEN": "hf-token\n"}}, "deploy_config.secret_env.HF_TOKEN", "does not name a Secret"),
+        ({"secret_env": {"HF_TOKEN": "hf..token"}}, "deploy_config.secret_env.HF_TOKEN", "does not name a Secret"),
         ({"secret_env": {"X": "s"}, "env": {"X": "v"}}, "deploy_config.secret_env.X", "also set in env"),
         ({"secret_env": ["HF_TOKEN"]}, "deploy_config.secret_env", "must be an object"),
         ({"probes": {"startup_seconds": -5}}, "deploy_config.probes.startup_seconds", "positive number"),
@@ -776,6 +803,7 @@ def _bad_template(**changes):
         ({"probes": {"startup": 10}}, "deploy_config.probes.startup", "not a deploy parameter"),
         ({"probes": 600}, "deploy_config.probes", "must be an object"),
         ({"service_account": "Bad SA"}, "deploy_config.service_account", "not a ServiceAccount"),
+        ({"service_account": "llm-runner\n"}, "deploy_config.service_account", "not a ServiceAccount"),
         # image: "preset" or a plain image reference (the default: the image the benchmark ran)
         ({"image": "oci://quay.io/org/vllm:0.32.0"}, "deploy_config.image", "not a container image reference"),
         ({"image": "quay.io/org/vllm 0.32.0"}, "deploy_config.image", "not a container image reference"),
@@ -786,6 +814,7 @@ def _bad_template(**changes):
         ({"image": "quay.io/org/vllm:"}, "deploy_config.image", "not a container image reference"),
         ({"image": 5}, "deploy_config.image", "text"),
         ({"image_pull_secrets": "quay"}, "deploy_config.image_pull_secrets", "list of Secret names"),
+        ({"image_pull_secrets": ["quay-pull\n"]}, "deploy_config.image_pull_secrets", "list of Secret names"),
         ({"resources": {"requests": {"cpu": "16"}, "limits": {"cpu": "8"}}}, "deploy_config.resources.requests.cpu",
          "above the limit"),
         ({"resources": {"requests": {"memory": "lots"}}}, "deploy_config.resources.requests.memory", "not a resource quantity"),
@@ -834,6 +863,8 @@ def _bad_template(**changes):
          "deploy_config.lora.max_adapters", "below the 2 adapters"),
         ({"served_model_name": ""}, "deploy_config.served_model_name", "not a model name"),
         ({"objectives": [{"name": "Gold"}]}, "deploy_config.objectives[0].name", "DNS-1123"),
+        ({"objectives": [{"name": "gold\n"}]}, "deploy_config.objectives[0].name", "DNS-1123"),
+        ({"objectives": [{"name": "gold", "pool": "team-pool\n"}]}, "deploy_config.objectives[0].pool", "InferencePool name"),
         ({"objectives": [{"name": "gold", "priority": "high"}]}, "deploy_config.objectives[0].priority", "integer"),
         ({"objectives": [{"name": "gold", "weight": 1}]}, "deploy_config.objectives[0].weight", "not an objective option"),
         ({"objectives": [{"name": "gold"}], "router": {"scheduler": "none"}}, "deploy_config.objectives", "'none'"),

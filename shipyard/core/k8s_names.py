@@ -1,5 +1,7 @@
 """The one Kubernetes name check: :func:`check_namespace` (a DNS-1123 label) and
-:func:`check_object_name` (a DNS-1123 subdomain), each one line naming the field and the fix.
+:func:`check_object_name` (a DNS-1123 subdomain), each one line naming the field and the fix;
+:func:`is_label`, :func:`is_dns1035_label` and :func:`is_object_name` for the callers that word
+their own error (``shipyard.serving.kserve.config``, ``shipyard.serving.kserve.validate``).
 
 A name is checked before it goes into an API path, a URL or a manifest: the ``namespace``
 pipeline parameter, ``-n/--namespace`` (``shipyard.cli.options``), and the cluster config's
@@ -15,7 +17,21 @@ from shipyard.core.errors import ShipyardError, shown
 #: a DNS-1123 label: namespaces, and the names Kubernetes allows at most 63 characters (``\Z``, not ``$``,
 #: which also matches before a final newline: ``"shipyard\n"`` is no name)
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+#: a DNS-1035 label (a DNS-1123 label that starts with a letter): Service names, and so the names KServe derives them from
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+
+def is_label(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters
+    (namespaces, and the names shipyard keeps to a label's 63 characters)."""
+    return bool(DNS_1123_LABEL.match(value))
+
+
+def is_dns1035_label(value: str, most: int = 63) -> bool:
+    """Whether ``value`` is a DNS-1035 label of at most ``most`` characters: a DNS-1123 label that starts
+    with a letter (a Service name; a shorter ``most`` leaves room for the suffixes KServe appends)."""
+    return len(value) <= most and bool(_DNS_1035_LABEL.match(value))
+
 
 #: what a namespace is, in the words of the error line
 NAMESPACE_RULE = "a Kubernetes namespace (lowercase letters, digits and '-', at most 63)"

@@ -17,13 +17,13 @@ import yaml
 from shipyard.core.errors import ShipyardError, shown
 from shipyard.core.files import package_dir
 from shipyard.core.jsonargs import json_object
+from shipyard.core.k8s_names import is_dns1035_label, is_label, is_object_name
 from shipyard.core.numbers import check_number
 from shipyard.core.redact import looks_like_token
 from shipyard.oci.reference import DIGEST_RE, require_pinned
 from shipyard.oci.reference import parse as parse_reference
 
 PRESETS_DIR = package_dir("shipyard.serving.kserve") / "presets"
-NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 KV_ROLES = {"producer-consumer", "both"}
 MANAGED, NONE = "managed", "none"
 #: ``deploy_config.image: "preset"``: serve with the image of KServe's presets (llm-d's vLLM build),
@@ -505,10 +505,10 @@ def check_config(cfg: DeployConfig) -> None:
 
 def _check_identity(cfg: DeployConfig) -> None:
     """Name, namespace, model URI, OCI delivery and digest (``oci_digest`` is filled from the URI)."""
-    if not NAME_RE.match(cfg.name) or len(cfg.name) > MAX_NAME:
+    if not is_dns1035_label(cfg.name, MAX_NAME):
         raise _fail("name", f"{cfg.name!r} must be a DNS-1035 label of at most {MAX_NAME} characters",
                     "use lower-case letters, digits and '-', starting with a letter")
-    if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", cfg.namespace) or len(cfg.namespace) > 63:
+    if not is_label(cfg.namespace):
         raise _fail("namespace", f"{cfg.namespace!r} is not a valid namespace", "use a DNS-1123 label")
     digest = check_model_uri(cfg.model_uri, cfg.allow_mutable_tag)
     if cfg.oci_delivery not in ("modelcar", "native"):
@@ -579,7 +579,7 @@ def _check_serving_options(cfg: DeployConfig) -> None:
     for flag in cfg.vllm_args:
         if not isinstance(flag, str) or not flag.strip("-"):
             raise _fail("vllm_args", f"bad flag {flag!r}", "use flag names such as 'max-model-len'")
-    if not all(isinstance(b, str) and NAME_RE.match(b.replace(".", "-")) for b in cfg.base_refs):
+    if not all(isinstance(b, str) and is_dns1035_label(b.replace(".", "-"), 253) for b in cfg.base_refs):
         raise _fail("base_refs", f"{cfg.base_refs!r} must be LLMInferenceServiceConfig names", "list preset names")
     unknown = sorted(set(cfg.planner) - PLANNER_KEYS)
     if unknown:
@@ -619,7 +619,7 @@ def _check_env(cfg: DeployConfig) -> None:
         secret, key = (ref, name) if isinstance(ref, str) else (
             (ref.get("secret"), ref.get("key", name)) if isinstance(ref, dict) and set(ref) <= {"secret", "key"}
             else (None, None))
-        if not isinstance(secret, str) or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", secret) \
+        if not isinstance(secret, str) or not is_object_name(secret) \
                 or not isinstance(key, str) or not key:
             raise _fail(f"secret_env.{name}", f"{shown(ref)} does not name a Secret and key (a Secret's name goes "
                         "here, never its content)",
@@ -644,12 +644,12 @@ def check_image(image: Any) -> None:
 def _check_pod_options(cfg: DeployConfig) -> None:
     """image, service_account, image_pull_secrets, resources, extra_resources, shm_size."""
     check_image(cfg.image)
-    dns = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-    if cfg.service_account is not None and (not isinstance(cfg.service_account, str) or not dns.match(cfg.service_account)):
+    if cfg.service_account is not None and (not isinstance(cfg.service_account, str)
+                                            or not is_object_name(cfg.service_account)):
         raise _fail("service_account", f"{shown(cfg.service_account)} is not a ServiceAccount name", "use a DNS-1123 name")
-    if not isinstance(cfg.image_pull_secrets, list) or not all(isinstance(n, str) and dns.match(n)
+    if not isinstance(cfg.image_pull_secrets, list) or not all(isinstance(n, str) and is_object_name(n)
                                                                 for n in cfg.image_pull_secrets):
-        bad = next((n for n in cfg.image_pull_secrets if not isinstance(n, str) or not dns.match(n)), None) \
+        bad = next((n for n in cfg.image_pull_secrets if not isinstance(n, str) or not is_object_name(n)), None) \
             if isinstance(cfg.image_pull_secrets, list) else cfg.image_pull_secrets
         raise _fail("image_pull_secrets", f"{shown(bad)} is not a Secret name: must be a list of Secret names",
                     '["quay-pull"]; a kubernetes.io/dockerconfigjson Secret in the namespace')
@@ -814,7 +814,7 @@ def _check_objectives(cfg: DeployConfig) -> None:
         if unknown:
             raise _fail(f"objectives[{i}].{unknown[0]}", "is not an objective option", f"use {', '.join(sorted(OBJECTIVE_KEYS))}")
         name = obj.get("name")
-        if not isinstance(name, str) or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", name) or len(name) > 63:
+        if not isinstance(name, str) or not is_label(name):
             raise _fail(f"objectives[{i}].name", f"{name!r} is not a DNS-1123 name", "e.g. premium")
         if name in names:
             raise _fail(f"objectives[{i}].name", f"{name!r} is listed twice", "give each objective its own name")
@@ -823,7 +823,7 @@ def _check_objectives(cfg: DeployConfig) -> None:
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
             raise _fail(f"objectives[{i}].priority", f"{priority!r} must be an integer", "higher is served first, e.g. 10")
         pool = obj.get("pool")
-        if pool is not None and (not isinstance(pool, str) or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", pool)):
+        if pool is not None and (not isinstance(pool, str) or not is_object_name(pool)):
             raise _fail(f"objectives[{i}].pool", f"{pool!r} is not an InferencePool name", "use a DNS-1123 name")
 
 

@@ -43,11 +43,10 @@ from typing import Any
 import yaml
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.k8s_names import is_label, is_object_name
 from shipyard.schemas import SCHEMAS_DIR
 
 KUBERNETES_VERSION = "1.33"
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -201,10 +200,10 @@ def check_metadata(doc: dict[str, Any], *, namespaced: bool = True) -> list[tupl
     name = meta.get("name")
     if not name and not meta.get("generateName"):
         problems.append(("metadata.name", "is required"))
-    elif name and (len(name) > 253 or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", name)):
+    elif name and not is_object_name(name):
         problems.append(("metadata.name", f"{name!r} is not a valid DNS-1123 subdomain"))
     ns = meta.get("namespace")
-    if ns is not None and (len(ns) > 63 or not DNS1123_LABEL.match(ns)):
+    if ns is not None and not is_label(ns):
         problems.append(("metadata.namespace", f"{ns!r} is not a valid DNS-1123 label"))
     for key, value in (meta.get("labels") or {}).items():
         if not QUALIFIED_NAME.match(key) or len(key.rpartition("/")[2]) > 63:
