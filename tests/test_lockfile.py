@@ -71,3 +71,14 @@ def test_lock_names_the_version_imports_see_when_a_distribution_is_installed_twi
     req = tmp_path / "requirements.in"
     req.write_text("sy-root\n")
     assert _lock(req, first, second) == ["sy-leaf==3.0", "sy-root==1.0"]
+
+
+def test_a_top_level_requirement_whose_marker_is_false_here_is_not_locked(tmp_path: Path) -> None:
+    """pip skips ``pkg; sys_platform == "win32"`` on Linux; installed for another reason, it is still
+    not part of this runtime's lock (as a dependency's marker is already evaluated)."""
+    site = tmp_path / "site"
+    _dist(site, "sy-root", "1.0")
+    _dist(site, "sy-win", "0.1")
+    req = tmp_path / "requirements.in"
+    req.write_text('sy-root\nsy-win; sys_platform == "win32"\n')
+    assert _lock(req, site) == ["sy-root==1.0"]

@@ -31,13 +31,15 @@ def top_level(path: str) -> list[Requirement]:
 
 
 def closure(roots: list[Requirement]) -> list[str]:
-    """``name==version`` of the roots and their installed dependencies, sorted by name."""
+    """``name==version`` of the roots and their installed dependencies, sorted by name (a requirement
+    whose environment marker is false here is left out, root or dependency)."""
     installed: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions():  # sys.path order: the first copy is the one imported
         installed.setdefault(canonicalize_name(dist.metadata["Name"]), dist)
     seen: set[tuple[str, frozenset[str]]] = set()
     found: dict[str, str] = {}
-    stack = [(r, frozenset(r.extras)) for r in roots]
+    # a root whose marker is false here is one pip skipped, as it skips such a dependency
+    stack = [(r, frozenset(r.extras)) for r in roots if r.marker is None or r.marker.evaluate({"extra": ""})]
     while stack:
         req, extras = stack.pop()
         name = canonicalize_name(req.name)
