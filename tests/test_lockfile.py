@@ -82,3 +82,13 @@ def test_a_top_level_requirement_whose_marker_is_false_here_is_not_locked(tmp_pa
     req = tmp_path / "requirements.in"
     req.write_text('sy-root\nsy-win; sys_platform == "win32"\n')
     assert _lock(req, site) == ["sy-root==1.0"]
+
+
+def test_an_included_requirements_file_is_followed_as_pip_follows_it(tmp_path: Path) -> None:
+    """``-r other.in`` (relative to the including file, as pip reads it) adds its requirements; a
+    lock that dropped them would leave the image without packages the venv was built with."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "common.in").write_text("minio  # shared\n")
+    (tmp_path / "requirements.in").write_text("kfp==2.17.3\n-r sub/common.in\n--requirement=sub/common.in\n"
+                                              "-c constraints.txt\n")
+    assert [str(r) for r in top_level(str(tmp_path / "requirements.in"))] == ["kfp==2.17.3", "minio", "minio"]

