@@ -101,3 +101,21 @@ def test_a_broken_file_or_entry_is_one_line_without_the_secret(tmp_path: Path, c
     message = str(info.value)
     assert problem in message and str(path) in info.value.field and info.value.fix
     assert "\n" not in message and SECRET not in message
+
+
+@pytest.mark.parametrize("content", ["[]", '"ghcr.io"', "null", '{"auths": null}', '{"auths": ["ghcr.io"]}'])
+def test_a_config_that_is_not_an_object_of_entries_is_one_line(tmp_path: Path, content: str) -> None:
+    """Valid JSON of the wrong shape (a list, a string, ``"auths": null``) is refused like invalid
+    JSON, not an AttributeError traceback."""
+    path = tmp_path / "auth.json"
+    path.write_text(content)
+    with pytest.raises(ShipyardError) as info:
+        find_credentials("ghcr.io", {"SHIPYARD_REGISTRY_AUTH_FILE": str(path), "HOME": str(tmp_path)})
+    assert str(path) in info.value.field and "is not docker config JSON" in info.value.problem
+    assert "\n" not in str(info.value)
+
+
+def test_the_legacy_dockercfg_shape_without_auths_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "auth.json"
+    path.write_text(json.dumps({"https://ghcr.io": {"auth": _auth("u", SECRET)}}))
+    assert find_credentials("ghcr.io", {"REGISTRY_AUTH_FILE": str(path), "HOME": str(tmp_path)}) == ("u", SECRET)

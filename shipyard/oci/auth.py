@@ -80,7 +80,11 @@ def find_credentials(registry: str, env: dict[str, str] | None = None) -> tuple[
         except (OSError, ValueError) as err:
             raise ShipyardError(str(path), f"is not readable docker config JSON ({type(err).__name__})",
                                 "mount a kubernetes.io/dockerconfigjson secret or fix the file") from None
-        auths = config.get("auths", config if "auths" not in config else {})
+        # {"auths": {host: entry}}, or the legacy .dockercfg's {host: entry}
+        auths = config.get("auths", config) if isinstance(config, dict) else None
+        if not isinstance(auths, dict):
+            raise ShipyardError(str(path), 'is not docker config JSON (want {"auths": {"<host>": {"auth": ...}}})',
+                                "mount a kubernetes.io/dockerconfigjson secret or fix the file")
         for key, entry in auths.items():
             if isinstance(entry, dict) and _host_key(key) in wanted:
                 return _entry_credentials(entry, f"{path} [{key}]")
