@@ -119,3 +119,13 @@ def test_the_legacy_dockercfg_shape_without_auths_is_read(tmp_path: Path) -> Non
     path = tmp_path / "auth.json"
     path.write_text(json.dumps({"https://ghcr.io": {"auth": _auth("u", SECRET)}}))
     assert find_credentials("ghcr.io", {"REGISTRY_AUTH_FILE": str(path), "HOME": str(tmp_path)}) == ("u", SECRET)
+
+
+@pytest.mark.parametrize("decoded", ["justauser", ":" + SECRET, "u:"])
+def test_an_auth_value_that_is_not_user_colon_password_is_refused(tmp_path: Path, decoded: str) -> None:
+    """base64 of a token alone (no ``user:``) once gave a user and an empty password: a 401 later
+    with no word of the file."""
+    config = _config(tmp_path / "auth.json", {"ghcr.io": {"auth": base64.b64encode(decoded.encode()).decode()}})
+    with pytest.raises(ShipyardError) as info:
+        find_credentials("ghcr.io", {"REGISTRY_AUTH_FILE": str(config), "HOME": str(tmp_path)})
+    assert "not base64 'user:password'" in info.value.problem and SECRET not in str(info.value)

@@ -49,10 +49,12 @@ def _host_key(key: str) -> str:
 def _entry_credentials(entry: dict, where: str) -> tuple[str, str]:
     if entry.get("auth"):
         try:
-            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-        except Exception:
+            user, colon, password = base64.b64decode(entry["auth"]).decode().partition(":")
+        except Exception:  # not base64 (binascii.Error, TypeError), not UTF-8
+            user = colon = password = ""
+        if not (user and colon and password):  # a token alone once read as a user with no password
             raise ShipyardError(where, "has an 'auth' value that is not base64 'user:password'",
-                                "recreate the secret with `kubectl create secret docker-registry`") from None
+                                "recreate the secret with `kubectl create secret docker-registry`")
         return user, password
     if entry.get("username") and entry.get("password"):
         return entry["username"], entry["password"]
