@@ -129,3 +129,15 @@ def test_an_auth_value_that_is_not_user_colon_password_is_refused(tmp_path: Path
     with pytest.raises(ShipyardError) as info:
         find_credentials("ghcr.io", {"REGISTRY_AUTH_FILE": str(config), "HOME": str(tmp_path)})
     assert "not base64 'user:password'" in info.value.problem and SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize("helper", [{"credsStore": "desktop"}, {"credHelpers": {"ghcr.io": "ecr-login"}}])
+def test_an_entry_kept_in_a_credential_helper_says_how_to_pass_it(tmp_path: Path, helper: dict[str, object]) -> None:
+    """``docker login`` with a credential helper leaves ``"auths": {"ghcr.io": {}}`` in
+    ~/.docker/config.json; shipyard runs no helper, so the fix is the environment, not a Secret."""
+    path = tmp_path / "home" / ".docker" / "config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"auths": {"ghcr.io": {}}, **helper}))
+    with pytest.raises(ShipyardError) as info:
+        find_credentials("ghcr.io", {"HOME": str(tmp_path / "home")})
+    assert "credential helper" in info.value.problem and "SHIPYARD_REGISTRY_PASSWORD" in info.value.fix

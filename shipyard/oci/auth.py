@@ -46,7 +46,9 @@ def _host_key(key: str) -> str:
     return key.split("/", 1)[0].lower()
 
 
-def _entry_credentials(entry: dict, where: str) -> tuple[str, str]:
+def _entry_credentials(entry: dict, where: str, helper: bool = False) -> tuple[str, str]:
+    """(user, password) of one ``auths`` entry; ``helper``: the file names a credential helper
+    (``credsStore``/``credHelpers``), where ``docker login`` keeps the secret instead."""
     if entry.get("auth"):
         try:
             user, colon, password = base64.b64decode(entry["auth"]).decode().partition(":")
@@ -58,6 +60,9 @@ def _entry_credentials(entry: dict, where: str) -> tuple[str, str]:
         return user, password
     if entry.get("username") and entry.get("password"):
         return entry["username"], entry["password"]
+    if helper:
+        raise ShipyardError(where, "has no auth of its own: docker keeps it in a credential helper, which shipyard "
+                            "does not run", "set SHIPYARD_REGISTRY_USERNAME and SHIPYARD_REGISTRY_PASSWORD")
     raise ShipyardError(where, "has an entry without auth or username/password",
                         "recreate the secret with `kubectl create secret docker-registry`")
 
@@ -89,5 +94,6 @@ def find_credentials(registry: str, env: dict[str, str] | None = None) -> tuple[
                                 "mount a kubernetes.io/dockerconfigjson secret or fix the file")
         for key, entry in auths.items():
             if isinstance(entry, dict) and _host_key(key) in wanted:
-                return _entry_credentials(entry, f"{path} [{key}]")
+                helper = bool(config.get("credsStore") or config.get("credHelpers"))
+                return _entry_credentials(entry, f"{path} [{key}]", helper)
     return None
