@@ -77,6 +77,7 @@ def render(slo: dict[str, Any] | None = None, knee: dict[str, Any] | None = KNEE
     (1.5, "1.5"),
     (12345678901.5, "1.23456789e+10"),   # ten significant digits at most
     (1e20, "1e+20"),
+    (1.5e-12, "1.5e-12"),                # once rounded to ten decimal places: "0", an alert on "> 0"
 ])
 def test_a_number_is_written_into_promql_without_float_noise(value: float, text: str) -> None:
     assert number(value) == text
