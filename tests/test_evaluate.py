@@ -262,6 +262,23 @@ def test_task_folders_are_checked_as_lm_eval_reads_them(tmp_path: Path) -> None:
     assert results[4] == ["my_f"]
 
 
+def test_a_function_lm_eval_can_import_is_not_refused(tmp_path: Path) -> None:
+    """lm-eval reads ``!function pkg.mod.fn`` as ``pkg/mod.py`` beside the YAML, else imports
+    ``pkg.mod`` (an installed module); a check that looked only for ``pkg.mod.py`` refused both, and
+    took any string starting with the folder's path (an absolute data file) for a function."""
+    dotted = _folder(tmp_path / "dotted", {"d.yaml": "task: my_d\nprocess_docs: !function helpers.text.pick\n",
+                                           "helpers/text.py": "def pick(docs):\n    return docs\n"})
+    installed = _folder(tmp_path / "installed", {"i.yaml": "task: my_i\nprocess_docs: !function json.loads\n"})
+    absent = _folder(tmp_path / "absent", {"x.yaml": "task: my_x\nprocess_docs: !function nowhere.at_all.fn\n"})
+    # a plain path beside the YAML is no function reference, nor is one in a comment
+    plain = _folder(tmp_path / "plain", {"p.yaml": f"task: my_p\ndataset_kwargs:\n  data_files: {tmp_path}/plain/"
+                                                   "data.jsonl\n# was: !function gone.fn\n"})
+    assert _check_task_folders(dotted, installed, plain, absent) == [
+        ["my_d"], ["my_i"], ["my_p"],
+        "eval_config.task_dir: x.yaml references nowhere.at_all.fn but nowhere/at_all.py is missing "
+        "(fix: add nowhere/at_all.py next to x.yaml)"]
+
+
 def test_model_folder_without_config_is_refused(tmp_path: Path, eval_cache: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ShipyardError, match=r"^model: .*has no config.json"):
