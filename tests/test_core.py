@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from shipyard.core.env import env_bool, env_float, env_int, env_str, hub_offline
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok, process_alive, wait_ready
 from shipyard.core.retry import Retry
+from shipyard.core.yamldocs import documents, dump_documents
 from shipyard.oci.client import RegistryClient
 from shipyard.tracking.tracker import Tracker
 
@@ -258,3 +260,46 @@ def test_a_user_text_file_is_a_regular_file_of_bounded_size_or_standard_input(tm
     assert load_mapping_file("-", "--params-file") == {"seed": 3}
     with pytest.raises(ShipyardError, match="is a folder"):
         load_mapping_file(tmp_path, "--params-file")
+
+
+#: two documents as ``kfp compile`` and ``kubectl`` write them, with the empty ones a ``---`` leaves
+MULTI_DOC = """\
+# a comment before the first document
+---
+pipelineInfo: {name: shipyard-compress}
+root:
+  dag:
+    tasks:
+      zeta: {cachingOptions: {}, taskInfo: {name: zeta}}
+      alpha: {taskInfo: {name: "caf\u00e9 \u2713"}}
+  inputDefinitions: {parameters: {slo_ttft_ms: {defaultValue: 1.5e3}, created: {defaultValue: '2024-01-01'}}}
+---
+---
+# only a comment
+---
+platforms: {kubernetes: {deploymentSpec: {executors: {exec-a: {nodeSelector: {labels: {gpu: 'true'}}}}}}}
+...
+"""
+
+
+def test_yaml_documents_reads_as_safe_load_all_without_the_empty_ones() -> None:
+    docs = documents(MULTI_DOC)
+    assert docs == [d for d in yaml.safe_load_all(MULTI_DOC) if d] and len(docs) == 2
+    assert docs[0]["root"]["inputDefinitions"]["parameters"]["created"]["defaultValue"] == "2024-01-01"
+    assert docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-a"]["nodeSelector"] == {
+        "labels": {"gpu": "true"}}
+    assert documents("") == [] and documents("---\n---\n") == []
+
+
+def test_yaml_dump_documents_round_trips_keeping_key_order() -> None:
+    docs = documents(MULTI_DOC)
+    text = dump_documents(docs)
+    assert documents(text) == docs and text.count("\n---") == 1  # two documents, one separator
+    assert list(documents(text)[0]["root"]["dag"]["tasks"]) == ["zeta", "alpha"]  # not sorted
+    assert "'2024-01-01'" in text and "'true'" in text  # strings that look like a date or a bool stay strings
+
+
+def test_yaml_documents_refuses_python_tags() -> None:
+    """Safe loading: a compiled pipeline or a manifest cannot construct Python objects."""
+    with pytest.raises(yaml.YAMLError):
+        documents("a: !!python/object/apply:os.system ['true']\n")

@@ -4,16 +4,20 @@ vLLM in the vllm runtime), the results layout, the base-result cache and bad inp
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from shipyard.core.errors import ShipyardError
+from shipyard.evaluation import tasks as TASKS
 from shipyard.evaluation.config import SUITE_DIR, parse_eval_config
 from shipyard.evaluation.lmeval import evaluate_model
 from shipyard.gates.accuracy import run_gate
-from shipyard.runtimes.runtime import run_in_runtime
+from shipyard.runtimes.runtime import run_in_runtime, venv_python
 
 SUITE_TASKS = ["shipyard_arithmetic_gen", "shipyard_arithmetic_mc", "shipyard_capitals_gen", "shipyard_capitals_mc",
                "shipyard_opposites_gen", "shipyard_opposites_mc", "shipyard_prose_ppl"]
@@ -201,6 +205,78 @@ def test_invalid_task_yaml_is_one_line(tiny_model: Path, eval_cache: Path, tmp_p
     (tasks / "broken.yaml").write_text("task: broken\ncustom_dataset: !function helpers.load\n")
     with pytest.raises(ShipyardError, match="references helpers.load but helpers.py is missing"):
         evaluate(tiny_model, {"tasks": ["broken"], "limit": 2, "task_dir": str(tasks)}, tmp_path / "out")
+
+
+def _check_task_folders(*folders: Path | None) -> list[list[str] | str]:
+    """``check_task_folder`` on each folder (None: the offline suite) in one compress-runtime
+    interpreter (lm-eval's YAML loader): its task names, or its one-line error."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        from pathlib import Path
+        from shipyard.core.errors import ShipyardError
+        from shipyard.evaluation.config import SUITE_DIR
+        from {TASKS.__name__} import check_task_folder
+        out = []
+        for arg in sys.argv[1:]:
+            try:
+                out.append(check_task_folder(SUITE_DIR if arg == "suite" else Path(arg)))
+            except ShipyardError as err:
+                out.append(str(err))
+        print(json.dumps(out))
+    """)
+    args = ["suite" if f is None else str(f) for f in folders]
+    repo = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([str(venv_python("compress")), "-c", script, *args], capture_output=True, text=True,
+                          timeout=120, check=True, env=dict(os.environ, PYTHONPATH=repo))
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _folder(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_task_folders_are_checked_as_lm_eval_reads_them(tmp_path: Path) -> None:
+    """Names of tasks, groups and tags (nested folders, .yml too, __pycache__ skipped); a folder
+    without YAML, a YAML without a task or group, and a ``!function`` whose module is missing, deep
+    in a filter list, are each one line naming the file."""
+    named = _folder(tmp_path / "named", {
+        "a.yaml": "task: my_a\ntag: [my_tag, 7]\n",
+        "sub/b.yml": "group: my_group\ntask: [my_a]\ntag: my_other_tag\n",
+        "sub/__pycache__/junk.yaml": "not: [valid\n"})
+    empty = _folder(tmp_path / "empty", {"README.md": "no tasks here\n"})
+    nameless = _folder(tmp_path / "nameless", {"c.yaml": "dataset_path: json\n"})
+    filt = ("task: my_f\nfilter_list:\n  - name: pick\n    filter:\n      - function: custom\n"
+            "        filter_fn: !function helpers.pick\n")
+    missing = _folder(tmp_path / "missing", {"f.yaml": filt})
+    present = _folder(tmp_path / "present", {"f.yaml": filt, "helpers.py": "def pick(r, d):\n    return r\n"})
+    suite, *results = _check_task_folders(None, named, empty, nameless, missing, present)
+    assert {"shipyard_capitals_mc", "shipyard_prose_ppl", "shipyard_offline"} <= set(suite)
+    assert results[0] == ["my_a", "my_group", "my_other_tag", "my_tag"]
+    assert results[1] == f"eval_config.task_dir: {empty} holds no task YAML (*.yaml) (fix: add lm-eval task YAMLs to the folder)"
+    assert results[2].startswith("eval_config.task_dir: c.yaml names no task or group")
+    assert results[3].startswith("eval_config.task_dir: f.yaml references helpers.pick but helpers.py is missing")
+    assert results[4] == ["my_f"]
+
+
+def test_a_function_lm_eval_can_import_is_not_refused(tmp_path: Path) -> None:
+    """lm-eval reads ``!function pkg.mod.fn`` as ``pkg/mod.py`` beside the YAML, else imports
+    ``pkg.mod`` (an installed module); a check that looked only for ``pkg.mod.py`` refused both, and
+    took any string starting with the folder's path (an absolute data file) for a function."""
+    dotted = _folder(tmp_path / "dotted", {"d.yaml": "task: my_d\nprocess_docs: !function helpers.text.pick\n",
+                                           "helpers/text.py": "def pick(docs):\n    return docs\n"})
+    installed = _folder(tmp_path / "installed", {"i.yaml": "task: my_i\nprocess_docs: !function json.loads\n"})
+    absent = _folder(tmp_path / "absent", {"x.yaml": "task: my_x\nprocess_docs: !function nowhere.at_all.fn\n"})
+    # a plain path beside the YAML is no function reference, nor is one in a comment
+    plain = _folder(tmp_path / "plain", {"p.yaml": f"task: my_p\ndataset_kwargs:\n  data_files: {tmp_path}/plain/"
+                                                   "data.jsonl\n# was: !function gone.fn\n"})
+    assert _check_task_folders(dotted, installed, plain, absent) == [
+        ["my_d"], ["my_i"], ["my_p"],
+        "eval_config.task_dir: x.yaml references nowhere.at_all.fn but nowhere/at_all.py is missing "
+        "(fix: add nowhere/at_all.py next to x.yaml)"]
 
 
 def test_model_folder_without_config_is_refused(tmp_path: Path, eval_cache: Path) -> None:

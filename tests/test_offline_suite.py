@@ -1,16 +1,19 @@
 """The offline suite's data: the committed JSON-lines files are what shipyard.evaluation.suite_data writes,
 and every generated task is well-formed (unique questions, one right answer among distinct options,
-answers spread over the positions). Pure Python: no lm-eval, no model."""
+answers spread over the positions). Pure Python: no lm-eval, no model. The
+suite's own filters (``utils.contains_answer``, ``utils.first_word``) are tested here too."""
 
 from __future__ import annotations
 
 import collections
 import json
+import re
 
 import pytest
 
 from shipyard.evaluation import suite_data as GEN
 from shipyard.evaluation.config import SUITE_DIR
+from shipyard.evaluation.suite import utils as SUITE_UTILS
 
 BUILT = GEN.build()
 
@@ -55,3 +58,34 @@ def test_opposites_never_offer_a_second_right_answer() -> None:
         word = json.loads(json.dumps(r["question"])).split('"')[1]
         wrong = [c for i, c in enumerate(r["choices"]) if i != r["label"]]
         assert not set(wrong) & opposite[word], r
+
+
+def test_every_function_a_suite_yaml_names_is_in_utils() -> None:
+    """lm-eval resolves ``!function utils.<name>`` only when it runs the task: a renamed helper
+    would fail there, on the evaluation step, not here."""
+    named = {name for path in SUITE_DIR.glob("*.yaml")
+             for name in re.findall(r"!function utils\.(\w+)", path.read_text(encoding="utf-8"))}
+    assert named == {"load_jsonl", "contains_answer", "first_word"}
+    assert all(callable(getattr(SUITE_UTILS, name, None)) for name in named)
+
+
+def test_contains_answer_maps_a_generation_holding_the_answer_or_an_alias_to_the_answer() -> None:
+    docs = [{"answer": "Paris"}, {"answer": "Rome", "aliases": ["Roma"]}, {"answer": "Oslo"}, {"answer": 42}]
+    resps = [[" The capital is PARIS.", "Lyon"], ["Roma, of course"], ["Stockholm"], [None]]
+    assert SUITE_UTILS.contains_answer(resps, docs) == [["Paris", "Lyon"], ["Rome"], ["Stockholm"], [""]]
+    with pytest.raises(ValueError):  # one response list per document, never silently cut
+        SUITE_UTILS.contains_answer(resps[:2], docs)
+
+
+@pytest.mark.parametrize(("resp", "want"), [
+    ('Cold", he said', "cold"),     # the first word is the answer, whatever follows
+    ("  12. Chilly", "cold"),      # an alias, after what is not a word
+    ("coldness", "coldness"),      # not the answer: kept, lower-case
+    ("Not cold", "not"),
+    ("don't know", "don't"),
+    ("", ""),
+    (None, ""),
+])
+def test_first_word_scores_the_first_word_generated(resp: object, want: str) -> None:
+    docs = [{"answer": "cold", "aliases": ["chilly"]}]
+    assert SUITE_UTILS.first_word([[resp]], docs) == [[want]]

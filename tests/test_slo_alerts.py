@@ -40,6 +40,7 @@ from shipyard.serving.alerts import (
 )
 from shipyard.serving.gateway_slis import EPP_COMPONENT, READER_KEY, READER_SECRET, SERVER_ERRORS
 from shipyard.serving.kserve.validate import validate_object
+from shipyard.serving.promql import number
 
 PROMTOOL = shutil.which("promtool")
 
@@ -65,6 +66,23 @@ def render(slo: dict[str, Any] | None = None, knee: dict[str, Any] | None = KNEE
     return slo_rule(name="llm", namespace="team", model_name=MODEL, slo=slo or SLO, knee=knee,
                     runbook_url="https://reports.example/llm/candidates.html",
                     labels={"app.kubernetes.io/part-of": "shipyard"}, buckets=buckets)
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0.14400000000000002, "0.144"),      # 14.4 x a 0.01 budget, as the burn-rate alerts compute it
+    (1 - 0.99999, "1e-05"),              # the budget of a 99.999 % objective
+    (0.1 + 0.2, "0.3"),
+    (14.399999999999999, "14.4"),
+    (3.0, "3"),
+    (1.5, "1.5"),
+    (12345678901.5, "1.23456789e+10"),   # ten significant digits at most
+    (1e20, "1e+20"),
+    (1.5e-12, "1.5e-12"),                # once rounded to ten decimal places: "0", an alert on "> 0"
+])
+def test_a_number_is_written_into_promql_without_float_noise(value: float, text: str) -> None:
+    assert number(value) == text
+    assert re.fullmatch(r"-?\d+(\.\d+)?(e[-+]\d+)?", text)  # a PromQL float literal
+    assert abs(float(text) - value) <= 5e-10 * abs(value)
 
 
 def test_vllm_edges_are_the_pinned_vllms() -> None:

@@ -24,6 +24,7 @@ from shipyard.benchmarking.workload import (
     length_edges,
     load_fingerprint,
 )
+from shipyard.benchmarking.workload_chat import block_hashes, read_chat
 from shipyard.benchmarking.workload_config import parse_workload_config
 from shipyard.benchmarking.workload_fidelity import (
     check_fidelity,
@@ -315,6 +316,34 @@ def test_chat_logs_need_the_tokenize_privacy_mode(tmp_path: Path) -> None:
                                                    "timestamp": 0}])
     with pytest.raises(ShipyardError, match="^privacy: chat logs are text and the privacy mode is strict"):
         fingerprint_file(log, "chat", block_size=16)
+
+
+def test_chat_block_hashes_chain_as_vllms_prefix_cache_does() -> None:
+    """A block's hash stands for the block and everything before it: two prompts share leading
+    hashes exactly as long as they share leading blocks; the salt changes every hash."""
+    prompt = list(range(10))
+    hashes = block_hashes(prompt, 4, "s")
+    assert len(hashes) == 3 and hashes == block_hashes(prompt, 4, "s")  # the last block (8, 9) partial
+    assert all(0 <= h < 2**63 for h in hashes) and len(set(hashes)) == 3
+    same_start = block_hashes(prompt[:8] + [99, 98], 4, "s")
+    assert same_start[:2] == hashes[:2] and same_start[2] != hashes[2]
+    # the first token differs: every later block differs too, its own tokens the same or not
+    other_start = block_hashes([1000] + prompt[1:], 4, "s")
+    assert not set(other_start) & set(hashes)
+    assert not set(block_hashes(prompt, 4, "t")) & set(hashes)
+    assert block_hashes(prompt[:4], 4, "s") == hashes[:1] and block_hashes([], 4, "s") == []
+    assert block_hashes([1, 23], 4, "s") != block_hashes([12, 3], 4, "s")  # token boundaries count
+
+
+def test_read_chat_refuses_a_missing_log_or_model_before_starting_the_runtime(tmp_path: Path) -> None:
+    log = _write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "output": "hello",
+                                                   "timestamp": 0}])
+    with pytest.raises(ShipyardError) as err:
+        read_chat(tmp_path / "absent.jsonl", model_dir=str(tmp_path), block_size=16)
+    assert err.value.field == "trace" and "absent.jsonl is not a file" in err.value.problem
+    with pytest.raises(ShipyardError) as err:
+        read_chat(log, model_dir=str(tmp_path), block_size=16, field="workload.trace")
+    assert err.value.field == "model" and "has no config.json" in err.value.problem
 
 
 def test_chat_logs_are_tokenized_and_hashed_without_keeping_text(tmp_path: Path, tiny_model: Path) -> None:

@@ -40,7 +40,7 @@ def check_task_folder(folder: Path) -> list[str]:
         if not any(key in cfg for key in TASK_KEYS):
             raise ShipyardError(field, f"{path.name} names no task or group (no 'task:' or 'group:' key)",
                                 "add 'task: <name>' to the YAML")
-        _check_functions(cfg, path, field)
+        _check_functions(path, field)
         for key in ("task", "group"):
             if isinstance(cfg.get(key), str):
                 names.append(cfg[key])
@@ -49,22 +49,50 @@ def check_task_folder(folder: Path) -> list[str]:
     return sorted(set(names))
 
 
-def _check_functions(cfg: Any, path: Path, field: str) -> None:
-    """Unresolved ``!function mod.fn`` values load as '<dir>/mod.fn': the module file must exist."""
-    if isinstance(cfg, dict):
-        values: list[Any] = list(cfg.values())
-    elif isinstance(cfg, list):
-        values = list(cfg)
-    else:
-        return
-    for value in values:
-        if isinstance(value, str) and value.startswith(str(path.parent) + "/"):
-            module = Path(value.rsplit(".", 1)[0] + ".py")
-            if not module.is_file():
-                raise ShipyardError(field, f"{path.name} references {Path(value).name} but {module.name} is missing",
-                                    f"add {module.name} next to {path.name}")
-        else:
-            _check_functions(value, path, field)
+def _function_refs(path: Path) -> list[str]:
+    """The ``!function mod.fn`` references of a task YAML, from its node graph (not from comments,
+    nor from plain strings that happen to start with the folder's path)."""
+    import yaml
+
+    refs: list[str] = []
+    seen: set[int] = set()
+    stack = [yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode) and node.tag == "!function":
+            refs.append(node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(item for pair in node.value for item in pair)
+    return refs
+
+
+def _importable(module: str) -> bool:
+    """True when ``module`` can be imported here (lm-eval's second place to look for a function)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _check_functions(path: Path, field: str) -> None:
+    """Each ``!function pkg.mod.fn`` must resolve as lm-eval resolves it: ``pkg/mod.py`` beside the
+    YAML, else an importable ``pkg.mod``."""
+    for ref in _function_refs(path):
+        module = ref.rpartition(".")[0]
+        if not module:
+            raise ShipyardError(field, f"{path.name} references !function {ref}, which names no module",
+                                "write !function <module>.<function>, e.g. utils.process_docs")
+        local = module.replace(".", "/") + ".py"
+        if not (path.parent / local).is_file() and not _importable(module):
+            raise ShipyardError(field, f"{path.name} references {ref} but {local} is missing",
+                                f"add {local} next to {path.name}")
 
 
 def task_manager_for(cfg: EvalConfig) -> Any:

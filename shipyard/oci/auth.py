@@ -46,16 +46,23 @@ def _host_key(key: str) -> str:
     return key.split("/", 1)[0].lower()
 
 
-def _entry_credentials(entry: dict, where: str) -> tuple[str, str]:
+def _entry_credentials(entry: dict, where: str, helper: bool = False) -> tuple[str, str]:
+    """(user, password) of one ``auths`` entry; ``helper``: the file names a credential helper
+    (``credsStore``/``credHelpers``), where ``docker login`` keeps the secret instead."""
     if entry.get("auth"):
         try:
-            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-        except Exception:
+            user, colon, password = base64.b64decode(entry["auth"]).decode().partition(":")
+        except Exception:  # not base64 (binascii.Error, TypeError), not UTF-8
+            user = colon = password = ""
+        if not (user and colon and password):  # a token alone once read as a user with no password
             raise ShipyardError(where, "has an 'auth' value that is not base64 'user:password'",
-                                "recreate the secret with `kubectl create secret docker-registry`") from None
+                                "recreate the secret with `kubectl create secret docker-registry`")
         return user, password
     if entry.get("username") and entry.get("password"):
         return entry["username"], entry["password"]
+    if helper:
+        raise ShipyardError(where, "has no auth of its own: docker keeps it in a credential helper, which shipyard "
+                            "does not run", "set SHIPYARD_REGISTRY_USERNAME and SHIPYARD_REGISTRY_PASSWORD")
     raise ShipyardError(where, "has an entry without auth or username/password",
                         "recreate the secret with `kubectl create secret docker-registry`")
 
@@ -80,8 +87,13 @@ def find_credentials(registry: str, env: dict[str, str] | None = None) -> tuple[
         except (OSError, ValueError) as err:
             raise ShipyardError(str(path), f"is not readable docker config JSON ({type(err).__name__})",
                                 "mount a kubernetes.io/dockerconfigjson secret or fix the file") from None
-        auths = config.get("auths", config if "auths" not in config else {})
+        # {"auths": {host: entry}}, or the legacy .dockercfg's {host: entry}
+        auths = config.get("auths", config) if isinstance(config, dict) else None
+        if not isinstance(auths, dict):
+            raise ShipyardError(str(path), 'is not docker config JSON (want {"auths": {"<host>": {"auth": ...}}})',
+                                "mount a kubernetes.io/dockerconfigjson secret or fix the file")
         for key, entry in auths.items():
             if isinstance(entry, dict) and _host_key(key) in wanted:
-                return _entry_credentials(entry, f"{path} [{key}]")
+                helper = bool(config.get("credsStore") or config.get("credHelpers"))
+                return _entry_credentials(entry, f"{path} [{key}]", helper)
     return None

