@@ -1208,24 +1208,41 @@ def test_mutable_tags_need_an_explicit_yes(monkeypatch: pytest.MonkeyPatch) -> N
     assert parse_model_uri(f"oci:///abs/layout@{DIGEST}").location == f"/abs/layout@{DIGEST}"
 
 
-@pytest.mark.parametrize(("argv", "uri"), [
-    (("alias", "show", "tiny"), f"http://{SECRET}@mlflow.example:5000"),
-    (run_local(), f"https://bob:it's{SECRET}@mlflow.example"),
-], ids=["alias-show-token-as-user", "run-local-password-with-quote"])
-def test_a_tracking_uri_from_the_environment_that_carries_credentials_is_one_line(
-        argv: tuple[str, ...], uri: str, tmp_path: Path) -> None:
-    """MLFLOW_TRACKING_URI (the Secret shipyard-mlflow's, or the shell's) with a user name, password or
-    token: the same one-line refusal as ``--param tracking_uri``, naming the variable and MLflow's
-    credential variables, before any network call (it was "Name or service not known" after 5
-    attempts) and before anything is written."""
-    env = {**cli_env(), "MLFLOW_TRACKING_URI": uri}
-    env.pop("KFP_MLFLOW_CONFIG", None)
+#: what the one line must name for each URI variable, beside the variable: the fix (where the credentials go)
+ENV_URI_FIXES = {"MLFLOW_TRACKING_URI": "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD",
+                 "AWS_ENDPOINT_URL_S3": "put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                 "AWS_ENDPOINT_URL": "put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"}
+
+
+@pytest.mark.parametrize(("argv", "name", "uri"), [
+    (("alias", "show", "tiny"), "MLFLOW_TRACKING_URI", f"http://{SECRET}@mlflow.example:5000"),
+    (run_local(), "MLFLOW_TRACKING_URI", f"https://bob:it's{SECRET}@mlflow.example"),
+    (run_local("--param", "model_uri=s3://bucket/model"), "AWS_ENDPOINT_URL_S3", f"http://{AWS_KEY_ID}:{SECRET}@127.0.0.1:9"),
+    (run_local("--param", "calibration_dataset=s3://bucket/calib.jsonl"), "AWS_ENDPOINT_URL_S3",
+     f"{AWS_KEY_ID}:it's{SECRET}@minio.example:9000"),  # a bare host:port (https) with a password with '
+    (run_local("--param", "model_uri=s3://bucket/model"), "AWS_ENDPOINT_URL", f"https://{SECRET}@minio.example"),
+    (deploy("--template", "s3://bucket/llmisvc.yaml"), "AWS_ENDPOINT_URL_S3", f"http://{AWS_KEY_ID}:{SECRET}@127.0.0.1:9"),
+], ids=["alias-show-token-as-user", "run-local-password-with-quote", "run-local-s3-model-key-and-secret",
+        "run-local-s3-calibration-bare-password-with-quote", "run-local-s3-aws-endpoint-url-token-as-user",
+        "deploy-s3-template-key-and-secret"])
+def test_a_uri_from_the_environment_that_carries_credentials_is_one_line(
+        argv: tuple[str, ...], name: str, uri: str, tmp_path: Path) -> None:
+    """MLFLOW_TRACKING_URI (the Secret shipyard-mlflow's, or the shell's) or the S3 endpoint
+    (AWS_ENDPOINT_URL_S3, the Secret shipyard-s3's, or AWS_ENDPOINT_URL) with a user name, password
+    or token: the same one-line refusal as ``--param tracking_uri`` or an s3:// URI with credentials,
+    naming the variable and where the credentials go, before any network call and before anything
+    is written. The tracking URI went to the network ("Name or service not known" after 5
+    attempts); the S3 endpoint ran the pipeline until pin-model failed with minio's "username in
+    endpoint is not allowed" as "cannot reach S3", leaving the work dir and an MLflow run behind."""
+    env = {**cli_env(), name: uri}
+    for other in ("KFP_MLFLOW_CONFIG", *({"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "SHIPYARD_S3_ENDPOINT"} - {name})):
+        env.pop(other, None)
     proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and proc.returncode == 2, proc.stderr
-    assert lines[0].startswith("shipyard: error: MLFLOW_TRACKING_URI: http") and "carries credentials (not shown)" \
-        in lines[0] and "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in lines[0], lines[0]
+    assert lines[0].startswith(f"shipyard: error: {name}: http") and "carries credentials (not shown)" \
+        in lines[0] and ENV_URI_FIXES[name] in lines[0], lines[0]
     for secret in SECRETS:
         assert secret not in proc.stderr + proc.stdout
     assert not any(tmp_path.iterdir()), "the command left files behind"
