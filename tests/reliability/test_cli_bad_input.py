@@ -365,6 +365,20 @@ ROWS: list[Row] = [
         field="deploy_config.probes.readiness.period_seconds"),
     row("deploy-probe-startup-above-int32", *deploy("--params-file", "probe-startup-int32.yaml"),
         field="deploy_config.probes.startup_seconds"),
+    # Kubernetes' own rules for quantities and names: a negative or unbounded quantity written as text, a
+    # ServiceAccount or pull Secret name over 253 characters (the API server refuses them at apply)
+    row("deploy-cpu-limit-negative-text", *deploy("--params-file", "cpu-negative.yaml"),
+        field="deploy_config.resources.limits.cpu: '-4' is not a resource quantity"),
+    row("deploy-memory-request-1e400", *deploy("--params-file", "memory-1e400.yaml"),
+        field="deploy_config.resources.requests.memory: '1e400' is not a resource quantity"),
+    row("run-deploy-config-cpu-negative-text", *run_local("--param", 'deploy_config={"resources": {"requests": '
+                                                          '{"cpu": "-500m"}}}'),
+        field="deploy_config.resources.requests.cpu: '-500m' is not a resource quantity", params=True),
+    row("deploy-service-account-too-long", *deploy("--params-file", "sa-too-long.yaml"),
+        field="deploy_config.service_account"),
+    row("run-deploy-config-pull-secret-too-long", *run_local("--param", 'deploy_config={"image_pull_secrets": '
+                                                             f'["{"a" * 254}"]}}'),
+        field="deploy_config.image_pull_secrets", params=True),
     row("run-tuning-unknown-kv-cache-dtype", *run_local("--param", 'tuning={"space": {"kv_cache_dtype": ["fp3"]}}'),
         field="tuning.space.kv_cache_dtype: 'fp3' is not a valid value", params=True),
     row("check-namespace-uppercase", "check", "-n", "Team-A", field="-n/--namespace: 'Team-A' is not a Kubernetes"),
@@ -1005,6 +1019,9 @@ def _files() -> dict[str, str]:
         "kubeconfig-a-list": "- 1\n- 2\n",
         "probe-period-int32.yaml": "probes: {readiness: {period_seconds: 99999999999}}\n",
         "probe-startup-int32.yaml": "probes: {startup_seconds: 99999999999999, period_seconds: 1}\n",
+        "cpu-negative.yaml": "resources: {limits: {cpu: '-4'}}\n",
+        "memory-1e400.yaml": "resources: {requests: {memory: '1e400'}}\n",
+        "sa-too-long.yaml": f"service_account: {'a' * 254}\n",
         "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
                       "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
                       "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
