@@ -228,6 +228,9 @@ ROWS: list[Row] = [
     row("alias-set-version-text", "alias", "set", "tiny", "production", "x", field="VERSION"),
     row("alias-set-version-zero", "alias", "set", "tiny", "production", "0", field="VERSION"),
     row("alias-set-version-fraction", "alias", "set", "tiny", "production", "1.5", field="VERSION"),
+    # MLflow's registry stores an int32 version: a larger one made a real server fail (500s, retried 35 s, "cannot reach")
+    row("alias-set-version-above-int32", "alias", "set", "tiny", "production", "2147483648", field="VERSION"),
+    row("alias-set-version-26-digits", "alias", "set", "tiny", "production", "9" * 26, field="VERSION"),
     row("alias-set-reserved-version-alias", "alias", "set", "tiny", "v2", "1", field="ALIAS"),
     row("alias-set-latest", "alias", "set", "tiny", "latest", "1", field="ALIAS"),
     row("alias-set-blank-alias", "alias", "set", "tiny", " ", "1", field="ALIAS"),
