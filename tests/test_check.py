@@ -187,26 +187,59 @@ def test_each_planted_fault_is_named_in_one_line(services: dict[str, Any], tmp_p
     assert any(f.startswith("FAIL crd LLMInferenceServiceConfig v1alpha2") for f in failed)
 
 
-def test_a_tracking_uri_with_credentials_in_the_secret_is_one_fail_line(services: dict[str, Any], tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture) -> None:
-    """MLFLOW_TRACKING_URI in shipyard-mlflow with a user name, password or token: every step refuses
-    it (resolve_tracking_uri), so the check says so in the Secret's one FAIL line, naming the key and
-    never the credential; MLflow's checks are skipped, not run with it."""
+#: the Secret URI keys every step refuses with credentials in them: (Secret, key, the URL's scheme and
+#: host, what the fix must name, the checks skipped rather than run with them)
+CREDENTIAL_URI_KEYS = [
+    ("shipyard-mlflow", "MLFLOW_TRACKING_URI", lambda s: f"http://{MLFLOW_HOST}", "MLFLOW_TRACKING_TOKEN",
+     ["SKIP mlflow name", "SKIP mlflow api"]),
+    ("shipyard-s3", "AWS_ENDPOINT_URL_S3", lambda s: s["s3"].endpoint,
+     "put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", ["SKIP s3"]),
+]
+
+
+@pytest.mark.parametrize(("secret_name", "key", "url", "fix", "skipped"), CREDENTIAL_URI_KEYS,
+                         ids=["mlflow-tracking-uri", "s3-endpoint"])
+def test_a_uri_with_credentials_in_a_secret_is_one_fail_line(secret_name: str, key: str, url: Any, fix: str,
+                                                             skipped: list[str], services: dict[str, Any],
+                                                             tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """MLFLOW_TRACKING_URI in shipyard-mlflow, AWS_ENDPOINT_URL_S3 in shipyard-s3, with a user name,
+    password or token: every step refuses it (resolve_tracking_uri, the S3 client's endpoint_setting),
+    so the check says so in the Secret's one FAIL line, naming the key and never the credential; the
+    checks that would use it (MLflow's, S3's) are skipped, not run with it."""
     double, kubeconfig = cluster(services, tmp_path)
     try:
-        secret = double.objects[("secrets", PODS_NS, "shipyard-mlflow")]
-        for userinfo in ("Zx8Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0Xc", "mlflow:pa'ss9xyz"):
-            secret["data"]["MLFLOW_TRACKING_URI"] = base64.b64encode(f"http://{userinfo}@{MLFLOW_HOST}".encode()).decode()
+        secret = double.objects[("secrets", PODS_NS, secret_name)]
+        scheme, _, host = url(services).partition("://")
+        for userinfo in ("Zx8Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0Xc", "mlflow:pa'ss9xyz", "AKIAIOSFODNN7EXAMPLE:s3cr3t9xyz"):
+            secret["data"][key] = base64.b64encode(f"{scheme}://{userinfo}@{host}".encode()).decode()
             code, lines = run_check(kubeconfig, services, services["mlflow"].url, capsys)
             text = "\n".join(lines)
             assert code == 1 and userinfo.partition(":")[2 if ":" in userinfo else 0] not in text, text
             (failed,) = [line for line in lines if line.startswith("FAIL")]
-            assert failed.startswith(f"FAIL secret {PODS_NS}/shipyard-mlflow: key MLFLOW_TRACKING_URI: http://... "
-                                     "carries credentials (not shown)") and "MLFLOW_TRACKING_TOKEN" in failed, text
-            assert [line.split(":")[0] for line in lines if line.startswith("SKIP mlflow")] == \
-                ["SKIP mlflow name", "SKIP mlflow api"], text
+            assert failed.startswith(f"FAIL secret {PODS_NS}/{secret_name}: key {key}: http://... "
+                                     "carries credentials (not shown)") and fix in failed, text
+            assert [line.split(":")[0] for line in lines if line.split(":")[0] in skipped] == skipped, text
     finally:
         double.__exit__(None, None, None)
+
+
+def test_an_s3_endpoint_with_credentials_here_is_one_fail_line_without_a_kubeconfig(
+        services: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """No kubeconfig, S3 from this environment: AWS_ENDPOINT_URL_S3 with the keys in its URL is the
+    s3 check's one FAIL line naming the variable and where the keys go, nothing contacted, the key
+    never shown (it was minio's "username in endpoint is not allowed" with the URL's host)."""
+    _no_kubeconfig(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", services["s3"].endpoint.replace("://", "://AKIAIOSFODNN7EXAMPLE:s3cr3t9xyz@"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", services["s3"].ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", services["s3"].SECRET_KEY)
+    assert main(["check", "--mlflow-url", services["mlflow"].url, "--registry", services["registry"].address,
+                 "--insecure-registry"]) == 1
+    out = capsys.readouterr().out
+    (failed,) = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert failed.startswith("FAIL s3: AWS_ENDPOINT_URL_S3: http://... carries credentials (not shown)"), out
+    assert "put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in failed, out
+    assert "s3cr3t9xyz" not in out and "AKIAIOSFODNN7EXAMPLE" not in out, out
 
 
 def test_the_double_enforces_the_overlays_rbac_for_the_pipeline_identity(services: dict[str, Any],

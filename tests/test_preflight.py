@@ -143,3 +143,32 @@ def test_the_parent_run_shows_empty_parameters_and_the_slo_that_applied(tmp_path
     assert "require=base" in recorded["effective.slo"]
     effective = json.loads(recorded["effective.accuracy_thresholds"])
     assert effective["rule"] == "non-inferiority" and effective["max_loss"] == 0.05 and effective["alpha"] == 0.05
+
+
+@pytest.mark.parametrize("params", [{"model_uri": "s3://bucket/model"},
+                                    {"calibration_dataset": "s3://bucket/calib.jsonl"},
+                                    {"deploy_config": '{"template": "s3://bucket/llmisvc.yaml"}'}],
+                         ids=["model", "calibration", "deploy-template"])
+def test_the_preflight_refuses_an_s3_endpoint_that_carries_credentials(params: dict, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that reads s3:// with AWS_ENDPOINT_URL_S3 (the Secret shipyard-s3's) carrying the keys
+    or a token: one line naming the variable and where the keys go, before the MLflow run is opened
+    and before any step contacts the endpoint (pin-model failed on it with minio's "username in
+    endpoint is not allowed" as "cannot reach S3"); a run that reads no s3:// input is not held up."""
+    from shipyard.steps.preflight import preflight_step
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for name in ("AWS_ENDPOINT_URL", "SHIPYARD_S3_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://AKIAIOSFODNN7EXAMPLE:hunter2pw@127.0.0.1:9")
+    store = f"file://{tmp_path / 'mlruns'}"
+    with pytest.raises(ShipyardError) as err:
+        preflight_step("optimize-and-deploy", {**LOCAL, **params}, tracking_uri=store, experiment="s3",
+                       kfp_run_id="kfp-s3")
+    line = str(err.value)
+    assert line.startswith("AWS_ENDPOINT_URL_S3: http://... carries credentials (not shown)"), line
+    assert "put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in line and "Secret shipyard-s3" in line
+    assert "hunter2pw" not in line and "AKIAIOSFODNN7EXAMPLE" not in line and not (tmp_path / "mlruns").exists()
+    run = preflight_step("optimize-and-deploy", LOCAL, tracking_uri=store, experiment="s3", kfp_run_id="kfp-s3")
+    assert run["parent_run_id"]

@@ -293,6 +293,30 @@ def test_redact_hides_a_scheme_less_userinfo(user: str, password: str, context: 
     assert password not in shown and "***@quay.io/org/m" in shown, shown
 
 
+@FAST
+@given(st.sampled_from(["http://", "https://", ""]), _LEGAL.map(lambda s: "Tk7" + s),
+       st.none() | _LEGAL.map(lambda s: "Zq9" + s), st.sampled_from(["minio:9000", "127.0.0.1:9", "s3.example.com"]),
+       st.sampled_from(["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "SHIPYARD_S3_ENDPOINT"]))
+@example("", "Tk7AKIAKEY", None, "minio:9000", "AWS_ENDPOINT_URL_S3")  # a bare host:port is https: a token as the user
+def test_an_s3_endpoint_with_any_userinfo_is_refused_without_showing_it(
+        scheme: str, user: str, password: str | None, host: str, name: str) -> None:
+    """The S3 endpoint (``AWS_ENDPOINT_URL_S3`` and its alternatives; the Secret shipyard-s3's), with
+    or without a scheme, with every legal userinfo form: one line naming the variable, neither the
+    user name nor the password shown; ``shipyard check``'s Secret line applies the same rule."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.models.s3 import endpoint_setting
+    from shipyard.serving.cluster_check import credentials_in_uri_keys
+
+    value = f"{scheme}{user if password is None else f'{user}:{password}'}@{host}"
+    with pytest.raises(ShipyardError) as err:
+        endpoint_setting({name: value})
+    line = str(err.value)
+    assert line.startswith(f"{name}: http") and "carries credentials (not shown)" in line and "\n" not in line, line
+    assert user not in line and (password is None or password not in line), line
+    found = credentials_in_uri_keys({"AWS_ENDPOINT_URL_S3": value})
+    assert found is not None and user not in found[0] and (password is None or password not in found[0]), found
+
+
 @pytest.mark.parametrize("text", [f"oci://quay.io/org/m@sha256:{'a' * 64}", f"oci://localhost:5000/o/m@sha256:{'b' * 64}",
                                   "quay.io:5000/org/m@sha256:" + "c" * 64, "hf://org/model@main", "http://[::1]:8080/x@y",
                                   "mail bob@example.com", "file:///tmp/mlruns", "http://127.0.0.1:9/v1/models",

@@ -163,3 +163,57 @@ def test_config_from_secret_dir(tmp_path: Path) -> None:
         s3store.load_config({"SHIPYARD_S3_ENDPOINT": "ftp://x"})
     with pytest.raises(ShipyardError, match="lacks accesskey"):
         s3store.load_config({"SHIPYARD_S3_SECRET_DIR": str(tmp_path)})
+
+
+KEY_ID, SECRET_KEY = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMIhunter2pw"
+
+
+@pytest.mark.parametrize(("name", "userinfo", "scheme"), [
+    ("AWS_ENDPOINT_URL_S3", f"{KEY_ID}:{SECRET_KEY}", "http://"),
+    ("AWS_ENDPOINT_URL_S3", f"{KEY_ID}:it's{SECRET_KEY}", "https://"),  # a password with a ' in it
+    ("AWS_ENDPOINT_URL_S3", SECRET_KEY, "http://"),  # a token as the user name, no password
+    ("AWS_ENDPOINT_URL_S3", SECRET_KEY, ""),  # a bare host:port is https: the user name is a token too
+    ("AWS_ENDPOINT_URL", f"{KEY_ID}:{SECRET_KEY}", "http://"),
+    ("SHIPYARD_S3_ENDPOINT", f"{KEY_ID}:p@{SECRET_KEY}", ""),
+], ids=["key-and-secret", "password-with-quote", "token-as-user", "bare-token-as-user", "aws-endpoint-url",
+        "shipyard-endpoint-bare"])
+def test_an_endpoint_that_carries_credentials_is_one_line_and_nothing_is_contacted(
+        name: str, userinfo: str, scheme: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``AWS_ENDPOINT_URL_S3`` (the Secret shipyard-s3's in a cluster) or its alternatives with a key,
+    secret or token in the URL: one line naming the variable and where the keys go, the value never
+    shown and the endpoint never contacted. Before, every S3 client failed on it with minio's
+    "username in endpoint is not allowed" as "cannot reach S3", or a ValueError traceback."""
+    from http.server import BaseHTTPRequestHandler
+
+    from shipyard.testing.loopback import LoopbackServer
+
+    hits: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            hits.append(self.path)
+            self.send_response(500)
+            self.end_headers()
+
+        do_HEAD = do_PUT = do_GET  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    for other in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "SHIPYARD_S3_ENDPOINT", "SHIPYARD_S3_SECRET_DIR"):
+        monkeypatch.delenv(other, raising=False)
+    with LoopbackServer(Handler) as server:
+        monkeypatch.setenv(name, f"{scheme}{userinfo}@{server.address}")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
+        calls = [lambda: s3store.download_prefix("s3://models/m", tmp_path / "out"), lambda: s3store.load_config()]
+        for call in calls:
+            with pytest.raises(ShipyardError) as err:
+                call()
+            line = str(err.value)
+            assert line.startswith(f"{name}: http") and "carries credentials (not shown)" in line, line
+            assert "put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in line and "\n" not in line, line
+            assert SECRET_KEY not in line and KEY_ID not in line, line
+    assert not hits and not (tmp_path / "out").exists()
+    monkeypatch.setenv(name, "http://127.0.0.1:9000")
+    assert s3store.endpoint_setting() == (name, "http://127.0.0.1:9000")

@@ -46,8 +46,9 @@ def download_s3(source: str, dest: Path, field: str) -> list[Path]:
     from shipyard.models.s3 import client, load_config
 
     target = dest / Path(key).name
+    config = load_config()  # its own one line (a missing key, an endpoint with credentials), not "cannot read"
     try:
-        mc = client(load_config())
+        mc = client(config)
         stat = mc.stat_object(bucket, key)
         mc.fget_object(bucket, key, str(target))
     except Exception as err:  # minio S3Error, urllib3 errors: one line naming the object

@@ -50,6 +50,11 @@ def check_number(value: Any, field: str, kind: type = float, *, minimum: float |
     return value
 
 
+def _shown_bound(bound: float | None, kind: type) -> str:
+    """A bound as an error line writes it: whole for an ``int`` parameter (2147483647, not 2.14748e+09)."""
+    return f"{int(bound)}" if kind is int and bound is not None and math.isfinite(bound) else f"{bound:g}"
+
+
 def number(kind: type, *, minimum: float | None = None, exclusive: bool = False,
            maximum: float | None = None, example: str = "") -> Callable[[str], float | int]:
     """A parser for a finite ``int`` or ``float`` in ``[minimum, maximum]`` (``(minimum, ...`` when
@@ -65,8 +70,9 @@ def number(kind: type, *, minimum: float | None = None, exclusive: bool = False,
         if isinstance(value, float) and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number{fix}")
         if number_problem(value, kind, minimum=minimum, exclusive=exclusive, maximum=maximum):
-            bound = ">" if exclusive else ">="
-            rng = f"{bound} {minimum:g}" if maximum is None else f"in {'(' if exclusive else '['}{minimum:g}, {maximum:g}]"
+            bound, low = (">" if exclusive else ">="), _shown_bound(minimum, kind)
+            rng = f"{bound} {low}" if maximum is None else \
+                f"in {'(' if exclusive else '['}{low}, {_shown_bound(maximum, kind)}]"
             raise argparse.ArgumentTypeError(f"{text} must be {rng}{fix}")
         return value
 

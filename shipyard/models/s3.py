@@ -7,7 +7,10 @@ SDKs name them), first match wins; a local run needs none of it unless it uses `
 * ``AWS_ENDPOINT_URL_S3`` (or ``AWS_ENDPOINT_URL``, or ``SHIPYARD_S3_ENDPOINT``):
   ``http://host:port`` or ``https://host:port`` (a bare ``host:port`` means HTTPS). Outside a
   cluster it defaults to ``https://s3.amazonaws.com``; in a pipeline step in a cluster a missing
-  endpoint or key is an error naming the Secret and key, never a silent default.
+  endpoint or key is an error naming the Secret and key, never a silent default. An endpoint that
+  carries credentials (``http://KEY:SECRET@minio:9000``, a token as the user name) is refused as
+  one line naming the variable, before anything is contacted and never shown
+  (:func:`endpoint_setting`).
 * ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (or ``SHIPYARD_S3_ACCESS_KEY`` /
   ``SHIPYARD_S3_SECRET_KEY``), or a mounted Kubernetes secret folder
   ``SHIPYARD_S3_SECRET_DIR`` holding files ``accesskey`` and ``secretkey`` (the keys of KFP's
@@ -27,15 +30,21 @@ from __future__ import annotations
 import hashlib
 import os
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shipyard.core import contract
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.files import atomic_dir, sha256_file
 
 ENV_ENDPOINT = "AWS_ENDPOINT_URL_S3"
+#: the variables the endpoint is read from, the first one set wins
+ENDPOINT_VARS = (ENV_ENDPOINT, "AWS_ENDPOINT_URL", "SHIPYARD_S3_ENDPOINT")
+#: the fix for an endpoint that carries a key, a secret or a token
+ENDPOINT_CREDENTIALS_FIX = ("drop them from the URL and put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                            "(in a cluster: those keys of the Secret shipyard-s3)")
 CHUNK = 1 << 20
 SHA256_META = "sha256"
 
@@ -61,11 +70,34 @@ def _read_secret_file(folder: Path, *names: str) -> str | None:
     return None
 
 
+def endpoint_setting(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """``(variable, value)`` of the S3 endpoint in ``env`` (default: this process's environment):
+    the first of :data:`ENDPOINT_VARS` set, ``("", "")`` when none is. The one check of an endpoint
+    that carries credentials: refused as one line naming the variable and
+    :data:`ENDPOINT_CREDENTIALS_FIX`, the value never shown (the pre-flight, every S3 client and
+    ``shipyard check`` come through here)."""
+    env = os.environ if env is None else env
+    for name in ENDPOINT_VARS:
+        value = (env.get(name) or "").strip()
+        if value:
+            refuse_endpoint_credentials(value, name)
+            return name, value
+    return "", ""
+
+
+def refuse_endpoint_credentials(value: str, field: str) -> None:
+    """An S3 endpoint ``value`` that carries credentials, refused as one line naming ``field``
+    (:func:`shipyard.core.errors.refuse_credentials` with :data:`ENDPOINT_CREDENTIALS_FIX`), read as
+    :func:`load_config` reads it: a bare ``host[:port]`` is https, so a user name there is a token too."""
+    text = value.strip()
+    refuse_credentials(text if "://" in text or not text else f"https://{text}", field, ENDPOINT_CREDENTIALS_FIX)
+
+
 def load_config(env: dict[str, str] | None = None) -> S3Config:
     """Read the S3 configuration from the environment (see the module docstring)."""
     env = dict(os.environ if env is None else env)
     cluster = contract.in_cluster(env)
-    raw = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or env.get("SHIPYARD_S3_ENDPOINT") or "").strip()
+    raw = endpoint_setting(env)[1]
     if not raw and cluster:
         raise contract.missing(ENV_ENDPOINT, "s3:// needs the object store's endpoint", env, contract.S3_SECRET)
     raw = raw or "https://s3.amazonaws.com"

@@ -10,12 +10,15 @@ the deploy step. This module says, for each parameter that can carry a URI, whic
 * :func:`needed_secrets` gives, for one run's values, each step's Secrets and the parameters
   that need them;
 * :func:`check_input_secrets` (the pre-flight) fails in one line, naming the parameter, the step
-  and the cluster config's entry to change, when this run needs a Secret a step is not given.
+  and the cluster config's entry to change, when this run needs a Secret a step is not given;
+* :func:`check_s3_endpoint` (``run --local`` before anything is written, and the pre-flight) refuses
+  an S3 endpoint in the environment that carries credentials when this run reads an ``s3://`` input.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -140,6 +143,18 @@ def check_input_secrets(params: Mapping[str, Any], given: Mapping[str, Iterable[
                 f"{', after the GPU work' if step == 'deploy' else ''})",
                 f"add {step} to secrets.{secret}.steps in the cluster config and compile again (the Secret itself "
                 "is fine where it is); or give the value another way than s3://")
+
+
+def check_s3_endpoint(params: Mapping[str, Any], env: Mapping[str, str] | None = None) -> None:
+    """When this run reads an ``s3://`` input, the S3 endpoint the steps will use (``AWS_ENDPOINT_URL_S3``
+    and its alternatives in ``env``, default this environment; in a cluster the Secret shipyard-s3's,
+    where the step is given it) is refused up front when it carries credentials: one line naming the
+    variable, the value never shown, nothing contacted (:func:`shipyard.models.s3.endpoint_setting`,
+    the check every S3 client makes)."""
+    if any(S3_SECRET in secrets for secrets in needed_secrets(params).values()):
+        from shipyard.models.s3 import endpoint_setting
+
+        endpoint_setting(os.environ if env is None else env)
 
 
 def parse_step_secrets(raw: str) -> dict[str, list[str]] | None:

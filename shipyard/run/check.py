@@ -436,8 +436,11 @@ class _Cluster:
         if not self.outside["check_s3"]:
             return []
         found = self.secret(self.pods_ns, "shipyard-s3")
-        env = {k: base64.b64decode(v).decode() for k, v in ((found or {}).get("data") or {}).items()}
-        return [cc.s3_check(env) if found else Check("s3", cc.SKIP, "no Secret shipyard-s3 to read an endpoint from")]
+        if not found:
+            return [Check("s3", cc.SKIP, "no Secret shipyard-s3 to read an endpoint from")]
+        env = {k: base64.b64decode(v).decode(errors="replace") for k, v in (found.get("data") or {}).items()}
+        skip = cc.credentialed_uri_skip("s3", env.get("AWS_ENDPOINT_URL_S3", ""), self.pods_ns, "AWS_ENDPOINT_URL_S3")
+        return [skip or cc.s3_check(env)]
 
     def nodes(self, selector: dict[str, Any] | None = None) -> list[dict[str, Any]] | None:
         """The nodes (with a label selector), None when they cannot be listed."""

@@ -35,6 +35,7 @@ from shipyard.core.files import atomic_write_text, package_dir
 from shipyard.core.interrupts import shielded, signal_name
 from shipyard.core.processes import interrupt_children
 from shipyard.gates.candidate import verdict
+from shipyard.params.input_secrets import check_s3_endpoint
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.run.console import (
     KFP_LOG,
@@ -371,6 +372,7 @@ def run_local(
     params = resolve_params(pipeline, params_file, overrides or [])  # pre-flight, before anything is built
     pipeline_func = get_pipeline(pipeline)
     work = Path(work_dir).resolve()
+    check_s3_endpoint(params)  # no credentials in the S3 endpoint the steps would use
     check_tracking_uri(str(params.get("tracking_uri") or ""), work)  # MLflow answers, before anything is written
     root = work / "pipeline-root"
     root.mkdir(parents=True, exist_ok=True)

@@ -252,19 +252,27 @@ def secret_checks(read_secret: Callable[[str, str], dict[str, Any] | None], name
     return checks
 
 
-#: Secret keys whose value is a URI the steps refuse when it carries credentials (resolve_tracking_uri)
-URI_KEYS = ("MLFLOW_TRACKING_URI",)
+def uri_keys() -> dict[str, tuple[str, Callable[[str, str], None]]]:
+    """Secret key -> (the contract Secret that holds it, the steps' own refusal ``(value, field)``) for
+    the URI keys every step refuses when they carry credentials: MLflow's tracking URI
+    (:func:`shipyard.tracking.tracker.resolve_tracking_uri`) and the S3 endpoint
+    (:func:`shipyard.models.s3.refuse_endpoint_credentials`)."""
+    from shipyard.core.errors import refuse_credentials
+    from shipyard.models.s3 import ENV_ENDPOINT, refuse_endpoint_credentials
+    from shipyard.tracking.tracker import TRACKING_CREDENTIALS_FIX
+
+    def tracking(value: str, field: str) -> None:
+        refuse_credentials(value, field, TRACKING_CREDENTIALS_FIX)
+
+    return {"MLFLOW_TRACKING_URI": ("shipyard-mlflow", tracking), ENV_ENDPOINT: ("shipyard-s3", refuse_endpoint_credentials)}
 
 
 def credentials_in_uri_keys(data: dict[str, str]) -> tuple[str, str] | None:
-    """The problem and the fix when a Secret's URI key (:data:`URI_KEYS`) carries a user name,
+    """The problem and the fix when a Secret's URI key (:func:`uri_keys`) carries a user name,
     password or token: every step refuses it, and the line names the key, never the value."""
-    from shipyard.core.errors import refuse_credentials
-    from shipyard.tracking.tracker import TRACKING_CREDENTIALS_FIX
-
-    for key in URI_KEYS:
+    for key, (_, refuse) in uri_keys().items():
         try:
-            refuse_credentials(data.get(key, ""), f"key {key}", TRACKING_CREDENTIALS_FIX)
+            refuse(data.get(key, ""), f"key {key}")
         except ShipyardError as err:
             return f"{err.field}: {err.problem}; every step refuses it", err.fix
     return None
@@ -322,13 +330,13 @@ def tracking_uri_of(read_secret: Callable[[str, str], dict[str, Any] | None], la
     return base64.b64decode(raw).decode() if raw else layout["tracking_uri"]
 
 
-def credentialed_uri_skip(name: str, uri: str, pods_ns: str) -> Check | None:
-    """The ``name`` line of an MLflow check that does not run because the Secret's tracking URI
-    carries credentials (the Secret's own line is the FAIL, :func:`credentials_in_uri_keys`); None
-    when it carries none."""
-    if credentials_in_uri_keys({"MLFLOW_TRACKING_URI": uri}) is None:
+def credentialed_uri_skip(name: str, uri: str, pods_ns: str, key: str = "MLFLOW_TRACKING_URI") -> Check | None:
+    """The ``name`` line of a check that does not run because its Secret's URI ``key`` (MLflow's
+    tracking URI, the S3 endpoint: :func:`uri_keys`) carries credentials (the Secret's own line is the
+    FAIL, :func:`credentials_in_uri_keys`), so nothing is contacted with them; None when it carries none."""
+    if credentials_in_uri_keys({key: uri}) is None:
         return None
-    return Check(name, SKIP, f"not checked: MLFLOW_TRACKING_URI of Secret {pods_ns}/shipyard-mlflow carries "
+    return Check(name, SKIP, f"not checked: {key} of Secret {pods_ns}/{uri_keys()[key][0]} carries "
                  "credentials (see that Secret's line)")
 
 
@@ -638,8 +646,8 @@ def s3_check(env: dict[str, str], bucket: str = "mlflow-artifacts") -> Check:
     try:
         config = s3store.load_config(env)
         found = s3store.client(config).bucket_exists(bucket)
-    except ShipyardError as err:
-        return Check("s3", FAIL, str(err), "fix the keys of shipyard-s3")
+    except ShipyardError as err:  # an endpoint with credentials among them: one line, nothing contacted
+        return Check("s3", FAIL, f"{err.field}: {err.problem}", err.fix or "fix the keys of shipyard-s3")
     except Exception as err:  # noqa: BLE001 - network, credentials: one line
         return Check("s3", FAIL, f"{env['AWS_ENDPOINT_URL_S3']}: {type(err).__name__}: {err}".splitlines()[0],
                      "check the endpoint and the keys in shipyard-s3")

@@ -49,15 +49,17 @@ def _input_secrets(typed: dict[str, Any]) -> None:
     """In a cluster, every step that reads one of this run's s3:// inputs (an s3:// deploy template,
     model, adapters, calibration data) was compiled with Secret shipyard-s3 (``SHIPYARD_STEP_SECRETS``,
     set by ``shipyard compile``): otherwise one line naming the parameter and the cluster config's
-    entry, before any GPU work (the deploy step would fail after it)."""
+    entry, before any GPU work (the deploy step would fail after it). An S3 endpoint in this
+    environment that carries credentials is refused when the run reads s3:// (``check_s3_endpoint``)."""
     import os
 
     from shipyard.core.contract import ENV_CONTRACT, ENV_STEP_SECRETS
-    from shipyard.params.input_secrets import check_input_secrets, parse_step_secrets
+    from shipyard.params.input_secrets import check_input_secrets, check_s3_endpoint, parse_step_secrets
 
     given = parse_step_secrets(os.environ.get(ENV_STEP_SECRETS, "")) if os.environ.get(ENV_CONTRACT) else None
     if given is not None:
         check_input_secrets(typed, given)
+    check_s3_endpoint(typed)
 
 
 def _cluster_checks(tracking_uri: str, typed: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.tracking import model_registry as registry
@@ -230,14 +230,27 @@ def promote_alias(tracking_uri: str, model_name: str, version: str) -> dict[str,
     return registry.promote(Tracker(tracking_uri), model_name, version)
 
 
+def answering_tracker(tracking_uri: str) -> Tracker:
+    """The tracker of a command a person waits on (``shipyard alias``): an MLflow server that does not
+    answer one probe of ``/health`` within 3 s (a dead or silent host) is one line at once, exit 3, and
+    each call is tried twice; a step's tracker retries 5 times with backoff (40 s against a dead host),
+    because a pipeline rides out an MLflow restart."""
+    tracker = Tracker(tracking_uri, attempts=2, backoff_s=0.5)
+    down = tracker.probe()
+    if down:
+        raise UnreachableError("tracking_uri", f"the MLflow server {tracker.uri} does not answer ({down})",
+                               "start the MLflow server, or pass a reachable --tracking-uri (or MLFLOW_TRACKING_URI)")
+    return tracker
+
+
 def rollback_alias(tracking_uri: str, model_name: str, reason: str = "") -> dict[str, str]:
     """Move ``production`` back to the version before it."""
-    return registry.rollback(Tracker(tracking_uri), model_name, reason)
+    return registry.rollback(answering_tracker(tracking_uri), model_name, reason)
 
 
 def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> dict[str, str]:
     """Point any alias at a version; returns all aliases."""
-    tracker = Tracker(tracking_uri)
+    tracker = answering_tracker(tracking_uri)
     registry.set_alias(tracker, model_name, alias, version)
     return registry.aliases(tracker, model_name)
 
@@ -255,7 +268,7 @@ def get_aliases(tracking_uri: str, model_name: str) -> dict[str, str]:
         raise ShipyardError("--tracking-uri", f"there is no MLflow store at {uri}",
                             "pass --tracking-uri (an MLflow server, or a run's <work dir>/mlruns) or set "
                             "MLFLOW_TRACKING_URI")
-    tracker = Tracker(uri)
+    tracker = answering_tracker(uri)
     if not registry.model_exists(tracker, model_name):
         raise ShipyardError("MODEL", f"{tracker.uri} holds no registered model {model_name!r}",
                             "check the name (the pipelines' registered_model_name parameter)")

@@ -228,6 +228,9 @@ ROWS: list[Row] = [
     row("alias-set-version-text", "alias", "set", "tiny", "production", "x", field="VERSION"),
     row("alias-set-version-zero", "alias", "set", "tiny", "production", "0", field="VERSION"),
     row("alias-set-version-fraction", "alias", "set", "tiny", "production", "1.5", field="VERSION"),
+    # MLflow's registry stores an int32 version: a larger one made a real server fail (500s, retried 35 s, "cannot reach")
+    row("alias-set-version-above-int32", "alias", "set", "tiny", "production", "2147483648", field="VERSION"),
+    row("alias-set-version-26-digits", "alias", "set", "tiny", "production", "9" * 26, field="VERSION"),
     row("alias-set-reserved-version-alias", "alias", "set", "tiny", "v2", "1", field="ALIAS"),
     row("alias-set-latest", "alias", "set", "tiny", "latest", "1", field="ALIAS"),
     row("alias-set-blank-alias", "alias", "set", "tiny", " ", "1", field="ALIAS"),
@@ -365,6 +368,20 @@ ROWS: list[Row] = [
         field="deploy_config.probes.readiness.period_seconds"),
     row("deploy-probe-startup-above-int32", *deploy("--params-file", "probe-startup-int32.yaml"),
         field="deploy_config.probes.startup_seconds"),
+    # Kubernetes' own rules for quantities and names: a negative or unbounded quantity written as text, a
+    # ServiceAccount or pull Secret name over 253 characters (the API server refuses them at apply)
+    row("deploy-cpu-limit-negative-text", *deploy("--params-file", "cpu-negative.yaml"),
+        field="deploy_config.resources.limits.cpu: '-4' is not a resource quantity"),
+    row("deploy-memory-request-1e400", *deploy("--params-file", "memory-1e400.yaml"),
+        field="deploy_config.resources.requests.memory: '1e400' is not a resource quantity"),
+    row("run-deploy-config-cpu-negative-text", *run_local("--param", 'deploy_config={"resources": {"requests": '
+                                                          '{"cpu": "-500m"}}}'),
+        field="deploy_config.resources.requests.cpu: '-500m' is not a resource quantity", params=True),
+    row("deploy-service-account-too-long", *deploy("--params-file", "sa-too-long.yaml"),
+        field="deploy_config.service_account"),
+    row("run-deploy-config-pull-secret-too-long", *run_local("--param", 'deploy_config={"image_pull_secrets": '
+                                                             f'["{"a" * 254}"]}}'),
+        field="deploy_config.image_pull_secrets", params=True),
     row("run-tuning-unknown-kv-cache-dtype", *run_local("--param", 'tuning={"space": {"kv_cache_dtype": ["fp3"]}}'),
         field="tuning.space.kv_cache_dtype: 'fp3' is not a valid value", params=True),
     row("check-namespace-uppercase", "check", "-n", "Team-A", field="-n/--namespace: 'Team-A' is not a Kubernetes"),
@@ -1005,6 +1022,9 @@ def _files() -> dict[str, str]:
         "kubeconfig-a-list": "- 1\n- 2\n",
         "probe-period-int32.yaml": "probes: {readiness: {period_seconds: 99999999999}}\n",
         "probe-startup-int32.yaml": "probes: {startup_seconds: 99999999999999, period_seconds: 1}\n",
+        "cpu-negative.yaml": "resources: {limits: {cpu: '-4'}}\n",
+        "memory-1e400.yaml": "resources: {requests: {memory: '1e400'}}\n",
+        "sa-too-long.yaml": f"service_account: {'a' * 254}\n",
         "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
                       "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
                       "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
@@ -1208,24 +1228,41 @@ def test_mutable_tags_need_an_explicit_yes(monkeypatch: pytest.MonkeyPatch) -> N
     assert parse_model_uri(f"oci:///abs/layout@{DIGEST}").location == f"/abs/layout@{DIGEST}"
 
 
-@pytest.mark.parametrize(("argv", "uri"), [
-    (("alias", "show", "tiny"), f"http://{SECRET}@mlflow.example:5000"),
-    (run_local(), f"https://bob:it's{SECRET}@mlflow.example"),
-], ids=["alias-show-token-as-user", "run-local-password-with-quote"])
-def test_a_tracking_uri_from_the_environment_that_carries_credentials_is_one_line(
-        argv: tuple[str, ...], uri: str, tmp_path: Path) -> None:
-    """MLFLOW_TRACKING_URI (the Secret shipyard-mlflow's, or the shell's) with a user name, password or
-    token: the same one-line refusal as ``--param tracking_uri``, naming the variable and MLflow's
-    credential variables, before any network call (it was "Name or service not known" after 5
-    attempts) and before anything is written."""
-    env = {**cli_env(), "MLFLOW_TRACKING_URI": uri}
-    env.pop("KFP_MLFLOW_CONFIG", None)
+#: what the one line must name for each URI variable, beside the variable: the fix (where the credentials go)
+ENV_URI_FIXES = {"MLFLOW_TRACKING_URI": "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD",
+                 "AWS_ENDPOINT_URL_S3": "put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                 "AWS_ENDPOINT_URL": "put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"}
+
+
+@pytest.mark.parametrize(("argv", "name", "uri"), [
+    (("alias", "show", "tiny"), "MLFLOW_TRACKING_URI", f"http://{SECRET}@mlflow.example:5000"),
+    (run_local(), "MLFLOW_TRACKING_URI", f"https://bob:it's{SECRET}@mlflow.example"),
+    (run_local("--param", "model_uri=s3://bucket/model"), "AWS_ENDPOINT_URL_S3", f"http://{AWS_KEY_ID}:{SECRET}@127.0.0.1:9"),
+    (run_local("--param", "calibration_dataset=s3://bucket/calib.jsonl"), "AWS_ENDPOINT_URL_S3",
+     f"{AWS_KEY_ID}:it's{SECRET}@minio.example:9000"),  # a bare host:port (https) with a password with '
+    (run_local("--param", "model_uri=s3://bucket/model"), "AWS_ENDPOINT_URL", f"https://{SECRET}@minio.example"),
+    (deploy("--template", "s3://bucket/llmisvc.yaml"), "AWS_ENDPOINT_URL_S3", f"http://{AWS_KEY_ID}:{SECRET}@127.0.0.1:9"),
+], ids=["alias-show-token-as-user", "run-local-password-with-quote", "run-local-s3-model-key-and-secret",
+        "run-local-s3-calibration-bare-password-with-quote", "run-local-s3-aws-endpoint-url-token-as-user",
+        "deploy-s3-template-key-and-secret"])
+def test_a_uri_from_the_environment_that_carries_credentials_is_one_line(
+        argv: tuple[str, ...], name: str, uri: str, tmp_path: Path) -> None:
+    """MLFLOW_TRACKING_URI (the Secret shipyard-mlflow's, or the shell's) or the S3 endpoint
+    (AWS_ENDPOINT_URL_S3, the Secret shipyard-s3's, or AWS_ENDPOINT_URL) with a user name, password
+    or token: the same one-line refusal as ``--param tracking_uri`` or an s3:// URI with credentials,
+    naming the variable and where the credentials go, before any network call and before anything
+    is written. The tracking URI went to the network ("Name or service not known" after 5
+    attempts); the S3 endpoint ran the pipeline until pin-model failed with minio's "username in
+    endpoint is not allowed" as "cannot reach S3", leaving the work dir and an MLflow run behind."""
+    env = {**cli_env(), name: uri}
+    for other in ("KFP_MLFLOW_CONFIG", *({"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "SHIPYARD_S3_ENDPOINT"} - {name})):
+        env.pop(other, None)
     proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and proc.returncode == 2, proc.stderr
-    assert lines[0].startswith("shipyard: error: MLFLOW_TRACKING_URI: http") and "carries credentials (not shown)" \
-        in lines[0] and "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in lines[0], lines[0]
+    assert lines[0].startswith(f"shipyard: error: {name}: http") and "carries credentials (not shown)" \
+        in lines[0] and ENV_URI_FIXES[name] in lines[0], lines[0]
     for secret in SECRETS:
         assert secret not in proc.stderr + proc.stdout
     assert not any(tmp_path.iterdir()), "the command left files behind"

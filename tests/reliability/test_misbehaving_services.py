@@ -155,6 +155,24 @@ def test_alias_against_a_wrong_service_is_one_line(tmp_path: Path, status: int, 
     assert seconds < 60
 
 
+@pytest.mark.parametrize("argv", [("show", "tiny"), ("set", "tiny", "production", "3"), ("rollback", "tiny")],
+                         ids=["show", "set", "rollback"])
+@pytest.mark.parametrize("host", ["dead", "never-answers"])
+def test_alias_against_an_mlflow_that_does_not_answer_is_exit_3_within_seconds(tmp_path: Path, argv: tuple[str, ...],
+                                                                              host: str) -> None:
+    """A person at a terminal: a tracking server that refuses connections or accepts and never answers
+    is one line naming it within seconds, exit 3, nothing written (alias held 40 s against a dead host:
+    5 attempts with backoff, the policy of a pipeline step riding out an MLflow restart)."""
+    with contextlib.ExitStack() as stack:
+        url = "http://127.0.0.1:9" if host == "dead" else stack.enter_context(_black_hole())
+        proc, seconds = _cli(tmp_path, "alias", *argv, "--tracking-uri", url, capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 3 and line.startswith(f"shipyard: error: tracking_uri: the MLflow server {url} does "
+                                                    "not answer ("), line
+    assert seconds < 15, f"alias {argv[0]} held {seconds:.0f} s"
+    assert not any(tmp_path.iterdir())
+
+
 def _kubeconfig(path: Path, server: str) -> Path:
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",

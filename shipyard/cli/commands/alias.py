@@ -20,8 +20,12 @@ import argparse
 
 from shipyard.cli.output import add_output_option, emit
 from shipyard.core.errors import ShipyardError, refuse_credentials
-from shipyard.core.numbers import positive_int
+from shipyard.core.numbers import number
 from shipyard.params.pipeline import BY_NAME
+
+#: the largest version MLflow's registry stores (its model_versions.version column is an SQL Integer: an int32
+#: in PostgreSQL and MySQL); a larger one made the server fail with 500s, retried for 35 s as 'cannot reach'
+MAX_VERSION = 2**31 - 1
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            description="Point ALIAS at VERSION (moving it if another version holds it).")
     _common(put)
     put.add_argument("alias", metavar="ALIAS", help="an alias such as candidate, production or staging")
-    put.add_argument("version", metavar="VERSION", type=positive_int("3"), help="a version number of MODEL")
+    put.add_argument("version", metavar="VERSION", type=number(int, minimum=1, maximum=MAX_VERSION, example="3"),
+                     help="a version number of MODEL")
     put.set_defaults(func=_set)
 
     back = group.add_parser("rollback", help="move production back to the version before it",

@@ -446,9 +446,11 @@ def parse_quantity(value: Any, field_name: str) -> float:
     if not match:
         raise _fail(field_name, f"{value!r} is not a resource quantity", 'write e.g. "16Gi", "500m" or "2"')
     number, suffix = match.group(1), match.group(2) or ""
-    if suffix[:1] in ("e", "E") and suffix not in QUANTITY_SCALE:
-        return float(number + suffix)
-    return float(number) * QUANTITY_SCALE[suffix]
+    amount = float(number + suffix) if suffix[:1] in ("e", "E") and suffix not in QUANTITY_SCALE \
+        else float(number) * QUANTITY_SCALE[suffix]
+    if not math.isfinite(amount) or amount < 0:  # the API server refuses a negative or unbounded request or limit
+        raise _fail(field_name, f"{value!r} is not a resource quantity", "use a quantity >= 0, e.g. \"16Gi\" or \"500m\"")
+    return amount
 
 
 def _positive(cfg: DeployConfig, name: str, minimum: int = 1) -> None:
@@ -646,12 +648,13 @@ def _check_pod_options(cfg: DeployConfig) -> None:
     check_image(cfg.image)
     if cfg.service_account is not None and (not isinstance(cfg.service_account, str)
                                             or not is_object_name(cfg.service_account)):
-        raise _fail("service_account", f"{shown(cfg.service_account)} is not a ServiceAccount name", "use a DNS-1123 name")
+        raise _fail("service_account", f"{shown(cfg.service_account, 100)} is not a ServiceAccount name",
+                    "use a DNS-1123 name of at most 253 characters")
     if not isinstance(cfg.image_pull_secrets, list) or not all(isinstance(n, str) and is_object_name(n)
                                                                 for n in cfg.image_pull_secrets):
         bad = next((n for n in cfg.image_pull_secrets if not isinstance(n, str) or not is_object_name(n)), None) \
             if isinstance(cfg.image_pull_secrets, list) else cfg.image_pull_secrets
-        raise _fail("image_pull_secrets", f"{shown(bad)} is not a Secret name: must be a list of Secret names",
+        raise _fail("image_pull_secrets", f"{shown(bad, 100)} is not a Secret name: must be a list of Secret names",
                     '["quay-pull"]; a kubernetes.io/dockerconfigjson Secret in the namespace')
     if not isinstance(cfg.resources, dict) or set(cfg.resources) - {"requests", "limits"}:
         bad = sorted(set(cfg.resources) - {"requests", "limits"}) if isinstance(cfg.resources, dict) else ["resources"]
