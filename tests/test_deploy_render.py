@@ -204,6 +204,7 @@ def test_router_references():
         ({"name": "llm\n"}, "deploy_config.name", "DNS-1035"),
         ({"namespace": "serving\n"}, "deploy_config.namespace", "not a valid namespace"),
         ({"base_refs": ["config-llm-template\n"]}, "deploy_config.base_refs", "LLMInferenceServiceConfig names"),
+        ({"model_uri": "hf://org/m", "oci_digest": DIGEST + "\n"}, "deploy_config.oci_digest", "is not a sha256 digest"),
         ({"replicaz": 2}, "deploy_config.replicaz", "not a deploy parameter"),
         ({"vllm_args": {"tensor_parallel_size": 2}}, "deploy_config.vllm_args", "--tensor-parallel-size"),
         ({"gpus": 4}, "deploy_config.gpus", "uses 1"),
