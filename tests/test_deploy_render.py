@@ -204,6 +204,7 @@ def test_router_references():
         ({"name": "llm\n"}, "deploy_config.name", "DNS-1035"),
         ({"namespace": "serving\n"}, "deploy_config.namespace", "not a valid namespace"),
         ({"base_refs": ["config-llm-template\n"]}, "deploy_config.base_refs", "LLMInferenceServiceConfig names"),
+        ({"model_uri": "hf://org/m", "oci_digest": DIGEST + "\n"}, "deploy_config.oci_digest", "is not a sha256 digest"),
         ({"replicaz": 2}, "deploy_config.replicaz", "not a deploy parameter"),
         ({"vllm_args": {"tensor_parallel_size": 2}}, "deploy_config.vllm_args", "--tensor-parallel-size"),
         ({"gpus": 4}, "deploy_config.gpus", "uses 1"),
@@ -211,6 +212,8 @@ def test_router_references():
         ({"scaling": {"mode": "wva", "accelerator_name": "H100 80GB"}}, "deploy_config.scaling.accelerator_name",
          "not a Kubernetes label value"),
         ({"gpu_type": "x" * 64, "scaling": {"mode": "wva"}}, "deploy_config.gpu_type", "not a Kubernetes label value"),
+        ({"scaling": {"mode": "wva", "accelerator_name": "H100\n"}}, "deploy_config.scaling.accelerator_name",
+         "not a Kubernetes label value"),
         ({"scaling": {"mode": "keda", "accelerator_name": "H100"}}, "deploy_config.scaling.accelerator_name",
          "only applies to WVA"),
         ({"planner": {"max_len": 5}}, "deploy_config.planner.max_len", "not a planner option"),
@@ -275,6 +278,23 @@ def test_validator_rejects(spec, path, text):
 def test_validator_rejects_metadata_names(meta, path, text):
     """The API server's name rules (``shipyard.core.k8s_names``): a name is a DNS-1123 subdomain, a
     namespace a DNS-1123 label; a final newline is neither."""
+    doc = _svc()
+    doc["metadata"].update(meta)
+    problems = validate_object(doc)
+    assert any(p.path == path and text in p.message for p in problems), [str(p) for p in problems]
+
+
+@pytest.mark.parametrize(
+    ("meta", "path", "text"),
+    [
+        ({"labels": {"app": "llm\n"}}, "metadata.labels.app", "not a valid label value"),
+        ({"labels": {"app\n": "llm"}}, "metadata.labels.app\n", "not a valid label key"),
+        ({"annotations": {"note\n": "x"}}, "metadata.annotations.note\n", "not a valid annotation key"),
+    ],
+)
+def test_validator_rejects_a_final_newline_in_labels(meta, path, text):
+    """Label keys, label values and annotation keys: ``\\Z``, not ``$`` (which also matches before a final
+    newline, so ``"llm\\n"`` passed)."""
     doc = _svc()
     doc["metadata"].update(meta)
     problems = validate_object(doc)
@@ -790,6 +810,7 @@ def _bad_template(**changes):
         ({"env": {"HF_TOKEN": {"secretKeyRef": {"name": "s", "key": "k"}}}}, "deploy_config.env.HF_TOKEN", "neither a value"),
         ({"env": {"N": ["a"]}}, "deploy_config.env.N", "not text"),
         ({"env": {"1 bad": "x"}}, "deploy_config.env", "not a valid environment variable name"),
+        ({"env": {"VLLM_LOGGING_LEVEL\n": "x"}}, "deploy_config.env", "not a valid environment variable name"),
         ({"secret_env": {"HF_TOKEN": {"secret": "Bad_Name"}}}, "deploy_config.secret_env.HF_TOKEN", "does not name a Secret"),
         ({"secret_env": {"HF_TOKEN": "hf-token\n"}}, "deploy_config.secret_env.HF_TOKEN", "does not name a Secret"),
         ({"secret_env": {"HF_TOKEN": "hf..token"}}, "deploy_config.secret_env.HF_TOKEN", "does not name a Secret"),
@@ -812,18 +833,25 @@ def _bad_template(**changes):
         ({"image": "presets"}, "deploy_config.image", "not a container image reference"),
         ({"image": ""}, "deploy_config.image", "not a container image reference"),
         ({"image": "quay.io/org/vllm:"}, "deploy_config.image", "not a container image reference"),
+        ({"image": "quay.io/org/vllm:0.32.0\n"}, "deploy_config.image", "not a container image reference"),
         ({"image": 5}, "deploy_config.image", "text"),
         ({"image_pull_secrets": "quay"}, "deploy_config.image_pull_secrets", "list of Secret names"),
         ({"image_pull_secrets": ["quay-pull\n"]}, "deploy_config.image_pull_secrets", "list of Secret names"),
         ({"resources": {"requests": {"cpu": "16"}, "limits": {"cpu": "8"}}}, "deploy_config.resources.requests.cpu",
          "above the limit"),
         ({"resources": {"requests": {"memory": "lots"}}}, "deploy_config.resources.requests.memory", "not a resource quantity"),
+        ({"resources": {"requests": {"memory": "64Gi\n"}}}, "deploy_config.resources.requests.memory",
+         "not a resource quantity"),
+        ({"resources": {"requests": {"memory\n": "64Gi"}}}, "deploy_config.resources.requests", "not a resource name"),
         ({"resources": {"limit": {"cpu": "1"}}}, "deploy_config.resources.limit", "not requests or limits"),
         ({"resources": {"limits": {"nvidia.com/gpu": "2"}}}, "deploy_config.resources.limits.nvidia.com/gpu", "use gpus"),
         ({"resources": {"requests": {"cpu": "2"}}, "cpu": "4"}, "deploy_config.resources.cpu", "given twice"),
         ({"extra_resources": {"roce": 1}}, "deploy_config.extra_resources", "not an extended resource"),
+        ({"extra_resources": {"rdma/roce_gdr\n": 1}}, "deploy_config.extra_resources", "not an extended resource"),
         ({"extra_resources": {"rdma/roce_gdr": 0.5}}, "deploy_config.extra_resources.rdma/roce_gdr", "whole count"),
         ({"shm_size": "lots"}, "deploy_config.shm_size", "not a resource quantity"),
+        ({"shm_size": "8Gi\n"}, "deploy_config.shm_size", "not a resource quantity"),
+        ({"kv_cache_offloading": {"cpu": "100Gi\n"}}, "deploy_config.kv_cache_offloading.cpu", "not a resource quantity"),
         ({"shm_size": "10"}, "deploy_config.shm_size", "below 1Mi"),
         ({"prefill": {"vllm_args": {"x": 1}}}, "deploy_config.prefill", "no prefill pool"),
         ({"decode": {"args": {}}}, "deploy_config.decode.args", "not a per-pool option"),
@@ -854,6 +882,8 @@ def _bad_template(**changes):
         ({"lora": {"adapters": [{"name": "a", "uri": "oci://r/a@sha256:" + "0" * 64}]}}, "deploy_config.lora.adapters[0].uri",
          "kserve#6094"),
         ({"lora": {"adapters": [{"name": "a", "uri": "/tmp/a"}]}}, "deploy_config.lora.adapters[0].uri", "not an adapter URI"),
+        ({"lora": {"adapters": [{"name": "sql\n", "uri": "hf://o/a"}]}}, "deploy_config.lora.adapters[0].name",
+         "not an adapter name"),
         ({"lora": {"adapters": [{"name": "a", "uri": "hf://o/a"}, {"name": "a", "uri": "hf://o/b"}]}},
          "deploy_config.lora.adapters[1].name", "listed twice"),
         ({"lora": {"adapters": [{"name": "a", "uri": "hf://o/a", "rank": 8}]}}, "deploy_config.lora.adapters[0]",

@@ -131,6 +131,9 @@ def test_duplicates_are_dropped_and_counted_duplicate_ids_refused(tmp_path: Path
     ([{"name": "s", "form": "qa", "uri": "QA3"}, {"name": "s", "form": "qa", "uri": "QA3"}],
      "eval_sets.s: set 's' is given twice"),
     ([{"name": "Bad Name", "form": "qa", "uri": "QA3"}], "is not a set name"),
+    # a final newline is no name and no digest (\Z, not $, which also matches before a final newline)
+    ([{"name": "s\n", "form": "qa", "uri": "QA3"}], "eval_sets.sets[0].name: 's\\n' is not a set name"),
+    ([{"name": "s", "form": "qa", "uri": "QA3", "sha256": "0" * 64 + "\n"}], "is not a sha256 digest"),
     ({"sets": [], "judge": {"model_uri": "hf://org/judge"}}, "eval_sets.judge.model_uri: an hf:// judge is not pinned"),
     ({"sets": [], "judge": {"model_uri": "oci://quay.io/org/judge:latest"}}, "eval_sets.judge.model_uri:"),
     ("[{", "eval_sets: is not valid JSON"),

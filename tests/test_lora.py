@@ -38,6 +38,8 @@ def test_mapping_and_list_give_the_same_adapters(tmp_path: Path) -> None:
     (f'{{"a": "oci://quay.io/org/a@{DIGEST}"}}', "lora_adapters.a: KServe does not load LoRA adapters from oci:// yet "
      "(kserve#6094)"),
     ('{"a b": "hf://org/x"}', "lora_adapters.a b: 'a b' is not an adapter name"),
+    # a final newline is no name (\Z, not $, which also matches before a final newline)
+    ('[{"name": "sql\\n", "uri": "hf://o/x"}]', "lora_adapters[0]: 'sql\\n' is not an adapter name"),
     ('[{"name": "a", "uri": "hf://o/x"}, {"name": "a", "uri": "hf://o/y"}]', "lora_adapters[1]: adapter 'a' is given twice"),
     ('{"a": "s3://AKIAIOSFODNN7EXAMPLE:hunter2pw@bucket/a"}', "lora_adapters.a: s3://... carries credentials"),
     ('{"a": 3}', "lora_adapters.a: the URI must be a string"),

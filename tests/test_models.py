@@ -36,6 +36,17 @@ def test_pvc_claim_follows_the_kubernetes_object_name_rule(claim: str) -> None:
         parse_model_uri(f"pvc://{claim}/llama")
 
 
+@pytest.mark.parametrize(("uri", "problem"), [
+    ("hf://org/name\n@main", "'org/name\\n' is not a Hugging Face model id"),
+    ("s3://bucket\n/prefix", "'bucket\\n' is not an S3 bucket name"),
+])
+def test_a_final_newline_is_no_location(uri: str, problem: str) -> None:
+    """``\\Z``, not ``$`` (which also matches before a final newline): ``org/name\\n`` is no model id."""
+    with pytest.raises(ShipyardError) as err:
+        parse_model_uri(uri)
+    assert (err.value.field, err.value.problem.split(" (")[0]) == ("model_uri", problem)
+
+
 def test_unknown_scheme_names_the_field_and_the_choices() -> None:
     with pytest.raises(ShipyardError) as err:
         parse_model_uri("ftp://host/model")

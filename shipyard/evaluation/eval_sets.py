@@ -66,8 +66,8 @@ BUILTIN = "builtin://"
 SHIPPED = (("travel-desk-mcq", "mcq", "travel_desk_mcq.jsonl"), ("travel-desk-qa", "qa", "travel_desk_qa.jsonl"),
            ("writing-help-chat", "chat", "writing_help_chat.jsonl"), ("travel-notes-rag", "rag", "travel_notes_rag.jsonl"),
            ("homework-rubric", "rubric", "homework_rubric.jsonl"))
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,47}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,47}\Z")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 _TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}
 _ID = {"type": ["string", "integer"]}

@@ -27,7 +27,7 @@ from shipyard.core.files import tree_digest, tree_files
 FIELD = "lora_adapters"
 ADAPTER_CONFIG = "adapter_config.json"
 #: the same names deploy_config.lora takes (shipyard.serving.kserve.config)
-NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,62}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,62}\Z")
 EXAMPLE = '{"sql": "hf://org/sql-lora"}'
 
 

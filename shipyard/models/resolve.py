@@ -38,8 +38,8 @@ def refuse_credentials(uri: str, field: str = "model_uri") -> None:
     refuse(uri or "", field, URI_CREDENTIALS_FIX)
 
 
-_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?\Z")
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 
 
 def _check_location(scheme: str, location: str, revision: str | None, field: str) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from shipyard.core.errors import ShipyardError
 
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 DOCKER_HUB = "registry-1.docker.io"
 #: set to 1 to accept mutable tags in model URIs (tests, throwaway registries)
 ALLOW_MUTABLE_TAG_ENV = "SHIPYARD_ALLOW_MUTABLE_TAG"

@@ -85,7 +85,7 @@ def _rebuild(pipeline: Any) -> Any:
     return dsl.pipeline(name=pipeline.name, description=pipeline.description)(pipeline.pipeline_func)
 
 
-_IMAGE_REGISTRY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+_IMAGE_REGISTRY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*\Z")
 
 
 def check_image_registry(value: str | None, field: str = "--image-registry") -> None:
@@ -93,7 +93,7 @@ def check_image_registry(value: str | None, field: str = "--image-registry") -> 
     credentials, no tag, lowercase path; else image names would be written that cannot be pulled."""
     if value is None:
         return
-    text = value.strip().rstrip("/")
+    text = value.rstrip("/")  # as retarget_images writes it: unstripped
     if "://" in text:
         raise ShipyardError(field, f"{value!r} has a URL scheme; image names have none"[:200],
                             f"write it as image names start, e.g. {text.split('://', 1)[1] or 'quay.io/org'}")

@@ -706,6 +706,8 @@ ROWS: list[Row] = [
     row("plan-max-position-negative", "plan", "max-pos-negative.json", field="max_position_embeddings"),
     row("compile-image-registry-url", "compile", "--out", "compiled", "--pipeline", "promote",
         "--image-registry", "https://quay.io/org", field="--image-registry"),
+    row("compile-image-registry-final-newline", "compile", "--out", "compiled", "--pipeline", "promote",
+        "--image-registry", "quay.io/org\n", field="--image-registry"),
     row("compile-image-registry-credentials", "compile", "--out", "compiled", "--pipeline", "promote",
         "--image-registry", f"bob:{SECRET}@quay.io/org", field="--image-registry"),
     row("compile-cluster-config-typo", "compile", "--out", "compiled", "--pipeline", "promote", "--cluster-config",

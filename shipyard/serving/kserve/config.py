@@ -33,7 +33,7 @@ PRESET_IMAGE = "preset"
 #: (``deploy_config.image`` also needs a ``/``: a vLLM serving image is never a bare library name)
 IMAGE_RE = re.compile(r"^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
                       r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-                      r"(?:@sha256:[0-9a-f]{64})?$")
+                      r"(?:@sha256:[0-9a-f]{64})?\Z")
 #: the Python module a P/D KV connector imports in the serving vLLM (vLLM raises "NIXL is not
 #: available" at start-up without ``nixl``): the image that serves P/D must have it
 CONNECTOR_MODULES = {"NixlConnector": "nixl", "LMCacheConnectorV1": "lmcache"}
@@ -72,12 +72,14 @@ OBJECTIVE_KEYS = {"name", "priority", "pool"}
 TEMPLATE_KEYS = {"name", "namespace", "model_uri", "template", "served_model_name", "model_name", "allow_mutable_tag",
                  "labels", "annotations", "mlflow_model_name", "mlflow_model_version", "oci_digest", "pipeline_run_id",
                  "planner", "gpu_memory_gib", "objectives", "tuned_vllm_args"}
-QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
+# These patterns end in ``\Z``, not ``$`` (which also matches before a final newline: "8Gi\n" passed and
+# reached the manifest as written); a quantity is checked as written, unstripped, since it is rendered so.
+QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?\Z")
 QUANTITY_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "n": 1e-9, "u": 1e-6,
                   "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
-ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 RESOURCE_NAME_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                              r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+                              r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 ADAPTER_SCHEMES = ("hf", "s3", "pvc")
 
 
@@ -442,7 +444,7 @@ def parse_quantity(value: Any, field_name: str) -> float:
         if not math.isfinite(value) or value < 0:
             raise _fail(field_name, f"{value!r} is not a resource quantity", "use a number >= 0")
         return float(value)
-    match = QUANTITY_RE.match(value.strip())
+    match = QUANTITY_RE.match(value)
     if not match:
         raise _fail(field_name, f"{value!r} is not a resource quantity", 'write e.g. "16Gi", "500m" or "2"')
     number, suffix = match.group(1), match.group(2) or ""
@@ -778,7 +780,7 @@ def _check_lora(lora: dict[str, Any], served: str = "") -> None:
             raise _fail(f"lora.adapters[{i}]", f"{adapter!r} must have exactly name and uri",
                         '{"name": "sql", "uri": "hf://org/sql-lora"}')
         name, uri = adapter["name"], adapter["uri"]
-        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$", name):
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9][-A-Za-z0-9_.]*\Z", name):
             raise _fail(f"lora.adapters[{i}].name", f"{name!r} is not an adapter name", "use letters, digits, '-', '_', '.'")
         if name in names:
             raise _fail(f"lora.adapters[{i}].name", f"{name!r} is listed twice", "give each adapter its own name")
@@ -937,7 +939,7 @@ def _check_scheduler(sched: dict[str, Any]) -> None:
 #: spec.prefill.labels onto the VariantAutoscaling (and HPA / ScaledObject) it creates for WVA, "unknown"
 #: when absent; WVA reads the accelerator from it (llm-d workload-variant-autoscaler).
 WVA_ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
-LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 
 
 def wva_accelerator(cfg: DeployConfig) -> str | None:

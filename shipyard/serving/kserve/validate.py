@@ -47,9 +47,9 @@ from shipyard.core.k8s_names import is_label, is_object_name
 from shipyard.schemas import SCHEMAS_DIR
 
 KUBERNETES_VERSION = "1.33"
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                            r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+                            r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 # Kinds defined by CRDs whose schemas are not vendored in shipyard/schemas; checked structurally only.
 UNSCHEMED_KINDS = {("keda.sh", "ScaledObject"), ("kustomize.config.k8s.io", "Kustomization")}
 
