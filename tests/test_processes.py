@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.core.processes import group_alive, own_session_with_parent_death, signal_group, stop_group
+from shipyard.core.processes import (
+    group_alive,
+    guard_group,
+    own_session_with_parent_death,
+    release_guard,
+    signal_group,
+    stop_group,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,6 +90,56 @@ def test_a_child_dies_with_its_parent() -> None:
         assert _gone(child), "the child outlived its parent"
     finally:
         signal_group(child, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_guard_kills_the_workers_when_their_owner_is_sigkilled(guarded: bool) -> None:
+    """vLLM's EngineCore outlived a SIGKILLed owner: the parent-death signal killed only the API
+    server (the group leader). Unguarded, the workers live on (the gap); guarded, they die too."""
+    owner = textwrap.dedent(f"""
+        import subprocess, time
+        from shipyard.core.processes import guard_group, own_session_with_parent_death
+        server = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"],
+                                  preexec_fn=own_session_with_parent_death)
+        if {guarded}:
+            guard = guard_group(server.pid)  # kept: its pipe closes when the owner dies
+        print(server.pid, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", owner], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.stdout is not None
+    pgid = int(proc.stdout.readline())
+    try:
+        deadline = time.monotonic() + 5
+        while len(_members(pgid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = [pid for pid in _members(pgid) if pid != pgid]
+        assert len(workers) == 2, "the workers did not start"
+        time.sleep(0.3)
+        assert len(_members(pgid)) == 3, "the guard fired while its owner lived"
+        proc.kill()
+        proc.wait(timeout=10)
+        assert _gone(pgid), "the parent-death signal did not reach the leader"
+        if guarded:
+            assert all(_gone(pid) for pid in workers), "a worker outlived its guarded owner"
+        else:
+            time.sleep(0.5)
+            assert _members(pgid), "unguarded workers die anyway: the guard test proves nothing"
+    finally:
+        signal_group(pgid, signal.SIGKILL)
+
+
+def test_a_released_guard_exits_and_leaves_the_group_alone() -> None:
+    proc = _group("sleep 30 & sleep 30 & wait")
+    try:
+        guard = guard_group(proc.pid)
+        release_guard(guard)
+        assert guard.returncode == 0
+        time.sleep(0.2)
+        assert len(_members(proc.pid)) == 3
+    finally:
+        stop_group(proc, grace=1)
 
 
 def test_stop_group_stops_the_leader_and_its_workers() -> None:

@@ -39,7 +39,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.core.numbers import percentile
-from shipyard.core.processes import own_session_with_parent_death, stop_group
+from shipyard.core.processes import guard_group, own_session_with_parent_death, release_guard, stop_group
 from shipyard.core.records import read_record
 from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, scan_metrics
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
@@ -565,6 +565,7 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
         # its own process group: guidellm's worker processes stop with it (stop_group)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_guidellm_env(),
                                 preexec_fn=own_session_with_parent_death)
+        guard = guard_group(proc.pid)  # its workers die with shipyard even when it is SIGKILLed
         deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None:
@@ -578,6 +579,7 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
                 time.sleep(0.5)
         finally:
             stop_group(proc, grace=15)
+            release_guard(guard)
     progress.poll()
     if proc.returncode != 0:
         from shipyard.serving.vllm_server import _log_tail

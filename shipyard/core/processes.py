@@ -5,7 +5,10 @@ started leaves those workers running (guidellm's were found alive 17 minutes aft
 interrupt). So every long-lived child starts in its own session (its process group id is its
 pid, and every worker it forks joins that group) with ``PR_SET_PDEATHSIG`` (SIGKILL when
 shipyard itself dies), and :func:`stop_group` stops the whole group: SIGTERM, a grace period,
-then SIGKILL for whatever is left, leader gone or not.
+then SIGKILL for whatever is left, leader gone or not. The parent-death signal reaches only the
+leader: vLLM's ``VLLM::EngineCore`` (a spawned child of the API server) was found orphaned, 2.7 GB
+each, after the process that owned the server was SIGKILLed. :func:`guard_group` closes that gap: a
+small watcher outside both groups that SIGKILLs the group once its owner is gone.
 """
 
 from __future__ import annotations
@@ -57,6 +60,44 @@ def stop_group(proc: subprocess.Popen[bytes] | None, grace: float = 15.0) -> Non
     signal_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
+
+
+# the watcher of guard_group: reads its stdin until EOF; anything but RELEASED (the owner died
+# without stopping the group) means SIGKILL for the whole group
+_GUARD_CODE = (
+    "import os, signal, sys\n"
+    "if sys.stdin.buffer.read() != b'released':\n"
+    "    try:\n"
+    "        os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+
+
+def guard_group(pgid: int) -> subprocess.Popen[bytes]:
+    """Start a watcher that SIGKILLs process group ``pgid`` when this process dies (even by
+    SIGKILL) before :func:`release_guard`. It reads a pipe only this process writes to, in a session
+    of its own, so killing this process or its group does not take the watcher along."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _GUARD_CODE, str(pgid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def release_guard(guard: subprocess.Popen[bytes] | None) -> None:
+    """Let a :func:`guard_group` watcher exit without killing anything (its group is stopped)."""
+    if guard is None:
+        return
+    if guard.stdin is not None:
+        with contextlib.suppress(OSError):
+            guard.stdin.write(b"released")
+        with contextlib.suppress(OSError):
+            guard.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        guard.wait(timeout=10)
 
 
 def _children_of(pid: int) -> list[int]:

@@ -50,7 +50,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok, port_free, wait_ready
-from shipyard.core.processes import own_session_with_parent_death, stop_group
+from shipyard.core.processes import guard_group, own_session_with_parent_death, release_guard, stop_group
 
 HOST = "127.0.0.1"
 DEFAULT_CPU_KVCACHE_GIB = "1"
@@ -382,6 +382,7 @@ class VLLMServer:
         self.log_path = Path(log_path) if log_path else None
         self.env = dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
+        self._guard: subprocess.Popen[bytes] | None = None
         self.command: list[str] = []
         self.startup_seconds: float | None = None
         self._log_fh: Any = None
@@ -558,6 +559,8 @@ class VLLMServer:
                 env=self.build_env(),
                 preexec_fn=own_session_with_parent_death,
             )
+            # the parent-death signal reaches the API server only, not its EngineCore
+            self._guard = guard_group(self.process.pid)
             self._wait_healthy(started)
             self.startup_seconds = round(time.monotonic() - started, 2)
         except BaseException:
@@ -606,6 +609,8 @@ class VLLMServer:
         # the child called setsid(): its process group id is its pid, and vLLM's engine and
         # worker processes are in that group too, even after the leader has exited
         stop_group(self.process, STOP_GRACE_SECONDS)
+        release_guard(self._guard)
+        self._guard = None
         if self._log_fh is not None:
             self._log_fh.close()
             self._log_fh = None
