@@ -83,7 +83,7 @@ def test_a_child_dies_with_its_parent() -> None:
         child = subprocess.Popen(["sleep", "30"], preexec_fn=own_session_with_parent_death)
         print(child.pid, flush=True)
     """)
-    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=30, check=True,
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=90, check=True,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     child = int(out.stdout.strip())
     try:
@@ -179,13 +179,14 @@ def test_interrupt_children_unwinds_each_child_and_kills_stragglers(tmp_path: Pa
               "except KeyboardInterrupt:\n    pathlib.Path('unwound').write_text('yes')\n")
     deaf = ("import pathlib, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
             "pathlib.Path('deaf.ready').touch()\ntime.sleep(30)\n")
-    elapsed, polite_rc, deaf_rc = _interrupt(tmp_path, {"polite": polite, "deaf": deaf}, grace=1.0)
+    # a grace a loaded 2-core machine meets (at 1 s the polite child was once killed before it unwound)
+    elapsed, polite_rc, deaf_rc = _interrupt(tmp_path, {"polite": polite, "deaf": deaf}, grace=5.0)
     assert (tmp_path / "unwound").read_text() == "yes" and polite_rc == "0"
-    assert deaf_rc == str(-signal.SIGKILL) and 0.9 < float(elapsed) < 3
+    assert deaf_rc == str(-signal.SIGKILL) and 4.9 < float(elapsed) < 15
     # children that all unwind end the wait early (an unreaped child counts as ended)
     (tmp_path / "unwound").unlink()
-    elapsed, polite_rc = _interrupt(tmp_path, {"polite": polite}, grace=10.0)
-    assert (tmp_path / "unwound").read_text() == "yes" and polite_rc == "0" and float(elapsed) < 3
+    elapsed, polite_rc = _interrupt(tmp_path, {"polite": polite}, grace=30.0)
+    assert (tmp_path / "unwound").read_text() == "yes" and polite_rc == "0" and float(elapsed) < 15
 
 
 def _interrupt(cwd: Path, children: dict[str, str], grace: float) -> list[str]:
