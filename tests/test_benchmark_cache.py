@@ -61,7 +61,10 @@ def test_a_cached_base_that_no_longer_holds_is_measured_again_on_the_same_server
     assert check["text"].startswith("re-checked with 8 requests at concurrency 1: output tok/s x"), check
     results = json.loads((tmp_path / "again" / "results.json").read_text())
     assert "cached" not in results and results["recheck"] == check
-    assert [lv["name"] for lv in results["levels"]] == ["concurrent@1"] and results["levels"][0]["successful"] == 8
+    assert [lv["name"] for lv in results["levels"]] == ["concurrent@1"]
+    # all 8 requests sent, none errored; under load guidellm can end the level with its last one in flight
+    level = results["levels"][0]
+    assert level["errored"] == 0 and level["successful"] + level["incomplete"] == 8 and level["successful"] >= 7, level
     assert "Starting vLLM server on" in (tmp_path / "again" / "vllm.log").read_text()  # the shared server's log is kept
     summary = (tmp_path / "summary.md").read_text()
     assert summary.startswith("**Measured again:** a cached result for this base did not hold on this machine")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_sigint
 
 from shipyard.core.processes import (
     group_alive,
@@ -205,6 +206,8 @@ def _interrupt(cwd: Path, children: dict[str, str], grace: float) -> list[str]:
     """)
     for name in children:
         (cwd / f"{name}.ready").unlink(missing_ok=True)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True,
-                         cwd=cwd, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    # Ctrl-C's default action for the chain, even when pytest runs with SIGINT ignored (a background job of
+    # `.ci/test`), which every child would inherit and Python would leave ignored
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90, check=True,
+                         cwd=cwd, env=dict(os.environ, PYTHONPATH=str(REPO)), preexec_fn=default_sigint)
     return out.stdout.split()
