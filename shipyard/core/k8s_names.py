@@ -21,6 +21,7 @@ DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
+
 def is_label(value: str) -> bool:
     """Whether ``value`` is a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters
     (namespaces, and the names shipyard keeps to a label's 63 characters)."""

@@ -43,9 +43,12 @@ def _check(name: str, value: Any, params: Mapping[str, Any]) -> None:
 def check_values(params: Mapping[str, Any]) -> None:
     """The pre-flight checks of typed values, each parameter's as its declaration names them
     (:func:`_check`): recipes, selection, eval/benchmark/deploy configs, thresholds, SLO, names and
-    numbers. :func:`check_params` runs it after typing and the model URI and registry checks."""
-    for name, value in params.items():
-        _check(name, value, params)
+    numbers. :func:`check_params` runs it after typing and the model URI and registry checks. They run in
+    the order the parameters are declared, whatever order they were given in: a problem is named by the
+    parameter it lies in (a bad ``deploy_name`` as itself, before ``deploy_config``'s check renders with it)."""
+    order = {name: i for i, name in enumerate(BY_NAME)}
+    for name in sorted(params, key=lambda n: order.get(n, len(order))):
+        _check(name, params[name], params)
 
 
 def check_parameters(pipeline: str, params: Mapping[str, Any], *, fill_defaults: bool = True) -> dict[str, Any]:

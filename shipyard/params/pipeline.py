@@ -223,8 +223,6 @@ def _check_deploy_config(name: str, value: Any, params: Mapping[str, Any]) -> No
     """The deploy config, by the deploy step's own parser: render parameters, apply, verify and rollout."""
     from shipyard.params.deploy import parse_deploy_config
 
-    if params.get("deploy_name"):  # the name the config renders with: a bad one is deploy_name's to name
-        _check_deploy_name("deploy_name", params["deploy_name"], params)
     parse_deploy_config(value, name=params.get("deploy_name") or "shipyard-llm", model_uri=PLACEHOLDER_OCI)
 
 
