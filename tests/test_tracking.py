@@ -397,3 +397,35 @@ def test_wrapper_lifecycle_keeps_unlogged_payloads_in_the_artifact() -> None:
     nothing = Artifact()
     logged.keep_in(nothing)
     assert logged.run_id and nothing.metadata == {}
+
+
+def test_a_markdown_report_with_a_wide_table_is_also_logged_as_html(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow's Markdown preview cuts a wide table's right-hand columns off (issue 33: the safety and
+    champion gates' reports, the benchmark summary, lm-eval's table): each such report is also
+    logged as its HTML rendering, whose cells wrap; an HTML report the step logs itself is kept as
+    given, and a narrow report gets no copy."""
+    from shipyard.core.report import Check, GateReport
+
+    monkeypatch.setenv("SHIPYARD_WORK_DIR", str(tmp_path))
+    monkeypatch.setenv("SHIPYARD_TRACK_FILE_STORE_AT_END", "0")
+    kfp_run = f"kfp-{uuid.uuid4().hex[:8]}"
+    track.start_tracking("", "wide-reports", "p", kfp_run, "", "")
+    gate = GateReport("Champion/challenger gate", False, "the challenger is slower", checks=[
+        Check("output tok/s", 9.4, 15.9, ">= 0.95 x champion", -0.36, False, "ratio", "serves the benchmarked build: NO")])
+    files = {"champion-gate.md": gate.to_markdown(), "accuracy.md": gate.to_markdown(),
+             "accuracy.html": "<p>the gate's own page</p>", "note.md": "| setting | value |\n|---|---|\n| a | b |\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with StepRun("package-champion", experiment="wide-reports", kfp_run_id=kfp_run) as run:
+        run.log(artifacts={name: str(tmp_path / name) for name in files})
+    assert run.run_id
+    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    logged = {f.path for f in client.list_artifacts(run.run_id)}
+    assert logged == {"champion-gate.md", "champion-gate.html", "accuracy.md", "accuracy.html", "note.md"}
+    page = Path(client.download_artifacts(run.run_id, "champion-gate.html", str(tmp_path / "dl")))
+    text = page.read_text()
+    assert "<table class='wide'>" in text and "data-label='note'>serves the benchmarked build: NO</td>" in text
+    assert "overflow-wrap:anywhere" in text
+    own = Path(client.download_artifacts(run.run_id, "accuracy.html", str(tmp_path / "dl2"))).read_text()
+    assert own == "<p>the gate's own page</p>"

@@ -194,6 +194,13 @@ def _md_blocks(lines: list[str]) -> list[str]:
     return out
 
 
+def has_wide_table(text: str) -> bool:
+    """Whether a Markdown text holds a table of more than :data:`WIDE_COLUMNS` columns: MLflow's
+    Markdown preview boxes such a table and cuts its right-hand columns off, so a step that logs it
+    also logs its :func:`markdown_html` rendering (:mod:`shipyard.tracking.steprun`)."""
+    return any(len(_md_row(line)) > WIDE_COLUMNS for line in text.splitlines() if line.lstrip().startswith("|"))
+
+
 def markdown_html(text: str, title: str = "") -> str:
     """A Markdown report as one self-contained HTML page in the reports' style (:data:`CSS`: it wraps
     and fits a narrow frame such as MLflow's artifact viewer). Reads the subset shipyard's Markdown

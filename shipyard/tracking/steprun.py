@@ -9,7 +9,9 @@
   real start and end time and status.
 
 Artifacts keep their file extensions (``report.md``, ``report.html``) so MLflow previews
-them. Only reports and small JSON files are logged, never model weights.
+them; a Markdown report with a wide table, which MLflow's Markdown preview cuts off, is also
+logged as its HTML rendering (``report.html``, cells wrap). Only reports and small JSON files are
+logged, never model weights.
 
 Tracking never fails the step's own work: when MLflow cannot be reached (or the image has no
 MLflow client) the payload is returned by :meth:`StepRun.payload` so the step can keep it in
@@ -47,6 +49,7 @@ TAG_CANDIDATE = "shipyard.candidate"
 PENDING_KEY = "shipyard.tracking"
 ENV_AT_END = "SHIPYARD_TRACK_FILE_STORE_AT_END"
 _MAX_ARTIFACT_BYTES = 50 * 1024 * 1024  # reports and JSON, never weights
+_MAX_RENDERED_BYTES = 2 * 1024 * 1024  # a Markdown report rendered to HTML for MLflow's viewer
 
 
 class StepRun:
@@ -175,8 +178,12 @@ def _run_name(step: str, candidate: str) -> str:
 
 def _stage(artifacts: dict[str, str], root: Path) -> int:
     """Copy every artifact under ``root`` at its destination name (with its extension); skips
-    anything too large (reports and JSON only, never weights). Returns how many were staged."""
+    anything too large (reports and JSON only, never weights). A Markdown report with a table of
+    more than a few columns, which MLflow's Markdown preview cuts off, also gets its HTML rendering
+    beside it (wrapping cells, one block per row in a narrow frame) unless the step logs an HTML
+    file of that name itself (:func:`_add_html_renderings`). Returns how many were staged."""
     count = 0
+    reports: list[Path] = []
     for dest, local in artifacts.items():
         path = Path(local)
         target = (root / dest.strip("/")).resolve()
@@ -188,11 +195,31 @@ def _stage(artifacts: dict[str, str], root: Path) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
             count += 1
+            if target.suffix.lower() == ".md":
+                reports.append(target)
         elif path.is_dir():
             size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
             if size and size <= _MAX_ARTIFACT_BYTES:
                 shutil.copytree(path, target, dirs_exist_ok=True)
                 count += 1
+    return count + _add_html_renderings(reports)
+
+
+def _add_html_renderings(reports: list[Path]) -> int:
+    """Write ``<name>.html`` beside each staged Markdown report that holds a wide table
+    (:func:`shipyard.core.report.has_wide_table`) and has no staged HTML of that name;
+    returns how many were written."""
+    from shipyard.core.report import has_wide_table, markdown_html
+
+    count = 0
+    for report in reports:
+        page = report.with_suffix(".html")
+        if page.exists() or report.stat().st_size > _MAX_RENDERED_BYTES:
+            continue
+        text = report.read_text(encoding="utf-8", errors="replace")
+        if has_wide_table(text):
+            page.write_text(markdown_html(text), encoding="utf-8")
+            count += 1
     return count
 
 
