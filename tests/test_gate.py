@@ -138,7 +138,8 @@ def test_stderr_rule_passes_a_loss_within_k_standard_errors(tmp_path: Path) -> N
     assert "passed by the stderr rule: loss 0.05 <= 1 x stderr 0.06021" in out["rows"][0]["note"]
     assert out["rows"][0]["decided_by"] == "stderr rule"
     # the decision and the report say the metric passed below min_recovery, with the stderr and k
-    assert "1 of them below min_recovery, passed by the stderr rule: mc acc,none recovery 0.9375 < 0.99" in out["reason"]
+    assert out["reason"].startswith("passed: 0 of 1 gated metrics recovered, 1 below min_recovery passed by the stderr "
+                                    "rule (of 1 compared): mc acc,none recovery 0.9375 < 0.99"), out["reason"]
     text = report.read_text()
     assert ("**Warning:** mc acc passed below min_recovery 0.99 (recovery 0.9375) only because of the stderr rule: "
             "loss 0.05 <= 1 x 0.06021 = 0.06021 (k = 1, stderr of the difference from base 0.0400 and candidate 0.0450)") in text
