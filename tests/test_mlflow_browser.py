@@ -11,6 +11,7 @@ screenshot is copied to ``$SHIPYARD_SCREENSHOTS`` when set.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -107,6 +108,25 @@ def _dry_run_deploy(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any
                                  decision_record_path=str(tmp / "decision-record.json"))["log"]
 
 
+def _safety_report(tmp: Path, report: Path) -> None:
+    """A real safety gate report in ``report`` (FAIL: 3 of 4 attacks got through the candidate, none
+    the base), whose per-family table has 9 columns: the step logs it as Markdown only."""
+    from shipyard.evaluation.garak_scan import SAFETY_FILE, SCHEMA, safety_config
+    from shipyard.gates.safety import run_safety_gate
+
+    probe = "promptinject.HijackHateHumans"
+    config = {"probes": [probe], "max_prompts": 4, "max_tokens": 32, "allow_inconclusive": True}
+    for who, hits in (("base", 0), ("candidate", 3)):
+        stats = {"attempts": 4, "hits": hits, "asr": hits / 4}
+        scan = {"schema": SCHEMA, "model": who, "config": safety_config(config), "seconds": 1.0, "garak_version": "0.17.1",
+                "missing_probes": [], "families": {"promptinject": {"family": "promptinject", "probes": [probe], **stats}},
+                "probes": {probe: {"probe": probe, "family": "promptinject", "errors": 0, "detectors": {}, "hit_prompts": [],
+                                   **stats}}}
+        (tmp / f"scan-{who}").mkdir()
+        (tmp / f"scan-{who}" / SAFETY_FILE).write_text(json.dumps(scan))
+    run_safety_gate(str(tmp / "scan-base"), str(tmp / "scan-candidate"), config, str(report))
+
+
 def _painted(browser: Any, path: str, label: str, tmp: Path) -> None:
     """The report's green heading paints at the top of MLflow's frame and, for the reports with plots,
     scrolling inside the frame reaches them (matplotlib's colours)."""
@@ -151,6 +171,7 @@ def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monke
     select_champion([str(tmp_path / "w8a8-int8-gates")], "", str(tmp_path / "d"), str(tmp_path / "c.md"),
                     str(tmp_path / "candidates.html"))
     deployed = _dry_run_deploy(tmp_path, monkeypatch)
+    _safety_report(tmp_path, tmp_path / "w8a8-int8-gates" / "safety.md")
     server = shared_server()
     name, kfp_run_id = f"previews-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:8]
     track.start_tracking(server.url, name, "optimize-and-deploy", kfp_run_id)
@@ -166,13 +187,15 @@ def test_every_html_report_previews_in_the_mlflow_run_page(tmp_path: Path, monke
     experiment = client.get_experiment_by_name(name).experiment_id
     reports = [(run.info.run_id, art.path) for run in client.search_runs([experiment])
                for art in client.list_artifacts(run.info.run_id) if art.path.endswith(".html")]
-    assert sorted(path for _, path in reports) == ["accuracy.html", "candidates.html", "deploy.html", "slo.html"]
+    # safety.html: the Markdown-only safety report's rendering, logged beside it (its tables are wide)
+    assert sorted(path for _, path in reports) == ["accuracy.html", "candidates.html", "deploy.html", "safety.html",
+                                                   "slo.html"]
 
     for run_id, path in reports:
         label = f"mlflow-preview-{path.removesuffix('.html')}"
         with Chromium(tmp_path / f"profile-{label}", width=1280, height=900) as browser:
             browser.open(f"{ui_url(server.url, experiment, run_id).split('?')[0]}/artifacts/{path}?{CLASSIC_VIEW_QUERY}")
-            if path != "deploy.html":  # the deploy report's heading is not a verdict
+            if path not in ("deploy.html", "safety.html"):  # headings not coloured as a verdict
                 _painted(browser, path, label, tmp_path)
             fit = browser.frame_eval(FIT)
             browser.save(browser.screenshot(), tmp_path / f"{label}-fit.png")
