@@ -67,6 +67,26 @@ def test_the_run_summary_and_console_say_production_is_unchanged_after_a_dry_run
     assert summary.promoted is True and "promoted to production" in format_summary(summary, str(tmp_path))
 
 
+def test_the_console_ends_with_the_parent_runs_mlflow_page_or_the_mlflow_ui_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: the console names where the run is in MLflow. A file store: the ``mlflow ui``
+    command that opens it; a server: the parent run's page in the classic ML view
+    (``?workflowType=machine_learning``; without it MLflow 3 opens the GenAI Traces view)."""
+    from shipyard.run.local import _mlflow_link
+    from shipyard.tracking.tracker import ui_url
+
+    monkeypatch.setenv("SHIPYARD_WORK_DIR", str(tmp_path))
+    opened = track.start_tracking("", "console-link", "optimize-and-deploy", f"kfp-{uuid.uuid4().hex[:8]}", "", "")
+    summary = _summary([StepSummary(task="deploy", status="SUCCESS", parameters={"status": "Ready", "url": "http://x"})],
+                       {})
+    summary.mlflow_link = _mlflow_link(opened["parent_run_id"], {}, tmp_path)
+    store = (tmp_path / "mlruns").as_uri()
+    assert (f"MLflow: {store} run {opened['parent_run_id']} (MLFLOW_ALLOW_FILE_STORE=true mlflow ui "
+            f"--backend-store-uri {store})") in format_summary(summary, str(tmp_path)).splitlines()
+    assert ui_url("http://mlflow.example:5000", "7", "abc") == \
+        "http://mlflow.example:5000/#/experiments/7/runs/abc?workflowType=machine_learning"
+
+
 CAVEAT = "1 metric below 0.99 within noise; worst 0.93"  # report_fixtures: arithmetic acc recovery 0.926
 
 
