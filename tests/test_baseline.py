@@ -154,7 +154,7 @@ def test_a_kept_base_moves_nothing_when_production_exists(tmp_path: Path) -> Non
     from mlflow import MlflowClient
     from mlflow_server import shared_server
 
-    from shipyard.gates.candidate import SCHEMA
+    from shipyard.core.records import CANDIDATE_SCHEMA as SCHEMA
     from shipyard.steps.register import register_champion
     from shipyard.tracking.pipeline_runs import start_tracking
 

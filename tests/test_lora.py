@@ -247,7 +247,7 @@ def test_the_champions_gated_adapters_render_into_spec_model_lora() -> None:
 
 
 def test_deploy_dry_run_serves_the_champions_adapters(tmp_path: Path) -> None:
-    from shipyard.gates.candidate import SCHEMA
+    from shipyard.core.records import CANDIDATE_SCHEMA as SCHEMA
     from shipyard.steps.deploy import run_deploy
 
     champion = tmp_path / "champion"
@@ -269,7 +269,7 @@ def test_registration_tags_pin_the_champions_adapters(tmp_path: Path) -> None:
     from mlflow import MlflowClient
     from mlflow_server import shared_server
 
-    from shipyard.gates.candidate import SCHEMA
+    from shipyard.core.records import CANDIDATE_SCHEMA as SCHEMA
     from shipyard.steps.register import register_champion
     from shipyard.tracking.pipeline_runs import start_tracking
 

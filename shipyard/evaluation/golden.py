@@ -23,6 +23,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
 from shipyard.core.net import unreachable
+from shipyard.core.records import CANDIDATE_FILE
 
 GOLDEN_FILE = "golden.json"
 SCHEMA = "shipyard.golden/v1"
@@ -109,7 +110,7 @@ def load_golden(path: str | Path) -> dict[str, Any]:
     carrying it under ``golden``); one-line errors when it is missing, unreadable or empty."""
     p = Path(path)
     if p.is_dir():
-        p = p / GOLDEN_FILE if (p / GOLDEN_FILE).is_file() else p / "candidate.json"
+        p = p / GOLDEN_FILE if (p / GOLDEN_FILE).is_file() else p / CANDIDATE_FILE
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError) as err:

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from shipyard.core.records import CandidateRecord, slo_of
+
 #: the recipe label of the keep-the-base candidate (never a recipe name: recipes are compressions)
 BASE = "base"
 
@@ -30,16 +32,16 @@ BASE = "base"
 Value = Callable[[dict[str, Any], str], float | None]
 
 
-def slo_level(cand: dict[str, Any]) -> dict[str, Any] | None:
+def slo_level(cand: CandidateRecord) -> dict[str, Any] | None:
     """The level at the highest load that meets the SLO (from the SLO gate's figures)."""
-    rps = (cand.get("slo") or {}).get("metrics", {}).get("highest_load_meeting_slo_rps")
+    rps = slo_of(cand).get("metrics", {}).get("highest_load_meeting_slo_rps")
     levels = [lv for lv in cand.get("levels") or [] if lv.get("requests_per_s") is not None]
     if not rps or not levels:
         return None
     return min(levels, key=lambda lv: abs(float(lv["requests_per_s"]) - float(rps)))
 
 
-def throughput_noise(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any] | None:
+def throughput_noise(base: CandidateRecord, cand: CandidateRecord) -> dict[str, Any] | None:
     """The output tok/s ratio at the SLO with its interval (:mod:`shipyard.gates.noise`) when base and
     candidate meet the SLO highest at the same load level (matched load); None otherwise."""
     from shipyard.gates.noise import find
@@ -47,11 +49,11 @@ def throughput_noise(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, An
     b, c = slo_level(base), slo_level(cand)
     if b is None or c is None or b.get("name") != c.get("name"):
         return None
-    row = find((cand.get("slo") or {}).get("comparison"), c.get("name"), "output_tokens_per_s")
+    row = find(slo_of(cand).get("comparison"), c.get("name"), "output_tokens_per_s")
     return row if row is not None and row.get("low") is not None else None
 
 
-def throughput_text(base: dict[str, Any], cand: dict[str, Any], value: Value) -> str:
+def throughput_text(base: CandidateRecord, cand: CandidateRecord, value: Value) -> str:
     """"1.48x output tok/s at the SLO [1.31, 1.66]" or "1.02x output tok/s at the SLO (no difference within
     noise [0.91, 1.14])"; the levels when base and candidate meet the SLO highest at different loads."""
     text = ratio_text("throughput", value(base, "throughput"), value(cand, "throughput"))
@@ -77,12 +79,12 @@ def source_text(base: dict[str, Any] | None) -> str:
     return str(source.get("text") or "") if source.get("source") == "cache" else ""
 
 
-def is_base(cand: dict[str, Any] | None) -> bool:
+def is_base(cand: CandidateRecord | None) -> bool:
     """Whether a candidate record is the keep-the-base candidate."""
     return bool(cand and cand.get("is_base"))
 
 
-def accuracy_loss(cand: dict[str, Any]) -> dict[str, Any] | None:
+def accuracy_loss(cand: CandidateRecord) -> dict[str, Any] | None:
     """The candidate's worst gated metric against the base (lowest recovery, so metrics in different
     units compare): ``{"task", "metric", "loss", "low", "high", "margin"}`` (loss = base - candidate,
     flipped for lower-is-better metrics: > 0 is worse; ``low``/``high``: the paired interval when
@@ -135,7 +137,7 @@ def loss_text(loss: dict[str, Any] | None) -> str:
     return f"{verb} {abs(loss['loss']):.3g} on {loss['task']} {loss['metric']}{interval}"
 
 
-def dominance(base: dict[str, Any], cand: dict[str, Any], objective: str, value: Value) -> str | None:
+def dominance(base: CandidateRecord, cand: CandidateRecord, objective: str, value: Value) -> str | None:
     """Why the base dominates ``cand`` on (accuracy, ``objective``), or None when it does not.
 
     Accuracy: the base is better when the candidate's largest loss is > 0, equal at 0. The objective:
@@ -162,7 +164,7 @@ def dominance(base: dict[str, Any], cand: dict[str, Any], objective: str, value:
     return "dominated by the base: " + " and ".join(p for p in parts if p)
 
 
-def traded(base: dict[str, Any], cand: dict[str, Any], value: Value) -> str:
+def traded(base: CandidateRecord, cand: CandidateRecord, value: Value) -> str:
     """The champion against the base: accuracy (the worst metric's loss, interval, margin), throughput, size."""
     loss = accuracy_loss(cand)
     parts = []

@@ -1,19 +1,14 @@
-"""The candidate record (``candidate.json``) the selection step ranks, and how its verdicts read.
+"""How the candidate record's verdicts read: :func:`verdict` and :func:`accuracy_caveat` say a
+gate's verdict the way every surface shows it.
 
-:func:`shipyard.steps.judge.judge_candidate` writes it (the candidate gates step);
-:func:`load_candidate` reads it back; :func:`verdict` and :func:`accuracy_caveat` say a gate's
-verdict the way every surface shows it.
+The record itself (``candidate.json``, :class:`shipyard.core.records.CandidateRecord`) is written by
+:func:`shipyard.steps.judge.judge_candidate` (the candidate gates step) and read back by
+:func:`shipyard.core.records.load_candidate`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-from shipyard.core.records import read_record
-
-CANDIDATE_FILE = "candidate.json"
-SCHEMA = "shipyard.candidate/v1"
 
 
 def accuracy_caveat(rows: list[dict[str, Any]]) -> str:
@@ -49,9 +44,3 @@ def verdict(passed: bool | None, caveat: str = "") -> str:
         return "-"
     return ("pass" + (f" ({caveat})" if caveat else "")) if passed else "FAIL"
 
-
-def load_candidate(path: str | Path) -> dict[str, Any]:
-    """Read a ``candidate.json`` (the file or its folder)."""
-    return read_record(path, CANDIDATE_FILE, field="candidates", what="candidate record",
-                       fix="pass candidate_gates' candidate outputs",
-                       check=lambda data: None if data.get("schema") == SCHEMA else "is not a shipyard candidate record")

@@ -40,6 +40,7 @@ from typing import Any
 
 from shipyard import __version__
 from shipyard.core.errors import ShipyardError, shown
+from shipyard.core.records import CandidateRecord, slo_of
 from shipyard.oci import attestation as att
 
 PROVENANCE = "https://slsa.dev/provenance/v1"
@@ -81,7 +82,7 @@ def _read_json(folder: str, name: str) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- predicates
 
 
-def provenance_predicate(champion: dict[str, Any], *, base_model_uri: str = "", base_eval: dict[str, Any] | None = None,
+def provenance_predicate(champion: CandidateRecord, *, base_model_uri: str = "", base_eval: dict[str, Any] | None = None,
                          compress: dict[str, Any] | None = None, calibration_digest: str = "",
                          images: dict[str, str] | None = None, kfp_run_id: str = "", mlflow_run_id: str = "",
                          started_on: str = "") -> dict[str, Any]:
@@ -138,7 +139,7 @@ def provenance_predicate(champion: dict[str, Any], *, base_model_uri: str = "", 
     }
 
 
-def accuracy_predicate(champion: dict[str, Any], eval_summary: dict[str, Any] | None = None) -> dict[str, Any]:
+def accuracy_predicate(champion: CandidateRecord, eval_summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """The accuracy gate's evidence: per metric the paired loss (``paired.loss``) with its interval
     (``loss_low``, ``loss_high``), ``n``, the declared ``margin``, the decision; the rule; lm-eval's and
     each task's version (from the candidate's eval ``summary.json`` when given)."""
@@ -168,7 +169,7 @@ ENVELOPE_LEVEL_FIELDS = ("name", "nominal_load", "requests_per_s", "ttft_p99_ms"
                          "prompt_tokens_mean", "output_tokens_mean")
 
 
-def slo_predicate(champion: dict[str, Any], serving: dict[str, Any] | None = None,
+def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = None,
                   bench_results: dict[str, Any] | None = None, workload_digest: str = "") -> dict[str, Any]:
     """The SLO gate's evidence: the SLO, the knee (the highest load meeting it, :func:`find_knee`),
     goodput, TTFT and ITL p99 at the knee, every level's load, latency and lengths (the envelope
@@ -179,7 +180,7 @@ def slo_predicate(champion: dict[str, Any], serving: dict[str, Any] | None = Non
     ``replay`` (the SLO measured on the replay itself, :func:`replay_evidence`), or null and ``replay_reason``."""
     from shipyard.serving.sizing import find_knee
 
-    slo = champion.get("slo") or {}
+    slo = slo_of(champion)
     thresholds = slo.get("thresholds") or {}
     levels = list(champion.get("levels") or [])
     knee = find_knee(levels, thresholds)["level"] if thresholds.get("ttft_p99_ms") is not None else None
@@ -209,14 +210,14 @@ CAPACITY_FIELDS = ("x_recorded_peak", "x_recorded_mean", "lower_bound", "recorde
                    "window_s", "goodput_rps", "level", "requests_per_s", "goodput_share", "time_scale", "text")
 
 
-def capacity_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def capacity_evidence(champion: CandidateRecord) -> tuple[dict[str, Any] | None, str | None]:
     """The capacity the SLO evidence carries, and why there is none: goodput at the SLO as N x the
     recorded peak (``slo.capacity`` of the champion's record, :mod:`shipyard.gates.capacity`) with the
     recorded peak and mean rates, the window the peak was counted in, the goodput at the SLO (one
     replica's, req/s) and the digest of the workload fingerprint it rests on, and None; or ``(None,
     why)`` (a synthetic benchmark, or a replay whose fingerprint holds no peak rate). ``shipyard
     watch`` reads it back (:func:`shipyard.steps.watch.envelope_of_model`) to compare the live peak."""
-    cap = (champion.get("slo") or {}).get("capacity")
+    cap = slo_of(champion).get("capacity")
     if not isinstance(cap, dict) or cap.get("x_recorded_peak") is None:
         why = ("the benchmark replayed a recorded workload whose fingerprint holds no peak arrival rate"
                if champion.get("workload") else
@@ -225,7 +226,7 @@ def capacity_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, 
     return {**{k: cap.get(k) for k in CAPACITY_FIELDS}, "workload": _workload_ref(cap, champion)}, None
 
 
-def _workload_ref(section: dict[str, Any], champion: dict[str, Any]) -> dict[str, Any] | None:
+def _workload_ref(section: dict[str, Any], champion: CandidateRecord) -> dict[str, Any] | None:
     """The in-toto digest of the workload fingerprint a figure rests on: the section's own ``digest``,
     else the champion record's workload's; None when neither names one."""
     digest = str(section.get("digest") or (champion.get("workload") or {}).get("digest") or "")
@@ -238,12 +239,12 @@ REPLAY_FIELDS = ("meets", "gating", "requests", "time_scale", "ttft_p99_ms", "it
                  "goodput_share", "requests_per_s", "failures", "text")
 
 
-def replay_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def replay_evidence(champion: CandidateRecord) -> tuple[dict[str, Any] | None, str | None]:
     """The SLO measured on the recorded workload's replay itself (``slo.replay`` of the champion's
     record: TTFT and ITL p99, error rate, goodput, whether it meets the SLO and gated, the time scale it
     ran at) with the digest of the fingerprint replayed, and None; or ``(None, why)``: a synthetic
     benchmark, or a replay that kept no latency figures."""
-    rep = (champion.get("slo") or {}).get("replay")
+    rep = slo_of(champion).get("replay")
     if not isinstance(rep, dict) or not rep.get("measured"):
         why = ("the benchmark's load was synthetic (no recorded workload replayed): no SLO figures on your traffic"
                if not champion.get("workload") else
@@ -253,7 +254,7 @@ def replay_evidence(champion: dict[str, Any]) -> tuple[dict[str, Any] | None, st
     return {**{k: rep.get(k) for k in REPLAY_FIELDS}, "workload": _workload_ref(rep, champion)}, None
 
 
-def safety_predicate(champion: dict[str, Any]) -> dict[str, Any]:
+def safety_predicate(champion: CandidateRecord) -> dict[str, Any]:
     """The safety gate's evidence: per garak probe family the ASR difference (candidate - base) with
     its interval, the tolerance, attempts and the decision; ``enabled: false`` when no scan ran."""
     safety = champion.get("safety") or {}
@@ -265,11 +266,11 @@ def safety_predicate(champion: dict[str, Any]) -> dict[str, Any]:
             "reason": safety.get("reason"), "families": families, "new_hits": safety.get("new_hits")}
 
 
-def gate_decision(champion: dict[str, Any]) -> tuple[str, str]:
+def gate_decision(champion: CandidateRecord) -> tuple[str, str]:
     """``PASSED`` when the champion passed every gate it was judged by (accuracy, SLO, safety when
     enabled), else ``FAILED``; with the record's reason."""
     checks = [bool(champion.get("passed")), bool((champion.get("accuracy") or {}).get("passed")),
-              bool((champion.get("slo") or {}).get("passed"))]
+              bool(slo_of(champion).get("passed"))]
     safety = champion.get("safety") or {}
     if safety.get("enabled"):
         checks.append(bool(safety.get("passed")))

@@ -18,11 +18,19 @@ gets a line saying why it won or lost.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from shipyard.benchmarking.report import png_bytes, replay_judged, slo_shown
 from shipyard.core.errors import ShipyardError
-from shipyard.core.records import read_record
+from shipyard.core.records import (
+    CANDIDATE_FILE,
+    DECISION_SCHEMA,
+    CandidateRecord,
+    DecisionRecord,
+    load_candidate,
+    read_record,
+    slo_of,
+)
 from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
 from shipyard.gates.accuracy import METHOD
 from shipyard.gates.baseline import dominance, headline, is_base, slo_level
@@ -184,7 +192,7 @@ def _ranking_rows(result: dict[str, Any], candidates: list[dict[str, Any]]) -> l
         rows.append(["–", "base", "reference", "–", "–", "–", "–", "–", "1", _mb(base.get("base_size_bytes")), "1",
                      fmt((base.get("base_planner") or {}).get("kv_cache_tokens"))])
     for cand in candidates:
-        acc, slo = cand.get("accuracy") or {}, cand.get("slo") or {}
+        acc, slo = cand.get("accuracy") or {}, slo_of(cand)
         value = objective_value(cand, objective)
         diff = "–"
         if value is not None and champion_value is not None and cand["recipe"] != winner:
@@ -221,8 +229,8 @@ def _workload_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
     replay itself (:func:`shipyard.gates.slo.replay_verdict`), the goodput at the SLO as N x the
     recorded peak (:mod:`shipyard.gates.capacity`) and the fidelity line (the SLO verdict stands only
     on a faithful replay of the same workload)."""
-    replayed = [(c["recipe"][:40], c["workload"], ((c.get("slo") or {}).get("capacity") or {}).get("text") or "–",
-                 ((c.get("slo") or {}).get("replay") or {}).get("text") or "–")
+    replayed = [(c["recipe"][:40], c["workload"], (slo_of(c).get("capacity") or {}).get("text") or "–",
+                 (slo_of(c).get("replay") or {}).get("text") or "–")
                 for c in candidates if c.get("workload")]
     if not replayed:
         return
@@ -320,10 +328,10 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
     doc.items(f"{recipe[:60]}: {why}" for recipe, why in result["decisions"].items())
     doc.h(2, "Gate decisions")
     doc.table(["recipe", "accuracy gate", "SLO gate", "safety gate", "worst regression", "best gain"],
-              [[c["recipe"][:40], (c.get("accuracy") or {}).get("reason") or "–", (c.get("slo") or {}).get("reason") or "–",
+              [[c["recipe"][:40], (c.get("accuracy") or {}).get("reason") or "–", slo_of(c).get("reason") or "–",
                 (c.get("safety") or {}).get("reason") or "off",
-                change_text((c.get("slo") or {}).get("worst_regression")),
-                change_text((c.get("slo") or {}).get("best_gain"))] for c in candidates])
+                change_text(slo_of(c).get("worst_regression")),
+                change_text(slo_of(c).get("best_gain"))] for c in candidates])
     _level_section(doc, candidates)
     _workload_section(doc, candidates)
     _accuracy_section(doc, candidates)
@@ -336,7 +344,7 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
         doc.h(2, "Accuracy thresholds").config(acc_cfg)
     slo_cfg = _first(candidates, "slo", "thresholds")
     if slo_cfg:
-        judged = replay_judged(*((c.get("slo") or {}).get("replay") for c in candidates))
+        judged = replay_judged(*(slo_of(c).get("replay") for c in candidates))
         doc.h(2, "SLO").config(slo_shown(slo_cfg, judged), ("threshold", "value"))
     return doc
 
@@ -473,16 +481,13 @@ def report_html(result: dict[str, Any], candidates: list[dict[str, Any]], markdo
     return report_doc(result, candidates).to_html()
 
 
-DECISION_SCHEMA = "shipyard.decision/v1"
-
-
-def decision_record(result: dict[str, Any], candidates: list[dict[str, Any]], front: dict[str, Any],
-                    doc: dict[str, Any]) -> dict[str, Any]:
+def decision_record(result: dict[str, Any], candidates: list[CandidateRecord], front: dict[str, Any],
+                    doc: dict[str, Any]) -> DecisionRecord:
     """One JSON per run: every candidate with every gate's inputs and outcome, the frontier, the
     objective, the champion and why, its serving configuration and the statistics used."""
     gates = []
     for c in candidates:
-        acc, slo, safety = c.get("accuracy") or {}, c.get("slo") or {}, c.get("safety") or {}
+        acc, slo, safety = c.get("accuracy") or {}, slo_of(c), c.get("safety") or {}
         gates.append({
             "candidate": c.get("recipe"), "is_base": is_base(c), "model_uri": c.get("model_uri"),
             "passed": c.get("passed"), "reason": c.get("reason"),
@@ -550,16 +555,13 @@ def _base_measured(candidates: list[dict[str, Any]]) -> dict[str, Any]:
     base = next((c for c in candidates if is_base(c)), None)
     if base is not None and base.get("benchmark_source"):
         return dict(base["benchmark_source"])
-    said = next(((c.get("slo") or {}).get("base_source") for c in candidates if (c.get("slo") or {}).get("base_source")),
+    said = next((slo_of(c).get("base_source") for c in candidates if slo_of(c).get("base_source")),
                 None)
     return dict(said) if said else {"source": "unknown"}
 
 
-DECISION_RECORD = "decision-record.json"
-
-
-def with_verification(record: dict[str, Any] | None, verification: dict[str, Any], deployment: dict[str, Any],
-                      checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def with_verification(record: DecisionRecord | None, verification: dict[str, Any], deployment: dict[str, Any],
+                      checks: list[dict[str, Any]] | None = None) -> DecisionRecord:
     """The decision record with the deploy step's outcome: ``verification`` (ran, passed, reason or why
     it did not run, where, the failed checks, the golden match and every check's row) and
     ``deployment`` (name, namespace, status, URL, rollout, and ``engine``: the image that serves and
@@ -567,8 +569,9 @@ def with_verification(record: dict[str, Any] | None, verification: dict[str, Any
     build). ``record`` is select_champion's
     decision-record.json, or None (the promote pipeline has no selection: a record naming the
     champion is started here). A check that was not compared keeps ``compared: false``."""
-    out = dict(record) if record else {"schema": DECISION_SCHEMA, "champion": deployment.get("champion", ""),
-                                       "why": "promoted candidate (no selection in this run)"}
+    out: DecisionRecord = cast(DecisionRecord, dict(record)) if record else {
+        "schema": DECISION_SCHEMA, "champion": deployment.get("champion", ""),
+        "why": "promoted candidate (no selection in this run)"}
     keep = ("ran", "passed", "reason", "why", "where", "failed_checks", "golden")
     section: dict[str, Any] = {k: verification[k] for k in keep if k in verification}
     section["outcome"] = ("passed" if verification.get("passed") else "failed") if verification.get("ran") \
@@ -585,9 +588,7 @@ def load_selection(path: str) -> dict[str, Any]:
     """``selection.json`` of the select step (its folder or the file) and the champion's record;
     a single candidate's ``candidate.json`` folder (the promote pipeline) is its own champion."""
     p = Path(path)
-    if p.is_dir() and (p / "candidate.json").is_file() and not (p / "selection.json").is_file():
-        from shipyard.gates.candidate import load_candidate
-
+    if p.is_dir() and (p / CANDIDATE_FILE).is_file() and not (p / "selection.json").is_file():
         record = load_candidate(p)
         return {"objective": "gates", "winner": record["recipe"], "decisions": {record["recipe"]: record["reason"]},
                 "candidates": [record], "champion": record}

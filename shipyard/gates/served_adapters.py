@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.records import CANDIDATE_FILE
 
 
 def champion_adapters(record: str | dict[str, Any]) -> list[dict[str, Any]]:
@@ -19,7 +20,7 @@ def champion_adapters(record: str | dict[str, Any]) -> list[dict[str, Any]]:
 
         path = Path(record)
         folder = path if path.is_dir() else path.parent
-        if not ((folder / "selection.json").is_file() or (folder / "candidate.json").is_file()):
+        if not ((folder / "selection.json").is_file() or (folder / CANDIDATE_FILE).is_file()):
             return []  # another record (a benchmark's golden.json): no adapters were gated
         champion = load_selection(str(folder))["champion"]
     return [{"name": name, "uri": a.get("uri"), "digest": a.get("digest")}

@@ -45,11 +45,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from shipyard.benchmarking.guidellm import load_results
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.records import SloThresholds
 from shipyard.core.report import MIN_SAMPLES, change_text, level_label, sample_count
 from shipyard.gates.capacity import goodput_rps, peak_capacity
 from shipyard.gates.config import SloConfig, slo_config
@@ -59,10 +60,11 @@ from shipyard.gates.noise import beyond, comparison, find, provenance, ratio_tex
 DEFAULT_SLO: dict[str, Any] = SloConfig().model_dump()
 
 
-def parse_slo(value: str | dict[str, Any] | None) -> dict[str, Any]:
-    """Validate SLO thresholds (JSON text or dict) with the typed config of
-    :mod:`shipyard.gates.config`; missing keys take :data:`DEFAULT_SLO`."""
-    slo = slo_config(value).model_dump()
+def parse_slo(value: str | dict[str, Any] | None) -> SloThresholds:
+    """The SLO parameter's one loader: validate SLO thresholds (JSON text or dict) with the typed
+    config of :mod:`shipyard.gates.config` (one-line errors); missing keys take :data:`DEFAULT_SLO`.
+    Returns :class:`~shipyard.core.records.SloThresholds`, the shape the candidate record keeps."""
+    slo = cast(SloThresholds, slo_config(value).model_dump())
     if isinstance(slo["require"], float) and slo["require"].is_integer():
         slo["require"] = int(slo["require"])
     return slo

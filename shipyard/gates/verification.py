@@ -10,12 +10,12 @@ step, the pre-flight checks and the CLI read without a service: :func:`parse_ver
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.jsonargs import json_object
+from shipyard.core.records import CANDIDATE_FILE, CandidateRecord, load_candidate, slo_of
 from shipyard.core.report import Doc, GateReport
 from shipyard.evaluation.golden import check_golden, load_golden
 
@@ -141,15 +141,8 @@ def load_recorded(candidate: str | dict[str, Any]) -> dict[str, Any]:
         p = Path(candidate)
         if not p.exists():
             raise ShipyardError("candidate", f"{p} does not exist", "give a candidate.json, a results folder or golden.json")
-        if (p.is_dir() and (p / "candidate.json").is_file()) or p.name == "candidate.json":
-            path = p / "candidate.json" if p.is_dir() else p
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError) as err:
-                raise ShipyardError("candidate", f"cannot read {path}: {type(err).__name__}",
-                                    "give candidate_gates' candidate.json") from None
-            if not isinstance(record, dict):
-                raise ShipyardError("candidate", f"{path} is not a candidate record", "give candidate.json")
+        if (p.is_dir() and (p / CANDIDATE_FILE).is_file()) or p.name == CANDIDATE_FILE:
+            record = dict(load_candidate(p, field="candidate", fix="give candidate_gates' candidate.json"))
         else:
             record = {"golden": load_golden(p)}
             results = (p if p.is_dir() else p.parent) / "results.json"
@@ -162,10 +155,10 @@ def load_recorded(candidate: str | dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def selected_level(record: dict[str, Any]) -> dict[str, Any] | None:
+def selected_level(record: CandidateRecord) -> dict[str, Any] | None:
     """The load level the SLO gate selected (the highest load meeting the SLO), from the record."""
     levels = record.get("levels") or []
-    rps = (((record.get("slo") or {}).get("metrics")) or {}).get("highest_load_meeting_slo_rps")
+    rps = (slo_of(record).get("metrics") or {}).get("highest_load_meeting_slo_rps")
     if not levels or not rps:
         return None
     return min(levels, key=lambda lv: abs(float(lv.get("requests_per_s") or 0.0) - float(rps)))

@@ -66,6 +66,7 @@ import yaml
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
 from shipyard.core.net import port_free
+from shipyard.core.records import load_decision
 from shipyard.core.yamldocs import documents
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.run.console import KFP_LOG, RunConsole, quiet_kfp
@@ -503,8 +504,8 @@ def deploy_record(summary: RunSummary) -> dict[str, Any]:
         path = step.artifacts.get("decision_record") if step.task.rsplit("/", 1)[-1] == "deploy" else None
         if path and Path(path).is_file():
             try:
-                return dict(json.loads(Path(path).read_text()))
-            except ValueError:
+                return dict(load_decision(path))
+            except ShipyardError:
                 return {"verification": {"outcome": "unreadable decision record"}}
     return {}
 

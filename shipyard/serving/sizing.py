@@ -72,6 +72,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from shipyard.core.records import slo_of, slo_thresholds
+
 FACTOR = 2.0
 #: predicted vLLM ready seconds on a GPU node: base + per GiB of weights (see the module docstring)
 DEFAULT_LOADER = (30.0, 2.4)
@@ -189,7 +191,7 @@ def recorded_traffic(record: Mapping[str, Any]) -> dict[str, Any] | None:
     ``peak_window_s``-second windows: the 120-s ones ``shipyard watch`` counts), so the deploy and the
     capacity name one recorded peak; a record without it gives the rate series' peak."""
     arrivals = (record.get("workload") or {}).get("arrivals") or {}
-    capacity = (record.get("slo") or {}).get("capacity") or {}
+    capacity = slo_of(record).get("capacity") or {}
     per_replica = capacity.get("goodput_rps")
     peak, peak_window = ((capacity["recorded_peak_rps"], capacity.get("window_s")) if capacity.get("recorded_peak_rps")
                          else (arrivals.get("peak_rate_rps"), arrivals.get("window_s")))
@@ -325,7 +327,7 @@ def derive_sizing(record: Mapping[str, Any], *, gpu_type: str | None = None, ten
     ``size_bytes``, ``bench_config``; with a replayed workload, ``workload.arrivals`` and
     ``slo.capacity``: then ``recorded`` holds the traffic and ``max_replicas`` is derived too)."""
     vllm_args = vllm_args or {}
-    slo = ((record.get("slo") or {}).get("thresholds")) or {}
+    slo = slo_thresholds(record)
     levels = list(record.get("levels") or [])
     planner = record.get("planner") or {}
     startup = record.get("startup") or {}

@@ -53,6 +53,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.numbers import check_number
+from shipyard.core.records import slo_of, slo_thresholds
 from shipyard.serving.prometheus import PrometheusAPI
 
 #: relative change each dimension may show before it counts as drift (``--tolerance`` overrides)
@@ -103,7 +104,7 @@ def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -
     if not levels:
         raise ShipyardError(field, "the record holds no benchmark levels",
                             "pass the select step's decision folder or a candidate.json whose benchmark ran")
-    slo = dict(((record.get("slo") or {}).get("thresholds")) or {})
+    slo = dict(slo_thresholds(record))
     knee = (find_knee(levels, slo)["level"] if slo else None) or max(levels, key=lambda lv: lv["requests_per_s"])
     curve = sorted((float(lv["requests_per_s"]), float(lv.get("ttft_p99_ms") or math.nan)) for lv in levels)
     return Envelope(recipe=str(record.get("recipe") or "champion"),
@@ -123,7 +124,7 @@ def qualified_capacity(record: Mapping[str, Any]) -> dict[str, Any] | None:
     evidence (``capacity``: :func:`shipyard.gates.evidence.capacity_evidence`), as ``{"goodput_rps"``
     (one replica's goodput at the SLO), ``"recorded_peak_rps", "x_recorded_peak", "window_s",
     "lower_bound", "digest"}``; None without a replayed workload, or when no load met the SLO."""
-    cap = (record.get("slo") or {}).get("capacity")
+    cap = slo_of(record).get("capacity")
     if not isinstance(cap, Mapping) or not _positive(cap.get("goodput_rps")) or not _positive(cap.get("recorded_peak_rps")):
         return None
     digest = cap.get("digest") or ((cap.get("workload") or {}).get("digest") or {}).get("sha256") \

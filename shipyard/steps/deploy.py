@@ -16,6 +16,16 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.records import (
+    DECISION_RECORD,
+    CandidateRecord,
+    DecisionRecord,
+    SloThresholds,
+    load_candidate,
+    load_decision,
+    slo_of,
+    slo_thresholds,
+)
 from shipyard.core.report import markdown_html
 from shipyard.gates.verification import DRY_RUN_VERIFY_HINT
 from shipyard.params.deploy import parse_deploy_config
@@ -57,7 +67,7 @@ class _Serving:
     benchmarked: dict[str, Any] | None
     image: dict[str, Any]
     why_default: str
-    champion: dict[str, Any] | None = None
+    champion: CandidateRecord | None = None
 
 
 def _serving(candidate: str | None, params: dict[str, Any], overrides: dict[str, Any], dry_run: bool) -> _Serving:
@@ -344,18 +354,18 @@ def write_decision_record(candidate: str | None, verify_dir: str | None, result:
     rolled back). Returns the path; None without a champion record or a report folder."""
     if not candidate or not verify_dir:
         return None
-    from shipyard.gates.selection import DECISION_RECORD, with_verification
+    from shipyard.gates.selection import with_verification
     from shipyard.gates.verification import REPORT_JSON
 
     path = Path(candidate)
-    record, champion = None, ""
-    try:
+    record: DecisionRecord | None = None
+    champion = ""
+    try:  # a record that cannot be read: a new one naming what it can (the deploy's outcome is still kept)
         if path.is_dir() and (path / DECISION_RECORD).is_file():
-            record = json.loads((path / DECISION_RECORD).read_text())
+            record = load_decision(path)
         else:
-            file = path / "candidate.json" if path.is_dir() else path
-            champion = str(json.loads(file.read_text()).get("recipe") or "")
-    except (OSError, ValueError, AttributeError):
+            champion = str(load_candidate(path).get("recipe") or "")
+    except ShipyardError:
         record = None
     report = Path(verify_dir) / REPORT_JSON
     checks = None
@@ -449,7 +459,7 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
                                   config=settings, report_dir=report_dir)
 
 
-def champion_record(candidate: str | None) -> dict[str, Any] | None:
+def champion_record(candidate: str | None) -> CandidateRecord | None:
     """The champion's record (its candidate.json content) from a selection folder or a
     candidate.json; None when there is none or it cannot be read."""
     if not candidate:
@@ -461,8 +471,8 @@ def champion_record(candidate: str | None) -> dict[str, Any] | None:
 
             found = load_selection(str(path)).get("champion")
         else:
-            found = json.loads((path / "candidate.json" if path.is_dir() else path).read_text())
-    except (OSError, ValueError, AttributeError, ShipyardError):
+            found = load_candidate(path)
+    except ShipyardError:
         return None
     return found if isinstance(found, dict) else None
 
@@ -582,7 +592,7 @@ def served_shape(cfg: DeployConfig, docs: list[dict[str, Any]], record: dict[str
     selected = selected_level(record)
     measured = (f"one aggregated vLLM {bench.get('version') or '(version not recorded)'} server ({image}), "
                 f"tensor parallel {tp if tp else 'not recorded'}, {_measured_levels(record)}; SLO gate "
-                + ("passed" if (record.get("slo") or {}).get("passed") else "not passed")
+                + ("passed" if slo_of(record).get("passed") else "not passed")
                 + (f", highest load meeting the SLO {level_label(selected)}" if selected else ""))
     pools = _pools(docs)
     served = f"`{engine['serving']['image']}`" if engine.get("serving") else "not known"
@@ -688,7 +698,7 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
     return "\n".join(lines)
 
 
-def _champion_slo(candidate: str, quiet: bool = False) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def _champion_slo(candidate: str, quiet: bool = False) -> tuple[CandidateRecord, SloThresholds | dict[str, Any]] | None:
     """The champion's record and the SLO thresholds it was gated with; None (said unless ``quiet``)
     when there are none."""
     from shipyard.gates.selection import load_selection
@@ -699,7 +709,7 @@ def _champion_slo(candidate: str, quiet: bool = False) -> tuple[dict[str, Any], 
         if not quiet:
             print(f"deploy: no SLO alerts ({err})", flush=True)
         return None
-    slo = ((record.get("slo") or {}).get("thresholds")) or {}
+    slo = slo_thresholds(record)
     if slo.get("ttft_p99_ms") is None or slo.get("itl_p99_ms") is None:
         if not quiet:
             print("deploy: no SLO alerts (the champion's record holds no SLO thresholds)", flush=True)
@@ -810,7 +820,7 @@ def manifest_summary(path: str | Path) -> str:
 
 
 #: the deploy step's report files in its verification folder (``verify_dir``)
-VERIFICATION_MD, VERIFICATION_JSON, DECISION_RECORD_JSON = "verification.md", "verification.json", "decision-record.json"
+VERIFICATION_MD, VERIFICATION_JSON, DECISION_RECORD_JSON = "verification.md", "verification.json", DECISION_RECORD
 #: the verification report as HTML (written beside the Markdown by :func:`shipyard.steps.verify.verify`)
 VERIFICATION_HTML = "verification.html"
 #: the deploy summary as HTML (in ``verify_dir``), for MLflow: its Markdown preview boxes each table in a
@@ -839,7 +849,7 @@ def failed_deploy_outputs(verify_dir: str, verification_path: str) -> dict[str, 
         log["tags"]["shipyard.verify.passed"] = "false"
         log["artifacts"].update(_verification_files(verify_dir))
     if os.path.isfile(record):
-        log["artifacts"]["decision-record.json"] = record
+        log["artifacts"][DECISION_RECORD] = record
     return log
 
 
@@ -868,7 +878,7 @@ def deploy_outputs(result: dict[str, Any], verify_dir: str, *, manifest_path: st
     if os.path.isfile(record):
         shutil.copyfile(record, decision_record_path)
         metadata["decision_record"]["verification"] = metadata["verification"].get("passed", "not run")
-        files["decision-record.json"] = record
+        files[DECISION_RECORD] = record
     else:
         atomic_write_text(decision_record_path, json.dumps(
             {"verification": {"outcome": "not run", "why": "no champion record reached the step"}}))

@@ -23,11 +23,12 @@ from shipyard.benchmarking.guidellm import load_results
 from shipyard.benchmarking.server_metrics import KNEE_FIGURES
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.records import CANDIDATE_FILE, CANDIDATE_SCHEMA, CandidateRecord, SloSection, slo_of
 from shipyard.core.report import sample_count
 from shipyard.evaluation.garak_scan import SAFETY_DIR
 from shipyard.gates.accuracy import run_gate
 from shipyard.gates.adapter_gates import run_adapter_gates
-from shipyard.gates.candidate import CANDIDATE_FILE, SCHEMA, accuracy_caveat, verdict
+from shipyard.gates.candidate import accuracy_caveat, verdict
 from shipyard.gates.capacity import recorded_arrivals, recorded_lengths
 from shipyard.gates.safety import run_safety_gate
 from shipyard.gates.slo import run_slo_gate
@@ -177,8 +178,8 @@ def judge_candidate(
     caveat = accuracy_caveat(accuracy["rows"]) if accuracy["passed"] else ""
     from shipyard.compression.recipes import recipe_label
 
-    record = {
-        "schema": SCHEMA,
+    record: CandidateRecord = {
+        "schema": CANDIDATE_SCHEMA,
         "recipe": recipe_label(recipe),
         "recipe_text": recipe,
         "model_uri": model_uri,
@@ -282,7 +283,7 @@ def _accuracy_section(accuracy: dict[str, Any], caveat: str) -> dict[str, Any]:
     }
 
 
-def _slo_section(slo: dict[str, Any]) -> dict[str, Any]:
+def _slo_section(slo: dict[str, Any]) -> SloSection:
     """The SLO gate's part of candidate.json (the base's record uses the same)."""
     return {"passed": bool(slo["passed"]), "reason": slo["reason"], "metrics": slo["metrics"],
             "thresholds": slo.get("slo"), "rule": slo.get("rule"),
@@ -295,7 +296,7 @@ def _slo_section(slo: dict[str, Any]) -> dict[str, Any]:
             "replay": slo.get("replay")}
 
 
-def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
+def _metrics(record: CandidateRecord, accuracy: dict[str, Any], slo: dict[str, Any], safe: dict[str, Any],
              lora: dict[str, Any]) -> dict[str, float]:
     """The candidate's flat figures for a KFP Metrics artifact and its MLflow run."""
     metrics = {"passed": 1.0 if record["passed"] else 0.0, "accuracy_passed": 1.0 if accuracy["passed"] else 0.0,
@@ -320,7 +321,7 @@ def _metrics(record: dict[str, Any], accuracy: dict[str, Any], slo: dict[str, An
 
 
 def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_uri: str = "",
-               size_bytes: int | None = None) -> dict[str, Any]:
+               size_bytes: int | None = None) -> CandidateRecord:
     """The keep-the-base candidate (:mod:`shipyard.gates.baseline`): the base model as one more
     entry in the ranking, with its own measured figures; writes ``out_dir/{candidate.json, slo.html,
     slo.md}`` and returns the record.
@@ -348,8 +349,8 @@ def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_ur
             if s.get("value") is not None]
     levels, planner = _levels(base_bench)
     passed = bool(slo_result["passed"])
-    record = {
-        "schema": SCHEMA,
+    record: CandidateRecord = {
+        "schema": CANDIDATE_SCHEMA,
         "recipe": BASE,
         "recipe_text": "",
         "is_base": True,
@@ -391,7 +392,7 @@ def gate_outputs(out: dict[str, Any], recipe: str, out_dir: str) -> dict[str, An
     candidate = {"recipe": recipe, "passed": out["passed"], "reason": out["reason"],
                  "accuracy_caveat": out["accuracy_caveat"], "safety_verdict": out["safety_verdict"],
                  "safety_caveat": out["safety_caveat"]}
-    capacity = (out["candidate"].get("slo") or {}).get("capacity")
+    capacity = slo_of(out["candidate"]).get("capacity")
     if capacity:  # the console's SLO figure: "3.2x your recorded peak"
         candidate["capacity"] = capacity["short"]
     params: dict[str, Any] = {}

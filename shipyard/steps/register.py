@@ -20,10 +20,11 @@ from typing import Any
 
 from shipyard.core.errors import UnreachableError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.records import DECISION_RECORD
 from shipyard.gates.baseline import is_base
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
-from shipyard.gates.selection import DECISION_RECORD, load_selection, objective_value
+from shipyard.gates.selection import load_selection, objective_value
 from shipyard.steps.attest import attestation_tags
 from shipyard.tracking import model_registry as registry
 

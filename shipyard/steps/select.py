@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.files import atomic_write_text
+from shipyard.core.records import DECISION_RECORD, load_candidate
 from shipyard.gates.baseline import is_base
-from shipyard.gates.candidate import load_candidate
 from shipyard.gates.frontier import frontier
 from shipyard.gates.selection import (
-    DECISION_RECORD,
     base_model_record,
     decision_record,
     objective_value,

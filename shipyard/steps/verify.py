@@ -46,6 +46,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.net import unreachable
+from shipyard.core.records import slo_thresholds
 from shipyard.core.report import Check, GateReport, level_label
 from shipyard.evaluation.golden import ask_all, compare_golden
 from shipyard.gates.verification import (
@@ -262,7 +263,7 @@ def _accuracy_checks(url: str, name: str, record: dict[str, Any], model_dir: str
 
 
 def _slo_checks(url: str, name: str, record: dict[str, Any], model_dir: str | None, cfg: dict[str, Any]) -> list[Check]:
-    thresholds = (record.get("slo") or {}).get("thresholds") or {}
+    thresholds = slo_thresholds(record)
     level = selected_level(record)
     why = ("no model folder (tokenizer) given" if not model_dir else
            "the candidate record has no SLO thresholds" if not thresholds.get("ttft_p99_ms") else

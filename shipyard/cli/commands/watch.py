@@ -33,6 +33,7 @@ from typing import Any
 
 from shipyard.cli.output import add_output_option, emit
 from shipyard.core.errors import EXIT_NOT_SUBMITTED, ShipyardError
+from shipyard.core.records import CANDIDATE_FILE
 
 #: the proposal's parameters the user may not set: the live traffic is the point of the run
 PROPOSED = ("benchmark_config",)
@@ -126,7 +127,7 @@ def _envelope(args: argparse.Namespace) -> tuple[Any, str]:
     try:
         champion = Path(args.champion)
         # a candidate.json file is read from its folder, as the promote pipeline's champion is
-        selection = load_selection(str(champion.parent if champion.name == "candidate.json" and champion.is_file()
+        selection = load_selection(str(champion.parent if champion.name == CANDIDATE_FILE and champion.is_file()
                                        else champion))
         base = recorded_base_uri(selection)  # "": a candidate.json, or a record older than base_model
     except ShipyardError as err:  # said as the option the user gave
