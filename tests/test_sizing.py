@@ -149,9 +149,15 @@ ARRIVALS = {"mean_rate_rps": 0.3, "peak_rate_rps": 0.6, "peak_to_mean": 2.0, "wi
             "interarrival_cv": 1.4, "rate_series_rps": [0.2, 0.3, 0.3, 0.6, 0.3, 0.2, 0.3, 0.25, 0.3, 0.35]}
 
 
-def recorded(per_replica: float) -> dict[str, Any]:
-    return {**RECORD, "workload": {"digest": "sha256:" + "c" * 64, "arrivals": ARRIVALS},
-            "slo": {"thresholds": SLO, "capacity": {"goodput_rps": per_replica, "x_recorded_peak": per_replica / 0.6}}}
+def recorded(per_replica: float, arrivals: dict[str, Any] = ARRIVALS) -> dict[str, Any]:
+    """The record as the gates write it: ``slo.capacity`` divides by the recorded peak of ``arrivals``
+    (shipyard.benchmarking.workload.recorded_peak: here, without ``peaks_rps``, the rate series' 0.6 in 10-s windows)."""
+    from shipyard.benchmarking.workload import recorded_peak
+
+    peak, window = recorded_peak(arrivals)
+    return {**RECORD, "workload": {"digest": "sha256:" + "c" * 64, "arrivals": arrivals},
+            "slo": {"thresholds": SLO, "capacity": {"goodput_rps": per_replica, "x_recorded_peak": per_replica / peak,
+                                                    "recorded_peak_rps": peak, "window_s": window}}}
 
 
 def test_the_default_sizing_is_unchanged_without_a_recorded_workload() -> None:
@@ -212,6 +218,30 @@ def test_max_replicas_divide_the_recorded_peak_the_capacity_divided() -> None:
                                                "the SLO -> 2 replicas")
     _, rows = apply_sizing({"scaling": {"mode": "keda"}}, sized)
     assert "the recorded peak 0.4 req/s in 120-s windows sets max_replicas" in sizing_markdown(rows, sized)
+
+
+def test_the_keda_margin_rises_to_the_recorded_peak_the_capacity_divided_not_the_rate_series() -> None:
+    """The rate series' 10-s windows rise x2 (0.3 -> 0.6) but the capacity's recorded peak is counted in
+    60-s windows (peaks_rps; 0.333 req/s, 1.11x the mean): the margin's rise is counted in those windows and
+    never passes that peak over the mean, so the trigger stays at the 20 % floor (25), not 50 % below the knee (16)."""
+    from shipyard.benchmarking.workload import window_peaks
+
+    arrivals = {**ARRIVALS, "peaks_rps": window_peaks(ARRIVALS["rate_series_rps"], 10)}
+    assert arrivals["peaks_rps"] == {"10": 0.6, "60": 0.333333}
+    sized = derive_sizing(recorded(0.5, arrivals))
+    keda, traffic = sized["keda"], sized["recorded"]
+    assert traffic["peak_rps"] == 0.333333 and traffic["peak_window_s"] == 60 and traffic["peak_to_mean"] == 1.11111
+    # sliding 60-s means 0.317, 0.333, 0.325, 0.325, 0.283: the largest rise within 66 s is 0.333 / 0.317
+    assert keda["recorded_rise"] == 1.0526 and keda["margin"] == 0.2 and keda["threshold"] == 25
+    assert "counted like the recorded peak 0.333 req/s in 60-s windows" in keda["source"]
+    assert "at most peak/mean 1.11" in keda["source"] and sized["max_replicas"]["value"] == 1
+    # the rise is capped at the recorded peak over the mean even when the windows cannot be averaged
+    capped = derive_sizing(recorded(0.5, {**ARRIVALS, "peaks_rps": {"10": 0.45}}))
+    assert capped["keda"]["recorded_rise"] == 1.5 and capped["keda"]["margin"] == 0.333
+    # one recorded peak: a record whose capacity names none is not sized from the rate series' own peak
+    bare = recorded(0.5)
+    del bare["slo"]["capacity"]["recorded_peak_rps"]
+    assert "recorded" not in derive_sizing(bare) and derive_sizing(bare)["keda"]["margin"] == 0.2
 
 
 def test_deploy_renders_the_replicas_of_the_recorded_traffic(tmp_path: Path) -> None:

@@ -41,8 +41,11 @@ has ``workload.arrivals`` and ``slo.capacity.goodput_rps``, one replica's goodpu
 :mod:`shipyard.gates.capacity`), the sizing uses the recorded arrival process instead of the fixed
 growth assumption: ``min_replicas`` = ceil(recorded mean rate / goodput per replica) (and still at
 least the cold-start floor), ``max_replicas`` = ceil(recorded peak rate / goodput per replica), and
-the KEDA margin's growth is the largest rise the recorded rate series made within the time to
-ready (:func:`recorded_rise`: never counted from below the mean, so at most peak/mean). Each row
+the KEDA margin's growth is the largest rise the recorded rate made within the time to ready,
+counted in the recorded peak's windows (:func:`recorded_rise`: never from below the mean, at most
+that peak/mean). The peak is the capacity's (``slo.capacity.recorded_peak_rps``, the one
+:func:`shipyard.benchmarking.workload.recorded_peak` gives), so the deploy and the capacity name one
+recorded peak. Each row
 of the deploy report says so: "recorded peak 0.6 req/s / 0.5 req/s per replica at the SLO -> 2
 replicas". Without a recorded workload (or when no level met the SLO) nothing changes.
 
@@ -187,19 +190,19 @@ def recorded_traffic(record: Mapping[str, Any]) -> dict[str, Any] | None:
     fingerprint's ``arrivals`` its benchmark replayed (candidate record ``workload.arrivals``) and
     ``slo.capacity.goodput_rps`` (:mod:`shipyard.gates.capacity`). None without a replayed workload,
     or when no level met the SLO (no per-replica figure to divide by): the fixed growth assumption.
-    The peak is the one the capacity was divided by (``slo.capacity.recorded_peak_rps``, over
-    ``peak_window_s``-second windows: the 120-s ones ``shipyard watch`` counts), so the deploy and the
-    capacity name one recorded peak; a record without it gives the rate series' peak."""
+    The peak is the one the capacity was divided by, the only one (``slo.capacity.recorded_peak_rps``:
+    :func:`shipyard.benchmarking.workload.recorded_peak`, over ``peak_window_s``-second windows: the
+    120-s ones ``shipyard watch`` counts), so the deploy and the capacity name one recorded peak and
+    ``peak_to_mean`` is that peak over the recorded mean."""
     arrivals = (record.get("workload") or {}).get("arrivals") or {}
     capacity = slo_of(record).get("capacity") or {}
     per_replica = capacity.get("goodput_rps")
-    peak, peak_window = ((capacity["recorded_peak_rps"], capacity.get("window_s")) if capacity.get("recorded_peak_rps")
-                         else (arrivals.get("peak_rate_rps"), arrivals.get("window_s")))
+    peak, peak_window = capacity.get("recorded_peak_rps"), capacity.get("window_s")
     mean = arrivals.get("mean_rate_rps")
     if not peak or not per_replica or per_replica <= 0:
         return None
     return {"peak_rps": float(peak), "peak_window_s": peak_window, "mean_rps": float(mean or 0.0),
-            "per_replica_rps": float(per_replica), "peak_to_mean": arrivals.get("peak_to_mean"),
+            "per_replica_rps": float(per_replica), "peak_to_mean": round(peak / mean, 6) if mean else None,
             "window_s": arrivals.get("window_s"), "series": [float(x) for x in arrivals.get("rate_series_rps") or []]}
 
 
@@ -211,15 +214,19 @@ def peak_words(traffic: Mapping[str, Any]) -> str:
 
 def recorded_rise(traffic: Mapping[str, Any], seconds: float) -> float:
     """The largest rise of the recorded request rate within ``seconds`` (a new replica's time to
-    ready): over every window of the rate series, the highest rate in the windows that follow within
-    ``seconds`` over the window's own rate, never counted from below the mean (an idle window would
-    make any request an unbounded rise), so at most peak/mean; at least 1."""
+    ready), counted in the recorded peak's windows (``peak_window_s``: the rate series' finer windows
+    averaged over it) and never from below the mean (an idle window would make any request an
+    unbounded rise); at most the recorded peak (the capacity's, :func:`recorded_traffic`) over the
+    mean, at least 1."""
     series, window, mean = traffic["series"], float(traffic.get("window_s") or 0.0), traffic["mean_rps"]
     if len(series) < 2 or window <= 0 or mean <= 0:
         return 1.0
+    k = int(float(traffic.get("peak_window_s") or window) // window)
+    if k > 1 and float(traffic.get("peak_window_s") or 0) % window == 0:  # a sliding mean over the peak's window
+        series = [sum(series[i:i + k]) / k for i in range(len(series) - k + 1)]
     ahead = max(1, math.ceil(seconds / window))
-    rise = max(max(series[i + 1:i + 1 + ahead]) / max(series[i], mean) for i in range(len(series) - 1))
-    return max(1.0, round(rise, 4))
+    rise = max((max(series[i + 1:i + 1 + ahead]) / max(series[i], mean) for i in range(len(series) - 1)), default=1.0)
+    return max(1.0, round(min(rise, traffic["peak_rps"] / mean), 4))
 
 
 def _margin(time_to_ready: float, traffic: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -234,8 +241,8 @@ def _margin(time_to_ready: float, traffic: Mapping[str, Any] | None) -> dict[str
     return {"margin": round(max(MARGIN, 1 - 1 / rise), 3), "time_to_ready_seconds": time_to_ready,
             "recorded_rise": rise,
             "growth_source": f"your recorded traffic, whose rate rose at most x{rise:g} within {time_to_ready:.0f} s to ready "
-                             f"({traffic['window_s']:g} s windows of the rate series, from no less than its mean "
-                             f"{traffic['mean_rps']:.3g} req/s; peak/mean {traffic.get('peak_to_mean') or 0:.3g})"}
+                             f"(counted like the recorded peak {peak_words(traffic)}, from no less than the mean "
+                             f"{traffic['mean_rps']:.3g} req/s; at most peak/mean {traffic.get('peak_to_mean') or 0:.3g})"}
 
 
 def _keda(record: Mapping[str, Any], levels: list[Mapping[str, Any]], slo: Mapping[str, Any],
