@@ -129,6 +129,17 @@ def test_the_peak_is_counted_in_the_watchs_window_and_an_older_fingerprint_says_
     assert "vs a peak of 0.35 req/s in 10-s windows" in old["text"] and old["text"].endswith(old["window_note"])
 
 
+def test_the_watch_window_has_one_owner() -> None:
+    """The capacity counts its peak in the window ``shipyard watch`` counts live peaks in: watch's
+    MIN_WINDOW_S itself (the longest of the fingerprint's PEAK_WINDOWS_S), no copy of it."""
+    from shipyard.benchmarking.workload import PEAK_WINDOWS_S
+    from shipyard.gates import capacity
+    from shipyard.serving import watch
+
+    assert capacity.MIN_WINDOW_S is watch.MIN_WINDOW_S == max(PEAK_WINDOWS_S)
+    assert not hasattr(capacity, "WATCH_PEAK_WINDOW_S")
+
+
 def test_no_recorded_workload_adds_no_number(tmp_path: Path) -> None:
     out = gates(tmp_path, None)
     assert out["candidate"]["slo"]["capacity"] is None and out["candidate"]["workload"] is None

@@ -11,7 +11,9 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -128,6 +130,69 @@ def test_the_peak_is_recorded_over_the_watchs_windows_and_an_older_fingerprint_s
     series = [0.0, 1.0, 2.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
     assert window_peaks(series, 15) == {"60": 1.0, "120": 0.625}  # the best 4 points sum to 4, the best 8 to 5
     assert window_peaks(series, 45) == {}
+
+
+class _PrometheusDouble(BaseHTTPRequestHandler):
+    """Prometheus's HTTP API as a loopback double: 30 requests of 50/10 tokens in the window, half the
+    prompt tokens from the prefix cache, and a rate series of 1 req/s at every ``step`` point but a
+    burst of 3 req/s at the fifth; the queries are answered by what they ask for."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        url = urllib.parse.urlsplit(self.path)
+        q = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+        if url.path == "/api/v1/query_range":
+            start, end, step = float(q["start"]), float(q["end"]), float(q["step"].rstrip("s"))
+            points = [start + i * step for i in range(int((end - start) // step) + 1)]
+            data = {"resultType": "matrix", "result": [{"metric": {}, "values": [
+                [t, "3" if i == 4 else "1"] for i, t in enumerate(points)]}]}
+        elif "_bucket" in q["query"]:
+            le = "50" if "prompt" in q["query"] else "10"
+            data = {"resultType": "vector", "result": [{"metric": {"le": e}, "value": [0, "30"]} for e in (le, "+Inf")]}
+        else:
+            data = {"resultType": "vector", "result": [{"metric": {}, "value": [0, "750" if "hits" in q["query"] else "1500"]}]}
+        body = json.dumps({"status": "success", "data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_prometheus_fingerprint_says_which_peak_windows_its_step_could_not_see() -> None:
+    """Prometheus's rate series comes in ``step``-second points, so only windows that are whole numbers of
+    steps have a peak: the default 15-s step gives the 60 and 120-s peaks and names the 10-s one as not
+    computed; a 300-s step none, so the capacity falls back to the series' own 300-s peak and it and
+    ``shipyard watch`` give Prometheus's reason, not 'the trace is shorter' or 'predates per-window peaks'."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.gates.capacity import peak_capacity
+    from shipyard.serving.watch import Live, capacity_row, envelope_from_record
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_PrometheusDouble) as server:
+        fine = fingerprint_from_prometheus(server.url, start=0, end=600).data["arrivals"]
+        coarse = fingerprint_from_prometheus(server.url, start=0, end=1800, step=300).data["arrivals"]
+    assert fine["window_s"] == 15 and len(fine["rate_series_rps"]) == 40
+    assert fine["peaks_rps"] == {"60": 1.5, "120": 1.25}  # the burst within 4 and within 8 points of 15 s
+    assert list(fine["peaks_not_computed"]) == ["10"]
+    assert fine["peaks_not_computed"]["10"].startswith("the 10-s peak is not computed: 10 s is not a whole number "
+                                                       "of the 15-s query steps")
+    assert coarse["peaks_rps"] == {} and set(coarse["peaks_not_computed"]) == {"10", "60", "120"}
+    workload = {"digest": "sha256:" + "d" * 64, "fingerprint": {"arrivals": coarse}}
+    cap = peak_capacity([{"name": "replay", "requests_per_s": 2.0}], [{"meets": True, "goodput": 1.0}], workload)
+    assert cap is not None and cap["window_s"] == 300 and cap["recorded_peak_rps"] == 3.0
+    assert cap["window_note"].endswith("(the 120-s peak is not computed: 120 s is not a whole number of the 300-s "
+                                       "query steps (pass a --step dividing 120, no shorter than the scrape interval))")
+    levels = [{"name": "replay", "requests_per_s": 2.0, "ttft_p99_ms": 100.0}]
+    env = envelope_from_record({"recipe": "r", "levels": levels, "slo": {"capacity": cap}})
+    row = capacity_row(env, Live(prompt_tokens=50, output_tokens=10, rps=1.0, replicas=1, ttft_p99_ms=100,
+                                 prefix_hit_rate=0.5, window_s=1800, peak_rps=1.5, peak_rps_per_replica=1.5,
+                                 peak_window_s=120), 0.0)
+    assert row["peak"]["alike"] is False and row["peak"]["x_recorded_peak"] is None
+    assert "not compared with your recorded peak of 3 req/s in 300-s windows" in row["note"]
+    assert "120 s is not a whole number of the 300-s query steps" in row["note"]
 
 
 def _lognormal_trace(n: int, seed: int) -> list[TraceRequest]:

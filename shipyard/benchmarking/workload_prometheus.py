@@ -11,7 +11,10 @@ What it can and cannot know: the length distributions are vLLM's bucket counts (
 histogram is their product: the metrics keep no pairing of input with output, said by
 ``lengths.joint.independent``), the arrival rate is a series of ``step``-second windows (no
 per-request gaps, so ``interarrival_cv`` is None and the rate series' own coefficient of variation
-is kept; ``peaks_rps`` holds the peak windows that are whole numbers of steps), there are no
+is kept; ``peaks_rps`` holds the peak windows that are whole numbers of steps and fit in the series,
+``peaks_not_computed`` each other window of :data:`~shipyard.benchmarking.workload.PEAK_WINDOWS_S`
+with why: the default 15-s step cannot see a 10-s peak, a step over 120 s none of them, so the
+capacity and ``shipyard watch`` say why the watch's 120-s peak is missing), there are no
 sessions, and the prefix-cache hit rate is the one the server *measured* (``prefix.measured``), not
 a theoretical one. An empty window (no request finished in it, or no
 vLLM series under the selector) is one line.
@@ -24,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shipyard.benchmarking.workload import (
+    PEAK_WINDOWS_S,
     SLO_CLASSES,
     WorkloadFingerprint,
     seal,
@@ -123,6 +127,21 @@ def _quantiles(edges: list[int], counts: list[float]) -> dict[str, float] | None
     return out
 
 
+def peaks_not_computed(peaks: dict[str, float], step_s: int, points: int) -> dict[str, str]:
+    """Why each window of :data:`PEAK_WINDOWS_S` missing from ``peaks`` (:func:`window_peaks` of a
+    ``points``-point rate series at ``step_s``-second steps) has no peak, keyed like ``peaks_rps``."""
+    out = {}
+    for window in PEAK_WINDOWS_S:
+        if str(window) in peaks:
+            continue
+        out[str(window)] = (f"the {window}-s peak is not computed: {window} s is not a whole number of the {step_s}-s "
+                            f"query steps (pass a --step dividing {window}, no shorter than the scrape interval)"
+                            if window % step_s else
+                            f"the {window}-s peak is not computed: the window holds {points} points of "
+                            f"{step_s} s, fewer than {window // step_s}")
+    return out
+
+
 def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | float, selector: str = "",
                                 block_size: int | None = None, slo_class: str = "interactive",
                                 step: int | None = None, max_model_len: int | None = None) -> WorkloadFingerprint:
@@ -155,6 +174,7 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
     series_data = api.range(f"sum(increase({PROMPT}_count{sel}[{step_s}s])) / {step_s}", t0 + step_s, t1, step_s)
     series = [round(max(v, 0.0), 6) for _, v in (series_data[0]["values"] if series_data else []) if math.isfinite(v)]
     mean_rate = requests / (t1 - t0)
+    peaks = window_peaks(series, step_s)
     cv = None
     if len(series) > 1 and sum(series) > 0:
         m = sum(series) / len(series)
@@ -176,7 +196,7 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
                      "mean_rate_rps": round(mean_rate, 6), "window_s": step_s, "rate_series_rps": series,
                      "peak_rate_rps": max(series) if series else round(mean_rate, 6),
                      "peak_to_mean": round(max(series) / mean_rate, 6) if series and mean_rate else None,
-                     "peaks_rps": window_peaks(series, step_s),
+                     "peaks_rps": peaks, "peaks_not_computed": peaks_not_computed(peaks, step_s, len(series)),
                      "interarrival_cv": None, "rate_series_cv": cv, "interarrival_s": None},
         "sessions": None,
         "prefix": prefix,

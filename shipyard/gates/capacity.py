@@ -28,13 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shipyard.benchmarking.workload import PEAK_WINDOWS_S, recorded_peak
+from shipyard.benchmarking.workload import recorded_peak
+from shipyard.serving.watch import MIN_WINDOW_S
 
 #: the arrival figures the candidate record keeps of a replayed workload's fingerprint
 ARRIVAL_KEYS = ("mean_rate_rps", "peak_rate_rps", "peak_to_mean", "window_s", "duration_s", "interarrival_cv",
                 "rate_series_rps", "peaks_rps")
-#: the window (s) of the peak a capacity is counted against: the one ``shipyard watch`` counts live peaks in
-WATCH_PEAK_WINDOW_S = max(PEAK_WINDOWS_S)
 #: the relative gap between the load levels' mean tokens per request and the recorded ones that the text names
 LENGTH_GAP = 0.25
 
@@ -52,7 +51,10 @@ def recorded_arrivals(workload: Mapping[str, Any] | None) -> dict[str, Any] | No
     arrivals = workload.get("arrivals") or (workload.get("fingerprint") or {}).get("arrivals")
     if not isinstance(arrivals, Mapping) or not _positive(arrivals.get("peak_rate_rps")):
         return None
-    return {k: arrivals.get(k) for k in ARRIVAL_KEYS}
+    kept = {k: arrivals.get(k) for k in ARRIVAL_KEYS}
+    if arrivals.get("peaks_not_computed"):  # a Prometheus fingerprint's windows without a peak, and why
+        kept["peaks_not_computed"] = arrivals["peaks_not_computed"]
+    return kept
 
 
 def recorded_lengths(workload: Mapping[str, Any] | None) -> dict[str, float] | None:
@@ -114,7 +116,8 @@ def peak_capacity(levels: list[Mapping[str, Any]], verdicts: list[Mapping[str, A
         "requests_per_s": rps if best else None, "goodput_share": best[1].get("goodput") if best else None,
         "lower_bound": bool(best) and not broke,
         "recorded_peak_rps": peak, "recorded_mean_rps": mean, "peak_to_mean": arrivals.get("peak_to_mean"),
-        "window_s": window, "window_note": window_note(window, arrivals.get("peaks_rps") is not None),
+        "window_s": window, "window_note": window_note(window, arrivals.get("peaks_rps") is not None,
+                                                       (arrivals.get("peaks_not_computed") or {}).get(str(MIN_WINDOW_S))),
         "x_recorded_peak": round(at_slo / peak, 4),
         "x_recorded_mean": round(at_slo / float(mean), 4) if _positive(mean) else None,
         "time_scale": float((workload or {}).get("time_scale") or 1.0),
@@ -126,15 +129,17 @@ def peak_capacity(levels: list[Mapping[str, Any]], verdicts: list[Mapping[str, A
     return cap
 
 
-def window_note(window: float | None, recorded_peaks: bool) -> str:
-    """Words when the recorded peak is not counted in :data:`WATCH_PEAK_WINDOW_S`-second windows (""
-    when it is): a peak over shorter windows is higher than the watch's live peak of the same traffic."""
-    if window == WATCH_PEAK_WINDOW_S:
+def window_note(window: float | None, recorded_peaks: bool, not_computed: str | None = None) -> str:
+    """Words when the recorded peak is not counted in ``shipyard watch``'s
+    :data:`~shipyard.serving.watch.MIN_WINDOW_S`-second windows (""
+    when it is): a peak over shorter windows is higher than the watch's live peak of the same traffic.
+    ``not_computed``: the fingerprint's own reason it has no peak in those windows (Prometheus's step)."""
+    if window == MIN_WINDOW_S:
         return ""
-    why = (f"the trace is shorter than {WATCH_PEAK_WINDOW_S} s" if recorded_peaks else
-           "the fingerprint predates per-window peaks: rebuild it with shipyard workload fingerprint")
+    why = not_computed or (f"the trace is shorter than {MIN_WINDOW_S} s" if recorded_peaks else
+                           "the fingerprint predates per-window peaks: rebuild it with shipyard workload fingerprint")
     shown = f"{window:g}-s windows" if window else "unstated windows"
-    return (f"the recorded peak is counted in {shown}, not the {WATCH_PEAK_WINDOW_S}-s windows shipyard watch "
+    return (f"the recorded peak is counted in {shown}, not the {MIN_WINDOW_S}-s windows shipyard watch "
             f"counts production's peak in ({why})")
 
 

@@ -134,7 +134,8 @@ def qualified_capacity(record: Mapping[str, Any]) -> dict[str, Any] | None:
     goodput, peak = float(cap["goodput_rps"]), float(cap["recorded_peak_rps"])
     return {"goodput_rps": goodput, "recorded_peak_rps": peak,
             "x_recorded_peak": float(cap.get("x_recorded_peak") or goodput / peak),
-            "window_s": cap.get("window_s"), "lower_bound": bool(cap.get("lower_bound")), "digest": digest}
+            "window_s": cap.get("window_s"), "lower_bound": bool(cap.get("lower_bound")), "digest": digest,
+            **({"window_note": cap["window_note"]} if cap.get("window_note") else {})}
 
 
 def peak_window(env: Envelope, window_s: int) -> int:
@@ -331,7 +332,7 @@ def capacity_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:
     peak = {"live_peak_rps": live.peak_rps, "recorded_peak_rps": recorded, "window_s": live.peak_window_s,
             "recorded_window_s": cap.get("window_s"), "alike": alike,
             "qualified_x_recorded_peak": cap["x_recorded_peak"], "goodput_rps": goodput,
-            "workload_digest": cap.get("digest"),
+            "workload_digest": cap.get("digest"), **({"window_note": cap["window_note"]} if cap.get("window_note") else {}),
             "x_recorded_peak": round(live.peak_rps / recorded, 4) if live.peak_rps is not None and alike else None,
             "headroom": round(1 - now / goodput, 4) if now is not None else None}
     out.update(qualified=goodput, peak=peak)
@@ -354,6 +355,8 @@ def _peak_words(peak: Mapping[str, Any]) -> str:
     other = f"{peak['recorded_window_s']:g}-s windows" if _positive(peak["recorded_window_s"]) else "unstated windows"
     fix = (f"a fingerprint of a trace of at least {window} s records its {window}-s peak" if window == MIN_WINDOW_S
            else "widen --window to at least the recorded peak's window")
+    if peak.get("window_note") and window == MIN_WINDOW_S:  # the capacity's own reason (e.g. Prometheus's step)
+        fix = peak["window_note"]
     return (f"live peak {live} req/s in {window}-s windows, not compared with your recorded peak of {recorded:.3g} "
             f"req/s in {other}: a peak over other windows is another figure, and {fix}")
 
