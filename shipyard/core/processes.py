@@ -38,7 +38,7 @@ def signal_group(pgid: int, sig: int) -> None:
 
 
 def group_alive(pgid: int) -> bool:
-    """True while any process of group ``pgid`` exists."""
+    """True while any process of group ``pgid`` exists (a zombie not reaped yet counts)."""
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
@@ -46,9 +46,35 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def group_running(pgid: int) -> bool:
+    """True while any process of group ``pgid`` has not exited: a zombie does not count (only its
+    parent can reap it). Without ``/proc``: :func:`group_alive`."""
+    if not os.path.isdir("/proc"):
+        return group_alive(pgid)
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+                return True
+    return False
+
+
+#: after the SIGKILL, the longest :func:`stop_group` waits for the group's processes to be gone
+KILL_WAIT_S = 10.0
+#: how much longer it waits, once they have all exited, for their parents to reap them
+REAP_WAIT_S = 1.0
+
+
 def stop_group(proc: subprocess.Popen[bytes] | None, grace: float = 15.0) -> None:
     """Stop ``proc`` (started with :func:`own_session_with_parent_death`) and every process of
-    its group: SIGTERM, up to ``grace`` seconds, then SIGKILL."""
+    its group: SIGTERM, up to ``grace`` seconds, then SIGKILL. It returns once the group's
+    processes are gone (exited and reaped; ``proc`` by this call), at most :data:`KILL_WAIT_S`
+    seconds after the SIGKILL; zombies that their own parent has not reaped within
+    :data:`REAP_WAIT_S` of the last exit are left to it (only it can reap them)."""
     if proc is None:
         return
     signal_group(proc.pid, signal.SIGTERM)
@@ -58,8 +84,13 @@ def stop_group(proc: subprocess.Popen[bytes] | None, grace: float = 15.0) -> Non
     while group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     signal_group(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_WAIT_S
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+        proc.wait(timeout=KILL_WAIT_S)
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        if not group_running(proc.pid):
+            deadline = min(deadline, time.monotonic() + REAP_WAIT_S)
+        time.sleep(0.02)
 
 
 # the watcher of guard_group: reads its stdin until EOF; anything but RELEASED (the owner died
