@@ -40,6 +40,8 @@ def test_mapping_and_list_give_the_same_adapters(tmp_path: Path) -> None:
     ('{"a b": "hf://org/x"}', "lora_adapters.a b: 'a b' is not an adapter name"),
     # a final newline is no name (\Z, not $, which also matches before a final newline)
     ('[{"name": "sql\\n", "uri": "hf://o/x"}]', "lora_adapters[0]: 'sql\\n' is not an adapter name"),
+    # the mapping form's field names the adapter: a newline in the name is quoted there too
+    ('{"my\\nadapter": "hf://o/x"}', "lora_adapters.my\\nadapter: 'my\\nadapter' is not an adapter name"),
     ('[{"name": "a", "uri": "hf://o/x"}, {"name": "a", "uri": "hf://o/y"}]', "lora_adapters[1]: adapter 'a' is given twice"),
     ('{"a": "s3://AKIAIOSFODNN7EXAMPLE:hunter2pw@bucket/a"}', "lora_adapters.a: s3://... carries credentials"),
     ('{"a": 3}', "lora_adapters.a: the URI must be a string"),
@@ -49,6 +51,7 @@ def test_bad_adapters_are_one_line_without_secrets(raw: str, message: str) -> No
     with pytest.raises(ShipyardError) as err:
         parse_adapters(raw)
     assert str(err.value).startswith(message), str(err.value)
+    assert "\n" not in err.value.field and "\n" not in err.value.problem
     assert "hunter2pw" not in str(err.value) and "AKIA" not in str(err.value)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import ShipyardError, shown
 from shipyard.core.files import tree_digest, tree_files
 
 FIELD = "lora_adapters"
@@ -45,7 +45,7 @@ class Adapter:
 def _entries(value: Any) -> list[tuple[str, Any, Any]]:
     """(field, name, uri) per adapter from a mapping or a list of {name, uri}."""
     if isinstance(value, dict):
-        return [(f"{FIELD}.{name}", name, uri) for name, uri in value.items()]
+        return [(_field(name), name, uri) for name, uri in value.items()]
     if isinstance(value, list):
         out = []
         for i, item in enumerate(value):
@@ -56,6 +56,15 @@ def _entries(value: Any) -> list[tuple[str, Any, Any]]:
         return out
     raise ShipyardError(FIELD, f"must be a JSON mapping of name -> URI or a list of {{name, uri}}, got "
                         f"{type(value).__name__}", f"write e.g. {EXAMPLE}")
+
+
+def _field(name: Any) -> str:
+    """``lora_adapters.NAME`` for the mapping form; a name that is not one is quoted the way errors
+    quote values (:func:`shipyard.core.errors.shown`: a newline as ``\\n``, a token not shown), so
+    the field stays one line and says what was given."""
+    if isinstance(name, str) and NAME_RE.match(name):
+        return f"{FIELD}.{name}"
+    return f"{FIELD}.{shown(name, 60).strip(chr(39))}"
 
 
 def parse_adapters(raw: str | list[Any] | dict[str, Any] | None) -> list[Adapter]:
@@ -82,8 +91,7 @@ def parse_adapters(raw: str | list[Any] | dict[str, Any] | None) -> list[Adapter
     seen: set[str] = set()
     for field, name, uri in _entries(value):
         if not isinstance(name, str) or not NAME_RE.match(name):
-            shown = name if isinstance(name, str) and len(name) <= 64 else f"{str(name)[:40]}..."
-            raise ShipyardError(field, f"{shown!r} is not an adapter name",
+            raise ShipyardError(field, f"{shown(name, 70)} is not an adapter name",
                                 "use 1-63 letters, digits, '-', '_' or '.', starting with a letter or digit")
         if name in seen:
             raise ShipyardError(field, f"adapter {name!r} is given twice", "give each adapter its own name")

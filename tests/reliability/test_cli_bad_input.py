@@ -573,6 +573,8 @@ ROWS: list[Row] = [
         field="lora_adapters.sql: KServe does not load LoRA adapters from oci:// yet (kserve#6094)", params=True),
     row("run-lora-bad-name", *run_local("--param", 'lora_adapters={"my adapter": "hf://org/sql-lora"}'),
         field="lora_adapters.my adapter: 'my adapter' is not an adapter name", params=True),
+    row("run-lora-name-newline", *run_local("--param", 'lora_adapters={"my\\nadapter": "hf://org/sql-lora"}'),
+        field="lora_adapters.my\\nadapter: 'my\\nadapter' is not an adapter name", params=True),
     row("run-lora-duplicate", *run_local("--param", 'lora_adapters=[{"name": "a", "uri": "hf://org/x"}, '
                                          '{"name": "a", "uri": "hf://org/y"}]'),
         field="lora_adapters[1]: adapter 'a' is given twice", params=True),
