@@ -9,7 +9,8 @@
 - No dynamic imports of project modules (``importlib.import_module``, ``__import__``) beyond the
   few listed in :data:`DYNAMIC_IMPORTS`: an import the graph cannot see could go upward or in a circle.
 - Data folders are found through ``importlib.resources``, not ``__file__`` arithmetic.
-- No function is longer than its folder's cap in :data:`MAX_FUNCTION_LINES` (issue 30 asks for 80).
+- No function in product code is longer than :data:`MAX_FUNCTION_LINES` (80, issue 30), and none is longer
+  than :data:`TARGET_FUNCTION_LINES` unless :data:`LONG_FUNCTIONS` names it with its length (a list that only shrinks).
 - ``tests/README.md`` names every module's test files, and every row is true (issue 30: tests a newcomer can find).
 """
 
@@ -49,12 +50,36 @@ FILE_RELATIVE = {
                                              "loads it by path and it reads the data file beside the task YAML",
 }
 
-#: the longest a function may be, in lines from ``def`` to its last line, per source folder. Issue 30
-#: asks for 80 in product code, which every folder now meets (the longest: benchmarking/guidellm.py
-#: parse_benchmark_config and the candidate_gates wrapper, whose 25-input signature and KFP docstring,
-#: which the compiled IR carries, are 56 of its lines). Lower a cap when the function at it is split;
-#: never raise one.
-MAX_FUNCTION_LINES = {"shipyard": 80, "components": 80, "pipelines": 80}
+#: the longest a function in product code (shipyard/, components/, pipelines/) may be, in lines from
+#: ``def`` to its last line (a nested function counts on its own and inside its outer one): issue 30's
+#: 80, which every function meets; no exceptions
+MAX_FUNCTION_LINES = 80
+#: the length a new or edited function keeps to; those still over it are in :data:`LONG_FUNCTIONS`
+TARGET_FUNCTION_LINES = 60
+#: ``path:qualified name`` -> its length today, for each function over :data:`TARGET_FUNCTION_LINES`
+#: not split yet. The list only shrinks: a listed function may not grow past its entry, an entry whose
+#: function was split to the target (or is gone) fails until it is removed, and a new long function
+#: is split, not listed. Most are KFP wrappers, whose signature and docstring (the KFP UI's) are half
+#: their length, and the gates' and deploy's record builders.
+LONG_FUNCTIONS = {
+    # KFP wrappers: signature, the KFP UI's docstring, the call and its outputs
+    "components/gates/component.py:candidate_gates": 80,
+    "components/measure/component.py:measure_vllm": 74,
+    "components/gates/component.py:select_champion": 74,
+    "components/deploy/component.py:deploy": 71,
+    "components/benchmark/component.py:benchmark": 63,
+    "components/compress/component.py:compress": 62,
+    "components/package/component.py:package_champion": 61,
+    # the candidate and decision records' builders and readers and the verification: being reworked (items 5, 3)
+    "shipyard/steps/judge.py:judge_candidate": 77,
+    "shipyard/steps/attest.py:attest_package": 69,
+    "shipyard/steps/deploy.py:run_deploy": 68,
+    "shipyard/steps/verify.py:verify_service": 67,
+    "shipyard/gates/selection.py:decision_record": 66,
+    "shipyard/steps/judge.py:judge_base": 61,
+    # 17 keyword parameters and the MemoryPlan it fills, field by field
+    "shipyard/serving/planner.py:plan_memory": 75,
+}
 
 
 def _module(path: Path) -> str:
@@ -360,27 +385,63 @@ def _is_module(name: str) -> bool:
         return False
 
 
-def long_functions(source: str, cap: int) -> list[tuple[str, int]]:
-    """``(name, lines)`` of every function in ``source`` (nested ones included) longer than ``cap``."""
-    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > cap]
+def function_lengths(source: str) -> dict[str, int]:
+    """Qualified name (``Class.method``, ``outer.inner``) -> lines from ``def`` to the last line, for every
+    function in ``source``, nested ones included."""
+    out: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef) and child.end_lineno is not None:
+                    out[name] = max(out.get(name, 0), child.end_lineno - child.lineno + 1)
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return out
+
+
+def length_problems(lengths: dict[str, int], cap: int, target: int, allowed: dict[str, int]) -> list[str]:
+    """What breaks the length rules: a function over ``cap`` (listed or not), one over ``target`` that
+    ``allowed`` does not list or that grew past its entry, and an entry with no function over ``target``
+    left to excuse (split or gone: remove the entry)."""
+    problems = [f"{name}: {lines} lines > {cap}, the cap" for name, lines in lengths.items() if lines > cap]
+    for name, lines in lengths.items():
+        if target < lines <= cap and name not in allowed:
+            problems.append(f"{name}: {lines} lines > {target}: split it along its seams (LONG_FUNCTIONS only shrinks)")
+        elif name in allowed and target < lines <= cap and lines > allowed[name]:
+            problems.append(f"{name}: grew to {lines} lines, LONG_FUNCTIONS allows {allowed[name]}: split it")
+    problems += [f"{name}: LONG_FUNCTIONS lists it at {allowed[name]} lines but it is "
+                 f"{f'{lengths[name]} lines now' if name in lengths else 'gone'}: remove the entry"
+                 for name in allowed if lengths.get(name, 0) <= target]
+    return problems
+
+
+def product_function_lengths() -> dict[str, int]:
+    """``path:qualified name`` -> length, for every function in product code."""
+    return {f"{path.relative_to(ROOT).as_posix()}:{name}": lines for path in SOURCES.values()
+            for name, lines in function_lengths(path.read_text()).items()}
 
 
 def test_functions_stay_under_the_length_cap() -> None:
-    """Long functions are split along their seams into named helpers (issue 30): none grows past its
-    folder's cap."""
-    long = [f"{path.relative_to(ROOT)}:{name} ({lines} lines > {MAX_FUNCTION_LINES[path.relative_to(ROOT).parts[0]]})"
-            for path in SOURCES.values()
-            for name, lines in long_functions(path.read_text(), MAX_FUNCTION_LINES[path.relative_to(ROOT).parts[0]])]
-    assert not long, f"split these functions along their seams: {long}"
+    """Long functions are split along their seams into named helpers (issue 30): none is over 80 lines,
+    and none over 60 but those :data:`LONG_FUNCTIONS` lists, each no longer than its entry."""
+    problems = length_problems(product_function_lengths(), MAX_FUNCTION_LINES, TARGET_FUNCTION_LINES, LONG_FUNCTIONS)
+    assert not problems, "function lengths (tests/test_layers.py LONG_FUNCTIONS):\n" + "\n".join(problems)
 
 
 def test_a_long_function_is_caught() -> None:
-    body = "".join(f"        x{i} = {i}\n" for i in range(5))
-    nested = f"def outer():\n    def inner():\n{body}"
-    assert long_functions(nested, 7) == []
-    assert sorted(long_functions(nested, 5)) == [("inner", 6), ("outer", 7)]
+    body = "".join(f"            x{i} = {i}\n" for i in range(5))
+    nested = f"class C:\n    def outer(self):\n        def inner():\n{body}"
+    assert function_lengths(nested) == {"C.outer": 7, "C.outer.inner": 6}
+    lengths = {"a.py:ok": 60, "a.py:listed": 70, "a.py:grew": 75, "a.py:new": 61, "a.py:huge": 81, "a.py:split": 40}
+    allowed = {"a.py:listed": 70, "a.py:grew": 72, "a.py:huge": 81, "a.py:split": 65, "a.py:gone": 66}
+    problems = length_problems(lengths, 80, 60, allowed)
+    assert [p.split(":")[1] for p in problems] == ["huge", "grew", "new", "split", "gone"], problems
+    assert length_problems({"a.py:listed": 70}, 80, 60, {"a.py:listed": 70}) == []
 
 
 #: tests/README.md's row: a module's path, then the test files that test it

@@ -174,24 +174,44 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
     profile = cfg["profile"]
     if profile not in PROFILES:
         raise ShipyardError("benchmark_config.profile", f"unknown profile {profile!r}", f"use one of {list(PROFILES)}")
-    loads = cfg["loads"]
-    if profile in ("concurrent", "constant", "poisson"):
-        if "loads" not in raw and profile != "concurrent":
-            raise ShipyardError(
-                "benchmark_config.loads", f"profile {profile} needs request rates", 'pass e.g. "loads": [1, 2, 4]'
-            )
-        if not isinstance(loads, list) or not loads or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) and x > 0 for x in loads
-        ):
-            raise ShipyardError("benchmark_config.loads", f"must be a list of numbers > 0, got {loads!r}", "pass e.g. [1, 4]")
-        if profile == "concurrent" and not all(float(x).is_integer() for x in loads):
-            raise ShipyardError("benchmark_config.loads", "concurrent streams must be whole numbers", "pass e.g. [1, 4]")
-        cfg["loads"] = [int(x) if profile == "concurrent" else float(x) for x in loads]
-    else:
-        cfg["loads"] = []
+    cfg["loads"] = _checked_loads(cfg["loads"], profile, given="loads" in raw)
     if int(cfg.get("repeats") or 1) > 1 and profile not in REPEATABLE:
         raise ShipyardError("benchmark_config.repeats", f"profile {profile} has no listed load levels to repeat",
                             f"use a profile with loads ({', '.join(REPEATABLE)}) or drop repeats")
+    _check_level_numbers(cfg)
+    _check_profile_needs(cfg, profile)
+    if cfg.get("workload") is not None:  # the recorded traffic replayed after the load levels (checked here, at pre-flight)
+        from shipyard.benchmarking.workload_config import parse_workload_config
+
+        parse_workload_config(cfg["workload"])
+    if cfg.get("data") is not None and not (isinstance(cfg["data"], dict) and cfg["data"].get("kind")):
+        raise ShipyardError("benchmark_config.data", "must be a guidellm data dict with a kind", 'e.g. {"kind": "json_file", "path": "..."}')
+    cfg["vllm_args"] = _vllm_flag_list(cfg["vllm_args"])
+    return cfg
+
+
+def _checked_loads(loads: Any, profile: str, *, given: bool) -> list[int | float]:
+    """The load levels of a profile that lists them (whole streams for concurrent, requests/s for
+    constant and poisson); ``[]`` for the profiles that find their own levels. ``given``: the user
+    wrote ``loads`` (constant and poisson have no default rates)."""
+    if profile not in ("concurrent", "constant", "poisson"):
+        return []
+    if not given and profile != "concurrent":
+        raise ShipyardError(
+            "benchmark_config.loads", f"profile {profile} needs request rates", 'pass e.g. "loads": [1, 2, 4]'
+        )
+    if not isinstance(loads, list) or not loads or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) and x > 0 for x in loads
+    ):
+        raise ShipyardError("benchmark_config.loads", f"must be a list of numbers > 0, got {loads!r}", "pass e.g. [1, 4]")
+    if profile == "concurrent" and not all(float(x).is_integer() for x in loads):
+        raise ShipyardError("benchmark_config.loads", "concurrent streams must be whole numbers", "pass e.g. [1, 4]")
+    return [int(x) if profile == "concurrent" else float(x) for x in loads]
+
+
+def _check_level_numbers(cfg: dict[str, Any]) -> None:
+    """The warm-up counts are numbers >= 0, the sizes, limits and timeouts numbers > 0 (each may be
+    null), and every level has an end (``max_requests`` or ``max_seconds``)."""
     for key in ("warmup_requests", "warmup_seconds", "server_warmup_requests"):
         val = cfg.get(key)
         if val is not None and (isinstance(val, bool) or not isinstance(val, int | float) or val < 0):
@@ -205,26 +225,27 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
         raise ShipyardError(
             "benchmark_config", "neither max_requests nor max_seconds is set", "set at least one so each level ends"
         )
+
+
+def _check_profile_needs(cfg: dict[str, Any], profile: str) -> None:
+    """Sweep and throughput need a concurrency cap; a sweep needs at least 3 levels."""
     if profile in ("sweep", "throughput") and not cfg.get("max_concurrency"):
         raise ShipyardError(
             "benchmark_config.max_concurrency", f"profile {profile} needs a concurrency cap", "set max_concurrency"
         )
     if profile == "sweep" and int(cfg["sweep_size"]) < 3:
         raise ShipyardError("benchmark_config.sweep_size", "a sweep needs at least 3 levels", "set sweep_size >= 3")
-    if cfg.get("workload") is not None:  # the recorded traffic replayed after the load levels (checked here, at pre-flight)
-        from shipyard.benchmarking.workload_config import parse_workload_config
 
-        parse_workload_config(cfg["workload"])
-    if cfg.get("data") is not None and not (isinstance(cfg["data"], dict) and cfg["data"].get("kind")):
-        raise ShipyardError("benchmark_config.data", "must be a guidellm data dict with a kind", 'e.g. {"kind": "json_file", "path": "..."}')
-    if isinstance(cfg["vllm_args"], dict):
+
+def _vllm_flag_list(vllm_args: Any) -> list[str]:
+    """``vllm_args`` as a list of command-line strings (a dict is rendered as vLLM flags)."""
+    if isinstance(vllm_args, dict):
         from shipyard.serving.planner import vllm_cli_args
 
-        cfg["vllm_args"] = vllm_cli_args(cfg["vllm_args"])
-    if not isinstance(cfg["vllm_args"], list):
+        vllm_args = vllm_cli_args(vllm_args)
+    if not isinstance(vllm_args, list):
         raise ShipyardError("benchmark_config.vllm_args", "must be a list or dict of vLLM flags", 'e.g. ["--max-model-len", "2048"]')
-    cfg["vllm_args"] = [str(a) for a in cfg["vllm_args"]]
-    return cfg
+    return [str(a) for a in vllm_args]
 
 
 def comparable_key(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -348,12 +348,11 @@ def _replay_section(doc: Doc, decision: dict[str, Any]) -> None:
         doc.p(str(rep["text"]), f"{who.capitalize()}:")
 
 
-def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None,
-               with_plots: bool = True) -> Doc:
-    """The SLO gate's (and benchmark's) report as a :class:`Doc`."""
+def _decision_section(doc: Doc, decision: dict[str, Any], base: dict[str, Any] | None,
+                      cand: dict[str, Any] | None) -> None:
+    """The decision and its rule, the sample warnings, the worst regression and best gain, the SLO and
+    the highest load each model met it at."""
     passed = bool(decision.get("passed"))
-    verdict = "PASS" if passed else "FAIL"
-    doc = Doc(f"shipyard SLO gate: {verdict}").h(1, f"SLO gate: {verdict}", "pass" if passed else "fail")
     doc.p(f"{'promote' if passed else 'do not promote'}. {decision.get('reason')}", "Decision:")
     if decision.get("rule"):
         doc.p(str(decision["rule"]), "Rule:")
@@ -377,21 +376,11 @@ def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict
         doc.table(["highest load meeting the SLO", "level", "req/s"],
                   [[who, best["name"] if best else "none", _f(best["requests_per_s"]) if best else "–"]
                    for who, best in (("candidate", cb), ("base", bb))])
-    _capacity_section(doc, decision)
-    _replay_section(doc, decision)
-    if with_plots:
-        for alt, png in plots(decision, base, cand):
-            doc.image(alt, png)
-    checks = _check_rows(decision)
-    if checks:
-        doc.h(2, "SLO checks per load level")
-        doc.p("margin = threshold - measured for an upper bound, measured - threshold for a lower bound; "
-              "negative means the check failed.")
-        doc.table(["model", "load", "requests", "check", "measured", "threshold", "margin", "result", "note"], checks)
-    for res, label, key in ((cand, "Candidate", "candidate_levels"), (base, "Base", "base_levels")):
-        if res:
-            doc.h(2, f"{label}: {res.get('model_name')}")
-            doc.table(_LEVEL_HEAD, _level_rows(res, decision.get(key) or []))
+
+
+def _ratio_sections(doc: Doc, decision: dict[str, Any]) -> None:
+    """Candidate / base per level against the ratio thresholds, then with its noise (the intervals)."""
+    slo = decision.get("slo")
     pairs = decision.get("pairs") or []
     if pairs:
         doc.h(2, "Candidate / base per level")
@@ -413,6 +402,10 @@ def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict
                   [[r["load"], r["label"], _f(r["ratio"]),
                     f"[{_f(r['low'])}, {_f(r['high'])}]" if r.get("low") is not None else (r.get("note") or "–"),
                     r["words"], f"{r['repeats']['candidate']} / {r['repeats']['base']}"] for r in comp["rows"]])
+
+
+def _memory_and_config_section(doc: Doc, base: dict[str, Any] | None, cand: dict[str, Any] | None) -> None:
+    """vLLM's logged memory against the planner's, per model, and the benchmark config."""
     if base or cand:
         doc.h(2, "Memory: vLLM's log vs the planner")
         for res, label in ((cand, "candidate"), (base, "base")):
@@ -421,6 +414,32 @@ def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict
         cfg = (cand or base or {}).get("config") or {}
         doc.h(2, "Benchmark config").table(["setting", "value"], config_rows(cfg))
         doc.p("guidellm.json in each benchmark results artifact.", "Raw guidellm JSON:")
+
+
+def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict[str, Any] | None,
+               with_plots: bool = True) -> Doc:
+    """The SLO gate's (and benchmark's) report as a :class:`Doc`."""
+    passed = bool(decision.get("passed"))
+    verdict = "PASS" if passed else "FAIL"
+    doc = Doc(f"shipyard SLO gate: {verdict}").h(1, f"SLO gate: {verdict}", "pass" if passed else "fail")
+    _decision_section(doc, decision, base, cand)
+    _capacity_section(doc, decision)
+    _replay_section(doc, decision)
+    if with_plots:
+        for alt, png in plots(decision, base, cand):
+            doc.image(alt, png)
+    checks = _check_rows(decision)
+    if checks:
+        doc.h(2, "SLO checks per load level")
+        doc.p("margin = threshold - measured for an upper bound, measured - threshold for a lower bound; "
+              "negative means the check failed.")
+        doc.table(["model", "load", "requests", "check", "measured", "threshold", "margin", "result", "note"], checks)
+    for res, label, key in ((cand, "Candidate", "candidate_levels"), (base, "Base", "base_levels")):
+        if res:
+            doc.h(2, f"{label}: {res.get('model_name')}")
+            doc.table(_LEVEL_HEAD, _level_rows(res, decision.get(key) or []))
+    _ratio_sections(doc, decision)
+    _memory_and_config_section(doc, base, cand)
     return doc
 
 

@@ -305,6 +305,34 @@ def _requirement_misses(req: Any, clev: list[dict[str, Any]], bver: list[dict[st
     return reasons
 
 
+def _worst_and_best_with_noise(blev: list[dict[str, Any]], clev: list[dict[str, Any]],
+                               comp: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The worst regression and best gain of the candidate against the base, each with its
+    comparison row's interval and words when the comparison has one."""
+    worst, gain = worst_and_best(changes(blev, clev))
+    for change in (worst, gain):
+        row = next((r for r in comp["rows"] if change and r["level"] == change["level"] and r["label"] == change["figure"]),
+                   None)
+        if change is not None and row is not None:
+            change.update(low=row["low"], high=row["high"], words=row["words"])
+    return worst, gain
+
+
+def _pass_reason(cbest: dict[str, Any] | None, bbest: dict[str, Any] | None, met: int, levels: int, versus: str,
+                 within: list[str], replay: dict[str, Any] | None) -> str:
+    """A pass in words: the levels meeting the SLO, the highest of each model, the worst regression
+    and best gain, what was over the budget only within noise, the replay's verdict."""
+    best = f"{cbest['name']} at {cbest['requests_per_s']:.3g} req/s" if cbest else "none"
+    bbest_txt = f"{bbest['name']} at {bbest['requests_per_s']:.3g} req/s" if bbest else "none"
+    reason = (f"passed: the candidate meets the SLO at {met} of {levels} load levels; highest load meeting it "
+              f"{best} (base: {bbest_txt}); {versus}")
+    if within:
+        reason += "; over the regression budget only within noise: " + " | ".join(within)
+    if replay and replay["measured"]:
+        reason += f"; {replay['text']}"
+    return reason
+
+
 def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], intervals: bool = True) -> dict[str, Any]:
     """Evaluate both results against the SLO and each other; returns the decision and every figure.
     ``intervals``: put a bootstrap interval on every candidate/base ratio (off when a result is
@@ -328,22 +356,10 @@ def compare(base: dict[str, Any], cand: dict[str, Any], slo: dict[str, Any], int
     passed = not reasons
     cbest, bbest = highest_load(clev, cver), highest_load(blev, bver)
     met = sum(v["meets"] for v in cver)
-    worst, gain = worst_and_best(changes(blev, clev))
-    for change in (worst, gain):
-        row = next((r for r in comp["rows"] if change and r["level"] == change["level"] and r["label"] == change["figure"]),
-                   None)
-        if change is not None and row is not None:
-            change.update(low=row["low"], high=row["high"], words=row["words"])
+    worst, gain = _worst_and_best_with_noise(blev, clev, comp)
     versus = f"worst regression: {change_text(worst)}; best gain: {change_text(gain)}"
     if passed:
-        best = f"{cbest['name']} at {cbest['requests_per_s']:.3g} req/s" if cbest else "none"
-        bbest_txt = f"{bbest['name']} at {bbest['requests_per_s']:.3g} req/s" if bbest else "none"
-        reason = (f"passed: the candidate meets the SLO at {met} of {len(cver)} load levels; highest load meeting it "
-                  f"{best} (base: {bbest_txt}); {versus}")
-        if within:
-            reason += "; over the regression budget only within noise: " + " | ".join(within)
-        if replay and replay["measured"]:
-            reason += f"; {replay['text']}"
+        reason = _pass_reason(cbest, bbest, met, len(cver), versus, within, replay)
     else:
         reason = "failed: " + "; ".join(reasons) + f"; {versus}"
     return {

@@ -206,6 +206,44 @@ def _expected_checksum(stat: Any) -> tuple[str, str] | None:
     return None
 
 
+def _download_object(mc: Any, config: Any, bucket: str, key: str, target: Path) -> dict[str, Any]:
+    """One object streamed into ``target``, its size checked against the store's and its checksum
+    (sha256 metadata, else a plain MD5 ETag) against the bytes: ``{"size", "sha256", "check"}``."""
+    where = f"s3://{bucket}/{key}"
+    try:
+        stat = mc.stat_object(bucket, key)
+        expected = _expected_checksum(stat)
+        hashers = {"sha256": hashlib.sha256(), "md5": hashlib.md5(usedforsecurity=False)}
+        size = 0
+        response = mc.get_object(bucket, key)
+        try:
+            with open(target, "wb") as fh:
+                for block in response.stream(CHUNK):
+                    fh.write(block)
+                    size += len(block)
+                    for h in hashers.values():
+                        h.update(block)
+        finally:
+            response.close()
+            response.release_conn()
+    except ShipyardError:
+        raise
+    except Exception as err:
+        raise _s3_error(err, where, config) from None
+    if size != stat.size:
+        raise ShipyardError(where, f"downloaded {size} bytes, the store says {stat.size}",
+                            "retry; the object may have changed during the download")
+    check = "size"
+    if expected is not None:
+        algo, want = expected
+        got = hashers[algo].hexdigest()
+        if got != want:
+            raise ShipyardError(where, f"{algo} mismatch: expected {want}, got {got}",
+                                "re-upload the object; the stored bytes or their checksum are corrupt")
+        check = algo
+    return {"size": size, "sha256": hashers["sha256"].hexdigest(), "check": check}
+
+
 def download_prefix(uri: str, dest: str | Path) -> dict[str, Any]:
     """Download every object under ``s3://bucket/prefix`` into ``dest``, keeping the key tree.
 
@@ -233,40 +271,9 @@ def download_prefix(uri: str, dest: str | Path) -> dict[str, Any]:
                 raise ShipyardError(f"s3://{bucket}/{obj.object_name}", "object key escapes the target folder",
                                     "remove keys with '..' from the prefix")
             target.parent.mkdir(parents=True, exist_ok=True)
-            where = f"s3://{bucket}/{obj.object_name}"
-            try:
-                stat = mc.stat_object(bucket, obj.object_name)
-                expected = _expected_checksum(stat)
-                hashers = {"sha256": hashlib.sha256(), "md5": hashlib.md5(usedforsecurity=False)}
-                size = 0
-                response = mc.get_object(bucket, obj.object_name)
-                try:
-                    with open(target, "wb") as fh:
-                        for block in response.stream(CHUNK):
-                            fh.write(block)
-                            size += len(block)
-                            for h in hashers.values():
-                                h.update(block)
-                finally:
-                    response.close()
-                    response.release_conn()
-            except ShipyardError:
-                raise
-            except Exception as err:
-                raise _s3_error(err, where, config) from None
-            if size != stat.size:
-                raise ShipyardError(where, f"downloaded {size} bytes, the store says {stat.size}",
-                                    "retry; the object may have changed during the download")
-            check = "size"
-            if expected is not None:
-                algo, want = expected
-                got = hashers[algo].hexdigest()
-                if got != want:
-                    raise ShipyardError(where, f"{algo} mismatch: expected {want}, got {got}",
-                                        "re-upload the object; the stored bytes or their checksum are corrupt")
-                check = algo
-            files.append({"path": rel, "size": size, "sha256": hashers["sha256"].hexdigest(), "check": check})
-            total += size
+            entry = _download_object(mc, config, bucket, obj.object_name, target)
+            files.append({"path": rel, **entry})
+            total += entry["size"]
     return {"uri": uri, "objects": len(files), "size_bytes": total, "files": files}
 
 

@@ -703,13 +703,9 @@ def run_container(
     defaults = {k: v for k, v in pipeline_parameters(pipeline_func).items() if v is not None}
     explicit = _user_keys(file_params, overrides)
     plan = LayoutPlan.of(layout)
-    check_traversable(root)  # the folders that exist above it
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o777)  # the steps run as uid 1001 and create the run folders
+    _make_pipeline_root(root)
     compiled, built = compile_with_images(pipeline, work / "compiled", build)
-    step_log = root / "shipyard-steps.jsonl"
-    step_log.write_text("")
-    step_log.chmod(0o666)
+    step_log = _empty_step_log(root)
     services_dir = work / "services"
     secrets = work / "secrets"
     started = time.perf_counter()
@@ -722,10 +718,7 @@ def run_container(
         os.environ.update(s3.env)
         s3.make_bucket(BUCKET)
         staged = stage_inputs({**defaults, **params}, work, explicit)
-        # safety off: the cpu vllm image is built without the garak venv (GARAK=0, a shorter build)
-        rehearsal = {"registry": registry.address, "dry_run": False, "tracking_uri": "", "safety": "",
-                     "namespace": plan.layout["serving_namespace"]}
-        params.update({k: v for k, v in {**rehearsal, **staged}.items() if k not in explicit or k in staged})
+        params.update(_rehearsal_params(registry.address, plan.layout["serving_namespace"], staged, explicit))
         serving = _serve_deploys(stack, registry, kube, {**defaults, **params}, wired["hosts"])
         write_secrets(secrets, registry.address, kube.kubeconfig)
         os.environ["DOCKER_HOST"] = podman.docker_host
@@ -738,12 +731,42 @@ def run_container(
                   layout={**plan.layout, "identity": plan.identity},
                   wall_seconds=round(time.perf_counter() - started, 2),
                   images_built=[b.__dict__ for b in built], staged=staged)
+    _write_rehearsal_summary(work, summary, checks)
+    return summary
+
+
+def _make_pipeline_root(root: Path) -> None:
+    """The pipeline root, checked for the folders above it and open to the steps, which run as
+    uid 1001 and create the run folders."""
+    check_traversable(root)  # the folders that exist above it
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o777)
+
+
+def _empty_step_log(root: Path) -> Path:
+    """The steps' shared JSON-lines log in the pipeline root, empty and writable by every step."""
+    step_log = root / "shipyard-steps.jsonl"
+    step_log.write_text("")
+    step_log.chmod(0o666)
+    return step_log
+
+
+def _rehearsal_params(registry: str, namespace: str, staged: dict[str, Any], explicit: set[str]) -> dict[str, Any]:
+    """The parameters the rehearsal sets: its registry and serving namespace, no dry run, no
+    tracking URI, safety off (the cpu vllm image is built without the garak venv: GARAK=0, a shorter
+    build), and the staged inputs; what the user set stays theirs unless it was staged."""
+    rehearsal = {"registry": registry, "dry_run": False, "tracking_uri": "", "safety": "", "namespace": namespace}
+    return {k: v for k, v in {**rehearsal, **staged}.items() if k not in explicit or k in staged}
+
+
+def _write_rehearsal_summary(work: Path, summary: RunSummary, checks: dict[str, Any]) -> None:
+    """``run-summary.json`` with the rehearsal's checks (a problem fails the run), also kept on
+    ``summary.rehearsal``."""
     if checks["problems"]:
         summary.status = "FAILURE"
     payload = {**summary.to_dict(), "runner": "container", "rehearsal": checks}
     atomic_write_text(work / "run-summary.json", json.dumps(payload, indent=2, default=str))
     summary.rehearsal = checks  # type: ignore[attr-defined]
-    return summary
 
 
 def _summarise(pipeline: str, compiled: Path, root: Path, before: set[str], step_log: Path,

@@ -410,19 +410,10 @@ def local_attestation_keys() -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _run_local(pipeline: str, pipeline_func: Any, params: dict[str, Any], work: Path, root: Path,
-               step_log: Path) -> RunSummary:
-    """The run itself (see :func:`run_local`)."""
-    from kfp import local
-
-    before = {p.name for p in root.iterdir()}
-    enable_oneof_artifacts()
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=False)
-    log_path = work / KFP_LOG
-    console = sys.stdout
-    print(f"shipyard: running {pipeline} locally; kfp.local's log and every step's output: {log_path}",
-          file=console, flush=True)
-    started = time.perf_counter()
+def _drive_pipeline(pipeline_func: Any, params: dict[str, Any], log_path: Path, console: Any, root: Path,
+                    before: set[str], step_log: Path) -> KeyboardInterrupt | None:
+    """Run the pipeline under kfp.local with the console watching its steps (kfp.local's own output
+    goes to ``log_path``); returns the interrupt that stopped it (its running step unwound), if any."""
     interrupted: KeyboardInterrupt | None = None
     with open(log_path, "a", encoding="utf-8", buffering=1) as log:
         watcher = RunConsole(console, log, root, before, step_log, _display_names(pipeline_func),
@@ -439,6 +430,23 @@ def _run_local(pipeline: str, pipeline_func: Any, params: dict[str, Any], work: 
             # kfp.local indents output by swapping builtins.print per task; two loop iterations
             # running in parallel threads restore each other's swap and leave print indented
             builtins.print = print_before
+    return interrupted
+
+
+def _run_local(pipeline: str, pipeline_func: Any, params: dict[str, Any], work: Path, root: Path,
+               step_log: Path) -> RunSummary:
+    """The run itself (see :func:`run_local`)."""
+    from kfp import local
+
+    before = {p.name for p in root.iterdir()}
+    enable_oneof_artifacts()
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=False)
+    log_path = work / KFP_LOG
+    console = sys.stdout
+    print(f"shipyard: running {pipeline} locally; kfp.local's log and every step's output: {log_path}",
+          file=console, flush=True)
+    started = time.perf_counter()
+    interrupted = _drive_pipeline(pipeline_func, params, log_path, console, root, before, step_log)
     seconds = round(time.perf_counter() - started, 2)
     new_runs = sorted(p for p in root.iterdir() if p.name not in before and p.is_dir())
     if not new_runs:

@@ -293,36 +293,12 @@ def _burn_alerts(specs: list[dict[str, Any]], *, name: str, model_name: str, bud
     return alerts, rows
 
 
-def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None,
-             runbook_url: str, labels: Mapping[str, str] | None = None, buckets: Mapping[str, list[float]] | None = None,
-             why_default: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The PrometheusRule ``<name>-slo`` for the service ``name`` serving ``model_name`` and one row
-    per alert for the deploy report (alert, severity, condition, threshold, where each number came from).
-
-    ``slo``: the SLO thresholds the champion was gated with (``ttft_p99_ms``, ``itl_p99_ms``,
-    ``error_budget``); ``knee``: the knee level (``name``, ``requests_per_s``; ``reached``: False when no
-    measured level broke the SLO, so the knee is a lower bound), None when no level
-    met the SLO (then no capacity alert, and a row says so); ``buckets``: the edges the deployment
-    passes vLLM (:func:`served_buckets`; families not in it keep vLLM's defaults); ``why_default``:
-    why the defaults stayed, said where a threshold then falls between two edges."""
-    budget = check_error_budget(slo.get("error_budget", DEFAULT_ERROR_BUDGET))
-    budget_from = ("slo.error_budget" if "error_budget" in slo and budget != DEFAULT_ERROR_BUDGET
-                   else f"slo.error_budget, default {DEFAULT_ERROR_BUDGET}: p99")
+def _knee_rules(name: str, model_name: str, knee: Mapping[str, Any] | None, runbook_url: str,
+                common: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """(recording rules, capacity alerts, the report's row) for the knee: requests/s per ready replica
+    recorded and alerted above the benchmark's knee; no alert (a row saying why) without a knee."""
     sel = f'model_name="{model_name}"'
-    specs = _sli_specs(slo, buckets or {}, why_default)
     records: list[dict[str, Any]] = []
-    for sli in specs:
-        for window in WINDOWS:
-            records += _recording(sli, model_name, window)
-    common = {"shipyard_service": name}
-    alerts, rows = _burn_alerts(specs, name=name, model_name=model_name, budget=budget, budget_from=budget_from,
-                                runbook_url=runbook_url, common=common)
-    at_gateway, gateway_alerts, gateway_rows = gateway_rules(
-        name=name, model_name=model_name, budget=budget, budget_from=budget_from, runbook_url=runbook_url,
-        common=common, windows=WINDOWS, service_label=SERVICE_LABEL, burn_windows=BURN_WINDOWS)
-    records += at_gateway
-    alerts += gateway_alerts
-    rows += gateway_rows
     capacity: list[dict[str, Any]] = []
     rps = (knee or {}).get("requests_per_s")
     per_replica = "model_name:shipyard_requests_per_replica:rate5m"
@@ -343,11 +319,44 @@ def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, An
                    + ("" if (knee or {}).get("reached", True) else
                       " (no measured level broke the SLO: the knee is a lower bound)"))
         capacity.append({**alert, "labels": {**common, **alert["labels"]}})
-        rows.append(row)
-    else:
-        rows.append({"alert": "(no capacity alert)", "severity": "", "sli": "capacity", "condition": "",
-                     "from": "no benchmark level met the SLO (or none recorded requests/s): no knee to alert at",
-                     "edge": ""})
+        return records, capacity, row
+    return records, capacity, {
+        "alert": "(no capacity alert)", "severity": "", "sli": "capacity", "condition": "",
+        "from": "no benchmark level met the SLO (or none recorded requests/s): no knee to alert at", "edge": ""}
+
+
+def slo_rule(*, name: str, namespace: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None,
+             runbook_url: str, labels: Mapping[str, str] | None = None, buckets: Mapping[str, list[float]] | None = None,
+             why_default: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The PrometheusRule ``<name>-slo`` for the service ``name`` serving ``model_name`` and one row
+    per alert for the deploy report (alert, severity, condition, threshold, where each number came from).
+
+    ``slo``: the SLO thresholds the champion was gated with (``ttft_p99_ms``, ``itl_p99_ms``,
+    ``error_budget``); ``knee``: the knee level (``name``, ``requests_per_s``; ``reached``: False when no
+    measured level broke the SLO, so the knee is a lower bound), None when no level
+    met the SLO (then no capacity alert, and a row says so); ``buckets``: the edges the deployment
+    passes vLLM (:func:`served_buckets`; families not in it keep vLLM's defaults); ``why_default``:
+    why the defaults stayed, said where a threshold then falls between two edges."""
+    budget = check_error_budget(slo.get("error_budget", DEFAULT_ERROR_BUDGET))
+    budget_from = ("slo.error_budget" if "error_budget" in slo and budget != DEFAULT_ERROR_BUDGET
+                   else f"slo.error_budget, default {DEFAULT_ERROR_BUDGET}: p99")
+    specs = _sli_specs(slo, buckets or {}, why_default)
+    records: list[dict[str, Any]] = []
+    for sli in specs:
+        for window in WINDOWS:
+            records += _recording(sli, model_name, window)
+    common = {"shipyard_service": name}
+    alerts, rows = _burn_alerts(specs, name=name, model_name=model_name, budget=budget, budget_from=budget_from,
+                                runbook_url=runbook_url, common=common)
+    at_gateway, gateway_alerts, gateway_rows = gateway_rules(
+        name=name, model_name=model_name, budget=budget, budget_from=budget_from, runbook_url=runbook_url,
+        common=common, windows=WINDOWS, service_label=SERVICE_LABEL, burn_windows=BURN_WINDOWS)
+    records += at_gateway
+    alerts += gateway_alerts
+    rows += gateway_rows
+    knee_records, capacity, knee_row = _knee_rules(name, model_name, knee, runbook_url, common)
+    records += knee_records
+    rows.append(knee_row)
     for alert, row in _occupancy_alerts(name, model_name, knee, runbook_url):
         capacity.append({**alert, "labels": {**common, **alert["labels"]}})
         rows.append(row)

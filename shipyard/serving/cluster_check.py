@@ -426,68 +426,90 @@ ARTIFACT_STORE_FIX = ("run an MLflow image that carries boto3 for the s3:// arti
                       "kubectl logs deploy/mlflow names the error")
 
 
+_ARTIFACTS_CHECK = "mlflow artifacts"
+
+
+def _artifact_failure(host: str, what: str, code: int, body: str) -> Check:
+    """The artifact round-trip's failing step ``what`` as a check: MLflow's own refusals (auth, a
+    wrong host) by :func:`mlflow_refusal`, a 5xx as the artifact store that cannot write."""
+    refused = mlflow_refusal(_ARTIFACTS_CHECK, code, body, host, what)
+    if refused is not None:
+        return refused
+    said = " ".join(body.split())[:160] or "no body"
+    if code >= 500:
+        return Check(_ARTIFACTS_CHECK, FAIL, f"{what} answered {code} ({said}) while /health and the API answer: "
+                     "MLflow's artifact store cannot write, so every step's first log_artifact fails", ARTIFACT_STORE_FIX)
+    return Check(_ARTIFACTS_CHECK, FAIL, f"{what} answered {code} ({said})", "see the MLflow server's log")
+
+
+def _check_experiment(call: Callable[..., tuple[int, str]]) -> tuple[str, int, str]:
+    """(the id of experiment ``shipyard-check``, created when missing, or "" ; the last answer's code
+    and body, for the failure's words)."""
+    code, body = call("GET", "/api/2.0/mlflow/experiments/get-by-name?" +
+                      urllib.parse.urlencode({"experiment_name": CHECK_EXPERIMENT}))
+    if code == 404:
+        code, body = call("POST", "/api/2.0/mlflow/experiments/create", payload={"name": CHECK_EXPERIMENT})
+        experiment = json.loads(body).get("experiment_id", "") if code == 200 else ""
+    else:
+        experiment = (json.loads(body).get("experiment") or {}).get("experiment_id", "") if code == 200 else ""
+    return experiment, code, body
+
+
+def _artifact_round_trip(call: Callable[..., tuple[int, str]], host: str, folder: str, stored: str,
+                         content: bytes) -> Check | None:
+    """``content`` uploaded to ``stored``, listed in ``folder`` and read back through the proxied
+    artifact store; the failing check, or None when all three held."""
+    base = "/api/2.0/mlflow-artifacts/artifacts"
+    code, body = call("PUT", f"{base}/{urllib.parse.quote(stored)}", data=content)
+    if code != 200:
+        return _artifact_failure(host, "an artifact upload", code, body)
+    code, body = call("GET", f"{base}?" + urllib.parse.urlencode({"path": folder}))
+    listed = [f.get("path") for f in (json.loads(body).get("files") or [])] if code == 200 else []
+    if code != 200:
+        return _artifact_failure(host, "listing the run's artifacts", code, body)
+    if "shipyard-check.txt" not in listed:
+        return Check(_ARTIFACTS_CHECK, FAIL, f"an uploaded artifact is not listed (the store lists {listed or 'nothing'})",
+                     ARTIFACT_STORE_FIX)
+    code, body = call("GET", f"{base}/{urllib.parse.quote(stored)}")
+    if code != 200:
+        return _artifact_failure(host, "reading the artifact back", code, body)
+    if body.encode() != content:
+        return Check(_ARTIFACTS_CHECK, FAIL, "the artifact read back differs from the one written", ARTIFACT_STORE_FIX)
+    return None
+
+
 def mlflow_artifact_check(uri: str, connect_url: str = "", token: str = "", timeout_s: float = 20.0) -> Check:
     """An artifact round-trip through MLflow's proxied artifact store (``--serve-artifacts``), as
     the steps' first ``log_artifact`` does it: a throwaway run in experiment ``shipyard-check``,
     one small file written, listed and read back, then the file and the run deleted. A server
     whose artifact store cannot write (e.g. an image without boto3 for an ``s3://`` destination)
     answers ``/health`` and the API and fails here, in one line naming the cause and the fix."""
-    name = "mlflow artifacts"
+    name = _ARTIFACTS_CHECK
     host = urllib.parse.urlparse(uri).netloc
 
     def call(method: str, path: str, **kw: Any) -> tuple[int, str]:
         code, raw = _mlflow_request(uri, connect_url, token, method, path, timeout_s=timeout_s, **kw)
         return code, raw.decode(errors="replace")
 
-    def failed(what: str, code: int, body: str) -> Check:
-        refused = mlflow_refusal(name, code, body, host, what)
-        if refused is not None:
-            return refused
-        said = " ".join(body.split())[:160] or "no body"
-        if code >= 500:
-            return Check(name, FAIL, f"{what} answered {code} ({said}) while /health and the API answer: MLflow's "
-                         "artifact store cannot write, so every step's first log_artifact fails", ARTIFACT_STORE_FIX)
-        return Check(name, FAIL, f"{what} answered {code} ({said})", "see the MLflow server's log")
-
     run_id, stored = "", ""
     try:
-        code, body = call("GET", "/api/2.0/mlflow/experiments/get-by-name?" +
-                          urllib.parse.urlencode({"experiment_name": CHECK_EXPERIMENT}))
-        if code == 404:
-            code, body = call("POST", "/api/2.0/mlflow/experiments/create", payload={"name": CHECK_EXPERIMENT})
-            experiment = json.loads(body).get("experiment_id", "") if code == 200 else ""
-        else:
-            experiment = (json.loads(body).get("experiment") or {}).get("experiment_id", "") if code == 200 else ""
+        experiment, code, body = _check_experiment(call)
         if not experiment:
-            return failed(f"the experiment {CHECK_EXPERIMENT}", code, body)
+            return _artifact_failure(host, f"the experiment {CHECK_EXPERIMENT}", code, body)
         code, body = call("POST", "/api/2.0/mlflow/runs/create",
                           payload={"experiment_id": experiment, "run_name": "shipyard-check-artifacts"})
         if code != 200:
-            return failed("creating a run", code, body)
+            return _artifact_failure(host, "creating a run", code, body)
         info = json.loads(body)["run"]["info"]
         run_id, artifact_uri = info["run_id"], str(info.get("artifact_uri") or "")
         if not artifact_uri.startswith("mlflow-artifacts:"):
             return Check(name, SKIP, f"not checked: the server does not proxy artifacts (artifact_uri {artifact_uri}); "
                          "the steps write to that store themselves")
         folder = urllib.parse.urlparse(artifact_uri).path.strip("/")
-        content = f"shipyard check {run_id}\n".encode()
         stored = f"{folder}/shipyard-check.txt"
-        base = "/api/2.0/mlflow-artifacts/artifacts"
-        code, body = call("PUT", f"{base}/{urllib.parse.quote(stored)}", data=content)
-        if code != 200:
-            return failed("an artifact upload", code, body)
-        code, body = call("GET", f"{base}?" + urllib.parse.urlencode({"path": folder}))
-        listed = [f.get("path") for f in (json.loads(body).get("files") or [])] if code == 200 else []
-        if code != 200:
-            return failed("listing the run's artifacts", code, body)
-        if "shipyard-check.txt" not in listed:
-            return Check(name, FAIL, f"an uploaded artifact is not listed (the store lists {listed or 'nothing'})",
-                         ARTIFACT_STORE_FIX)
-        code, body = call("GET", f"{base}/{urllib.parse.quote(stored)}")
-        if code != 200:
-            return failed("reading the artifact back", code, body)
-        if body.encode() != content:
-            return Check(name, FAIL, "the artifact read back differs from the one written", ARTIFACT_STORE_FIX)
+        failure = _artifact_round_trip(call, host, folder, stored, f"shipyard check {run_id}\n".encode())
+        if failure is not None:
+            return failure
     except (urllib.error.URLError, OSError) as err:
         return Check(name, FAIL, f"cannot reach MLflow as Host {host} ({getattr(err, 'reason', err)})",
                      "check the Service and the MLflow pod")

@@ -61,15 +61,7 @@ def tune_step(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_
         raise ShipyardError("benchmark_config.workload", "is not replayed during a tuning search yet",
                             "drop tuning, or drop workload and replay it with the chosen settings")
     thresholds = parse_slo(slo)
-    from shipyard.benchmarking.guidellm import gpu_inventory
-    from shipyard.serving.planner import load_model_config
-
-    gpu = gpu_inventory()
-    gpus = int(gpu[1]) if gpu else 0
-    try:
-        heads = int(load_model_config(model_dir).get("num_attention_heads") or 0) or None
-    except Exception:  # noqa: BLE001 - pruning by heads is a nicety; the benchmark reports a bad model
-        heads = None
+    gpus, heads = _gpus_and_heads(model_dir)
     results: dict[str, Any] = {}
     with atomic_dir(out_dir) as tmp:
         points = tmp / "points"
@@ -84,14 +76,42 @@ def tune_step(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_
         doc = run_search(search, list(cfg["vllm_args"]), points, measure,
                          lambda folder: score_point(folder, thresholds, gpus), gpus=gpus, heads=heads)
         best = next(p for p in doc["points"] if p["best"])
-        for item in (points / best["folder"]).iterdir():  # the best point's results are the step's
-            (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
-        shutil.move(str(points / TUNING_FILE), tmp / TUNING_FILE)
-        scanned = next((points / p["folder"] / SAFETY_DIR for p in doc["points"]
-                        if (points / p["folder"] / SAFETY_DIR).is_dir()), None)
-        if scanned is not None and not (tmp / SAFETY_DIR).exists():
-            shutil.copytree(scanned, tmp / SAFETY_DIR)
+        _keep_best_point(tmp, points, doc, best)
         out = results[best["folder"]]
+    return _with_tuning(out, doc, best, summary_path)
+
+
+def _gpus_and_heads(model_dir: str) -> tuple[int, int | None]:
+    """(the GPUs here, the model's attention heads or None): what the search prunes tensor-parallel
+    sizes by."""
+    from shipyard.benchmarking.guidellm import gpu_inventory
+    from shipyard.serving.planner import load_model_config
+
+    gpu = gpu_inventory()
+    gpus = int(gpu[1]) if gpu else 0
+    try:
+        heads = int(load_model_config(model_dir).get("num_attention_heads") or 0) or None
+    except Exception:  # noqa: BLE001 - pruning by heads is a nicety; the benchmark reports a bad model
+        heads = None
+    return gpus, heads
+
+
+def _keep_best_point(tmp: Path, points: Path, doc: dict[str, Any], best: dict[str, Any]) -> None:
+    """The best point's results become the step's (``tmp``), with the search's record and the one
+    safety scan (run on the first point measured)."""
+    for item in (points / best["folder"]).iterdir():
+        (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
+    shutil.move(str(points / TUNING_FILE), tmp / TUNING_FILE)
+    scanned = next((points / p["folder"] / SAFETY_DIR for p in doc["points"]
+                    if (points / p["folder"] / SAFETY_DIR).is_dir()), None)
+    if scanned is not None and not (tmp / SAFETY_DIR).exists():
+        shutil.copytree(scanned, tmp / SAFETY_DIR)
+
+
+def _with_tuning(out: dict[str, Any], doc: dict[str, Any], best: dict[str, Any],
+                 summary_path: str | None) -> dict[str, Any]:
+    """The best point's result with the search told: a tuning line above its summary (written to
+    ``summary_path``), ``metadata.tuning`` and the ``tuning.*`` metrics."""
     summary = (f"**Tuning:** best of {len(doc['points'])} measured configurations: {best['vllm_args'] or 'defaults'} "
                f"({best['value']:.4g} output tok/s at {best['slo_level']}, the highest load meeting the SLO); "
                f"{len(doc['dropped'])} ruled out, {len(doc['skipped'])} over budget; search took "

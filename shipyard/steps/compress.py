@@ -25,6 +25,33 @@ def _weights_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.glob("*.safetensors")) or sum(p.stat().st_size for p in folder.glob("*.bin"))
 
 
+def _check_lengths(max_seq_length: int, num_calibration_samples: int) -> None:
+    """Both calibration sizes are > 0 (checked before torch and the model load)."""
+    if max_seq_length <= 0:
+        raise ShipyardError("max_seq_length", f"must be > 0, got {max_seq_length}", "use e.g. 2048 on a GPU, 512 on a CPU")
+    if num_calibration_samples <= 0:
+        raise ShipyardError(
+            "num_calibration_samples", f"must be > 0, got {num_calibration_samples}", "use e.g. 512 on a GPU, 16 on a CPU"
+        )
+
+
+def _save_compressed(tmp: Path, model: Any, tokenizer: Any, resolved: Any, dataset: Any, samples: int,
+                     max_seq_length: int) -> dict[str, Any]:
+    """Apply the recipe to ``model`` and save it compressed into ``tmp`` with its tokenizer and
+    ``recipe.yaml``; returns its ``config.json``, which must carry ``quantization_config``."""
+    recipe_file = tmp / "recipe.yaml"
+    recipe_file.write_text(resolved.yaml_text)
+    _oneshot(model, tokenizer, resolved, recipe_file, dataset, samples, max_seq_length)
+    model.save_pretrained(tmp, save_compressed=True)
+    tokenizer.save_pretrained(tmp)
+    if not (tmp / "recipe.yaml").exists():
+        recipe_file.write_text(resolved.yaml_text)
+    config = json.loads((tmp / "config.json").read_text())
+    if "quantization_config" not in config:
+        raise ShipyardError("recipe", f"recipe {resolved.name!r} produced no quantization_config", "add a quantization modifier")
+    return config
+
+
 def compress_model(
     model_dir: str,
     out_dir: str,
@@ -40,12 +67,7 @@ def compress_model(
     is checked, and the calibration set read, before torch and the model are loaded."""
     source = check_model_folder(model_dir, "model")
     resolved = load_recipe(recipe)
-    if max_seq_length <= 0:
-        raise ShipyardError("max_seq_length", f"must be > 0, got {max_seq_length}", "use e.g. 2048 on a GPU, 512 on a CPU")
-    if num_calibration_samples <= 0:
-        raise ShipyardError(
-            "num_calibration_samples", f"must be > 0, got {num_calibration_samples}", "use e.g. 512 on a GPU, 16 on a CPU"
-        )
+    _check_lengths(max_seq_length, num_calibration_samples)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source)
@@ -58,16 +80,7 @@ def compress_model(
     model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
     started = time.perf_counter()
     with atomic_dir(out_dir) as tmp:
-        recipe_file = tmp / "recipe.yaml"
-        recipe_file.write_text(resolved.yaml_text)
-        _oneshot(model, tokenizer, resolved, recipe_file, dataset, samples, max_seq_length)
-        model.save_pretrained(tmp, save_compressed=True)
-        tokenizer.save_pretrained(tmp)
-        if not (tmp / "recipe.yaml").exists():
-            recipe_file.write_text(resolved.yaml_text)
-        config = json.loads((tmp / "config.json").read_text())
-        if "quantization_config" not in config:
-            raise ShipyardError("recipe", f"recipe {resolved.name!r} produced no quantization_config", "add a quantization modifier")
+        config = _save_compressed(tmp, model, tokenizer, resolved, dataset, samples, max_seq_length)
         seconds = time.perf_counter() - started
         size_before = _weights_size(source)
         size_after = _weights_size(tmp)

@@ -635,15 +635,10 @@ def serves_benchmarked(engine: dict[str, Any]) -> str:
     return "unknown (the champion's record has no engine)"
 
 
-def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
-    """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
-    and the manifest itself (the KFP UI renders it inline)."""
-    status = result["status"]
-    head = ("Rendered and validated only (dry run): nothing was applied." if status == "DryRun"
-            else f"Applied and **{status}**" + (f" at {result['url']}" if result.get("url") else "") + ".")
-    lines = [f"# LLMInferenceService {result['namespace']}/{result['name']}", "", head, "",
-             "| | |", "| --- | --- |", f"| mode | {result['mode']} |",
-             f"| sized by the memory planner | {'yes' if result.get('planned') else 'no (no model config)'} |"]
+def _service_rows(docs: list[dict[str, Any]]) -> list[str]:
+    """The deploy summary's rows for the LLMInferenceService: its model URI and replicas (decode, and
+    prefill when disaggregated)."""
+    lines: list[str] = []
     for doc in docs:
         spec = doc.get("spec") or {}
         if doc.get("kind") == "LLMInferenceService":
@@ -653,17 +648,38 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
             prefill = spec.get("prefill") or {}
             if prefill:
                 lines.append(f"| replicas (prefill) | {prefill.get('replicas', 1)} |")
+    return lines
+
+
+def _engine_rows(engine: dict[str, Any]) -> list[str]:
+    """The deploy summary's rows for the serving engine against the one the SLO gate benchmarked
+    (none without an engine record)."""
+    if not engine:
+        return []
+    bench = engine.get("benchmarked") or {}
+    measured = (f"vLLM {bench.get('version')} ({bench.get('distribution')}, "
+                + (f"image `{bench['image']}`)" if bench.get("image") else "no container image recorded)")
+                if bench.get("version") else "not recorded")
+    lines = [f"| serving engine | `{engine['serving']['image']}` ({engine['serving']['source']}) |",
+             f"| engine the SLO gate benchmarked | {measured} |",
+             f"| serves the benchmarked build | {serves_benchmarked(engine)} |"]
+    if engine.get("warning"):
+        lines.append(f"| engine warning | {str(engine['warning']).replace('|', '/')} |")
+    return lines
+
+
+def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text: str) -> str:
+    """The deploy step's Markdown summary: what was deployed where, its status and URL, each object,
+    and the manifest itself (the KFP UI renders it inline)."""
+    status = result["status"]
+    head = ("Rendered and validated only (dry run): nothing was applied." if status == "DryRun"
+            else f"Applied and **{status}**" + (f" at {result['url']}" if result.get("url") else "") + ".")
+    lines = [f"# LLMInferenceService {result['namespace']}/{result['name']}", "", head, "",
+             "| | |", "| --- | --- |", f"| mode | {result['mode']} |",
+             f"| sized by the memory planner | {'yes' if result.get('planned') else 'no (no model config)'} |"]
+    lines += _service_rows(docs)
     engine = result.get("engine") or {}
-    if engine:
-        bench = engine.get("benchmarked") or {}
-        measured = (f"vLLM {bench.get('version')} ({bench.get('distribution')}, "
-                    + (f"image `{bench['image']}`)" if bench.get("image") else "no container image recorded)")
-                    if bench.get("version") else "not recorded")
-        lines.append(f"| serving engine | `{engine['serving']['image']}` ({engine['serving']['source']}) |")
-        lines.append(f"| engine the SLO gate benchmarked | {measured} |")
-        lines.append(f"| serves the benchmarked build | {serves_benchmarked(engine)} |")
-        if engine.get("warning"):
-            lines.append(f"| engine warning | {str(engine['warning']).replace('|', '/')} |")
+    lines += _engine_rows(engine)
     attested = result.get("attestation") or {}
     if attested:
         said = (f"verified: summary `{(attested.get('vsa') or {}).get('envelope_digest', '')}` "

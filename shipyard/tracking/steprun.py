@@ -260,6 +260,60 @@ def _tracker(data: dict[str, Any], uri: str, quick: bool, work_dir: str | Path |
     return tracker
 
 
+def _apply_to_kfp_run(data: dict[str, Any], kfp_run: str, *, quick: bool, replay: bool,
+                      work_dir: str | Path | None) -> str:
+    """Log the payload into KFP's own run for this task (``MLFLOW_RUN_ID``; KFP closes it)."""
+    from shipyard.tracking.tracker import TAG_STEP, RestLogger
+
+    uri = data.get("resolved_uri") or os.environ.get("MLFLOW_TRACKING_URI", "") or data.get("tracking_uri", "")
+    data["mlflow_run_id"] = kfp_run
+    tracker = _tracker(data, uri, quick, work_dir)
+    if not replay and RestLogger.usable(tracker):
+        return _apply_rest(data, tracker, RestLogger(tracker), kfp_run)
+    params, metrics = _unlogged(tracker, kfp_run, data) if replay else (data["params"], data["metrics"])
+    tracker.log(kfp_run, params=params, metrics=metrics, timestamp_ms=data.get("ended_ms"),
+                tags={**data["tags"], TAG_STEP: data["step"], TAG_CANDIDATE: data.get("candidate", "")})
+    _upload(tracker, kfp_run, data["artifacts"])
+    return kfp_run
+
+
+def _create_step_run(tracker: Any, data: dict[str, Any], exp_id: str, keys: dict[str, str],
+                     parent: dict[str, Any], marker: Path | None) -> str:
+    """A new step run under the parent, its id kept in the payload and the marker file (so a retry
+    finds it), with the payload's params and metrics logged."""
+    from shipyard.tracking.tracker import TAG_KIND, to_tags
+
+    tags = {**keys, TAG_KIND: "step", **parent.get("tags", {}), **to_tags(data["tags"])}
+    run = tracker.call("create the step run", tracker.client.create_run, exp_id,
+                       start_time=data["started_ms"], tags=tags,
+                       run_name=_run_name(data["step"], data.get("candidate", "")))
+    run_id = run.info.run_id
+    data["run_id"] = run_id
+    if marker is not None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(run_id)
+    tracker.log(run_id, params=data["params"], metrics=data["metrics"], timestamp_ms=data.get("ended_ms"))
+    return run_id
+
+
+def _log_existing_run(tracker: Any, data: dict[str, Any], run_id: str, *, replay: bool) -> bool:
+    """Log the payload into the step run found (on replay only what it lacks); False when a replay
+    finds it already terminated (left alone)."""
+    from shipyard.tracking.tracker import to_metrics, to_params
+
+    data["run_id"] = run_id
+    if replay:
+        run = tracker.call("read the step run", tracker.client.get_run, run_id)
+        if run.info.status != "RUNNING":
+            return False
+        params = {k: v for k, v in to_params(data["params"]).items() if k not in run.data.params}
+        metrics = {k: v for k, v in to_metrics(data["metrics"]).items() if run.data.metrics.get(k) != v}
+    else:
+        params, metrics = data["params"], data["metrics"]
+    tracker.log(run_id, params=params, metrics=metrics, tags=data["tags"], timestamp_ms=data.get("ended_ms"))
+    return True
+
+
 def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = False,
                   work_dir: str | Path | None = None) -> str | None:
     """Log a step payload into MLflow (see the module doc); returns the run id (None: no pipeline run).
@@ -269,30 +323,13 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
     replay``; idempotent: a step run already terminated is left alone, params and metrics already
     there are not logged again.
     """
-    from shipyard.tracking.tracker import (
-        TAG_KIND,
-        TAG_PARENT,
-        TAG_STEP,
-        RestLogger,
-        to_metrics,
-        to_params,
-        to_tags,
-    )
+    from shipyard.tracking.tracker import TAG_PARENT, TAG_STEP, RestLogger
 
     _normalize(data)
     step, candidate = data["step"], data.get("candidate", "")
     kfp_run = data.get("mlflow_run_id", "") if replay else os.environ.get("MLFLOW_RUN_ID", "")
     if kfp_run:  # KFP's own run for this task (KFP closes it)
-        uri = data.get("resolved_uri") or os.environ.get("MLFLOW_TRACKING_URI", "") or data.get("tracking_uri", "")
-        data["mlflow_run_id"] = kfp_run
-        tracker = _tracker(data, uri, quick, work_dir)
-        if not replay and RestLogger.usable(tracker):
-            return _apply_rest(data, tracker, RestLogger(tracker), kfp_run)
-        params, metrics = _unlogged(tracker, kfp_run, data) if replay else (data["params"], data["metrics"])
-        tracker.log(kfp_run, params=params, metrics=metrics, timestamp_ms=data.get("ended_ms"),
-                    tags={**data["tags"], TAG_STEP: step, TAG_CANDIDATE: candidate})
-        _upload(tracker, kfp_run, data["artifacts"])
-        return kfp_run
+        return _apply_to_kfp_run(data, kfp_run, quick=quick, replay=replay, work_dir=work_dir)
     kfp_run_id = data.get("kfp_run_id", "")
     if not kfp_run_id or kfp_run_id.startswith("{{"):
         return None
@@ -307,26 +344,9 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
     if not run_id and (replay or not parent.get("cached")):  # a local run's first attempt needs no search
         run_id = tracker.find_run(exp_id, keys)
     if run_id is None:
-        tags = {**keys, TAG_KIND: "step", **parent.get("tags", {}), **to_tags(data["tags"])}
-        run = tracker.call("create the step run", tracker.client.create_run, exp_id,
-                           start_time=data["started_ms"], tags=tags, run_name=_run_name(step, candidate))
-        run_id = run.info.run_id
-        data["run_id"] = run_id
-        if marker is not None:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(run_id)
-        tracker.log(run_id, params=data["params"], metrics=data["metrics"], timestamp_ms=data.get("ended_ms"))
-    else:
-        data["run_id"] = run_id
-        if replay:
-            run = tracker.call("read the step run", tracker.client.get_run, run_id)
-            if run.info.status != "RUNNING":
-                return run_id  # already terminated: left alone
-            params = {k: v for k, v in to_params(data["params"]).items() if k not in run.data.params}
-            metrics = {k: v for k, v in to_metrics(data["metrics"]).items() if run.data.metrics.get(k) != v}
-        else:
-            params, metrics = data["params"], data["metrics"]
-        tracker.log(run_id, params=params, metrics=metrics, tags=data["tags"], timestamp_ms=data.get("ended_ms"))
+        run_id = _create_step_run(tracker, data, exp_id, keys, parent, marker)
+    elif not _log_existing_run(tracker, data, run_id, replay=replay):
+        return run_id  # already terminated: left alone
     _upload(tracker, run_id, data["artifacts"])
     tracker.call("close the step run", tracker.client.set_terminated, run_id, data.get("status") or "FINISHED",
                  data.get("ended_ms"))

@@ -78,6 +78,64 @@ def _assoc(name: str, items: dict[str, str]) -> str:
     return f"_shipyard_{name}=(\n{body}\n)"
 
 
+#: the completion functions, the same for every parser: they read the arrays ``bash_script`` writes
+_BASH_FUNCTIONS = r"""_shipyard_complete_values() {
+    local spec="$1" cur="$2" w words=""
+    for w in $spec; do
+        case "$w" in
+            @file) compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -f -- "$cur")) ;;
+            @dir) compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -d -- "$cur")) ;;
+            @none) ;;
+            *) words="$words $w" ;;
+        esac
+    done
+    if [ -n "$words" ]; then
+        COMPREPLY+=($(compgen -W "$words" -- "$cur"))
+    fi
+}
+
+_shipyard() {
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="" path="shipyard" w i skip=0
+    COMPREPLY=()
+    if [ "$COMP_CWORD" -gt 0 ]; then prev="${COMP_WORDS[COMP_CWORD-1]}"; fi
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        w="${COMP_WORDS[i]}"
+        if [ "$skip" = 1 ]; then skip=0; continue; fi
+        case "$w" in
+            -*=*) continue ;;
+            -*) if [ -n "${_shipyard_vals[$path|$w]+set}" ]; then skip=1; fi; continue ;;
+        esac
+        case " ${_shipyard_subs[$path]} " in
+            *" $w "*) path="$path $w" ;;
+        esac
+    done
+    if [ "$skip" = 1 ] && [ -n "${_shipyard_vals[$path|$prev]+set}" ]; then
+        _shipyard_complete_values "${_shipyard_vals[$path|$prev]}" "$cur"
+        return 0
+    fi
+    case "$cur" in
+        --*=*)
+            local opt="${cur%%=*}"
+            if [ -n "${_shipyard_vals[$path|$opt]+set}" ]; then
+                _shipyard_complete_values "${_shipyard_vals[$path|$opt]}" "${cur#*=}"
+            fi
+            return 0 ;;
+        -*)
+            COMPREPLY=($(compgen -W "${_shipyard_opts[$path]}" -- "$cur"))
+            return 0 ;;
+    esac
+    if [ -n "${_shipyard_subs[$path]}" ]; then
+        COMPREPLY=($(compgen -W "${_shipyard_subs[$path]}" -- "$cur"))
+        return 0
+    fi
+    _shipyard_complete_values "${_shipyard_pos[$path]}" "$cur"
+    return 0
+}
+
+complete -F _shipyard shipyard
+"""
+
+
 def bash_script(parser: argparse.ArgumentParser) -> str:
     """The bash completion script for ``parser``."""
     tree = walk(parser)
@@ -93,61 +151,7 @@ typeset -A _shipyard_subs _shipyard_opts _shipyard_vals _shipyard_pos
 {_assoc("vals", vals)}
 {_assoc("pos", pos)}
 
-_shipyard_complete_values() {{
-    local spec="$1" cur="$2" w words=""
-    for w in $spec; do
-        case "$w" in
-            @file) compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -f -- "$cur")) ;;
-            @dir) compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -d -- "$cur")) ;;
-            @none) ;;
-            *) words="$words $w" ;;
-        esac
-    done
-    if [ -n "$words" ]; then
-        COMPREPLY+=($(compgen -W "$words" -- "$cur"))
-    fi
-}}
-
-_shipyard() {{
-    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="" path="shipyard" w i skip=0
-    COMPREPLY=()
-    if [ "$COMP_CWORD" -gt 0 ]; then prev="${{COMP_WORDS[COMP_CWORD-1]}}"; fi
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        w="${{COMP_WORDS[i]}}"
-        if [ "$skip" = 1 ]; then skip=0; continue; fi
-        case "$w" in
-            -*=*) continue ;;
-            -*) if [ -n "${{_shipyard_vals[$path|$w]+set}}" ]; then skip=1; fi; continue ;;
-        esac
-        case " ${{_shipyard_subs[$path]}} " in
-            *" $w "*) path="$path $w" ;;
-        esac
-    done
-    if [ "$skip" = 1 ] && [ -n "${{_shipyard_vals[$path|$prev]+set}}" ]; then
-        _shipyard_complete_values "${{_shipyard_vals[$path|$prev]}}" "$cur"
-        return 0
-    fi
-    case "$cur" in
-        --*=*)
-            local opt="${{cur%%=*}}"
-            if [ -n "${{_shipyard_vals[$path|$opt]+set}}" ]; then
-                _shipyard_complete_values "${{_shipyard_vals[$path|$opt]}}" "${{cur#*=}}"
-            fi
-            return 0 ;;
-        -*)
-            COMPREPLY=($(compgen -W "${{_shipyard_opts[$path]}}" -- "$cur"))
-            return 0 ;;
-    esac
-    if [ -n "${{_shipyard_subs[$path]}}" ]; then
-        COMPREPLY=($(compgen -W "${{_shipyard_subs[$path]}}" -- "$cur"))
-        return 0
-    fi
-    _shipyard_complete_values "${{_shipyard_pos[$path]}}" "$cur"
-    return 0
-}}
-
-complete -F _shipyard shipyard
-"""
+""" + _BASH_FUNCTIONS
 
 
 def zsh_script(parser: argparse.ArgumentParser) -> str:

@@ -432,6 +432,30 @@ def _check_immutable(existing: dict[str, Any], new: dict[str, Any]) -> None:
                                 "deploy under a new name, or delete the old service first")
 
 
+def _keep_as_good(kube: Kube, res: Any, svc: dict[str, Any], new_snapshot: dict[str, Any],
+                  extras: list[tuple[Any, dict[str, Any]]], applied_extra: list[tuple[Any, dict[str, Any]]],
+                  log: Callable[[str], None]) -> None:
+    """Once Ready (and verified): the new spec becomes the last good one (its annotation), then the
+    extra documents (ScaledObjects) are applied, each noted in ``applied_extra`` first so a failure
+    rolls back what was applied."""
+    ns = svc["metadata"]["namespace"]
+    good = json.dumps(new_snapshot, sort_keys=True, separators=(",", ":"))
+    kube.apply(res, _body(svc, new_snapshot, good))
+    for extra, doc in extras:
+        applied_extra.append((extra, doc))
+        kube.apply(extra, doc)
+        log(f"{ns}/{doc['metadata']['name']}: applied {doc['kind']}")
+
+
+def _checked_service(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The LLMInferenceService ``docs`` start with, every document valid against the vendored CRDs."""
+    require_valid(docs)
+    svc = docs[0]
+    if svc.get("kind") != "LLMInferenceService":
+        raise ShipyardError("manifest", "the first document must be the LLMInferenceService", "render it with shipyard")
+    return svc
+
+
 def deploy(
     docs: list[dict[str, Any]],
     kube: Kube,
@@ -451,10 +475,7 @@ def deploy(
 
     ``wait_timeout_s``: None derives it from the manifest's startup probe
     (:func:`shipyard.serving.sizing.ready_wait_seconds`)."""
-    require_valid(docs)
-    svc = docs[0]
-    if svc.get("kind") != "LLMInferenceService":
-        raise ShipyardError("manifest", "the first document must be the LLMInferenceService", "render it with shipyard")
+    svc = _checked_service(docs)
     name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
     res = kube.resource(svc["apiVersion"], svc["kind"])
     extra_res = [kube.resource(d["apiVersion"], d["kind"]) for d in docs[1:]]
@@ -487,12 +508,7 @@ def deploy(
             log(f"{ns}/{name}: Ready at {url_of(obj) or '(no URL reported)'}; verifying it before anything moves")
             verify(url_of(obj))
             during = "the Ready wait"
-        good = json.dumps(new_snapshot, sort_keys=True, separators=(",", ":"))
-        kube.apply(res, _body(svc, new_snapshot, good))
-        for extra, doc in zip(extra_res, docs[1:], strict=True):
-            applied_extra.append((extra, doc))
-            kube.apply(extra, doc)
-            log(f"{ns}/{doc['metadata']['name']}: applied {doc['kind']}")
+        _keep_as_good(kube, res, svc, new_snapshot, list(zip(extra_res, docs[1:], strict=True)), applied_extra, log)
     except ShipyardError as err:
         raise rollback(err) from None
     except KeyboardInterrupt as err:

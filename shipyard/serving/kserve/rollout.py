@@ -127,6 +127,51 @@ def weights_of(route: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def _checked_route(kube: Any, route_res: Any, route_name: str, route_namespace: str, old_pool: str, new_pool: str,
+                   steps: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the route as stored, the body that restores it): the route exists, sends to ``old_pool``, and
+    its body at every step's weight is valid against the vendored CRD, all before anything changes."""
+    original = kube.get(route_res, route_name, route_namespace)
+    if original is None:
+        raise ShipyardError("deploy_config.rollout.route", f"HTTPRoute {route_namespace}/{route_name} does not exist",
+                            "create the route your Gateway serves the model through (it is yours; shipyard edits its weights)")
+    restore_body = weighted_route(original, old_pool, new_pool, 0)  # checks the route sends to the old pool
+    restore_body["spec"] = copy.deepcopy(original.get("spec") or {})
+    for weight in steps:
+        require_valid([weighted_route(original, old_pool, new_pool, weight)], f"HTTPRoute at {weight}%")
+    return original, restore_body
+
+
+def _retire_old_service(kube: Any, svc_res: Any, current: str, name: str, ns: str, log: Callable[[str], None]) -> None:
+    """After the cut-over: delete the old service ``current`` (a failure is logged, not raised: the
+    route no longer sends to it), shielded from a second Ctrl-C."""
+    with shielded():
+        try:
+            kube.delete(svc_res, current, ns)
+            log(f"{ns}/{current}: deleted; {name} serves 100%")
+        except ShipyardError as err:
+            log(f"{ns}/{current}: could not delete the old service ({err.problem}); the route no longer sends to it")
+
+
+def _undo_canary(kube: Any, route_res: Any, restore_body: dict[str, Any] | None, route: str, svc_res: Any, name: str,
+                 ns: str, current: str, reason: ShipyardError, log: Callable[[str], None]) -> ShipyardError:
+    """Undo a failed or interrupted canary: the route restored (``restore_body``; None when it never
+    changed), the new service ``name`` deleted, shielded from a second Ctrl-C; returns ``reason``
+    with what was done (or what could not be)."""
+    with shielded():  # a second Ctrl-C must not cut the restore short
+        done = []
+        try:
+            if restore_body is not None:
+                kube.apply(route_res, restore_body)
+                done.append(f"route {route} restored")
+            kube.delete(svc_res, name, ns)
+            done.append(f"deleted the new service {name}; {current} keeps serving")
+        except ShipyardError as err:
+            done.append(f"RESTORE FAILED ({err.problem}); check the route and `kubectl get llmisvc -n {ns}`")
+        log(f"{ns}/{name}: " + "; ".join(done))
+    return ShipyardError(reason.field, f"{reason.problem}; {'; '.join(done)}", reason.fix)
+
+
 def canary_rollout(
     docs: list[dict[str, Any]],
     kube: Any,
@@ -150,14 +195,7 @@ def canary_rollout(
     name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
     route_res = kube.resource(ROUTE_API, ROUTE_KIND)
     svc_res = kube.resource(svc["apiVersion"], svc["kind"])
-    original = kube.get(route_res, route_name, route_namespace)
-    if original is None:
-        raise ShipyardError("deploy_config.rollout.route", f"HTTPRoute {route_namespace}/{route_name} does not exist",
-                            "create the route your Gateway serves the model through (it is yours; shipyard edits its weights)")
-    restore_body = weighted_route(original, old_pool, new_pool, 0)  # checks the route sends to the old pool
-    restore_body["spec"] = copy.deepcopy(original.get("spec") or {})
-    for weight in steps:
-        require_valid([weighted_route(original, old_pool, new_pool, weight)], f"HTTPRoute at {weight}%")
+    original, restore_body = _checked_route(kube, route_res, route_name, route_namespace, old_pool, new_pool, steps)
     log(f"{ns}/{name}: canary next to {current}; route {route_namespace}/{route_name} weights {steps}")
     # Ready and verified before any traffic moves (a failure deletes the new service; the route is untouched)
     outcome: Outcome = deploy(docs, kube, log=log, verify=(lambda url: check(url, 0)) if check else None,
@@ -166,18 +204,9 @@ def canary_rollout(
     state = {"route_changed": False}
 
     def undo(reason: ShipyardError) -> ShipyardError:
-        with shielded():  # a second Ctrl-C must not cut the restore short
-            done = []
-            try:
-                if state["route_changed"]:
-                    kube.apply(route_res, restore_body)
-                    done.append(f"route {route_namespace}/{route_name} restored")
-                kube.delete(svc_res, name, ns)
-                done.append(f"deleted the new service {name}; {current} keeps serving")
-            except ShipyardError as err:
-                done.append(f"RESTORE FAILED ({err.problem}); check the route and `kubectl get llmisvc -n {ns}`")
-            log(f"{ns}/{name}: " + "; ".join(done))
-        return ShipyardError(reason.field, f"{reason.problem}; {'; '.join(done)}", reason.fix)
+        restore = restore_body if state["route_changed"] else None
+        return _undo_canary(kube, route_res, restore, f"{route_namespace}/{route_name}", svc_res, name, ns, current,
+                            reason, log)
 
     try:
         for weight in steps:
@@ -194,12 +223,7 @@ def canary_rollout(
     except KeyboardInterrupt as err:
         raise undo(ShipyardError(f"LLMInferenceService {ns}/{name}", f"interrupted by {signal_name(err)} during the "
                                  f"canary at {applied[-1]['weight'] if applied else 0}%", "run the deploy again")) from None
-    with shielded():
-        try:
-            kube.delete(svc_res, current, ns)
-            log(f"{ns}/{current}: deleted; {name} serves 100%")
-        except ShipyardError as err:
-            log(f"{ns}/{current}: could not delete the old service ({err.problem}); the route no longer sends to it")
+    _retire_old_service(kube, svc_res, current, name, ns, log)
     result = outcome.to_dict()
     result.update(steps=applied, replaced=current, route=f"{route_namespace}/{route_name}")
     return result
