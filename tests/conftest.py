@@ -45,6 +45,81 @@ def require_tool(present: bool, install: str) -> None:
     pytest.skip(f"missing system tool: {install}")
 
 
+#: vLLM's own argument parser in the vllm runtime, as a loop: a JSON string of arguments in, one
+#: ``PARSED {...}`` line out (what the tests of rendered vLLM arguments compare), or the parser's error
+_VLLM_ARG_LOOP = """
+import json, shlex, sys
+from vllm.config.observability import ObservabilityConfig
+from vllm.engine.arg_utils import EngineArgs
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+for line in sys.stdin:
+    try:
+        args = parser.parse_args(shlex.split(json.loads(line)))
+        out = {"block_size": args.block_size, "hash": args.prefix_caching_hash_algo,
+               "events": args.kv_events_config.topic if args.kv_events_config else None,
+               "transfer": args.kv_transfer_config.kv_connector if args.kv_transfer_config else None,
+               "buckets": ObservabilityConfig(custom_histogram_buckets=args.custom_histogram_buckets)
+               .custom_histogram_buckets}
+    except BaseException as err:  # argparse exits on a bad argument
+        out = {"error": repr(err)}
+    print("PARSED " + json.dumps(out), flush=True)
+"""
+
+
+class VllmArgs:
+    """vLLM 0.32's own argument parser (the vllm runtime), imported once for the whole session:
+    :meth:`parse` hands it one command line and returns what it made of it."""
+
+    def __init__(self, log: Path) -> None:
+        import subprocess
+
+        from shipyard.runtimes.runtime import venv_python
+
+        self.log = log
+        with open(log, "w") as err:
+            self.proc = subprocess.Popen([str(venv_python("vllm")), "-c", _VLLM_ARG_LOOP], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
+
+    def parse(self, line: str, timeout_s: float = 300) -> dict:
+        import json
+        import select
+        import time
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(line) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 1.0)
+            if ready:
+                out = self.proc.stdout.readline()
+                if not out:
+                    break
+                if out.startswith("PARSED "):
+                    return json.loads(out.removeprefix("PARSED "))
+        raise AssertionError(f"vLLM's argument parser gave no answer: {self.log.read_text()[-2000:]}")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def vllm_args(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmArgs]:
+    """vLLM's own argument parser, one vllm-runtime process for every test that uses it."""
+    parser = VllmArgs(tmp_path_factory.mktemp("vllm-args") / "stderr.log")
+    try:
+        yield parser
+    finally:
+        parser.close()
+
+
 @pytest.fixture
 def vllm_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM as users run it: its engine in a process of its own (EngineCore), which a test kills or

@@ -16,7 +16,7 @@ from shipyard.benchmarking.guidellm import (
     comparable_key,
     parse_benchmark_config,
     parse_guidellm_report,
-    validate_scenario,
+    validate_scenarios,
 )
 from shipyard.core.errors import ShipyardError
 from shipyard.gates.slo import check_level, compare, goodput, parse_slo, run_slo_gate
@@ -99,26 +99,38 @@ def test_bad_config_is_one_line_error(config: str, field: str) -> None:
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize(
-    "config",
-    [
-        {"profile": "synchronous"},
-        {"profile": "concurrent", "loads": [1, 2, 8], "warmup_seconds": 2},
-        {"profile": "constant", "loads": [0.5, 2]},
-        {"profile": "poisson", "loads": [1, 3]},
-        {"profile": "sweep", "sweep_size": 5, "max_concurrency": 8},
-        {"profile": "throughput", "max_concurrency": 4},
-        {**CLUSTER_DEFAULTS},
-        {"data": {"kind": "json_file", "path": "/data/prompts.jsonl"}},
-        {"profile": "constant", "loads": [0.5, 2], "repeats": 3},
-    ],
-)
-def test_scenario_validates_against_guidellm(config: dict[str, Any], tiny_model: Path) -> None:
+#: every kind of scenario shipyard builds
+SCENARIO_CONFIGS: list[dict[str, Any]] = [
+    {"profile": "synchronous"},
+    {"profile": "concurrent", "loads": [1, 2, 8], "warmup_seconds": 2},
+    {"profile": "constant", "loads": [0.5, 2]},
+    {"profile": "poisson", "loads": [1, 3]},
+    {"profile": "sweep", "sweep_size": 5, "max_concurrency": 8},
+    {"profile": "throughput", "max_concurrency": 4},
+    {**CLUSTER_DEFAULTS},
+    {"data": {"kind": "json_file", "path": "/data/prompts.jsonl"}},
+    {"profile": "constant", "loads": [0.5, 2], "repeats": 3},
+]
+
+
+def _scenario(config: dict[str, Any], tiny_model: Path) -> dict[str, Any]:
+    return build_scenario(parse_benchmark_config(config), target="http://127.0.0.1:9", model_name="m",
+                          tokenizer=str(tiny_model), json_path="/tmp/x.json")
+
+
+@pytest.fixture(scope="module")
+def guidellm_resolved(tiny_model: Path) -> list[dict[str, Any]]:
+    """Each of :data:`SCENARIO_CONFIGS`' scenarios as guidellm resolves it (one vllm-runtime process)."""
+    return run_in_runtime("vllm", validate_scenarios, scenarios=[_scenario(c, tiny_model) for c in SCENARIO_CONFIGS])
+
+
+@pytest.mark.parametrize("index", range(len(SCENARIO_CONFIGS)),
+                         ids=[str(c.get("profile") or c.get("data", {}).get("kind")) for c in SCENARIO_CONFIGS])
+def test_scenario_validates_against_guidellm(index: int, tiny_model: Path,
+                                             guidellm_resolved: list[dict[str, Any]]) -> None:
     """guidellm's own pydantic schema accepts every scenario we build (checked in the vllm runtime)."""
-    cfg = parse_benchmark_config(config)
-    scenario = build_scenario(cfg, target="http://127.0.0.1:9", model_name="m", tokenizer=str(tiny_model),
-                              json_path="/tmp/x.json")
-    resolved = run_in_runtime("vllm", validate_scenario, scenario=scenario)
+    cfg = parse_benchmark_config(SCENARIO_CONFIGS[index])
+    resolved = guidellm_resolved[index]
     spec = resolved["spec"]
     assert spec["profile"]["kind"] == cfg["profile"]
     assert spec["tokenizer"]["model"] == str(tiny_model)  # always a local tokenizer

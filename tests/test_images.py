@@ -4,6 +4,7 @@ inside each built cpu image."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -224,6 +225,43 @@ def test_pip_check_in_each_cpu_image(runtime: str) -> None:
     else:
         unexpected = [line for line in lines if not _EXPECTED.match(line)]
         assert lines and unexpected == [], f"{ref}: {unexpected or proc}"
+
+
+#: run in the vllm image: vLLM's own inspection of each architecture, with its subprocess refused
+_CACHED_ONLY = """
+import json, os, sys
+import vllm.model_executor.models.registry as registry
+
+def refuse(fn):
+    raise RuntimeError("no cached answer: vLLM would inspect the class in a subprocess")
+
+registry._run_in_subprocess = refuse
+out = {}
+for arch in sys.argv[1:]:
+    try:
+        registry.ModelRegistry.models[arch].inspect_model_cls()
+        out[arch] = "cached"
+    except RuntimeError as err:
+        out[arch] = str(err)
+folder = os.path.expanduser("~/.cache/vllm/modelinfos")
+print(json.dumps({"answers": out, "owners": sorted({os.stat(os.path.join(folder, f)).st_uid for f in os.listdir(folder)})}))
+"""
+
+
+@pytest.mark.slow
+def test_the_vllm_image_answers_vllms_model_class_questions_from_its_cache() -> None:
+    """The vllm image carries vLLM's model-info cache for the architectures shipyard serves, written
+    as the image's user: vLLM's own start-up inspection finds each answer without its subprocess
+    (a second vLLM import per server start)."""
+    require_tool(shutil.which("podman") is not None or shutil.which("buildah") is not None, "bash .ci/podman-setup")
+    from shipyard.serving.vllm_modelinfo import ARCHITECTURES
+
+    ref = build_image("vllm", "cpu").ref
+    proc = subprocess.run([engine(), "run", "--rm", ref, "python", "-c", _CACHED_ONLY, *ARCHITECTURES],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found == {"answers": dict.fromkeys(ARCHITECTURES, "cached"), "owners": [1001]}, found
 
 
 def test_builds_add_torchs_cpu_page_when_it_answers(monkeypatch: pytest.MonkeyPatch) -> None:

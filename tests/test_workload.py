@@ -545,7 +545,7 @@ def test_guidellm_reads_the_rendered_trace_and_rebuilds_its_shared_prefixes(tmp_
     its schema, every row's prompt has about the recorded length, the replay times are the trace's
     in seconds, and a conversation's second turn shares the first turn's full blocks."""
     from shipyard.benchmarking import local_trace
-    from shipyard.benchmarking.guidellm import parse_benchmark_config, validate_scenario
+    from shipyard.benchmarking.guidellm import parse_benchmark_config, validate_scenarios
     from shipyard.benchmarking.workload_replay import guidellm_trace_rows, replay_scenario
     from shipyard.runtimes.runtime import run_in_runtime
 
@@ -553,7 +553,7 @@ def test_guidellm_reads_the_rendered_trace_and_rebuilds_its_shared_prefixes(tmp_
     scenario = replay_scenario(parse_benchmark_config({}), target="http://127.0.0.1:9", model_name="m",
                                tokenizer=str(tiny_model), json_path=str(tmp_path / "g.json"), trace_path=trace,
                                block_size=local_trace.BLOCK_SIZE, time_scale=2.0, requests=45)
-    resolved = run_in_runtime("vllm", validate_scenario, scenario=scenario)
+    (resolved,) = run_in_runtime("vllm", validate_scenarios, scenarios=[scenario])
     assert resolved["spec"]["profile"]["kind"] == "replay" and resolved["spec"]["profile"]["time_scale"] == 0.5
     rows = run_in_runtime("vllm", guidellm_trace_rows, data=scenario["spec"]["data"][0], tokenizer=str(tiny_model),
                           limit=3)

@@ -309,13 +309,17 @@ def build_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokeniz
     return scenario
 
 
-def validate_scenario(scenario: dict[str, Any]) -> dict[str, Any]:
-    """Validate a scenario with guidellm's own pydantic model (vllm runtime); returns the resolved spec."""
+def validate_scenarios(scenarios: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validate scenarios with guidellm's own pydantic model (vllm runtime), guidellm imported once;
+    returns each one's resolved spec, in order."""
     from guidellm.schemas.benchmark import BenchmarkScenario
 
-    spec = dict(scenario["spec"])
-    args = BenchmarkScenario.create(scenario=None, spec=spec, benchmarks=scenario.get("benchmarks") or [])
-    return json.loads(args.model_dump_json())
+    resolved = []
+    for scenario in scenarios:
+        args = BenchmarkScenario.create(scenario=None, spec=dict(scenario["spec"]),
+                                        benchmarks=scenario.get("benchmarks") or [])
+        resolved.append(json.loads(args.model_dump_json()))
+    return resolved
 
 
 # --------------------------------------------------------------------------- guidellm report parsing
