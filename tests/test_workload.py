@@ -135,7 +135,13 @@ def test_the_peak_is_recorded_over_the_watchs_windows_and_an_older_fingerprint_s
 class _PrometheusDouble(BaseHTTPRequestHandler):
     """Prometheus's HTTP API as a loopback double: 30 requests of 50/10 tokens in the window, half the
     prompt tokens from the prefix cache, and a rate series of 1 req/s at every ``step`` point but a
-    burst of 3 req/s at the fifth; the queries are answered by what they ask for."""
+    burst of 3 req/s at the fifth; the queries are answered by what they ask for. A subclass moves
+    the bursts, leaves points out (``missing``) or makes them NaN (``not_finite``), as Prometheus
+    does where a scrape failed."""
+
+    bursts: frozenset[int] = frozenset({4})
+    missing: frozenset[int] = frozenset()
+    not_finite: frozenset[int] = frozenset()
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         url = urllib.parse.urlsplit(self.path)
@@ -144,7 +150,8 @@ class _PrometheusDouble(BaseHTTPRequestHandler):
             start, end, step = float(q["start"]), float(q["end"]), float(q["step"].rstrip("s"))
             points = [start + i * step for i in range(int((end - start) // step) + 1)]
             data = {"resultType": "matrix", "result": [{"metric": {}, "values": [
-                [t, "3" if i == 4 else "1"] for i, t in enumerate(points)]}]}
+                [t, "NaN" if i in self.not_finite else "3" if i in self.bursts else "1"]
+                for i, t in enumerate(points) if i not in self.missing]}]}
         elif "_bucket" in q["query"]:
             le = "50" if "prompt" in q["query"] else "10"
             data = {"resultType": "vector", "result": [{"metric": {"le": e}, "value": [0, "30"]} for e in (le, "+Inf")]}
@@ -193,6 +200,51 @@ def test_a_prometheus_fingerprint_says_which_peak_windows_its_step_could_not_see
     assert row["peak"]["alike"] is False and row["peak"]["x_recorded_peak"] is None
     assert "not compared with your recorded peak of 3 req/s in 300-s windows" in row["note"]
     assert "120 s is not a whole number of the 300-s query steps" in row["note"]
+
+
+class _GappyPrometheus(_PrometheusDouble):
+    """Bursts at the 5th and 7th points, no 6th point (a failed scrape) and a NaN 21st."""
+
+    bursts = frozenset({4, 6})
+    missing = frozenset({5})
+    not_finite = frozenset({20})
+
+
+class _SparsePrometheus(_PrometheusDouble):
+    """Every third point missing: no run of more than two consecutive points."""
+
+    missing = frozenset(range(2, 100, 3))
+
+
+def test_a_gap_in_prometheus_s_rate_series_is_a_gap_no_peak_window_spans() -> None:
+    """Points Prometheus left out (or gave as NaN) keep their place in time: the two bursts a missing
+    point apart are not one 60-s window of 3 + 3 + 1 + 1 (2 req/s; 1.5 for 120 s), and a series with
+    no run of four points has no 120-s peak at 30-s steps, with the reason naming the gaps."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_GappyPrometheus) as server:
+        gappy = fingerprint_from_prometheus(server.url, start=0, end=600).data["arrivals"]
+    with LoopbackServer(_SparsePrometheus) as server:
+        sparse = fingerprint_from_prometheus(server.url, start=0, end=300, step=30).data["arrivals"]
+    assert len(gappy["rate_series_rps"]) == 38  # 40 steps, one left out, one NaN
+    assert gappy["peaks_rps"] == {"60": 1.5, "120": 1.25}  # each burst with three 1s; 8 points after the gap
+    assert sparse["peaks_rps"] == {"60": 2.0}  # the burst and the point before it: 30 s each
+    assert sparse["peaks_not_computed"]["120"] == (
+        "the 120-s peak is not computed: the longest run of the series without a gap holds 2 points of 30 s "
+        "(Prometheus has no value at 3 steps), fewer than 4")
+
+
+def test_the_too_few_points_reason_counts_one_point_as_one() -> None:
+    """A 100-s window at 60-s steps is one point: '1 point', not '1 points'."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_PrometheusDouble) as server:
+        arrivals = fingerprint_from_prometheus(server.url, start=0, end=100, step=60).data["arrivals"]
+    assert arrivals["peaks_rps"] == {"60": 1.0}
+    assert arrivals["peaks_not_computed"]["120"] == ("the 120-s peak is not computed: the window holds 1 point of 60 s, "
+                                                     "fewer than 2")
 
 
 def _lognormal_trace(n: int, seed: int) -> list[TraceRequest]:

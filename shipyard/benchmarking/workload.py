@@ -36,6 +36,7 @@ import hashlib
 import json
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,21 +202,30 @@ def window_for(duration: float) -> int:
     return next((w for w in WINDOW_CHOICES if duration / w <= MAX_WINDOWS), WINDOW_CHOICES[-1])
 
 
-def window_peaks(rates: list[float], slot_s: int) -> dict[str, float]:
+def window_peaks(rates: Sequence[float | None], slot_s: int) -> dict[str, float]:
     """The peak request rate over each window of :data:`PEAK_WINDOWS_S` that is a whole number of
-    ``slot_s``-second slots and fits in the series ``rates`` (req/s per consecutive slot): the highest
-    mean over that many consecutive slots, keyed by the window in seconds (text: a JSON key). One
-    computation for a trace (1-s slots of its arrivals) and for Prometheus's rate series."""
+    ``slot_s``-second slots and fits in the series ``rates`` (req/s per consecutive slot; None: a
+    slot with no value, a gap no window spans): the highest mean over that many consecutive slots,
+    keyed by the window in seconds (text: a JSON key). One computation for a trace (1-s slots of its
+    arrivals) and for Prometheus's rate series."""
     out: dict[str, float] = {}
     for window in PEAK_WINDOWS_S:
         k = window // slot_s
         if window % slot_s or not 1 <= k <= len(rates):
             continue
-        run = best = sum(rates[:k])
-        for i in range(k, len(rates)):
-            run += rates[i] - rates[i - k]
-            best = max(best, run)
-        out[str(window)] = round(best / k, 6)
+        best: float | None = None
+        run, n = 0.0, 0  # the sum and the count of the slots since the last gap
+        for i, rate in enumerate(rates):
+            if rate is None:
+                run, n = 0.0, 0
+                continue
+            run, n = run + rate, n + 1
+            if n > k:
+                run -= rates[i - k] or 0.0
+            if n >= k:
+                best = run if best is None else max(best, run)
+        if best is not None:
+            out[str(window)] = round(best / k, 6)
     return out
 
 

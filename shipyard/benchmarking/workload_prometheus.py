@@ -14,7 +14,9 @@ per-request gaps, so ``interarrival_cv`` is None and the rate series' own coeffi
 is kept; ``peaks_rps`` holds the peak windows that are whole numbers of steps and fit in the series,
 ``peaks_not_computed`` each other window of :data:`~shipyard.benchmarking.workload.PEAK_WINDOWS_S`
 with why: the default 15-s step cannot see a 10-s peak, a step over 120 s none of them, so the
-capacity and ``shipyard watch`` say why the watch's 120-s peak is missing), there are no
+capacity and ``shipyard watch`` say why the watch's 120-s peak is missing; a step Prometheus has no
+finite value for is a gap no peak window spans, and ``rate_series_rps`` keeps only the steps with
+one), there are no
 sessions, and the prefix-cache hit rate is the one the server *measured* (``prefix.measured``), not
 a theoretical one. An empty window (no request finished in it, or no
 vLLM series under the selector) is one line.
@@ -127,18 +129,45 @@ def _quantiles(edges: list[int], counts: list[float]) -> dict[str, float] | None
     return out
 
 
-def peaks_not_computed(peaks: dict[str, float], step_s: int, points: int) -> dict[str, str]:
+def _points(values: list[tuple[float, float]], first: float, step_s: int, end: float) -> list[float | None]:
+    """The rate series at each query step from ``first`` to ``end``, by timestamp: None where
+    Prometheus gave no point or a non-finite one (a gap, never closed up)."""
+    out: list[float | None] = [None] * (int((end - first) // step_s) + 1 if end >= first else 0)
+    for t, v in values:
+        i = round((t - first) / step_s)
+        if 0 <= i < len(out) and math.isfinite(v):
+            out[i] = round(max(v, 0.0), 6)
+    return out
+
+
+def _longest_run(points: list[float | None]) -> int:
+    """The most consecutive points with a value: the longest window the series can see."""
+    best = n = 0
+    for point in points:
+        n = 0 if point is None else n + 1
+        best = max(best, n)
+    return best
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def peaks_not_computed(peaks: dict[str, float], step_s: int, points: int, gaps: int = 0) -> dict[str, str]:
     """Why each window of :data:`PEAK_WINDOWS_S` missing from ``peaks`` (:func:`window_peaks` of a
-    ``points``-point rate series at ``step_s``-second steps) has no peak, keyed like ``peaks_rps``."""
+    rate series at ``step_s``-second steps whose longest run without a gap is ``points`` points,
+    ``gaps`` steps having no point) has no peak, keyed like ``peaks_rps``."""
     out = {}
+    held = (f"the longest run of the series without a gap holds {_count(points, 'point')} of {step_s} s "
+            f"(Prometheus has no value at {_count(gaps, 'step')})" if gaps else
+            f"the window holds {_count(points, 'point')} of {step_s} s")
     for window in PEAK_WINDOWS_S:
         if str(window) in peaks:
             continue
         out[str(window)] = (f"the {window}-s peak is not computed: {window} s is not a whole number of the {step_s}-s "
                             f"query steps (pass a --step dividing {window}, no shorter than the scrape interval)"
                             if window % step_s else
-                            f"the {window}-s peak is not computed: the window holds {points} points of "
-                            f"{step_s} s, fewer than {window // step_s}")
+                            f"the {window}-s peak is not computed: {held}, fewer than {window // step_s}")
     return out
 
 
@@ -172,9 +201,10 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
              for j, b in enumerate(out_counts) if b > 0]
     step_s = int(step or max(window_for(t1 - t0), 15))
     series_data = api.range(f"sum(increase({PROMPT}_count{sel}[{step_s}s])) / {step_s}", t0 + step_s, t1, step_s)
-    series = [round(max(v, 0.0), 6) for _, v in (series_data[0]["values"] if series_data else []) if math.isfinite(v)]
+    points = _points(series_data[0]["values"] if series_data else [], t0 + step_s, step_s, t1)
+    series = [p for p in points if p is not None]
     mean_rate = requests / (t1 - t0)
-    peaks = window_peaks(series, step_s)
+    peaks = window_peaks(points, step_s)
     cv = None
     if len(series) > 1 and sum(series) > 0:
         m = sum(series) / len(series)
@@ -196,7 +226,8 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
                      "mean_rate_rps": round(mean_rate, 6), "window_s": step_s, "rate_series_rps": series,
                      "peak_rate_rps": max(series) if series else round(mean_rate, 6),
                      "peak_to_mean": round(max(series) / mean_rate, 6) if series and mean_rate else None,
-                     "peaks_rps": peaks, "peaks_not_computed": peaks_not_computed(peaks, step_s, len(series)),
+                     "peaks_rps": peaks, "peaks_not_computed": peaks_not_computed(peaks, step_s, _longest_run(points),
+                                                                               len(points) - len(series)),
                      "interarrival_cv": None, "rate_series_cv": cv, "interarrival_s": None},
         "sessions": None,
         "prefix": prefix,
