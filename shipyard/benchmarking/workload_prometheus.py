@@ -171,6 +171,25 @@ def peaks_not_computed(peaks: dict[str, float], step_s: int, points: int, gaps: 
     return out
 
 
+def _rate_cv(series: list[float]) -> float | None:
+    """The coefficient of variation of the request-rate series (None for fewer than two steps or no traffic)."""
+    if len(series) < 2 or sum(series) <= 0:
+        return None
+    m = sum(series) / len(series)
+    return round(math.sqrt(sum((x - m) ** 2 for x in series) / len(series)) / m, 6)
+
+
+def _measured_prefix(api: PrometheusAPI, sel: str, window: int, t1: float,
+                     block_size: int | None) -> dict[str, Any] | None:
+    """The prefix-cache hit rate vLLM's counters measured over the window (None when they are absent)."""
+    hits = _scalar(api, f"sum(increase({HITS}{sel}[{window}s]))", t1)
+    queries = _scalar(api, f"sum(increase({QUERIES}{sel}[{window}s]))", t1)
+    if hits is None or not queries:
+        return None
+    return {"block_size": block_size, "measured": True, "hit_rate_tokens": round(hits / queries, 6),
+            "hit_tokens": round(hits, 3), "query_tokens": round(queries, 3)}
+
+
 def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | float, selector: str = "",
                                 block_size: int | None = None, slo_class: str = "interactive",
                                 step: int | None = None, max_model_len: int | None = None) -> WorkloadFingerprint:
@@ -205,16 +224,8 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
     series = [p for p in points if p is not None]
     mean_rate = requests / (t1 - t0)
     peaks = window_peaks(points, step_s)
-    cv = None
-    if len(series) > 1 and sum(series) > 0:
-        m = sum(series) / len(series)
-        cv = round(math.sqrt(sum((x - m) ** 2 for x in series) / len(series)) / m, 6)
-    hits = _scalar(api, f"sum(increase({HITS}{sel}[{window}s]))", t1)
-    queries = _scalar(api, f"sum(increase({QUERIES}{sel}[{window}s]))", t1)
-    prefix = None
-    if hits is not None and queries:
-        prefix = {"block_size": block_size, "measured": True, "hit_rate_tokens": round(hits / queries, 6),
-                  "hit_tokens": round(hits, 3), "query_tokens": round(queries, 3)}
+    cv = _rate_cv(series)
+    prefix = _measured_prefix(api, sel, window, t1, block_size)
     data: dict[str, Any] = {
         "schema": "shipyard.workload/v1",
         "source": {"format": "prometheus", "requests": int(round(requests)), "window_s": round(t1 - t0, 3),
