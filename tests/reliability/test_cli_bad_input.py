@@ -384,6 +384,19 @@ ROWS: list[Row] = [
         field="deploy_config.image_pull_secrets", params=True),
     row("run-tuning-unknown-kv-cache-dtype", *run_local("--param", 'tuning={"space": {"kv_cache_dtype": ["fp3"]}}'),
         field="tuning.space.kv_cache_dtype: 'fp3' is not a valid value", params=True),
+    # the search's size, from the product of the settings' value counts (no point is listed): a million-point
+    # space whatever the strategy, a grid over its own max_points (refused before, only in the benchmark step)
+    row("run-tuning-million-points", *run_local("--param", "tuning=" + json.dumps({"space": {
+        "max_num_seqs": list(range(1, 101)), "max_num_batched_tokens": list(range(1, 101)),
+        "tensor_parallel": list(range(1, 101))}, "strategy": "budgeted"})),
+        field="tuning.space: has 1000000 points (100 max_num_seqs x 100 max_num_batched_tokens x 100 "
+              "tensor_parallel)", params=True),
+    row("run-tuning-grid-over-max-points", *run_local("--param", 'tuning={"space": {"max_num_seqs": [1, 2, 4], '
+                                                      '"enable_prefix_caching": [true, false]}, "max_points": 4}'),
+        field="tuning.max_points: the grid has 6 points, more than max_points 4", params=True),
+    row("submit-tuning-grid-over-default-max-points", *submit("--param", "tuning=" + json.dumps({"space": {
+        "max_num_seqs": [1, 2, 4], "max_num_batched_tokens": [512, 1024, 2048]}})),
+        field="tuning.max_points: the grid has 9 points, more than max_points 8", params=True),
     row("check-namespace-uppercase", "check", "-n", "Team-A", field="-n/--namespace: 'Team-A' is not a Kubernetes"),
     row("check-namespace-too-long", "check", "--namespace", "a" * 64, field="-n/--namespace"),
     row("check-namespace-slash", "check", "-n", "kubeflow/secrets", field="-n/--namespace"),
