@@ -50,6 +50,10 @@ def test_presets_parse_and_the_local_one_is_two_points() -> None:
     ({"preset": "huge"}, "tuning.preset: unknown preset"),
     ({"space": {"max_num_seqs": [1]}, "budget": 3}, "tuning.budget: is not a tuning setting"),
     ('{"space": ', "tuning"),
+    ({"space": {"max_num_seqs": list(range(1, 1001)), "max_num_batched_tokens": list(range(1, 1001))},
+      "strategy": "budgeted"}, "tuning.space: has 1000000 points (1000 max_num_seqs x 1000 max_num_batched_tokens)"),
+    ({"space": {"max_num_seqs": [1, 2, 3], "max_num_batched_tokens": [512, 1024, 2048]}},
+     "tuning.max_points: the grid has 9 points, more than max_points 8"),
 ])
 def test_bad_tuning_is_one_line(value, message: str) -> None:
     with pytest.raises(ShipyardError) as err:
@@ -64,8 +68,9 @@ def test_points_the_hardware_cannot_run_are_ruled_out() -> None:
     assert "tensor_parallel 3 > the 2 GPU(s) present" in dropped[0]["reason"]
     with pytest.raises(ShipyardError, match="every one of its 2 points is ruled out"):
         plan_points(parse_tuning({"space": {"tensor_parallel": [2, 4]}}), gpus=0, heads=8)
-    with pytest.raises(ShipyardError, match="tuning.max_points: the grid has 3 runnable points"):
-        plan_points(parse_tuning({"space": {"max_num_seqs": [1, 2, 3]}, "max_points": 2}), gpus=0, heads=8)
+    # a grid over max_points is refused where the parameter is read (the pre-flight), before any hardware counts
+    with pytest.raises(ShipyardError, match="tuning.max_points: the grid has 3 points, more than max_points 2"):
+        parse_tuning({"space": {"max_num_seqs": [1, 2, 3]}, "max_points": 2})
 
 
 def test_point_flags_and_output_changes() -> None:

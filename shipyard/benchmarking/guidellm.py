@@ -44,6 +44,7 @@ from shipyard.core.records import read_record
 from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, scan_metrics
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
 from shipyard.serving.startup import phases_from_log
+from shipyard.serving.vllm_flags import PLANNER_FLAGS, SERVER_FLAGS, refuse_owned, refuse_respelled
 from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
 
 PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
@@ -186,7 +187,7 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
         parse_workload_config(cfg["workload"])
     if cfg.get("data") is not None and not (isinstance(cfg["data"], dict) and cfg["data"].get("kind")):
         raise ShipyardError("benchmark_config.data", "must be a guidellm data dict with a kind", 'e.g. {"kind": "json_file", "path": "..."}')
-    cfg["vllm_args"] = _vllm_flag_list(cfg["vllm_args"])
+    cfg["vllm_args"] = _vllm_args(cfg["vllm_args"])
     return cfg
 
 
@@ -237,15 +238,20 @@ def _check_profile_needs(cfg: dict[str, Any], profile: str) -> None:
         raise ShipyardError("benchmark_config.sweep_size", "a sweep needs at least 3 levels", "set sweep_size >= 3")
 
 
-def _vllm_flag_list(vllm_args: Any) -> list[str]:
-    """``vllm_args`` as a list of command-line strings (a dict is rendered as vLLM flags)."""
-    if isinstance(vllm_args, dict):
+def _vllm_args(value: Any) -> list[str]:
+    """``vllm_args`` as a command line's words; none may set a flag shipyard's server sets, nor
+    spell a flag the planner fills in otherwise than ``--flag`` (:mod:`shipyard.serving.vllm_flags`)."""
+    if isinstance(value, dict):
         from shipyard.serving.planner import vllm_cli_args
 
-        vllm_args = vllm_cli_args(vllm_args)
-    if not isinstance(vllm_args, list):
+        value = vllm_cli_args(value)
+    if not isinstance(value, list):
         raise ShipyardError("benchmark_config.vllm_args", "must be a list or dict of vLLM flags", 'e.g. ["--max-model-len", "2048"]')
-    return [str(a) for a in vllm_args]
+    args = [str(a) for a in value]
+    refuse_owned(args, SERVER_FLAGS, "benchmark_config.vllm_args", "shipyard's vLLM server",
+                 "drop it (the port is benchmark_config.port; the model and its served name are the step's)")
+    refuse_respelled(args, PLANNER_FLAGS, "benchmark_config.vllm_args", "the memory planner")
+    return args
 
 
 def comparable_key(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -27,17 +27,22 @@ are measured and drawn, marked ``changes_outputs``, and never chosen as the cham
 configuration unless ``allow_output_changes`` is set (the candidate's accuracy was measured
 without them).
 
-Strategies: ``grid`` (every point, in order; refused when the space is larger than
-``max_points``) and ``budgeted`` (points ordered from the default outwards, stopping at
-``max_points`` or ``max_seconds``). Both first drop what cannot run: tensor parallelism beyond
-the GPUs present or not dividing the attention heads (on a CPU: any TP above 1) and GPU memory
-settings on a CPU; the record says why each was dropped.
+Strategies: ``grid`` (every point, in order) and ``budgeted`` (points ordered from the default
+outwards, stopping at ``max_points`` or ``max_seconds``). Both first drop what cannot run: tensor
+parallelism beyond the GPUs present or not dividing the attention heads (on a CPU: any TP above 1)
+and GPU memory settings on a CPU; the record says why each was dropped.
+
+The space's size is checked where the parameter is (the pre-flight, ``shipyard run``/``submit``/
+``schedule``), from the product of the number of values of each setting, without listing a point:
+a space of more than :data:`MAX_SPACE_POINTS` points is refused whatever the strategy, and a
+``grid`` of more points than its ``max_points`` is refused before the hardware rules any out.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +52,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.jsonargs import json_object
 from shipyard.core.records import read_optional_record
 from shipyard.serving.planner import VLLM_KV_CACHE_DTYPES
+from shipyard.serving.vllm_flags import DEPLOY_FLAGS, SERVER_FLAGS, refuse_owned
 
 SCHEMA = "shipyard.tuning/v1"
 TUNING_FILE = "tuning.json"
@@ -59,6 +65,8 @@ FLAGS = {
 }
 DIMENSIONS = (*FLAGS, "enable_prefix_caching", "vllm_args")
 OUTPUT_CHANGING = ("kv_cache_dtype", "vllm_args")
+#: the most points a search space may have (a budgeted search orders them all before it measures any)
+MAX_SPACE_POINTS = 10_000
 PRESETS: dict[str, dict[str, Any]] = {
     # the README's local run on the tiny model or SmolLM2 on a CPU: two points, about 2 x the benchmark
     "local": {"space": {"max_num_seqs": [1, 8]}, "strategy": "grid", "max_points": 2},
@@ -81,6 +89,9 @@ def _values(name: str, values: Any) -> list[Any]:
         for key, flags in values.items():
             if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
                 raise _bad(f"space.vllm_args.{key}", "must be a list of strings", '["--enforce-eager"]')
+            refuse_owned(flags, SERVER_FLAGS | DEPLOY_FLAGS, f"tuning.space.vllm_args.{key}",
+                         "shipyard's vLLM server or the deployment",
+                         "drop it (tensor parallelism is the space's tensor_parallel setting)")
         return sorted(values)
     if not isinstance(values, list) or not values:
         raise _bad(f"space.{name}", "must be a non-empty list of values", f'"{name}": [a, b]')
@@ -140,9 +151,25 @@ def parse_tuning(value: str | dict[str, Any] | None) -> dict[str, Any] | None:
     allow = data.get("allow_output_changes", False)
     if not isinstance(allow, bool):
         raise _bad("allow_output_changes", f"{allow!r} is not true or false", "true or false")
-    return {"space": {name: _values(name, values) for name, values in space.items()}, "strategy": strategy,
+    parsed = {name: _values(name, values) for name, values in space.items()}
+    _check_size(parsed, strategy, max_points)
+    return {"space": parsed, "strategy": strategy,
             "max_points": max_points, "max_seconds": float(max_seconds), "allow_output_changes": allow,
             "vllm_args_sets": dict(space.get("vllm_args") or {})}
+
+
+def _check_size(space: dict[str, list[Any]], strategy: str, max_points: int) -> None:
+    """Refuse a space too big to plan, and a grid bigger than its ``max_points``: the number of
+    points is the product of the number of values of each setting (no point is listed)."""
+    points = math.prod(len(values) for values in space.values())
+    if points > MAX_SPACE_POINTS:
+        axes = " x ".join(f"{len(values)} {name}" for name, values in space.items())
+        raise _bad("space", f"has {points} points ({axes}), more than the {MAX_SPACE_POINTS} a search plans",
+                   "list fewer values per setting (each point is one vLLM server and one benchmark)")
+    if strategy == "grid" and points > max_points:
+        raise _bad("max_points", f"the grid has {points} points, more than max_points {max_points}",
+                   (f"raise max_points to {points}, " if points <= 256 else "")
+                   + 'shrink the space, or use "strategy": "budgeted"')
 
 
 def point_args(point: dict[str, Any], flag_sets: dict[str, list[str]]) -> list[str]:

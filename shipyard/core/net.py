@@ -3,17 +3,23 @@
 :func:`free_port` asks the OS for a port nobody listens on; :func:`wait_ready` polls a
 ``ready()`` check until it holds, failing with one :class:`~shipyard.core.errors.ShipyardError`
 line when the process dies first (``alive`` raises) or the time is up. :func:`http_ok` is the
-usual check (a GET that answers with an accepted status).
+usual check (a GET that answers with an accepted status). :func:`http_request` is one HTTP(S)
+request with an overall deadline: from connecting to the answer's last byte, however slowly a
+server sends it (a socket timeout alone bounds each read, so a server that sends a byte a second
+would hold it forever).
 """
 
 from __future__ import annotations
 
+import http.client
 import socket
+import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from shipyard.core.errors import ShipyardError, UnreachableError
@@ -98,3 +104,91 @@ def unreachable(field: str, url: str, err: BaseException, timeout: float) -> Unr
                                 "check the service's health, or raise the timeout")
     what = reason if isinstance(err, urllib.error.URLError) else type(err).__name__
     return UnreachableError(field, f"{url} is unreachable ({what})", "check the URL, the port and that the service is up")
+
+
+class _Deadline:
+    """Shuts the request's connection down when the deadline passes: a read or write blocked on it
+    ends at once, however slowly the server was sending."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def connection(self, cls: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
+        """``cls`` keeping its socket for the deadline (``urllib`` lets go of the connection's once
+        the headers are in; the answer's body is read from the same socket)."""
+        deadline = self
+
+        class Watched(cls):  # type: ignore[valid-type, misc]
+            def connect(self) -> None:
+                super().connect()
+                deadline._watch(self.sock)
+
+        return Watched
+
+    def _watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sock = sock
+            expired = self.expired
+        if expired:
+            self._shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sock = self._sock
+        if sock is not None:
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def http_request(url: str, *, deadline_s: float, data: bytes | None = None, headers: Mapping[str, str] | None = None,
+                 method: str | None = None, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """One HTTP(S) request that ends within ``deadline_s`` seconds in all (connecting, sending, the
+    status line, the headers and the body; a name lookup is the system resolver's): ``(status,
+    body)``, an HTTP error status with its body too. Past the deadline: :class:`TimeoutError`; no
+    connection: ``urllib.error.URLError`` or another ``OSError`` (:func:`unreachable` words both)."""
+    deadline = _Deadline(deadline_s)
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(deadline.connection(http.client.HTTPConnection), req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(deadline.connection(http.client.HTTPSConnection), req, context=self._context)
+
+    opener = urllib.request.build_opener(Http, Https(context=context))
+    request = urllib.request.Request(url, data=data, headers=dict(headers or {}), method=method)
+    try:
+        with deadline:
+            try:
+                with opener.open(request, timeout=deadline_s) as resp:
+                    status, body = resp.status, resp.read()
+            except urllib.error.HTTPError as err:
+                status, body = err.code, err.read()
+            if deadline.expired:
+                raise TimeoutError(f"no whole answer within {deadline_s:g} s")
+            return status, body
+    except (OSError, http.client.HTTPException) as err:
+        if deadline.expired:
+            raise TimeoutError(f"no whole answer within {deadline_s:g} s") from None
+        if isinstance(err, OSError):
+            raise
+        raise ConnectionError(f"{type(err).__name__}: {err}") from None

@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
-from shipyard.core.net import unreachable
+from shipyard.core.net import http_request, unreachable
 from shipyard.core.records import CANDIDATE_FILE
 
 GOLDEN_FILE = "golden.json"
@@ -44,17 +43,24 @@ def golden_prompts(n: int = DEFAULT_PROMPTS) -> list[str]:
 
 
 def _post(url: str, body: dict[str, Any], timeout: float, field: str) -> dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    """POST ``body`` as JSON; the answer's JSON, within ``timeout`` seconds in all (connecting to
+    the last byte, however slowly the server sends it)."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return json.loads(resp.read().decode("utf-8", errors="replace"))
-    except urllib.error.HTTPError as err:
-        detail = err.read().decode("utf-8", errors="replace")[:300].replace("\n", " ")
-        raise ShipyardError(field, f"{url} answered HTTP {err.code}: {detail}",
-                            "check the served model name and that the service serves /v1/completions") from None
+        status, answer = http_request(url, deadline_s=timeout, data=json.dumps(body).encode(),
+                                      headers={"Content-Type": "application/json"})
     except (TimeoutError, urllib.error.URLError) as err:
         raise unreachable(field, url, err, timeout) from None
-    except (OSError, ValueError) as err:
+    except OSError as err:
+        raise ShipyardError(field, f"{url} gave no JSON answer ({type(err).__name__}: {err})",
+                            "point the URL at an OpenAI-compatible server") from None
+    text = answer.decode("utf-8", errors="replace")
+    if status >= 400:
+        detail = text[:300].replace("\n", " ")
+        raise ShipyardError(field, f"{url} answered HTTP {status}: {detail}",
+                            "check the served model name and that the service serves /v1/completions")
+    try:
+        return json.loads(text)
+    except ValueError as err:
         raise ShipyardError(field, f"{url} gave no JSON answer ({type(err).__name__}: {err})",
                             "point the URL at an OpenAI-compatible server") from None
 

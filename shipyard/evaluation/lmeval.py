@@ -268,6 +268,7 @@ def _run_hf(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
 
 def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
                 shared: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    from shipyard.serving.vllm_flags import SERVER_FLAGS, refuse_owned
     from shipyard.serving.vllm_server import VLLMServer
 
     batch = cfg.batch_size if isinstance(cfg.batch_size, int) else 1
@@ -277,6 +278,7 @@ def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
         raise ShipyardError("SHIPYARD_EVAL_VLLM_ARGS", f"is not valid JSON ({err})", 'write e.g. ["--max-model-len", "2048"]') from None
     if not isinstance(extra, list) or not all(isinstance(arg, str) for arg in extra):
         raise ShipyardError("SHIPYARD_EVAL_VLLM_ARGS", "is not a JSON list of text", 'write e.g. ["--max-model-len", "2048"]')
+    refuse_owned(extra, SERVER_FLAGS, "SHIPYARD_EVAL_VLLM_ARGS", "shipyard's vLLM server", "drop it")
     serving = contextlib.nullcontext(shared) if shared else VLLMServer(model_dir, served_model_name=SERVED_NAME,
                                                                        extra_args=extra, log_path=logs / VLLM_LOG)
     try:

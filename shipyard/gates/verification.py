@@ -33,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "slo_requests": 8,
     "prompt_tokens": 32,
     "output_tokens": 8,
-    "timeout_s": 60.0,
+    "timeout_s": 60.0,  # each HTTP request's deadline in all (shipyard.core.net.http_request), not per read
     "metrics_urls": {},
 }
 LAYOUT_NOTE = ("Greedy decoding is not guaranteed to give the same tokens across parallelism layouts "

@@ -38,14 +38,12 @@ import json
 import re
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
-from shipyard.core.net import unreachable
+from shipyard.core.net import http_request, unreachable
 from shipyard.core.records import slo_thresholds
 from shipyard.core.report import Check, GateReport, level_label
 from shipyard.evaluation.golden import ask_all, compare_golden
@@ -66,13 +64,12 @@ from shipyard.gates.verification import (
 
 # --------------------------------------------------------------------------- HTTP
 def _get(url: str, timeout: float, field: str) -> tuple[int, str]:
+    """A GET that ends within ``timeout`` seconds in all, however slowly the service answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode("utf-8", errors="replace")
-    except (OSError, urllib.error.URLError) as err:  # TimeoutError and URLError are OSErrors too
+        status, body = http_request(url, deadline_s=timeout)
+    except OSError as err:  # TimeoutError (the deadline) and URLError are OSErrors too
         raise unreachable(field, url, err, timeout) from None
+    return status, body.decode("utf-8", errors="replace")
 
 
 def served_models(url: str, timeout: float = 30.0) -> list[str]:

@@ -384,6 +384,50 @@ ROWS: list[Row] = [
         field="deploy_config.image_pull_secrets", params=True),
     row("run-tuning-unknown-kv-cache-dtype", *run_local("--param", 'tuning={"space": {"kv_cache_dtype": ["fp3"]}}'),
         field="tuning.space.kv_cache_dtype: 'fp3' is not a valid value", params=True),
+    # the search's size, from the product of the settings' value counts (no point is listed): a million-point
+    # space whatever the strategy, a grid over its own max_points (refused before, only in the benchmark step)
+    row("run-tuning-million-points", *run_local("--param", "tuning=" + json.dumps({"space": {
+        "max_num_seqs": list(range(1, 101)), "max_num_batched_tokens": list(range(1, 101)),
+        "tensor_parallel": list(range(1, 101))}, "strategy": "budgeted"})),
+        field="tuning.space: has 1000000 points (100 max_num_seqs x 100 max_num_batched_tokens x 100 "
+              "tensor_parallel)", params=True),
+    row("run-tuning-grid-over-max-points", *run_local("--param", 'tuning={"space": {"max_num_seqs": [1, 2, 4], '
+                                                      '"enable_prefix_caching": [true, false]}, "max_points": 4}'),
+        field="tuning.max_points: the grid has 6 points, more than max_points 4", params=True),
+    row("submit-tuning-grid-over-default-max-points", *submit("--param", "tuning=" + json.dumps({"space": {
+        "max_num_seqs": [1, 2, 4], "max_num_batched_tokens": [512, 1024, 2048]}})),
+        field="tuning.max_points: the grid has 9 points, more than max_points 8", params=True),
+    # vLLM flags shipyard sets itself, in every spelling vLLM reads (shipyard.serving.vllm_flags): a short alias,
+    # --flag=value, an abbreviation, a JSON flag's key; refused at pre-flight, not at render after the GPU work
+    row("deploy-vllm-args-tp-alias", *deploy("--params-file", "vllm-tp-alias.yaml"),
+        field="deploy_config.vllm_args: '-tp' is vLLM's --tensor-parallel-size, which is set by the deployment itself"),
+    row("deploy-vllm-args-port-equals", *deploy("--params-file", "vllm-port-equals.yaml"),
+        field="deploy_config.vllm_args: '--port=8000' is vLLM's --port"),
+    row("deploy-decode-vllm-args-pp-alias", *deploy("--params-file", "vllm-decode-pp.yaml"),
+        field="deploy_config.decode.vllm_args: '-pp' is vLLM's --pipeline-parallel-size"),
+    row("run-deploy-config-vllm-args-long-tp", *run_local("--param", 'deploy_config={"vllm_args": '
+                                                          '{"tensor-parallel-size": 2}}'),
+        field="deploy_config.vllm_args: --tensor-parallel-size is set by the deployment itself", params=True),
+    row("run-deploy-config-vllm-args-dp-alias", *run_local("--param", 'deploy_config={"vllm_args": {"-dp": 2}}'),
+        field="deploy_config.vllm_args: '-dp' is vLLM's --data-parallel-size", params=True),
+    row("run-deploy-config-vllm-args-kv-transfer-key", *run_local(
+        "--param", 'deploy_config={"vllm_args": {"--kv-transfer-config.kv_role": "kv_both"}}'),
+        field="deploy_config.vllm_args: '--kv-transfer-config.kv_role' is vLLM's --kv-transfer-config", params=True),
+    row("submit-deploy-config-vllm-args-abbreviated-tp", *submit("--param", 'deploy_config={"vllm_args": '
+                                                                 '{"tensor-parallel": 2}}'),
+        field="deploy_config.vllm_args: 'tensor-parallel' is vLLM's --tensor-parallel-size", params=True),
+    row("run-bench-vllm-args-port", *run_local("--param", 'benchmark_config={"vllm_args": ["--port", "9000"]}'),
+        field="benchmark_config.vllm_args: --port is set by shipyard's vLLM server itself", params=True),
+    row("run-bench-vllm-args-served-name-equals", *run_local(
+        "--param", 'benchmark_config={"vllm_args": ["--served_model_name=x"]}'),
+        field="benchmark_config.vllm_args: '--served_model_name=x' is vLLM's --served-model-name", params=True),
+    row("run-bench-vllm-args-tp-alias", *run_local("--param", 'benchmark_config={"vllm_args": ["-tp", "2"]}'),
+        field="benchmark_config.vllm_args: '-tp' is vLLM's --tensor-parallel-size, which the memory planner adds",
+        params=True),
+    row("run-tuning-flag-set-tp-alias", *run_local("--param", 'tuning={"space": {"vllm_args": {"tp2": ["-tp", "2"]}}}'),
+        field="tuning.space.vllm_args.tp2: '-tp' is vLLM's --tensor-parallel-size", params=True),
+    row("run-tuning-flag-set-port", *run_local("--param", 'tuning={"space": {"vllm_args": {"p": ["--port=1"]}}}'),
+        field="tuning.space.vllm_args.p: '--port=1' is vLLM's --port", params=True),
     row("check-namespace-uppercase", "check", "-n", "Team-A", field="-n/--namespace: 'Team-A' is not a Kubernetes"),
     row("check-namespace-too-long", "check", "--namespace", "a" * 64, field="-n/--namespace"),
     row("check-namespace-slash", "check", "-n", "kubeflow/secrets", field="-n/--namespace"),
@@ -1027,6 +1071,9 @@ def _files() -> dict[str, str]:
         "probe-period-int32.yaml": "probes: {readiness: {period_seconds: 99999999999}}\n",
         "probe-startup-int32.yaml": "probes: {startup_seconds: 99999999999999, period_seconds: 1}\n",
         "cpu-negative.yaml": "resources: {limits: {cpu: '-4'}}\n",
+        "vllm-tp-alias.yaml": "vllm_args: {'-tp': 2}\n",
+        "vllm-port-equals.yaml": "vllm_args: {'--port=8000': true}\n",
+        "vllm-decode-pp.yaml": "decode: {vllm_args: {'-pp': 2}}\n",
         "memory-1e400.yaml": "resources: {requests: {memory: '1e400'}}\n",
         "sa-too-long.yaml": f"service_account: {'a' * 254}\n",
         "kubeconfig": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -95,6 +95,39 @@ def _web(status: int, body: bytes, content_type: str) -> Iterator[str]:
         yield server.url
 
 
+@contextlib.contextmanager
+def _slow_drip(where: str) -> Iterator[str]:
+    """A web server that sends one byte a second forever: after whole headers (``body``: a long
+    Content-Length it never reaches) or from the status line on (``headers``). Each byte resets a
+    per-read socket timeout, so only an overall deadline ends a request to it."""
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _drip(self) -> None:
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+            if where == "body":
+                self.wfile.write(head)
+            first = head if where == "headers" else b'{"data": [' + b" " * 1000000
+            with contextlib.suppress(OSError):
+                for byte in first:
+                    if stop.is_set():
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    stop.wait(1.0)
+
+        do_GET = do_POST = _drip  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        with LoopbackServer(Handler) as server:
+            yield server.url
+    finally:
+        stop.set()
+
+
 # --------------------------------------------------------------------------- misbehaving services
 
 
@@ -104,6 +137,47 @@ def test_runs_against_a_port_that_never_answers_is_exit_3_within_seconds(tmp_pat
     line = _one_line(proc.stderr)
     assert proc.returncode == 3 and "--host: cannot reach" in line and "no answer" in line, line
     assert seconds < 25, f"runs held {seconds:.0f} s"
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_verify_against_a_slow_drip_server_ends_at_its_deadline(tmp_path: Path, where: str) -> None:
+    """``--timeout`` is each request's deadline in all: a byte a second (each read well within the
+    socket timeout) held ``shipyard verify`` forever; it ends within the deadline, exit 3."""
+    (tmp_path / "golden.json").write_text(json.dumps({"schema": "shipyard.golden/v1",
+                                                      "answers": [{"prompt": "p", "text": "t"}]}))
+    with _slow_drip(where) as url:
+        proc, seconds = _cli(tmp_path, "verify", "--url", url, "--served-model-name", "llm", "--candidate",
+                             "golden.json", "--timeout", "3", capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 3 and "/v1/models did not answer within 3 s" in line, (proc.returncode, line)
+    assert seconds < 15, f"verify held {seconds:.0f} s against a 3 s deadline"
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_every_verification_request_has_an_overall_deadline(where: str) -> None:
+    """The requests verification makes (GET /v1/models and /metrics, the golden prompts' POSTs)
+    and the one helper under them end within their deadline against a slow-drip server."""
+    from shipyard.core.net import http_request
+    from shipyard.evaluation.golden import complete
+    from shipyard.steps.verify import scrape, served_models
+
+    with _slow_drip(where) as url:
+        for call in (lambda: http_request(url, deadline_s=1.5), lambda: served_models(url, timeout=1.5),
+                     lambda: complete(url + "/v1", "llm", "p", timeout=1.5),
+                     lambda: scrape(url + "/metrics", timeout=1.5)):
+            outcome: dict[str, object] = {}
+
+            def run(call: Callable[[], object] = call, outcome: dict[str, object] = outcome) -> None:
+                try:
+                    outcome["value"] = call()
+                except (TimeoutError, ShipyardError) as err:
+                    outcome["error"] = err
+
+            waiting = threading.Thread(target=run, daemon=True)  # a request without a deadline never returns
+            waiting.start()
+            waiting.join(3.0)
+            assert not waiting.is_alive(), "still waiting 3 s into a 1.5 s deadline"
+            assert "within 1.5 s" in str(outcome["error"]) if "error" in outcome else outcome["value"] is None
 
 
 def test_deploy_against_an_api_server_that_never_answers_is_exit_3(tmp_path: Path) -> None:

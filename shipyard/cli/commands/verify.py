@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-dir", help="the model folder (its tokenizer): enables the accuracy slice and the SLO smoke")
     p.add_argument("--min-match-rate", type=number(float, example="0.75"),
                    help="share of golden outputs that must match exactly, 0..1 (default 0.75)")
-    p.add_argument("--timeout", type=positive_float("60"), help="seconds per request (default 60)")
+    p.add_argument("--timeout", type=positive_float("60"), help="seconds each HTTP request may take in all, connecting to the last byte (default 60)")
     p.add_argument("--checks", help="comma-separated subset of models,golden,accuracy,slo,pd (default: all)")
     p.add_argument("--metrics-url", action="append", default=[], metavar="POOL=URL",
                    help="a P/D pool's vLLM /metrics URL, e.g. prefill=http://llm-prefill:8000/metrics (repeat)")

@@ -22,6 +22,7 @@ from shipyard.core.numbers import check_number
 from shipyard.core.redact import looks_like_token
 from shipyard.oci.reference import DIGEST_RE, require_pinned
 from shipyard.oci.reference import parse as parse_reference
+from shipyard.serving.vllm_flags import DEPLOY_FLAGS, refuse_owned
 
 PRESETS_DIR = package_dir("shipyard.serving.kserve") / "presets"
 KV_ROLES = {"producer-consumer", "both"}
@@ -232,6 +233,11 @@ class DeployConfig:
     @property
     def gpus_per_pod(self) -> int:
         return self.gpus if self.gpus is not None else self.tensor_parallel * (self.data_local or 1)
+
+
+#: the fix of a vLLM flag the deployment sets itself (:data:`shipyard.serving.vllm_flags.DEPLOY_FLAGS`)
+DEPLOY_FIX = ("drop it; set deploy_config's tensor_parallel, data_parallel, data_local, pipeline_parallel, "
+              "expert_parallel, kv_connector/kv_role or served_model_name instead")
 
 
 def _fail(field_name: str, problem: str, fix: str) -> ShipyardError:
@@ -583,6 +589,9 @@ def _check_serving_options(cfg: DeployConfig) -> None:
     for flag in cfg.vllm_args:
         if not isinstance(flag, str) or not flag.strip("-"):
             raise _fail("vllm_args", f"bad flag {flag!r}", "use flag names such as 'max-model-len'")
+    for where in ("vllm_args", "tuned_vllm_args"):
+        refuse_owned(getattr(cfg, where), DEPLOY_FLAGS, f"deploy_config.{where}", "the deployment", DEPLOY_FIX,
+                     keys=True)
     if not all(isinstance(b, str) and is_dns1035_label(b.replace(".", "-"), 253) for b in cfg.base_refs):
         raise _fail("base_refs", f"{cfg.base_refs!r} must be LLMInferenceServiceConfig names", "list preset names")
     unknown = sorted(set(cfg.planner) - PLANNER_KEYS)
@@ -712,6 +721,7 @@ def _check_pool(cfg: DeployConfig, pool: str) -> None:
     args = options.get("vllm_args", {})
     if not isinstance(args, dict) or not all(isinstance(f, str) and f.strip("-") for f in args):
         raise _fail(f"{pool}.vllm_args", f"{args!r} must map flag names to values", '{"max-num-batched-tokens": 8192}')
+    refuse_owned(args, DEPLOY_FLAGS, f"deploy_config.{pool}.vllm_args", "the deployment", DEPLOY_FIX, keys=True)
 
 
 def _check_probes(p: Probes) -> None:

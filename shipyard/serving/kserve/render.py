@@ -24,6 +24,7 @@ import yaml
 
 from shipyard.core.errors import ShipyardError
 from shipyard.serving.kserve.config import (
+    DEPLOY_FIX,
     MANAGED,
     NONE,
     WVA_ACCELERATOR_LABEL,
@@ -32,16 +33,11 @@ from shipyard.serving.kserve.config import (
     parse_quantity,
     wva_accelerator,
 )
+from shipyard.serving.vllm_flags import DEPLOY_FLAGS, owned_flag, refuse_owned
 
 API_VERSION = "serving.kserve.io/v1alpha2"
 KIND = "LLMInferenceService"
 LABEL_PREFIX = "shipyard.io"
-# Flags the CRD or the presets own; passing them again would conflict.
-OWNED_FLAGS = {
-    "tensor-parallel-size", "data-parallel-size", "data-parallel-size-local", "data-parallel-address",
-    "data-parallel-rpc-port", "data-parallel-start-rank", "enable-expert-parallel", "port",
-    "served-model-name", "model", "kv-transfer-config",
-}
 OBJECTIVE_API = "inference.networking.x-k8s.io/v1alpha2"
 POOL_GROUP = "inference.networking.k8s.io"
 LATENCY_PREDICTOR_CONFIG = "kserve-config-llm-scheduler-latency-predictor"
@@ -78,7 +74,7 @@ def planner_args(cfg: DeployConfig, model_config: dict[str, Any] | None) -> dict
                             "raise tensor_parallel (and gpus), use bigger GPUs or a lower planner.max_model_len")
     args = dict(plan.to_dict()["vllm_args"])
     # parallelism is spec.parallelism's job; the presets pass --tensor-parallel-size themselves
-    return {k: v for k, v in args.items() if normalise_flag(k) not in OWNED_FLAGS}
+    return {k: v for k, v in args.items() if owned_flag(k, DEPLOY_FLAGS, key=True) is None}
 
 
 def _precise_prefix_flags(cfg: DeployConfig) -> dict[str, Any]:
@@ -124,10 +120,8 @@ def vllm_arguments(cfg: DeployConfig, model_config: dict[str, Any] | None, *, ro
     for where, source in sources:
         for flag, value in source.items():
             merged[normalise_flag(flag)] = value
-        owned = sorted(OWNED_FLAGS & {normalise_flag(f) for f in source})
-        if owned and where != "planner":
-            raise ShipyardError(f"deploy_config.{where}", f"--{owned[0]} is set by the deployment itself",
-                                "use tensor_parallel / data_parallel / kv_role instead of that flag")
+        if where != "planner":
+            refuse_owned(source, DEPLOY_FLAGS, f"deploy_config.{where}", "the deployment", DEPLOY_FIX, keys=True)
     preset = _precise_prefix_flags(cfg)
     clash = sorted(set(preset) & set(merged) - {"block-size"})
     if clash:
@@ -637,7 +631,7 @@ def render_template(cfg: DeployConfig, model_config: dict[str, Any] | None = Non
                 continue  # the template's own arguments win; shipyard adds nothing
             args = {normalise_flag(k): v for k, v in planner_args(sized, model_config).items()}
             args.update({normalise_flag(k): v for k, v in cfg.tuned_vllm_args.items()
-                         if normalise_flag(k) not in OWNED_FLAGS})
+                         if owned_flag(k, DEPLOY_FLAGS, key=True) is None})
             flags: list[str] = []
             for flag, value in args.items():
                 if value is False or value is None:
