@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 
 from shipyard.core.errors import ShipyardError
 from shipyard.runtimes.runtime import venvs_dir
@@ -27,8 +28,7 @@ SOURCES = ("engine/arg_utils.py", "entrypoints/launchers/cli_args.py", "entrypoi
 
 def _vllm_source() -> Path:
     found = sorted(venvs_dir().glob("vllm/lib/python*/site-packages/vllm"))
-    if not found:
-        pytest.skip("no vllm runtime venv to read vLLM's source from")
+    require_tool(bool(found), "the vllm runtime's venv (.venvs/base/bin/shipyard setup), whose vLLM source this reads")
     return found[0]
 
 
