@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from shipyard.core.errors import ShipyardError
-from shipyard.evaluation.lora import evaluate_adapters
 from shipyard.gates.adapter_gates import run_adapter_gates
 from shipyard.models.adapters import adapter_identity, fetch_adapters, load_adapters, parse_adapters
 from shipyard.params.checks import check_parameters
 from shipyard.runtimes.runtime import run_in_runtime
-from shipyard.testing.tinylora import build_tiny_adapter, damage_model
+from shipyard.testing.tinylora import build_lora_fixtures, evaluate_adapters_each
 
 DIGEST = "sha256:" + "b" * 64
 RECOVERY = json.dumps({"rule": "recovery"})  # the accuracy gate's recovery rule (not the default)
@@ -126,11 +125,6 @@ def test_adapters_are_evaluated_on_hf_only_and_parity_compares_their_digests(tmp
 EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_prose_ppl"], "limit": 4, "cache": False})
 
 
-def _evaluate(model: Path, adapters: Path, out: Path) -> dict:
-    return run_in_runtime("compress", evaluate_adapters, model_dir=str(model),
-                          eval_config=EVAL, adapters_dir=str(adapters), out_dir=str(out))
-
-
 def _ppl(summary: dict) -> float:
     return summary["scores"]["shipyard_prose_ppl"]["word_perplexity,none"]["value"]
 
@@ -140,15 +134,9 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
                                                                                   tmp_path: Path) -> None:
     from report_fixtures import judged
 
-    good = tmp_path / "src" / "good"
-    broken = tmp_path / "src" / "broken"
-    run_in_runtime("compress", build_tiny_adapter, model_dir=str(tiny_model),
-                   out_dir=str(good))
-    run_in_runtime("compress", build_tiny_adapter, model_dir=str(tiny_model),
-                   out_dir=str(broken), scale=50.0)
-    damaged = tmp_path / "damaged"
-    run_in_runtime("compress", damage_model, model_dir=str(tiny_model), out_dir=str(damaged),
-                   noise=2.0)
+    # one compress-runtime process builds the adapters and the damaged model, one evaluates all four
+    run_in_runtime("compress", build_lora_fixtures, model_dir=str(tiny_model), out_root=str(tmp_path / "src"))
+    good, broken, damaged = tmp_path / "src" / "good", tmp_path / "src" / "broken", tmp_path / "src" / "damaged"
     copy = tmp_path / "copy"
     shutil.copytree(tiny_model, copy)
     adapters = tmp_path / "adapters"
@@ -159,10 +147,12 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
     shutil.copytree(broken, swapped / "good")
     (swapped / "adapters.json").write_text(json.dumps({"adapters": [{**record, **adapter_identity(swapped / "good")}]}))
 
-    base = _evaluate(tiny_model, adapters, tmp_path / "eval" / "base")["good"]
-    same = _evaluate(copy, adapters, tmp_path / "eval" / "copy")["good"]
-    worse = _evaluate(damaged, adapters, tmp_path / "eval" / "damaged")["good"]
-    other = _evaluate(copy, swapped, tmp_path / "eval" / "swapped")["good"]
+    runs = [(tiny_model, adapters, "base"), (copy, adapters, "copy"), (damaged, adapters, "damaged"),
+            (copy, swapped, "swapped")]
+    base, same, worse, other = (summaries["good"] for summaries in run_in_runtime(
+        "compress", evaluate_adapters_each, eval_config=EVAL,
+        runs=[{"model_dir": str(m), "adapters_dir": str(a), "out_dir": str(tmp_path / "eval" / name)}
+              for m, a, name in runs]))
 
     # lm-eval loaded the adapter (peft=) and summary.json pins it by content
     raw = json.loads((tmp_path / "eval" / "base" / "good" / "lm_eval_results.json").read_text())

@@ -6,6 +6,8 @@ adapter that changes nothing); :func:`build_tiny_adapter` uses random ``lora_B``
 moves the outputs, and ``scale`` multiplies it to make an adapter that breaks them.
 :func:`damage_model` writes a copy of a model with noise added to its weights: a stand-in for a
 quantization that went wrong. Runs in the ``compress`` runtime (torch, transformers, peft).
+:func:`build_lora_fixtures` and :func:`evaluate_adapters_each` do several of these in one runtime
+process (each process imports torch, transformers and lm-eval again).
 """
 
 from __future__ import annotations
@@ -54,3 +56,20 @@ def damage_model(model_dir: str, out_dir: str, noise: float = 0.5, seed: int = 1
                     tensors[name] = (t + torch.randn_like(t) * t.float().std().to(t.dtype) * noise).contiguous()
             save_file(tensors, str(path), metadata={"format": "pt"})
     return {"noise": noise}
+
+
+def build_lora_fixtures(model_dir: str, out_root: str) -> dict[str, Any]:
+    """In one process: ``good`` (an adapter that moves the outputs), ``broken`` (the same adapter with
+    ``lora_B`` x50) and ``damaged`` (``model_dir`` with noise 2.0) under ``out_root``."""
+    root = Path(out_root)
+    return {"good": build_tiny_adapter(model_dir, str(root / "good")),
+            "broken": build_tiny_adapter(model_dir, str(root / "broken"), scale=50.0),
+            "damaged": damage_model(model_dir, str(root / "damaged"), noise=2.0)}
+
+
+def evaluate_adapters_each(runs: list[dict[str, str]], eval_config: str) -> list[dict[str, Any]]:
+    """:func:`shipyard.evaluation.lora.evaluate_adapters` for each of ``runs`` (``model_dir``,
+    ``adapters_dir``, ``out_dir``), in order, in one process."""
+    from shipyard.evaluation.lora import evaluate_adapters
+
+    return [evaluate_adapters(run["model_dir"], eval_config, run["adapters_dir"], run["out_dir"]) for run in runs]
