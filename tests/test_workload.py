@@ -290,6 +290,23 @@ def test_the_keda_margin_counts_no_rise_across_a_gap_in_prometheus_s_series() ->
     assert recorded_rise(whole, 66.0) == 1.25
 
 
+def test_an_inference_perf_load_is_never_one_across_a_gap() -> None:
+    """The rate series rendered as inference-perf's poisson stages: one load per run between gaps (its
+    stages run back to back), each step a stage at the recorded rate x time_scale for window_s / time_scale."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.benchmarking.workload_render import inference_perf_loads
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_GapBeforeBurst) as server:
+        fp = fingerprint_from_prometheus(server.url, start=0, end=600)
+    loads = inference_perf_loads(fp, time_scale=2.0)
+    assert [len(load["stages"]) for load in loads] == [9, 30] and {load["type"] for load in loads} == {"poisson"}
+    assert loads[0]["stages"][-1] == {"rate": 2.0, "duration": 7.5} and loads[1]["stages"][0] == {"rate": 6.0, "duration": 7.5}
+    trace = {"arrivals": {"window_s": 10, "rate_series_rps": [0.5, 1.0]}}  # a trace's series: no gaps, one load
+    assert inference_perf_loads(trace) == [{"type": "poisson", "stages": [{"rate": 0.5, "duration": 10.0},
+                                                                          {"rate": 1.0, "duration": 10.0}]}]
+
+
 def test_the_too_few_points_reason_counts_one_point_as_one() -> None:
     """A 100-s window at 60-s steps is one point: '1 point', not '1 points'."""
     from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus

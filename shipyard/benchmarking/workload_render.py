@@ -33,8 +33,11 @@ Other harnesses read the same trace file (documented mapping, not dependencies):
   ``prefix.roots``, ``system_prompt_len`` = the median reused share x the median input length,
   ``question_distribution`` / ``output_distribution`` ``{min: p0, max: p100, mean, std_dev: (p90 -
   p10) / 2.56}`` from ``lengths``, and ``load.type: poisson`` with one stage per point of
-  ``arrivals.rate_series_rps`` (``rate`` x ``time_scale``, ``duration`` = ``window_s``): the
-  arrival process as a rate series, the lengths as a normal shape (its generator's limit).
+  ``arrivals.rate_series_rps`` (``rate`` x ``time_scale``, ``duration`` = ``window_s`` /
+  ``time_scale``: :func:`inference_perf_loads`): the arrival process as a rate series, the lengths
+  as a normal shape (its generator's limit). A series with gaps (a Prometheus step with no value,
+  ``arrivals.rate_series_gaps``) gives one load per run between gaps: inference-perf runs a load's
+  stages back to back, so one load across a gap would join the steps either side of it.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from shipyard.benchmarking.workload import (
     build_fingerprint,
 )
 from shipyard.core.errors import ShipyardError
+from shipyard.core.rates import rate_runs
 
 #: most requests a rendered trace may hold
 MAX_REQUESTS = 1_000_000
@@ -179,3 +183,20 @@ def guidellm_parts(trace_path: str, block_size: int, *, time_scale: float = 1.0,
     if requests:
         parts["constraints"].append({"kind": "max_requests", "count": int(requests)})
     return parts
+
+
+def inference_perf_loads(fingerprint: WorkloadFingerprint | dict[str, Any], *, time_scale: float = 1.0) -> list[dict[str, Any]]:
+    """inference-perf's ``load`` for the fingerprint's arrival process (the module doc's mapping): a
+    ``poisson`` load with one stage per step of ``arrivals.rate_series_rps`` (``rate`` x ``time_scale``
+    req/s for ``window_s`` / ``time_scale`` s), one load per run of the series between its gaps
+    (:func:`shipyard.core.rates.rate_runs`), so no load joins the steps either side of a gap; ``[]``
+    for a fingerprint without a rate series."""
+    fp = fingerprint.data if isinstance(fingerprint, WorkloadFingerprint) else fingerprint
+    scale = check_time_scale(time_scale)
+    arrivals = fp.get("arrivals") or {}
+    window = arrivals.get("window_s")
+    if isinstance(window, bool) or not isinstance(window, int | float) or not window > 0:
+        return []
+    duration = round(float(window) / scale, 6)
+    return [{"type": "poisson", "stages": [{"rate": round(rate * scale, 6), "duration": duration} for rate in run]}
+            for run in rate_runs(arrivals, "workload.fingerprint.arrivals")]
