@@ -307,6 +307,29 @@ def test_an_inference_perf_load_is_never_one_across_a_gap() -> None:
                                                                           {"rate": 1.0, "duration": 10.0}]}]
 
 
+def test_a_trace_rendered_from_prometheus_follows_its_rate_series_and_keeps_the_gaps_in_place() -> None:
+    """A Prometheus fingerprint has no inter-arrival gaps, so its render draws arrivals step by step at the
+    series' rates (before: one Poisson rate, the window's mean, so no burst was replayed); a step
+    Prometheus left out keeps its place at the rate the window's request count leaves for it (here none:
+    the double's 30 requests are fewer than its series holds), so the burst after it stays 150 s in."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.benchmarking.workload_render import series_arrivals
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_GapBeforeBurst) as server:
+        fp = fingerprint_from_prometheus(server.url, start=0, end=600)
+    times = [r.t for r in sample_trace(fp, requests=3000, seed=5)]  # about 5 times the 615 the series holds
+    assert times == sorted(times) and 0 < times[0] < 15 and times[-1] > 2400
+    per_step = [sum(1 for t in times if t < 2400 and int(t // 15) % 40 == k) for k in range(40)]  # 4 passes
+    assert per_step[9] == 0  # the missing 10th step (135-150 s): no traffic made up, and its time kept
+    assert 150 < per_step[10] < 210 and all(40 < n < 85 for k, n in enumerate(per_step) if k not in (9, 10))
+    # a gap where the window counted requests the steps do not hold: they arrive in the gap's own time
+    gap = series_arrivals({"window_s": 10, "requests": 50, "rate_series_rps": [1.0, 1.0], "rate_series_gaps": [[1, 1]]},
+                          50, seed=1)
+    assert gap is not None and len(gap) == 50 and 20 <= sum(1 for t in gap if 9 <= t < 19)
+    assert series_arrivals({"window_s": 10, "rate_series_rps": [1.0], "interarrival_s": {"p50": 1.0}}, 5) is None
+
+
 def test_the_too_few_points_reason_counts_one_point_as_one() -> None:
     """A 100-s window at 60-s steps is one point: '1 point', not '1 points'."""
     from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus

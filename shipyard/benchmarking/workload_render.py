@@ -3,7 +3,9 @@
 :func:`sample_trace` draws requests from a :mod:`~shipyard.benchmarking.workload` fingerprint,
 seeded: (input, output) lengths from the **empirical joint histogram** (a cell by its count, then a
 length uniformly inside the cell's bounds: exact below 8 tokens, a quarter octave above), arrival
-gaps from the recorded gap quantiles (so the mean rate and the burstiness follow the recording),
+gaps from the recorded gap quantiles (so the mean rate and the burstiness follow the recording;
+a fingerprint without them, from Prometheus, has its arrivals follow its rate series step by step
+instead, :func:`series_arrivals`, gaps kept in place),
 and shared prefixes rebuilt from the prefix-tree statistics: each request reuses a leading share
 of its blocks drawn from the recorded per-request reused-share histogram, from a prefix chain
 picked by the recorded popularity of first blocks (shared system prompts); a request that reused
@@ -55,7 +57,7 @@ from shipyard.benchmarking.workload import (
     build_fingerprint,
 )
 from shipyard.core.errors import ShipyardError
-from shipyard.core.rates import rate_runs
+from shipyard.core.rates import rate_points, rate_runs
 
 #: most requests a rendered trace may hold
 MAX_REQUESTS = 1_000_000
@@ -86,6 +88,41 @@ def _lengths(fp: dict[str, Any], rng: random.Random, max_model_len: int | None) 
                         "serve with a longer --max-model-len, or fingerprint traffic that fits")
 
 
+def series_arrivals(arrivals: dict[str, Any], requests: int, seed: int = 0) -> list[float] | None:
+    """``requests`` arrival times (seconds from 0) following the recorded rate series: Poisson within
+    each ``window_s``-second step at that step's rate, the series repeated when more requests are
+    asked than it holds. A gap (:func:`shipyard.core.rates.rate_points`: a step Prometheus left out)
+    keeps its place in time, at the rate the window's request count leaves for it (the requests the
+    series' steps do not hold, spread over the gaps' steps; vLLM's counter spans the gap), so the
+    steps either side are never joined. None for a fingerprint with inter-arrival gaps (a trace's:
+    those are drawn instead), without a series, or with no traffic in it."""
+    window = arrivals.get("window_s")
+    if arrivals.get("interarrival_s") or isinstance(window, bool) or not isinstance(window, int | float) \
+            or not window > 0:
+        return None
+    points = rate_points(arrivals, "workload.fingerprint.arrivals")
+    known = [p for p in points if p is not None]
+    if len(known) < len(points):
+        left = float(arrivals.get("requests") or 0) - sum(known) * window
+        gap_rate = max(left, 0.0) / ((len(points) - len(known)) * window)
+        points = [gap_rate if p is None else p for p in points]
+    if not points or sum(points) <= 0:
+        return None
+    rng = random.Random(f"arrivals-{seed}")
+    out: list[float] = []
+    step = 0
+    while len(out) < requests:
+        rate, start = points[step % len(points)], step * float(window)
+        t = start
+        while rate > 0 and len(out) < requests:
+            t += rng.expovariate(rate)
+            if t >= start + window:
+                break
+            out.append(t)
+        step += 1
+    return [round(t, 3) for t in out]
+
+
 def sample_trace(fingerprint: WorkloadFingerprint | dict[str, Any], *, requests: int | None = None, seed: int = 0,
                  block_size: int | None = None, max_model_len: int | None = None) -> list[TraceRequest]:
     """A synthetic trace drawn from ``fingerprint`` (see module doc); ``t`` in seconds from 0."""
@@ -109,9 +146,12 @@ def sample_trace(fingerprint: WorkloadFingerprint | dict[str, Any], *, requests:
     chains: dict[int, list[int]] = {}
     next_id = 0
     t = 0.0
+    times = None if gaps else series_arrivals(fp.get("arrivals") or {}, n, seed)
     out: list[TraceRequest] = []
     for k in range(n):
-        if k:
+        if times is not None:
+            t = times[k]
+        elif k:
             if gaps:
                 t += max(_inverse_cdf(gaps, rng.random()), 0.0)
             elif mean_rate:
