@@ -328,6 +328,8 @@ def test_a_trace_rendered_from_prometheus_follows_its_rate_series_and_keeps_the_
                           50, seed=1)
     assert gap is not None and len(gap) == 50 and 20 <= sum(1 for t in gap if 9 <= t < 19)
     assert series_arrivals({"window_s": 10, "rate_series_rps": [1.0], "interarrival_s": {"p50": 1.0}}, 5) is None
+    quiet_first = series_arrivals({"window_s": 60, "rate_series_rps": [0.0, 0.0, 2.0, 2.0]}, 100, seed=1)
+    assert quiet_first is not None and quiet_first[0] < 60 and quiet_first[-1] < 120  # no 2 minutes waited first
 
 
 def test_the_too_few_points_reason_counts_one_point_as_one() -> None:

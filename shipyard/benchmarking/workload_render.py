@@ -89,9 +89,9 @@ def _lengths(fp: dict[str, Any], rng: random.Random, max_model_len: int | None) 
 
 
 def series_arrivals(arrivals: dict[str, Any], requests: int, seed: int = 0) -> list[float] | None:
-    """``requests`` arrival times (seconds from 0) following the recorded rate series: Poisson within
-    each ``window_s``-second step at that step's rate, the series repeated when more requests are
-    asked than it holds. A gap (:func:`shipyard.core.rates.rate_points`: a step Prometheus left out)
+    """``requests`` arrival times (seconds from the start of the first step with traffic) following the
+    recorded rate series: Poisson within each ``window_s``-second step at that step's rate, the series
+    repeated when more requests are asked than it holds. A gap (:func:`shipyard.core.rates.rate_points`: a step Prometheus left out)
     keeps its place in time, at the rate the window's request count leaves for it (the requests the
     series' steps do not hold, spread over the gaps' steps; vLLM's counter spans the gap), so the
     steps either side are never joined. None for a fingerprint with inter-arrival gaps (a trace's:
@@ -120,7 +120,8 @@ def series_arrivals(arrivals: dict[str, Any], requests: int, seed: int = 0) -> l
                 break
             out.append(t)
         step += 1
-    return [round(t, 3) for t in out]
+    skip = math.floor(out[0] / window) * window  # leading steps without traffic are not waited out
+    return [round(t - skip, 3) for t in out]
 
 
 def sample_trace(fingerprint: WorkloadFingerprint | dict[str, Any], *, requests: int | None = None, seed: int = 0,
