@@ -237,6 +237,35 @@ def test_the_capacity_is_signed_into_the_slo_evidence_and_read_back_from_the_mod
                                  "window_s": 120, "lower_bound": True, "digest": DIGEST}
 
 
+def test_the_slo_evidence_says_why_the_peak_is_not_in_the_watchs_window(tmp_path: Path) -> None:
+    """A Prometheus fingerprint at 300-s steps has no 120-s peak: the signed SLO evidence carries the
+    capacity's ``window_note`` with Prometheus's reason, and ``shipyard watch`` rebuilt from the evidence
+    alone (as ``--model`` does) prints that reason in its "not compared" line (issues 35, 37 and 38)."""
+    from shipyard.gates.evidence import SLO, evidence_statements
+    from shipyard.serving.watch import Live, capacity_row, envelope_from_record
+
+    why = ("the 120-s peak is not computed: 120 s is not a whole number of the 300-s query steps (pass a --step "
+           "dividing 120, no shorter than the scrape interval)")
+    arrivals = {**ARRIVALS, "window_s": 300, "rate_series_rps": [0.1, 0.35, 0.15], "peaks_rps": {},
+                "peaks_not_computed": {"10": why.replace("120", "10"), "60": why.replace("120", "60"), "120": why}}
+    decision = _selected(tmp_path, workload(arrivals=arrivals))
+    slo = next(s["predicate"] for s in evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(decision))
+               if s["predicateType"] == SLO)
+    cap = slo["capacity"]
+    assert cap["window_s"] == 300 and cap["recorded_peak_rps"] == 0.35
+    assert cap["window_note"] == ("the recorded peak is counted in 300-s windows, not the 120-s windows shipyard "
+                                  f"watch counts production's peak in ({why})")
+    record = {"levels": slo["levels"], "slo": {"thresholds": slo["slo"], "capacity": cap}}
+    env = envelope_from_record(record)
+    assert env.capacity is not None and env.capacity["window_note"] == cap["window_note"]
+    row = capacity_row(env, Live(prompt_tokens=40, output_tokens=10, rps=0.2, replicas=1, ttft_p99_ms=100,
+                                 prefix_hit_rate=None, window_s=3600, peak_rps=0.4, peak_rps_per_replica=0.4,
+                                 peak_window_s=120), 0.0)
+    assert row["peak"]["alike"] is False
+    assert ("not compared with your recorded peak of 0.35 req/s in 300-s windows: a peak over other windows is "
+            f"another figure, and {cap['window_note']} (qualified") in row["note"]
+
+
 def test_a_synthetic_benchmark_signs_no_capacity_and_says_why(tmp_path: Path) -> None:
     from shipyard.gates.evidence import SLO, evidence_statements
     from shipyard.serving.watch import envelope_from_record

@@ -235,6 +235,103 @@ def test_a_gap_in_prometheus_s_rate_series_is_a_gap_no_peak_window_spans() -> No
         "(Prometheus has no value at 3 steps), fewer than 4")
 
 
+class _GapBeforeBurst(_PrometheusDouble):
+    """1 req/s at every 15-s point but a burst of 3 at the 11th, whose predecessor, the 10th, is missing."""
+
+    bursts = frozenset({10})
+    missing = frozenset({9})
+
+
+def test_the_fingerprint_records_where_prometheus_s_rate_series_has_gaps() -> None:
+    """``rate_series_gaps`` says where the steps without a value were (the series itself keeps only the
+    values, as before), so the series reads back step by step with its gaps in place."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.core.rates import rate_points, rate_runs, series_gaps
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_GappyPrometheus) as server:
+        gappy = fingerprint_from_prometheus(server.url, start=0, end=600).data["arrivals"]
+    with LoopbackServer(_PrometheusDouble) as server:
+        whole = fingerprint_from_prometheus(server.url, start=0, end=600).data["arrivals"]
+    assert gappy["rate_series_gaps"] == [[5, 1], [19, 1]] and whole["rate_series_gaps"] == []
+    points = rate_points(gappy)
+    assert len(points) == 40 and points[5] is None and points[20] is None and points[4] == points[6] == 3.0
+    assert [len(run) for run in rate_runs(gappy)] == [5, 14, 19]
+    assert rate_points(whole) == whole["rate_series_rps"]  # no gaps: the series as it is (a trace's too)
+    assert series_gaps([None, 1.0, None, None, 2.0, None]) == [[0, 1], [1, 2], [2, 1]]
+    assert rate_points({"rate_series_rps": [1.0, 2.0], "rate_series_gaps": [[0, 1], [1, 2], [2, 1]]}) == \
+        [None, 1.0, None, None, 2.0, None]
+    for bad in ([[3, 1]], [[1, 0]], [[1, 1], [0, 1]], [[1]], "x", [[True, 1]]):
+        with pytest.raises(ShipyardError, match=r"workload\.arrivals\.rate_series_gaps"):
+            rate_points({"rate_series_rps": [1.0, 2.0], "rate_series_gaps": bad})
+
+
+def test_the_keda_margin_counts_no_rise_across_a_gap_in_prometheus_s_series() -> None:
+    """The deploy's sizing reads the recorded rate series with its gaps: a burst whose preceding step
+    Prometheus left out is no rise from the step before the gap (that came 30 s earlier, after an
+    unknown rate). Spliced, the old way, the 120-s means rose 1 -> 1.25 within one 15-s step."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.gates.capacity import peak_capacity, recorded_arrivals
+    from shipyard.serving.sizing import recorded_rise, recorded_traffic
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_GapBeforeBurst) as server:
+        fp = fingerprint_from_prometheus(server.url, start=0, end=600)
+    replayed = {"digest": fp.digest, "fingerprint": fp.data}
+    cap = peak_capacity([{"name": "replay", "requests_per_s": 2.0}], [{"meets": True, "goodput": 1.0}], replayed)
+    assert cap is not None and cap["recorded_peak_rps"] == 1.25 and cap["window_s"] == 120
+    kept = recorded_arrivals(replayed)  # what the judge keeps in the candidate record
+    assert kept is not None and kept["rate_series_gaps"] == [[9, 1]]
+    traffic = recorded_traffic({"workload": {"arrivals": kept}, "slo": {"capacity": cap}})
+    assert traffic is not None and traffic["series"][9] is None and len(traffic["series"]) == 40
+    assert recorded_rise(traffic, 66.0) == 1.0
+    # the same burst with its preceding step recorded (1 req/s): the rise is real and counted
+    whole = {**traffic, "series": [1.0] * 10 + [3.0] + [1.0] * 29}
+    assert recorded_rise(whole, 66.0) == 1.25
+
+
+def test_an_inference_perf_load_is_never_one_across_a_gap() -> None:
+    """The rate series rendered as inference-perf's poisson stages: one load per run between gaps (its
+    stages run back to back), each step a stage at the recorded rate x time_scale for window_s / time_scale."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.benchmarking.workload_render import inference_perf_loads
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_GapBeforeBurst) as server:
+        fp = fingerprint_from_prometheus(server.url, start=0, end=600)
+    loads = inference_perf_loads(fp, time_scale=2.0)
+    assert [len(load["stages"]) for load in loads] == [9, 30] and {load["type"] for load in loads} == {"poisson"}
+    assert loads[0]["stages"][-1] == {"rate": 2.0, "duration": 7.5} and loads[1]["stages"][0] == {"rate": 6.0, "duration": 7.5}
+    trace = {"arrivals": {"window_s": 10, "rate_series_rps": [0.5, 1.0]}}  # a trace's series: no gaps, one load
+    assert inference_perf_loads(trace) == [{"type": "poisson", "stages": [{"rate": 0.5, "duration": 10.0},
+                                                                          {"rate": 1.0, "duration": 10.0}]}]
+
+
+def test_a_trace_rendered_from_prometheus_follows_its_rate_series_and_keeps_the_gaps_in_place() -> None:
+    """A Prometheus fingerprint has no inter-arrival gaps, so its render draws arrivals step by step at the
+    series' rates (before: one Poisson rate, the window's mean, so no burst was replayed); a step
+    Prometheus left out keeps its place at the rate the window's request count leaves for it (here none:
+    the double's 30 requests are fewer than its series holds), so the burst after it stays 150 s in."""
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.benchmarking.workload_render import series_arrivals
+    from shipyard.testing.loopback import LoopbackServer
+
+    with LoopbackServer(_GapBeforeBurst) as server:
+        fp = fingerprint_from_prometheus(server.url, start=0, end=600)
+    times = [r.t for r in sample_trace(fp, requests=3000, seed=5)]  # about 5 times the 615 the series holds
+    assert times == sorted(times) and 0 < times[0] < 15 and times[-1] > 2400
+    per_step = [sum(1 for t in times if t < 2400 and int(t // 15) % 40 == k) for k in range(40)]  # 4 passes
+    assert per_step[9] == 0  # the missing 10th step (135-150 s): no traffic made up, and its time kept
+    assert 150 < per_step[10] < 210 and all(40 < n < 85 for k, n in enumerate(per_step) if k not in (9, 10))
+    # a gap where the window counted requests the steps do not hold: they arrive in the gap's own time
+    gap = series_arrivals({"window_s": 10, "requests": 50, "rate_series_rps": [1.0, 1.0], "rate_series_gaps": [[1, 1]]},
+                          50, seed=1)
+    assert gap is not None and len(gap) == 50 and 20 <= sum(1 for t in gap if 9 <= t < 19)
+    assert series_arrivals({"window_s": 10, "rate_series_rps": [1.0], "interarrival_s": {"p50": 1.0}}, 5) is None
+    quiet_first = series_arrivals({"window_s": 60, "rate_series_rps": [0.0, 0.0, 2.0, 2.0]}, 100, seed=1)
+    assert quiet_first is not None and quiet_first[0] < 60 and quiet_first[-1] < 120  # no 2 minutes waited first
+
+
 def test_the_too_few_points_reason_counts_one_point_as_one() -> None:
     """A 100-s window at 60-s steps is one point: '1 point', not '1 points'."""
     from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus

@@ -9,7 +9,8 @@ counts, times and block hashes' statistics. It holds:
   while there are at most 512 distinct lengths, else on quarter-octave edges) and each length's
   quantiles;
 * ``arrivals``: the arrival process: duration, mean and peak request rate, the rate series per
-  window, burstiness (the coefficient of variation of inter-arrival gaps: 1 for Poisson
+  window (``rate_series_gaps``, where a source has them: the steps the series has no value for,
+  :func:`shipyard.core.rates.rate_points`), burstiness (the coefficient of variation of inter-arrival gaps: 1 for Poisson
   arrivals, above 1 for bursty ones, 0 for a fixed pace) and ``peaks_rps``: the peak rate over
   sliding windows of each of :data:`PEAK_WINDOWS_S` seconds that fits in the trace (keyed by the
   window), the longest being the window ``shipyard watch`` counts live peaks in, so a recorded

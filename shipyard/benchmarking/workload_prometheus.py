@@ -15,8 +15,9 @@ is kept; ``peaks_rps`` holds the peak windows that are whole numbers of steps an
 ``peaks_not_computed`` each other window of :data:`~shipyard.benchmarking.workload.PEAK_WINDOWS_S`
 with why: the default 15-s step cannot see a 10-s peak, a step over 120 s none of them, so the
 capacity and ``shipyard watch`` say why the watch's 120-s peak is missing; a step Prometheus has no
-finite value for is a gap no peak window spans, and ``rate_series_rps`` keeps only the steps with
-one), there are no
+finite value for is a gap no peak window spans, ``rate_series_rps`` keeps only the steps with
+one and ``rate_series_gaps`` where the others were, :func:`~shipyard.core.rates.series_gaps`,
+so the deploy's sizing and a render read the series with its gaps), there are no
 sessions, and the prefix-cache hit rate is the one the server *measured* (``prefix.measured``), not
 a theoretical one. An empty window (no request finished in it, or no
 vLLM series under the selector) is one line.
@@ -37,6 +38,7 @@ from shipyard.benchmarking.workload import (
     window_peaks,
 )
 from shipyard.core.errors import ShipyardError
+from shipyard.core.rates import series_gaps
 from shipyard.serving.prometheus import PrometheusAPI
 
 PROMPT = "vllm:request_prompt_tokens"
@@ -235,6 +237,7 @@ def fingerprint_from_prometheus(url: str, *, start: str | float, end: str | floa
                     "joint": {"input_edges": in_edges, "output_edges": out_edges, "cells": cells, "independent": True}},
         "arrivals": {"requests": int(round(requests)), "duration_s": round(t1 - t0, 3),
                      "mean_rate_rps": round(mean_rate, 6), "window_s": step_s, "rate_series_rps": series,
+                     "rate_series_gaps": series_gaps(points),
                      "peak_rate_rps": max(series) if series else round(mean_rate, 6),
                      "peak_to_mean": round(max(series) / mean_rate, 6) if series and mean_rate else None,
                      "peaks_rps": peaks, "peaks_not_computed": peaks_not_computed(peaks, step_s, _longest_run(points),

@@ -3,7 +3,9 @@
 :func:`sample_trace` draws requests from a :mod:`~shipyard.benchmarking.workload` fingerprint,
 seeded: (input, output) lengths from the **empirical joint histogram** (a cell by its count, then a
 length uniformly inside the cell's bounds: exact below 8 tokens, a quarter octave above), arrival
-gaps from the recorded gap quantiles (so the mean rate and the burstiness follow the recording),
+gaps from the recorded gap quantiles (so the mean rate and the burstiness follow the recording;
+a fingerprint without them, from Prometheus, has its arrivals follow its rate series step by step
+instead, :func:`series_arrivals`, gaps kept in place),
 and shared prefixes rebuilt from the prefix-tree statistics: each request reuses a leading share
 of its blocks drawn from the recorded per-request reused-share histogram, from a prefix chain
 picked by the recorded popularity of first blocks (shared system prompts); a request that reused
@@ -33,8 +35,11 @@ Other harnesses read the same trace file (documented mapping, not dependencies):
   ``prefix.roots``, ``system_prompt_len`` = the median reused share x the median input length,
   ``question_distribution`` / ``output_distribution`` ``{min: p0, max: p100, mean, std_dev: (p90 -
   p10) / 2.56}`` from ``lengths``, and ``load.type: poisson`` with one stage per point of
-  ``arrivals.rate_series_rps`` (``rate`` x ``time_scale``, ``duration`` = ``window_s``): the
-  arrival process as a rate series, the lengths as a normal shape (its generator's limit).
+  ``arrivals.rate_series_rps`` (``rate`` x ``time_scale``, ``duration`` = ``window_s`` /
+  ``time_scale``: :func:`inference_perf_loads`): the arrival process as a rate series, the lengths
+  as a normal shape (its generator's limit). A series with gaps (a Prometheus step with no value,
+  ``arrivals.rate_series_gaps``) gives one load per run between gaps: inference-perf runs a load's
+  stages back to back, so one load across a gap would join the steps either side of it.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from shipyard.benchmarking.workload import (
     build_fingerprint,
 )
 from shipyard.core.errors import ShipyardError
+from shipyard.core.rates import rate_points, rate_runs
 
 #: most requests a rendered trace may hold
 MAX_REQUESTS = 1_000_000
@@ -82,6 +88,42 @@ def _lengths(fp: dict[str, Any], rng: random.Random, max_model_len: int | None) 
                         "serve with a longer --max-model-len, or fingerprint traffic that fits")
 
 
+def series_arrivals(arrivals: dict[str, Any], requests: int, seed: int = 0) -> list[float] | None:
+    """``requests`` arrival times (seconds from the start of the first step with traffic) following the
+    recorded rate series: Poisson within each ``window_s``-second step at that step's rate, the series
+    repeated when more requests are asked than it holds. A gap (:func:`shipyard.core.rates.rate_points`: a step Prometheus left out)
+    keeps its place in time, at the rate the window's request count leaves for it (the requests the
+    series' steps do not hold, spread over the gaps' steps; vLLM's counter spans the gap), so the
+    steps either side are never joined. None for a fingerprint with inter-arrival gaps (a trace's:
+    those are drawn instead), without a series, or with no traffic in it."""
+    window = arrivals.get("window_s")
+    if arrivals.get("interarrival_s") or isinstance(window, bool) or not isinstance(window, int | float) \
+            or not window > 0:
+        return None
+    points = rate_points(arrivals, "workload.fingerprint.arrivals")
+    known = [p for p in points if p is not None]
+    if len(known) < len(points):
+        left = float(arrivals.get("requests") or 0) - sum(known) * window
+        gap_rate = max(left, 0.0) / ((len(points) - len(known)) * window)
+        points = [gap_rate if p is None else p for p in points]
+    if not points or sum(points) <= 0:
+        return None
+    rng = random.Random(f"arrivals-{seed}")
+    out: list[float] = []
+    step = 0
+    while len(out) < requests:
+        rate, start = points[step % len(points)], step * float(window)
+        t = start
+        while rate > 0 and len(out) < requests:
+            t += rng.expovariate(rate)
+            if t >= start + window:
+                break
+            out.append(t)
+        step += 1
+    skip = math.floor(out[0] / window) * window  # leading steps without traffic are not waited out
+    return [round(t - skip, 3) for t in out]
+
+
 def sample_trace(fingerprint: WorkloadFingerprint | dict[str, Any], *, requests: int | None = None, seed: int = 0,
                  block_size: int | None = None, max_model_len: int | None = None) -> list[TraceRequest]:
     """A synthetic trace drawn from ``fingerprint`` (see module doc); ``t`` in seconds from 0."""
@@ -105,9 +147,12 @@ def sample_trace(fingerprint: WorkloadFingerprint | dict[str, Any], *, requests:
     chains: dict[int, list[int]] = {}
     next_id = 0
     t = 0.0
+    times = None if gaps else series_arrivals(fp.get("arrivals") or {}, n, seed)
     out: list[TraceRequest] = []
     for k in range(n):
-        if k:
+        if times is not None:
+            t = times[k]
+        elif k:
             if gaps:
                 t += max(_inverse_cdf(gaps, rng.random()), 0.0)
             elif mean_rate:
@@ -179,3 +224,20 @@ def guidellm_parts(trace_path: str, block_size: int, *, time_scale: float = 1.0,
     if requests:
         parts["constraints"].append({"kind": "max_requests", "count": int(requests)})
     return parts
+
+
+def inference_perf_loads(fingerprint: WorkloadFingerprint | dict[str, Any], *, time_scale: float = 1.0) -> list[dict[str, Any]]:
+    """inference-perf's ``load`` for the fingerprint's arrival process (the module doc's mapping): a
+    ``poisson`` load with one stage per step of ``arrivals.rate_series_rps`` (``rate`` x ``time_scale``
+    req/s for ``window_s`` / ``time_scale`` s), one load per run of the series between its gaps
+    (:func:`shipyard.core.rates.rate_runs`), so no load joins the steps either side of a gap; ``[]``
+    for a fingerprint without a rate series."""
+    fp = fingerprint.data if isinstance(fingerprint, WorkloadFingerprint) else fingerprint
+    scale = check_time_scale(time_scale)
+    arrivals = fp.get("arrivals") or {}
+    window = arrivals.get("window_s")
+    if isinstance(window, bool) or not isinstance(window, int | float) or not window > 0:
+        return []
+    duration = round(float(window) / scale, 6)
+    return [{"type": "poisson", "stages": [{"rate": round(rate * scale, 6), "duration": duration} for rate in run]}
+            for run in rate_runs(arrivals, "workload.fingerprint.arrivals")]

@@ -54,6 +54,8 @@ def recorded_arrivals(workload: Mapping[str, Any] | None) -> dict[str, Any] | No
     kept = {k: arrivals.get(k) for k in ARRIVAL_KEYS}
     if arrivals.get("peaks_not_computed"):  # a Prometheus fingerprint's windows without a peak, and why
         kept["peaks_not_computed"] = arrivals["peaks_not_computed"]
+    if arrivals.get("rate_series_gaps"):  # where the rate series has no value (a Prometheus step left out)
+        kept["rate_series_gaps"] = arrivals["rate_series_gaps"]
     return kept
 
 

@@ -207,16 +207,19 @@ def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = No
 
 #: what the SLO evidence keeps of the capacity in the user's units (:mod:`shipyard.gates.capacity`)
 CAPACITY_FIELDS = ("x_recorded_peak", "x_recorded_mean", "lower_bound", "recorded_peak_rps", "recorded_mean_rps",
-                   "window_s", "goodput_rps", "level", "requests_per_s", "goodput_share", "time_scale", "text")
+                   "window_s", "window_note", "goodput_rps", "level", "requests_per_s", "goodput_share", "time_scale",
+                   "text")
 
 
 def capacity_evidence(champion: CandidateRecord) -> tuple[dict[str, Any] | None, str | None]:
     """The capacity the SLO evidence carries, and why there is none: goodput at the SLO as N x the
     recorded peak (``slo.capacity`` of the champion's record, :mod:`shipyard.gates.capacity`) with the
-    recorded peak and mean rates, the window the peak was counted in, the goodput at the SLO (one
-    replica's, req/s) and the digest of the workload fingerprint it rests on, and None; or ``(None,
-    why)`` (a synthetic benchmark, or a replay whose fingerprint holds no peak rate). ``shipyard
-    watch`` reads it back (:func:`shipyard.steps.watch.envelope_of_model`) to compare the live peak."""
+    recorded peak and mean rates, the window the peak was counted in (``window_note``: when it is not
+    ``shipyard watch``'s 120-s window, why, e.g. the Prometheus step that could not see it; "" when it
+    is), the goodput at the SLO (one replica's, req/s) and the digest of the workload fingerprint it
+    rests on, and None; or ``(None, why)`` (a synthetic benchmark, or a replay whose fingerprint holds
+    no peak rate). ``shipyard watch`` reads it back (:func:`shipyard.steps.watch.envelope_of_model`)
+    to compare the live peak, and says why when it cannot."""
     cap = slo_of(champion).get("capacity")
     if not isinstance(cap, dict) or cap.get("x_recorded_peak") is None:
         why = ("the benchmark replayed a recorded workload whose fingerprint holds no peak arrival rate"

@@ -75,6 +75,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from shipyard.core.rates import rate_points
 from shipyard.core.records import slo_of, slo_thresholds
 
 FACTOR = 2.0
@@ -193,7 +194,9 @@ def recorded_traffic(record: Mapping[str, Any]) -> dict[str, Any] | None:
     The peak is the one the capacity was divided by, the only one (``slo.capacity.recorded_peak_rps``:
     :func:`shipyard.benchmarking.workload.recorded_peak`, over ``peak_window_s``-second windows: the
     120-s ones ``shipyard watch`` counts), so the deploy and the capacity name one recorded peak and
-    ``peak_to_mean`` is that peak over the recorded mean."""
+    ``peak_to_mean`` is that peak over the recorded mean. ``series``: the rate series step by step,
+    None where it has no value (:func:`shipyard.core.rates.rate_points`: a step Prometheus left out),
+    so no window and no rise is counted across a gap."""
     arrivals = (record.get("workload") or {}).get("arrivals") or {}
     capacity = slo_of(record).get("capacity") or {}
     per_replica = capacity.get("goodput_rps")
@@ -203,7 +206,7 @@ def recorded_traffic(record: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     return {"peak_rps": float(peak), "peak_window_s": peak_window, "mean_rps": float(mean or 0.0),
             "per_replica_rps": float(per_replica), "peak_to_mean": round(peak / mean, 6) if mean else None,
-            "window_s": arrivals.get("window_s"), "series": [float(x) for x in arrivals.get("rate_series_rps") or []]}
+            "window_s": arrivals.get("window_s"), "series": rate_points(arrivals, "candidate workload.arrivals")}
 
 
 def peak_words(traffic: Mapping[str, Any]) -> str:
@@ -217,16 +220,26 @@ def recorded_rise(traffic: Mapping[str, Any], seconds: float) -> float:
     ready), counted in the recorded peak's windows (``peak_window_s``: the rate series' finer windows
     averaged over it) and never from below the mean (an idle window would make any request an
     unbounded rise); at most the recorded peak (the capacity's, :func:`recorded_traffic`) over the
-    mean, at least 1."""
-    series, window, mean = traffic["series"], float(traffic.get("window_s") or 0.0), traffic["mean_rps"]
-    if len(series) < 2 or window <= 0 or mean <= 0:
+    mean, at least 1. A step the series has no value for (None) is a gap: no averaging window spans
+    it and no rise is counted across it (the rate on its far side came after an unknown time)."""
+    series: list[float | None] = list(traffic["series"])
+    window, mean = float(traffic.get("window_s") or 0.0), traffic["mean_rps"]
+    if sum(x is not None for x in series) < 2 or window <= 0 or mean <= 0:
         return 1.0
     k = int(float(traffic.get("peak_window_s") or window) // window)
     if k > 1 and float(traffic.get("peak_window_s") or 0) % window == 0:  # a sliding mean over the peak's window
-        series = [sum(series[i:i + k]) / k for i in range(len(series) - k + 1)]
+        series = [None if any(x is None for x in part) else sum(x for x in part if x is not None) / k
+                  for part in (series[i:i + k] for i in range(len(series) - k + 1))]
     ahead = max(1, math.ceil(seconds / window))
-    rise = max((max(series[i + 1:i + 1 + ahead]) / max(series[i], mean) for i in range(len(series) - 1)), default=1.0)
-    return max(1.0, round(min(rise, traffic["peak_rps"] / mean), 4))
+    rises = []
+    for i, start in enumerate(series):
+        if start is None:
+            continue
+        for later in series[i + 1:i + 1 + ahead]:
+            if later is None:  # a gap: what follows it is not within reach of this step
+                break
+            rises.append(later / max(start, mean))
+    return max(1.0, round(min(max(rises, default=1.0), traffic["peak_rps"] / mean), 4))
 
 
 def _margin(time_to_ready: float, traffic: Mapping[str, Any] | None) -> dict[str, Any]:
