@@ -242,7 +242,7 @@ def test_layout_attested_passes_and_both_twins_are_refused(model: Path, selectio
     assert code == 0 and lines[-1].startswith(f"PASSED: {uri}"), lines
     assert [ln.split(":")[0].split(maxsplit=1)[1] for ln in lines[:-1]] == [
         "attestations found", "envelopes readable", "signatures", "subjects", "predicate types",
-        "summary covers the evidence", "gate decision"]
+        "summary covers the evidence", "model files signed", "gate decision"]
 
     # the unattested twin: the same weights built again, so the same digest, in a layout without attestations
     twin = _package(model, tmp_path / "twin")
@@ -505,3 +505,105 @@ def test_local_runs_get_a_key_pair_unless_one_is_configured(tmp_path: Path) -> N
     assert att.local_keys_env(tmp_path / "keys", env={}) == env  # kept across runs
     assert att.local_keys_env(tmp_path / "other", env={"SHIPYARD_ATTESTATION_KEY": "pem"}) == {}
     assert not (tmp_path / "other").exists()
+
+
+# ------------------------------------------------------------------ the model files' signature (model-signing)
+
+
+@pytest.fixture(scope="module")
+def ec_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """ECDSA P-256 pairs: the keys model-signing 1.1 signs model files with."""
+    folder = tmp_path_factory.mktemp("ec-keys")
+    signer, signer_pub = _pem_pair(folder, "signer", ec.generate_private_key(ec.SECP256R1()))
+    other, other_pub = _pem_pair(folder, "other", ec.generate_private_key(ec.SECP256R1()))
+    return {"signer": signer, "signer_pub": signer_pub, "other": other, "other_pub": other_pub}
+
+
+def _extract(layout_dir: Path, digest: str, into: Path) -> Path:
+    """The modelcar's model layer unpacked as a node would (its ``/models`` folder)."""
+    import tarfile
+
+    layout = Layout(layout_dir)
+    manifest = json.loads(layout.blob(digest).read_bytes())
+    with tarfile.open(layout.blob(manifest["layers"][-1]["digest"]), "r:*") as tar:
+        tar.extractall(into, filter="data")
+    return into / "models"
+
+
+def test_an_ecdsa_key_signs_the_model_files_and_verify_model_checks_an_extracted_copy(
+        model: Path, selection: Path, ec_keys: dict[str, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import model_signing
+
+    from shipyard.oci.model_signature import MODEL_SIGNATURE_TYPE
+
+    car = _package(model, tmp_path / "champion")
+    out = attest_package(str(tmp_path / "champion"), str(selection), key_file=str(ec_keys["signer"]),
+                         model_dir=str(model))
+    sig = out["model_signature"]
+    assert sig["signed"] and sig["files"] == 4 and sig["note"] == "4 files signed with model-signing (model.sig)"
+    assert [r["predicate_type"] for r in out["statements"]].count(MODEL_SIGNATURE_TYPE) == 1
+    assert len(out["statements"]) == 6 and out["decision"] == "PASSED"
+    assert f"envelope `{sig['envelope_digest']}`" in (tmp_path / "champion" / "shipyard-attestations.md").read_text()
+    # the bundle in the package folder is model-signing's own: its verifier takes it as it is
+    model_signing.verifying.Config().use_elliptic_key_verifier(public_key=ec_keys["signer_pub"]).verify(
+        model, tmp_path / "champion" / "model.sig")
+
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(ec_keys["signer_pub"]))
+    assert code == 0, lines
+    assert [ln for ln in lines if "model files signed" in ln][0].startswith(
+        "  pass model files signed: 4 files signed with model-signing (sha256:"), lines
+    files = _extract(tmp_path / "champion", car["digest"], tmp_path / "node")
+    assert sorted(p.name for p in files.iterdir()) == sorted(p.name for p in model.iterdir())
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(ec_keys["signer_pub"]), "--files", str(files))
+    assert code == 0 and lines[-2] == f"  pass model files: {files}: the 4 signed files match, none missing or extra", lines
+
+    (files / "tokenizer.json").write_text('{"version": "2.0"}')  # one file changed after extraction
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(ec_keys["signer_pub"]), "--files", str(files))
+    assert code == 1 and lines[-1] == (f"FAILED: {car['uri']}: model files: {files}: tokenizer.json differs from the "
+                                       "signed sha256"), lines
+    (files / "tokenizer.json").write_text('{"version": "1.0"}')
+    (files / "extra.safetensors").write_bytes(b"x")
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(ec_keys["signer_pub"]), "--files", str(files))
+    assert code == 1 and lines[-1].endswith("files that were not signed: extra.safetensors"), lines
+    (files / "extra.safetensors").unlink()
+    (files / "config.json").unlink()
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(ec_keys["signer_pub"]), "--files", str(files))
+    assert code == 1 and "signed files missing: config.json" in lines[-1], lines
+
+
+def test_an_ed25519_key_attests_without_signing_the_files(model: Path, selection: Path, keys: dict[str, Path],
+                                                         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    car = _package(model, tmp_path / "champion")
+    out = attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]), model_dir=str(model))
+    assert out["model_signature"] == {"signed": False, "note": "not signed: the attestation key is Ed25519: "
+                                      "model-signing 1.1 signs model files with ECDSA keys (P-256, P-384) only"}
+    assert not (tmp_path / "champion" / "model.sig").exists() and len(out["statements"]) == 5
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(keys["signer_pub"]), "--files", str(model))
+    assert code == 1 and lines[-1] == (f"FAILED: {car['uri']}: model files: no model files signature bound to this "
+                                       "image to check them against (the key is not ECDSA)"), lines
+
+
+def test_a_files_signature_the_summary_does_not_name_is_refused(model: Path, selection: Path, ec_keys: dict[str, Path],
+                                                                tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another model's file list, signed with the same key and attached to this image afterwards."""
+    from shipyard.oci.model_signature import sign_model_files
+
+    car = _package(model, tmp_path / "champion")
+    attest_package(str(tmp_path / "champion"), str(selection), key_file=str(ec_keys["signer"]), model_dir=str(model))
+    other = tmp_path / "other-model"
+    shutil.copytree(model, other)
+    (other / "model.safetensors").write_bytes(b"other weights")
+    key = att.read_key_file(ec_keys["signer"], "key", private=True)
+    stray = sign_model_files(other, key, tmp_path / "other.sig")["envelope"]
+    att.attach_to_layout(tmp_path / "champion", car["digest"], [stray])
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(ec_keys["signer_pub"]), "--files", str(other))
+    assert code == 1 and any(ln.startswith("  FAIL model files signed: ") and "not named by the verification summary"
+                             in ln for ln in lines), lines
+
+
+def test_new_local_key_pairs_are_ecdsa_p256(tmp_path: Path) -> None:
+    private, public = att.generate_key_pair(tmp_path)
+    key = att.read_key_file(private, "key", private=True)
+    assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1"
+    assert att.keyid(att.read_key_file(public, "key", private=False)) == att.keyid(key.public_key())

@@ -42,6 +42,7 @@ from shipyard import __version__
 from shipyard.core.errors import ShipyardError, shown
 from shipyard.core.records import CandidateRecord, slo_of
 from shipyard.oci import attestation as att
+from shipyard.oci.model_signature import MODEL_SIGNATURE_TYPE
 
 PROVENANCE = "https://slsa.dev/provenance/v1"
 ACCURACY = "https://shipyard.io/evidence/accuracy/v1"
@@ -324,15 +325,17 @@ def evidence_statements(subject_name: str, digest: str, selection: str, *, base_
     ]
 
 
-def sign_evidence(statements: list[dict[str, Any]], key: Any, resource_uri: str, selection: str) -> list[dict[str, Any]]:
-    """The evidence statements signed with ``key``, followed by the signed verification summary that
-    names each of their envelopes by digest and states the champion's gate decision."""
+def sign_evidence(statements: list[dict[str, Any]], key: Any, resource_uri: str, selection: str,
+                  signed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The evidence statements signed with ``key``, then ``signed`` (envelopes signed already: the model
+    files' signature, :mod:`shipyard.oci.model_signature`), followed by the signed verification summary
+    that names each of their envelopes by digest and states the champion's gate decision."""
     from shipyard.gates.selection import load_selection
 
     champion = load_selection(selection)["champion"]
-    envelopes = [att.sign_statement(s, key) for s in statements]
-    evidence = [(s["predicateType"], "sha256:" + hashlib.sha256(att.envelope_bytes(e)).hexdigest())
-                for s, e in zip(statements, envelopes, strict=True)]
+    envelopes = [*(att.sign_statement(s, key) for s in statements), *(signed or [])]
+    evidence = [(att.parse_statement(att.parse_envelope(att.envelope_bytes(e), "envelope")[1], "envelope")["predicateType"],
+                 "sha256:" + hashlib.sha256(att.envelope_bytes(e)).hexdigest()) for e in envelopes]
     decision, reason = gate_decision(champion)
     policy = json.dumps({k: (champion.get(k) or {}).get("thresholds") for k in ("accuracy", "slo")}, sort_keys=True)
     subject = statements[0]["subject"][0]
@@ -394,9 +397,12 @@ def _read_entries(stored: list[Any], digest: str, public_key: Any) -> tuple[list
         subjects = att.subject_digests(stmt)
         entry["subject_ok"] = digest in subjects
         entry["statement"] = stmt
+        entry["envelope"] = env
         if not entry["signed"]:
             unsigned.append(f"{stmt['predicateType']} ({item.envelope_digest[:19]})")
-        if not entry["subject_ok"]:
+        # the model files' signature is about the files (its subject: their manifest); the signed summary
+        # binds it to this image by naming its envelope (:func:`_files_check`)
+        if not entry["subject_ok"] and stmt["predicateType"] != MODEL_SIGNATURE_TYPE:
             foreign.append((_short(stmt["predicateType"]), ", ".join(s[:19] for s in subjects) or "nothing"))
     return entries, broken, unsigned, foreign
 
@@ -452,6 +458,8 @@ def verified_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure
     rows.append(_check("summary covers the evidence", not uncovered and bool(evidence),
                        f"the summary names no signed {', '.join(uncovered)} envelope stored here" if uncovered else
                        f"names the {len(EVIDENCE_TYPES)} evidence envelopes by digest"))
+    files_row, files_sig = _files_check(entries, named)
+    rows.append(files_row)
     result = vsa.get("verificationResult")
     rows.append(_check("gate decision", result == PASSED, f"verificationResult {result}"
                        + (f" ({vsa.get('reason')})" if vsa.get("reason") else "")))
@@ -460,7 +468,31 @@ def verified_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure
         rows.append(_check("summary age", age is not None and age <= max_age_days,
                            f"verified {vsa.get('timeVerified')}, " + (f"{age:.1f} days ago" if age is not None else
                                                                        "unreadable time") + f" (at most {max_age_days:g})"))
-    return _result(found, rows, entries, vsa_info, ""), predicates
+    out = _result(found, rows, entries, vsa_info, "")
+    out["model_signature"] = files_sig
+    return out, predicates
+
+
+def _files_check(entries: list[dict[str, Any]], named: set[str]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The check row of the model files' signature (:mod:`shipyard.oci.model_signature`) and, when one is
+    stored, signed by the key and named by the summary, ``{"envelope_digest", "files", "envelope"}`` for
+    ``verify-model --files``. None stored passes (an Ed25519 key signs the attestations only); one the
+    summary does not name fails (a file list not bound to this image)."""
+    from shipyard.oci.model_signature import signed_files
+
+    sigs = [e for e in entries if e["predicate_type"] == MODEL_SIGNATURE_TYPE and e["signed"]]
+    if not sigs:
+        return _check("model files signed", True, "none stored (the attestations are signed; the files are "
+                      "signed when the key is ECDSA)"), None
+    bound = [e for e in sigs if e["envelope_digest"] in named]
+    stray = [e for e in sigs if e["envelope_digest"] not in named]
+    if stray or not bound:
+        return _check("model files signed", False, f"{stray[-1]['envelope_digest'][:19]} is not named by the "
+                      "verification summary (a file list not bound to this image)"), None
+    files = signed_files(bound[-1]["envelope"])
+    return (_check("model files signed", True, f"{len(files)} files signed with model-signing "
+                   f"({bound[-1]['envelope_digest'][:19]}, named by the summary)"),
+            {"envelope_digest": bound[-1]["envelope_digest"], "files": files, "envelope": bound[-1]["envelope"]})
 
 
 def _result(found: dict[str, Any], rows: list[dict[str, Any]], entries: list[dict[str, Any]],
@@ -472,6 +504,7 @@ def _result(found: dict[str, Any], rows: list[dict[str, Any]], entries: list[dic
         reason = "every attestation verifies and the gates PASSED"
     for e in entries:
         e.pop("statement", None)
+        e.pop("envelope", None)
     return {"passed": not failed, "reason": reason, "uri": found["uri"], "digest": found["digest"],
             "where": found["where"], "found_via": found["found_via"], "checks": rows, "attestations": entries, "vsa": vsa}
 

@@ -72,7 +72,7 @@ PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
 SUBJECT_HEADER = "OCI-Subject"
 #: the most bytes an envelope or a referrers listing may have (a statement is a few KiB)
 MAX_ENVELOPE_BYTES = 4 << 20
-KEY_FIX = ("give a PEM key: openssl genpkey -algorithm ed25519 -out signing-key.pem; "
+KEY_FIX = ("give a PEM key: openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out signing-key.pem; "
            "openssl pkey -in signing-key.pem -pubout -out public-key.pem")
 
 
@@ -188,9 +188,10 @@ def trust_key(key_file: str = "", env: Mapping[str, str] | None = None, field: s
 
 
 def generate_key_pair(folder: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """A new Ed25519 key pair as ``folder/signing-key.pem`` (mode 0600) and ``folder/public-key.pem``
-    (the names of the Secret's keys), for a local run or a first setup; existing files are kept."""
-    from cryptography.hazmat.primitives.asymmetric import ed25519
+    """A new ECDSA P-256 key pair (cosign's default, and a key model-signing signs the model files with)
+    as ``folder/signing-key.pem`` (mode 0600) and ``folder/public-key.pem`` (the names of the Secret's
+    keys), for a local run or a first setup; existing files are kept."""
+    from cryptography.hazmat.primitives.asymmetric import ec
 
     s = _crypto()
     root = Path(folder)
@@ -198,7 +199,7 @@ def generate_key_pair(folder: str | os.PathLike[str]) -> tuple[Path, Path]:
     private, public = root / "signing-key.pem", root / "public-key.pem"
     if private.is_file() and public.is_file():
         return private, public
-    key = ed25519.Ed25519PrivateKey.generate()
+    key = ec.generate_private_key(ec.SECP256R1())
     fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(key.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()))

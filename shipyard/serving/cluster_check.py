@@ -294,7 +294,7 @@ def attestation_keys_check(read_secret: Callable[[str, str], dict[str, Any] | No
 
     signing = _secret_value(read_secret, pods_ns, ATTESTATION_SECRET, "signing-key.pem")
     trust = _secret_value(read_secret, pods_ns, ATTESTATION_TRUST_SECRET, "public-key.pem")
-    name, pair_fix = "attestation keys", ("make one pair: openssl genpkey -algorithm ed25519 -out signing-key.pem; "
+    name, pair_fix = "attestation keys", ("make one pair: openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out signing-key.pem; "
                                           "openssl pkey -in signing-key.pem -pubout -out public-key.pem; then recreate "
                                           f"both Secrets in {pods_ns} (docs/cluster-contract.md)")
     if not signing and not trust:

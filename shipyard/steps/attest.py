@@ -43,12 +43,31 @@ def _markdown(out: dict[str, Any]) -> str:
              f"- **Gate decision (verification summary):** {out['decision']}",
              f"- **Verification summary (VSA) envelope digest:** `{out['vsa_digest']}`",
              f"- **Signed by key:** `{out['keyid']}`",
-             f"- **Stored:** {', '.join(out['stored'])}", "",
+             f"- **Stored:** {', '.join(out['stored'])}",
+             f"- **Model files:** {out['model_signature']['note']}"
+             + (f", envelope `{out['model_signature']['envelope_digest']}`" if out["model_signature"]["signed"] else ""),
+             "",
              "| predicate type | envelope digest | referrer manifest |", "|---|---|---|"]
     lines += [f"| {s['predicate_type']} | `{s['envelope_digest']}` | `{s['referrer']}` |" for s in out["statements"]]
     lines += ["", "## Verification", ""]
     lines += [f"- {'pass' if c['passed'] else 'FAIL'} {c['name']}: {c['detail']}" for c in out["verification"]["checks"]]
     return "\n".join(lines) + "\n"
+
+
+def _sign_files(model_dir: str, key: Any, package_dir: str) -> dict[str, Any]:
+    """The model files signed with ``key`` (OpenSSF model signing: :mod:`shipyard.oci.model_signature`),
+    the bundle written as ``model.sig`` in ``package_dir``: ``{"signed", "note", "files",
+    "envelope_digest", "signature", "envelope"}``; not signed (and why) without a model folder or with
+    a key model-signing cannot use (Ed25519)."""
+    from shipyard.oci.model_signature import SIGNATURE_FILE, file_signing_problem, sign_model_files
+
+    if not model_dir:
+        return {"signed": False, "note": "not signed: no model folder was given"}
+    problem = file_signing_problem(key)
+    if problem:
+        return {"signed": False, "note": f"not signed: the attestation key {problem}"}
+    done = sign_model_files(model_dir, key, Path(package_dir) / SIGNATURE_FILE)
+    return {"signed": True, "note": f"{done['files']} files signed with model-signing ({SIGNATURE_FILE})", **done}
 
 
 def attest_package(package_dir: str, selection: str, *, key_file: str = "", base_eval: str = "",
@@ -77,7 +96,8 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
                                      candidate_bench=candidate_bench, model_dir=model_dir, base_model_uri=base_model_uri,
                                      calibration_digest=calibration_digest, images=images, kfp_run_id=kfp_run_id,
                                      mlflow_run_id=mlflow_run_id)
-    envelopes = sign_evidence(statements, key, uri, selection)
+    files_sig = _sign_files(model_dir, key, package_dir)
+    envelopes = sign_evidence(statements, key, uri, selection, signed=[files_sig["envelope"]] if files_sig["signed"] else [])
     descs = att.attach_to_layout(package_dir, digest, envelopes)
     layout_uri = layout_reference(package_dir, digest)
     stored = [f"OCI layout {Path(package_dir).resolve()}"]
@@ -105,14 +125,15 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
     out = {"uri": uri, "digest": digest, "decision": (checks[-1]["vsa"] or {}).get("result"),
            "vsa_digest": vsa["envelope_digest"], "keyid": att.keyid(key.public_key()), "statements": rows,
            "stored": stored, "referrers_api": pushed["referrers_api"], "fallback_tag": pushed["fallback_tag"],
-           "cosign_tag": pushed["cosign_tag"],
+           "cosign_tag": pushed["cosign_tag"], "model_signature": {k: v for k, v in files_sig.items() if k != "envelope"},
            "verification": {"passed": checks[-1]["passed"], "checks": checks[-1]["checks"],
                             "found_via": checks[-1]["found_via"]}}
     atomic_write_text(Path(package_dir) / SUMMARY_JSON, json.dumps(out, indent=2, sort_keys=True))
     md = _markdown(out)
     atomic_write_text(Path(package_dir) / SUMMARY_MD, md)
     # the package summary (what the KFP UI shows for the package step) carries the attestations too
-    pkg["attestation"] = {k: out[k] for k in ("decision", "vsa_digest", "keyid", "stored", "fallback_tag")}
+    pkg["attestation"] = {k: out[k] for k in ("decision", "vsa_digest", "keyid", "stored", "fallback_tag",
+                                              "model_signature")}
     pkg["attestation"]["referrers"] = [r["referrer"] for r in rows]
     atomic_write_text(Path(package_dir) / PACKAGE_JSON, json.dumps(pkg, indent=2, sort_keys=True))
     summary = Path(package_dir) / PACKAGE_MD

@@ -7,6 +7,10 @@ registry without the referrers API) are checked against ``--key`` (a PEM public 
 ``SHIPYARD_ATTESTATION_PUBLIC_KEY[_FILE]``): every envelope signed by it, every statement about this
 digest, the provenance, accuracy, SLO, safety and verification-summary predicates present, the
 summary naming the evidence by digest and its decision ``PASSED`` (:func:`shipyard.gates.evidence.verify_evidence`).
+With ``--files DIR`` (a folder the model's files were extracted to, e.g. a node's ``/mnt/models``), the
+model files' signature stored with the image (OpenSSF model signing, made by the package step with an
+ECDSA key) is checked against them too: every file's sha256, none missing or extra
+(:func:`shipyard.oci.model_signature.verify_model_files`).
 
 Prints one line per check and the verdict (or ``-o json|yaml``). Exit status like ``shipyard
 verify``: 0 passed, 1 failed (no attestations, a bad signature, another digest, a FAILED decision),
@@ -31,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                  "(default: SHIPYARD_ATTESTATION_PUBLIC_KEY or SHIPYARD_ATTESTATION_PUBLIC_KEY_FILE)")
     p.add_argument("--max-age", type=positive_float("30"), metavar="DAYS",
                    help="refuse a verification summary older than this many days")
+    p.add_argument("--files", metavar="DIR",
+                   help="also check this folder of extracted model files against the signed file list")
     p.add_argument("--insecure-tls", action="store_true", help="skip TLS verification (test registries only)")
     add_output_option(p, default_help="one line per check and the verdict")
     p.set_defaults(func=_verify_model)
@@ -50,7 +56,11 @@ def _verify_model(args: argparse.Namespace) -> int:
         raise ShipyardError("--key", "is required (no SHIPYARD_ATTESTATION_PUBLIC_KEY is set)",
                             f"give --key public-key.pem (the Secret {contract.ATTESTATION_TRUST_SECRET}'s public-key.pem); "
                             + KEY_FIX)
+    if args.files:
+        _files_folder(args.files)
     out = verify_evidence(args.uri, key, field="uri", insecure_tls=args.insecure_tls, max_age_days=args.max_age)
+    if args.files:
+        _check_files(out, args.files, key)
 
     def text() -> str:
         lines = [f"  {'pass' if c['passed'] else 'FAIL':4} {c['name']}: {c['detail']}" for c in out["checks"]]
@@ -59,3 +69,28 @@ def _verify_model(args: argparse.Namespace) -> int:
 
     emit(out, args.output, text)
     return 0 if out["passed"] else 1
+
+
+def _files_folder(path: str) -> None:
+    """``--files`` names a folder (checked before any key or network)."""
+    from pathlib import Path
+
+    from shipyard.core.errors import ShipyardError
+
+    if not Path(path).is_dir():
+        raise ShipyardError("--files", f"{path} is not a folder", "give the folder the model's files were extracted to")
+
+
+def _check_files(out: dict, folder: str, key: object) -> None:
+    """Add the ``model files`` check (the extracted files against the stored signature) to ``out``."""
+    from shipyard.oci.model_signature import file_signing_problem, verify_model_files
+
+    sig = out.get("model_signature")
+    if sig is None:
+        row = {"name": "model files", "passed": False, "detail": "no model files signature bound to this image to "
+               "check them against" + (" (the key is not ECDSA)" if file_signing_problem(key) else "")}
+    else:
+        row = {"name": "model files", **verify_model_files(folder, sig["envelope"], key)}
+    out["checks"].append(row)
+    if not row["passed"] and out["passed"]:
+        out["passed"], out["reason"] = False, f"model files: {row['detail']}"
