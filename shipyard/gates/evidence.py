@@ -305,9 +305,9 @@ def evidence_statements(subject_name: str, digest: str, selection: str, *, base_
     folder: the champion's record), the base's and the champion's eval folders (``summary.json``),
     the champion's benchmark folder (``results.json``) and the model folder
     (``shipyard-compress.json``); each optional record that is absent leaves its figures out."""
-    from shipyard.gates.selection import load_selection
+    from shipyard.gates.selection import champion_selection
 
-    doc = load_selection(selection)
+    doc = champion_selection(selection)
     champion = doc["champion"]
     return [
         att.statement(subject_name, digest, PROVENANCE, provenance_predicate(
@@ -324,9 +324,9 @@ def evidence_statements(subject_name: str, digest: str, selection: str, *, base_
 def sign_evidence(statements: list[dict[str, Any]], key: Any, resource_uri: str, selection: str) -> list[dict[str, Any]]:
     """The evidence statements signed with ``key``, followed by the signed verification summary that
     names each of their envelopes by digest and states the champion's gate decision."""
-    from shipyard.gates.selection import load_selection
+    from shipyard.gates.selection import champion_selection
 
-    champion = load_selection(selection)["champion"]
+    champion = champion_selection(selection)["champion"]
     envelopes = [att.sign_statement(s, key) for s in statements]
     evidence = [(s["predicateType"], "sha256:" + hashlib.sha256(att.envelope_bytes(e)).hexdigest())
                 for s, e in zip(statements, envelopes, strict=True)]

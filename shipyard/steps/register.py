@@ -20,11 +20,11 @@ from typing import Any
 
 from shipyard.core.errors import UnreachableError
 from shipyard.core.files import atomic_write_text
-from shipyard.core.records import DECISION_RECORD
+from shipyard.core.records import DECISION_RECORD, SELECTION_FILE
 from shipyard.gates.baseline import is_base
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
-from shipyard.gates.selection import load_selection, objective_value
+from shipyard.gates.selection import champion_selection, objective_value
 from shipyard.steps.attest import attestation_tags
 from shipyard.tracking import model_registry as registry
 
@@ -63,7 +63,7 @@ def register_champion(
     evidence envelopes' digests become tags of the model version (:func:`shipyard.steps.attest.attestation_tags`)."""
     from shipyard.tracking.tracker import Tracker
 
-    doc = load_selection(selection_dir)
+    doc = champion_selection(selection_dir)
     champion = doc["champion"]
     figures, declared = accuracy_figures(champion)
     head = headline(champion)
@@ -103,7 +103,7 @@ def decision_artifacts(selection_dir: str) -> dict[str, str]:
     decision record, the selection and frontier, and the candidates report (Markdown and HTML)."""
     from shipyard.steps.select import REPORT_HTML, REPORT_MD
 
-    names = (DECISION_RECORD, "selection.json", "frontier.json", REPORT_MD, REPORT_HTML)
+    names = (DECISION_RECORD, SELECTION_FILE, "frontier.json", REPORT_MD, REPORT_HTML)
     return {f"decision/{name}": str(Path(selection_dir) / name) for name in names
             if (Path(selection_dir) / name).is_file()}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.files import atomic_write_text
-from shipyard.core.records import DECISION_RECORD, load_candidate
+from shipyard.core.records import DECISION_RECORD, SELECTION_FILE, load_candidate
 from shipyard.gates.baseline import is_base
 from shipyard.gates.frontier import frontier
 from shipyard.gates.selection import (
@@ -75,7 +75,7 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
     front = frontier(candidates, doc["winner"], lambda c: objective_value(c, "throughput"))
     doc["serving"] = {"vllm_args": front["champion"]["vllm_args"] or [],
                       "source": "tuning search" if (winner.get("tuning") or {}).get("points") else "benchmark defaults"}
-    atomic_write_text(out / "selection.json", json.dumps(doc, indent=2, default=str))
+    atomic_write_text(out / SELECTION_FILE, json.dumps(doc, indent=2, default=str))
     atomic_write_text(out / "frontier.json", json.dumps(front, indent=2, default=str))
     atomic_write_text(out / DECISION_RECORD, json.dumps(decision_record(result, candidates, front, doc),
                                                         indent=2, default=str))
