@@ -74,7 +74,5 @@ def measure_step(
     shared = {"shared_server": True}
     return {"eval": evaluated, "bench": benched, "eval_sets": own_sets,
             "server": {"startup_seconds": startup, "wall_seconds": round(time.monotonic() - started, 2)},
-            "log": {"eval": {"metrics": evaluated["metrics"], "params": shared,
-                             "artifacts": {"table.md": table_path, "summary.json": f"{eval_out}/summary.json",
-                                           "samples": f"{eval_out}/samples"}},
+            "log": {"eval": {**evaluated["log"], "params": shared},
                     "bench": {**benchmark_record(benched, bench_out, summary_path), "params": shared}}}
