@@ -157,6 +157,4 @@ def package_champion_task(*, model_dir: str, selection_dir: str, modelcar_dir: s
     return {"passed": bool(out["passed"]), "metadata": {
         "modelcar": artifact_metadata(packed), "model_files": small,
         "package_summary": {"uri": packed["uri"], "digest": packed["digest"], "attestation": attested["note"]},
-        "decision": {"uri": packed["uri"], "digest": packed["digest"], "version": out["version"],
-                     "passed": out["passed"], "reason": out["reason"], "recipe": out["recipe"],
-                     "headline": json.dumps(out["headline"])}}}
+        "decision": out["metadata"]}}

@@ -57,10 +57,32 @@ def register_champion(
     selection_dir: str, base_model_uri: str, champion_tolerance: float, report_path: str, attestation: str = "",
 ) -> dict[str, Any]:
     """Register the packaged champion and gate it against ``production``; returns
-    ``{"passed", "reason", "version", "champion_version", "recipe", "headline"}``. ``attestation``: the
+    ``{"passed", "reason", "version", "champion_version", "recipe", "headline"}`` with the gate report's
+    ``metadata`` and ``log`` (:func:`register_record`). ``attestation``: the
     package folder :func:`shipyard.steps.attest.attest_package` wrote into (or its
     ``shipyard-attestations.json``): the verification summary's digest, decision, key id and the
     evidence envelopes' digests become tags of the model version (:func:`shipyard.steps.attest.attestation_tags`)."""
+    out = _register(tracking_uri, experiment, kfp_run_id, model_name, source_uri, digest, selection_dir,
+                    base_model_uri, champion_tolerance, report_path, attestation)
+    return {**out, **register_record(out, source_uri, digest, report_path)}
+
+
+def register_record(out: dict[str, Any], source_uri: str, digest: str, report_path: str) -> dict[str, Any]:
+    """The register step's outputs beside its result: the gate report's ``metadata`` (the package, the
+    version, the gate's verdict, the recipe, the headline as JSON) and ``log``, its MLflow record
+    (:meth:`shipyard.tracking.steprun.StepRun.log`'s arguments)."""
+    return {"metadata": {"uri": source_uri, "digest": digest, "version": out["version"], "passed": out["passed"],
+                         "reason": out["reason"], "recipe": out["recipe"], "headline": json.dumps(out["headline"])},
+            "log": {"params": {"version": out["version"], "champion_version": out["champion_version"] or "none"},
+                    "metrics": {"gate.passed": float(out["passed"])},
+                    "tags": {"shipyard.candidate": out["recipe"][:250], "shipyard.gate.reason": out["reason"][:5000]},
+                    "artifacts": {"champion-gate.md": report_path}}}
+
+
+def _register(tracking_uri: str, experiment: str, kfp_run_id: str, model_name: str, source_uri: str, digest: str,
+              selection_dir: str, base_model_uri: str, champion_tolerance: float, report_path: str,
+              attestation: str) -> dict[str, Any]:
+    """:func:`register_champion`'s registration and gate, or the request kept while MLflow is down."""
     from shipyard.tracking.tracker import Tracker
 
     doc = champion_selection(selection_dir)
