@@ -182,6 +182,14 @@ def test_a_kept_base_moves_nothing_when_production_exists(tmp_path: Path) -> Non
     assert kept["reason"] == (f"kept the base: no compressed candidate beat the base, so production "
                               f"(v{first['version']}) stays where it is; nothing is deployed")
     assert "kept the base" in (tmp_path / "base.md").read_text()
+    # what the register wrapper sets on its gate report and logs into MLflow, as the step returns it
+    assert kept["metadata"] == {"uri": f"oci://registry/base@sha256:{'a' * 64}", "digest": "sha256:" + "a" * 64,
+                                "version": kept["version"], "passed": False, "reason": kept["reason"], "recipe": "base",
+                                "headline": json.dumps(kept["headline"])}
+    assert kept["log"] == {"params": {"version": kept["version"], "champion_version": kept["champion_version"] or "none"},
+                           "metrics": {"gate.passed": 0.0},
+                           "tags": {"shipyard.candidate": "base", "shipyard.gate.reason": kept["reason"]},
+                           "artifacts": {"champion-gate.md": str(tmp_path / "base.md")}}
 
 
 def test_the_console_summary_opens_with_the_headline_and_the_slo_that_applied(tmp_path: Path) -> None:

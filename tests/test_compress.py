@@ -43,6 +43,9 @@ def test_w8a8_writes_compressed_tensors_folder(w8a8: tuple[Path, dict]) -> None:
     assert metrics["compression_ratio"] > 1.5
     assert metrics["num_calibration_samples"] == 8
     assert "w8a8-int8" in (out.parent / "summary.md").read_text()
+    # what the wrapper logs into MLflow, as the step returns it: its figures, the summary and the recipe
+    assert result["log"] == {"metrics": metrics, "artifacts": {"summary.md": str(out.parent / "summary.md"),
+                                                               "recipe.yaml": f"{out}/recipe.yaml"}}
 
 
 def test_compressed_model_reloads_and_generates(w8a8: tuple[Path, dict]) -> None:

@@ -15,7 +15,7 @@ import pytest
 from shipyard.core.errors import ShipyardError
 from shipyard.evaluation import tasks as TASKS
 from shipyard.evaluation.config import SUITE_DIR, parse_eval_config
-from shipyard.evaluation.lmeval import evaluate_model
+from shipyard.evaluation.lmeval import evaluate_model, evaluate_step
 from shipyard.gates.accuracy import run_gate
 from shipyard.runtimes.runtime import run_in_runtime, venv_python
 
@@ -79,6 +79,19 @@ def test_contains_filter_scores_a_generation_that_contains_the_answer() -> None:
     docs = [{"answer": "Paris"}, {"answer": "Rome", "aliases": ["Roma"]}, {"answer": "Oslo"}]
     resps = [[" The capital is paris."], ["Roma, of course"], ["Stockholm"]]
     assert utils.contains_answer(resps, docs) == [["Paris"], ["Rome"], ["Stockholm"]]
+
+
+def test_the_step_returns_its_mlflow_record(base_run: tuple[dict, Path], tiny_model: Path, eval_cache: Path,
+                                            tmp_path: Path) -> None:
+    """What the evaluate and measure wrappers log as it is: the figures, the table, summary.json and the samples
+    (the base's cached result here: no second evaluation)."""
+    out = run_in_runtime("compress", evaluate_step, model_dir=str(tiny_model), backend="hf",
+                         eval_config=json.dumps({"limit": 4, "log_samples": True}), out_dir=str(tmp_path / "ev"),
+                         table_path=str(tmp_path / "table.md"))
+    assert out["metadata"]["cached"] is True and out["log"]["metrics"] == out["metrics"] and out["metrics"]
+    assert out["log"]["artifacts"] == {"table.md": str(tmp_path / "table.md"), "summary.json": f"{tmp_path}/ev/summary.json",
+                                       "samples": f"{tmp_path}/ev/samples"}
+    assert all(Path(p).exists() for p in out["log"]["artifacts"].values())
 
 
 def test_base_result_is_cached_and_reused(base_run: tuple[dict, Path], tiny_model: Path, eval_cache: Path,

@@ -68,6 +68,13 @@ def test_eval_and_benchmark_share_one_server(tiny_model: Path, tmp_path: Path, m
         assert (bench / name).is_file(), name
     assert out["bench"]["metrics"]["concurrent@1.output_tokens_per_s"] > 0
     assert "| concurrent@2 |" in (tmp_path / "summary.md").read_text()
+    # what the wrapper logs into each MLflow run, as the step returns it
+    log = out["log"]
+    assert log["eval"]["params"] == log["bench"]["params"] == {"shared_server": True}
+    assert log["eval"]["metrics"] == out["eval"]["metrics"] and log["bench"]["metrics"] == out["bench"]["metrics"]
+    assert log["eval"]["artifacts"] == {"table.md": str(tmp_path / "table.md"), "summary.json": f"{tmp_path}/eval/summary.json",
+                                        "samples": f"{tmp_path}/eval/samples"}
+    assert log["bench"]["artifacts"] == {"summary.md": str(tmp_path / "summary.md"), "results.json": f"{bench}/results.json"}
     # the same figures as candidate: the gate passes with generous SLOs and draws the report
     shutil.copytree(bench, tmp_path / "cand")
     gate = run_slo_gate(str(bench), str(tmp_path / "cand"), '{"ttft_p99_ms": 60000, "itl_p99_ms": 10000}',

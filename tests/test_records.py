@@ -1,5 +1,5 @@
-"""The typed records (shipyard.core.records): the candidate record, its SLO section and the decision
-record have one typed definition each, match what the steps write key for key, and load through one
+"""The typed records (shipyard.core.records): the candidate record, its SLO section, the selection and
+the decision record have one typed definition each, match what the steps write key for key, and load through one
 loader each with a one-line error naming the file and the fix (issue 30 item 5)."""
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ from shipyard.core.records import (
     CANDIDATE_SCHEMA,
     DECISION_RECORD,
     DECISION_SCHEMA,
+    SELECTION_FILE,
     CandidateRecord,
     DecisionRecord,
+    SelectionRecord,
+    ServingChoice,
     SloSection,
     SloThresholds,
     load_candidate,
     load_decision,
+    load_selection,
     slo_of,
     slo_thresholds,
 )
@@ -31,7 +35,8 @@ from shipyard.gates.candidate import verdict
 from shipyard.gates.config import SloConfig
 from shipyard.gates.slo import parse_slo
 from shipyard.gates.verification import load_recorded
-from shipyard.steps.deploy import write_decision_record
+from shipyard.run.local import StepSummary, outcome
+from shipyard.steps.deploy import searched_args, write_decision_record
 from shipyard.steps.select import select_champion
 
 
@@ -87,6 +92,38 @@ def test_the_decision_records_have_the_typed_shape(run: Path) -> None:
     write_decision_record(str(run / "w8a8-int8-gates"), str(run / "promoted"), {"name": "svc"}, "oci://r/m", True)
     promoted = load_decision(run / "promoted" / DECISION_RECORD)
     assert promoted["champion"] == "w8a8-int8" and set(promoted) <= keys(DecisionRecord)
+
+
+def test_the_selection_the_select_step_writes_has_the_typed_shape(run: Path) -> None:
+    raw = json.loads((run / "sel" / SELECTION_FILE).read_text())
+    assert set(raw) == keys(SelectionRecord), set(raw) ^ keys(SelectionRecord)
+    assert set(raw["serving"]) == keys(ServingChoice)
+    for folder in (run / "sel", run / "sel" / SELECTION_FILE):  # the folder or the file
+        loaded = load_selection(folder)
+        assert json.dumps(loaded, indent=2, default=str) == (run / "sel" / SELECTION_FILE).read_text()
+    assert load_selection(run / "sel")["winner"] == "base"  # the slower candidate is dominated
+
+
+def test_the_selection_readers_go_through_its_loader(tmp_path: Path) -> None:
+    """A missing or unreadable selection is one line naming the file; the deploy step's searched flags
+    and the console's outcome read the selection through the loader and treat one that cannot be read
+    as no search and no champion (a list where the object belongs was an AttributeError in outcome)."""
+    with pytest.raises(ShipyardError) as err:
+        load_selection(tmp_path)
+    assert err.value.field == "selection" and str(tmp_path / SELECTION_FILE) in str(err.value)
+    assert "\n" not in str(err.value)
+    steps = [StepSummary(task="select-champion", status="SUCCESS", artifacts={"decision": str(tmp_path)})]
+    for text in ("{not json", "[1, 2]"):
+        (tmp_path / SELECTION_FILE).write_text(text)
+        with pytest.raises(ShipyardError, match="cannot read|is not a JSON object"):
+            load_selection(tmp_path)
+        assert searched_args(str(tmp_path)) == {}
+        assert outcome(steps, {"slo": ""})["champion"] == ""
+    (tmp_path / SELECTION_FILE).write_text(json.dumps({"winner": "fp8", "headline": "fp8 wins", "candidates": [],
+                                                       "serving": {"vllm_args": ["--max-num-seqs", "8", "--x"],
+                                                                   "source": "tuning search"}}))
+    assert searched_args(str(tmp_path)) == {"max-num-seqs": "8", "x": True}
+    assert outcome(steps, {"slo": ""})["champion"] == "fp8"
 
 
 @pytest.mark.parametrize("load, name, schema, field", [(load_candidate, CANDIDATE_FILE, CANDIDATE_SCHEMA, "candidates"),

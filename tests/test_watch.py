@@ -369,6 +369,15 @@ def test_the_watch_step_writes_the_report_and_names_what_drifted(prometheus: str
     report = (tmp_path / "drift.md").read_text()
     assert report.startswith("# Drift watch: drifted\n") and f"Model: `{attested['uri']}`" in report
     assert "re-qualify on this traffic: " in report
+    # the report's metadata and the MLflow record the wrapper sets and logs as they are (not in drift.json)
+    drifted = ", ".join(out["drifted"])
+    assert out["metadata"] == {"verdict": "drifted", "drifted": drifted.replace(", ", ","), "model_uri": attested["uri"],
+                               "reason": f"drifted: {drifted}"}
+    assert out["log"]["params"] == {"served_model_uri": attested["uri"], "model_name": "drifted"}
+    assert out["log"]["metrics"]["drifted"] == 1.0 and out["log"]["metrics"]["load.qualified"] > 0
+    assert out["log"]["tags"]["shipyard.watch.requalify"] == out["requalify"][:5000]
+    assert out["log"]["artifacts"] == {"drift.md": str(tmp_path / "drift.md"), "drift.json": str(tmp_path / "drift.json")}
+    assert not {"log", "metadata"} & set(json.loads((tmp_path / "drift.json").read_text()))
     # served_model_uri empty and no production version in MLflow: one line, nothing written
     with pytest.raises(ShipyardError, match="served_model_uri: is empty and shipyard-llm has no 'production' version"):
         watch_step("", prometheus, "", "shipyard-llm", str(tmp_path / "n.md"), str(tmp_path / "n.json"),

@@ -42,7 +42,6 @@ def benchmark(
     point, each on its own vLLM server, scored by slo (output tok/s at the highest load meeting
     it); results are the best point's, and results/tuning.json lists every point.
     """
-    from shipyard.evaluation.garak_scan import safety_files
     from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.steps.benchmark import tune_step
     from shipyard.tracking.steprun import StepRun
@@ -52,21 +51,10 @@ def benchmark(
 
     with StepRun("benchmark", candidate, tracking_uri=tracking_uri, experiment=experiment,
                  params={"benchmark_config": benchmark_config, "safety": safety, "tuning": tuning}) as run:
-        out = call_step(
-            "vllm",
-            tune_step,
-            model_dir=model.path,
-            benchmark_config=benchmark_config,
-            tuning=tuning,
-            slo=slo,
-            out_dir=results.path,
-            summary_path=summary.path,
-            cache=candidate == "base",  # the base benchmark cache: a re-quantization run measures the base once
-            origin=f"KFP artifact {results.uri}",  # names the run (no kfp_run_id input: it would defeat the KFP cache)
-            safety=safety,
-        )
+        out = call_step("vllm", tune_step, model_dir=model.path, benchmark_config=benchmark_config, tuning=tuning,
+                        slo=slo, out_dir=results.path, summary_path=summary.path, safety=safety,
+                        cache=candidate == "base",  # the base benchmark cache: a re-quantization run measures the base once
+                        origin=f"KFP artifact {results.uri}")  # names the run (no kfp_run_id: it would defeat the KFP cache)
         record_outputs(out, metrics=metrics, artifact=results)
-        run.log(metrics=out.get("metrics"), artifacts={"summary.md": summary.path,
-                                                       "results.json": f"{results.path}/results.json",
-                                                       **safety_files(results.path)})
+        run.log(**out["log"])
     run.keep_in(results)

@@ -51,22 +51,12 @@ def compress(
                  params={"recipe": recipe, "calibration_dataset": calibration_dataset,
                          "num_calibration_samples": num_calibration_samples, "max_seq_length": max_seq_length,
                          "seed": seed}) as run:
-        result = call_step(
-            "compress",
-            compress_model,
-            model_dir=base_model.path,
-            out_dir=compressed_model.path,
-            recipe=recipe,
-            calibration_dataset=calibration_dataset,
-            text_column=text_column,
-            num_calibration_samples=num_calibration_samples,
-            max_seq_length=max_seq_length,
-            seed=seed,
-            summary_path=summary.path,
-        )
+        result = call_step("compress", compress_model, model_dir=base_model.path, out_dir=compressed_model.path,
+                           recipe=recipe, calibration_dataset=calibration_dataset, text_column=text_column,
+                           num_calibration_samples=num_calibration_samples, max_seq_length=max_seq_length,
+                           seed=seed, summary_path=summary.path)
         record_outputs(result, metrics=metrics, artifact=compressed_model)
         compressed_model.metadata["base_model"] = base_model.metadata.get("uri", "")
         summary.metadata["model_uri"] = compressed_model.uri
-        run.log(metrics=result.get("metrics"), artifacts={"summary.md": summary.path,
-                                                          "recipe.yaml": f"{compressed_model.path}/recipe.yaml"})
+        run.log(**result["log"])
     run.keep_in(summary)

@@ -65,7 +65,7 @@ def deploy(
     """
     from collections import namedtuple
 
-    from shipyard.runtimes.runtime import name_output
+    from shipyard.runtimes.runtime import name_output, record_metadata
     from shipyard.steps.deploy import deploy_task
 
     # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
@@ -80,7 +80,6 @@ def deploy(
                       selection_path=selection.path if selection is not None else None,
                       selection_uri=selection.uri if selection is not None else None, model_name=model_name,
                       tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
-    for artifact, key in ((manifest, "manifest"), (verification, "verification"), (decision_record, "decision_record")):
-        artifact.metadata.update(out["metadata"][key])
+    record_metadata(out["metadata"], manifest=manifest, verification=verification, decision_record=decision_record)
     outputs = namedtuple("Outputs", ["url", "status"])
     return outputs(out["url"], out["status"])

@@ -58,9 +58,7 @@ def evaluate_hf(
             own = call_step("compress", evaluate_eval_sets, model_dir=model.path, prepared_dir=eval_sets.path,
                             eval_config=eval_config, out_dir=eval_sets_results.path, backend="hf")
             eval_sets_results.metadata.update({"scores": own.get("scores") or {}})
-        run.log(metrics=out.get("metrics"), artifacts={"table.md": table.path,
-                                                       "summary.json": f"{results.path}/summary.json",
-                                                       "samples": f"{results.path}/samples"})
+        run.log(**out["log"])
     run.keep_in(results)
 
 

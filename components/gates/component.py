@@ -63,29 +63,24 @@ def candidate_gates(
 
     Returns True when the candidate passed its gates (the reason is in candidate's metadata).
     """
-    from shipyard.runtimes.runtime import name_output, record_outputs
+    from shipyard.runtimes.runtime import metadata_of, name_output, path_of, record_metadata, record_outputs
     from shipyard.steps.judge import gates_task
-
-    def path(artifact: Input[Artifact]) -> str:  # an optional input's path ("" without it)
-        return "" if artifact is None else artifact.path
 
     # the reports are stored and recorded under names a browser and MLflow know (KFP and the run folder)
     reports = {"accuracy_report": name_output(accuracy_report, ".md"), "slo_report": name_output(slo_report, ".html"),
                "safety_report": name_output(safety_report, ".md")}
     out = gates_task(recipe, base_eval=base_eval.path, candidate_eval=candidate_eval.path, base_bench=base_bench.path,
                      candidate_bench=candidate_bench.path, thresholds=thresholds, slo=slo, safety=safety,
-                     out_dir=candidate.path, report_paths=reports,
-                     compress_figures=compress_metrics.metadata if compress_metrics is not None else {},
-                     compress_summary=compress_summary.metadata if compress_summary is not None else {},
-                     base_adapters=path(base_adapters), candidate_adapters=path(candidate_adapters),
-                     eval_sets=path(eval_sets), base_eval_sets=path(base_eval_sets),
-                     candidate_eval_sets=path(candidate_eval_sets), eval_sets_judged=path(eval_sets_judged),
+                     out_dir=candidate.path, report_paths=reports, compress_figures=metadata_of(compress_metrics),
+                     compress_summary=metadata_of(compress_summary), base_adapters=path_of(base_adapters),
+                     candidate_adapters=path_of(candidate_adapters), eval_sets=path_of(eval_sets),
+                     base_eval_sets=path_of(base_eval_sets), candidate_eval_sets=path_of(candidate_eval_sets),
+                     eval_sets_judged=path_of(eval_sets_judged),
                      pending=[candidate_eval.metadata, candidate_bench.metadata, base_eval.metadata, base_bench.metadata],
                      tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
     record_outputs(out, metrics=metrics)
-    for name, artifact in {"candidate": candidate, "accuracy_report": accuracy_report, "slo_report": slo_report,
-                           "safety_report": safety_report}.items():
-        artifact.metadata.update(out["metadata"][name])
+    record_metadata(out["metadata"], candidate=candidate, accuracy_report=accuracy_report, slo_report=slo_report,
+                    safety_report=safety_report)
     return bool(out["passed"])
 
 
@@ -133,9 +128,7 @@ def select_champion(
     nothing passed its gates, the base included (the run then ends cleanly: nothing is packaged or
     deployed).
     """
-    import os
-
-    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, path_of, record_outputs
     from shipyard.steps.select import select_champion
     from shipyard.tracking.steprun import StepRun
 
@@ -147,20 +140,11 @@ def select_champion(
                  params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
         out = call_step("base", select_champion,
                         candidate_dirs=[c.path for c in candidates], selection=selection, out_dir=decision.path,
-                        report_md=report.path, report_html_path=report_html.path,
-                        base_eval=base_eval.path if base_eval is not None else "",
-                        base_bench=base_bench.path if base_bench is not None else "",
-                        base_model_uri=base_model.uri if base_model is not None else "", slo=slo,
-                        base_uri=base_model_uri, base_pinned_uri=pinned.get("uri", ""),
+                        report_md=report.path, report_html_path=report_html.path, base_eval=path_of(base_eval),
+                        base_bench=path_of(base_bench), base_model_uri=base_model.uri if base_model is not None else "",
+                        slo=slo, base_uri=base_model_uri, base_pinned_uri=pinned.get("uri", ""),
                         base_fingerprint=pinned.get("fingerprint", ""))
-        record_outputs(out, metrics=metrics)
-        for artifact in (decision, report, report_html):
-            artifact.metadata.update({"champion": out["winner"], "reason": out["reason"], "headline": out["headline"]})
-        run.log(metrics=out["metrics"], tags={"shipyard.champion": out["winner"] or "none",
-                                              "shipyard.headline": out["headline"][:5000]},
-                artifacts={"candidates.md": report.path, "candidates.html": report_html.path,
-                           "selection.json": os.path.join(decision.path, "selection.json"),
-                           "frontier.json": os.path.join(decision.path, "frontier.json"),
-                           "decision-record.json": os.path.join(decision.path, "decision-record.json")})
+        record_outputs(out, metrics=metrics, artifact=(decision, report, report_html))
+        run.log(**out["log"])
     print(out["headline"], flush=True)
     return out["winner_model_uri"]

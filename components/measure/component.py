@@ -49,8 +49,7 @@ def measure_vllm(
             run on the same server with the same eval_config (every row, per-sample logs).
         eval_sets_results: Their results (summary.json, samples/, rubric_answers.json); empty without sets.
     """
-    from shipyard.evaluation.garak_scan import safety_files
-    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
+    from shipyard.runtimes.runtime import call_step, name_output, path_of, record_outputs
     from shipyard.steps.measure import measure_step
     from shipyard.tracking.steprun import StepRun
 
@@ -62,22 +61,15 @@ def measure_vllm(
     with StepRun("evaluate", candidate, params={"eval_config": eval_config, "backend": "vllm"}, **track) as eval_run, \
             StepRun("benchmark", candidate, params={"benchmark_config": benchmark_config, "safety": safety,
                                                      "tuning": tuning}, **track) as bench_run:
-        out = call_step("vllm", measure_step, model_dir=model.path,
-                        eval_config=eval_config, benchmark_config=benchmark_config, eval_out=eval_results.path,
-                        table_path=eval_table.path, bench_out=results.path, summary_path=summary.path,
-                        safety=safety, tuning=tuning, slo=slo,
-                        eval_sets_dir=eval_sets.path if eval_sets is not None else "",
-                        eval_sets_out=eval_sets_results.path)
+        out = call_step("vllm", measure_step, model_dir=model.path, eval_config=eval_config,
+                        benchmark_config=benchmark_config, eval_out=eval_results.path, table_path=eval_table.path,
+                        bench_out=results.path, summary_path=summary.path, safety=safety, tuning=tuning, slo=slo,
+                        eval_sets_dir=path_of(eval_sets), eval_sets_out=eval_sets_results.path)
         record_outputs(out["eval"], metrics=eval_metrics, artifact=eval_results)
         record_outputs(out["bench"], metrics=metrics, artifact=results)
         if out.get("eval_sets") is not None:
             eval_sets_results.metadata.update({"scores": out["eval_sets"].get("scores") or {}})
-        print(f"one vLLM server for eval and benchmark: started in {out['server']['startup_seconds']} s", flush=True)
-        eval_run.log(metrics=out["eval"]["metrics"], params={"shared_server": True},
-                     artifacts={"table.md": eval_table.path, "summary.json": f"{eval_results.path}/summary.json",
-                                "samples": f"{eval_results.path}/samples"})
-        bench_run.log(metrics=out["bench"]["metrics"], params={"shared_server": True},
-                      artifacts={"summary.md": summary.path, "results.json": f"{results.path}/results.json",
-                                 **safety_files(results.path)})
+        eval_run.log(**out["log"]["eval"])
+        bench_run.log(**out["log"]["bench"])
     eval_run.keep_in(eval_results)
     bench_run.keep_in(results)

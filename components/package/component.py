@@ -113,7 +113,7 @@ def package_champion(
 
     Returns True to deploy the champion and give it 'production'.
     """
-    from shipyard.runtimes.runtime import name_output
+    from shipyard.runtimes.runtime import name_output, record_metadata
     from shipyard.steps.package import package_champion_task
 
     # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
@@ -126,7 +126,6 @@ def package_champion(
         registry=registry, repository=repository, mode=mode, base_image=base_image, insecure_tls=insecure_tls,
         model_name=model_name, base_model_uri=base_model_uri, champion_tolerance=champion_tolerance,
         tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
-    for artifact, key in ((modelcar, "modelcar"), (model_files, "model_files"), (package_summary, "package_summary"),
-                          (decision, "decision")):
-        artifact.metadata.update(out["metadata"][key])
+    record_metadata(out["metadata"], modelcar=modelcar, model_files=model_files, package_summary=package_summary,
+                    decision=decision)
     return bool(out["passed"])

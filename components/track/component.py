@@ -73,9 +73,7 @@ def register_champion(
 
     Returns True to deploy and promote (a single bool so dsl.If resolves under kfp.local).
     """
-    import json
-
-    from shipyard.runtimes.runtime import call_step, name_output
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.steps.register import register_champion
     from shipyard.tracking.steprun import StepRun
 
@@ -89,12 +87,7 @@ def register_champion(
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name, source_uri=source_uri,
                         digest=digest, selection_dir=selection.path, base_model_uri=base_model_uri,
                         champion_tolerance=champion_tolerance, report_path=decision.path)
-        decision.metadata.update({"uri": source_uri, "digest": digest, "version": out["version"],
-                                  "passed": out["passed"], "reason": out["reason"],
-                                  "recipe": out["recipe"], "headline": json.dumps(out["headline"])})
-        run.log(params={"version": out["version"], "champion_version": out["champion_version"] or "none"},
-                metrics={"gate.passed": float(out["passed"])},
-                tags={"shipyard.candidate": out["recipe"][:250], "shipyard.gate.reason": out["reason"][:5000]},
-                artifacts={"champion-gate.md": decision.path})
+        record_outputs(out, artifact=decision)
+        run.log(**out["log"])
     print(("PASSED: " if out["passed"] else "REFUSED: ") + out["reason"], flush=True)
     return bool(out["passed"])

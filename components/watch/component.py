@@ -42,7 +42,7 @@ def watch_production(
 
     Returns True when production drifted from the envelope.
     """
-    from shipyard.runtimes.runtime import call_step, name_output
+    from shipyard.runtimes.runtime import call_step, name_output, record_outputs
     from shipyard.steps.watch import watch_step
     from shipyard.tracking.steprun import StepRun
 
@@ -54,14 +54,6 @@ def watch_production(
                         watch_config=watch_config, deploy_name=deploy_name, report_path=report.path,
                         result_path=comparison.path, tracking_uri=tracking_uri,
                         registered_model_name=registered_model_name)
-        figures = {f"{r['dimension']}.{k}": r[k] for r in out["rows"] for k in ("live", "qualified")
-                   if isinstance(r.get(k), int | float)}
-        said = out["verdict"] + (f": {', '.join(out['drifted'])}" if out["drifted"] else "")
-        report.metadata.update({"verdict": out["verdict"], "drifted": ",".join(out["drifted"]),
-                                "model_uri": out["model_uri"], "reason": said})
-        run.log(params={"served_model_uri": out["model_uri"], "model_name": out["model_name"]},
-                metrics={"drifted": float(bool(out["drifted"])), **figures},
-                tags={"shipyard.watch.verdict": out["verdict"], "shipyard.watch.drifted": ",".join(out["drifted"]),
-                      **({"shipyard.watch.requalify": out["requalify"][:5000]} if out["requalify"] else {})},
-                artifacts={"drift.md": report.path, "drift.json": comparison.path})
+        record_outputs(out, artifact=report)
+        run.log(**out["log"])
     return bool(out["drifted"])

@@ -2,8 +2,8 @@
 ``results.json``, ``candidate.json``, ``selection.json``, ``tuning.json``), and the typed records
 the gates, select and deploy steps pass on: :class:`CandidateRecord` (:func:`load_candidate`),
 :class:`SloSection` / :class:`SloThresholds` (:func:`slo_of`, :func:`slo_thresholds`; the SLO
-parameter's own loader is :func:`shipyard.gates.slo.parse_slo`) and :class:`DecisionRecord`
-(:func:`load_decision`).
+parameter's own loader is :func:`shipyard.gates.slo.parse_slo`), :class:`SelectionRecord`
+(:func:`load_selection`) and :class:`DecisionRecord` (:func:`load_decision`).
 
 A step's output is a folder; the next step is handed that folder (or the file itself).
 :func:`read_record` finds ``<folder>/<name>``, reads it and checks it, and says what is wrong in
@@ -67,6 +67,7 @@ CANDIDATE_FILE = "candidate.json"
 CANDIDATE_SCHEMA = "shipyard.candidate/v1"
 DECISION_RECORD = "decision-record.json"
 DECISION_SCHEMA = "shipyard.decision/v1"
+SELECTION_FILE = "selection.json"
 
 
 class SloThresholds(TypedDict):
@@ -137,6 +138,34 @@ class CandidateRecord(TypedDict, total=False):
     base_planner: dict[str, Any]
 
 
+class ServingChoice(TypedDict):
+    """A selection's ``serving``: the champion's vLLM flags and where they come from."""
+
+    vllm_args: list[str]
+    #: "tuning search" (the serving-configuration search chose them) or "benchmark defaults"
+    source: str
+
+
+class SelectionRecord(TypedDict, total=False):
+    """``selection.json``: the select step's ranking (:func:`shipyard.steps.select.select_champion`;
+    :func:`shipyard.gates.selection.select`'s result with ``winner`` as the champion's recipe) and
+    every candidate's record, the base's included."""
+
+    objective: str
+    order: list[str]
+    #: the champion's recipe ("base" when the base is kept; "" when nothing passed)
+    winner: str
+    reason: str
+    headline: str
+    ranking: list[str]
+    decisions: dict[str, str]
+    dominated: dict[str, str]
+    kept_base: bool
+    base_model: dict[str, str] | None
+    candidates: list[CandidateRecord]
+    serving: ServingChoice
+
+
 class DecisionRecord(TypedDict, total=False):
     """``decision-record.json``: the select step's decision (:func:`shipyard.gates.selection.decision_record`),
     and the deploy step's copy with ``verification`` and ``deployment``
@@ -171,6 +200,14 @@ def load_candidate(path: str | os.PathLike[str], field: str = "candidates",
     it is missing, unreadable or not a candidate record."""
     return cast(CandidateRecord, read_record(path, CANDIDATE_FILE, field=field, what="candidate record", fix=fix,
                                              check=_schema_check(CANDIDATE_SCHEMA, "shipyard candidate record")))
+
+
+def load_selection(path: str | os.PathLike[str], field: str = "selection",
+                   fix: str = "pass select_champion's decision") -> SelectionRecord:
+    """Read a ``selection.json`` (the file or its folder); one line naming the file and ``fix`` when it
+    is missing, unreadable or not a JSON object. (The champion's record with it:
+    :func:`shipyard.gates.selection.champion_selection`.)"""
+    return cast(SelectionRecord, read_record(path, SELECTION_FILE, field=field, what="champion selection", fix=fix))
 
 
 def load_decision(path: str | os.PathLike[str], field: str = "decision",

@@ -481,13 +481,18 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 def evaluate_step(model_dir: str, eval_config: str, out_dir: str, table_path: str, backend: str,
                   server: Any = None) -> dict[str, Any]:
-    """What the KFP wrappers call: evaluate, write the Markdown table, return metrics to log."""
+    """What the KFP wrappers call: evaluate, write the Markdown table, return metrics to log, the
+    results' metadata and ``log`` (the step's MLflow record: :meth:`shipyard.tracking.steprun.StepRun.log`'s
+    arguments: the figures, the table, ``summary.json`` and the samples)."""
     from shipyard.core.files import atomic_write_text
 
     summary = evaluate_model(model_dir, eval_config, out_dir, backend=backend, server=server)
     atomic_write_text(table_path, summary_markdown(summary))
+    metrics = metrics_for_logging(summary)
     return {
-        "metrics": metrics_for_logging(summary),
+        "log": {"metrics": metrics, "artifacts": {"table.md": table_path, "summary.json": f"{out_dir}/summary.json",
+                                                  "samples": f"{out_dir}/samples"}},
+        "metrics": metrics,
         "metadata": {
             "config_hash": summary["config_hash"],
             "model_sha256": summary["model_identity"]["sha256"],

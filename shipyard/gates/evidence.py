@@ -309,9 +309,9 @@ def evidence_statements(subject_name: str, digest: str, selection: str, *, base_
     folder: the champion's record), the base's and the champion's eval folders (``summary.json``),
     the champion's benchmark folder (``results.json``) and the model folder
     (``shipyard-compress.json``); each optional record that is absent leaves its figures out."""
-    from shipyard.gates.selection import load_selection
+    from shipyard.gates.selection import champion_selection
 
-    doc = load_selection(selection)
+    doc = champion_selection(selection)
     champion = doc["champion"]
     return [
         att.statement(subject_name, digest, PROVENANCE, provenance_predicate(
@@ -330,9 +330,9 @@ def sign_evidence(statements: list[dict[str, Any]], key: Any, resource_uri: str,
     """The evidence statements signed with ``key``, then ``signed`` (envelopes signed already: the model
     files' signature, :mod:`shipyard.oci.model_signature`), followed by the signed verification summary
     that names each of their envelopes by digest and states the champion's gate decision."""
-    from shipyard.gates.selection import load_selection
+    from shipyard.gates.selection import champion_selection
 
-    champion = load_selection(selection)["champion"]
+    champion = champion_selection(selection)["champion"]
     envelopes = [*(att.sign_statement(s, key) for s in statements), *(signed or [])]
     evidence = [(att.parse_statement(att.parse_envelope(att.envelope_bytes(e), "envelope")[1], "envelope")["predicateType"],
                  "sha256:" + hashlib.sha256(att.envelope_bytes(e)).hexdigest()) for e in envelopes]

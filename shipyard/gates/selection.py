@@ -25,10 +25,11 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.records import (
     CANDIDATE_FILE,
     DECISION_SCHEMA,
+    SELECTION_FILE,
     CandidateRecord,
     DecisionRecord,
     load_candidate,
-    read_record,
+    load_selection,
     slo_of,
 )
 from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
@@ -584,16 +585,15 @@ def with_verification(record: DecisionRecord | None, verification: dict[str, Any
     return out
 
 
-def load_selection(path: str) -> dict[str, Any]:
+def champion_selection(path: str) -> dict[str, Any]:
     """``selection.json`` of the select step (its folder or the file) and the champion's record;
     a single candidate's ``candidate.json`` folder (the promote pipeline) is its own champion."""
     p = Path(path)
-    if p.is_dir() and (p / CANDIDATE_FILE).is_file() and not (p / "selection.json").is_file():
+    if p.is_dir() and (p / CANDIDATE_FILE).is_file() and not (p / SELECTION_FILE).is_file():
         record = load_candidate(p)
         return {"objective": "gates", "winner": record["recipe"], "decisions": {record["recipe"]: record["reason"]},
                 "candidates": [record], "champion": record}
-    doc = read_record(p, "selection.json", field="selection", what="champion selection",
-                      fix="pass select_champion's decision")
+    doc = load_selection(p)
     winner = next((c for c in doc.get("candidates", []) if c.get("recipe") == doc.get("winner")), None)
     if winner is None:
         raise ShipyardError("selection", "names no champion", "run register only when select_champion found one")

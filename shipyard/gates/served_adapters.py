@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.records import CANDIDATE_FILE
+from shipyard.core.records import CANDIDATE_FILE, SELECTION_FILE
 
 
 def champion_adapters(record: str | dict[str, Any]) -> list[dict[str, Any]]:
@@ -16,13 +16,13 @@ def champion_adapters(record: str | dict[str, Any]) -> list[dict[str, Any]]:
     ``record``: the record, select_champion's selection folder, or a candidate.json (or its folder)."""
     champion = record
     if not isinstance(record, dict):
-        from shipyard.gates.selection import load_selection
+        from shipyard.gates.selection import champion_selection
 
         path = Path(record)
         folder = path if path.is_dir() else path.parent
-        if not ((folder / "selection.json").is_file() or (folder / CANDIDATE_FILE).is_file()):
+        if not ((folder / SELECTION_FILE).is_file() or (folder / CANDIDATE_FILE).is_file()):
             return []  # another record (a benchmark's golden.json): no adapters were gated
-        champion = load_selection(str(folder))["champion"]
+        champion = champion_selection(str(folder))["champion"]
     return [{"name": name, "uri": a.get("uri"), "digest": a.get("digest")}
             for name, a in (champion.get("adapters") or {}).items() if a.get("passed")]
 

@@ -34,7 +34,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, package_dir
 from shipyard.core.interrupts import shielded, signal_name
 from shipyard.core.processes import interrupt_children
-from shipyard.core.records import slo_of
+from shipyard.core.records import load_selection, slo_of
 from shipyard.gates.candidate import verdict
 from shipyard.params.input_secrets import check_s3_endpoint
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
@@ -117,12 +117,12 @@ def outcome(steps: list[StepSummary], params: dict[str, Any]) -> dict[str, Any]:
     select = last("select-champion")
     if select is not None and select.artifacts.get("decision"):
         try:
-            chosen = json.loads((Path(select.artifacts["decision"]) / "selection.json").read_text())
+            chosen = load_selection(select.artifacts["decision"])
             out["champion"], out["headline"] = chosen["winner"], str(chosen.get("headline") or "")
             rule = next((slo_of(c)["rule"] for c in chosen.get("candidates") or [] if slo_of(c).get("rule")), "")
             default = " (the default: the slo parameter was empty)" if not str(params.get("slo") or "").strip() else ""
             out["slo"] = f"{rule}{default}" if rule else ""
-        except (OSError, ValueError, KeyError):
+        except (ShipyardError, KeyError):
             pass
     elif (gates := last("candidate-gates")) is not None and gates.parameters.get("Output") is True:
         out["champion"] = "candidate"

@@ -302,13 +302,31 @@ def call_step(runtime: str, function: Callable[..., Any], /, **kwargs: Any) -> A
 
 def record_outputs(result: dict[str, Any], metrics: Any = None, artifact: Any = None) -> dict[str, Any]:
     """In a KFP wrapper: log a step result's ``metrics`` into a ``Metrics`` artifact and copy its
-    ``metadata`` onto ``artifact``; returns ``result`` for further use."""
+    ``metadata`` onto ``artifact`` (an output artifact, or a tuple of them); returns ``result`` for further use."""
     if metrics is not None:
         for key, value in (result.get("metrics") or {}).items():
             metrics.log_metric(key, value)
-    if artifact is not None:
-        artifact.metadata.update(result.get("metadata") or {})
+    for each in artifact if isinstance(artifact, tuple) else (artifact,):
+        if each is not None:
+            each.metadata.update(result.get("metadata") or {})
     return result
+
+
+def record_metadata(metadata: dict[str, dict[str, Any]], **artifacts: Any) -> None:
+    """In a KFP wrapper: copy a step task's metadata per output (``metadata[name]``, as ``gates_task``,
+    ``package_champion_task`` and ``deploy_task`` return it) onto the output artifact passed as ``name``."""
+    for name, artifact in artifacts.items():
+        artifact.metadata.update(metadata[name])
+
+
+def metadata_of(artifact: Any) -> dict[str, Any]:
+    """In a KFP wrapper: an optional input artifact's metadata ({} when the pipeline passed none)."""
+    return {} if artifact is None else artifact.metadata
+
+
+def path_of(artifact: Any) -> str:
+    """In a KFP wrapper: an optional input artifact's path ("" when the pipeline passed none)."""
+    return "" if artifact is None else artifact.path
 
 
 def name_output(artifact: Any, suffix: str) -> str:

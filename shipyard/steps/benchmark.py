@@ -14,7 +14,7 @@ from shipyard.benchmarking.guidellm import benchmark_step, load_results, parse_b
 from shipyard.benchmarking.tuning import TUNING_FILE, parse_tuning, run_search
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
-from shipyard.evaluation.garak_scan import SAFETY_DIR
+from shipyard.evaluation.garak_scan import SAFETY_DIR, safety_files
 from shipyard.gates.slo import check_level, highest_load, parse_slo
 from shipyard.steps.base_benchmark import cached_benchmark
 
@@ -38,15 +38,29 @@ def score_point(results_dir: Path, slo: dict[str, Any], gpus: int) -> dict[str, 
     return out
 
 
+def benchmark_record(out: dict[str, Any], out_dir: str, summary_path: str | None) -> dict[str, Any]:
+    """A benchmark's MLflow record (:meth:`shipyard.tracking.steprun.StepRun.log`'s arguments): its
+    figures, its summary, ``results.json`` and the safety scan's files (none without a scan)."""
+    return {"metrics": out.get("metrics"), "artifacts": {"summary.md": summary_path,
+                                                         "results.json": f"{out_dir}/results.json",
+                                                         **safety_files(out_dir)}}
+
+
 def tune_step(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_dir: str,
               summary_path: str | None = None, cache: bool = False, origin: str = "", safety: str = "") -> dict[str, Any]:
     """Search ``tuning`` (see :mod:`shipyard.benchmarking.tuning`); without one, the plain benchmark.
 
     Returns what :func:`~shipyard.benchmarking.guidellm.benchmark_step` returns for the best
-    point, with ``metadata.tuning`` (best flags, points measured, seconds). A safety scan
-    (``safety``) runs once, on the first point measured: it judges the model's answers, which
-    scheduling settings do not change.
+    point, with ``metadata.tuning`` (best flags, points measured, seconds) and ``log`` (the step's
+    MLflow record: :func:`benchmark_record`). A safety scan (``safety``) runs once, on the first
+    point measured: it judges the model's answers, which scheduling settings do not change.
     """
+    out = _tune(model_dir, benchmark_config, tuning, slo, out_dir, summary_path, cache, origin, safety)
+    return {**out, "log": benchmark_record(out, out_dir, summary_path)}
+
+
+def _tune(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_dir: str, summary_path: str | None,
+          cache: bool, origin: str, safety: str) -> dict[str, Any]:
     from shipyard.steps.workload import workload_replay
 
     search = parse_tuning(tuning)

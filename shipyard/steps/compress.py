@@ -63,8 +63,8 @@ def compress_model(
     seed: int = 42,
     summary_path: str = "",
 ) -> dict[str, Any]:
-    """Compress the model at ``model_dir`` into ``out_dir``; return metrics and metadata. Every input
-    is checked, and the calibration set read, before torch and the model are loaded."""
+    """Compress the model at ``model_dir`` into ``out_dir``; return metrics, metadata and ``log`` (the
+    step's MLflow record: :meth:`shipyard.tracking.steprun.StepRun.log`'s arguments). Every input is checked, and the calibration set read, before torch and the model are loaded."""
     source = check_model_folder(model_dir, "model")
     resolved = load_recipe(recipe)
     _check_lengths(max_seq_length, num_calibration_samples)
@@ -108,6 +108,7 @@ def compress_model(
         "metrics": metrics,
         "metadata": {"recipe": resolved.name, "scheme": scheme, "quantization_format": config["quantization_config"].get("format", "")},
         "output_size_bytes": dir_size(out_dir),
+        "log": {"metrics": metrics, "artifacts": {"summary.md": summary_path, "recipe.yaml": f"{out_dir}/recipe.yaml"}},
     }
 
 

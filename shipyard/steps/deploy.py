@@ -18,11 +18,13 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.records import (
     DECISION_RECORD,
+    SELECTION_FILE,
     CandidateRecord,
     DecisionRecord,
     SloThresholds,
     load_candidate,
     load_decision,
+    load_selection,
     slo_of,
     slo_thresholds,
 )
@@ -403,13 +405,11 @@ def promotion_allowed(result: dict[str, Any], dry_run: bool) -> tuple[bool, str]
 def searched_args(candidate: str) -> dict[str, Any]:
     """The champion's flags from the serving-configuration search (selection.json's ``serving``), as
     ``{flag: value}`` (a bare flag maps to True); empty when the run did not search."""
-    path = Path(candidate)
-    selection = path / "selection.json" if path.is_dir() else path
     try:
-        serving = json.loads(selection.read_text()).get("serving") or {}
-    except (OSError, ValueError, AttributeError):
+        serving = load_selection(candidate).get("serving") or {}
+    except ShipyardError:
         return {}
-    if serving.get("source") != "tuning search":
+    if not isinstance(serving, dict) or serving.get("source") != "tuning search":
         return {}
     args, out = [str(a) for a in serving.get("vllm_args") or []], {}
     i = 0
@@ -425,12 +425,12 @@ def searched_args(candidate: str) -> dict[str, Any]:
 def _recorded(candidate: str) -> dict[str, Any]:
     """The champion's record from a selection folder (selection.json) or a candidate.json, with its
     golden outputs checked (one line, before anything is applied, when they are missing)."""
-    from shipyard.gates.selection import load_selection
+    from shipyard.gates.selection import champion_selection
     from shipyard.gates.verification import load_recorded
 
     path = Path(candidate)
-    if path.is_dir() and (path / "selection.json").is_file():
-        return load_recorded(load_selection(str(path))["champion"])
+    if path.is_dir() and (path / SELECTION_FILE).is_file():
+        return load_recorded(champion_selection(str(path))["champion"])
     return load_recorded(str(path))
 
 
@@ -466,10 +466,10 @@ def champion_record(candidate: str | None) -> CandidateRecord | None:
         return None
     path = Path(candidate)
     try:
-        if path.is_dir() and (path / "selection.json").is_file():
-            from shipyard.gates.selection import load_selection
+        if path.is_dir() and (path / SELECTION_FILE).is_file():
+            from shipyard.gates.selection import champion_selection
 
-            found = load_selection(str(path)).get("champion")
+            found = champion_selection(str(path)).get("champion")
         else:
             found = load_candidate(path)
     except ShipyardError:
@@ -717,10 +717,10 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
 def _champion_slo(candidate: str, quiet: bool = False) -> tuple[CandidateRecord, SloThresholds | dict[str, Any]] | None:
     """The champion's record and the SLO thresholds it was gated with; None (said unless ``quiet``)
     when there are none."""
-    from shipyard.gates.selection import load_selection
+    from shipyard.gates.selection import champion_selection
 
     try:
-        record = load_selection(candidate)["champion"]
+        record = champion_selection(candidate)["champion"]
     except ShipyardError as err:
         if not quiet:
             print(f"deploy: no SLO alerts ({err})", flush=True)
@@ -805,11 +805,11 @@ def measured_sizing(candidate: str, params: dict[str, Any], overrides: dict[str,
     (:mod:`shipyard.serving.sizing`): ``{"params", "rows", "derived", "warning"}`` with ``params``
     the deploy_config carrying the derived values where the user gave none; None when the record
     cannot be read (the deploy then keeps its defaults and says so)."""
-    from shipyard.gates.selection import load_selection
+    from shipyard.gates.selection import champion_selection
     from shipyard.serving.sizing import apply_sizing, derive_sizing, scale_to_zero_warning
 
     try:
-        record = load_selection(candidate)["champion"]
+        record = champion_selection(candidate)["champion"]
     except ShipyardError as err:
         print(f"deploy: not sized from measurements ({err})", flush=True)
         return None

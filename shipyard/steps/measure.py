@@ -40,9 +40,11 @@ def measure_step(
     scan it with garak, in the benchmark step's results; when ``eval_sets_dir`` holds sets, run
     them and answer the rubric prompts into ``eval_sets_out``); returns ``{"eval", "bench",
     "server", "eval_sets"}`` (the steps' results, the shared server's start-up seconds, the eval
-    sets' summary or None without sets)."""
+    sets' summary or None without sets) and ``log``: the evaluate and benchmark runs' MLflow records
+    (:meth:`shipyard.tracking.steprun.StepRun.log`'s arguments), both marked ``shared_server``."""
     from shipyard.benchmarking.guidellm import benchmark_server, benchmark_step, parse_benchmark_config
     from shipyard.evaluation.lmeval import evaluate_step
+    from shipyard.steps.benchmark import benchmark_record
     from shipyard.steps.eval_sets import evaluate_eval_sets, has_sets
     from shipyard.steps.workload import workload_replay
 
@@ -68,5 +70,9 @@ def measure_step(
         from shipyard.steps.benchmark import tune_step
 
         benched = tune_step(model_dir, benchmark_config, tuning, slo, bench_out, summary_path, safety=safety)
+    print(f"one vLLM server for eval and benchmark: started in {startup} s", flush=True)
+    shared = {"shared_server": True}
     return {"eval": evaluated, "bench": benched, "eval_sets": own_sets,
-            "server": {"startup_seconds": startup, "wall_seconds": round(time.monotonic() - started, 2)}}
+            "server": {"startup_seconds": startup, "wall_seconds": round(time.monotonic() - started, 2)},
+            "log": {"eval": {**evaluated["log"], "params": shared},
+                    "bench": {**benchmark_record(benched, bench_out, summary_path), "params": shared}}}

@@ -121,14 +121,14 @@ def package_champion_task(*, model_dir: str, selection_dir: str, modelcar_dir: s
     import shutil
 
     from shipyard.compression.recipes import recipe_label
-    from shipyard.gates.selection import load_selection
+    from shipyard.gates.selection import champion_selection
     from shipyard.runtimes.runtime import call_step
     from shipyard.serving.kserve.render import copy_model_files
     from shipyard.steps.attest import attest_if_keyed
     from shipyard.steps.register import register_champion
     from shipyard.tracking.steprun import StepRun
 
-    recipe = load_selection(selection_dir)["champion"]["recipe"]
+    recipe = champion_selection(selection_dir)["champion"]["recipe"]
     annotations = json.dumps({"recipe": recipe_label(recipe), "source_model": base_model_uri,
                               "pipeline_run": kfp_run_id})
     with StepRun("package", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
@@ -157,6 +157,4 @@ def package_champion_task(*, model_dir: str, selection_dir: str, modelcar_dir: s
     return {"passed": bool(out["passed"]), "metadata": {
         "modelcar": artifact_metadata(packed), "model_files": small,
         "package_summary": {"uri": packed["uri"], "digest": packed["digest"], "attestation": attested["note"]},
-        "decision": {"uri": packed["uri"], "digest": packed["digest"], "version": out["version"],
-                     "passed": out["passed"], "reason": out["reason"], "recipe": out["recipe"],
-                     "headline": json.dumps(out["headline"])}}}
+        "decision": out["metadata"]}}

@@ -20,11 +20,11 @@ from typing import Any
 
 from shipyard.core.errors import UnreachableError
 from shipyard.core.files import atomic_write_text
-from shipyard.core.records import DECISION_RECORD
+from shipyard.core.records import DECISION_RECORD, SELECTION_FILE
 from shipyard.gates.baseline import is_base
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
-from shipyard.gates.selection import load_selection, objective_value
+from shipyard.gates.selection import champion_selection, objective_value
 from shipyard.steps.attest import attestation_tags
 from shipyard.tracking import model_registry as registry
 
@@ -57,13 +57,35 @@ def register_champion(
     selection_dir: str, base_model_uri: str, champion_tolerance: float, report_path: str, attestation: str = "",
 ) -> dict[str, Any]:
     """Register the packaged champion and gate it against ``production``; returns
-    ``{"passed", "reason", "version", "champion_version", "recipe", "headline"}``. ``attestation``: the
+    ``{"passed", "reason", "version", "champion_version", "recipe", "headline"}`` with the gate report's
+    ``metadata`` and ``log`` (:func:`register_record`). ``attestation``: the
     package folder :func:`shipyard.steps.attest.attest_package` wrote into (or its
     ``shipyard-attestations.json``): the verification summary's digest, decision, key id and the
     evidence envelopes' digests become tags of the model version (:func:`shipyard.steps.attest.attestation_tags`)."""
+    out = _register(tracking_uri, experiment, kfp_run_id, model_name, source_uri, digest, selection_dir,
+                    base_model_uri, champion_tolerance, report_path, attestation)
+    return {**out, **register_record(out, source_uri, digest, report_path)}
+
+
+def register_record(out: dict[str, Any], source_uri: str, digest: str, report_path: str) -> dict[str, Any]:
+    """The register step's outputs beside its result: the gate report's ``metadata`` (the package, the
+    version, the gate's verdict, the recipe, the headline as JSON) and ``log``, its MLflow record
+    (:meth:`shipyard.tracking.steprun.StepRun.log`'s arguments)."""
+    return {"metadata": {"uri": source_uri, "digest": digest, "version": out["version"], "passed": out["passed"],
+                         "reason": out["reason"], "recipe": out["recipe"], "headline": json.dumps(out["headline"])},
+            "log": {"params": {"version": out["version"], "champion_version": out["champion_version"] or "none"},
+                    "metrics": {"gate.passed": float(out["passed"])},
+                    "tags": {"shipyard.candidate": out["recipe"][:250], "shipyard.gate.reason": out["reason"][:5000]},
+                    "artifacts": {"champion-gate.md": report_path}}}
+
+
+def _register(tracking_uri: str, experiment: str, kfp_run_id: str, model_name: str, source_uri: str, digest: str,
+              selection_dir: str, base_model_uri: str, champion_tolerance: float, report_path: str,
+              attestation: str) -> dict[str, Any]:
+    """:func:`register_champion`'s registration and gate, or the request kept while MLflow is down."""
     from shipyard.tracking.tracker import Tracker
 
-    doc = load_selection(selection_dir)
+    doc = champion_selection(selection_dir)
     champion = doc["champion"]
     figures, declared = accuracy_figures(champion)
     head = headline(champion)
@@ -103,7 +125,7 @@ def decision_artifacts(selection_dir: str) -> dict[str, str]:
     decision record, the selection and frontier, and the candidates report (Markdown and HTML)."""
     from shipyard.steps.select import REPORT_HTML, REPORT_MD
 
-    names = (DECISION_RECORD, "selection.json", "frontier.json", REPORT_MD, REPORT_HTML)
+    names = (DECISION_RECORD, SELECTION_FILE, "frontier.json", REPORT_MD, REPORT_HTML)
     return {f"decision/{name}": str(Path(selection_dir) / name) for name in names
             if (Path(selection_dir) / name).is_file()}
 

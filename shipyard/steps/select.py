@@ -10,11 +10,12 @@ dominates is never champion), and writes ``selection.json``, ``frontier.json``,
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.files import atomic_write_text
-from shipyard.core.records import DECISION_RECORD, load_candidate
+from shipyard.core.records import DECISION_RECORD, SELECTION_FILE, load_candidate
 from shipyard.gates.baseline import is_base
 from shipyard.gates.frontier import frontier
 from shipyard.gates.selection import (
@@ -49,7 +50,8 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
     ``selection.json`` and ``decision-record.json`` (:func:`shipyard.gates.selection.base_model_record`),
     so ``shipyard watch --champion --requalify`` knows the base to re-qualify from.
 
-    Returns ``{"winner", "winner_model_uri", "reason", "headline", "metrics", "decisions", ...}``;
+    Returns ``{"winner", "winner_model_uri", "reason", "headline", "metrics", "decisions", ...}``, with
+    ``metadata`` (what the decision and both reports carry in KFP) and ``log`` (:func:`select_record`);
     ``winner`` is the champion's recipe (``base`` when the base is kept), or empty when no candidate,
     the base included, passed its gates.
     """
@@ -75,7 +77,7 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
     front = frontier(candidates, doc["winner"], lambda c: objective_value(c, "throughput"))
     doc["serving"] = {"vllm_args": front["champion"]["vllm_args"] or [],
                       "source": "tuning search" if (winner.get("tuning") or {}).get("points") else "benchmark defaults"}
-    atomic_write_text(out / "selection.json", json.dumps(doc, indent=2, default=str))
+    atomic_write_text(out / SELECTION_FILE, json.dumps(doc, indent=2, default=str))
     atomic_write_text(out / "frontier.json", json.dumps(front, indent=2, default=str))
     atomic_write_text(out / DECISION_RECORD, json.dumps(decision_record(result, candidates, front, doc),
                                                         indent=2, default=str))
@@ -87,4 +89,17 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
         metrics[f"champion.{result['objective']}"] = float(value)
     return {"winner": winner.get("recipe", ""), "winner_model_uri": winner.get("model_uri", ""), "reason": result["reason"],
             "headline": result["headline"], "metrics": metrics, "decisions": result["decisions"],
-            "objective": result["objective"], "champion": winner, "serving": doc["serving"]}
+            "objective": result["objective"], "champion": winner, "serving": doc["serving"],
+            "metadata": {"champion": doc["winner"], "reason": result["reason"], "headline": result["headline"]},
+            "log": select_record(doc["winner"], result["headline"], metrics, out_dir, report_md, report_html_path)}
+
+
+def select_record(winner: str, headline: str, metrics: dict[str, float], out_dir: str, report_md: str,
+                  report_html_path: str) -> dict[str, Any]:
+    """The select step's MLflow record (:meth:`shipyard.tracking.steprun.StepRun.log`'s arguments): its
+    figures, the champion and the headline as tags, both reports and the selection folder's records."""
+    return {"metrics": metrics, "tags": {"shipyard.champion": winner or "none", "shipyard.headline": headline[:5000]},
+            "artifacts": {"candidates.md": report_md, "candidates.html": report_html_path,
+                          SELECTION_FILE: os.path.join(out_dir, SELECTION_FILE),
+                          "frontier.json": os.path.join(out_dir, "frontier.json"),
+                          DECISION_RECORD: os.path.join(out_dir, DECISION_RECORD)}}

@@ -84,7 +84,7 @@ def watch_step(served_model_uri: str, prometheus_url: str, watch_config: str, de
     ``registered_model_name`` in MLflow; its envelope comes from its signed SLO evidence, verified
     with the trust key of the cluster contract (``SHIPYARD_ATTESTATION_PUBLIC_KEY``). Writes the
     comparison to ``result_path`` (JSON) and the report to ``report_path`` (Markdown) and returns the
-    comparison. Bad input, evidence that does not verify and an unreachable Prometheus raise one
+    comparison with the report's ``metadata`` and ``log`` (:func:`watch_record`). Bad input, evidence that does not verify and an unreachable Prometheus raise one
     line; a drift does not (the run succeeds, and its report and MLflow run say what drifted)."""
     from shipyard.core import contract
     from shipyard.core.files import atomic_write_text
@@ -108,4 +108,22 @@ def watch_step(served_model_uri: str, prometheus_url: str, watch_config: str, de
     atomic_write_text(Path(result_path), json.dumps(result, indent=2, sort_keys=True, default=str))
     atomic_write_text(Path(report_path), f"# Drift watch: {cfg['model_name']}\n\nModel: `{uri}`\n\n```\n{report}\n```\n")
     print(report, flush=True)
-    return result
+    return {**result, **watch_record(result, report_path, result_path)}
+
+
+def watch_record(result: dict[str, Any], report_path: str, result_path: str) -> dict[str, Any]:
+    """The watch step's outputs beside its comparison: the report's ``metadata`` (the verdict, what
+    drifted, the model, the reason) and ``log``, its MLflow record
+    (:meth:`shipyard.tracking.steprun.StepRun.log`'s arguments: each dimension's live and qualified figures,
+    the verdict and the re-qualification command as tags, the report and the comparison)."""
+    figures = {f"{r['dimension']}.{k}": r[k] for r in result["rows"] for k in ("live", "qualified")
+               if isinstance(r.get(k), int | float)}
+    said = result["verdict"] + (f": {', '.join(result['drifted'])}" if result["drifted"] else "")
+    return {"metadata": {"verdict": result["verdict"], "drifted": ",".join(result["drifted"]),
+                         "model_uri": result["model_uri"], "reason": said},
+            "log": {"params": {"served_model_uri": result["model_uri"], "model_name": result["model_name"]},
+                    "metrics": {"drifted": float(bool(result["drifted"])), **figures},
+                    "tags": {"shipyard.watch.verdict": result["verdict"],
+                             "shipyard.watch.drifted": ",".join(result["drifted"]),
+                             **({"shipyard.watch.requalify": result["requalify"][:5000]} if result["requalify"] else {})},
+                    "artifacts": {"drift.md": report_path, "drift.json": result_path}}}

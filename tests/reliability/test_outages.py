@@ -144,6 +144,10 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         assert out["passed"] is False and out["version"] == "" and "registration deferred" in out["reason"]
         assert out["pending"]["source_uri"] == source and out["pending"]["alias"] == "candidate"
         assert "shipyard track replay" in (tmp_path / "decision.md").read_text()
+        # what the wrapper sets on the gate report and logs: the verdict, failed closed
+        assert out["metadata"]["passed"] is False and out["metadata"]["uri"] == source and out["metadata"]["version"] == ""
+        assert out["log"]["metrics"] == {"gate.passed": 0.0} and out["log"]["tags"]["shipyard.gate.reason"] == out["reason"]
+        assert out["log"]["artifacts"] == {"champion-gate.md": str(tmp_path / "decision.md")}
         # A deployment that became Ready during the outage stands; its 'production' alias is kept.
         t0 = time.monotonic()
         promoted = promotion.promote_production(url, "outage", kfp_run_id, deployed, "1", "w8a8-int8",

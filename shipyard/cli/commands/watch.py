@@ -106,7 +106,7 @@ def _token(path: str) -> str:
 def _envelope(args: argparse.Namespace) -> tuple[Any, str]:
     """The envelope to compare with, from ``--champion`` or ``--model``, and the base model its record
     or signed provenance names (or "")."""
-    from shipyard.gates.selection import load_selection, recorded_base_uri
+    from shipyard.gates.selection import champion_selection, recorded_base_uri
     from shipyard.serving.watch import envelope_from_record
 
     if args.model:
@@ -127,7 +127,7 @@ def _envelope(args: argparse.Namespace) -> tuple[Any, str]:
     try:
         champion = Path(args.champion)
         # a candidate.json file is read from its folder, as the promote pipeline's champion is
-        selection = load_selection(str(champion.parent if champion.name == CANDIDATE_FILE and champion.is_file()
+        selection = champion_selection(str(champion.parent if champion.name == CANDIDATE_FILE and champion.is_file()
                                        else champion))
         base = recorded_base_uri(selection)  # "": a candidate.json, or a record older than base_model
     except ShipyardError as err:  # said as the option the user gave
