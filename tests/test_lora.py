@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from shipyard.core.errors import ShipyardError
+from shipyard.evaluation.lora import RECORD as LORA_RECORD
 from shipyard.gates.adapter_gates import run_adapter_gates
 from shipyard.models.adapters import adapter_identity, fetch_adapters, load_adapters, parse_adapters
 from shipyard.params.checks import check_parameters
@@ -154,6 +155,8 @@ def test_per_adapter_gate_passes_same_weights_and_fails_a_broken_model_or_adapte
         runs=[{"model_dir": str(m), "adapters_dir": str(a), "out_dir": str(tmp_path / "eval" / name)}
               for m, a, name in runs]))
 
+    # each run wrote its adapters' index beside their results (the step's record)
+    assert all((tmp_path / "eval" / name / LORA_RECORD).is_file() for *_, name in runs)
     # lm-eval loaded the adapter (peft=) and summary.json pins it by content
     raw = json.loads((tmp_path / "eval" / "base" / "good" / "lm_eval_results.json").read_text())
     assert str((adapters / "good").resolve()) in json.dumps(raw["config"]["model_args"]), raw["config"]["model_args"]

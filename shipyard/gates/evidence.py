@@ -450,6 +450,16 @@ def verified_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure
     if vsa is None:
         rows.append(_check("verification summary", False, "no signed summary about this digest"))
         return _result(found, rows, entries, vsa_info, "has no signed verification summary for this digest"), predicates
+    files_sig = _summary_rows(rows, vsa, good, entries, max_age_days)
+    out = _result(found, rows, entries, vsa_info, "")
+    out["model_signature"] = files_sig
+    return out, predicates
+
+
+def _summary_rows(rows: list[dict[str, Any]], vsa: dict[str, Any], good: list[dict[str, Any]],
+                  entries: list[dict[str, Any]], max_age_days: float | None) -> dict[str, Any] | None:
+    """Append the verification summary's checks to ``rows``: it covers the evidence envelopes, the model
+    files' signature is bound by it, its decision, its age; return the bound files signature (or None)."""
     named = {f"sha256:{(i.get('digest') or {}).get('sha256')}" for i in vsa.get("inputAttestations") or []
              if isinstance(i, dict)}
     evidence = {e["envelope_digest"] for e in good if e["predicate_type"] in EVIDENCE_TYPES}
@@ -468,9 +478,7 @@ def verified_evidence(uri: str, public_key: Any, *, field: str = "uri", insecure
         rows.append(_check("summary age", age is not None and age <= max_age_days,
                            f"verified {vsa.get('timeVerified')}, " + (f"{age:.1f} days ago" if age is not None else
                                                                        "unreadable time") + f" (at most {max_age_days:g})"))
-    out = _result(found, rows, entries, vsa_info, "")
-    out["model_signature"] = files_sig
-    return out, predicates
+    return files_sig
 
 
 def _files_check(entries: list[dict[str, Any]], named: set[str]) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -54,6 +54,20 @@ def _markdown(out: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _statement_rows(envelopes: list[dict[str, Any]], descs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per stored envelope: its predicate type, referrer manifest and envelope digest."""
+    import hashlib
+
+    from shipyard.oci import attestation as att
+
+    rows = []
+    for env, desc in zip(envelopes, descs, strict=True):
+        payload = att.parse_envelope(att.envelope_bytes(env), "envelope")[1]
+        rows.append({"predicate_type": json.loads(payload)["predicateType"], "referrer": desc["digest"],
+                     "envelope_digest": "sha256:" + hashlib.sha256(att.envelope_bytes(env)).hexdigest()})
+    return rows
+
+
 def _sign_files(model_dir: str, key: Any, package_dir: str) -> dict[str, Any]:
     """The model files signed with ``key`` (OpenSSF model signing: :mod:`shipyard.oci.model_signature`),
     the bundle written as ``model.sig`` in ``package_dir``: ``{"signed", "note", "files",
@@ -81,7 +95,6 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
     the evidence is built from (see :func:`shipyard.gates.evidence.evidence_statements`). Raises when
     what was stored does not verify. Returns ``{"uri", "digest", "decision", "vsa_digest", "keyid",
     "statements", "stored", "referrers_api", "fallback_tag", "cosign_tag", "verification"}``."""
-    import hashlib
 
     from shipyard.gates.evidence import VSA, evidence_statements, sign_evidence, verify_evidence
     from shipyard.oci import attestation as att
@@ -116,11 +129,7 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
             raise ShipyardError("attestation", f"what was stored in {check['where']} does not verify: "
                                 f"{broken[0]['name']}: {broken[0]['detail']}",
                                 "check the registry (it must keep manifests with a subject) and the key")
-    rows = []
-    for env, desc in zip(envelopes, descs, strict=True):
-        payload = att.parse_envelope(att.envelope_bytes(env), "envelope")[1]
-        rows.append({"predicate_type": json.loads(payload)["predicateType"], "referrer": desc["digest"],
-                     "envelope_digest": "sha256:" + hashlib.sha256(att.envelope_bytes(env)).hexdigest()})
+    rows = _statement_rows(envelopes, descs)
     vsa = next(r for r in rows if r["predicate_type"] == VSA)
     out = {"uri": uri, "digest": digest, "decision": (checks[-1]["vsa"] or {}).get("result"),
            "vsa_digest": vsa["envelope_digest"], "keyid": att.keyid(key.public_key()), "statements": rows,
