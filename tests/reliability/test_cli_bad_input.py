@@ -937,6 +937,8 @@ ROWS: list[Row] = [
     row("verify-model-not-a-layout", "verify-model", f"oci:///nonexistent-shipyard-layout@{DIGEST}", "--key", "public.pem",
         field="/nonexistent-shipyard-layout: is not an OCI image layout"),
     row("verify-model-max-age-zero", "verify-model", URI, "--key", "public.pem", "--max-age", "0", field="--max-age"),
+    row("verify-model-files-not-a-folder", "verify-model", URI, "--key", "public.pem", "--files", "no-such-folder",
+        field="--files: no-such-folder is not a folder"),
     row("verify-model-uri-credentials", "verify-model", f"oci://u:{SECRET}@quay.io/org/m@{DIGEST}", "--key", "public.pem",
         field="uri: oci://... carries credentials"),
     row("run-deploy-config-attestation-require-text",
