@@ -17,10 +17,13 @@ import yaml
 from conftest import require_tool
 
 from shipyard.core.errors import ShipyardError
+from shipyard.oci.attestation import load_private_key
+from shipyard.oci.model_signature import MODEL_SIGNATURE_TYPE, file_signing_problem
 from shipyard.pipelines.platform import cluster_layout
 from shipyard.run.container import (
     SECRETS_MOUNT,
     LayoutPlan,
+    attestation_secret_values,
     check_traversable,
     contract_env,
     manifest_mlflow_port,
@@ -373,9 +376,13 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(
     # the evidence travels with the model: the package step signed it in its container with the key
     # from the Secret shipyard-attestation, the registry holds it (the referrers tag: distribution 2.x
     # has no referrers API), and the deploy step verified it with shipyard-attestation-trust's key
+    # and, with an ECDSA key (new local pairs are P-256), the model files' signature (model-signing) beside them
     stored = rehearsal["attestations"]["manifests"]
-    assert len(stored) == 5 and {m["artifactType"] for m in stored} == {"application/vnd.in-toto+json"}, stored
-    assert len({m["predicateType"] for m in stored}) == 5, stored
+    key = load_private_key(attestation_secret_values()["signing-key.pem"].encode(), "signing-key.pem")
+    files_signed = not file_signing_problem(key)
+    assert len(stored) == 5 + files_signed and {m["artifactType"] for m in stored} == {"application/vnd.in-toto+json"}
+    assert len({m["predicateType"] for m in stored}) == 5 + files_signed, stored
+    assert (MODEL_SIGNATURE_TYPE in {m["predicateType"] for m in stored}) == files_signed, stored
     assert rehearsal["deploy_attestation"]["checked"] is True and rehearsal["deploy_attestation"]["passed"] is True
     assert rehearsal["mlflow_runs"]
     # the layout: its identity, its namespaces, the services by their cluster names
