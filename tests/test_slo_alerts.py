@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import VllmArgs, require_tool
+from conftest import VllmArgs, require_tool, vllm_series
 
 from shipyard.core.errors import ShipyardError
 from shipyard.schemas import SCHEMAS_DIR
@@ -99,6 +99,29 @@ def test_vllm_edges_are_the_pinned_vllms() -> None:
     assert tuple(values["TIME_TO_FIRST_TOKEN_BUCKETS"]) == TTFT_BUCKETS
     assert tuple(values["INTER_TOKEN_LATENCY_BUCKETS"]) == ITL_BUCKETS
 
+
+
+VLLM_NAME = re.compile(r"vllm:[a-zA-Z0-9_:]+")
+
+
+def test_every_vllm_series_the_rule_and_the_dashboard_read_is_one_the_pinned_vllm_serves() -> None:
+    """The recording rules, alerts, dashboard panels and KEDA's default trigger name only series the
+    pinned vLLM's /metrics serves (its stat logger's declarations, read from the vllm runtime's source:
+    a Counter gains ``_total``, a Histogram ``_bucket``/``_sum``/``_count``): a series vLLM does not
+    serve never has a sample, so its rule is silent and its panel empty."""
+    from shipyard.serving.dashboard import dashboard_configmap, expressions
+    from shipyard.serving.kserve.config import Scaling
+
+    served = vllm_series()
+    doc, _ = render(knee=OCCUPIED)
+    board = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=OCCUPIED)
+    used = {*VLLM_NAME.findall(_exprs(doc)), *(n for e in expressions(board) for n in VLLM_NAME.findall(e)),
+            Scaling().metric}
+    assert {"vllm:time_to_first_token_seconds_bucket", "vllm:request_success_total", "vllm:num_requests_waiting",
+            "vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total"} <= used  # the scan finds what it checks
+    assert sorted(used - set(served)) == []
+    # the check can fail: a counter without its suffix, a histogram read as a counter
+    assert {"vllm:request_success", "vllm:time_to_first_token_seconds_total"}.isdisjoint(served)
 
 def test_bucket_edges_exact_or_next_and_said() -> None:
     assert bucket_edge(0.25, TTFT_BUCKETS) == (0.25, True)
