@@ -186,14 +186,41 @@ def check_selector(selector: str, field: str = "--selector") -> str:
     return selector
 
 
+def check_scrapes(api: PrometheusAPI, sel: str, model_name: str, window_s: int, peak_window_s: int,
+                  window_field: str = "--window") -> None:
+    """One line when this Prometheus scrapes the served model's vLLM pods too seldom for ``rate()``
+    (two samples of a series in the range): over the watch window (``window_field`` names the setting
+    to widen), or over the peak windows (the scrape interval is the setting to shorten). Without
+    this, a rate over too few scrapes has no series and reads as a model Prometheus does not know."""
+    running = f"vllm:num_requests_running{{{sel}}}"
+    held = api.scalar(f"max(count_over_time({running}[{window_s}s]))", f"vLLM instances serving {model_name}") or 0
+    if held < 2:
+        raise ShipyardError(window_field, f"{window_s} s holds {held:g} scrape of {model_name}'s vLLM pods: shorter "
+                            "than two scrape intervals of this Prometheus (rate() needs two samples)",
+                            "widen the window to more than twice the scrape interval of the vLLM pods")
+    over = f"[{max(window_s - peak_window_s, STEP_S)}s:{STEP_S}s]"
+    most = api.scalar(f"max_over_time(max(count_over_time({running}[{peak_window_s}s])){over})",
+                      f"scrapes of {model_name}'s vLLM pods") or 0
+    if most < 2:
+        every = window_s / max(held - 1, 1)
+        raise ShipyardError(api.field, f"{api.url} scrapes {model_name}'s vLLM pods about every {every:.0f} s: the "
+                            f"peak request rate is counted in {peak_window_s}-s windows, which then hold {most:g} "
+                            "sample (rate() needs two)",
+                            f"scrape the vLLM pods at least every {peak_window_s // 2} s (the PodMonitor's "
+                            "interval, or Prometheus's scrape_interval)")
+
+
 def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str = "",
-              peak_window_s: int = MIN_WINDOW_S) -> Live:
+              peak_window_s: int = MIN_WINDOW_S, window_field: str = "--window") -> Live:
     """The live figures over the last ``window_s`` seconds for the served ``model_name``; the peak
     request rates (all replicas, and per replica) are the highest over the window of rates counted
-    in ``peak_window_s``-second windows (:func:`peak_window`)."""
-    check_window(window_s)
+    in ``peak_window_s``-second windows (:func:`peak_window`). One line (:func:`check_scrapes`) when
+    the vLLM pods are scraped too seldom for either window; ``window_field``: the setting that gave
+    ``window_s``."""
+    check_window(window_s, window_field)
     peak_window_s = min(window_s, max(MIN_WINDOW_S, int(peak_window_s)))
     sel = ",".join([f'model_name="{model_name}"', *([selector] if selector else [])])
+    check_scrapes(api, sel, model_name, window_s, peak_window_s, window_field)
     w = f"{window_s}s"
 
     def ratio(num: str, den: str, what: str) -> float | None:
