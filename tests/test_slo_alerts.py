@@ -498,6 +498,24 @@ def test_dashboard_configmap_validates_and_draws_the_envelope() -> None:
     assert "vector(1.5)" not in expressions(bare) and "vector(0.25)" in expressions(bare)
 
 
+def test_dashboard_draws_the_queue_and_kv_cache_alerts_thresholds_at_the_knee() -> None:
+    """The queue-depth and KV-cache panels draw the thresholds their alerts fire above (what a replica
+    held at the knee), so a panel shows how near the alert a pod is; none without the knee's occupancy."""
+    from shipyard.serving.dashboard import dashboard
+
+    def targets(knee: dict[str, Any]) -> dict[str, list[str]]:
+        board = dashboard(name="llm", model_name=MODEL, slo=SLO, knee=knee)
+        return {p["title"]: [t["expr"] for t in p["targets"]] for p in board["panels"]}
+
+    doc, _ = render(knee=OCCUPIED)
+    queue = _alert(doc, "ShipyardQueueAboveKnee")["expr"].rsplit("> ", 1)[1]
+    kv = _alert(doc, "ShipyardKVCacheAboveKnee")["expr"].rsplit("> ", 1)[1]
+    panels = targets(OCCUPIED)
+    assert f"vector({queue})" in panels["Queue depth per pod"] and queue == "1"
+    assert f"vector({kv})" in panels["KV-cache usage per pod"] and kv == "0.32"
+    bare = targets(KNEE)
+    assert not any(e.startswith("vector(") for e in bare["Queue depth per pod"] + bare["KV-cache usage per pod"])
+
 @needs_promtool
 def test_dashboard_queries_parse_in_prometheus(tmp_path: Path) -> None:
     """Every panel query through Prometheus's own parser (promtool checks them as recording rules)."""

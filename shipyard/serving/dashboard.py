@@ -4,8 +4,9 @@
 "1"`` (the label the Grafana sidecar of kube-prometheus-stack watches by default) holding one
 dashboard JSON. Each panel draws the live series from the metrics vLLM 0.32 exports (and the
 recording rules of :mod:`shipyard.serving.alerts`) beside the envelope as constant series: the SLO
-lines, the figures the benchmark measured at the knee (p99 TTFT and ITL, requests/s per replica)
-and the burn-rate lines of the alerts. Series are split by ``instance`` (one per vLLM pod); four
+lines, the figures the benchmark measured at the knee (p99 TTFT and ITL, requests/s per replica),
+the thresholds of the queue-depth and KV-cache alerts at the knee
+(:func:`shipyard.serving.alerts.occupancy_limits`) and the burn-rate lines of the alerts. Series are split by ``instance`` (one per vLLM pod); four
 panels (:func:`split_panels`) draw the prefill/decode split (by :data:`ROLE_LABEL`) and the canary
 members side by side (by :data:`SERVICE_LABEL`, the LLMInferenceService's name) from the per-role and
 per-service recording rules (``model_name_role:...``, ``model_name_service:...``).
@@ -17,7 +18,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from shipyard.serving.alerts import BURN_WINDOWS, DEFAULT_ERROR_BUDGET, ROLE_LABEL, SERVICE_LABEL
+from shipyard.serving.alerts import (
+    BURN_WINDOWS,
+    DEFAULT_ERROR_BUDGET,
+    ROLE_LABEL,
+    SERVICE_LABEL,
+    occupancy_limits,
+)
 
 SIDECAR_LABEL = "grafana_dashboard"
 
@@ -68,6 +75,9 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
         return out
 
     knee_rps = [_const(float(knee["requests_per_s"]), f"knee ({knee.get('name')})")] if knee.get("requests_per_s") else []
+    limits = occupancy_limits(knee)
+    at_knee = {key: [_const(limits[key], f"alert above ({label} at the knee, {knee.get('name')})")] if key in limits else []
+               for key, label in (("waiting", "waiting"), ("kv_cache_usage", "KV-cache share"))}
     panels = [
         _panel(1, "TTFT p99 per pod", "s", [p99("vllm:time_to_first_token_seconds"), *envelope("ttft_p99_ms", "TTFT p99")]),
         _panel(2, "ITL p99 per pod (mean per request)", "s",
@@ -81,10 +91,12 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
                    "legendFormat": f"{sli} 1h"} for sli in ("ttft", "itl", "availability", "gateway")),
                 *(_const(factor, f"{severity} ({long_w}/{short_w})") for long_w, short_w, factor, severity, _ in BURN_WINDOWS)]),
         _panel(5, "KV-cache usage per pod", "percentunit",
-               [{"expr": f"max by (instance) (vllm:kv_cache_usage_perc{{{sel}}})", "legendFormat": "{{instance}}"}]),
+               [{"expr": f"max by (instance) (vllm:kv_cache_usage_perc{{{sel}}})", "legendFormat": "{{instance}}"},
+                *at_knee["kv_cache_usage"]]),
         _panel(6, "Queue depth per pod", "none",
                [{"expr": f"sum by (instance) (vllm:num_requests_waiting{{{sel}}})", "legendFormat": "waiting {{instance}}"},
-                {"expr": f"sum by (instance) (vllm:num_requests_running{{{sel}}})", "legendFormat": "running {{instance}}"}]),
+                {"expr": f"sum by (instance) (vllm:num_requests_running{{{sel}}})", "legendFormat": "running {{instance}}"},
+                *at_knee["waiting"]]),
         _panel(7, "Prefix-cache hit rate per pod", "percentunit",
                [{"expr": f"sum by (instance) (rate(vllm:prefix_cache_hits_total{{{sel}}}[5m])) / "
                          f"sum by (instance) (rate(vllm:prefix_cache_queries_total{{{sel}}}[5m]))",
