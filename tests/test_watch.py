@@ -181,6 +181,34 @@ def test_the_live_peak_is_held_against_the_qualified_capacity() -> None:
     assert synthetic["note"].startswith("shown only: the qualifying benchmark replayed no recorded workload")
 
 
+def test_a_prefix_cache_hit_rate_below_the_replays_is_a_drift() -> None:
+    """A champion whose benchmark replayed a recorded workload keeps the server's prefix-cache hit rate
+    during the replay (``workload.prefix_hit_rate``): live more than 0.1 below it drifts (more of each
+    prompt is prefilled than was qualified); above it, or within 0.1, does not. Before, the row was
+    shown only, whatever the record held."""
+    env, tol = envelope_from_record({**REPLAYED, "workload": {**REPLAYED["workload"], "prefix_hit_rate": 0.7}}), \
+        parse_tolerance(None)
+    assert env.prefix_hit_rate == 0.7 and tol["prefix_cache"] == 0.1
+    steady = Live(prompt_tokens=210, output_tokens=95, rps=3.0, replicas=2, ttft_p99_ms=110, prefix_hit_rate=0.65,
+                  window_s=1800, peak_rps=3.2, peak_rps_per_replica=1.6, peak_window_s=120)
+    ok = compare(env, steady, tol)
+    row = next(r for r in ok["rows"] if r["dimension"] == "prefix_cache")
+    assert ok["drifted"] == [] and row["drifted"] is False and row["qualified"] == 0.7
+    assert row["note"] == "at least the replay's rate - 0.1 (less of each prompt found in the cache: more prefill)"
+    colder = compare(env, Live(**{**steady.__dict__, "prefix_hit_rate": 0.5}), tol)
+    assert colder["drifted"] == ["prefix_cache"] and colder["requalify"]
+    assert compare(env, Live(**{**steady.__dict__, "prefix_hit_rate": 0.95}), tol)["drifted"] == []
+    assert compare(env, Live(**{**steady.__dict__, "prefix_hit_rate": 0.5}),
+                   parse_tolerance('{"prefix_cache": 0.25}'))["drifted"] == []
+    idle = next(r for r in compare(env, Live(**{**steady.__dict__, "prefix_hit_rate": None}), tol)["rows"]
+                if r["dimension"] == "prefix_cache")
+    assert idle["drifted"] is None and idle["note"] == "no prefix-cache queries in the window"
+    # a synthetic benchmark, or a rate that is not one: shown only
+    for record in (RECORD, {**REPLAYED, "workload": {"prefix_hit_rate": 1.5}},
+                   {**REPLAYED, "workload": {"prefix_hit_rate": True}}):
+        row = next(r for r in compare(envelope_from_record(record), steady, tol)["rows"] if r["dimension"] == "prefix_cache")
+        assert row["drifted"] is None and row["note"] == "shown only: the qualifying benchmark recorded none"
+
 def test_a_recorded_peak_counted_in_other_windows_is_not_compared_with_the_live_one() -> None:
     """A capacity from a fingerprint written before per-window peaks (its peak over the rate series'
     10-s windows) or from a trace shorter than 120 s: the watch still counts 120-s windows, names both
@@ -202,9 +230,11 @@ def test_a_recorded_peak_counted_in_other_windows_is_not_compared_with_the_live_
 
 
 @pytest.mark.parametrize("text, said", [("{", "--tolerance: is not JSON"), ("[1]", "--tolerance: is not a JSON object"),
-                                        ('{"ttft": -1}', "--tolerance.ttft"), ('{"latency": 1}', "is not a dimension")])
+                                        ('{"ttft": -1}', "--tolerance.ttft"), ('{"latency": 1}', "is not a dimension"),
+                                        ('{"prefix_cache": -0.1}', "--tolerance.prefix_cache: must be a finite number in [0, 1]"),
+                                        ('{"prefix_cache": 2}', "points of hit rate between 0 and 1")])
 def test_bad_tolerance_is_one_line(text: str, said: str) -> None:
-    with pytest.raises(ShipyardError, match=said.replace(".", r"\.")):
+    with pytest.raises(ShipyardError, match=re.escape(said)):
         parse_tolerance(text)
 
 

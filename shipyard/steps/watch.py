@@ -46,7 +46,8 @@ def envelope_of_model(uri: str, public_key: Any, *, field: str = "model_uri",
     base = ((provenance.get("buildDefinition") or {}).get("externalParameters") or {}).get("base_model") or ""
     # the capacity in the recorded workload's units, when the benchmark replayed one (null otherwise)
     record = {"recipe": recipe or "champion", "levels": slo["levels"],
-              "slo": {"thresholds": slo.get("slo") or {}, "capacity": slo.get("capacity")}}
+              "slo": {"thresholds": slo.get("slo") or {}, "capacity": slo.get("capacity")},
+              "workload": {"prefix_hit_rate": (slo.get("workload") or {}).get("prefix_hit_rate")}}
     return envelope_from_record(record, field=field), str(base)
 
 
