@@ -405,7 +405,8 @@ def test_the_slo_carries_its_budget() -> None:
     assert slo_config({"error_budget": 0.001}).error_budget == 0.001
 
 
-def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None,
+            workload: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     from shipyard.steps.deploy import run_deploy
 
     tmp_path.mkdir(exist_ok=True)
@@ -414,7 +415,7 @@ def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None) -> tuple[dict[
     broke = {**level, "name": "concurrent@16", "nominal_load": 16, "requests_per_s": 4.0, "ttft_p99_ms": 900}
     record = {"recipe": "w8a8", "passed": True, "levels": [level, broke], "slo": {"thresholds": SLO},
               "bench_config": {"profile": "concurrent", "prompt_tokens": 256, "output_tokens": 128},
-              **({"engine": engine} if engine else {})}
+              **({"engine": engine} if engine else {}), **({"workload": workload} if workload else {})}
     selection = tmp_path / "selection"
     selection.mkdir(exist_ok=True)
     (selection / "selection.json").write_text(json.dumps({"winner": "w8a8", "candidates": [record]}))
@@ -515,6 +516,22 @@ def test_dashboard_draws_the_queue_and_kv_cache_alerts_thresholds_at_the_knee() 
     assert f"vector({kv})" in panels["KV-cache usage per pod"] and kv == "0.32"
     bare = targets(KNEE)
     assert not any(e.startswith("vector(") for e in bare["Queue depth per pod"] + bare["KV-cache usage per pod"])
+
+
+def test_dashboard_draws_the_replays_prefix_cache_hit_rate(tmp_path: Path) -> None:
+    """The champion's record keeps the server's prefix-cache hit rate during the replay of the recorded
+    workload (what shipyard watch holds production's against): the deployed dashboard draws it."""
+    from shipyard.serving.dashboard import expressions
+
+    panel = "Prefix-cache hit rate per pod"
+    _, docs, _ = _deploy(tmp_path, workload={"digest": "sha256:" + "b" * 64, "prefix_hit_rate": 0.62})
+    board = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert validate_object(board) == [] and "vector(0.62)" in expressions(board)
+    drawn = {p["title"]: p for p in json.loads(next(iter(board["data"].values())))["panels"]}[panel]["targets"]
+    assert drawn[-1] == {"expr": "vector(0.62)", "legendFormat": "during the replay of your recorded workload (0.62)",
+                         "refId": "B"}
+    _, docs, _ = _deploy(tmp_path / "synthetic")  # no recorded workload: nothing to draw
+    assert not any(e.startswith("vector(0.6") for e in expressions(next(d for d in docs if d["kind"] == "ConfigMap")))
 
 @needs_promtool
 def test_dashboard_queries_parse_in_prometheus(tmp_path: Path) -> None:

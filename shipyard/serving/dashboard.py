@@ -6,7 +6,8 @@ dashboard JSON. Each panel draws the live series from the metrics vLLM 0.32 expo
 recording rules of :mod:`shipyard.serving.alerts`) beside the envelope as constant series: the SLO
 lines, the figures the benchmark measured at the knee (p99 TTFT and ITL, requests/s per replica),
 the thresholds of the queue-depth and KV-cache alerts at the knee
-(:func:`shipyard.serving.alerts.occupancy_limits`) and the burn-rate lines of the alerts. Series are split by ``instance`` (one per vLLM pod); four
+(:func:`shipyard.serving.alerts.occupancy_limits`), the prefix-cache hit rate the server had while the
+benchmark replayed a recorded workload, and the burn-rate lines of the alerts. Series are split by ``instance`` (one per vLLM pod); four
 panels (:func:`split_panels`) draw the prefill/decode split (by :data:`ROLE_LABEL`) and the canary
 members side by side (by :data:`SERVICE_LABEL`, the LLMInferenceService's name) from the per-role and
 per-service recording rules (``model_name_role:...``, ``model_name_service:...``).
@@ -58,8 +59,11 @@ def split_panels(first_id: int, sel: str, budget: float) -> list[dict[str, Any]]
     return out
 
 
-def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The Grafana dashboard JSON (schema of Grafana 10+ ``timeseries`` panels, a ``datasource`` variable)."""
+def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None,
+              prefix_hit_rate: float | None = None) -> dict[str, Any]:
+    """The Grafana dashboard JSON (schema of Grafana 10+ ``timeseries`` panels, a ``datasource`` variable);
+    ``prefix_hit_rate``: the server's prefix-cache hit rate while the benchmark replayed the recorded
+    workload (the champion record's ``workload.prefix_hit_rate``), drawn on the hit-rate panel."""
     sel = f'model_name="{model_name}"'
     knee = knee or {}
     budget = float(slo.get("error_budget", DEFAULT_ERROR_BUDGET))
@@ -100,7 +104,9 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
         _panel(7, "Prefix-cache hit rate per pod", "percentunit",
                [{"expr": f"sum by (instance) (rate(vllm:prefix_cache_hits_total{{{sel}}}[5m])) / "
                          f"sum by (instance) (rate(vllm:prefix_cache_queries_total{{{sel}}}[5m]))",
-                 "legendFormat": "{{instance}}"}]),
+                 "legendFormat": "{{instance}}"},
+                *([_const(prefix_hit_rate, f"during the replay of your recorded workload ({prefix_hit_rate:.2g})")]
+                  if prefix_hit_rate is not None else [])]),
         _panel(8, "At the gateway: requests/s and errors by code (llm-d endpoint picker)", "reqps",
                [{"expr": f"model_name:shipyard_gateway_requests:rate5m{{{sel}}}", "legendFormat": "requests"},
                 {"expr": f"sum by (error_code) (rate(inference_objective_request_error_total{{{sel}}}[5m]))",
@@ -114,9 +120,10 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
 
 
 def dashboard_configmap(*, name: str, namespace: str, model_name: str, slo: Mapping[str, Any],
-                        knee: Mapping[str, Any] | None, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+                        knee: Mapping[str, Any] | None, labels: Mapping[str, str] | None = None,
+                        prefix_hit_rate: float | None = None) -> dict[str, Any]:
     """The ConfigMap ``<name>-dashboard`` the Grafana sidecar loads (label ``grafana_dashboard: "1"``)."""
-    board = dashboard(name=name, model_name=model_name, slo=slo, knee=knee)
+    board = dashboard(name=name, model_name=model_name, slo=slo, knee=knee, prefix_hit_rate=prefix_hit_rate)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{name}-dashboard", "namespace": namespace,
                          "labels": {**dict(labels or {}), SIDECAR_LABEL: "1"}},
