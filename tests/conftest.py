@@ -46,6 +46,32 @@ def require_tool(present: bool, install: str) -> None:
     pytest.skip(f"missing system tool: {install}")
 
 
+
+#: how prometheus_client exposes a metric of each kind vLLM declares (``self._<kind>_cls(name=...)``)
+_EXPOSED = {"_gauge_cls": ("",), "_counter_cls": ("_total",), "_histogram_cls": ("_bucket", "_sum", "_count")}
+
+
+def vllm_series() -> dict[str, str]:
+    """Every series name the pinned vLLM's ``/metrics`` serves from its stat logger
+    (``vllm/v1/metrics/loggers.py`` in the vllm runtime venv, read with ``ast``, no import), mapped
+    to its metric's declared name: a Counter ``vllm:x`` is served as ``vllm:x_total``, a Histogram
+    as ``_bucket``/``_sum``/``_count``, a Gauge as itself. Skips (fails under CI) without the venv."""
+    import ast
+
+    from shipyard.runtimes.runtime import venvs_dir
+
+    found = sorted((venvs_dir() / "vllm").glob("lib/python3*/site-packages/vllm/v1/metrics/loggers.py"))
+    require_tool(bool(found), "the vllm runtime venv (.venvs/vllm: shipyard setup builds it)")
+    out: dict[str, str] = {}
+    for node in ast.walk(ast.parse(found[0].read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _EXPOSED):
+            continue
+        name = next((k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)), None)
+        if isinstance(name, str):
+            base = name.removesuffix("_total") if node.func.attr == "_counter_cls" else name
+            out.update({base + suffix: name for suffix in _EXPOSED[node.func.attr]})
+    return out
+
 #: vLLM's own argument parser in the vllm runtime, as a loop: a JSON string of arguments in, one
 #: ``PARSED {...}`` line out (what the tests of rendered vLLM arguments compare), or the parser's error
 _VLLM_ARG_LOOP = """

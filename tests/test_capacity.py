@@ -237,6 +237,39 @@ def test_the_capacity_is_signed_into_the_slo_evidence_and_read_back_from_the_mod
                                  "window_s": 120, "lower_bound": True, "digest": DIGEST}
 
 
+def test_the_replays_prefix_cache_hit_rate_is_signed_and_read_back_from_the_model(tmp_path: Path) -> None:
+    """The server's prefix-cache hit rate during the replay (the fidelity check's ``hit_rate.server``)
+    is kept in the champion's record and its signed SLO evidence, and ``shipyard watch --model`` holds
+    production's against it (issue 38: the prefix-cache dimension had no qualified figure)."""
+    from shipyard.gates.evidence import SLO, evidence_statements
+    from shipyard.oci.attestation import generate_key_pair, read_key_file
+    from shipyard.steps.attest import attest_package
+    from shipyard.steps.package import package_model
+    from shipyard.steps.select import select_champion
+    from shipyard.steps.watch import envelope_of_model
+
+    replay = workload()
+    replay["fidelity"] = {**replay["fidelity"], "checks": {"hit_rate": {"server": 0.62, "theoretical": 0.66}}}
+    out = gates(tmp_path, replay)
+    assert out["candidate"]["workload"]["prefix_hit_rate"] == 0.62
+    select_dir = tmp_path / "decision"
+    select_champion([str(tmp_path / "gates")], "size", str(select_dir), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
+    slo = next(s["predicate"] for s in evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(select_dir))
+               if s["predicateType"] == SLO)
+    assert slo["workload"] == {"digest": {"sha256": "b" * 64}, "prefix_hit_rate": 0.62}
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    (model / "model.safetensors").write_bytes(b"weights" * 64)
+    (model / "tokenizer.json").write_text('{"version": "1.0"}')
+    private, public = generate_key_pair(tmp_path / "keys")
+    car = package_model(str(model), str(tmp_path / "champion"))
+    attest_package(str(tmp_path / "champion"), str(select_dir), key_file=str(private), model_dir=str(model))
+    envelope, _ = envelope_of_model(car["uri"], read_key_file(public, "--key", private=False))
+    assert envelope.prefix_hit_rate == 0.62
+    # a replay whose fidelity check measured no server rate keeps none
+    assert "prefix_hit_rate" not in gates(tmp_path / "none", workload())["candidate"]["workload"]
+
 def test_the_slo_evidence_says_why_the_peak_is_not_in_the_watchs_window(tmp_path: Path) -> None:
     """A Prometheus fingerprint at 300-s steps has no 120-s peak: the signed SLO evidence carries the
     capacity's ``window_note`` with Prometheus's reason, and ``shipyard watch`` rebuilt from the evidence

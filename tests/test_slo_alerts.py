@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import VllmArgs, require_tool
+from conftest import VllmArgs, require_tool, vllm_series
 
 from shipyard.core.errors import ShipyardError
 from shipyard.schemas import SCHEMAS_DIR
@@ -99,6 +99,29 @@ def test_vllm_edges_are_the_pinned_vllms() -> None:
     assert tuple(values["TIME_TO_FIRST_TOKEN_BUCKETS"]) == TTFT_BUCKETS
     assert tuple(values["INTER_TOKEN_LATENCY_BUCKETS"]) == ITL_BUCKETS
 
+
+
+VLLM_NAME = re.compile(r"vllm:[a-zA-Z0-9_:]+")
+
+
+def test_every_vllm_series_the_rule_and_the_dashboard_read_is_one_the_pinned_vllm_serves() -> None:
+    """The recording rules, alerts, dashboard panels and KEDA's default trigger name only series the
+    pinned vLLM's /metrics serves (its stat logger's declarations, read from the vllm runtime's source:
+    a Counter gains ``_total``, a Histogram ``_bucket``/``_sum``/``_count``): a series vLLM does not
+    serve never has a sample, so its rule is silent and its panel empty."""
+    from shipyard.serving.dashboard import dashboard_configmap, expressions
+    from shipyard.serving.kserve.config import Scaling
+
+    served = vllm_series()
+    doc, _ = render(knee=OCCUPIED)
+    board = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=OCCUPIED)
+    used = {*VLLM_NAME.findall(_exprs(doc)), *(n for e in expressions(board) for n in VLLM_NAME.findall(e)),
+            Scaling().metric}
+    assert {"vllm:time_to_first_token_seconds_bucket", "vllm:request_success_total", "vllm:num_requests_waiting",
+            "vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total"} <= used  # the scan finds what it checks
+    assert sorted(used - set(served)) == []
+    # the check can fail: a counter without its suffix, a histogram read as a counter
+    assert {"vllm:request_success", "vllm:time_to_first_token_seconds_total"}.isdisjoint(served)
 
 def test_bucket_edges_exact_or_next_and_said() -> None:
     assert bucket_edge(0.25, TTFT_BUCKETS) == (0.25, True)
@@ -382,7 +405,8 @@ def test_the_slo_carries_its_budget() -> None:
     assert slo_config({"error_budget": 0.001}).error_budget == 0.001
 
 
-def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None,
+            workload: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     from shipyard.steps.deploy import run_deploy
 
     tmp_path.mkdir(exist_ok=True)
@@ -391,7 +415,7 @@ def _deploy(tmp_path: Path, engine: dict[str, Any] | None = None) -> tuple[dict[
     broke = {**level, "name": "concurrent@16", "nominal_load": 16, "requests_per_s": 4.0, "ttft_p99_ms": 900}
     record = {"recipe": "w8a8", "passed": True, "levels": [level, broke], "slo": {"thresholds": SLO},
               "bench_config": {"profile": "concurrent", "prompt_tokens": 256, "output_tokens": 128},
-              **({"engine": engine} if engine else {})}
+              **({"engine": engine} if engine else {}), **({"workload": workload} if workload else {})}
     selection = tmp_path / "selection"
     selection.mkdir(exist_ok=True)
     (selection / "selection.json").write_text(json.dumps({"winner": "w8a8", "candidates": [record]}))
@@ -474,6 +498,40 @@ def test_dashboard_configmap_validates_and_draws_the_envelope() -> None:
     bare = dashboard_configmap(name="llm", namespace="team", model_name=MODEL, slo=SLO, knee=None)
     assert "vector(1.5)" not in expressions(bare) and "vector(0.25)" in expressions(bare)
 
+
+def test_dashboard_draws_the_queue_and_kv_cache_alerts_thresholds_at_the_knee() -> None:
+    """The queue-depth and KV-cache panels draw the thresholds their alerts fire above (what a replica
+    held at the knee), so a panel shows how near the alert a pod is; none without the knee's occupancy."""
+    from shipyard.serving.dashboard import dashboard
+
+    def targets(knee: dict[str, Any]) -> dict[str, list[str]]:
+        board = dashboard(name="llm", model_name=MODEL, slo=SLO, knee=knee)
+        return {p["title"]: [t["expr"] for t in p["targets"]] for p in board["panels"]}
+
+    doc, _ = render(knee=OCCUPIED)
+    queue = _alert(doc, "ShipyardQueueAboveKnee")["expr"].rsplit("> ", 1)[1]
+    kv = _alert(doc, "ShipyardKVCacheAboveKnee")["expr"].rsplit("> ", 1)[1]
+    panels = targets(OCCUPIED)
+    assert f"vector({queue})" in panels["Queue depth per pod"] and queue == "1"
+    assert f"vector({kv})" in panels["KV-cache usage per pod"] and kv == "0.32"
+    bare = targets(KNEE)
+    assert not any(e.startswith("vector(") for e in bare["Queue depth per pod"] + bare["KV-cache usage per pod"])
+
+
+def test_dashboard_draws_the_replays_prefix_cache_hit_rate(tmp_path: Path) -> None:
+    """The champion's record keeps the server's prefix-cache hit rate during the replay of the recorded
+    workload (what shipyard watch holds production's against): the deployed dashboard draws it."""
+    from shipyard.serving.dashboard import expressions
+
+    panel = "Prefix-cache hit rate per pod"
+    _, docs, _ = _deploy(tmp_path, workload={"digest": "sha256:" + "b" * 64, "prefix_hit_rate": 0.62})
+    board = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert validate_object(board) == [] and "vector(0.62)" in expressions(board)
+    drawn = {p["title"]: p for p in json.loads(next(iter(board["data"].values())))["panels"]}[panel]["targets"]
+    assert drawn[-1] == {"expr": "vector(0.62)", "legendFormat": "during the replay of your recorded workload (0.62)",
+                         "refId": "B"}
+    _, docs, _ = _deploy(tmp_path / "synthetic")  # no recorded workload: nothing to draw
+    assert not any(e.startswith("vector(0.6") for e in expressions(next(d for d in docs if d["kind"] == "ConfigMap")))
 
 @needs_promtool
 def test_dashboard_queries_parse_in_prometheus(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import shutil
 import subprocess
@@ -86,7 +87,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Prometheus with 40 minutes of four served models, up to a minute ago: ``steady`` serves
     what the champion was qualified on, ``drifted`` prompts 2.5x longer at 3 req/s per replica,
     ``attested`` what the signed champion of :func:`attested` was qualified on, ``bursty`` the
-    champion's lengths at 0.5 req/s per replica but 2.5 req/s for six minutes (from 16 minutes ago)."""
+    champion's lengths at 0.5 req/s per replica but 2.5 req/s for six minutes (from 16 minutes ago),
+    ``sparse`` ``steady``'s traffic scraped every 5 minutes."""
     require_tool(bool(shutil.which("prometheus")) and bool(shutil.which("promtool")), "apt-get install -y prometheus")
     root = tmp_path_factory.mktemp("prometheus")
     end = time.time() - 60
@@ -96,7 +98,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
              + _series("drifted", 2, 3.0, 500, 100, 0.3, start, end)
              # what the attested champion (report_fixtures' w8a8-int8: 32/16 tokens, knee 1.11 req/s) was qualified on
              + _series("attested", 2, 0.5, 32, 16, 0.06, start, end)
-             + _series("bursty", 2, 0.5, 200, 100, 0.1, start, end, burst=(end - 16 * 60, end - 10 * 60, 2.5)))
+             + _series("bursty", 2, 0.5, 200, 100, 0.1, start, end, burst=(end - 16 * 60, end - 10 * 60, 2.5))
+             + _series("sparse", 2, 1.5, 200, 100, 0.1, start, end, step=300.0))
     (root / "data.om").write_text("\n".join(sorted(lines, key=lambda line: float(line.rsplit(" ", 1)[1])))
                                   + "\n# EOF\n")
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(root / "tsdb")],
@@ -178,6 +181,34 @@ def test_the_live_peak_is_held_against_the_qualified_capacity() -> None:
     assert synthetic["note"].startswith("shown only: the qualifying benchmark replayed no recorded workload")
 
 
+def test_a_prefix_cache_hit_rate_below_the_replays_is_a_drift() -> None:
+    """A champion whose benchmark replayed a recorded workload keeps the server's prefix-cache hit rate
+    during the replay (``workload.prefix_hit_rate``): live more than 0.1 below it drifts (more of each
+    prompt is prefilled than was qualified); above it, or within 0.1, does not. Before, the row was
+    shown only, whatever the record held."""
+    env, tol = envelope_from_record({**REPLAYED, "workload": {**REPLAYED["workload"], "prefix_hit_rate": 0.7}}), \
+        parse_tolerance(None)
+    assert env.prefix_hit_rate == 0.7 and tol["prefix_cache"] == 0.1
+    steady = Live(prompt_tokens=210, output_tokens=95, rps=3.0, replicas=2, ttft_p99_ms=110, prefix_hit_rate=0.65,
+                  window_s=1800, peak_rps=3.2, peak_rps_per_replica=1.6, peak_window_s=120)
+    ok = compare(env, steady, tol)
+    row = next(r for r in ok["rows"] if r["dimension"] == "prefix_cache")
+    assert ok["drifted"] == [] and row["drifted"] is False and row["qualified"] == 0.7
+    assert row["note"] == "at least the replay's rate - 0.1 (less of each prompt found in the cache: more prefill)"
+    colder = compare(env, Live(**{**steady.__dict__, "prefix_hit_rate": 0.5}), tol)
+    assert colder["drifted"] == ["prefix_cache"] and colder["requalify"]
+    assert compare(env, Live(**{**steady.__dict__, "prefix_hit_rate": 0.95}), tol)["drifted"] == []
+    assert compare(env, Live(**{**steady.__dict__, "prefix_hit_rate": 0.5}),
+                   parse_tolerance('{"prefix_cache": 0.25}'))["drifted"] == []
+    idle = next(r for r in compare(env, Live(**{**steady.__dict__, "prefix_hit_rate": None}), tol)["rows"]
+                if r["dimension"] == "prefix_cache")
+    assert idle["drifted"] is None and idle["note"] == "no prefix-cache queries in the window"
+    # a synthetic benchmark, or a rate that is not one: shown only
+    for record in (RECORD, {**REPLAYED, "workload": {"prefix_hit_rate": 1.5}},
+                   {**REPLAYED, "workload": {"prefix_hit_rate": True}}):
+        row = next(r for r in compare(envelope_from_record(record), steady, tol)["rows"] if r["dimension"] == "prefix_cache")
+        assert row["drifted"] is None and row["note"] == "shown only: the qualifying benchmark recorded none"
+
 def test_a_recorded_peak_counted_in_other_windows_is_not_compared_with_the_live_one() -> None:
     """A capacity from a fingerprint written before per-window peaks (its peak over the rate series'
     10-s windows) or from a trace shorter than 120 s: the watch still counts 120-s windows, names both
@@ -199,9 +230,11 @@ def test_a_recorded_peak_counted_in_other_windows_is_not_compared_with_the_live_
 
 
 @pytest.mark.parametrize("text, said", [("{", "--tolerance: is not JSON"), ("[1]", "--tolerance: is not a JSON object"),
-                                        ('{"ttft": -1}', "--tolerance.ttft"), ('{"latency": 1}', "is not a dimension")])
+                                        ('{"ttft": -1}', "--tolerance.ttft"), ('{"latency": 1}', "is not a dimension"),
+                                        ('{"prefix_cache": -0.1}', "--tolerance.prefix_cache: must be a finite number in [0, 1]"),
+                                        ('{"prefix_cache": 2}', "points of hit rate between 0 and 1")])
 def test_bad_tolerance_is_one_line(text: str, said: str) -> None:
-    with pytest.raises(ShipyardError, match=said.replace(".", r"\.")):
+    with pytest.raises(ShipyardError, match=re.escape(said)):
         parse_tolerance(text)
 
 
@@ -264,6 +297,56 @@ def test_a_model_prometheus_has_no_series_for_is_one_line(prometheus: str, tmp_p
     proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "nope")
     assert proc.returncode == 2 and proc.stderr.startswith("shipyard: error: --prometheus: no series for "), proc.stderr
     assert len(proc.stderr.splitlines()) == 1
+
+
+def test_a_window_or_peak_window_shorter_than_two_scrapes_is_one_line_naming_it(prometheus: str,
+                                                                                tmp_path: Path) -> None:
+    """``sparse`` is scraped every 5 minutes: a 4-minute window holds one scrape, and the 120-s windows
+    the peak is counted in hold one whatever the window. Before, rate() over them had no series and
+    the watch said the model had none ("check the model name label")."""
+    short = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "sparse", "--window", "4m")
+    assert short.returncode == 2, short.stderr + short.stdout
+    assert short.stderr.startswith("shipyard: error: --window: 240 s holds 1 scrape of sparse's vLLM pods: shorter "
+                                   "than two scrape intervals"), short.stderr
+    peak = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "sparse", "--window", "30m")
+    assert peak.returncode == 2, peak.stderr + peak.stdout
+    assert peak.stderr.startswith(f"shipyard: error: --prometheus: {prometheus} scrapes sparse's vLLM pods about "
+                                  "every 3"), peak.stderr
+    assert "counted in 120-s windows, which then hold 1 sample" in peak.stderr
+    assert "scrape the vLLM pods at least every 60 s" in peak.stderr
+    assert len(short.stderr.splitlines()) == len(peak.stderr.splitlines()) == 1
+    # the watch pipeline names its own settings
+    from shipyard.serving.watch import read_live
+
+    with pytest.raises(ShipyardError) as err:
+        read_live(PrometheusAPI(prometheus, field="prometheus_url"), "sparse", 240, window_field="watch_config.window")
+    assert err.value.field == "watch_config.window"
+    with pytest.raises(ShipyardError) as err:
+        read_live(PrometheusAPI(prometheus, field="prometheus_url"), "sparse", 1800, window_field="watch_config.window")
+    assert err.value.field == "prometheus_url"
+    # the same traffic scraped every 15 s reads
+    assert _watch(tmp_path, "--prometheus", prometheus, "--model-name", "steady", "--window", "4m").returncode == 0
+
+
+def test_every_vllm_series_the_watch_reads_is_one_the_pinned_vllm_serves(prometheus: str) -> None:
+    """Each query the watch sends names only series the pinned vLLM's /metrics serves (its stat logger's
+    declarations, :func:`conftest.vllm_series`): a name vLLM does not serve reads as no traffic."""
+    from conftest import vllm_series
+
+    from shipyard.serving.watch import read_live
+
+    sent: list[str] = []
+
+    class Recorded(PrometheusAPI):
+        def instant(self, query: str, at: float | None = None) -> list[dict[str, Any]]:
+            sent.append(query)
+            return super().instant(query, at)
+
+    read_live(Recorded(prometheus), "steady", 1800)
+    used = {n for q in sent for n in re.findall(r"vllm:[a-zA-Z0-9_:]+", q)}
+    assert {"vllm:request_prompt_tokens_sum", "vllm:time_to_first_token_seconds_bucket",
+            "vllm:prefix_cache_queries_total", "vllm:request_success_total"} <= used
+    assert sorted(used - set(vllm_series())) == []
 
 
 def test_a_page_that_is_not_the_api_and_a_silent_port_are_one_line(prometheus: str, tmp_path: Path) -> None:

@@ -201,6 +201,9 @@ def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = No
     workload_digest = workload_digest or str((champion.get("workload") or {}).get("digest") or "")
     if workload_digest:
         out["workload"] = {"digest": {"sha256": workload_digest.removeprefix("sha256:")}}
+        hit = (champion.get("workload") or {}).get("prefix_hit_rate")
+        if hit is not None:  # the server's prefix-cache hit rate during the replay (what shipyard watch compares)
+            out["workload"]["prefix_hit_rate"] = hit
     out["capacity"], out["capacity_reason"] = capacity_evidence(champion)
     out["replay"], out["replay_reason"] = replay_evidence(champion)
     return out

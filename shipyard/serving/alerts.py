@@ -439,17 +439,31 @@ def _held_at_knee(held: Mapping[str, Any]) -> tuple[float | None, float | None, 
             "an estimate: in flight x mean tokens per request / the planner's KV-cache tokens")
 
 
+def occupancy_limits(knee: Mapping[str, Any] | None) -> dict[str, float]:
+    """The thresholds of the queue-depth and KV-cache alerts at the knee (``waiting``: waiting requests
+    a replica may hold, at least 1; ``kv_cache_usage``: its KV-cache share, at least
+    :data:`KV_USAGE_FLOOR`), each only when the knee's occupancy gives it; the dashboard draws them."""
+    waiting, kv_share, _, _ = _held_at_knee((knee or {}).get("occupancy") or {})
+    out: dict[str, float] = {}
+    if waiting is not None:
+        out["waiting"] = max(1, math.ceil(float(waiting)))
+    if kv_share:
+        out["kv_cache_usage"] = max(KV_USAGE_FLOOR, math.ceil(float(kv_share) * 100) / 100)
+    return out
+
+
 def _occupancy_alerts(name: str, model_name: str, knee: Mapping[str, Any] | None,
                       runbook_url: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The queue-depth and KV-cache alerts at the knee (``knee["occupancy"]``:
     :func:`shipyard.serving.sizing.knee_occupancy`, its measured figures when there are any): a replica
     holding more waiting requests, or more of its KV cache, for :data:`CAPACITY_FOR` than it did at
-    the highest load that met the SLO."""
+    the highest load that met the SLO (:func:`occupancy_limits`)."""
     waiting, kv_share, waiting_from, kv_from = _held_at_knee((knee or {}).get("occupancy") or {})
+    limits = occupancy_limits(knee)
     level, sel = (knee or {}).get("name", ""), f'model_name="{model_name}"'
     out = []
     if waiting is not None:
-        limit, said = max(1, math.ceil(float(waiting))), _num(float(waiting))
+        limit, said = int(limits["waiting"]), _num(float(waiting))
         out.append(_capacity_alert(
             "ShipyardQueueAboveKnee", f"max by (model_name) (vllm:num_requests_waiting{{{sel}}}) > {limit}", runbook_url,
             summary=f"{name}: requests queue in vLLM beyond the benchmark's knee",
@@ -459,7 +473,7 @@ def _occupancy_alerts(name: str, model_name: str, knee: Mapping[str, Any] | None
             condition=f"vllm:num_requests_waiting of a replica > {limit}",
             source=f"benchmark level {level}: {said} waiting at the knee ({waiting_from}); at least 1"))
     if kv_share:
-        limit_kv, used = max(KV_USAGE_FLOOR, math.ceil(float(kv_share) * 100) / 100), _num(float(kv_share))
+        limit_kv, used = limits["kv_cache_usage"], _num(float(kv_share))
         out.append(_capacity_alert(
             "ShipyardKVCacheAboveKnee", f"max by (model_name) (vllm:kv_cache_usage_perc{{{sel}}}) > {_num(limit_kv)}",
             runbook_url,

@@ -4,8 +4,10 @@
 "1"`` (the label the Grafana sidecar of kube-prometheus-stack watches by default) holding one
 dashboard JSON. Each panel draws the live series from the metrics vLLM 0.32 exports (and the
 recording rules of :mod:`shipyard.serving.alerts`) beside the envelope as constant series: the SLO
-lines, the figures the benchmark measured at the knee (p99 TTFT and ITL, requests/s per replica)
-and the burn-rate lines of the alerts. Series are split by ``instance`` (one per vLLM pod); four
+lines, the figures the benchmark measured at the knee (p99 TTFT and ITL, requests/s per replica),
+the thresholds of the queue-depth and KV-cache alerts at the knee
+(:func:`shipyard.serving.alerts.occupancy_limits`), the prefix-cache hit rate the server had while the
+benchmark replayed a recorded workload, and the burn-rate lines of the alerts. Series are split by ``instance`` (one per vLLM pod); four
 panels (:func:`split_panels`) draw the prefill/decode split (by :data:`ROLE_LABEL`) and the canary
 members side by side (by :data:`SERVICE_LABEL`, the LLMInferenceService's name) from the per-role and
 per-service recording rules (``model_name_role:...``, ``model_name_service:...``).
@@ -17,7 +19,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from shipyard.serving.alerts import BURN_WINDOWS, DEFAULT_ERROR_BUDGET, ROLE_LABEL, SERVICE_LABEL
+from shipyard.serving.alerts import (
+    BURN_WINDOWS,
+    DEFAULT_ERROR_BUDGET,
+    ROLE_LABEL,
+    SERVICE_LABEL,
+    occupancy_limits,
+)
 
 SIDECAR_LABEL = "grafana_dashboard"
 
@@ -51,8 +59,11 @@ def split_panels(first_id: int, sel: str, budget: float) -> list[dict[str, Any]]
     return out
 
 
-def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The Grafana dashboard JSON (schema of Grafana 10+ ``timeseries`` panels, a ``datasource`` variable)."""
+def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mapping[str, Any] | None,
+              prefix_hit_rate: float | None = None) -> dict[str, Any]:
+    """The Grafana dashboard JSON (schema of Grafana 10+ ``timeseries`` panels, a ``datasource`` variable);
+    ``prefix_hit_rate``: the server's prefix-cache hit rate while the benchmark replayed the recorded
+    workload (the champion record's ``workload.prefix_hit_rate``), drawn on the hit-rate panel."""
     sel = f'model_name="{model_name}"'
     knee = knee or {}
     budget = float(slo.get("error_budget", DEFAULT_ERROR_BUDGET))
@@ -68,6 +79,9 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
         return out
 
     knee_rps = [_const(float(knee["requests_per_s"]), f"knee ({knee.get('name')})")] if knee.get("requests_per_s") else []
+    limits = occupancy_limits(knee)
+    at_knee = {key: [_const(limits[key], f"alert above ({label} at the knee, {knee.get('name')})")] if key in limits else []
+               for key, label in (("waiting", "waiting"), ("kv_cache_usage", "KV-cache share"))}
     panels = [
         _panel(1, "TTFT p99 per pod", "s", [p99("vllm:time_to_first_token_seconds"), *envelope("ttft_p99_ms", "TTFT p99")]),
         _panel(2, "ITL p99 per pod (mean per request)", "s",
@@ -81,14 +95,18 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
                    "legendFormat": f"{sli} 1h"} for sli in ("ttft", "itl", "availability", "gateway")),
                 *(_const(factor, f"{severity} ({long_w}/{short_w})") for long_w, short_w, factor, severity, _ in BURN_WINDOWS)]),
         _panel(5, "KV-cache usage per pod", "percentunit",
-               [{"expr": f"max by (instance) (vllm:kv_cache_usage_perc{{{sel}}})", "legendFormat": "{{instance}}"}]),
+               [{"expr": f"max by (instance) (vllm:kv_cache_usage_perc{{{sel}}})", "legendFormat": "{{instance}}"},
+                *at_knee["kv_cache_usage"]]),
         _panel(6, "Queue depth per pod", "none",
                [{"expr": f"sum by (instance) (vllm:num_requests_waiting{{{sel}}})", "legendFormat": "waiting {{instance}}"},
-                {"expr": f"sum by (instance) (vllm:num_requests_running{{{sel}}})", "legendFormat": "running {{instance}}"}]),
+                {"expr": f"sum by (instance) (vllm:num_requests_running{{{sel}}})", "legendFormat": "running {{instance}}"},
+                *at_knee["waiting"]]),
         _panel(7, "Prefix-cache hit rate per pod", "percentunit",
                [{"expr": f"sum by (instance) (rate(vllm:prefix_cache_hits_total{{{sel}}}[5m])) / "
                          f"sum by (instance) (rate(vllm:prefix_cache_queries_total{{{sel}}}[5m]))",
-                 "legendFormat": "{{instance}}"}]),
+                 "legendFormat": "{{instance}}"},
+                *([_const(prefix_hit_rate, f"during the replay of your recorded workload ({prefix_hit_rate:.2g})")]
+                  if prefix_hit_rate is not None else [])]),
         _panel(8, "At the gateway: requests/s and errors by code (llm-d endpoint picker)", "reqps",
                [{"expr": f"model_name:shipyard_gateway_requests:rate5m{{{sel}}}", "legendFormat": "requests"},
                 {"expr": f"sum by (error_code) (rate(inference_objective_request_error_total{{{sel}}}[5m]))",
@@ -102,9 +120,10 @@ def dashboard(*, name: str, model_name: str, slo: Mapping[str, Any], knee: Mappi
 
 
 def dashboard_configmap(*, name: str, namespace: str, model_name: str, slo: Mapping[str, Any],
-                        knee: Mapping[str, Any] | None, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+                        knee: Mapping[str, Any] | None, labels: Mapping[str, str] | None = None,
+                        prefix_hit_rate: float | None = None) -> dict[str, Any]:
     """The ConfigMap ``<name>-dashboard`` the Grafana sidecar loads (label ``grafana_dashboard: "1"``)."""
-    board = dashboard(name=name, model_name=model_name, slo=slo, knee=knee)
+    board = dashboard(name=name, model_name=model_name, slo=slo, knee=knee, prefix_hit_rate=prefix_hit_rate)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{name}-dashboard", "namespace": namespace,
                          "labels": {**dict(labels or {}), SIDECAR_LABEL: "1"}},

@@ -16,9 +16,18 @@ TTFT p99 at that load   ``vllm:time_to_first_token_seconds`` buckets            
 peak load per replica   the highest ``request_success_total`` rate / instances     the goodput at the
                         over the window, in the recorded peak's windows            SLO (shown only
                                                                                    without a replay)
-prefix-cache hit rate   ``vllm:prefix_cache_hits_total`` / ``..._queries_total``   shown (no reference
-                                                                                   in a synthetic run)
+prefix-cache hit rate   ``vllm:prefix_cache_hits_total`` / ``..._queries_total``   the server's rate
+                                                                                   during the replay
+                                                                                   (shown only in a
+                                                                                   synthetic run)
 ======================  =========================================================  ==================
+
+**Prefix cache.** When the champion's benchmark replayed a recorded workload, the server's own
+prefix-cache hit rate during the replay (its fidelity check's ``hit_rate.server``) is kept in the
+record (``workload.prefix_hit_rate``) and in the signed SLO evidence. A live rate lower than that by
+more than the ``prefix_cache`` tolerance (in points of hit rate, default 0.1, the fidelity check's
+own ``hit_rate_delta``) is a drift: more of each prompt is prefilled than was qualified, so TTFT
+and the knee were measured on easier traffic. A higher live rate is not.
 
 **Capacity.** When the champion's benchmark replayed a recorded workload, its record (and the SLO
 evidence the model carries) holds the capacity in the user's units (``shipyard.gates.capacity``):
@@ -57,7 +66,8 @@ from shipyard.core.records import slo_of, slo_thresholds
 from shipyard.serving.prometheus import PrometheusAPI
 
 #: relative change each dimension may show before it counts as drift (``--tolerance`` overrides)
-DEFAULT_TOLERANCE = {"input_length": 0.25, "output_length": 0.25, "load": 0.0, "ttft": 0.5, "capacity": 0.0}
+DEFAULT_TOLERANCE = {"input_length": 0.25, "output_length": 0.25, "load": 0.0, "ttft": 0.5, "capacity": 0.0,
+                     "prefix_cache": 0.1}
 #: the shortest window: Prometheus's rate() needs two scrapes in it (the default scrape interval is 1 min)
 MIN_WINDOW_S = 120
 #: the step of the subqueries over the window (replicas, the peak rate)
@@ -77,6 +87,8 @@ class Envelope:
     slo: dict[str, Any] = field(default_factory=dict)
     #: the capacity in the recorded workload's units (:func:`qualified_capacity`); None for a synthetic benchmark
     capacity: dict[str, Any] | None = None
+    #: the server's prefix-cache hit rate during the replay of the recorded workload; None for a synthetic benchmark
+    prefix_hit_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,16 @@ def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -
                     prompt_tokens=float(knee.get("prompt_tokens_mean") or math.nan),
                     output_tokens=float(knee.get("output_tokens_mean") or math.nan),
                     knee_rps=float(knee["requests_per_s"]), curve=[p for p in curve if math.isfinite(p[1])], slo=slo,
-                    capacity=qualified_capacity(record))
+                    capacity=qualified_capacity(record), prefix_hit_rate=qualified_hit_rate(record))
+
+
+def qualified_hit_rate(record: Mapping[str, Any]) -> float | None:
+    """The prefix-cache hit rate the server measured while the champion's benchmark replayed a
+    recorded workload (``workload.prefix_hit_rate`` of a candidate record or of the record rebuilt
+    from the signed SLO evidence); None without one."""
+    rate = (record.get("workload") or {}).get("prefix_hit_rate")
+    ok = isinstance(rate, int | float) and not isinstance(rate, bool) and math.isfinite(rate) and 0 <= rate <= 1
+    return float(rate) if ok else None
 
 
 def _positive(value: Any) -> bool:
@@ -186,14 +207,41 @@ def check_selector(selector: str, field: str = "--selector") -> str:
     return selector
 
 
+def check_scrapes(api: PrometheusAPI, sel: str, model_name: str, window_s: int, peak_window_s: int,
+                  window_field: str = "--window") -> None:
+    """One line when this Prometheus scrapes the served model's vLLM pods too seldom for ``rate()``
+    (two samples of a series in the range): over the watch window (``window_field`` names the setting
+    to widen), or over the peak windows (the scrape interval is the setting to shorten). Without
+    this, a rate over too few scrapes has no series and reads as a model Prometheus does not know."""
+    running = f"vllm:num_requests_running{{{sel}}}"
+    held = api.scalar(f"max(count_over_time({running}[{window_s}s]))", f"vLLM instances serving {model_name}") or 0
+    if held < 2:
+        raise ShipyardError(window_field, f"{window_s} s holds {held:g} scrape of {model_name}'s vLLM pods: shorter "
+                            "than two scrape intervals of this Prometheus (rate() needs two samples)",
+                            "widen the window to more than twice the scrape interval of the vLLM pods")
+    over = f"[{max(window_s - peak_window_s, STEP_S)}s:{STEP_S}s]"
+    most = api.scalar(f"max_over_time(max(count_over_time({running}[{peak_window_s}s])){over})",
+                      f"scrapes of {model_name}'s vLLM pods") or 0
+    if most < 2:
+        every = window_s / max(held - 1, 1)
+        raise ShipyardError(api.field, f"{api.url} scrapes {model_name}'s vLLM pods about every {every:.0f} s: the "
+                            f"peak request rate is counted in {peak_window_s}-s windows, which then hold {most:g} "
+                            "sample (rate() needs two)",
+                            f"scrape the vLLM pods at least every {peak_window_s // 2} s (the PodMonitor's "
+                            "interval, or Prometheus's scrape_interval)")
+
+
 def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str = "",
-              peak_window_s: int = MIN_WINDOW_S) -> Live:
+              peak_window_s: int = MIN_WINDOW_S, window_field: str = "--window") -> Live:
     """The live figures over the last ``window_s`` seconds for the served ``model_name``; the peak
     request rates (all replicas, and per replica) are the highest over the window of rates counted
-    in ``peak_window_s``-second windows (:func:`peak_window`)."""
-    check_window(window_s)
+    in ``peak_window_s``-second windows (:func:`peak_window`). One line (:func:`check_scrapes`) when
+    the vLLM pods are scraped too seldom for either window; ``window_field``: the setting that gave
+    ``window_s``."""
+    check_window(window_s, window_field)
     peak_window_s = min(window_s, max(MIN_WINDOW_S, int(peak_window_s)))
     sel = ",".join([f'model_name="{model_name}"', *([selector] if selector else [])])
+    check_scrapes(api, sel, model_name, window_s, peak_window_s, window_field)
     w = f"{window_s}s"
 
     def ratio(num: str, den: str, what: str) -> float | None:
@@ -224,8 +272,9 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
 
 
 def parse_tolerance(text: str | None, field: str = "--tolerance") -> dict[str, float]:
-    """The tolerance as JSON (``{"input_length": 0.3}``) over :data:`DEFAULT_TOLERANCE`; ``field``: the
-    option or parameter that gave it."""
+    """The tolerance as JSON (``{"input_length": 0.3}``) over :data:`DEFAULT_TOLERANCE`: a relative change
+    per dimension, but ``prefix_cache`` in points of hit rate (0 to 1); ``field``: the option or
+    parameter that gave it."""
     out = dict(DEFAULT_TOLERANCE)
     if not text:
         return out
@@ -239,8 +288,10 @@ def parse_tolerance(text: str | None, field: str = "--tolerance") -> dict[str, f
         if key not in DEFAULT_TOLERANCE:
             raise ShipyardError(f"{field}.{key}", "is not a dimension",
                                 f"use {', '.join(sorted(DEFAULT_TOLERANCE))}")
-        out[key] = float(check_number(value, f"{field}.{key}", minimum=0.0, maximum=10.0,
-                                      fix="a relative change between 0 and 10, e.g. 0.25"))
+        points = key == "prefix_cache"  # a hit rate's drop, in points of hit rate
+        out[key] = float(check_number(value, f"{field}.{key}", minimum=0.0, maximum=1.0 if points else 10.0,
+                                      fix="points of hit rate between 0 and 1, e.g. 0.1" if points
+                                      else "a relative change between 0 and 10, e.g. 0.25"))
     return out
 
 
@@ -304,8 +355,7 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
         row("ttft", "TTFT p99 at that load (ms)", live.ttft_p99_ms, predicted, live.ttft_p99_ms > predicted * (1 + tol),
             f"at most the benchmark curve x{1 + tol:.2f}")
     rows.append(capacity_row(env, live, tolerance.get("capacity", DEFAULT_TOLERANCE["capacity"])))
-    row("prefix_cache", "prefix-cache hit rate", live.prefix_hit_rate, None, None,
-        "shown only: the qualifying benchmark recorded none")
+    rows.append(prefix_cache_row(env, live, tolerance.get("prefix_cache", DEFAULT_TOLERANCE["prefix_cache"])))
     drifted = [r["dimension"] for r in rows if r["drifted"]]
     peak = "capacity" in drifted
     return {"recipe": env.recipe, "window_s": live.window_s, "rows": rows, "drifted": drifted,
@@ -313,6 +363,21 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
             "requalify": requalify_command(live, base_model_uri, peak=peak) if drifted else None,
             "requalify_run": {"pipeline": REQUALIFY_PIPELINE, "params": requalify_params(live, base_model_uri, peak)}
             if drifted else None}
+
+
+def prefix_cache_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:
+    """The live prefix-cache hit rate against the rate the server measured during the replay of the
+    recorded workload (the module docstring's **Prefix cache**): drifted when lower by more than
+    ``tol`` points."""
+    now, then = live.prefix_hit_rate, env.prefix_hit_rate
+    out: dict[str, Any] = {"dimension": "prefix_cache", "name": "prefix-cache hit rate", "live": now, "qualified": then,
+                           "ratio": now / then if now is not None and then else None, "drifted": None}
+    if then is None:
+        return {**out, "note": "shown only: the qualifying benchmark recorded none"}
+    if now is None:
+        return {**out, "note": "no prefix-cache queries in the window"}
+    return {**out, "drifted": now < then - tol,
+            "note": f"at least the replay's rate - {tol:g} (less of each prompt found in the cache: more prefill)"}
 
 
 def capacity_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:

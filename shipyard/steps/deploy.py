@@ -764,6 +764,7 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     from shipyard.serving.dashboard import dashboard_configmap
     from shipyard.serving.kserve.render import link_metadata
     from shipyard.serving.sizing import find_knee, knee_occupancy
+    from shipyard.serving.watch import qualified_hit_rate
 
     found = _champion_slo(candidate)
     if found is None:
@@ -778,7 +779,7 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
                          runbook_url=report_url or Path(candidate).resolve().as_uri(), labels=labels,
                          buckets=buckets, why_default=why_default)
     board = dashboard_configmap(name=cfg.name, namespace=cfg.namespace, model_name=cfg.served_name, slo=slo, knee=knee,
-                                labels=labels)
+                                labels=labels, prefix_hit_rate=qualified_hit_rate(record))
     monitor = pod_monitor(name=cfg.name, namespace=cfg.namespace, labels=labels)
     gateway = epp_monitor(name=cfg.name, namespace=cfg.namespace, labels=labels)
     note = (f"Prometheus loads {doc['metadata']['name']} when its ruleSelector matches these labels "

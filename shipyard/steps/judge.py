@@ -97,8 +97,9 @@ def _workload(bench_dir: str) -> dict[str, Any] | None:
     """The recorded workload the benchmark replayed (results.json ``workload``): its fingerprint's
     digest, what was replayed, the fidelity verdict (``valid``, ``failed``, the line), the recorded
     arrival process (``arrivals``: mean and peak rate, peak/mean, the rate series; what the deploy
-    sizes its replicas and KEDA margin from) and mean lengths (``lengths``); None when the
-    benchmark replayed none."""
+    sizes its replicas and KEDA margin from), mean lengths (``lengths``) and the server's prefix-cache
+    hit rate during the replay (``prefix_hit_rate``, what ``shipyard watch`` holds production's
+    against); None when the benchmark replayed none."""
     try:
         replayed = json.loads((Path(bench_dir) / "results.json").read_text()).get("workload")
     except (OSError, ValueError, AttributeError):
@@ -106,10 +107,12 @@ def _workload(bench_dir: str) -> dict[str, Any] | None:
     if not isinstance(replayed, dict):
         return None
     fidelity = replayed.get("fidelity") or {}
+    server_hit = ((fidelity.get("checks") or {}).get("hit_rate") or {}).get("server")
     return {"digest": replayed.get("digest"), "replayed": replayed.get("replayed"),
             "requests": replayed.get("requests"), "time_scale": replayed.get("time_scale"),
             "valid": fidelity.get("valid"), "failed": fidelity.get("failed"), "line": fidelity.get("line"),
-            "arrivals": recorded_arrivals(replayed), "lengths": recorded_lengths(replayed)}
+            "arrivals": recorded_arrivals(replayed), "lengths": recorded_lengths(replayed),
+            **({"prefix_hit_rate": server_hit} if isinstance(server_hit, int | float) else {})}
 
 
 def _startup(bench_dir: str) -> dict[str, Any]:

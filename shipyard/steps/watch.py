@@ -46,17 +46,21 @@ def envelope_of_model(uri: str, public_key: Any, *, field: str = "model_uri",
     base = ((provenance.get("buildDefinition") or {}).get("externalParameters") or {}).get("base_model") or ""
     # the capacity in the recorded workload's units, when the benchmark replayed one (null otherwise)
     record = {"recipe": recipe or "champion", "levels": slo["levels"],
-              "slo": {"thresholds": slo.get("slo") or {}, "capacity": slo.get("capacity")}}
+              "slo": {"thresholds": slo.get("slo") or {}, "capacity": slo.get("capacity")},
+              "workload": {"prefix_hit_rate": (slo.get("workload") or {}).get("prefix_hit_rate")}}
     return envelope_from_record(record, field=field), str(base)
 
 
 def watch_model(api: Any, model_name: str, window_s: int, envelope: Any, tolerance: dict[str, float], *,
-                selector: str = "", model_uri: str = "", base_model_uri: str = "") -> dict[str, Any]:
+                selector: str = "", model_uri: str = "", base_model_uri: str = "",
+                window_field: str = "--window") -> dict[str, Any]:
     """The comparison of :func:`shipyard.serving.watch.compare`, with the model it judged: ``model_uri``
-    (its image) and the re-qualification command on the base model the provenance names."""
+    (its image) and the re-qualification command on the base model the provenance names;
+    ``window_field``: the setting that gave ``window_s``, named when it is too short."""
     from shipyard.serving.watch import compare, peak_window, read_live
 
-    live = read_live(api, model_name, window_s, selector, peak_window_s=peak_window(envelope, window_s))
+    live = read_live(api, model_name, window_s, selector, peak_window_s=peak_window(envelope, window_s),
+                     window_field=window_field)
     result = compare(envelope, live, tolerance, base_model_uri=base_model_uri)
     return {**result, "model_name": model_name, "model_uri": model_uri}
 
@@ -103,7 +107,8 @@ def watch_step(served_model_uri: str, prometheus_url: str, watch_config: str, de
                             f"create the Secret {contract.ATTESTATION_TRUST_SECRET} (public-key.pem) for the watch step")
     envelope, base = envelope_of_model(uri, key, field="served_model_uri")
     result = watch_model(api, cfg["model_name"], cfg["window_s"], envelope, cfg["tolerance"],
-                         selector=cfg["selector"], model_uri=uri, base_model_uri=base)
+                         selector=cfg["selector"], model_uri=uri, base_model_uri=base,
+                         window_field="watch_config.window")
     report = format_report(result)
     atomic_write_text(Path(result_path), json.dumps(result, indent=2, sort_keys=True, default=str))
     atomic_write_text(Path(report_path), f"# Drift watch: {cfg['model_name']}\n\nModel: `{uri}`\n\n```\n{report}\n```\n")
