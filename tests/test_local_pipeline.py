@@ -257,6 +257,11 @@ def test_passing_run_ends_with_a_validated_pd_manifest_for_the_digest(passing_ru
     from shipyard.serving.kserve.validate import validate_object
 
     assert not validate_object(llmisvc)
+    # after the deploy (issue 38): the SLO rule, the two PodMonitors and the dashboard travel with the service
+    after = [d for d in docs if d and d["kind"] != "LLMInferenceService"]
+    assert [d["kind"] for d in after] == ["PrometheusRule", "PodMonitor", "PodMonitor", "ConfigMap"], after
+    assert all(not validate_object(d) for d in after)
+    assert f"## SLO alerts (PrometheusRule {after[0]['metadata']['name']})" in deployed
 
 
 def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary], mlflow_url: str) -> None:
