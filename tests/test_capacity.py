@@ -210,10 +210,6 @@ def test_the_capacity_is_signed_into_the_slo_evidence_and_read_back_from_the_mod
     """The SLO attestation carries the capacity and the fingerprint it rests on; ``shipyard watch
     --model`` rebuilds it from the verified evidence (issues 35 and 37)."""
     from shipyard.gates.evidence import SLO, evidence_statements
-    from shipyard.oci.attestation import generate_key_pair, read_key_file
-    from shipyard.steps.attest import attest_package
-    from shipyard.steps.package import package_model
-    from shipyard.steps.watch import envelope_of_model
 
     decision = _selected(tmp_path, workload())
     stmts = evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(decision))
@@ -224,15 +220,7 @@ def test_the_capacity_is_signed_into_the_slo_evidence_and_read_back_from_the_mod
     assert cap["recorded_peak_rps"] == 0.35 and cap["window_s"] == 120 and cap["goodput_rps"] == 1.11
     assert cap["lower_bound"] is True and cap["time_scale"] == 2.0 and cap["level"] == "concurrent@2"
     assert cap["workload"] == {"digest": {"sha256": "b" * 64}} and cap["text"].startswith("serves at least 3.2x")
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
-    (model / "model.safetensors").write_bytes(b"weights" * 64)
-    (model / "tokenizer.json").write_text('{"version": "1.0"}')
-    private, public = generate_key_pair(tmp_path / "keys")
-    car = package_model(str(model), str(tmp_path / "champion"))
-    attest_package(str(tmp_path / "champion"), str(decision), key_file=str(private), model_dir=str(model))
-    envelope, _ = envelope_of_model(car["uri"], read_key_file(public, "--key", private=False))
+    envelope = _packaged_envelope(tmp_path, decision)
     assert envelope.capacity == {"goodput_rps": 1.11, "recorded_peak_rps": 0.35, "x_recorded_peak": round(1.11 / 0.35, 4),
                                  "window_s": 120, "lower_bound": True, "digest": DIGEST}
 
@@ -242,11 +230,7 @@ def test_the_replays_prefix_cache_hit_rate_is_signed_and_read_back_from_the_mode
     is kept in the champion's record and its signed SLO evidence, and ``shipyard watch --model`` holds
     production's against it (issue 38: the prefix-cache dimension had no qualified figure)."""
     from shipyard.gates.evidence import SLO, evidence_statements
-    from shipyard.oci.attestation import generate_key_pair, read_key_file
-    from shipyard.steps.attest import attest_package
-    from shipyard.steps.package import package_model
     from shipyard.steps.select import select_champion
-    from shipyard.steps.watch import envelope_of_model
 
     replay = workload()
     replay["fidelity"] = {**replay["fidelity"], "checks": {"hit_rate": {"server": 0.62, "theoretical": 0.66}}}
@@ -257,6 +241,20 @@ def test_the_replays_prefix_cache_hit_rate_is_signed_and_read_back_from_the_mode
     slo = next(s["predicate"] for s in evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(select_dir))
                if s["predicateType"] == SLO)
     assert slo["workload"] == {"digest": {"sha256": "b" * 64}, "prefix_hit_rate": 0.62}
+    envelope = _packaged_envelope(tmp_path, select_dir)
+    assert envelope.prefix_hit_rate == 0.62
+    # a replay whose fidelity check measured no server rate keeps none
+    assert "prefix_hit_rate" not in gates(tmp_path / "none", workload())["candidate"]["workload"]
+
+
+def _packaged_envelope(tmp_path: Path, decision: Path) -> Any:
+    """A small model packaged, attested from ``decision`` (select_champion's folder) with a new key pair,
+    and the envelope ``shipyard watch --model`` reads back from the image's signed evidence."""
+    from shipyard.oci.attestation import generate_key_pair, read_key_file
+    from shipyard.steps.attest import attest_package
+    from shipyard.steps.package import package_model
+    from shipyard.steps.watch import envelope_of_model
+
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
@@ -264,11 +262,9 @@ def test_the_replays_prefix_cache_hit_rate_is_signed_and_read_back_from_the_mode
     (model / "tokenizer.json").write_text('{"version": "1.0"}')
     private, public = generate_key_pair(tmp_path / "keys")
     car = package_model(str(model), str(tmp_path / "champion"))
-    attest_package(str(tmp_path / "champion"), str(select_dir), key_file=str(private), model_dir=str(model))
-    envelope, _ = envelope_of_model(car["uri"], read_key_file(public, "--key", private=False))
-    assert envelope.prefix_hit_rate == 0.62
-    # a replay whose fidelity check measured no server rate keeps none
-    assert "prefix_hit_rate" not in gates(tmp_path / "none", workload())["candidate"]["workload"]
+    attest_package(str(tmp_path / "champion"), str(decision), key_file=str(private), model_dir=str(model))
+    return envelope_of_model(car["uri"], read_key_file(public, "--key", private=False))[0]
+
 
 def test_the_slo_evidence_says_why_the_peak_is_not_in_the_watchs_window(tmp_path: Path) -> None:
     """A Prometheus fingerprint at 300-s steps has no 120-s peak: the signed SLO evidence carries the
