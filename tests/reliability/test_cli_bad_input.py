@@ -552,6 +552,12 @@ ROWS: list[Row] = [
         field="benchmark_config.max_requests", params=True),
     row("run-bench-repeats-zero", *run_local("--param", 'benchmark_config={"repeats": 0}'),
         field="benchmark_config.repeats", params=True),
+    # lists bounded before anything walks them (guidellm.MAX_LOADS, MAX_VLLM_ARGS)
+    row("run-bench-loads-too-many", *run_local("--param", "benchmark_config=" + json.dumps({"loads": [1] * 65})),
+        field="benchmark_config.loads: lists 65 load levels, more than 64", params=True),
+    row("run-bench-vllm-args-too-many", *run_local(
+        "--param", "benchmark_config=" + json.dumps({"vllm_args": ["--enforce-eager"] * 257})),
+        field="benchmark_config.vllm_args: holds 257 entries, more than 256", params=True),
     # benchmark_config.workload (issue 35): the recorded traffic the benchmark replays, checked at pre-flight
     row("run-bench-workload-no-source", *run_local("--param", 'benchmark_config={"workload": {"seed": 1}}'),
         field="workload", params=True),
