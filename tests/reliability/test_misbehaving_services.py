@@ -180,6 +180,166 @@ def test_every_verification_request_has_an_overall_deadline(where: str) -> None:
             assert "within 1.5 s" in str(outcome["error"]) if "error" in outcome else outcome["value"] is None
 
 
+@contextlib.contextmanager
+def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
+    """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
+    hangs up, after a Content-Length of 1 GiB (``declared``) or none (the body ends at close).
+    Yields its URL and the bytes it managed to send."""
+    sent = [0]
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _flood(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if declared:
+                self.send_header("Content-Length", str(1 << 30))
+            else:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            chunk = b" " * 65536
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    self.wfile.write(chunk)
+                    sent[0] += len(chunk)
+
+        do_GET = do_POST = _flood  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        with LoopbackServer(Handler) as server:
+            yield server.url, sent
+    finally:
+        stop.set()
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "until-close"])
+def test_an_answer_larger_than_the_cap_is_refused_without_reading_it_all(declared: bool) -> None:
+    """An answer with no end (a download, a misrouted URL) was read whole into memory until the
+    deadline; ``http_request`` refuses it past ``max_bytes`` with one line naming the field, at
+    once when the Content-Length says so, else after reading one byte more than the cap."""
+    from shipyard.core.net import MAX_ANSWER_BYTES, http_request
+
+    with _huge_answer(declared) as (url, sent):
+        started = time.monotonic()
+        with pytest.raises(ShipyardError) as info:
+            http_request(url + "/v1/models", deadline_s=60, field="url")
+        seconds = time.monotonic() - started
+    line = str(info.value)
+    assert info.value.field == "url" and "more than the 8.0 MiB an answer may be" in line and "\n" not in line, line
+    assert ("1024.0 MiB (Content-Length)" in line) == declared, line
+    assert seconds < 20, f"held {seconds:.0f} s against a 60 s deadline"
+    assert MAX_ANSWER_BYTES == 8 * 1024 * 1024 and sent[0] < 4 * MAX_ANSWER_BYTES  # not read to the end
+
+
+def test_verify_against_a_service_that_answers_without_end_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "golden.json").write_text(json.dumps({"schema": "shipyard.golden/v1",
+                                                      "answers": [{"prompt": "p", "text": "t"}]}))
+    with _huge_answer(False) as (url, _):
+        proc, seconds = _cli(tmp_path, "verify", "--url", url, "--served-model-name", "llm", "--candidate",
+                             "golden.json", "--timeout", "60", capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2 and "url: " in line and "more than the 8.0 MiB an answer may be" in line, line
+    assert seconds < 30, f"verify held {seconds:.0f} s"
+
+
+@contextlib.contextmanager
+def _tls_stall(drip: bool) -> Iterator[str]:
+    """A TCP port that accepts and reads the client's TLS hello, then never answers it (``drip``
+    False) or starts a handshake record of 16 KiB and sends one byte of it every 0.3 s (each read
+    well within a per-read timeout: only an overall deadline ends it)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                continue
+            held.append(conn)
+            with contextlib.suppress(OSError):
+                conn.settimeout(5)
+                conn.recv(65536)  # the ClientHello
+                if drip:
+                    conn.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16,384 bytes...
+                    while not stop.wait(0.3):
+                        conn.sendall(b"\x00")  # ... a byte at a time
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+@pytest.mark.parametrize("drip", [False, True], ids=["silent", "drip"])
+def test_a_stalled_tls_handshake_ends_at_the_deadline(drip: bool) -> None:
+    """The TLS handshake is inside ``http_request``'s deadline (its socket is watched like every
+    read). A guard more than a reproduction: Python 3.11's ``ssl`` already ends one handshake at
+    the socket timeout, counted from the handshake's start rather than the request's."""
+    from shipyard.core.net import http_request
+
+    with _tls_stall(drip) as url:
+        outcome: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                outcome["value"] = http_request(url + "/v1/models", deadline_s=1.5)
+            except OSError as err:
+                outcome["error"] = err
+
+        started = time.monotonic()
+        waiting = threading.Thread(target=run, daemon=True)
+        waiting.start()
+        waiting.join(6.0)
+        seconds = time.monotonic() - started
+    assert not waiting.is_alive(), "still in the TLS handshake 6 s into a 1.5 s deadline"
+    assert isinstance(outcome.get("error"), TimeoutError) and "within 1.5 s" in str(outcome["error"]), outcome
+    assert seconds < 4, seconds
+
+
+def test_a_name_lookup_that_never_returns_ends_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system resolver has no timeout of its own (a dead DNS server holds ``getaddrinfo`` for
+    its retries); ``http_request`` gives it up at the deadline. The dead DNS server is played by a
+    ``getaddrinfo`` that blocks for that one name (the test cannot reach a real resolver)."""
+    from shipyard.core.net import http_request
+
+    real, release = socket.getaddrinfo, threading.Event()
+
+    def getaddrinfo(host: object, *args: object, **kwargs: object) -> object:
+        if host == "dead-dns.invalid":
+            release.wait(30)
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = http_request("http://dead-dns.invalid:8000/v1/models", deadline_s=1.0)
+        except OSError as err:
+            outcome["error"] = err
+
+    waiting = threading.Thread(target=run, daemon=True)
+    waiting.start()
+    waiting.join(4.0)
+    release.set()
+    assert not waiting.is_alive(), "still resolving 4 s into a 1 s deadline"
+    assert isinstance(outcome.get("error"), TimeoutError) and "within 1 s" in str(outcome["error"]), outcome
+
+
 def test_deploy_against_an_api_server_that_never_answers_is_exit_3(tmp_path: Path) -> None:
     with _black_hole() as url:
         (tmp_path / "kubeconfig").write_text(
