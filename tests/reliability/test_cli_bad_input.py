@@ -700,6 +700,9 @@ ROWS: list[Row] = [
         field="deploy_config.verify.min_match_rate", params=True),
     row("run-deploy-config-verify-enabled-text", *run_local("--param", 'deploy_config={"verify": {"enabled": "no"}}'),
         field="deploy_config.verify.enabled", params=True),
+    row("run-deploy-config-verify-run-timeout-text", *run_local(
+        "--param", 'deploy_config={"verify": {"run_timeout_s": "30m"}}'),
+        field="deploy_config.verify.run_timeout_s", params=True),
     row("run-deploy-config-verify-unknown", *run_local("--param", 'deploy_config={"verify": {"golden": 3}}'),
         field="deploy_config.verify.golden", params=True),
     row("run-deploy-config-scaling-list", *run_local("--param", 'deploy_config={"scaling": [1]}'),
@@ -797,6 +800,7 @@ ROWS: list[Row] = [
     row("verify-metrics-url-pool", *verify("--metrics-url", "router=http://x/metrics"), field="--metrics-url"),
     row("verify-config-not-json", *verify("--config", "{slo"), field="--config"),
     row("verify-slo-tolerance-below-1", *verify("--config", '{"slo_tolerance": 0.5}'), field="verify.slo_tolerance"),
+    row("verify-run-timeout-zero", *verify("--config", '{"run_timeout_s": 0}'), field="verify.run_timeout_s"),
     # --- watch (issue 38): the window, the tolerance, Prometheus's URL, the champion's record
     row("watch-window-not-a-window", *watch("--window", "half an hour"), field="--window"),
     row("watch-window-shorter-than-two-scrapes", *watch("--window", "30s"), field="--window: 30 s is shorter"),
