@@ -259,13 +259,15 @@ def _size(count: int) -> str:
 
 def http_request(url: str, *, deadline_s: float, data: bytes | None = None, headers: Mapping[str, str] | None = None,
                  method: str | None = None, context: ssl.SSLContext | None = None,
-                 max_bytes: int = MAX_ANSWER_BYTES, field: str = "url") -> tuple[int, bytes]:
+                 max_bytes: int = MAX_ANSWER_BYTES, field: str = "url",
+                 response_headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     """One HTTP(S) request that ends within ``deadline_s`` seconds in all (the name lookup,
     connecting, the TLS handshake, sending, the status line, the headers and the body): ``(status,
     body)``, an HTTP error status with its body too. Past the deadline: :class:`TimeoutError`; no
     connection: ``urllib.error.URLError`` or another ``OSError`` (:func:`unreachable` words both).
     A body larger than ``max_bytes`` is a :class:`ShipyardError` naming ``field``, refused without
-    reading more than ``max_bytes + 1`` bytes of it."""
+    reading more than ``max_bytes + 1`` bytes of it. ``response_headers``, when given, is filled
+    with the answer's headers (``Content-Type``...)."""
     deadline = _Deadline(deadline_s)
 
     class Http(urllib.request.HTTPHandler):
@@ -282,10 +284,14 @@ def http_request(url: str, *, deadline_s: float, data: bytes | None = None, head
         with deadline:
             try:
                 with opener.open(request, timeout=deadline_s) as resp:
+                    answer: http.client.HTTPResponse = resp
                     status, body = resp.status, _capped(resp, url, max_bytes, field)
             except urllib.error.HTTPError as err:
                 with err:
+                    answer = err  # type: ignore[assignment]
                     status, body = err.code, _capped(err, url, max_bytes, field)  # type: ignore[arg-type]
+            if response_headers is not None:
+                response_headers.update(answer.headers.items())
             if deadline.expired:
                 raise TimeoutError(f"no whole answer within {deadline_s:g} s")
             return status, body

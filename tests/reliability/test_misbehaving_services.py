@@ -180,6 +180,34 @@ def test_every_verification_request_has_an_overall_deadline(where: str) -> None:
             assert "within 1.5 s" in str(outcome["error"]) if "error" in outcome else outcome["value"] is None
 
 
+def _ends_within(call: Callable[[], object], deadline_s: float, wait_s: float) -> object:
+    """``call()``'s value or error, failing the test when it is still running ``wait_s`` in."""
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except (OSError, ShipyardError) as err:
+            outcome["error"] = err
+
+    waiting = threading.Thread(target=run, daemon=True)  # a request without a deadline never returns
+    waiting.start()
+    waiting.join(wait_s)
+    assert not waiting.is_alive(), f"still waiting {wait_s:g} s into a {deadline_s:g} s deadline"
+    return outcome.get("error", outcome.get("value"))
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_prometheus_calls_have_an_overall_deadline(where: str) -> None:
+    """``shipyard watch`` and the Prometheus workload reader (:class:`PrometheusAPI`) timed out per
+    read: a Prometheus (or a proxy before it) that sends a byte a second held them without end."""
+    from shipyard.serving.prometheus import PrometheusAPI
+
+    with _slow_drip(where) as url:
+        got = _ends_within(lambda: PrometheusAPI(url, timeout_s=1.5).instant("up"), 1.5, 4.0)
+    assert isinstance(got, ShipyardError) and got.exit_code == 3 and "did not answer within 1.5 s" in str(got), got
+
+
 @contextlib.contextmanager
 def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
     """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
