@@ -208,6 +208,26 @@ def test_prometheus_calls_have_an_overall_deadline(where: str) -> None:
     assert isinstance(got, ShipyardError) and got.exit_code == 3 and "did not answer within 1.5 s" in str(got), got
 
 
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_shipyard_checks_http_calls_have_an_overall_deadline(where: str) -> None:
+    """``shipyard check``'s MLflow API and artifact checks, registry check and KFP healthz timed
+    out per read: a service that sends a byte a second held each without end. Each is a failed
+    check line within its deadline."""
+    from shipyard.run.check import kfp_healthz
+    from shipyard.serving import cluster_check as cc
+
+    with _slow_drip(where) as url:
+        calls: list[Callable[[], object]] = [
+            lambda: cc.mlflow_api_check(url, timeout_s=1.5),
+            lambda: cc.mlflow_artifact_check(url, timeout_s=1.5),
+            lambda: cc.registry_check(url.removeprefix("http://"), None, insecure=True, timeout_s=1.5),
+            lambda: kfp_healthz(url, timeout_s=1.5),
+        ]
+        for call in calls:
+            check = _ends_within(call, 1.5, 6.0)
+            assert isinstance(check, cc.Check) and check.status == cc.FAIL, check
+
+
 @contextlib.contextmanager
 def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
     """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
