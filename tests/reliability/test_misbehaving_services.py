@@ -228,6 +228,22 @@ def test_shipyard_checks_http_calls_have_an_overall_deadline(where: str) -> None
             assert isinstance(check, cc.Check) and check.status == cc.FAIL, check
 
 
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_mlflow_rest_calls_and_the_health_probe_have_an_overall_deadline(where: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's REST logging to MLflow (:class:`RestLogger`) and the tracker's ``/health`` probe
+    timed out per read: an MLflow (or a proxy before it) that sends a byte a second held them
+    without end. Each ends within its deadline (``MLFLOW_HTTP_REQUEST_TIMEOUT``, the probe's)."""
+    from shipyard.tracking.tracker import RestLogger, Tracker
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1.5")
+    with _slow_drip(where) as url:
+        got = _ends_within(lambda: RestLogger(Tracker(url, attempts=1)).get_run("r1"), 1.5, 5.0)
+        assert isinstance(got, ShipyardError) and got.exit_code == 3 and "within 1.5 s" in str(got), got
+        got = _ends_within(lambda: Tracker(url, attempts=1).probe(timeout_s=1.5), 1.5, 5.0)
+        assert isinstance(got, str) and "within 1.5 s" in got, got
+
+
 @contextlib.contextmanager
 def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
     """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
