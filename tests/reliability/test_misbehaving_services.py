@@ -244,6 +244,21 @@ def test_mlflow_rest_calls_and_the_health_probe_have_an_overall_deadline(where: 
         assert isinstance(got, str) and "within 1.5 s" in got, got
 
 
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_vllm_metrics_reads_have_an_overall_deadline(where: str) -> None:
+    """The benchmark's ``/metrics`` reads (the sampler beside each load level, the replay's
+    before/after) timed out per read: a server that sends a byte a second held them without end."""
+    from shipyard.benchmarking.server_metrics import MetricsSampler
+    from shipyard.benchmarking.workload_replay import metrics_text
+
+    with _slow_drip(where) as url:
+        got = _ends_within(lambda: metrics_text(url, timeout=1.5), 1.5, 5.0)
+        assert isinstance(got, ShipyardError) and "within 1.5 s" in str(got), got
+        sampler = MetricsSampler(url, timeout_s=1.5)
+        _ends_within(sampler._read, 1.5, 5.0)
+        assert sampler.failed == 1 and not sampler.reads
+
+
 @contextlib.contextmanager
 def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
     """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
