@@ -50,14 +50,13 @@ def port_free(port: int, host: str = HOST, *, reuse_addr: bool = True) -> bool:
 
 
 def http_ok(url: str, *, timeout_s: float = 2.0, statuses: tuple[int, ...] = (200,)) -> bool:
-    """Whether a GET of ``url`` answers with one of ``statuses`` (False when it cannot connect)."""
+    """Whether a GET of ``url`` answers with one of ``statuses`` within ``timeout_s`` in all
+    (:func:`http_request`; False when it cannot connect, is too slow or answers too much)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback servers we started
-            return resp.status in statuses
-    except urllib.error.HTTPError as err:
-        return err.code in statuses
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        status, _ = http_request(url, deadline_s=timeout_s)
+    except (OSError, ValueError, ShipyardError):
         return False
+    return status in statuses
 
 
 def process_alive(what: str, proc: subprocess.Popen[bytes] | None, log: Path | None) -> Callable[[], None]:

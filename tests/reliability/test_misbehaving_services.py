@@ -259,6 +259,16 @@ def test_vllm_metrics_reads_have_an_overall_deadline(where: str) -> None:
         assert sampler.failed == 1 and not sampler.reads
 
 
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_the_ready_check_has_an_overall_deadline(where: str) -> None:
+    """``http_ok`` (every ready-poll, vLLM's ``/health``) timed out per read: a server that sends
+    its headers a byte a second held it without end. It is False within its timeout."""
+    from shipyard.core.net import http_ok
+
+    with _slow_drip(where) as url:
+        assert _ends_within(lambda: http_ok(url + "/health", timeout_s=1.5), 1.5, 5.0) is False
+
+
 @contextlib.contextmanager
 def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
     """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
