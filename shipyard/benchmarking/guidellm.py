@@ -528,18 +528,18 @@ def _shared_log_copy(shared: VLLMServer | None, path: Path) -> Iterator[None]:
 
 def warm_up_server(server: VLLMServer, cfg: dict[str, Any], count: int) -> None:
     """Send ``count`` short completions so the first measured requests do not pay vLLM's warm-up."""
-    import urllib.error
-    import urllib.request
+    from shipyard.core.net import http_request
 
     body = json.dumps({"model": server.served_model_name, "prompt": "warm up " * 8,
                        "max_tokens": int(cfg.get("output_tokens") or 16)}).encode()
     for i in range(int(count)):
-        request = urllib.request.Request(f"{server.base_url}/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=float(cfg["request_timeout"])) as resp:
-                resp.read()
-        except (urllib.error.URLError, OSError):
+        try:  # within request_timeout in all, not per read
+            status, _ = http_request(f"{server.base_url}/completions", deadline_s=float(cfg["request_timeout"]),
+                                     data=body, headers={"Content-Type": "application/json"}, field="vllm")
+            failed = status >= 400
+        except (OSError, ShipyardError):
+            failed = True
+        if failed:
             # a dead engine answers 500: one line naming the request, the cause and the log
             server.check_engine(f"warm-up request {i + 1} of {count}", log_name="vllm.log")
             server.check_alive("vLLM server")

@@ -269,6 +269,17 @@ def test_the_ready_check_has_an_overall_deadline(where: str) -> None:
         assert _ends_within(lambda: http_ok(url + "/health", timeout_s=1.5), 1.5, 5.0) is False
 
 
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_the_benchmark_warm_up_has_an_overall_deadline(where: str) -> None:
+    """The benchmark's warm-up completions timed out per read (``request_timeout``): a server that
+    sends a byte a second held the step before its first level."""
+    from shipyard.benchmarking.guidellm import warm_up_server
+    from shipyard.steps.verify import RemoteService
+
+    with _slow_drip(where) as url:
+        _ends_within(lambda: warm_up_server(RemoteService(url, "llm"), {"request_timeout": 1.5}, 1), 1.5, 5.0)
+
+
 @contextlib.contextmanager
 def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
     """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
