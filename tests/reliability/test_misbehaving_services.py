@@ -384,6 +384,39 @@ def _tls_stall(drip: bool) -> Iterator[str]:
         server.close()
 
 
+def test_an_https_request_verifies_the_server_through_the_watched_handshake(tmp_path: Path) -> None:
+    """``http_request`` makes the TLS handshake itself (to watch it): a real HTTPS server on
+    loopback still answers, its certificate checked against the name in the URL."""
+    import ssl
+
+    from shipyard.core.net import http_request
+
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=loopback",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "key.pem"),
+                    "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True, timeout=60)
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    trusted = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Length", "12")
+            self.end_headers()
+            self.wfile.write(b'{"data": []}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = LoopbackServer(Handler)
+    server.httpd.socket = served.wrap_socket(server.httpd.socket, server_side=True)
+    with server:
+        url = f"https://127.0.0.1:{server.port}"
+        assert http_request(url + "/v1/models", deadline_s=10, context=trusted) == (200, b'{"data": []}')
+        with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):  # the default trust store does not know it
+            http_request(url + "/v1/models", deadline_s=10)
+
+
 @pytest.mark.parametrize("drip", [False, True], ids=["silent", "drip"])
 def test_a_stalled_tls_handshake_ends_at_the_deadline(drip: bool) -> None:
     """The TLS handshake is inside ``http_request``'s deadline (its socket is watched like every
