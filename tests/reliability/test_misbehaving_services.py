@@ -116,7 +116,7 @@ def _slow_drip(where: str) -> Iterator[str]:
                     self.wfile.flush()
                     stop.wait(1.0)
 
-        do_GET = do_POST = _drip  # noqa: N815 - http.server's names
+        do_GET = do_POST = do_HEAD = _drip  # noqa: N815 - http.server's names
 
         def log_message(self, *args: object) -> None:
             pass
@@ -278,6 +278,20 @@ def test_the_benchmark_warm_up_has_an_overall_deadline(where: str) -> None:
 
     with _slow_drip(where) as url:
         _ends_within(lambda: warm_up_server(RemoteService(url, "llm"), {"request_timeout": 1.5}, 1), 1.5, 5.0)
+
+
+def test_the_torch_wheel_index_probe_has_an_overall_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``shipyard setup`` and image builds ask whether PyTorch's CPU wheel page answers "within a few
+    seconds": a page (or a proxy) sending its headers a byte a second held them without end."""
+    from shipyard.runtimes import images
+
+    with _slow_drip("headers") as url:
+        monkeypatch.setattr(images, "TORCH_CPU_LINKS", url + "/whl/cpu")
+        images.torch_cpu_links.cache_clear()
+        try:
+            assert _ends_within(images.torch_cpu_links, 5.0, 9.0) == []
+        finally:
+            images.torch_cpu_links.cache_clear()
 
 
 @contextlib.contextmanager
