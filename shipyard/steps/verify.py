@@ -70,7 +70,7 @@ RUN_TIMEOUT = "verify.run_timeout_s"
 def _get(url: str, timeout: float, field: str) -> tuple[int, str]:
     """A GET that ends within ``timeout`` seconds in all, however slowly the service answers."""
     try:
-        status, body = http_request(url, deadline_s=timeout)
+        status, body = http_request(url, deadline_s=timeout, field=field)
     except OSError as err:  # TimeoutError (the deadline) and URLError are OSErrors too
         raise unreachable(field, url, err, timeout) from None
     return status, body.decode("utf-8", errors="replace")
