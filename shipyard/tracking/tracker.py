@@ -74,6 +74,8 @@ from shipyard.core.retry import Retry
 
 ENV_KFP_MLFLOW_CONFIG = "KFP_MLFLOW_CONFIG"
 ENV_WORK_DIR = "SHIPYARD_WORK_DIR"
+#: the slowest upload the REST logger waits for (bytes/s): a request's deadline grows by its payload at this rate
+UPLOAD_FLOOR_BYTES_PER_S = 256 * 1024
 ENV_ATTEMPTS = "SHIPYARD_MLFLOW_ATTEMPTS"
 ENV_BACKOFF = "SHIPYARD_MLFLOW_BACKOFF_S"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -792,8 +794,10 @@ class RestLogger:
     def _request(self, method: str, path: str, body: Any = None, data: bytes | None = None,
                  headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         raw = data if data is not None else (json.dumps(body).encode() if body is not None else None)
-        # within self.timeout in all (MLFLOW_HTTP_REQUEST_TIMEOUT), however slowly the server answers
-        status, answer = http_request(f"{self.base}{path}", deadline_s=self.timeout, data=raw, method=method,
+        # within self.timeout in all (MLFLOW_HTTP_REQUEST_TIMEOUT), however slowly the server answers, and
+        # the time an upload takes at UPLOAD_FLOOR_BYTES_PER_S on top (a 50 MB artifact: 200 s more)
+        deadline = self.timeout + (len(raw) / UPLOAD_FLOOR_BYTES_PER_S if raw else 0.0)
+        status, answer = http_request(f"{self.base}{path}", deadline_s=deadline, data=raw, method=method,
                                       headers={**self.headers, **(headers or {})}, context=self.context,
                                       field="tracking_uri")
         text = answer.decode(errors="replace")

@@ -294,6 +294,37 @@ def test_the_torch_wheel_index_probe_has_an_overall_deadline(monkeypatch: pytest
             images.torch_cpu_links.cache_clear()
 
 
+def test_a_large_artifact_upload_gets_time_for_its_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The REST logger's deadline covers the upload too, so it grows with the payload
+    (``UPLOAD_FLOOR_BYTES_PER_S``): a 2 MB artifact to a server reading ~0.6 MB/s takes ~3 s
+    and must not fail against a 1 s request timeout."""
+    from shipyard.tracking.tracker import UPLOAD_FLOOR_BYTES_PER_S, RestLogger, Tracker
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:  # noqa: N802 - http.server's name
+            left = int(self.headers["Content-Length"])
+            while left:
+                left -= len(self.rfile.read(min(left, 65536)))
+                time.sleep(0.1)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    payload = b"x" * 2_000_000
+    assert 1 + len(payload) / UPLOAD_FLOOR_BYTES_PER_S > 6  # the deadline this upload gets
+    with LoopbackServer(Handler) as server:
+        started = time.monotonic()
+        logger = RestLogger(Tracker(server.url, attempts=1))
+        assert logger.call("upload an artifact", "PUT", "/api/2.0/mlflow-artifacts/artifacts/x", data=payload,
+                           headers={"Content-Type": "application/octet-stream"}) == {}
+        assert time.monotonic() - started > 1.5  # slower than the request timeout alone allows
+
+
 @contextlib.contextmanager
 def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
     """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
