@@ -21,6 +21,8 @@ from shipyard.core.net import http_request, unreachable
 
 #: how long one API call may take in all, connecting to the last byte (a range query over hours is still well under this)
 TIMEOUT_S = 30.0
+#: the largest answer taken (a range query is at most 11,000 points a series: some 0.4 MB each)
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class PrometheusAPI:
         answered: dict[str, str] = {}
         try:  # within timeout_s in all, however slowly Prometheus (or a proxy before it) answers
             status, body = http_request(url, deadline_s=self.timeout_s, headers=headers, field=self.field,
-                                        response_headers=answered)
+                                        response_headers=answered, max_bytes=MAX_ANSWER_BYTES)
         except OSError as err:  # TimeoutError (the deadline) and URLError are OSErrors too
             raise unreachable(self.field, self.url, err, self.timeout_s) from None
         kind = answered.get("Content-Type", "")
