@@ -79,6 +79,10 @@ def test_config_defaults_are_small_and_local() -> None:
         ('{"profile": "constant"}', "benchmark_config.loads"),
         ('{"loads": [0, 2]}', "benchmark_config.loads"),
         ('{"loads": [1.5]}', "benchmark_config.loads"),
+        (json.dumps({"loads": list(range(1, 66))}), "benchmark_config.loads"),  # more than MAX_LOADS levels
+        (json.dumps({"profile": "poisson", "loads": [1.0] * 100_000}), "benchmark_config.loads"),
+        (json.dumps({"vllm_args": ["--enforce-eager"] * 257}), "benchmark_config.vllm_args"),
+        (json.dumps({"vllm_args": {f"--flag-{i}": 1 for i in range(257)}}), "benchmark_config.vllm_args"),
         ('{"max_requests": null, "max_seconds": null}', "benchmark_config"),
         ('{"profile": "sweep", "max_concurrency": null}', "benchmark_config.max_concurrency"),
         ('{"output_tokens": -1}', "benchmark_config.output_tokens"),

@@ -98,6 +98,10 @@ _KNOWN = set(LOCAL_DEFAULTS) | {"data", "port", "warmup_seconds", "prompt_tokens
 REPEATABLE = ("concurrent", "constant", "poisson")
 #: the most times one load level may be run (``repeats``)
 MAX_REPEATS = 10
+#: the most load levels one benchmark may list (``loads``): each level is a guidellm run of its own
+MAX_LOADS = 64
+#: the most words (list) or flags (dict) ``vllm_args`` may hold
+MAX_VLLM_ARGS = 256
 
 
 # --------------------------------------------------------------------------- config
@@ -150,14 +154,16 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
     """Validate a benchmark config (JSON text or dict) and fill in the local defaults.
 
     Keys: ``profile`` (synchronous, concurrent, constant, poisson, sweep, throughput);
-    ``loads`` (streams for concurrent, requests/s for constant and poisson); ``sweep_size`` and
+    ``loads`` (streams for concurrent, requests/s for constant and poisson; at most
+    :data:`MAX_LOADS` levels); ``sweep_size`` and
     ``max_concurrency`` (the cap every sweep/throughput/rate run gets); ``prompt_tokens`` and
     ``output_tokens`` (synthetic data) or ``data`` (a guidellm data dict, e.g.
     ``{"kind": "json_file", "path": "/data/prompts.jsonl"}``); ``max_requests`` and/or
     ``max_seconds`` per load level; ``warmup_requests`` or ``warmup_seconds`` (guidellm's warm-up,
     excluded from the figures, per level) and ``server_warmup_requests`` (completions sent to
     the fresh server before guidellm starts);
-    ``request_format``; ``vllm_args`` (list or dict of vLLM flags); ``cpu_kv_cache_gib``;
+    ``request_format``; ``vllm_args`` (list or dict of vLLM flags, at most :data:`MAX_VLLM_ARGS`
+    entries); ``cpu_kv_cache_gib``;
     ``use_planner_args`` (GPU: fill vLLM flags you did not set from the memory planner);
     ``repeats`` (default 1, at most :data:`MAX_REPEATS`): run every load level that many times,
     interleaved (1, 4, 1, 4 for loads [1, 4] and 2 repeats) so a slow patch of the machine hits both
@@ -170,6 +176,7 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         raise ShipyardError("benchmark_config", f"unknown keys {unknown}", f"use only {sorted(_KNOWN)}")
+    _check_list_sizes(raw)
     _typed_benchmark_config(raw)
     cfg = {**LOCAL_DEFAULTS, **raw}
     profile = cfg["profile"]
@@ -189,6 +196,19 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
         raise ShipyardError("benchmark_config.data", "must be a guidellm data dict with a kind", 'e.g. {"kind": "json_file", "path": "..."}')
     cfg["vllm_args"] = _vllm_args(cfg["vllm_args"])
     return cfg
+
+
+def _check_list_sizes(raw: dict[str, Any]) -> None:
+    """The lists a user writes are bounded before anything walks them: ``loads`` at most
+    :data:`MAX_LOADS` levels, ``vllm_args`` at most :data:`MAX_VLLM_ARGS` words or flags."""
+    loads = raw.get("loads")
+    if isinstance(loads, list) and len(loads) > MAX_LOADS:
+        raise ShipyardError("benchmark_config.loads", f"lists {len(loads)} load levels, more than {MAX_LOADS}",
+                            f"list at most {MAX_LOADS} levels (each is a guidellm run of its own; repeats runs them again)")
+    args = raw.get("vllm_args")
+    if isinstance(args, list | dict) and len(args) > MAX_VLLM_ARGS:
+        raise ShipyardError("benchmark_config.vllm_args", f"holds {len(args)} entries, more than {MAX_VLLM_ARGS}",
+                            f"pass at most {MAX_VLLM_ARGS} vLLM flags and values")
 
 
 def _checked_loads(loads: Any, profile: str, *, given: bool) -> list[int | float]:
@@ -508,18 +528,18 @@ def _shared_log_copy(shared: VLLMServer | None, path: Path) -> Iterator[None]:
 
 def warm_up_server(server: VLLMServer, cfg: dict[str, Any], count: int) -> None:
     """Send ``count`` short completions so the first measured requests do not pay vLLM's warm-up."""
-    import urllib.error
-    import urllib.request
+    from shipyard.core.net import http_request
 
     body = json.dumps({"model": server.served_model_name, "prompt": "warm up " * 8,
                        "max_tokens": int(cfg.get("output_tokens") or 16)}).encode()
     for i in range(int(count)):
-        request = urllib.request.Request(f"{server.base_url}/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=float(cfg["request_timeout"])) as resp:
-                resp.read()
-        except (urllib.error.URLError, OSError):
+        try:  # within request_timeout in all, not per read
+            status, _ = http_request(f"{server.base_url}/completions", deadline_s=float(cfg["request_timeout"]),
+                                     data=body, headers={"Content-Type": "application/json"}, field="vllm")
+            failed = status >= 400
+        except (OSError, ShipyardError):
+            failed = True
+        if failed:
             # a dead engine answers 500: one line naming the request, the cause and the log
             server.check_engine(f"warm-up request {i + 1} of {count}", log_name="vllm.log")
             server.check_alive("vLLM server")

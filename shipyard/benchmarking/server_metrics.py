@@ -24,9 +24,11 @@ from __future__ import annotations
 import re
 import threading
 import time
-import urllib.request
 from types import TracebackType
 from typing import Any
+
+from shipyard.core.errors import ShipyardError
+from shipyard.core.net import http_request
 
 #: seconds between two reads of /metrics (a level of a few requests can measure for 0.3 s)
 INTERVAL_S = 0.25
@@ -72,12 +74,15 @@ class MetricsSampler:
 
     def _read(self) -> None:
         sent = time.time()
-        try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
-                text = resp.read().decode("utf-8", errors="replace")
-        except (OSError, ValueError):
+        try:  # within timeout_s in all, however slowly the server answers
+            status, body = http_request(self.url, deadline_s=self.timeout_s, field="vllm metrics")
+        except (OSError, ValueError, ShipyardError):
             self.failed += 1
             return
+        if status >= 400:
+            self.failed += 1
+            return
+        text = body.decode("utf-8", errors="replace")
         gauges = parse_gauges(text)
         if gauges:
             self.reads.append(((sent + time.time()) / 2, gauges))

@@ -16,13 +16,13 @@ per-request TTFT/ITL samples; the SLO gate judges them, :func:`shipyard.gates.sl
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from shipyard.benchmarking.workload_fidelity import check_fidelity, sent_from_guidellm, server_hit_ratio
 from shipyard.benchmarking.workload_render import guidellm_parts
 from shipyard.core.errors import ShipyardError
+from shipyard.core.net import http_request
 
 
 def replay_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokenizer: str, json_path: str,
@@ -52,12 +52,15 @@ def replay_level(report: dict[str, Any]) -> dict[str, Any] | None:
 
 def metrics_text(server_url: str, timeout: float = 10.0) -> str:
     """vLLM's ``/metrics`` (Prometheus text) at ``server_url`` (the root, without /v1)."""
-    try:
-        with urllib.request.urlopen(f"{server_url.rstrip('/')}/metrics", timeout=timeout) as resp:
-            return resp.read().decode("utf-8", errors="replace")
+    try:  # within timeout in all, however slowly the server answers
+        status, body = http_request(f"{server_url.rstrip('/')}/metrics", deadline_s=timeout, field="vllm metrics")
     except OSError as err:
         raise ShipyardError("vllm metrics", f"{server_url}/metrics did not answer ({err})",
                             "check the server is up; its /metrics is on by default") from None
+    if status >= 400:
+        raise ShipyardError("vllm metrics", f"{server_url}/metrics answered HTTP {status}",
+                            "check the server is up; its /metrics is on by default")
+    return body.decode("utf-8", errors="replace")
 
 
 def replay_on_server(server: Any, fingerprint: dict[str, Any], trace_path: str, out_dir: str, *,

@@ -4,14 +4,16 @@
 ``ready()`` check until it holds, failing with one :class:`~shipyard.core.errors.ShipyardError`
 line when the process dies first (``alive`` raises) or the time is up. :func:`http_ok` is the
 usual check (a GET that answers with an accepted status). :func:`http_request` is one HTTP(S)
-request with an overall deadline: from connecting to the answer's last byte, however slowly a
-server sends it (a socket timeout alone bounds each read, so a server that sends a byte a second
-would hold it forever).
+request with an overall deadline: from the name lookup, connecting and the TLS handshake to the
+answer's last byte, however slowly a server sends it (a socket timeout alone bounds each read, so
+a server that sends a byte a second would hold it forever), and an answer no larger than
+:data:`MAX_ANSWER_BYTES` (a bigger one is refused before it is read whole).
 """
 
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import socket
 import ssl
 import subprocess
@@ -48,14 +50,13 @@ def port_free(port: int, host: str = HOST, *, reuse_addr: bool = True) -> bool:
 
 
 def http_ok(url: str, *, timeout_s: float = 2.0, statuses: tuple[int, ...] = (200,)) -> bool:
-    """Whether a GET of ``url`` answers with one of ``statuses`` (False when it cannot connect)."""
+    """Whether a GET of ``url`` answers with one of ``statuses`` within ``timeout_s`` in all
+    (:func:`http_request`; False when it cannot connect, is too slow or answers too much)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback servers we started
-            return resp.status in statuses
-    except urllib.error.HTTPError as err:
-        return err.code in statuses
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        status, _ = http_request(url, deadline_s=timeout_s)
+    except (OSError, ValueError, ShipyardError):
         return False
+    return status in statuses
 
 
 def process_alive(what: str, proc: subprocess.Popen[bytes] | None, log: Path | None) -> Callable[[], None]:
@@ -106,26 +107,102 @@ def unreachable(field: str, url: str, err: BaseException, timeout: float) -> Unr
     return UnreachableError(field, f"{url} is unreachable ({what})", "check the URL, the port and that the service is up")
 
 
+#: the most bytes :func:`http_request` takes as an answer's body by default (JSON answers, a /metrics page)
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+
+
 class _Deadline:
-    """Shuts the request's connection down when the deadline passes: a read or write blocked on it
-    ends at once, however slowly the server was sending."""
+    """Ends the request when the deadline passes, wherever it waits: the name lookup (run aside,
+    given up on at the deadline), connecting, the TLS handshake, sending and every read (the
+    connection is shut down: a call blocked on it ends at once, however slowly the server sent)."""
 
     def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
         self.expired = False
+        self._end = time.monotonic() + seconds
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
 
+    def remaining(self) -> float:
+        """Seconds left (0 once past the deadline)."""
+        return max(0.0, self._end - time.monotonic())
+
+    def _timeout(self) -> TimeoutError:
+        self.expired = True
+        return TimeoutError(f"no whole answer within {self.seconds:g} s")
+
+    def resolve(self, host: str, port: int) -> list[tuple[int, int, int, str, tuple[object, ...]]]:
+        """``getaddrinfo`` within the time left: the system resolver has no timeout of its own
+        (a dead DNS server holds it for its retries), so it runs in a daemon thread given up on
+        at the deadline."""
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            pass
+        else:  # a literal address: nothing to look up
+            return socket.getaddrinfo(host.strip("[]"), port, 0, socket.SOCK_STREAM)
+        outcome: dict[str, object] = {}
+
+        def lookup() -> None:
+            try:
+                outcome["infos"] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+            except OSError as err:
+                outcome["error"] = err
+
+        thread = threading.Thread(target=lookup, name="shipyard-resolve", daemon=True)
+        thread.start()
+        thread.join(self.remaining())
+        if thread.is_alive():
+            raise self._timeout()
+        if "error" in outcome:
+            raise outcome["error"]  # type: ignore[misc]
+        return outcome["infos"]  # type: ignore[return-value]
+
+    def create_connection(self, address: tuple[str, int], timeout: object = None,
+                          source_address: tuple[str, int] | None = None, *args: object) -> socket.socket:
+        """``socket.create_connection`` with the lookup and each connect inside the deadline
+        (the socket is watched before it connects: the deadline's shutdown aborts the connect)."""
+        host, port = address
+        error: OSError | None = None
+        for family, kind, proto, _, where in self.resolve(host, port):
+            sock = socket.socket(family, kind, proto)
+            try:
+                self._watch(sock)
+                sock.settimeout(self.remaining() or 0.001)
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(where)
+                return sock
+            except OSError as err:
+                sock.close()
+                if self.expired:
+                    raise self._timeout() from None
+                error = err
+        raise error if error is not None else OSError(f"getaddrinfo gave no address for {host}")
+
     def connection(self, cls: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
-        """``cls`` keeping its socket for the deadline (``urllib`` lets go of the connection's once
-        the headers are in; the answer's body is read from the same socket)."""
+        """``cls`` connecting through :meth:`create_connection`, its TLS handshake watched too, and
+        keeping its socket for the deadline (``urllib`` lets go of the connection's once the
+        headers are in; the answer's body is read from the same socket)."""
         deadline = self
 
         class Watched(cls):  # type: ignore[valid-type, misc]
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                super().__init__(*args, **kwargs)
+                self._create_connection = deadline.create_connection
+
             def connect(self) -> None:
-                super().connect()
+                if not isinstance(self, http.client.HTTPSConnection):
+                    super().connect()
+                    return
+                http.client.HTTPConnection.connect(self)  # TCP (and a proxy's tunnel); then TLS, watched
+                hostname = self._tunnel_host or self.host
+                self.sock = self._context.wrap_socket(self.sock, server_hostname=hostname,
+                                                      do_handshake_on_connect=False)
                 deadline._watch(self.sock)
+                self.sock.do_handshake()
 
         return Watched
 
@@ -145,12 +222,13 @@ class _Deadline:
 
     @staticmethod
     def _shut(sock: socket.socket) -> None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
+        try:  # the plain socket's shutdown (an SSLSocket's own would drop its TLS state under a reader)
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
         except OSError:
             pass
 
     def __enter__(self) -> _Deadline:
+        self._end = time.monotonic() + self.seconds
         self._timer.start()
         return self
 
@@ -158,12 +236,37 @@ class _Deadline:
         self._timer.cancel()
 
 
+def _capped(resp: http.client.HTTPResponse, url: str, max_bytes: int, field: str) -> bytes:
+    """The answer's body, refused once it is larger than ``max_bytes`` (by its Content-Length
+    before reading, else after reading one byte more than the cap: never more than that in memory)."""
+    def too_large(size: str) -> ShipyardError:
+        return ShipyardError(field, f"{url} answered {size}, more than the {_size(max_bytes)} an answer may be",
+                             "check that the URL points at the service (not a download), or ask for less")
+
+    length = (resp.headers.get("Content-Length") or "").strip()
+    if length.isdigit() and int(length) > max_bytes:
+        raise too_large(f"{_size(int(length))} (Content-Length)")
+    body = resp.read(max_bytes + 1)
+    if len(body) > max_bytes:
+        raise too_large(f"more than {_size(max_bytes)}")
+    return body
+
+
+def _size(count: int) -> str:
+    return f"{count / 1024 / 1024:.1f} MiB" if count >= 1024 * 1024 else f"{count} bytes"
+
+
 def http_request(url: str, *, deadline_s: float, data: bytes | None = None, headers: Mapping[str, str] | None = None,
-                 method: str | None = None, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
-    """One HTTP(S) request that ends within ``deadline_s`` seconds in all (connecting, sending, the
-    status line, the headers and the body; a name lookup is the system resolver's): ``(status,
+                 method: str | None = None, context: ssl.SSLContext | None = None,
+                 max_bytes: int = MAX_ANSWER_BYTES, field: str = "url",
+                 response_headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One HTTP(S) request that ends within ``deadline_s`` seconds in all (the name lookup,
+    connecting, the TLS handshake, sending, the status line, the headers and the body): ``(status,
     body)``, an HTTP error status with its body too. Past the deadline: :class:`TimeoutError`; no
-    connection: ``urllib.error.URLError`` or another ``OSError`` (:func:`unreachable` words both)."""
+    connection: ``urllib.error.URLError`` or another ``OSError`` (:func:`unreachable` words both).
+    A body larger than ``max_bytes`` is a :class:`ShipyardError` naming ``field``, refused without
+    reading more than ``max_bytes + 1`` bytes of it. ``response_headers``, when given, is filled
+    with the answer's headers (``Content-Type``...)."""
     deadline = _Deadline(deadline_s)
 
     class Http(urllib.request.HTTPHandler):
@@ -180,14 +283,19 @@ def http_request(url: str, *, deadline_s: float, data: bytes | None = None, head
         with deadline:
             try:
                 with opener.open(request, timeout=deadline_s) as resp:
-                    status, body = resp.status, resp.read()
+                    answer: http.client.HTTPResponse = resp
+                    status, body = resp.status, _capped(resp, url, max_bytes, field)
             except urllib.error.HTTPError as err:
-                status, body = err.code, err.read()
+                with err:
+                    answer = err  # type: ignore[assignment]
+                    status, body = err.code, _capped(err, url, max_bytes, field)  # type: ignore[arg-type]
+            if response_headers is not None:
+                response_headers.update(answer.headers.items())
             if deadline.expired:
                 raise TimeoutError(f"no whole answer within {deadline_s:g} s")
             return status, body
     except (OSError, http.client.HTTPException) as err:
-        if deadline.expired:
+        if deadline.expired or deadline.remaining() <= 0:  # the timer, or a socket timeout at the deadline
             raise TimeoutError(f"no whole answer within {deadline_s:g} s") from None
         if isinstance(err, OSError):
             raise

@@ -47,7 +47,7 @@ def _post(url: str, body: dict[str, Any], timeout: float, field: str) -> dict[st
     the last byte, however slowly the server sends it)."""
     try:
         status, answer = http_request(url, deadline_s=timeout, data=json.dumps(body).encode(),
-                                      headers={"Content-Type": "application/json"})
+                                      headers={"Content-Type": "application/json"}, field=field)
     except (TimeoutError, urllib.error.URLError) as err:
         raise unreachable(field, url, err, timeout) from None
     except OSError as err:

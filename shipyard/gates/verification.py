@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "prompt_tokens": 32,
     "output_tokens": 8,
     "timeout_s": 60.0,  # each HTTP request's deadline in all (shipyard.core.net.http_request), not per read
+    "run_timeout_s": 1800.0,  # the accuracy slice's and the SLO smoke's deadline each, in all (lm-eval, guidellm)
     "metrics_urls": {},
 }
 LAYOUT_NOTE = ("Greedy decoding is not guaranteed to give the same tokens across parallelism layouts "
@@ -62,7 +63,7 @@ def parse_verify_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
         raise ShipyardError("verify.checks", f"{checks!r} is not a list of {list(CHECKS)} holding models and golden",
                             'e.g. ["models", "golden", "accuracy"]')
     for key, low, high in (("min_match_rate", 0.0, 1.0), ("stderr_k", 0.0, 100.0), ("slo_tolerance", 1.0, 100.0),
-                           ("timeout_s", 0.001, 86400.0)):
+                           ("timeout_s", 0.001, 86400.0), ("run_timeout_s", 1.0, 86400.0)):
         if isinstance(cfg[key], bool) or not isinstance(cfg[key], int | float) or not low <= float(cfg[key]) <= high:
             raise ShipyardError(key if key == "min_match_rate" else f"verify.{key}",
                                 f"{cfg[key]!r} is outside {low:g}..{high:g}", f"give a number from {low:g} to {high:g}")

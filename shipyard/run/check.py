@@ -34,6 +34,7 @@ import urllib.request
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.net import http_request
 from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
 from shipyard.pipelines.platform import cluster_layout, ephemeral_storage, load_cluster_config
 from shipyard.serving import cluster_check as cc
@@ -198,13 +199,19 @@ def _deploy_config(raw: str | None, namespace: str) -> Any:
 def kfp_healthz(host: str, token: str = "", timeout_s: float = 10.0) -> Check:
     """KFP's release from ``GET /apis/v2beta1/healthz`` (``tag_name``)."""
     headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(f"{host.rstrip('/')}/apis/v2beta1/healthz", headers=headers),
-                                    timeout=timeout_s) as resp:  # noqa: S310 - http(s) host given by the user
-            data = json.loads(resp.read() or b"{}")
+    url = f"{host.rstrip('/')}/apis/v2beta1/healthz"
+    try:  # within timeout_s in all, however slowly KFP (or a proxy before it) answers
+        status, body = http_request(url, deadline_s=timeout_s, headers=headers, field="--kfp-host")
+        if status >= 400:
+            raise ValueError(f"HTTP {status}")
+        data = json.loads(body or b"{}")
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
     except (urllib.error.URLError, OSError, ValueError) as err:
-        return Check("kfp version", cc.FAIL, f"cannot read {host}/apis/v2beta1/healthz ({getattr(err, 'reason', err)})",
+        return Check("kfp version", cc.FAIL, f"cannot read {url} ({getattr(err, 'reason', err)})",
                      "check --kfp-host and --kfp-token")
+    except ShipyardError as err:  # an answer over the size cap
+        return Check("kfp version", cc.FAIL, err.problem, "check --kfp-host")
     return cc.kfp_version_check(str(data.get("tag_name") or ""))
 
 

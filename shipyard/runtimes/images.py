@@ -130,14 +130,15 @@ def host_pip_settings() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def torch_cpu_links() -> list[str]:
-    """``[TORCH_CPU_LINKS]`` when that page answers within a few seconds, else ``[]``."""
-    import urllib.request
+    """``[TORCH_CPU_LINKS]`` when that page answers within a few seconds in all (the name lookup
+    included: an offline machine's resolver may wait longer), else ``[]``."""
+    from shipyard.core.net import http_request
 
     try:
-        with urllib.request.urlopen(urllib.request.Request(TORCH_CPU_LINKS, method="HEAD"), timeout=5):
-            return [TORCH_CPU_LINKS]
-    except OSError:
+        status, _ = http_request(TORCH_CPU_LINKS, deadline_s=5, method="HEAD", field="torch CPU wheels")
+    except (OSError, ShipyardError):
         return []
+    return [TORCH_CPU_LINKS] if status < 400 else []
 
 
 def _host_python() -> Path:

@@ -218,34 +218,65 @@ def step_target(function: Callable[..., Any]) -> str:
     return f"{module}:{name}"
 
 
-def run_in_runtime(runtime: str, function: Callable[..., Any], /, **kwargs: Any) -> Any:
+#: how long a runtime child past its deadline has to unwind after SIGTERM (its servers stopped) before SIGKILL
+DEADLINE_GRACE_S = 10.0
+
+
+def run_in_runtime(runtime: str, function: Callable[..., Any], /, *, deadline_s: float | None = None,
+                   deadline_setting: str = "", **kwargs: Any) -> Any:
     """Call ``function(**kwargs)`` inside ``runtime``; return its JSON-able result.
 
     ``function`` is a module-level function (the child process imports it as ``"module:function"``).
     Runs in-process when this interpreter is that runtime, else in the runtime's venv as a
     child process whose output streams through. A :class:`ShipyardError` raised by the step
     comes back as the same one-line :class:`ShipyardError`.
+
+    ``deadline_s``: the longest the call may take in all. It then always runs as a child process
+    (this interpreter when already in ``runtime``) in a process group of its own; past the
+    deadline the whole group (the tools it started included) gets SIGTERM, then SIGKILL after
+    :data:`DEADLINE_GRACE_S`, and the error is one line naming ``deadline_setting`` (the setting
+    that gave the deadline).
     """
     target = step_target(function)
     get_runtime(runtime)
-    if current_runtime() == runtime:
+    if current_runtime() == runtime and deadline_s is None:
         return function(**kwargs)
-    python = venv_python(runtime)
+    python = Path(sys.executable) if current_runtime() == runtime else venv_python(runtime)
     with tempfile.TemporaryDirectory(prefix="shipyard-call-") as tmp:
         request = Path(tmp) / "request.json"
         response = Path(tmp) / "response.json"
         request.write_text(json.dumps({"target": target, "kwargs": kwargs}))
         env = dict(os.environ, SHIPYARD_RUNTIME=runtime)
-        proc = subprocess.run(
-            [str(python), "-m", "shipyard.runtimes.runtime", str(request), str(response)], env=env, check=False
-        )
+        command = [str(python), "-m", "shipyard.runtimes.runtime", str(request), str(response)]
+        if deadline_s is None:
+            returncode = subprocess.run(command, env=env, check=False).returncode
+        else:
+            returncode = _run_with_deadline(command, env, deadline_s, deadline_setting or f"step {target}", target)
         payload = json.loads(response.read_text()) if response.exists() else {}
-    if proc.returncode != 0 or "error" in payload:
-        message = payload.get("error") or f"exited with status {proc.returncode} and no result"
+    if returncode != 0 or "error" in payload:
+        message = payload.get("error") or f"exited with status {returncode} and no result"
         if payload.get("user_error"):
             raise ShipyardError.from_line(message)
         raise ShipyardError(f"step {target} [{runtime}]", message, "see the step log above")
     return payload.get("result")
+
+
+def _run_with_deadline(command: list[str], env: dict[str, str], deadline_s: float, setting: str, target: str) -> int:
+    """``command`` in a session of its own, its whole process group stopped at ``deadline_s`` (and
+    on an interrupt here: the terminal's Ctrl-C reaches only this process group)."""
+    from shipyard.core.processes import guard_group, own_session_with_parent_death, release_guard, stop_group
+
+    proc = subprocess.Popen(command, env=env, preexec_fn=own_session_with_parent_death)
+    guard = guard_group(proc.pid)
+    try:
+        return proc.wait(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        stop_group(proc, grace=DEADLINE_GRACE_S)
+        raise ShipyardError(setting, f"{target.rpartition(':')[2]} did not finish within {deadline_s:g} s (stopped)",
+                            f"raise {setting}, or check that the service answers") from None
+    finally:
+        stop_group(proc, grace=DEADLINE_GRACE_S)
+        release_guard(guard)
 
 
 def _kfp_task_dir() -> str | None:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.net import http_request
 from shipyard.core.redact import redact
 from shipyard.serving.kserve.config import EPP_CONFIG_APIS, epp_config_api
 
@@ -363,19 +364,17 @@ ISTIO_POLICY = "manifests/overlays/kubeflow-multi-user (AuthorizationPolicy mlfl
 def _mlflow_request(uri: str, connect_url: str, token: str, method: str, path: str, *, payload: Any = None,
                     data: bytes | None = None, timeout_s: float = 10.0) -> tuple[int, bytes]:
     """One call to MLflow with the Host header of ``uri`` (through ``connect_url`` when given):
-    its status and body; an HTTP error status is returned, not raised (a connection problem is)."""
+    its status and body; an HTTP error status is returned, not raised (a connection problem is,
+    and an answer past ``timeout_s`` in all is a :class:`TimeoutError`; one over
+    :data:`~shipyard.core.net.MAX_ANSWER_BYTES` a :class:`ShipyardError`)."""
     target = urllib.parse.urlparse(uri)
     via = connect_url.rstrip("/") if connect_url else f"{target.scheme}://{target.netloc}"
     headers = {"Host": target.netloc, **({"Authorization": f"Bearer {token}"} if token else {})}
     if payload is not None:
         data = json.dumps(payload).encode()
         headers["Content-Type"] = "application/json"
-    req = urllib.request.Request(f"{via}{path}", data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - http(s) only
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read(2000)
+    return http_request(f"{via}{path}", deadline_s=timeout_s, data=data, method=method, headers=headers,
+                        field="mlflow")
 
 
 def mlflow_refusal(name: str, code: int, body: str, host: str, what: str) -> Check | None:
@@ -411,6 +410,8 @@ def mlflow_api_check(uri: str, connect_url: str = "", token: str = "", timeout_s
         return Check("mlflow api", FAIL, f"cannot reach {via} ({reason})",
                      "check the Service and the MLflow pod, or run from inside the cluster (--mlflow-url through a "
                      "port-forward sends the in-cluster Host header)")
+    except ShipyardError as err:  # an answer over the size cap
+        return Check("mlflow api", FAIL, err.problem, "check that the tracking URI is an MLflow server")
     if code == 200:
         return Check("mlflow api", PASS, f"experiments/search as Host {target.netloc} answered 200")
     refused = mlflow_refusal("mlflow api", code, raw.decode(errors="replace"), target.netloc, "experiments/search")
@@ -513,6 +514,8 @@ def mlflow_artifact_check(uri: str, connect_url: str = "", token: str = "", time
     except (urllib.error.URLError, OSError) as err:
         return Check(name, FAIL, f"cannot reach MLflow as Host {host} ({getattr(err, 'reason', err)})",
                      "check the Service and the MLflow pod")
+    except ShipyardError as err:  # an answer over the size cap
+        return Check(name, FAIL, err.problem, "check that the tracking URI is an MLflow server")
     except (ValueError, KeyError, TypeError) as err:
         return Check(name, FAIL, f"MLflow answered something that is not its REST API ({type(err).__name__})",
                      "check that the tracking URI is an MLflow server")
@@ -529,7 +532,7 @@ def _forget(call: Callable[..., tuple[int, str]], stored: str, run_id: str) -> N
             call("DELETE", f"/api/2.0/mlflow-artifacts/artifacts/{urllib.parse.quote(stored)}")
         if run_id:
             call("POST", "/api/2.0/mlflow/runs/delete", payload={"run_id": run_id})
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, ShipyardError):
         pass
 
 
@@ -641,14 +644,13 @@ def registry_check(registry: str, auth: dict[str, Any] | None, insecure: bool = 
                  None)
     headers = {"Authorization": f"Basic {entry['auth']}"} if entry and entry.get("auth") else {}
     url = f"{'http' if insecure else 'https'}://{registry}/v2/"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s) as resp:  # noqa: S310
-            code = resp.status
-    except urllib.error.HTTPError as err:
-        code = err.code
+    try:  # within timeout_s in all, however slowly the registry answers
+        code, _ = http_request(url, deadline_s=timeout_s, headers=headers, field="registry")
     except (urllib.error.URLError, OSError) as err:
         return Check("registry", FAIL, f"cannot reach {url} ({getattr(err, 'reason', err)})",
                      "check the registry host and the network from the cluster")
+    except ShipyardError as err:  # an answer over the size cap
+        return Check("registry", FAIL, err.problem, "check the registry host")
     if code == 200:
         return Check("registry", PASS, f"{registry} answers /v2/ with the credentials of shipyard-registry")
     if code == 401:

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import json
 import math
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, refuse_credentials
-from shipyard.core.net import unreachable
+from shipyard.core.net import http_request, unreachable
 
-#: how long one API call may take (a range query over hours is still well under this)
+#: how long one API call may take in all, connecting to the last byte (a range query over hours is still well under this)
 TIMEOUT_S = 30.0
+#: the largest answer taken (a range query is at most 11,000 points a series: some 0.4 MB each)
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -43,20 +43,18 @@ class PrometheusAPI:
 
     def _get(self, path: str, params: dict[str, str]) -> Any:
         url = self.url.rstrip("/") + path + "?" + urllib.parse.urlencode(params)
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:  # noqa: S310 - the user's URL
-                body, kind = resp.read(), resp.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as err:  # 400/422: the API's own error document; else a proxy's page
-            body, kind = err.read(), err.headers.get("Content-Type", "")
-            if "json" not in kind:
-                raise ShipyardError(self.field, f"{self.url} answered HTTP {err.code} ({kind or 'no content type'}), "
-                                    "not Prometheus's API", "give the Prometheus API's base URL (the path before "
-                                    "/api/v1), and a token if a proxy asks for one") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
+        headers = {"Accept": "application/json"} | ({"Authorization": f"Bearer {self.token}"} if self.token else {})
+        answered: dict[str, str] = {}
+        try:  # within timeout_s in all, however slowly Prometheus (or a proxy before it) answers
+            status, body = http_request(url, deadline_s=self.timeout_s, headers=headers, field=self.field,
+                                        response_headers=answered, max_bytes=MAX_ANSWER_BYTES)
+        except OSError as err:  # TimeoutError (the deadline) and URLError are OSErrors too
             raise unreachable(self.field, self.url, err, self.timeout_s) from None
+        kind = answered.get("Content-Type", "")
+        if status >= 400 and "json" not in kind:  # 400/422: the API's own error document; else a proxy's page
+            raise ShipyardError(self.field, f"{self.url} answered HTTP {status} ({kind or 'no content type'}), "
+                                "not Prometheus's API", "give the Prometheus API's base URL (the path before "
+                                "/api/v1), and a token if a proxy asks for one")
         try:
             doc = json.loads(body)
         except ValueError:

@@ -41,8 +41,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -452,11 +450,7 @@ class VLLMServer:
 
     def healthy(self, timeout: float = 5.0) -> bool:
         """True when ``/health`` answers 200 now (vLLM answers 503 once its engine is dead)."""
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=timeout) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return False
+        return http_ok(f"{self.url}/health", timeout_s=timeout)  # within timeout in all, not per read
 
     def engine_failure(self, during: str, *, probe: bool = True, log_name: str | None = None) -> ShipyardError | None:
         """A one-line error when vLLM's engine has died, else None.

@@ -27,7 +27,8 @@ through any OpenAI-compatible base URL, and compares it with the *recorded candi
   whose metrics cannot be reached is "not checked", never "passed".
 
 The accuracy slice and the SLO smoke need the model's tokenizer (``model_dir``); without it
-they are "not checked". The verification passes when ``models`` and ``golden`` were compared
+they are "not checked"; each runs within ``run_timeout_s`` in all (default 1800 s: lm-eval or
+guidellm and what they start are stopped there, one line naming the setting). The verification passes when ``models`` and ``golden`` were compared
 and passed and no other compared check failed. The report is :class:`~shipyard.core.report.GateReport`
 (Markdown + JSON), with a table of the diverging outputs.
 """
@@ -61,12 +62,15 @@ from shipyard.gates.verification import (
     selected_level,
 )
 
+#: the setting whose value bounds the accuracy slice and the SLO smoke, as their timeout error names it
+RUN_TIMEOUT = "verify.run_timeout_s"
+
 
 # --------------------------------------------------------------------------- HTTP
 def _get(url: str, timeout: float, field: str) -> tuple[int, str]:
     """A GET that ends within ``timeout`` seconds in all, however slowly the service answers."""
     try:
-        status, body = http_request(url, deadline_s=timeout)
+        status, body = http_request(url, deadline_s=timeout, field=field)
     except OSError as err:  # TimeoutError (the deadline) and URLError are OSErrors too
         raise unreachable(field, url, err, timeout) from None
     return status, body.decode("utf-8", errors="replace")
@@ -242,7 +246,8 @@ def _accuracy_checks(url: str, name: str, record: dict[str, Any], model_dir: str
         return [Check(label, None, None, "", None, False, "", f"not checked: {missing}", compared=False)]
     from shipyard.runtimes.runtime import run_in_runtime
 
-    out = run_in_runtime("vllm", accuracy_slice, url=url, served_model_name=name,
+    out = run_in_runtime("vllm", accuracy_slice, deadline_s=cfg["run_timeout_s"], deadline_setting=RUN_TIMEOUT,
+                         url=url, served_model_name=name,
                          model_dir=model_dir, tasks=sorted({r["task"] for r in rows}), limit=cfg["accuracy_limit"])
     checks = []
     for r in rows:
@@ -269,7 +274,8 @@ def _slo_checks(url: str, name: str, record: dict[str, Any], model_dir: str | No
         return [Check("SLO smoke", None, None, "", None, False, "", f"not checked: {why}", compared=False)]
     from shipyard.runtimes.runtime import run_in_runtime
 
-    out = run_in_runtime("vllm", slo_smoke, url=url, served_model_name=name,
+    out = run_in_runtime("vllm", slo_smoke, deadline_s=cfg["run_timeout_s"], deadline_setting=RUN_TIMEOUT,
+                         url=url, served_model_name=name,
                          model_dir=model_dir, level=level, requests=cfg["slo_requests"],
                          prompt_tokens=cfg["prompt_tokens"], output_tokens=cfg["output_tokens"], timeout=cfg["timeout_s"])
     tol = cfg["slo_tolerance"]

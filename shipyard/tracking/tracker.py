@@ -68,11 +68,14 @@ from typing import Any, TypeVar
 from shipyard.core import contract
 from shipyard.core.env import env_bool, env_float
 from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
+from shipyard.core.net import http_request
 from shipyard.core.redact import redact, redact_obj
 from shipyard.core.retry import Retry
 
 ENV_KFP_MLFLOW_CONFIG = "KFP_MLFLOW_CONFIG"
 ENV_WORK_DIR = "SHIPYARD_WORK_DIR"
+#: the slowest upload the REST logger waits for (bytes/s): a request's deadline grows by its payload at this rate
+UPLOAD_FLOOR_BYTES_PER_S = 256 * 1024
 ENV_ATTEMPTS = "SHIPYARD_MLFLOW_ATTEMPTS"
 ENV_BACKOFF = "SHIPYARD_MLFLOW_BACKOFF_S"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -516,14 +519,12 @@ class Tracker:
             return ""
         if self.down:
             return self.down
-        try:
-            with urllib.request.urlopen(f"{self.uri}/health", timeout=timeout_s) as resp:  # noqa: S310
-                if resp.status >= 500:
-                    self.down = f"status code {resp.status}"
-        except urllib.error.HTTPError as err:
-            # A proxy may not expose /health, or it wants auth: the server is reachable.
-            if err.code >= 500:
-                self.down = f"status code {err.code}"
+        try:  # within timeout_s in all, however slowly the server (or a proxy before it) answers
+            status, _ = http_request(f"{self.uri}/health", deadline_s=timeout_s, field="tracking_uri")
+            if status >= 500:  # a 4xx: a proxy may not expose /health, or it wants auth: the server is reachable
+                self.down = f"status code {status}"
+        except ShipyardError:  # an answer over the size cap: something answers
+            pass
         except (OSError, ValueError) as err:
             self.down = _short(err)
         return self.down
@@ -793,21 +794,24 @@ class RestLogger:
     def _request(self, method: str, path: str, body: Any = None, data: bytes | None = None,
                  headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         raw = data if data is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(f"{self.base}{path}", data=raw, method=method,  # noqa: S310
-                                     headers={**self.headers, **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self.context) as resp:  # noqa: S310
-                text = resp.read().decode() or "{}"
-        except urllib.error.HTTPError as err:
-            if err.code >= 500 or err.code == 429:
-                raise
+        # within self.timeout in all (MLFLOW_HTTP_REQUEST_TIMEOUT), however slowly the server answers, and
+        # the time an upload takes at UPLOAD_FLOOR_BYTES_PER_S on top (a 50 MB artifact: 200 s more)
+        deadline = self.timeout + (len(raw) / UPLOAD_FLOOR_BYTES_PER_S if raw else 0.0)
+        status, answer = http_request(f"{self.base}{path}", deadline_s=deadline, data=raw, method=method,
+                                      headers={**self.headers, **(headers or {})}, context=self.context,
+                                      field="tracking_uri")
+        text = answer.decode(errors="replace")
+        if status >= 500 or status == 429:  # transient: the tracker's retries
+            raise ConnectionError(f"HTTP {status} from {method} {path}")
+        if status >= 400:
             try:
-                detail = json.loads(err.read().decode() or "{}")
+                detail = json.loads(text or "{}")
             except ValueError:
                 detail = {}
-            raise ShipyardError("mlflow", f"{method} {path} was refused ({err.code} "
-                                f"{detail.get('error_code', '')}: {str(detail.get('message', err.reason))[:300]})",
-                                "check the tracking server and its version (REST API 2.0)") from None
+            detail = detail if isinstance(detail, dict) else {}
+            raise ShipyardError("mlflow", f"{method} {path} was refused ({status} "
+                                f"{detail.get('error_code', '')}: {str(detail.get('message', ''))[:300]})",
+                                "check the tracking server and its version (REST API 2.0)")
         return json.loads(text) if text.strip() else {}
 
     def call(self, what: str, method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any]:

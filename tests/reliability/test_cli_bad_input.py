@@ -555,6 +555,12 @@ ROWS: list[Row] = [
         field="benchmark_config.max_requests", params=True),
     row("run-bench-repeats-zero", *run_local("--param", 'benchmark_config={"repeats": 0}'),
         field="benchmark_config.repeats", params=True),
+    # lists bounded before anything walks them (guidellm.MAX_LOADS, MAX_VLLM_ARGS)
+    row("run-bench-loads-too-many", *run_local("--param", "benchmark_config=" + json.dumps({"loads": [1] * 65})),
+        field="benchmark_config.loads: lists 65 load levels, more than 64", params=True),
+    row("run-bench-vllm-args-too-many", *run_local(
+        "--param", "benchmark_config=" + json.dumps({"vllm_args": ["--enforce-eager"] * 257})),
+        field="benchmark_config.vllm_args: holds 257 entries, more than 256", params=True),
     # benchmark_config.workload (issue 35): the recorded traffic the benchmark replays, checked at pre-flight
     row("run-bench-workload-no-source", *run_local("--param", 'benchmark_config={"workload": {"seed": 1}}'),
         field="workload", params=True),
@@ -697,6 +703,9 @@ ROWS: list[Row] = [
         field="deploy_config.verify.min_match_rate", params=True),
     row("run-deploy-config-verify-enabled-text", *run_local("--param", 'deploy_config={"verify": {"enabled": "no"}}'),
         field="deploy_config.verify.enabled", params=True),
+    row("run-deploy-config-verify-run-timeout-text", *run_local(
+        "--param", 'deploy_config={"verify": {"run_timeout_s": "30m"}}'),
+        field="deploy_config.verify.run_timeout_s", params=True),
     row("run-deploy-config-verify-unknown", *run_local("--param", 'deploy_config={"verify": {"golden": 3}}'),
         field="deploy_config.verify.golden", params=True),
     row("run-deploy-config-scaling-list", *run_local("--param", 'deploy_config={"scaling": [1]}'),
@@ -794,6 +803,7 @@ ROWS: list[Row] = [
     row("verify-metrics-url-pool", *verify("--metrics-url", "router=http://x/metrics"), field="--metrics-url"),
     row("verify-config-not-json", *verify("--config", "{slo"), field="--config"),
     row("verify-slo-tolerance-below-1", *verify("--config", '{"slo_tolerance": 0.5}'), field="verify.slo_tolerance"),
+    row("verify-run-timeout-zero", *verify("--config", '{"run_timeout_s": 0}'), field="verify.run_timeout_s"),
     # --- watch (issue 38): the window, the tolerance, Prometheus's URL, the champion's record
     row("watch-window-not-a-window", *watch("--window", "half an hour"), field="--window"),
     row("watch-window-shorter-than-two-scrapes", *watch("--window", "30s"), field="--window: 30 s is shorter"),

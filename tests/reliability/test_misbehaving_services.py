@@ -116,7 +116,7 @@ def _slow_drip(where: str) -> Iterator[str]:
                     self.wfile.flush()
                     stop.wait(1.0)
 
-        do_GET = do_POST = _drip  # noqa: N815 - http.server's names
+        do_GET = do_POST = do_HEAD = _drip  # noqa: N815 - http.server's names
 
         def log_message(self, *args: object) -> None:
             pass
@@ -178,6 +178,344 @@ def test_every_verification_request_has_an_overall_deadline(where: str) -> None:
             waiting.join(3.0)
             assert not waiting.is_alive(), "still waiting 3 s into a 1.5 s deadline"
             assert "within 1.5 s" in str(outcome["error"]) if "error" in outcome else outcome["value"] is None
+
+
+def _ends_within(call: Callable[[], object], deadline_s: float, wait_s: float) -> object:
+    """``call()``'s value or error, failing the test when it is still running ``wait_s`` in."""
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except (OSError, ShipyardError) as err:
+            outcome["error"] = err
+
+    waiting = threading.Thread(target=run, daemon=True)  # a request without a deadline never returns
+    waiting.start()
+    waiting.join(wait_s)
+    assert not waiting.is_alive(), f"still waiting {wait_s:g} s into a {deadline_s:g} s deadline"
+    return outcome.get("error", outcome.get("value"))
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_prometheus_calls_have_an_overall_deadline(where: str) -> None:
+    """``shipyard watch`` and the Prometheus workload reader (:class:`PrometheusAPI`) timed out per
+    read: a Prometheus (or a proxy before it) that sends a byte a second held them without end."""
+    from shipyard.serving.prometheus import PrometheusAPI
+
+    with _slow_drip(where) as url:
+        got = _ends_within(lambda: PrometheusAPI(url, timeout_s=1.5).instant("up"), 1.5, 4.0)
+    assert isinstance(got, ShipyardError) and got.exit_code == 3 and "did not answer within 1.5 s" in str(got), got
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_shipyard_checks_http_calls_have_an_overall_deadline(where: str) -> None:
+    """``shipyard check``'s MLflow API and artifact checks, registry check and KFP healthz timed
+    out per read: a service that sends a byte a second held each without end. Each is a failed
+    check line within its deadline."""
+    from shipyard.run.check import kfp_healthz
+    from shipyard.serving import cluster_check as cc
+
+    with _slow_drip(where) as url:
+        calls: list[Callable[[], object]] = [
+            lambda: cc.mlflow_api_check(url, timeout_s=1.5),
+            lambda: cc.mlflow_artifact_check(url, timeout_s=1.5),
+            lambda: cc.registry_check(url.removeprefix("http://"), None, insecure=True, timeout_s=1.5),
+            lambda: kfp_healthz(url, timeout_s=1.5),
+        ]
+        for call in calls:
+            check = _ends_within(call, 1.5, 6.0)
+            assert isinstance(check, cc.Check) and check.status == cc.FAIL, check
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_mlflow_rest_calls_and_the_health_probe_have_an_overall_deadline(where: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's REST logging to MLflow (:class:`RestLogger`) and the tracker's ``/health`` probe
+    timed out per read: an MLflow (or a proxy before it) that sends a byte a second held them
+    without end. Each ends within its deadline (``MLFLOW_HTTP_REQUEST_TIMEOUT``, the probe's)."""
+    from shipyard.tracking.tracker import RestLogger, Tracker
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1.5")
+    with _slow_drip(where) as url:
+        got = _ends_within(lambda: RestLogger(Tracker(url, attempts=1)).get_run("r1"), 1.5, 5.0)
+        assert isinstance(got, ShipyardError) and got.exit_code == 3 and "within 1.5 s" in str(got), got
+        got = _ends_within(lambda: Tracker(url, attempts=1).probe(timeout_s=1.5), 1.5, 5.0)
+        assert isinstance(got, str) and "within 1.5 s" in got, got
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_vllm_metrics_reads_have_an_overall_deadline(where: str) -> None:
+    """The benchmark's ``/metrics`` reads (the sampler beside each load level, the replay's
+    before/after) timed out per read: a server that sends a byte a second held them without end."""
+    from shipyard.benchmarking.server_metrics import MetricsSampler
+    from shipyard.benchmarking.workload_replay import metrics_text
+
+    with _slow_drip(where) as url:
+        got = _ends_within(lambda: metrics_text(url, timeout=1.5), 1.5, 5.0)
+        assert isinstance(got, ShipyardError) and "within 1.5 s" in str(got), got
+        sampler = MetricsSampler(url, timeout_s=1.5)
+        _ends_within(sampler._read, 1.5, 5.0)
+        assert sampler.failed == 1 and not sampler.reads
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_the_ready_check_has_an_overall_deadline(where: str) -> None:
+    """``http_ok`` (every ready-poll, vLLM's ``/health``) timed out per read: a server that sends
+    its headers a byte a second held it without end. It is False within its timeout."""
+    from shipyard.core.net import http_ok
+
+    with _slow_drip(where) as url:
+        assert _ends_within(lambda: http_ok(url + "/health", timeout_s=1.5), 1.5, 5.0) is False
+
+
+@pytest.mark.parametrize("where", ["body", "headers"])
+def test_the_benchmark_warm_up_has_an_overall_deadline(where: str) -> None:
+    """The benchmark's warm-up completions timed out per read (``request_timeout``): a server that
+    sends a byte a second held the step before its first level."""
+    from shipyard.benchmarking.guidellm import warm_up_server
+    from shipyard.steps.verify import RemoteService
+
+    with _slow_drip(where) as url:
+        _ends_within(lambda: warm_up_server(RemoteService(url, "llm"), {"request_timeout": 1.5}, 1), 1.5, 5.0)
+
+
+def test_the_torch_wheel_index_probe_has_an_overall_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``shipyard setup`` and image builds ask whether PyTorch's CPU wheel page answers "within a few
+    seconds": a page (or a proxy) sending its headers a byte a second held them without end."""
+    from shipyard.runtimes import images
+
+    with _slow_drip("headers") as url:
+        monkeypatch.setattr(images, "TORCH_CPU_LINKS", url + "/whl/cpu")
+        images.torch_cpu_links.cache_clear()
+        try:
+            assert _ends_within(images.torch_cpu_links, 5.0, 9.0) == []
+        finally:
+            images.torch_cpu_links.cache_clear()
+
+
+def test_a_large_artifact_upload_gets_time_for_its_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The REST logger's deadline covers the upload too, so it grows with the payload
+    (``UPLOAD_FLOOR_BYTES_PER_S``): a 2 MB artifact to a server reading ~0.6 MB/s takes ~3 s
+    and must not fail against a 1 s request timeout."""
+    from shipyard.tracking.tracker import UPLOAD_FLOOR_BYTES_PER_S, RestLogger, Tracker
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:  # noqa: N802 - http.server's name
+            left = int(self.headers["Content-Length"])
+            while left:
+                left -= len(self.rfile.read(min(left, 65536)))
+                time.sleep(0.1)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    payload = b"x" * 2_000_000
+    assert 1 + len(payload) / UPLOAD_FLOOR_BYTES_PER_S > 6  # the deadline this upload gets
+    with LoopbackServer(Handler) as server:
+        started = time.monotonic()
+        logger = RestLogger(Tracker(server.url, attempts=1))
+        assert logger.call("upload an artifact", "PUT", "/api/2.0/mlflow-artifacts/artifacts/x", data=payload,
+                           headers={"Content-Type": "application/octet-stream"}) == {}
+        assert time.monotonic() - started > 1.5  # slower than the request timeout alone allows
+
+
+@contextlib.contextmanager
+def _huge_answer(declared: bool) -> Iterator[tuple[str, list[int]]]:
+    """A web server whose answer never ends: 64 KiB chunks of JSON-ish padding until the client
+    hangs up, after a Content-Length of 1 GiB (``declared``) or none (the body ends at close).
+    Yields its URL and the bytes it managed to send."""
+    sent = [0]
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _flood(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if declared:
+                self.send_header("Content-Length", str(1 << 30))
+            else:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            chunk = b" " * 65536
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    self.wfile.write(chunk)
+                    sent[0] += len(chunk)
+
+        do_GET = do_POST = _flood  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        with LoopbackServer(Handler) as server:
+            yield server.url, sent
+    finally:
+        stop.set()
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "until-close"])
+def test_an_answer_larger_than_the_cap_is_refused_without_reading_it_all(declared: bool) -> None:
+    """An answer with no end (a download, a misrouted URL) was read whole into memory until the
+    deadline; ``http_request`` refuses it past ``max_bytes`` with one line naming the field, at
+    once when the Content-Length says so, else after reading one byte more than the cap."""
+    from shipyard.core.net import MAX_ANSWER_BYTES, http_request
+
+    with _huge_answer(declared) as (url, sent):
+        started = time.monotonic()
+        with pytest.raises(ShipyardError) as info:
+            http_request(url + "/v1/models", deadline_s=60, field="url")
+        seconds = time.monotonic() - started
+    line = str(info.value)
+    assert info.value.field == "url" and "more than the 8.0 MiB an answer may be" in line and "\n" not in line, line
+    assert ("1024.0 MiB (Content-Length)" in line) == declared, line
+    assert seconds < 20, f"held {seconds:.0f} s against a 60 s deadline"
+    assert MAX_ANSWER_BYTES == 8 * 1024 * 1024 and sent[0] < 4 * MAX_ANSWER_BYTES  # not read to the end
+
+
+def test_verify_against_a_service_that_answers_without_end_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "golden.json").write_text(json.dumps({"schema": "shipyard.golden/v1",
+                                                      "answers": [{"prompt": "p", "text": "t"}]}))
+    with _huge_answer(False) as (url, _):
+        proc, seconds = _cli(tmp_path, "verify", "--url", url, "--served-model-name", "llm", "--candidate",
+                             "golden.json", "--timeout", "60", capture_output=True)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2 and "url: " in line and "more than the 8.0 MiB an answer may be" in line, line
+    assert seconds < 30, f"verify held {seconds:.0f} s"
+
+
+@contextlib.contextmanager
+def _tls_stall(drip: bool) -> Iterator[str]:
+    """A TCP port that accepts and reads the client's TLS hello, then never answers it (``drip``
+    False) or starts a handshake record of 16 KiB and sends one byte of it every 0.3 s (each read
+    well within a per-read timeout: only an overall deadline ends it)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                continue
+            held.append(conn)
+            with contextlib.suppress(OSError):
+                conn.settimeout(5)
+                conn.recv(65536)  # the ClientHello
+                if drip:
+                    conn.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16,384 bytes...
+                    while not stop.wait(0.3):
+                        conn.sendall(b"\x00")  # ... a byte at a time
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_an_https_request_verifies_the_server_through_the_watched_handshake(tmp_path: Path) -> None:
+    """``http_request`` makes the TLS handshake itself (to watch it): a real HTTPS server on
+    loopback still answers, its certificate checked against the name in the URL."""
+    import ssl
+
+    from shipyard.core.net import http_request
+
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=loopback",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "key.pem"),
+                    "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True, timeout=60)
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    trusted = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Length", "12")
+            self.end_headers()
+            self.wfile.write(b'{"data": []}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = LoopbackServer(Handler)
+    server.httpd.socket = served.wrap_socket(server.httpd.socket, server_side=True)
+    with server:
+        url = f"https://127.0.0.1:{server.port}"
+        assert http_request(url + "/v1/models", deadline_s=10, context=trusted) == (200, b'{"data": []}')
+        with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):  # the default trust store does not know it
+            http_request(url + "/v1/models", deadline_s=10)
+
+
+@pytest.mark.parametrize("drip", [False, True], ids=["silent", "drip"])
+def test_a_stalled_tls_handshake_ends_at_the_deadline(drip: bool) -> None:
+    """The TLS handshake is inside ``http_request``'s deadline (its socket is watched like every
+    read). A guard more than a reproduction: Python 3.11's ``ssl`` already ends one handshake at
+    the socket timeout, counted from the handshake's start rather than the request's."""
+    from shipyard.core.net import http_request
+
+    with _tls_stall(drip) as url:
+        outcome: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                outcome["value"] = http_request(url + "/v1/models", deadline_s=1.5)
+            except OSError as err:
+                outcome["error"] = err
+
+        started = time.monotonic()
+        waiting = threading.Thread(target=run, daemon=True)
+        waiting.start()
+        waiting.join(6.0)
+        seconds = time.monotonic() - started
+    assert not waiting.is_alive(), "still in the TLS handshake 6 s into a 1.5 s deadline"
+    assert isinstance(outcome.get("error"), TimeoutError) and "within 1.5 s" in str(outcome["error"]), outcome
+    assert seconds < 4, seconds
+
+
+def test_a_name_lookup_that_never_returns_ends_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system resolver has no timeout of its own (a dead DNS server holds ``getaddrinfo`` for
+    its retries); ``http_request`` gives it up at the deadline. The dead DNS server is played by a
+    ``getaddrinfo`` that blocks for that one name (the test cannot reach a real resolver)."""
+    from shipyard.core.net import http_request
+
+    real, release = socket.getaddrinfo, threading.Event()
+
+    def getaddrinfo(host: object, *args: object, **kwargs: object) -> object:
+        if host == "dead-dns.invalid":
+            release.wait(30)
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = http_request("http://dead-dns.invalid:8000/v1/models", deadline_s=1.0)
+        except OSError as err:
+            outcome["error"] = err
+
+    waiting = threading.Thread(target=run, daemon=True)
+    waiting.start()
+    waiting.join(4.0)
+    release.set()
+    assert not waiting.is_alive(), "still resolving 4 s into a 1 s deadline"
+    assert isinstance(outcome.get("error"), TimeoutError) and "within 1 s" in str(outcome["error"]), outcome
 
 
 def test_deploy_against_an_api_server_that_never_answers_is_exit_3(tmp_path: Path) -> None:
