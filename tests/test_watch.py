@@ -221,6 +221,21 @@ def test_a_record_without_per_request_lengths_is_not_compared() -> None:
     assert idle["input_distribution"]["note"] == "not compared: no finished requests in the window"
 
 
+def test_the_judged_candidate_record_keeps_the_lengths_the_watch_compares(tmp_path: Path) -> None:
+    """The real judge step writes each level's per-request lengths into ``candidate.json`` (a sparse
+    histogram, ``lengths``): the envelope of that record holds the knee level's prompt and output
+    lengths, so a champion judged today is compared by distribution, not only by mean."""
+    from report_fixtures import judged
+
+    from shipyard.core.records import CANDIDATE_FILE
+
+    judged(tmp_path)
+    record = json.loads((tmp_path / "w8a8-int8-gates" / CANDIDATE_FILE).read_text())
+    assert all(lv["lengths"] == {"prompt_tokens": {"32": 8}, "output_tokens": {"16": 8}} for lv in record["levels"])
+    env = envelope_from_record(record)
+    assert env.prompt_lengths == (32,) * 8 and env.output_lengths == (16,) * 8
+
+
 def test_the_token_edges_are_the_pinned_vllms() -> None:
     """The fixture's token-count edges are what the pinned vLLM declares for a 2048-token model: its
     own bucket functions, read from its source (``vllm/v1/metrics/buckets.py``, no import)."""

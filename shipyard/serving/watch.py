@@ -48,8 +48,9 @@ while the bursts pass what was qualified.
 
 **Length distributions.** The means can hold while the shape moves (half the prompts twice as
 long, half half as long). The benchmark keeps each measured request's prompt and output token
-counts (the knee level's ``samples``); the watch reads vLLM's own histograms of them
-(``vllm:request_prompt_tokens_bucket``, ``vllm:request_generation_tokens_bucket``:
+counts (a level's ``samples``) and the judge step writes them into the candidate record as sparse
+histograms (a level's ``lengths``: :func:`length_counts`); the watch takes the knee level's, reads
+vLLM's own histograms of the live lengths (``vllm:request_prompt_tokens_bucket``, ``vllm:request_generation_tokens_bucket``:
 ``increase()`` over the window, per ``le``) and compares, at each of the live server's edges
 (vLLM's 1-2-5 series up to its ``max_model_len``), the share of requests longer than the edge,
 live and benchmarked. No quantile is interpolated between those coarse edges (that would read a
@@ -154,14 +155,34 @@ def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -
                     prompt_lengths=_lengths(knee, "prompt_tokens"), output_lengths=_lengths(knee, "output_tokens"))
 
 
+def length_counts(values: Any) -> dict[str, int] | None:
+    """Per-request token counts (a level's ``samples["prompt_tokens"]`` or ``["output_tokens"]``) as
+    a sparse histogram, ``{"<tokens>": requests}`` (what a candidate record keeps per level:
+    ``lengths``); None without any."""
+    if not isinstance(values, list):
+        return None
+    kept = [int(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
+            and math.isfinite(v) and v >= 0]
+    counts: dict[str, int] = {}
+    for v in sorted(kept):
+        counts[str(v)] = counts.get(str(v), 0) + 1
+    return counts or None
+
+
 def _lengths(level: Mapping[str, Any], key: str) -> tuple[int, ...] | None:
-    """A level's per-request token counts (``samples[key]``: those guidellm counted); None when the
-    record holds none (a benchmark from before they were kept)."""
-    samples = level.get("samples")  # the signed evidence's levels hold a count of samples, not the samples
-    got = samples.get(key) if isinstance(samples, Mapping) else None
-    kept = [int(v) for v in got or [] if isinstance(v, int | float) and not isinstance(v, bool)
-            and math.isfinite(v) and v >= 0] if isinstance(got, list) else []
-    return tuple(kept) or None
+    """A level's per-request token counts: its ``lengths[key]`` histogram (a candidate record) or its
+    ``samples[key]`` (the benchmark's results); None when it holds neither (a benchmark from before
+    they were kept, or the signed evidence, whose ``samples`` is a count)."""
+    kept = (level.get("lengths") or {}).get(key) if isinstance(level.get("lengths"), Mapping) else None
+    if isinstance(kept, Mapping):
+        try:
+            pairs = [(int(k), int(n)) for k, n in kept.items()]
+        except (TypeError, ValueError):
+            return None
+        return tuple(v for v, n in sorted(pairs) if v >= 0 for _ in range(max(n, 0))) or None
+    samples = level.get("samples")
+    counts = length_counts(samples.get(key)) if isinstance(samples, Mapping) else None
+    return tuple(int(k) for k, n in counts.items() for _ in range(n)) if counts else None
 
 
 def qualified_hit_rate(record: Mapping[str, Any]) -> float | None:
