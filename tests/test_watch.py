@@ -204,9 +204,10 @@ def test_the_same_mean_in_another_shape_is_a_drift_naming_the_edge() -> None:
 
 
 def test_a_record_without_per_request_lengths_is_not_compared() -> None:
-    """A benchmark from before the per-request lengths were kept (or the signed evidence, which holds
-    no samples): the distributions are "not compared", with the reason, never a drift."""
-    old = {**RECORD, "levels": [{k: v for k, v in lv.items() if k != "samples"} for lv in LEVELS]}
+    """A candidate record or signed evidence from before the per-request lengths were kept (its
+    levels' ``samples`` a count, no ``lengths``): the distributions are "not compared", with the
+    reason, never a drift."""
+    old = {**RECORD, "levels": [{**{k: v for k, v in lv.items() if k != "samples"}, "samples": 100} for lv in LEVELS]}
     env = envelope_from_record(old)
     assert env.prompt_lengths is None and env.output_lengths is None
     live = Live(200, 100, 3.0, 2, 110, None, 1800, prompt_buckets=_cumulative([20] * 50 + [380] * 50),
@@ -538,6 +539,9 @@ def test_the_envelope_travels_with_the_model(prometheus: str, attested: dict[str
     rows = {r["dimension"]: r for r in out["rows"]}
     assert out["verdict"] == "within the envelope" and out["model_uri"] == attested["uri"]
     assert rows["input_length"]["qualified"] == 32.0 and rows["output_length"]["qualified"] == 16.0
+    # the signed evidence carries the per-request lengths: the distributions are compared, not skipped
+    assert rows["input_distribution"]["drifted"] is False and rows["output_distribution"]["drifted"] is False
+    assert rows["input_distribution"]["distance"] == pytest.approx(0)
     assert rows["load"]["qualified"] == 1.11 and rows["load"]["live"] == pytest.approx(0.5, rel=0.05)
     # the signed curve between its levels (0.3623 req/s: 312 ms, 1.11 req/s: 110.5 ms) at the live load
     live = rows["load"]["live"]
@@ -545,6 +549,9 @@ def test_the_envelope_travels_with_the_model(prometheus: str, attested: dict[str
     drifted = _watch_model("--prometheus", prometheus, "--model-name", "drifted", "--model", attested["uri"],
                            "--key", attested["key"])
     assert drifted.returncode == 1, drifted.stderr + drifted.stdout
+    print(drifted.stdout)
+    assert "drifted (input_length, output_length, load, ttft, input_distribution, output_distribution)" \
+        in drifted.stdout.splitlines()[0]
     last = drifted.stdout.splitlines()[-1]
     assert last.startswith("re-qualify on this traffic: shipyard submit optimize-and-deploy "
                            "--param model_uri=hf://HuggingFaceTB/SmolLM2-135M-Instruct "), last
@@ -629,8 +636,10 @@ def test_the_watch_pipeline_runs_locally_and_its_report_names_the_drift(promethe
     report = next((tmp_path / "work").rglob("report.md")).read_text()
     assert report.startswith("# Drift watch: drifted") and "input length (tokens): DRIFT live 500 vs qualified 32" in report
     assert [line for line in proc.stdout.splitlines() if "SUCCESS  watch production" in line
-            and line.endswith("drifted (input_length,output_length,load,ttft)")], proc.stdout
-    assert "> drifted: input_length, output_length, load, ttft" in proc.stdout  # the run's summary table
+            and line.endswith("drifted (input_length,output_length,load,ttft,input_distribution,output_distribution)")], \
+        proc.stdout
+    # the run's summary table
+    assert "> drifted: input_length, output_length, load, ttft, input_distribution, output_distribution" in proc.stdout
 
 
 # --- --requalify: the proposed run, submitted through `shipyard submit`'s client to the KFP double -------------

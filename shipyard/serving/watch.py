@@ -57,8 +57,9 @@ live and benchmarked. No quantile is interpolated between those coarse edges (th
 drift into a bucket's width). The largest gap is the distance; it drifts past the
 ``input_distribution`` / ``output_distribution`` tolerance (a share of requests, default 0.1)
 and past what that many requests give by chance (a two-sample Kolmogorov-Smirnov bound at 1%),
-and the row names the edge. A record without per-request counts (a benchmark from before they
-were kept, or the signed evidence, which holds no samples) is "not compared", never a drift.
+and the row names the edge. The signed SLO evidence carries the same ``lengths`` per level
+(:data:`shipyard.gates.evidence.ENVELOPE_LEVEL_FIELDS`). A record or evidence without per-request
+counts (from before they were kept) is "not compared", never a drift.
 
 A dimension outside its tolerance is a drift; the verdict names each one and proposes the
 re-qualification run on the traffic as measured (the optimize pipeline with the live lengths and
@@ -172,7 +173,7 @@ def length_counts(values: Any) -> dict[str, int] | None:
 def _lengths(level: Mapping[str, Any], key: str) -> tuple[int, ...] | None:
     """A level's per-request token counts: its ``lengths[key]`` histogram (a candidate record) or its
     ``samples[key]`` (the benchmark's results); None when it holds neither (a benchmark from before
-    they were kept, or the signed evidence, whose ``samples`` is a count)."""
+    they were kept: a candidate record's or the evidence's ``samples`` is a count)."""
     kept = (level.get("lengths") or {}).get(key) if isinstance(level.get("lengths"), Mapping) else None
     if isinstance(kept, Mapping):
         try:
@@ -450,7 +451,7 @@ def distribution_row(dim: str, what: str, lengths: tuple[int, ...] | None, count
                            "live": None, "qualified": None, "ratio": None, "drifted": None}
     if lengths is None:
         return {**out, "note": f"not compared: the record holds no per-request {what} lengths (a benchmark from "
-                               "before they were kept, or the signed SLO evidence, which holds none)"}
+                               "before they were kept)"}
     if not counts:
         return {**out, "note": "not compared: no finished requests in the window"}
     total = counts[math.inf]
