@@ -24,10 +24,10 @@ def level(name: str, nominal: float, rps: float, tok_s: float, ttft: tuple[float
         "tpot_ms": {"mean": itl[1], "p50": itl[0], "p90": itl[1], "p99": itl[2]},
         "latency_s": {"mean": 1.2, "p50": 1.1, "p90": 1.4, "p99": 1.5},
         "prompt_tokens_mean": 32.0, "output_tokens_mean": 16.0, "duration_s": 14.0,
-        # per request as guidellm records them: TTFT, ITL, end-to-end latency and output tokens (16 each)
+        # per request as guidellm records them: TTFT, ITL, end-to-end latency, output (16) and prompt (32) tokens
         "samples": {"ttft_ms": [round(ttft[0] + i * step, 2) for i in range(ok)], "itl_ms": [itl[0]] * ok,
                     "latency_s": [round(16 * nominal / tok_s * (0.9 + 0.2 * i / max(1, ok - 1)), 4) for i in range(ok)],
-                    "output_tokens": [16] * ok},
+                    "output_tokens": [16] * ok, "prompt_tokens": [32] * ok},
         "first_errors": [],
     }
 

@@ -24,14 +24,16 @@ from shipyard.runtimes.runtime import run_in_runtime
 
 
 # --------------------------------------------------------------------------- config and scenario
-def _request(start: float, end: float, ttft: float) -> dict[str, Any]:
+def _request(start: float, end: float, ttft: float, prompt: int = 32, output: int = 8) -> dict[str, Any]:
+    # guidellm's per-request stats (GenerativeRequestStats) serialise prompt_tokens and output_tokens
     return {"request_start_time": start, "request_end_time": end, "time_to_first_token_ms": ttft,
-            "inter_token_latency_ms": 5.0}
+            "inter_token_latency_ms": 5.0, "prompt_tokens": prompt, "output_tokens": output}
 
 
 def test_samples_are_the_requests_guidellm_counted() -> None:
-    """A warm-up request is left out; one still running when the level stopped is counted, as guidellm does."""
-    warm, inside, at_stop = _request(0.0, 0.9, 10.0), _request(1.0, 2.0, 20.0), _request(2.5, 3.2, 30.0)
+    """A warm-up request is left out; one still running when the level stopped is counted, as guidellm does.
+    Each counted request's prompt and output lengths are kept (the watch's length distributions)."""
+    warm, inside, at_stop = _request(0.0, 0.9, 10.0, 5), _request(1.0, 2.0, 20.0, 300, 9), _request(2.5, 3.2, 30.0, 40)
     bench = {
         "start_time": 1.0, "end_time": 3.0,
         "config": {"strategy": {"type_": "concurrent", "streams": 2}},
@@ -41,6 +43,7 @@ def test_samples_are_the_requests_guidellm_counted() -> None:
     (level,) = parse_guidellm_report({"benchmarks": [bench]})
     assert level["name"] == "concurrent@2" and level["successful"] == 2
     assert level["samples"]["ttft_ms"] == [20.0, 30.0]
+    assert level["samples"]["prompt_tokens"] == [300, 40] and level["samples"]["output_tokens"] == [9, 8]
 
 
 def test_requests_per_s_counts_only_the_requests_that_succeeded() -> None:

@@ -28,6 +28,7 @@ from shipyard.serving.watch import (
     Live,
     compare,
     envelope_from_record,
+    format_report,
     parse_tolerance,
     peak_window,
     predicted_ttft,
@@ -36,7 +37,8 @@ from shipyard.serving.watch import (
 #: the champion's benchmark: three load levels, the SLO met up to 2 req/s (the knee)
 LEVELS = [{"name": f"constant@{rps:g}", "strategy": "constant", "nominal_load": rps, "requests_per_s": rps,
            "ttft_p50_ms": ttft / 2, "ttft_p99_ms": ttft, "itl_p50_ms": itl / 2, "itl_p99_ms": itl, "error_rate": 0.0,
-           "prompt_tokens_mean": 200.0, "output_tokens_mean": 100.0}
+           "prompt_tokens_mean": 200.0, "output_tokens_mean": 100.0,
+           "samples": {"prompt_tokens": [200] * 100, "output_tokens": [100] * 100}}
           for rps, ttft, itl in ((1.0, 80.0, 20.0), (2.0, 120.0, 25.0), (4.0, 900.0, 60.0))]
 SLO = {"ttft_p99_ms": 500.0, "itl_p99_ms": 50.0, "max_error_rate": 0.0}
 RECORD = {"schema": "shipyard.candidate/v1", "recipe": "w8a8-int8", "passed": True, "reason": "passed", "levels": LEVELS, "slo": {"thresholds": SLO}}
@@ -49,14 +51,20 @@ CAPACITY = {"goodput_rps": 2.0, "level": "constant@2", "requests_per_s": 2.0, "g
 REPLAYED = {**RECORD, "slo": {**RECORD["slo"], "capacity": CAPACITY}, "workload": {"digest": WORKLOAD}}
 #: TTFT histogram edges (vLLM's defaults start 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25 ...)
 EDGES = (0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
+#: the token-count histograms' edges (request_prompt_tokens, request_generation_tokens) of the pinned
+#: vLLM serving a 2048-token model: its 1-2-5 series up to max_model_len (checked against its source below)
+MAX_MODEL_LEN = 2048
+TOKEN_EDGES = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 
 
 def _series(model: str, replicas: int, rps: float, prompt: float, output: float, ttft_s: float,
-            start: float, end: float, step: float = 15.0, burst: tuple[float, float, float] | None = None) -> list[str]:
+            start: float, end: float, step: float = 15.0, burst: tuple[float, float, float] | None = None,
+            prompt_mix: tuple[tuple[int, float], ...] | None = None) -> list[str]:
     """OpenMetrics lines of ``replicas`` vLLM instances serving ``rps`` requests/s each (``burst``:
     ``(from, to, rps)``, a higher rate between those times), every request with ``prompt``/``output``
-    tokens, TTFT spread evenly below ``ttft_s`` (so p99 is just under it), and half of the prompt
-    blocks found in the prefix cache."""
+    tokens (``prompt_mix``: ``(tokens, share)`` pairs of that mean instead), TTFT spread evenly below
+    ``ttft_s`` (so p99 is just under it), and half of the prompt blocks found in the prefix cache."""
+    mix = prompt_mix or ((round(prompt), 1.0),)
     lines = []
     t, n, extra = start, 0, 0.0
     while t <= end:
@@ -77,6 +85,11 @@ def _series(model: str, replicas: int, rps: float, prompt: float, output: float,
                 below = done * min(1.0, le / ttft_s)
                 lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="{le}"}} {below} {t:.3f}')
             lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {done} {t:.3f}')
+            for le in (*TOKEN_EDGES, "+Inf"):
+                below = done * sum(share for tokens, share in mix if le == "+Inf" or tokens <= le)
+                lines.append(f'vllm:request_prompt_tokens_bucket{{{lab},le="{le}"}} {below} {t:.3f}')
+                below = done if le == "+Inf" or output <= le else 0.0
+                lines.append(f'vllm:request_generation_tokens_bucket{{{lab},le="{le}"}} {below} {t:.3f}')
         t += step
         n += 1
     return lines
@@ -88,7 +101,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     what the champion was qualified on, ``drifted`` prompts 2.5x longer at 3 req/s per replica,
     ``attested`` what the signed champion of :func:`attested` was qualified on, ``bursty`` the
     champion's lengths at 0.5 req/s per replica but 2.5 req/s for six minutes (from 16 minutes ago),
-    ``sparse`` ``steady``'s traffic scraped every 5 minutes."""
+    ``sparse`` ``steady``'s traffic scraped every 5 minutes, ``reshaped`` ``steady``'s mean prompt of
+    200 tokens as half 20-token and half 380-token prompts."""
     require_tool(bool(shutil.which("prometheus")) and bool(shutil.which("promtool")), "apt-get install -y prometheus")
     root = tmp_path_factory.mktemp("prometheus")
     end = time.time() - 60
@@ -99,7 +113,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
              # what the attested champion (report_fixtures' w8a8-int8: 32/16 tokens, knee 1.11 req/s) was qualified on
              + _series("attested", 2, 0.5, 32, 16, 0.06, start, end)
              + _series("bursty", 2, 0.5, 200, 100, 0.1, start, end, burst=(end - 16 * 60, end - 10 * 60, 2.5))
-             + _series("sparse", 2, 1.5, 200, 100, 0.1, start, end, step=300.0))
+             + _series("sparse", 2, 1.5, 200, 100, 0.1, start, end, step=300.0)
+             + _series("reshaped", 2, 1.5, 200, 100, 0.1, start, end, prompt_mix=((20, 0.5), (380, 0.5))))
     (root / "data.om").write_text("\n".join(sorted(lines, key=lambda line: float(line.rsplit(" ", 1)[1])))
                                   + "\n# EOF\n")
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(root / "tsdb")],
@@ -150,6 +165,96 @@ def test_each_dimension_drifts_on_its_own() -> None:
     assert compare(env, Live(**{**steady.__dict__, "ttft_p99_ms": 200}), tol)["drifted"] == ["ttft"]
     idle = compare(env, Live(None, None, None, 2, None, None, 1800), tol)
     assert idle["drifted"] == [] and all(r["drifted"] is None for r in idle["rows"])
+
+
+def _cumulative(lengths: list[int], edges: tuple[int, ...] = TOKEN_EDGES) -> dict[float, float]:
+    """vLLM's cumulative bucket counts of ``lengths`` at ``edges`` (``le``: at most the edge), and +Inf."""
+    return {**{float(le): float(sum(1 for v in lengths if v <= le)) for le in edges}, math.inf: float(len(lengths))}
+
+
+def test_the_same_mean_in_another_shape_is_a_drift_naming_the_edge() -> None:
+    """Half the prompts ten times shorter, half nearly twice as long: the mean holds at 200, the
+    distribution does not. The row names the edge whose share moved most; the same shape live, or
+    a gap within what few requests give by chance, is no drift."""
+    env, tol = envelope_from_record(RECORD), parse_tolerance(None)
+    assert env.prompt_lengths == (200,) * 100 and env.output_lengths == (100,) * 100
+    same = Live(200, 100, 3.0, 2, 110, None, 1800, prompt_buckets=_cumulative([200] * 4000),
+                output_buckets=_cumulative([100] * 4000))
+    out = compare(env, same, tol)
+    rows = {r["dimension"]: r for r in out["rows"]}
+    assert out["drifted"] == [] and rows["input_distribution"]["drifted"] is False
+    assert rows["input_distribution"]["distance"] == 0.0
+    reshaped = Live(**{**same.__dict__, "prompt_buckets": _cumulative([20] * 2000 + [380] * 2000)})
+    out = compare(env, reshaped, tol)
+    row = {r["dimension"]: r for r in out["rows"]}["input_distribution"]
+    assert out["drifted"] == ["input_distribution"]  # the mean (input_length) did not move
+    assert row["edge"] == 20.0 and row["live"] == 0.5 and row["qualified"] == 1.0 and row["distance"] == 0.5
+    assert "  prompt length distribution: DRIFT live 0.5 vs qualified 1  (share above 20 tokens, the widest gap; " \
+        in format_report(out)
+    # a 10-point move over 20 live requests is what chance gives: no drift
+    few = Live(**{**same.__dict__, "prompt_buckets": _cumulative([200] * 18 + [600] * 2)})
+    row = {r["dimension"]: r for r in compare(env, few, tol)["rows"]}["input_distribution"]
+    assert row["distance"] == 0.1 and row["chance"] > 0.1 and row["drifted"] is False
+    # a fifth of the prompts past 500 tokens: past the default 0.1 and the chance gap of 100 benchmarked
+    # requests (about 0.17), within a declared 0.25
+    wider = Live(**{**same.__dict__, "prompt_buckets": _cumulative([200] * 3200 + [600] * 800)})
+    row = {r["dimension"]: r for r in compare(env, wider, tol)["rows"]}["input_distribution"]
+    assert row["drifted"] is True and row["edge"] == 200.0 and row["chance"] == pytest.approx(0.165, abs=0.005)
+    assert compare(env, wider, parse_tolerance('{"input_distribution": 0.25}'))["drifted"] == []
+
+
+def test_a_record_without_per_request_lengths_is_not_compared() -> None:
+    """A candidate record or signed evidence from before the per-request lengths were kept (its
+    levels' ``samples`` a count, no ``lengths``): the distributions are "not compared", with the
+    reason, never a drift."""
+    old = {**RECORD, "levels": [{**{k: v for k, v in lv.items() if k != "samples"}, "samples": 100} for lv in LEVELS]}
+    env = envelope_from_record(old)
+    assert env.prompt_lengths is None and env.output_lengths is None
+    live = Live(200, 100, 3.0, 2, 110, None, 1800, prompt_buckets=_cumulative([20] * 50 + [380] * 50),
+                output_buckets=_cumulative([100] * 100))
+    out = compare(env, live, parse_tolerance(None))
+    rows = {r["dimension"]: r for r in out["rows"]}
+    assert out["drifted"] == []
+    for dim in ("input_distribution", "output_distribution"):
+        assert rows[dim]["drifted"] is None and rows[dim]["note"].startswith("not compared: the record holds no")
+    idle = {r["dimension"]: r for r in compare(envelope_from_record(RECORD), Live(None, None, None, 2, None, None, 1800),
+                                               parse_tolerance(None))["rows"]}
+    assert idle["input_distribution"]["note"] == "not compared: no finished requests in the window"
+
+
+def test_the_judged_candidate_record_keeps_the_lengths_the_watch_compares(tmp_path: Path) -> None:
+    """The real judge step writes each level's per-request lengths into ``candidate.json`` (a sparse
+    histogram, ``lengths``): the envelope of that record holds the knee level's prompt and output
+    lengths, so a champion judged today is compared by distribution, not only by mean."""
+    from report_fixtures import judged
+
+    from shipyard.core.records import CANDIDATE_FILE
+
+    judged(tmp_path)
+    record = json.loads((tmp_path / "w8a8-int8-gates" / CANDIDATE_FILE).read_text())
+    assert all(lv["lengths"] == {"prompt_tokens": {"32": 8}, "output_tokens": {"16": 8}} for lv in record["levels"])
+    env = envelope_from_record(record)
+    assert env.prompt_lengths == (32,) * 8 and env.output_lengths == (16,) * 8
+
+
+def test_the_token_edges_are_the_pinned_vllms() -> None:
+    """The fixture's token-count edges are what the pinned vLLM declares for a 2048-token model: its
+    own bucket functions, read from its source (``vllm/v1/metrics/buckets.py``, no import)."""
+    import ast
+
+    from conftest import require_tool
+
+    from shipyard.runtimes.runtime import venvs_dir
+
+    found = sorted((venvs_dir() / "vllm").glob("lib/python3*/site-packages/vllm/v1/metrics/buckets.py"))
+    require_tool(bool(found), "the vllm runtime venv (.venvs/vllm: shipyard setup builds it)")
+    tree = ast.parse(found[0].read_text())
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("build_buckets", "build_1_2_5_buckets")]
+    space: dict[str, Any] = {}
+    exec(compile(ast.Module(body=funcs, type_ignores=[]), str(found[0]), "exec"), space)  # noqa: S102
+    assert tuple(space["build_1_2_5_buckets"](MAX_MODEL_LEN)) == TOKEN_EDGES
+    family = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "histogram_buckets")
+    assert "build_1_2_5_buckets(max_model_len)" in ast.unparse(family)  # the request_tokens family's default
 
 
 def test_the_live_peak_is_held_against_the_qualified_capacity() -> None:
@@ -232,7 +337,9 @@ def test_a_recorded_peak_counted_in_other_windows_is_not_compared_with_the_live_
 @pytest.mark.parametrize("text, said", [("{", "--tolerance: is not JSON"), ("[1]", "--tolerance: is not a JSON object"),
                                         ('{"ttft": -1}', "--tolerance.ttft"), ('{"latency": 1}', "is not a dimension"),
                                         ('{"prefix_cache": -0.1}', "--tolerance.prefix_cache: must be a finite number in [0, 1]"),
-                                        ('{"prefix_cache": 2}', "points of hit rate between 0 and 1")])
+                                        ('{"prefix_cache": 2}', "points of hit rate between 0 and 1"),
+                                        ('{"input_distribution": 1.5}', "a share of requests between 0 and 1"),
+                                        ('{"output_distribution": -0.1}', "--tolerance.output_distribution")])
 def test_bad_tolerance_is_one_line(text: str, said: str) -> None:
     with pytest.raises(ShipyardError, match=re.escape(said)):
         parse_tolerance(text)
@@ -248,6 +355,7 @@ def test_steady_traffic_is_within_the_envelope(prometheus: str, tmp_path: Path) 
     assert rows["load"]["live"] == pytest.approx(1.5, rel=0.05)  # 3 req/s over 2 replicas
     assert rows["ttft"]["live"] < 100.0 and rows["ttft"]["qualified"] == pytest.approx(100.0, rel=0.05)
     assert rows["prefix_cache"]["live"] == pytest.approx(0.5)
+    assert rows["input_distribution"]["drifted"] is False and rows["input_distribution"]["distance"] == pytest.approx(0)
 
 
 def test_longer_prompts_at_a_heavier_load_are_named_and_a_requalification_proposed(prometheus: str,
@@ -260,6 +368,19 @@ def test_longer_prompts_at_a_heavier_load_are_named_and_a_requalification_propos
     assert any(line.startswith("  input length (tokens): DRIFT live 500 vs qualified 200 x2.50") for line in lines)
     assert lines[-1].startswith("re-qualify on this traffic: shipyard submit optimize-and-deploy ")
     assert '"prompt_tokens":500' in lines[-1]
+
+
+def test_a_reshaped_prompt_distribution_is_read_from_vllms_buckets_and_named(prometheus: str, tmp_path: Path) -> None:
+    """``reshaped`` serves the qualified mean prompt (200 tokens) as half 20- and half 380-token prompts:
+    the mean row holds, the distribution row drifts at the 20-token edge of vLLM's histogram."""
+    proc = _watch(tmp_path, "--prometheus", prometheus, "--model-name", "reshaped", "-o", "json")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    out = json.loads(proc.stdout)
+    rows = {r["dimension"]: r for r in out["rows"]}
+    assert out["drifted"] == ["input_distribution"]
+    assert rows["input_length"]["live"] == pytest.approx(200.0) and rows["input_length"]["drifted"] is False
+    assert rows["input_distribution"]["edge"] == 20.0 and rows["input_distribution"]["live"] == pytest.approx(0.5)
+    assert rows["output_distribution"]["drifted"] is False
 
 
 def test_bursts_past_the_qualified_capacity_are_named_though_the_mean_load_is_within(prometheus: str,
@@ -345,6 +466,7 @@ def test_every_vllm_series_the_watch_reads_is_one_the_pinned_vllm_serves(prometh
     read_live(Recorded(prometheus), "steady", 1800)
     used = {n for q in sent for n in re.findall(r"vllm:[a-zA-Z0-9_:]+", q)}
     assert {"vllm:request_prompt_tokens_sum", "vllm:time_to_first_token_seconds_bucket",
+            "vllm:request_prompt_tokens_bucket", "vllm:request_generation_tokens_bucket",
             "vllm:prefix_cache_queries_total", "vllm:request_success_total"} <= used
     assert sorted(used - set(vllm_series())) == []
 
@@ -417,6 +539,9 @@ def test_the_envelope_travels_with_the_model(prometheus: str, attested: dict[str
     rows = {r["dimension"]: r for r in out["rows"]}
     assert out["verdict"] == "within the envelope" and out["model_uri"] == attested["uri"]
     assert rows["input_length"]["qualified"] == 32.0 and rows["output_length"]["qualified"] == 16.0
+    # the signed evidence carries the per-request lengths: the distributions are compared, not skipped
+    assert rows["input_distribution"]["drifted"] is False and rows["output_distribution"]["drifted"] is False
+    assert rows["input_distribution"]["distance"] == pytest.approx(0)
     assert rows["load"]["qualified"] == 1.11 and rows["load"]["live"] == pytest.approx(0.5, rel=0.05)
     # the signed curve between its levels (0.3623 req/s: 312 ms, 1.11 req/s: 110.5 ms) at the live load
     live = rows["load"]["live"]
@@ -424,6 +549,9 @@ def test_the_envelope_travels_with_the_model(prometheus: str, attested: dict[str
     drifted = _watch_model("--prometheus", prometheus, "--model-name", "drifted", "--model", attested["uri"],
                            "--key", attested["key"])
     assert drifted.returncode == 1, drifted.stderr + drifted.stdout
+    print(drifted.stdout)
+    assert "drifted (input_length, output_length, load, ttft, input_distribution, output_distribution)" \
+        in drifted.stdout.splitlines()[0]
     last = drifted.stdout.splitlines()[-1]
     assert last.startswith("re-qualify on this traffic: shipyard submit optimize-and-deploy "
                            "--param model_uri=hf://HuggingFaceTB/SmolLM2-135M-Instruct "), last
@@ -508,8 +636,10 @@ def test_the_watch_pipeline_runs_locally_and_its_report_names_the_drift(promethe
     report = next((tmp_path / "work").rglob("report.md")).read_text()
     assert report.startswith("# Drift watch: drifted") and "input length (tokens): DRIFT live 500 vs qualified 32" in report
     assert [line for line in proc.stdout.splitlines() if "SUCCESS  watch production" in line
-            and line.endswith("drifted (input_length,output_length,load,ttft)")], proc.stdout
-    assert "> drifted: input_length, output_length, load, ttft" in proc.stdout  # the run's summary table
+            and line.endswith("drifted (input_length,output_length,load,ttft,input_distribution,output_distribution)")], \
+        proc.stdout
+    # the run's summary table
+    assert "> drifted: input_length, output_length, load, ttft, input_distribution, output_distribution" in proc.stdout
 
 
 # --- --requalify: the proposed run, submitted through `shipyard submit`'s client to the KFP double -------------
@@ -546,7 +676,7 @@ def test_requalify_submits_exactly_the_proposed_run(prometheus: str, tmp_path: P
     assert run["runtime_config"]["parameters"] == {
         "benchmark_config": proposed["params"]["benchmark_config"], "registry": "quay.io",
         "repository": "your-org/models", "model_uri": "hf://HuggingFaceTB/SmolLM2-135M-Instruct"}
-    assert run["display_name"] == "requalify drifted: input_length, load"
+    assert run["display_name"] == "requalify drifted: input_length, load, input_distribution"
     assert kfp.experiments[run["experiment_id"]]["display_name"] == "requalify"
     record = out["requalification"]
     assert record["submitted"] is True and record["run_id"] == run_id and record["url"].endswith(run_id)

@@ -442,6 +442,8 @@ def parse_guidellm_report(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "tpot_ms": [r.get("time_per_output_token_ms") for r in ok],
                 "latency_s": [r.get("request_latency") for r in ok],
                 "output_tokens": [r.get("output_tokens") for r in ok],
+                # the lengths the watch holds live traffic's distribution against (shipyard.serving.watch)
+                "prompt_tokens": [r.get("prompt_tokens") for r in ok],
             },
             "first_errors": sorted(set(e for e in errors if e))[:3],
         }

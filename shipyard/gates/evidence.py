@@ -165,9 +165,10 @@ def accuracy_predicate(champion: CandidateRecord, eval_summary: dict[str, Any] |
 
 
 #: what the SLO evidence keeps of each benchmark level: the envelope ``shipyard watch`` compares
-#: production with (:func:`shipyard.serving.watch.envelope_from_record`), carried by the model itself
+#: production with (:func:`shipyard.serving.watch.envelope_from_record`), carried by the model itself;
+#: ``lengths``: the per-request prompt and output lengths as sparse histograms (the length distributions)
 ENVELOPE_LEVEL_FIELDS = ("name", "nominal_load", "requests_per_s", "ttft_p99_ms", "itl_p99_ms", "error_rate",
-                         "prompt_tokens_mean", "output_tokens_mean")
+                         "prompt_tokens_mean", "output_tokens_mean", "lengths")
 
 
 def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = None,

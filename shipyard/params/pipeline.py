@@ -393,7 +393,9 @@ _ALL: list[Param] = [
     P("watch_config", str, '{"window": "1h"}',
       "Drift watch as JSON: window (30m, 2h: how far back to look), tolerance per dimension (relative change "
       'before it counts as drift; defaults {"input_length": 0.25, "output_length": 0.25, "load": 0.0, '
-      '"ttft": 0.5, "capacity": 0.0}; prefix_cache: a drop in points of hit rate below the replay\'s, default 0.1), '
+      '"ttft": 0.5, "capacity": 0.0}; prefix_cache: a drop in points of hit rate below the replay\'s, default 0.1; '
+      "input_distribution, output_distribution: the widest gap in the share of requests above an edge of vLLM's "
+      "length histograms, default 0.1), "
       'selector (more PromQL label matchers, e.g. namespace=\\"shipyard\\"), model_name (vLLM\'s '
       "model_name label, the served model name; default deploy_name).", json=True, check=_check_watch_config),
 ]

@@ -16,6 +16,8 @@ TTFT p99 at that load   ``vllm:time_to_first_token_seconds`` buckets            
 peak load per replica   the highest ``request_success_total`` rate / instances     the goodput at the
                         over the window, in the recorded peak's windows            SLO (shown only
                                                                                    without a replay)
+length distributions    ``..._tokens_bucket`` increase per ``le``                  the knee level's
+                        (vLLM's own edges)                                          per-request counts
 prefix-cache hit rate   ``vllm:prefix_cache_hits_total`` / ``..._queries_total``   the server's rate
                                                                                    during the replay
                                                                                    (shown only in a
@@ -44,6 +46,21 @@ the headroom below the goodput at the SLO, and drifts when a replica's peak load
 the SLO (which is the recorded peak x the qualified multiple): the mean load can sit below the knee
 while the bursts pass what was qualified.
 
+**Length distributions.** The means can hold while the shape moves (half the prompts twice as
+long, half half as long). The benchmark keeps each measured request's prompt and output token
+counts (a level's ``samples``) and the judge step writes them into the candidate record as sparse
+histograms (a level's ``lengths``: :func:`length_counts`); the watch takes the knee level's, reads
+vLLM's own histograms of the live lengths (``vllm:request_prompt_tokens_bucket``, ``vllm:request_generation_tokens_bucket``:
+``increase()`` over the window, per ``le``) and compares, at each of the live server's edges
+(vLLM's 1-2-5 series up to its ``max_model_len``), the share of requests longer than the edge,
+live and benchmarked. No quantile is interpolated between those coarse edges (that would read a
+drift into a bucket's width). The largest gap is the distance; it drifts past the
+``input_distribution`` / ``output_distribution`` tolerance (a share of requests, default 0.1)
+and past what that many requests give by chance (a two-sample Kolmogorov-Smirnov bound at 1%),
+and the row names the edge. The signed SLO evidence carries the same ``lengths`` per level
+(:data:`shipyard.gates.evidence.ENVELOPE_LEVEL_FIELDS`). A record or evidence without per-request
+counts (from before they were kept) is "not compared", never a drift.
+
 A dimension outside its tolerance is a drift; the verdict names each one and proposes the
 re-qualification run on the traffic as measured (the optimize pipeline with the live lengths and
 loads around the live rate), which the user submits (``shipyard submit``) or has
@@ -67,7 +84,13 @@ from shipyard.serving.prometheus import PrometheusAPI
 
 #: relative change each dimension may show before it counts as drift (``--tolerance`` overrides)
 DEFAULT_TOLERANCE = {"input_length": 0.25, "output_length": 0.25, "load": 0.0, "ttft": 0.5, "capacity": 0.0,
-                     "prefix_cache": 0.1}
+                     "prefix_cache": 0.1, "input_distribution": 0.1, "output_distribution": 0.1}
+#: the tolerances in shares or points (0 to 1), not relative changes
+_SHARES = ("prefix_cache", "input_distribution", "output_distribution")
+#: the two-sample Kolmogorov-Smirnov coefficient at the 1% level: a distance below
+#: ``KS_1PCT * sqrt((n + m) / (n m))`` is within what n benchmarked and m live requests of one
+#: distribution differ by by chance (:func:`distribution_row`)
+KS_1PCT = 1.628
 #: the shortest window: Prometheus's rate() needs two scrapes in it (the default scrape interval is 1 min)
 MIN_WINDOW_S = 120
 #: the step of the subqueries over the window (replicas, the peak rate)
@@ -89,6 +112,9 @@ class Envelope:
     capacity: dict[str, Any] | None = None
     #: the server's prefix-cache hit rate during the replay of the recorded workload; None for a synthetic benchmark
     prefix_hit_rate: float | None = None
+    #: the knee level's per-request prompt and output token counts (its ``samples``); None in a record without them
+    prompt_lengths: tuple[int, ...] | None = None
+    output_lengths: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +131,9 @@ class Live:
     peak_rps: float | None = None  # the highest request rate over the window, all replicas
     peak_rps_per_replica: float | None = None  # the highest request rate per serving replica over the window
     peak_window_s: int | None = None  # the rate() window both peaks were counted in
+    #: requests per ``le`` edge of vLLM's token-count histograms over the window (cumulative, ``inf`` the total)
+    prompt_buckets: dict[float, float] | None = None
+    output_buckets: dict[float, float] | None = None
 
 
 def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -> Envelope:
@@ -123,7 +152,38 @@ def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -
                     prompt_tokens=float(knee.get("prompt_tokens_mean") or math.nan),
                     output_tokens=float(knee.get("output_tokens_mean") or math.nan),
                     knee_rps=float(knee["requests_per_s"]), curve=[p for p in curve if math.isfinite(p[1])], slo=slo,
-                    capacity=qualified_capacity(record), prefix_hit_rate=qualified_hit_rate(record))
+                    capacity=qualified_capacity(record), prefix_hit_rate=qualified_hit_rate(record),
+                    prompt_lengths=_lengths(knee, "prompt_tokens"), output_lengths=_lengths(knee, "output_tokens"))
+
+
+def length_counts(values: Any) -> dict[str, int] | None:
+    """Per-request token counts (a level's ``samples["prompt_tokens"]`` or ``["output_tokens"]``) as
+    a sparse histogram, ``{"<tokens>": requests}`` (what a candidate record keeps per level:
+    ``lengths``); None without any."""
+    if not isinstance(values, list):
+        return None
+    kept = [int(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
+            and math.isfinite(v) and v >= 0]
+    counts: dict[str, int] = {}
+    for v in sorted(kept):
+        counts[str(v)] = counts.get(str(v), 0) + 1
+    return counts or None
+
+
+def _lengths(level: Mapping[str, Any], key: str) -> tuple[int, ...] | None:
+    """A level's per-request token counts: its ``lengths[key]`` histogram (a candidate record) or its
+    ``samples[key]`` (the benchmark's results); None when it holds neither (a benchmark from before
+    they were kept: a candidate record's or the evidence's ``samples`` is a count)."""
+    kept = (level.get("lengths") or {}).get(key) if isinstance(level.get("lengths"), Mapping) else None
+    if isinstance(kept, Mapping):
+        try:
+            pairs = [(int(k), int(n)) for k, n in kept.items()]
+        except (TypeError, ValueError):
+            return None
+        return tuple(v for v, n in sorted(pairs) if v >= 0 for _ in range(max(n, 0))) or None
+    samples = level.get("samples")
+    counts = length_counts(samples.get(key)) if isinstance(samples, Mapping) else None
+    return tuple(int(k) for k, n in counts.items() for _ in range(n)) if counts else None
 
 
 def qualified_hit_rate(record: Mapping[str, Any]) -> float | None:
@@ -259,6 +319,14 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
     peak = api.scalar(f"max_over_time({rate}{over})", "the peak request rate")
     peak_per = api.scalar(f"max_over_time(({rate} / count(vllm:num_requests_running{{{sel}}})){over})",
                           "the peak request rate per replica")
+
+    def buckets(name: str) -> dict[float, float] | None:
+        # the requests per edge over the window, at the edges the live server declares (its max_model_len caps them)
+        got = {float(r["metric"].get("le", "nan")): float(r["value"])
+               for r in api.instant(f"sum by (le) (increase({name}_bucket{{{sel}}}[{w}]))")}
+        got = {le: n for le, n in got.items() if not math.isnan(le) and math.isfinite(n)}
+        return got if got.get(math.inf, 0.0) > 0 else None
+
     return Live(
         prompt_tokens=ratio("vllm:request_prompt_tokens_sum", "vllm:request_prompt_tokens_count", "prompt tokens"),
         output_tokens=ratio("vllm:request_generation_tokens_sum", "vllm:request_generation_tokens_count",
@@ -268,12 +336,14 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
         ttft_p99_ms=None if ttft is None else ttft * 1000.0,
         prefix_hit_rate=ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "prefix-cache hits"),
         window_s=window_s, peak_rps=peak, peak_rps_per_replica=peak_per, peak_window_s=peak_window_s,
+        prompt_buckets=buckets("vllm:request_prompt_tokens"), output_buckets=buckets("vllm:request_generation_tokens"),
     )
 
 
 def parse_tolerance(text: str | None, field: str = "--tolerance") -> dict[str, float]:
     """The tolerance as JSON (``{"input_length": 0.3}``) over :data:`DEFAULT_TOLERANCE`: a relative change
-    per dimension, but ``prefix_cache`` in points of hit rate (0 to 1); ``field``: the option or
+    per dimension, but ``prefix_cache`` in points of hit rate and ``input_distribution`` /
+    ``output_distribution`` in shares of requests (0 to 1); ``field``: the option or
     parameter that gave it."""
     out = dict(DEFAULT_TOLERANCE)
     if not text:
@@ -288,9 +358,10 @@ def parse_tolerance(text: str | None, field: str = "--tolerance") -> dict[str, f
         if key not in DEFAULT_TOLERANCE:
             raise ShipyardError(f"{field}.{key}", "is not a dimension",
                                 f"use {', '.join(sorted(DEFAULT_TOLERANCE))}")
-        points = key == "prefix_cache"  # a hit rate's drop, in points of hit rate
+        points = key in _SHARES  # a hit rate's drop or a share of requests, in points
         out[key] = float(check_number(value, f"{field}.{key}", minimum=0.0, maximum=1.0 if points else 10.0,
-                                      fix="points of hit rate between 0 and 1, e.g. 0.1" if points
+                                      fix=("points of hit rate between 0 and 1, e.g. 0.1" if key == "prefix_cache" else
+                                           "a share of requests between 0 and 1, e.g. 0.1") if points
                                       else "a relative change between 0 and 10, e.g. 0.25"))
     return out
 
@@ -354,6 +425,9 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
     else:
         row("ttft", "TTFT p99 at that load (ms)", live.ttft_p99_ms, predicted, live.ttft_p99_ms > predicted * (1 + tol),
             f"at most the benchmark curve x{1 + tol:.2f}")
+    for dim, what, lengths, counts in (("input_distribution", "prompt", env.prompt_lengths, live.prompt_buckets),
+                                       ("output_distribution", "output", env.output_lengths, live.output_buckets)):
+        rows.append(distribution_row(dim, what, lengths, counts, tolerance.get(dim, DEFAULT_TOLERANCE[dim])))
     rows.append(capacity_row(env, live, tolerance.get("capacity", DEFAULT_TOLERANCE["capacity"])))
     rows.append(prefix_cache_row(env, live, tolerance.get("prefix_cache", DEFAULT_TOLERANCE["prefix_cache"])))
     drifted = [r["dimension"] for r in rows if r["drifted"]]
@@ -363,6 +437,39 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
             "requalify": requalify_command(live, base_model_uri, peak=peak) if drifted else None,
             "requalify_run": {"pipeline": REQUALIFY_PIPELINE, "params": requalify_params(live, base_model_uri, peak)}
             if drifted else None}
+
+
+def distribution_row(dim: str, what: str, lengths: tuple[int, ...] | None, counts: Mapping[float, float] | None,
+                     tol: float) -> dict[str, Any]:
+    """The live token-length distribution against the benchmarked one, bucket-wise (the module
+    docstring's **Length distributions**): at each edge ``le`` of vLLM's histogram (the edges the
+    live server declares), the share of requests longer than ``le`` live (its bucket counts over the
+    window) and in the knee level's per-request counts ``lengths``; drifted when the largest gap
+    (a Kolmogorov-Smirnov distance at those edges) passes both ``tol`` and the chance gap of that
+    many requests (:data:`KS_1PCT`). The row names the edge where the shares differ most."""
+    out: dict[str, Any] = {"dimension": dim, "name": f"{what} length distribution",
+                           "live": None, "qualified": None, "ratio": None, "drifted": None}
+    if lengths is None:
+        return {**out, "note": f"not compared: the record holds no per-request {what} lengths (a benchmark from "
+                               "before they were kept)"}
+    if not counts:
+        return {**out, "note": "not compared: no finished requests in the window"}
+    total = counts[math.inf]
+    edges = sorted(le for le in counts if math.isfinite(le))
+    if not edges:
+        return {**out, "note": "not compared: the live histogram has no finite edge"}
+    n = len(lengths)
+    gaps = [(max(0.0, 1 - counts[le] / total), sum(1 for v in lengths if v > le) / n, le) for le in edges]
+    now, then, edge = max(gaps, key=lambda g: abs(g[0] - g[1]))
+    distance = abs(now - then)
+    chance = KS_1PCT * math.sqrt((n + total) / (n * total))
+    bar = max(tol, chance)
+    where = (f"share above {edge:g} tokens, the widest gap" if distance > 0
+             else "the same share above every edge")
+    return {**out, "live": now, "qualified": then, "edge": edge, "distance": round(distance, 4),
+            "chance": round(chance, 4), "drifted": distance > bar,
+            "note": f"{where}; at most {bar:.2f} apart at every edge of vLLM's histogram ({n} benchmarked, "
+                    f"{total:.0f} live requests: chance alone gives {chance:.2f})"}
 
 
 def prefix_cache_row(env: Envelope, live: Live, tol: float) -> dict[str, Any]:

@@ -55,11 +55,23 @@ def _levels(bench_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         # the traffic it was measured on, for `shipyard watch` (shipyard.serving.watch)
         "prompt_tokens_mean": lv.get("prompt_tokens_mean"),
         "output_tokens_mean": lv.get("output_tokens_mean"),
+        # the per-request lengths as sparse histograms, for the watch's length distributions
+        "lengths": _length_counts(lv),
         # what the server held during the level (vLLM's /metrics), for the capacity alerts at the knee
         "server": {k: v for k, v in (lv.get("server") or {}).items() if k in KNEE_FIGURES} or None,
     } for lv in results.get("levels") or []]
     planner = ((results.get("memory") or {}).get("planner")) or {}
     return levels, {k: planner.get(k) for k in ("weights_bytes", "kv_cache_tokens", "max_concurrency", "fits")}
+
+
+def _length_counts(level: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A level's per-request prompt and output token counts as ``{"<tokens>": requests}`` each
+    (:func:`shipyard.serving.watch.length_counts`); None when the benchmark kept none."""
+    from shipyard.serving.watch import length_counts
+
+    samples = level.get("samples") if isinstance(level.get("samples"), Mapping) else {}
+    got = {key: length_counts(samples.get(key)) for key in ("prompt_tokens", "output_tokens")}
+    return got if any(got.values()) else None
 
 
 def _golden(bench_dir: str) -> dict[str, Any] | None:

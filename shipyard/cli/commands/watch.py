@@ -67,7 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--selector", default="", help='more label matchers, e.g. namespace="llm"')
     p.add_argument("--tolerance", help='relative change per dimension as JSON, e.g. '
                                        '{"input_length": 0.3, "ttft": 0.5, "capacity": 0.1}; prefix_cache in '
-                                       'points of hit rate (default 0.1)')
+                                       'points of hit rate (default 0.1); input_distribution and '
+                                       'output_distribution in shares of requests (default 0.1)')
     _add_requalify_options(p)
     add_output_option(p, default_help="the verdict and one line per dimension")
     p.set_defaults(func=_watch)
