@@ -94,7 +94,8 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
     key (default: ``SHIPYARD_ATTESTATION_KEY`` from the Secret). The other arguments name the records
     the evidence is built from (see :func:`shipyard.gates.evidence.evidence_statements`). Raises when
     what was stored does not verify. Returns ``{"uri", "digest", "decision", "vsa_digest", "keyid",
-    "statements", "stored", "referrers_api", "fallback_tag", "cosign_tag", "verification"}``."""
+    "statements", "stored", "referrers_api", "fallback_tag", "cosign_tag", "model_signature", "verification"}``
+    (``model_signature``: the model files' signature, :func:`_sign_files`, without its envelope)."""
 
     from shipyard.gates.evidence import VSA, evidence_statements, sign_evidence, verify_evidence
     from shipyard.oci import attestation as att
