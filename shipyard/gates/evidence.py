@@ -338,8 +338,7 @@ def sign_evidence(statements: list[dict[str, Any]], key: Any, resource_uri: str,
 
     champion = champion_selection(selection)["champion"]
     envelopes = [*(att.sign_statement(s, key) for s in statements), *(signed or [])]
-    evidence = [(att.parse_statement(att.parse_envelope(att.envelope_bytes(e), "envelope")[1], "envelope")["predicateType"],
-                 "sha256:" + hashlib.sha256(att.envelope_bytes(e)).hexdigest()) for e in envelopes]
+    evidence = [(att.predicate_type_of(e), att.envelope_digest(e)) for e in envelopes]
     decision, reason = gate_decision(champion)
     policy = json.dumps({k: (champion.get(k) or {}).get("thresholds") for k in ("accuracy", "slo")}, sort_keys=True)
     subject = statements[0]["subject"][0]

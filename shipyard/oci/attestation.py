@@ -278,6 +278,16 @@ def envelope_bytes(envelope: dict[str, Any]) -> bytes:
     return canonical_json(envelope)
 
 
+def envelope_digest(envelope: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of :func:`envelope_bytes`: how the verification summary names an envelope."""
+    return "sha256:" + hashlib.sha256(envelope_bytes(envelope)).hexdigest()
+
+
+def predicate_type_of(envelope: dict[str, Any]) -> str:
+    """The predicate type of the statement an envelope carries; one line when it carries none."""
+    return parse_statement(_b64(envelope.get("payload"), "envelope", "payload"), "envelope")["predicateType"]
+
+
 def _b64(text: Any, where: str, what: str) -> bytes:
     if not isinstance(text, str):
         raise ShipyardError(where, f"is not a DSSE envelope ({what} is not a base64 string)", "re-attest the image")
@@ -413,11 +423,11 @@ def attach_to_layout(layout_dir: str | os.PathLike[str], subject_digest: str,
     listed = {m["digest"] for m in index.get("manifests", [])}
     added = []
     for env in envelopes:
-        stmt = parse_statement(_b64(env["payload"], "envelope", "payload"), "envelope")
+        predicate_type = predicate_type_of(env)
         data = envelope_bytes(env)
         layout.put_bytes(MT_EMPTY, EMPTY_JSON)
         layout.put_bytes(MT_DSSE, data)
-        manifest = referrer_manifest(data, subject, stmt["predicateType"])
+        manifest = referrer_manifest(data, subject, predicate_type)
         layout.put_bytes(MT_MANIFEST, manifest)
         desc = _index_descriptor(manifest)
         if desc["digest"] not in listed:

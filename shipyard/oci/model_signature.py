@@ -29,12 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import tree_files
 
 MODEL_SIGNATURE_TYPE = "https://model_signing/signature/v1.0"
 SIGNATURE_FILE = "model.sig"
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
 #: the curves model-signing 1.1's key signer accepts
 SIGNING_CURVES = ("secp256r1", "secp384r1", "secp521r1")
 
@@ -55,9 +53,11 @@ def file_signing_problem(key: Any) -> str:
 def _pem_file(folder: Path, name: str, key: Any, private: bool) -> Path:
     from cryptography.hazmat.primitives import serialization as s
 
+    from shipyard.oci.attestation import public_pem
+
     path = folder / name
     data = (key.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()) if private else
-            key.public_bytes(s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo))
+            public_pem(key).encode())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
@@ -87,12 +87,11 @@ def sign_model_files(model_dir: str | os.PathLike[str], key: Any, out_path: str 
             paths=[SIGNATURE_FILE, *_hidden_paths(root)]).set_allow_symlinks(True)
         model_signing.signing.Config().use_elliptic_key_signer(private_key=pem).set_hashing_config(hashing).sign(
             root, Path(out_path))
-    from shipyard.oci.attestation import envelope_bytes
+    from shipyard.oci.attestation import envelope_digest
 
     envelope = envelope_of(json.loads(Path(out_path).read_text()))
-    data = envelope_bytes(envelope)
-    return {"signature": str(out_path), "files": len(tree_files(root)), "envelope": envelope,
-            "envelope_digest": "sha256:" + hashlib.sha256(data).hexdigest()}
+    return {"signature": str(out_path), "files": len(signed_files(envelope)), "envelope": envelope,
+            "envelope_digest": envelope_digest(envelope)}
 
 
 def envelope_of(bundle: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +100,8 @@ def envelope_of(bundle: dict[str, Any]) -> dict[str, Any]:
     env = bundle.get("dsseEnvelope") if isinstance(bundle, dict) else None
     if not isinstance(env, dict) or not env.get("payload") or not env.get("signatures"):
         raise ShipyardError("model signature", "is not a model-signing bundle (no DSSE envelope)", "sign the model again")
+    from shipyard.oci.attestation import PAYLOAD_TYPE
+
     return {"payloadType": env.get("payloadType", PAYLOAD_TYPE), "payload": env["payload"],
             "signatures": [{"keyid": s.get("keyid", ""), "sig": s.get("sig", "")} for s in env["signatures"]]}
 
@@ -108,9 +109,9 @@ def envelope_of(bundle: dict[str, Any]) -> dict[str, Any]:
 def bundle_of(envelope: dict[str, Any], public_key: Any) -> dict[str, Any]:
     """The sigstore bundle model-signing verifies, rebuilt from a stored envelope and the public key
     (its ``hint``: the sha256 of the key's PEM, as model-signing writes it)."""
-    from cryptography.hazmat.primitives import serialization as s
+    from shipyard.oci.attestation import public_pem
 
-    pem = public_key.public_bytes(s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo)
+    pem = public_pem(public_key).encode()
     signatures = [{"sig": e["sig"], **({"keyid": e["keyid"]} if e.get("keyid") else {})}
                   for e in envelope["signatures"]]
     return {"mediaType": BUNDLE_MEDIA_TYPE,
@@ -145,6 +146,14 @@ def _mismatch(err: Exception) -> str:
     return " ".join(text.split())[:300] or type(err).__name__
 
 
+def files_folder(path: str | os.PathLike[str]) -> Path:
+    """``--files``: a folder of extracted model files, else one line."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ShipyardError("--files", f"{root} is not a folder", "give the folder the model's files were extracted to")
+    return root
+
+
 def verify_model_files(model_dir: str | os.PathLike[str], envelope: dict[str, Any], public_key: Any) -> dict[str, Any]:
     """Check the files of ``model_dir`` against a stored model signature with ``public_key``, as
     ``model_signing verify key`` does: the signature, then every file's sha256, no file missing or
@@ -152,9 +161,7 @@ def verify_model_files(model_dir: str | os.PathLike[str], envelope: dict[str, An
     there is one line."""
     import model_signing
 
-    root = Path(model_dir)
-    if not root.is_dir():
-        raise ShipyardError("--files", f"{root} is not a folder", "give the folder the model's files were extracted to")
+    root = files_folder(model_dir)
     problem = file_signing_problem(public_key)
     if problem:
         raise ShipyardError("--key", problem, "give the ECDSA public key the package step signed the files with")

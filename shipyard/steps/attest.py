@@ -56,16 +56,10 @@ def _markdown(out: dict[str, Any]) -> str:
 
 def _statement_rows(envelopes: list[dict[str, Any]], descs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per stored envelope: its predicate type, referrer manifest and envelope digest."""
-    import hashlib
-
     from shipyard.oci import attestation as att
 
-    rows = []
-    for env, desc in zip(envelopes, descs, strict=True):
-        payload = att.parse_envelope(att.envelope_bytes(env), "envelope")[1]
-        rows.append({"predicate_type": json.loads(payload)["predicateType"], "referrer": desc["digest"],
-                     "envelope_digest": "sha256:" + hashlib.sha256(att.envelope_bytes(env)).hexdigest()})
-    return rows
+    return [{"predicate_type": att.predicate_type_of(env), "referrer": desc["digest"],
+             "envelope_digest": att.envelope_digest(env)} for env, desc in zip(envelopes, descs, strict=True)]
 
 
 def _sign_files(model_dir: str, key: Any, package_dir: str) -> dict[str, Any]:

@@ -57,7 +57,9 @@ def _verify_model(args: argparse.Namespace) -> int:
                             f"give --key public-key.pem (the Secret {contract.ATTESTATION_TRUST_SECRET}'s public-key.pem); "
                             + KEY_FIX)
     if args.files:
-        _files_folder(args.files)
+        from shipyard.oci.model_signature import files_folder
+
+        files_folder(args.files)  # before any network
     out = verify_evidence(args.uri, key, field="uri", insecure_tls=args.insecure_tls, max_age_days=args.max_age)
     if args.files:
         _check_files(out, args.files, key)
@@ -69,16 +71,6 @@ def _verify_model(args: argparse.Namespace) -> int:
 
     emit(out, args.output, text)
     return 0 if out["passed"] else 1
-
-
-def _files_folder(path: str) -> None:
-    """``--files`` names a folder (checked before any key or network)."""
-    from pathlib import Path
-
-    from shipyard.core.errors import ShipyardError
-
-    if not Path(path).is_dir():
-        raise ShipyardError("--files", f"{path} is not a folder", "give the folder the model's files were extracted to")
 
 
 def _check_files(out: dict, folder: str, key: object) -> None:
