@@ -423,7 +423,20 @@ class _Cluster:
 
         uri = self.tracking_uri()
         skip = cc.credentialed_uri_skip("mlflow name", uri, self.pods_ns)
-        return [skip or cc.mlflow_name_check(uri, self.pods_ns, service_exists)]
+        if skip:
+            return [skip]
+        named = cc.mlflow_name_check(uri, self.pods_ns, service_exists)
+        service = cc.mlflow_service_of(uri, self.pods_ns)
+        if named.status != cc.PASS or service is None:
+            return [named]
+        ns, name = service  # the manifests' Deployment is named like its Service; a managed MLflow has none here
+        try:
+            found = self.kube.read("apps/v1", "deployments", ns, name, field="MLflow's Deployment")
+        except Refused as err:  # the identity may not read Deployments there: nothing to say about the image
+            if err.code == 401:
+                raise
+            found = None
+        return [named] + ([cc.mlflow_image_check(found, ns, name)] if found is not None else [])
 
     def mlflow(self) -> list[Check]:
         """MLflow's API and artifact round-trip with the Secret's token."""

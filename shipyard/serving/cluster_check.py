@@ -341,13 +341,52 @@ def credentialed_uri_skip(name: str, uri: str, pods_ns: str, key: str = "MLFLOW_
                  "credentials (see that Secret's line)")
 
 
-def mlflow_name_check(uri: str, pods_ns: str, service_exists: Callable[[str, str], bool]) -> Check:
-    """The tracking URI's host resolves from the pods' namespace to an existing Service."""
+def mlflow_service_of(uri: str, pods_ns: str) -> tuple[str, str] | None:
+    """The Service (namespace, name) the tracking URI's host names from the pods' namespace; None when
+    the host is not a Service name (outside the cluster, or an IP)."""
     host = urllib.parse.urlparse(uri).hostname or ""
     parts = host.split(".")
     if not host or re.match(r"^\d+\.\d+\.\d+\.\d+$", host) or (len(parts) > 2 and parts[2] != "svc"):
+        return None
+    return (parts[1] if len(parts) > 1 else pods_ns), parts[0]
+
+
+#: the MLflow image the manifests ship, and the variant of it that carries the S3 artifact-store client
+MLFLOW_IMAGE = "ghcr.io/mlflow/mlflow"
+MLFLOW_FULL_SUFFIX = "-full"
+
+
+def mlflow_image_check(deployment: dict[str, Any], ns: str, name: str) -> Check:
+    """The MLflow server's image: the plain ``ghcr.io/mlflow/mlflow`` image with an S3 artifact store
+    fails (no boto3: its first artifact upload is a 500 while /health says 200); an image by tag is a
+    warning (a re-pushed tag changes the server under a running install: pin it by digest)."""
+    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)] or [{}]
+    container = next((c for c in containers if c.get("name") == "mlflow"), containers[0])
+    image = str(container.get("image", ""))
+    repo, _, digest = image.partition("@")
+    tag = repo.rpartition(":")[2] if ":" in repo.rpartition("/")[2] else ""
+    args = " ".join(str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])])
+    where = f"Deployment {ns}/{name}"
+    if (repo.rpartition(":")[0] or repo) == MLFLOW_IMAGE and tag and not tag.endswith(MLFLOW_FULL_SUFFIX) \
+            and "--artifacts-destination=s3://" in args:
+        return Check("mlflow image", FAIL, f"{where} runs {image} with an s3:// artifact store: that image is a plain "
+                     "pip install mlflow, without boto3, so every artifact upload fails",
+                     f"run {MLFLOW_IMAGE}:{tag}{MLFLOW_FULL_SUFFIX} pinned by digest, as manifests/base/mlflow does")
+    if not digest.startswith("sha256:"):
+        return Check("mlflow image", WARN, f"{where} runs {image or 'an image'} by tag: a re-pushed tag changes the "
+                     "server under a running install", f"pin it by digest: crane digest {image}, then "
+                     f"kustomize edit set image {repo.rpartition(':')[0] or repo}@sha256:<digest>")
+    return Check("mlflow image", PASS, f"{where} runs {image}")
+
+
+def mlflow_name_check(uri: str, pods_ns: str, service_exists: Callable[[str, str], bool]) -> Check:
+    """The tracking URI's host resolves from the pods' namespace to an existing Service."""
+    host = urllib.parse.urlparse(uri).hostname or ""
+    service = mlflow_service_of(uri, pods_ns)
+    if service is None:
         return Check("mlflow name", PASS, f"{host or uri} is not a Service name (outside the cluster or an IP)")
-    name, ns = parts[0], (parts[1] if len(parts) > 1 else pods_ns)
+    ns, name = service
     if service_exists(ns, name):
         return Check("mlflow name", PASS, f"{host} resolves from {pods_ns} (Service {ns}/{name})")
     return Check("mlflow name", FAIL, f"{host} does not resolve from the pods' namespace {pods_ns}: no Service "
