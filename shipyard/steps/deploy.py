@@ -235,6 +235,10 @@ def run_deploy(
     serving = _serving(candidate, dict(settings.params), overrides, dry_run)
     cfg = serving.cfg
     wanted, record, verification = _verification_plan(candidate, verify_opts, dry_run)
+    if record is not None and not dry_run:  # the gateway's CA bundle and token: one line before anything is applied
+        from shipyard.gates.verification import check_gateway_access
+
+        check_gateway_access(verify_opts["settings"])
     adapters = [str(a["name"]) for a in ((cfg.lora or {}).get("adapters") or [])]
     if not dry_run:
         refuse_local_layout(cfg.model_uri)
@@ -446,6 +450,7 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
     champion's record: proves the package kept the model intact."""
     import tempfile
 
+    from shipyard.gates.verification import local_settings
     from shipyard.oci.transfer import pull_model
     from shipyard.serving.vllm_server import VLLMServer
     from shipyard.steps.verify import verify_service
@@ -456,7 +461,7 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
         print(f"deploy: serving the package {model_uri.split('@')[0]} locally to verify it", flush=True)
         with VLLMServer(model, served_model_name=served, log_path=Path(tmp) / "vllm.log") as server:
             return verify_service(server.url, served, record, model_dir=str(model), lora_adapters=adapters,
-                                  config=settings, report_dir=report_dir)
+                                  config=local_settings(settings), report_dir=report_dir)
 
 
 def champion_record(candidate: str | None) -> CandidateRecord | None:
