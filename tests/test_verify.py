@@ -285,7 +285,7 @@ class _Gateway(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self._authorised():
-            self._send(200, {"choices": [{"text": "a", "logprobs": {"tokens": ["a"]}}]})
+            self._send(200, {"choices": [{"index": 0, "text": "a", "logprobs": {"tokens": ["a"]}}]})
 
 
 @pytest.fixture
@@ -464,3 +464,89 @@ def test_lm_eval_and_guidellm_are_built_with_the_gateway_settings(tls_files: dic
     scenario, env = smoke_scenario(insecure, "/m", level, 4, 32, 8, 30.0, "/tmp/g.json",
                                    gateway_access({"insecure_tls": True}))
     assert scenario["spec"]["backend"]["verify"] is False and "api_key" not in scenario["spec"]["backend"] and env == {}
+
+
+#: run in the vllm runtime's interpreter: lm-eval's local-completions (one request at a time: requests;
+#: concurrently: aiohttp) and guidellm's OpenAI backend (httpx), each built by shipyard's builders from
+#: the settings, asking the HTTPS gateway; prints what each client got
+_REAL_CLIENTS = """
+import asyncio, json, logging, os, sys
+logging.basicConfig(level=logging.DEBUG)  # every client log line: the token must be in none
+from lm_eval.api.instance import Instance
+from lm_eval.models.openai_completions import LocalCompletionsAPI
+from guidellm.backends.openai.http import OpenAIHTTPBackend
+from guidellm.schemas.backends import OpenAIHTTPBackendArgs
+from shipyard.evaluation.lmeval import local_completions_args
+from shipyard.gates.verification import gateway_access, parse_verify_config
+from shipyard.steps.verify import LMEVAL_TOKEN_ENV, RemoteService, _env_token, smoke_scenario
+
+
+async def guidellm(scenario):
+    backend = OpenAIHTTPBackend(OpenAIHTTPBackendArgs(**scenario["spec"]["backend"]))
+    await backend.process_startup()
+    try:
+        await backend.validate()
+        return ",".join(await backend.available_models())
+    except Exception as err:
+        return f"failed: {type(err).__name__}"
+    finally:
+        await backend.process_shutdown()
+
+
+def ask(url, token, settings):
+    os.environ["GATEWAY_TOKEN"] = token
+    os.environ.pop("SSL_CERT_FILE", None)
+    access = gateway_access(parse_verify_config({"auth_secret_env": "GATEWAY_TOKEN", **settings}))
+    service = RemoteService(url, "m", access)
+    out = {}
+    for concurrency in (1, 2):
+        args = local_completions_args(service, "unused", 1234, concurrency)
+        args.update(tokenizer_backend=None, tokenized_requests=False, max_retries=1, timeout=10)
+        request = Instance(request_type="generate_until", doc={}, idx=0,
+                           arguments=("hi", {"max_gen_toks": 2, "until": ["\\n"]}))
+        try:
+            with _env_token(LMEVAL_TOKEN_ENV, access.token()):
+                out[f"lm-eval x{concurrency}"] = LocalCompletionsAPI(**args).generate_until([request])[0]
+        except Exception as err:
+            out[f"lm-eval x{concurrency}"] = f"failed: {type(err).__name__}"
+    scenario, env = smoke_scenario(service, "unused", {"name": "concurrent@1"}, 1, 8, 2, 10.0, "/dev/null", access)
+    os.environ.update(env)
+    out["guidellm"] = asyncio.run(guidellm(scenario))
+    return out
+
+
+url, cases = sys.argv[1], json.loads(sys.argv[2])
+print(json.dumps([ask(url, token, settings) for token, settings in cases]))
+"""
+
+
+def test_lm_eval_and_guidellm_themselves_reach_the_https_gateway(
+        gateway: LoopbackServer, tls_files: dict[str, Path]) -> None:
+    """The real clients (vllm runtime), built by the project's builders: with the CA bundle (or
+    insecure_tls) and the token each one's request passes; without the CA bundle each one fails on
+    the certificate, with a wrong token on the 401 (neither goes through unchecked or unauthenticated)."""
+    import os
+    import subprocess
+
+    from shipyard.runtimes.runtime import venv_python
+
+    try:
+        python = venv_python("vllm")
+    except ShipyardError:
+        pytest.skip("no vllm runtime here")
+    ca, wrong = str(tls_files["cert"]), "Wr0ngTokenWr0ngTokenWr0ngTokenWr0ng"
+    cases = [(TOKEN, {"ca_bundle": ca}), (TOKEN, {}), (TOKEN, {"insecure_tls": True}), (wrong, {"ca_bundle": ca})]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), HF_HUB_OFFLINE="1")
+    env.pop("OPENAI_API_KEY", None)
+    proc = subprocess.run([str(python), "-c", _REAL_CLIENTS, gateway.url, json.dumps(cases)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert TOKEN not in proc.stdout + proc.stderr
+    ok, untrusted, insecure, unauthorised = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert ok == insecure == {"lm-eval x1": "a", "lm-eval x2": "a", "guidellm": "m"}, (ok, insecure)
+    assert all(v.startswith("failed") for v in untrusted.values()), untrusted
+    assert all(v.startswith("failed") for v in unauthorised.values()), unauthorised
+    tokens = [h.get("Authorization") for h in _Gateway.seen]
+    # each client's request carried the bearer token (lm-eval 1 + 1, guidellm /health and /v1/models, in the
+    # two passing cases; 1 + 1 + /health with the wrong one); the untrusted case reached the gateway with none
+    assert tokens.count(f"Bearer {TOKEN}") == 8 and tokens.count(f"Bearer {wrong}") == 3 and len(tokens) == 11
