@@ -5,7 +5,10 @@
 module docstring there says what each check compares); this module holds what the deploy
 step, the pre-flight checks and the CLI read without a service: :func:`parse_verify_config`,
 :func:`verify_options`, :func:`load_recorded`, :func:`selected_level` and the report
-(:func:`report_doc`, :func:`report_markdown`).
+(:func:`report_doc`, :func:`report_markdown`), and how the requests reach a gateway with TLS and
+auth (:data:`GATEWAY_KEYS`: ``ca_bundle``, ``insecure_tls``, ``auth_secret_env``, ``auth_header``;
+:func:`gateway_access` resolves them where the requests are sent: the CA file read, the token
+taken from its environment variable, never from the config).
 """
 
 from __future__ import annotations
@@ -167,14 +170,15 @@ class GatewayAccess:
         return value[len("Bearer "):] if self.auth_header.lower() == "authorization" else value
 
     def describe(self) -> dict[str, str]:
-        """What the report records: the TLS check and where the auth header came from (never its value)."""
+        """What the report records: the TLS check (and :data:`INSECURE_WARNING` when there is none) and
+        where the auth header came from (never its value)."""
         tls = ("NOT verified (verify.insecure_tls)" if self.insecure_tls else
                f"verified with the CA bundle {self.ca_bundle}" if self.ca_bundle else "verified with the system CAs")
         # worded so that redact() leaves it whole: no "Authorization:" and no "Bearer <word>"
         bearer = " (bearer)" if self.auth_header.lower() == "authorization" else ""
         auth = (f"the token from ${self.auth_secret_env} in the {self.auth_header} header{bearer}"
                 if self.auth_secret_env else "none")
-        return {"tls": tls, "auth": auth}
+        return {"tls": tls, "auth": auth, **({"tls warning": INSECURE_WARNING} if self.insecure_tls else {})}
 
     def settings(self) -> dict[str, Any]:
         """The settings alone (JSON-able: what a child process rebuilds this from, no token)."""

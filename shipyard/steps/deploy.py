@@ -103,10 +103,15 @@ def _verification_plan(candidate: str | None, verify_opts: dict[str, Any],
     """Whether a verification is wanted, the champion's record it checks against and the verification
     entry as it stands before anything ran (``{"ran": False, "why": ...}``).
 
-    A real deploy needs the champion's golden outputs before anything is applied (fail closed); a dry
-    run only when it serves the package to verify it."""
+    A real deploy needs the champion's golden outputs, and the gateway's CA bundle and token when
+    ``verify`` names them, before anything is applied (fail closed); a dry run only the golden outputs,
+    when it serves the package to verify it."""
     wanted = bool(candidate) and verify_opts["enabled"]
     record = _recorded(candidate) if candidate and wanted and (not dry_run or verify_opts["dry_run"]) else None
+    if record is not None and not dry_run:  # the gateway's CA bundle and token too (a dry run serves the package)
+        from shipyard.gates.verification import check_gateway_access
+
+        check_gateway_access(verify_opts["settings"])
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
                                     "deploy_config.verify.enabled is false" if not wanted else
                                     "dry run" if dry_run else "the service was not verified"}
@@ -235,10 +240,6 @@ def run_deploy(
     serving = _serving(candidate, dict(settings.params), overrides, dry_run)
     cfg = serving.cfg
     wanted, record, verification = _verification_plan(candidate, verify_opts, dry_run)
-    if record is not None and not dry_run:  # the gateway's CA bundle and token: one line before anything is applied
-        from shipyard.gates.verification import check_gateway_access
-
-        check_gateway_access(verify_opts["settings"])
     adapters = [str(a["name"]) for a in ((cfg.lora or {}).get("adapters") or [])]
     if not dry_run:
         refuse_local_layout(cfg.model_uri)

@@ -436,6 +436,15 @@ def _served_checks(url: str, served_model_name: str, record: dict[str, Any], mod
     return checks, golden_result
 
 
+def _gateway(cfg: dict[str, Any], log: Any) -> GatewayAccess:
+    """The gateway's TLS context and auth header (the CA file and the token's variable: one line,
+    before anything is asked); an unverified TLS connection is announced in a WARNING line."""
+    access = gateway_access(cfg)
+    if access.insecure_tls:
+        log(f"verify: {INSECURE_WARNING}")
+    return access
+
+
 def verify_service(
     url: str,
     served_model_name: str,
@@ -461,19 +470,14 @@ def verify_service(
         raise ShipyardError("served_model_name", "is empty", "give the name the service serves the model under")
     root = api_root(url)
     record = load_recorded(candidate)
-    access = gateway_access(cfg)  # the CA file and the token's variable: one line, before anything is asked
-    if access.insecure_tls:
-        log(f"verify: {INSECURE_WARNING}")
+    access = _gateway(cfg, log)
     golden = record["golden"]
     started = time.monotonic()
     context = {"url": root, "served_model_name": served_model_name, "lora_adapters": adapters or "none",
                "candidate": record.get("recipe") or "(golden outputs only)", "golden prompts": len(golden["answers"]),
                "max_tokens": golden.get("max_tokens"), "min_match_rate": cfg["min_match_rate"],
                "checks": cfg["checks"], **access.describe()}
-    if access.insecure_tls:
-        context["tls warning"] = INSECURE_WARNING
-    checks = [_models_check(url, served_model_name, adapters, cfg["timeout_s"], strict_input, access)]
-    golden_result: dict[str, Any] = {}
+    checks, golden_result = [_models_check(url, served_model_name, adapters, cfg["timeout_s"], strict_input, access)], {}
     metrics_before = {pool: scrape(u, cfg["timeout_s"], access) for pool, u in cfg["metrics_urls"].items()} \
         if "pd" in cfg["checks"] else {}
     if checks[0].passed:

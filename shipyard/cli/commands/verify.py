@@ -4,7 +4,10 @@ Runs the deploy step's verification (:mod:`shipyard.steps.verify`) against any O
 URL and a recorded candidate (its ``candidate.json`` or folder, or the benchmark results folder /
 ``golden.json`` the measure step wrote): ``/v1/models``, the golden outputs, an lm-eval accuracy
 slice and a guidellm SLO smoke test through the service (both need ``--model-dir`` for the
-tokenizer), and the P/D pools' vLLM metrics when ``--metrics-url`` names them.
+tokenizer), and the P/D pools' vLLM metrics when ``--metrics-url`` names them. A gateway with TLS
+and auth: ``--ca-bundle`` (the CA's PEM file), ``--insecure-tls`` (no certificate check: warned and
+recorded), ``--auth-secret-env VAR`` (the variable holding the token, sent as ``Authorization:
+Bearer``; never the token itself), ``--auth-header`` (another header, golden outputs only).
 
 Prints the verdict and the checks (or ``-o json|yaml``); ``--report-dir`` keeps
 ``verification.md``, ``verification.html`` and ``verification.json``. Exit status (README, "CLI"): 0 passed, 1 failed,
