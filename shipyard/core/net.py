@@ -100,6 +100,11 @@ def unreachable(field: str, url: str, err: BaseException, timeout: float) -> Unr
     """One line (exit 3) for an HTTP request that got no answer: a timeout, a refused or unknown
     host, a broken connection. ``err``: the TimeoutError, URLError or OSError that ``urlopen`` raised."""
     reason = err.reason if isinstance(err, urllib.error.URLError) else err
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return UnreachableError(field, f"{url}: its TLS certificate is not trusted "
+                                f"({reason.verify_message or reason.reason})",
+                                "give the CA bundle that signed it (ca_bundle), or skip the check for a test "
+                                "service only (insecure_tls)")
     if isinstance(reason, TimeoutError | socket.timeout):
         return UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
                                 "check the service's health, or raise the timeout")

@@ -103,10 +103,15 @@ def _verification_plan(candidate: str | None, verify_opts: dict[str, Any],
     """Whether a verification is wanted, the champion's record it checks against and the verification
     entry as it stands before anything ran (``{"ran": False, "why": ...}``).
 
-    A real deploy needs the champion's golden outputs before anything is applied (fail closed); a dry
-    run only when it serves the package to verify it."""
+    A real deploy needs the champion's golden outputs, and the gateway's CA bundle and token when
+    ``verify`` names them, before anything is applied (fail closed); a dry run only the golden outputs,
+    when it serves the package to verify it."""
     wanted = bool(candidate) and verify_opts["enabled"]
     record = _recorded(candidate) if candidate and wanted and (not dry_run or verify_opts["dry_run"]) else None
+    if record is not None and not dry_run:  # the gateway's CA bundle and token too (a dry run serves the package)
+        from shipyard.gates.verification import check_gateway_access
+
+        check_gateway_access(verify_opts["settings"])
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
                                     "deploy_config.verify.enabled is false" if not wanted else
                                     "dry run" if dry_run else "the service was not verified"}
@@ -446,6 +451,7 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
     champion's record: proves the package kept the model intact."""
     import tempfile
 
+    from shipyard.gates.verification import local_settings
     from shipyard.oci.transfer import pull_model
     from shipyard.serving.vllm_server import VLLMServer
     from shipyard.steps.verify import verify_service
@@ -456,7 +462,7 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
         print(f"deploy: serving the package {model_uri.split('@')[0]} locally to verify it", flush=True)
         with VLLMServer(model, served_model_name=served, log_path=Path(tmp) / "vllm.log") as server:
             return verify_service(server.url, served, record, model_dir=str(model), lora_adapters=adapters,
-                                  config=settings, report_dir=report_dir)
+                                  config=local_settings(settings), report_dir=report_dir)
 
 
 def champion_record(candidate: str | None) -> CandidateRecord | None:

@@ -709,6 +709,15 @@ ROWS: list[Row] = [
     row("run-deploy-config-verify-run-timeout-text", *run_local(
         "--param", 'deploy_config={"verify": {"run_timeout_s": "30m"}}'),
         field="deploy_config.verify.run_timeout_s", params=True),
+    row("run-deploy-config-verify-insecure-tls-text", *run_local(
+        "--param", 'deploy_config={"verify": {"insecure_tls": "yes"}}'),
+        field="deploy_config.verify.insecure_tls: 'yes' is not true or false", params=True),
+    row("run-deploy-config-verify-auth-token-pasted", *run_local(
+        "--param", f'deploy_config={{"verify": {{"auth_secret_env": "{TOKEN_LIKE}"}}}}'),
+        field="deploy_config.verify.auth_secret_env: is not the name", params=True),
+    row("run-deploy-config-verify-ca-bundle-number", *run_local(
+        "--param", 'deploy_config={"verify": {"ca_bundle": 3}}'),
+        field="deploy_config.verify.ca_bundle: 3 is not a file path", params=True),
     row("run-deploy-config-verify-unknown", *run_local("--param", 'deploy_config={"verify": {"golden": 3}}'),
         field="deploy_config.verify.golden", params=True),
     row("run-deploy-config-scaling-list", *run_local("--param", 'deploy_config={"scaling": [1]}'),
@@ -807,6 +816,24 @@ ROWS: list[Row] = [
     row("verify-config-not-json", *verify("--config", "{slo"), field="--config"),
     row("verify-slo-tolerance-below-1", *verify("--config", '{"slo_tolerance": 0.5}'), field="verify.slo_tolerance"),
     row("verify-run-timeout-zero", *verify("--config", '{"run_timeout_s": 0}'), field="verify.run_timeout_s"),
+    # the gateway's TLS and auth (issue 32): the CA file and the token's variable checked before anything is
+    # asked; a token pasted where the variable's name belongs is refused without being shown
+    row("verify-ca-bundle-missing", *verify("--ca-bundle", "missing-ca.pem"),
+        field="verify.ca_bundle: missing-ca.pem does not exist"),
+    row("verify-ca-bundle-not-pem", *verify("--ca-bundle", "golden.json"),
+        field="verify.ca_bundle: golden.json is not a PEM CA bundle"),
+    row("verify-insecure-tls-not-bool", *verify("--config", '{"insecure_tls": "yes"}'),
+        field="verify.insecure_tls: 'yes' is not true or false"),
+    row("verify-insecure-tls-with-ca-bundle", *verify("--insecure-tls", "--ca-bundle", "golden.json"),
+        field="verify.insecure_tls: is true while verify.ca_bundle is given"),
+    row("verify-auth-env-unset", *verify("--auth-secret-env", "SHIPYARD_TEST_UNSET_GATEWAY_TOKEN"),
+        field="verify.auth_secret_env: $SHIPYARD_TEST_UNSET_GATEWAY_TOKEN is not set"),
+    row("verify-auth-env-token-pasted", *verify("--auth-secret-env", TOKEN_LIKE),
+        field="verify.auth_secret_env: is not the name of an environment variable"),
+    row("verify-auth-env-bearer-pasted", *verify("--config", f'{{"auth_secret_env": "Bearer {SECRET}"}}'),
+        field="verify.auth_secret_env: is not the name of an environment variable"),
+    row("verify-auth-header-custom-with-lm-eval", *verify("--auth-secret-env", "GATEWAY_TOKEN", "--auth-header",
+                                                          "X-Api-Key"), field="verify.auth_header: 'X-Api-Key'"),
     # --- watch (issue 38): the window, the tolerance, Prometheus's URL, the champion's record
     row("watch-window-not-a-window", *watch("--window", "half an hour"), field="--window"),
     row("watch-window-shorter-than-two-scrapes", *watch("--window", "30s"), field="--window: 30 s is shorter"),
