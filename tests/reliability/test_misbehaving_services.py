@@ -236,7 +236,7 @@ def test_mlflow_rest_calls_and_the_health_probe_have_an_overall_deadline(where: 
     without end. Each ends within its deadline (``MLFLOW_HTTP_REQUEST_TIMEOUT``, the probe's)."""
     from shipyard.tracking.tracker import RestLogger, Tracker
 
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1.5")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")  # MLflow reads an int
     with _slow_drip(where) as url:
         got = _ends_within(lambda: RestLogger(Tracker(url, attempts=1)).get_run("r1"), 1.5, 5.0)
         assert isinstance(got, ShipyardError) and got.exit_code == 3 and "within 1.5 s" in str(got), got
@@ -804,3 +804,90 @@ def test_printed_objects_are_redacted(capsys: pytest.CaptureFixture[str], fmt: s
          lambda: f"run at https://bob:{SECRET}@kfp.example")
     out = capsys.readouterr().out
     assert SECRET not in out and "https://***@kfp.example" in out, out
+
+
+# --------------------------------------------------------------------------- client libraries' calls (issue 34)
+# Each client library (kfp, mlflow, requests for the registry, minio, kubernetes) sets a timeout per
+# read at most: a server that sends a byte a second held each of them for as long as it dripped.
+# Each call now ends at its documented deadline (shipyard.core.net.call_within), the real library
+# against a real slow-drip server on 127.0.0.1.
+
+
+@contextlib.contextmanager
+def _drip_except(fast: dict[str, bytes]) -> Iterator[str]:
+    """A web server that answers the paths in ``fast`` at once (200, JSON) and drips every
+    other answer one byte every 0.5 s after whole headers (a long Content-Length it never reaches)."""
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            path = self.path.split("?")[0]
+            if path in fast:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(fast[path])))
+                self.end_headers()
+                self.wfile.write(fast[path])
+                return
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    stop.wait(0.5)
+            self.close_connection = True
+
+        do_GET = do_POST = do_PUT = do_HEAD = do_PATCH = do_DELETE = _answer  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        with LoopbackServer(Handler) as server:
+            yield server.url
+    finally:
+        stop.set()
+
+
+def _late_line(error: object, setting: str) -> str:
+    assert isinstance(error, ShipyardError), error
+    line = str(error)
+    assert "\n" not in line and setting in line and "within" in line, line
+    return line
+
+
+def test_kfp_calls_end_at_shipyard_kfp_timeout_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reachability check (urllib3 with retries) and each kfp.Client call end within
+    ``SHIPYARD_KFP_TIMEOUT_S`` against a KFP API that drips its answers."""
+    from shipyard.run.kfp_client import Kfp
+
+    monkeypatch.setenv("SHIPYARD_KFP_TIMEOUT_S", "1.5")
+    for name in ("KF_PIPELINES_ENDPOINT", "KF_PIPELINES_TOKEN", "KF_PIPELINES_COOKIE"):
+        monkeypatch.delenv(name, raising=False)
+    with _drip_except({}) as url:  # the reachability check drips
+        _late_line(_ends_within(lambda: Kfp(url), 1.5, 5.0), "SHIPYARD_KFP_TIMEOUT_S")
+    with _drip_except({"/apis/v2beta1/healthz": b'{"commit_sha": "x"}'}) as url:  # then the client's calls
+        kfp = Kfp(url)
+        _late_line(_ends_within(lambda: kfp.experiment_id("shipyard"), 2.0, 6.0), "SHIPYARD_KFP_TIMEOUT_S")
+
+
+def test_mlflow_client_calls_end_at_mlflow_http_request_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow's client applies MLFLOW_HTTP_REQUEST_TIMEOUT to each read; the tracker's calls
+    through it end within it in all, and the server counts as down from then on."""
+    from shipyard.core.errors import UnreachableError
+    from shipyard.tracking.tracker import Tracker
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")  # MLflow reads an int
+    with _drip_except({}) as url:
+        tracker = Tracker(url, attempts=2, backoff_s=0.1)
+        assert tracker.client is not None  # the import (seconds) before the clock starts
+        error = _ends_within(lambda: tracker.call("look up the experiment", tracker.client.get_experiment_by_name,
+                                                  "shipyard"), 2.0, 6.0)
+        assert isinstance(error, UnreachableError)
+        _late_line(error, "MLFLOW_HTTP_REQUEST_TIMEOUT")
+        assert tracker.down  # a later call fails at once

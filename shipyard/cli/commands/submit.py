@@ -125,12 +125,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def wait_for_run(kfp: Kfp, run_id: str, poll_s: float, say: Any) -> str:
     """Poll the run until it reaches a final state; ``say`` gets one line per state change."""
-    from shipyard.run.kfp_client import _api
-
     last = ""
     while True:
-        with _api(kfp.host, "read the run"), kfp.quiet():
-            state = str(kfp.client.get_run(run_id).state or "PENDING")
+        state = str(kfp.call("read the run", kfp.client.get_run, run_id).state or "PENDING")
         if state != last:
             say(f"{time.strftime('%H:%M:%S')}  run {run_id} {state}")
             last = state
