@@ -330,23 +330,30 @@ class DeadlinePassed(Exception):
 
 class _Scope:
     """The sockets one :func:`call_within` call made (seen through the ``socket.__new__`` audit
-    event, TLS-wrapped ones included): shut down at the deadline, so whatever waits on them ends."""
+    event, TLS-wrapped ones included), with those of its owner's earlier calls (a client's pooled
+    connections, which a later call reuses): shut down at the deadline, so whatever waits on them ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: object | None) -> None:
         self.expired = False
-        self._socks: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._lock = threading.Lock()
+        if owner is None:
+            self._socks: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        else:
+            with _owned_lock:
+                self._socks = _owned.setdefault(owner, weakref.WeakSet())
 
     def saw(self, event: str, args: tuple[object, ...]) -> None:
         with self._lock:
             if self.expired:
                 raise DeadlinePassed(f"{event} past the deadline")
-            if event == "socket.__new__" and isinstance(args[0], socket.socket):
+        if event == "socket.__new__" and isinstance(args[0], socket.socket):
+            with _owned_lock:
                 self._socks.add(args[0])
 
     def expire(self) -> None:
         with self._lock:
             self.expired = True
+        with _owned_lock:
             socks = list(self._socks)
         for sock in socks:
             if sock.fileno() != -1:  # a socket handed to TLS is detached (-1): its SSLSocket is in the set
@@ -354,6 +361,9 @@ class _Scope:
 
 
 _scope = threading.local()
+#: the sockets each owner's calls made (weakly: a client that goes takes its entry with it)
+_owned: weakref.WeakKeyDictionary[object, weakref.WeakSet[socket.socket]] = weakref.WeakKeyDictionary()
+_owned_lock = threading.Lock()
 _hook_lock = threading.Lock()
 _hooked = False
 _WATCHED_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.getaddrinfo"})
@@ -374,8 +384,8 @@ def _install_hook() -> None:
             _hooked = True
 
 
-def call_within(deadline_s: float, fn: Callable[..., T], /, *args: Any,
-                on_timeout: Callable[[], BaseException], **kwargs: Any) -> T:
+def call_within(deadline_s: float, fn: Callable[..., T], /, *args: Any, on_timeout: Callable[[], BaseException],
+                owner: object | None = None, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` (a client library's call: KFP, MLflow, minio, Kubernetes, requests)
     ended at ``deadline_s`` seconds in all, however it waits: a name lookup, connecting, TLS,
     a server that sends a byte every few seconds (a per-read timeout never fires), the library's
@@ -386,9 +396,10 @@ def call_within(deadline_s: float, fn: Callable[..., T], /, *args: Any,
     connects after that raises :class:`DeadlinePassed`, and the caller gets ``on_timeout()``
     (one line naming the setting that gave the deadline) at once: a call stuck where no socket
     reaches (the system resolver) is left behind in its daemon thread. Its value or exception
-    otherwise, as if called directly."""
+    otherwise, as if called directly. ``owner`` (the client object, weakly held): the sockets its
+    earlier calls made are shut at the deadline too, as a pooled connection they left is reused."""
     _install_hook()
-    scope = _Scope()
+    scope = _Scope(owner)
     done = threading.Event()
     outcome: dict[str, Any] = {}
     context = contextvars.copy_context()

@@ -336,7 +336,7 @@ class Kfp:
             with _api(self.host, what), self.quiet():
                 return fn(*args, **kwargs)
 
-        return call_within(self.timeout_s, quietly, on_timeout=lambda: self._late(what))
+        return call_within(self.timeout_s, quietly, on_timeout=lambda: self._late(what), owner=self)
 
     def _preflight(self, verify_ssl: bool) -> None:
         """One quick authenticated call, so a refused token fails at once (kfp.Client would retry 5x5 s)."""
@@ -355,7 +355,7 @@ class Kfp:
                                headers=headers, timeout=urllib3.Timeout(connect=5.0, read=10.0),
                                retries=urllib3.Retry(total=2, connect=2, read=0, status=2, backoff_factor=0.5,
                                                      status_forcelist=(502, 503, 504), raise_on_status=False),
-                               on_timeout=lambda: self._late("connect"))
+                               on_timeout=lambda: self._late("connect"), owner=self)
         except urllib3.exceptions.MaxRetryError as err:
             reason = err.reason
             if isinstance(reason, urllib3.exceptions.NewConnectionError):  # (a subclass of ConnectTimeoutError)

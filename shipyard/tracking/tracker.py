@@ -110,6 +110,13 @@ _KEY_BAD = re.compile(r"[^A-Za-z0-9_\-. /:]")
 T = TypeVar("T")
 
 
+class _Connections:
+    """The owner of the MLflow client's connections (one requests session per process, pooled)."""
+
+
+_MLFLOW_CONNECTIONS = _Connections()
+
+
 # --------------------------------------------------------------------------- configuration
 
 
@@ -494,7 +501,8 @@ class Tracker:
                     if not self.is_remote:
                         return fn(*args, **kwargs)
                     return call_within(self.deadline_s(payload_bytes), fn, *args,
-                                       on_timeout=lambda: self._late(what, payload_bytes), **kwargs)
+                                       on_timeout=lambda: self._late(what, payload_bytes), owner=_MLFLOW_CONNECTIONS,
+                                       **kwargs)
             except Exception as err:
                 if not _is_transient(err):
                     refused = self._refused(what, err)

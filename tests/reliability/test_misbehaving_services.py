@@ -891,3 +891,19 @@ def test_mlflow_client_calls_end_at_mlflow_http_request_timeout(monkeypatch: pyt
         assert isinstance(error, UnreachableError)
         _late_line(error, "MLFLOW_HTTP_REQUEST_TIMEOUT")
         assert tracker.down  # a later call fails at once
+
+
+def test_registry_requests_and_blob_downloads_end_at_shipyard_registry_timeout_s(monkeypatch: pytest.MonkeyPatch,
+                                                                                 tmp_path: Path) -> None:
+    """requests' timeout is per read: a manifest or a blob that drips ends within
+    ``SHIPYARD_REGISTRY_TIMEOUT_S`` (a blob's bytes at 256 KiB/s on top), not retried."""
+    from shipyard.oci.client import RegistryClient
+
+    monkeypatch.setenv("SHIPYARD_REGISTRY_TIMEOUT_S", "1.5")
+    monkeypatch.setenv("SHIPYARD_REGISTRY_BACKOFF", "0.1")
+    with _drip_except({"/v2/": b"{}"}) as url:
+        client = RegistryClient(url, "team/model")
+        _late_line(_ends_within(lambda: client.request("GET", "manifests/v1", what="read the manifest"), 1.5, 5.0),
+                   "SHIPYARD_REGISTRY_TIMEOUT_S")
+        _late_line(_ends_within(lambda: client.fetch_blob(DIGEST, tmp_path / "blob", 100), 1.5, 5.0),
+                   "SHIPYARD_REGISTRY_TIMEOUT_S")
