@@ -140,7 +140,7 @@ class RegistryClient:
 
         def late() -> UnreachableError:
             return UnreachableError(ENV_TIMEOUT, f"registry {self.host} gave no whole answer to {what} within "
-                                    f"{deadline:g} s", f"check that the registry answers, or raise {ENV_TIMEOUT} "
+                                    f"{round(deadline, 1):g} s", f"check that the registry answers, or raise {ENV_TIMEOUT} "
                                     "(seconds per request; a blob gets 256 KiB/s on top)")
 
         return call_within(deadline, fn, *args, on_timeout=late, owner=self, **kwargs)

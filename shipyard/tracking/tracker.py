@@ -524,9 +524,9 @@ class Tracker:
     def _late(self, what: str, payload_bytes: int) -> UnreachableError:
         """The one line of a call past :meth:`deadline_s`; the server counts as down from then on."""
         seconds = self.deadline_s(payload_bytes)
-        self.down = f"no whole answer within {seconds:g} s"
+        self.down = f"no whole answer within {round(seconds, 1):g} s"
         return UnreachableError("MLFLOW_HTTP_REQUEST_TIMEOUT",
-                                f"the tracking server {self.uri} gave no whole answer to {what} within {seconds:g} s",
+                                f"the tracking server {self.uri} gave no whole answer to {what} within {round(seconds, 1):g} s",
                                 "check the server (or a proxy before it) answers, or raise MLFLOW_HTTP_REQUEST_TIMEOUT "
                                 "(seconds per call; an upload gets 256 KiB/s on top); the step's results remain in its "
                                 "KFP artifacts")

@@ -907,3 +907,25 @@ def test_registry_requests_and_blob_downloads_end_at_shipyard_registry_timeout_s
                    "SHIPYARD_REGISTRY_TIMEOUT_S")
         _late_line(_ends_within(lambda: client.fetch_blob(DIGEST, tmp_path / "blob", 100), 1.5, 5.0),
                    "SHIPYARD_REGISTRY_TIMEOUT_S")
+
+
+def test_s3_calls_and_object_downloads_end_at_shipyard_s3_timeout_s(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """minio's timeouts are per read: a listing or an object that drips ends within
+    ``SHIPYARD_S3_TIMEOUT_S`` (an object's bytes at 256 KiB/s on top), and no partial folder stays."""
+    from shipyard.models import s3
+
+    monkeypatch.setenv("SHIPYARD_S3_TIMEOUT_S", "1.5")
+    monkeypatch.setenv("SHIPYARD_S3_REGION", "us-east-1")  # no location lookup first
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    with _drip_except({}) as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", url)
+        line = _late_line(_ends_within(lambda: s3.download_prefix("s3://models/llama", tmp_path / "out"), 1.5, 5.0),
+                          "SHIPYARD_S3_TIMEOUT_S")
+        assert SECRET not in line and "AKIAIOSFODNN7EXAMPLE" not in line
+        assert not (tmp_path / "out").exists()
+        # a HEAD answers at once (100,000 bytes), the object's GET drips: 1.5 s + its bytes at 256 KiB/s
+        mc = s3.client()
+        _late_line(_ends_within(lambda: mc.fget_object("models", "data.jsonl", str(tmp_path / "data.jsonl")),
+                                1.9, 5.5), "SHIPYARD_S3_TIMEOUT_S")
