@@ -484,13 +484,15 @@ class Tracker:
             "store); the step's results remain in its KFP artifacts",
         )
 
-    def call(self, what: str, fn: Callable[..., T], *args: Any, payload_bytes: int = 0, **kwargs: Any) -> T:
+    def call(self, what: str, fn: Callable[..., T], *args: Any, payload_bytes: int = 0, bounded: bool = False,
+             **kwargs: Any) -> T:
         """Run one MLflow call; retry transient faults with backoff; then one clear line.
 
         Against a server each try ends within ``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds in all
         (default 30; MLflow's client applies it to each read only), plus ``payload_bytes`` (an
         upload's size) at :data:`UPLOAD_FLOOR_BYTES_PER_S`: past it the call is one
         :class:`~shipyard.core.errors.UnreachableError` line naming the setting, not retried.
+        ``bounded``: ``fn`` ends within that deadline itself (:class:`RestLogger`'s ``http_request``).
         Once the server was seen down (here or by :meth:`probe`), calls fail at once.
         """
         if self.down:
@@ -498,7 +500,7 @@ class Tracker:
         for attempt in self.retry.tries():
             try:
                 with default_store(self.uri):  # a file store's registry reads back through MlflowClient()
-                    if not self.is_remote:
+                    if bounded or not self.is_remote:
                         return fn(*args, **kwargs)
                     return call_within(self.deadline_s(payload_bytes), fn, *args,
                                        on_timeout=lambda: self._late(what, payload_bytes), owner=_MLFLOW_CONNECTIONS,
@@ -860,7 +862,7 @@ class RestLogger:
 
     def call(self, what: str, method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any]:
         """One REST call with the tracker's retries and down-marking."""
-        return self.tracker.call(what, self._request, method, path, body, **kwargs)
+        return self.tracker.call(what, self._request, method, path, body, bounded=True, **kwargs)
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """``{"info": {...}, "data": {"params": {...}, "metrics": {...}, "tags": {...}}}``."""

@@ -236,7 +236,7 @@ def test_mlflow_rest_calls_and_the_health_probe_have_an_overall_deadline(where: 
     without end. Each ends within its deadline (``MLFLOW_HTTP_REQUEST_TIMEOUT``, the probe's)."""
     from shipyard.tracking.tracker import RestLogger, Tracker
 
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")  # MLflow reads an int
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1.5")
     with _slow_drip(where) as url:
         got = _ends_within(lambda: RestLogger(Tracker(url, attempts=1)).get_run("r1"), 1.5, 5.0)
         assert isinstance(got, ShipyardError) and got.exit_code == 3 and "within 1.5 s" in str(got), got
@@ -814,9 +814,9 @@ def test_printed_objects_are_redacted(capsys: pytest.CaptureFixture[str], fmt: s
 
 
 @contextlib.contextmanager
-def _drip_except(fast: dict[str, bytes]) -> Iterator[str]:
+def _drip_except(fast: dict[str, bytes], every_s: float = 0.5) -> Iterator[str]:
     """A web server that answers the paths in ``fast`` at once (200, JSON) and drips every
-    other answer one byte every 0.5 s after whole headers (a long Content-Length it never reaches)."""
+    other answer one byte every ``every_s`` after whole headers (a long Content-Length it never reaches)."""
     stop = threading.Event()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -839,7 +839,7 @@ def _drip_except(fast: dict[str, bytes]) -> Iterator[str]:
                 while not stop.is_set():
                     self.wfile.write(b" ")
                     self.wfile.flush()
-                    stop.wait(0.5)
+                    stop.wait(every_s)
             self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_HEAD = do_PATCH = do_DELETE = _answer  # noqa: N815 - http.server's names
@@ -929,3 +929,19 @@ def test_s3_calls_and_object_downloads_end_at_shipyard_s3_timeout_s(monkeypatch:
         mc = s3.client()
         _late_line(_ends_within(lambda: mc.fget_object("models", "data.jsonl", str(tmp_path / "data.jsonl")),
                                 1.9, 5.5), "SHIPYARD_S3_TIMEOUT_S")
+
+
+def test_kubernetes_calls_end_at_their_deadline(tmp_path: Path) -> None:
+    """The kubernetes client's timeout is per read: the deploy's calls (discovery, get, apply)
+    end within ``apply.api_timeout_s`` and ``shipyard check``'s within its 15 s (here 1.5 s),
+    against an API server that drips."""
+    from shipyard.run.check import _Kube
+    from shipyard.serving.kserve.apply import Kube, api_client
+
+    with _drip_except({}, every_s=0.1) as url:  # a read timeout of 0.5 s: a deadline of 0.5 + 3 connect attempts of 0.5 + 1 s
+        config = str(_kubeconfig(tmp_path / "kubeconfig", url))
+        kube = Kube(api_client(config, timeout_s=0.5), timeout_s=0.5)
+        line = _late_line(_ends_within(lambda: kube.dynamic, 3.0, 5.0), "apply.api_timeout_s")
+        assert "timed out after 3s" in line  # "may have reached the server": the deploy restores the previous state
+        checking = _Kube(api_client(config, timeout_s=0.5), timeout_s=0.5)
+        _late_line(_ends_within(lambda: checking.call("GET", "/api"), 3.0, 5.0), "shipyard check gives each API call")

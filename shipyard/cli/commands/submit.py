@@ -28,7 +28,8 @@ FINAL_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 
 def add_kfp_options(p: argparse.ArgumentParser) -> None:
     """The connection options shared by submit, schedule, runs and watch --requalify."""
-    p.add_argument("--host", help="KFP API URL, e.g. http://localhost:8080 (env KF_PIPELINES_ENDPOINT)")
+    p.add_argument("--host", help="KFP API URL, e.g. http://localhost:8080 (env KF_PIPELINES_ENDPOINT); each call to "
+                   "it ends within SHIPYARD_KFP_TIMEOUT_S seconds in all (default 60)")
     p.add_argument("--token", help="bearer token (env KF_PIPELINES_TOKEN)")
     p.add_argument("--cookie", help="session cookie 'name=value', e.g. authservice_session=... (env KF_PIPELINES_COOKIE)")
     add_namespace_option(p, "Kubeflow profile namespace (multi-user KFP)")
