@@ -332,11 +332,12 @@ class Kfp:
     def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` (a kfp.Client call) within ``SHIPYARD_KFP_TIMEOUT_S`` in all, its
         printing silenced, a failure one line."""
-        def quietly() -> Any:
-            with _api(self.host, what), self.quiet():
+        def mapped() -> Any:
+            with _api(self.host, what):
                 return fn(*args, **kwargs)
 
-        return call_within(self.timeout_s, quietly, on_timeout=lambda: self._late(what), owner=self)
+        with self.quiet():  # here, not in the call's thread: stdout comes back even when the call is left behind
+            return call_within(self.timeout_s, mapped, on_timeout=lambda: self._late(what), owner=self)
 
     def _preflight(self, verify_ssl: bool) -> None:
         """One quick authenticated call, so a refused token fails at once (kfp.Client would retry 5x5 s)."""
