@@ -44,6 +44,7 @@ from shipyard.core.records import read_record
 from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, scan_metrics
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
 from shipyard.serving.startup import phases_from_log
+from shipyard.serving.vllm_cli import check_vllm_args
 from shipyard.serving.vllm_flags import PLANNER_FLAGS, SERVER_FLAGS, refuse_owned, refuse_respelled
 from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
 
@@ -271,6 +272,7 @@ def _vllm_args(value: Any) -> list[str]:
     refuse_owned(args, SERVER_FLAGS, "benchmark_config.vllm_args", "shipyard's vLLM server",
                  "drop it (the port is benchmark_config.port; the model and its served name are the step's)")
     refuse_respelled(args, PLANNER_FLAGS, "benchmark_config.vllm_args", "the memory planner")
+    check_vllm_args(args, "benchmark_config.vllm_args")
     return args
 
 

@@ -268,6 +268,7 @@ def _run_hf(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
 
 def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
                 shared: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    from shipyard.serving.vllm_cli import check_vllm_args
     from shipyard.serving.vllm_flags import SERVER_FLAGS, refuse_owned
     from shipyard.serving.vllm_server import VLLMServer
 
@@ -279,6 +280,7 @@ def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
     if not isinstance(extra, list) or not all(isinstance(arg, str) for arg in extra):
         raise ShipyardError("SHIPYARD_EVAL_VLLM_ARGS", "is not a JSON list of text", 'write e.g. ["--max-model-len", "2048"]')
     refuse_owned(extra, SERVER_FLAGS, "SHIPYARD_EVAL_VLLM_ARGS", "shipyard's vLLM server", "drop it")
+    check_vllm_args(extra, "SHIPYARD_EVAL_VLLM_ARGS")
     serving = contextlib.nullcontext(shared) if shared else VLLMServer(model_dir, served_model_name=SERVED_NAME,
                                                                        extra_args=extra, log_path=logs / VLLM_LOG)
     try:

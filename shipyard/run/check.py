@@ -19,7 +19,9 @@ allowed``) or something that is not an API server at all (a login page, another 
 ``not a Kubernetes API server at URL``), found by the first call, ``GET /api``. A read that RBAC
 forbids (403) is the ``not allowed`` line of the check that needed it (naming the user, verb and
 resource), never "missing". Every name that goes into an API path is checked against Kubernetes'
-rules first (:func:`check_names`) and each path segment is URL-quoted (:func:`api_path`).
+rules first (:func:`check_names`) and each path segment is URL-quoted (:func:`api_path`). Each
+Kubernetes API call ends within 31 s in all (:data:`CHECK_API_TIMEOUT_S`, 15 s, per read, and the
+connect attempts), however slowly the API server (or a proxy before it) answers; each HTTP check (KFP, MLflow, the registry) within its own.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ import urllib.request
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError
-from shipyard.core.net import http_request
+from shipyard.core.net import call_within, http_request
 from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
 from shipyard.pipelines.platform import cluster_layout, ephemeral_storage, load_cluster_config
 from shipyard.serving import cluster_check as cc
 from shipyard.serving.cluster_check import Check
 
+#: the most one Kubernetes API call of ``shipyard check`` may take, in seconds in all
+CHECK_API_TIMEOUT_S = 15.0
 #: what the Kubernetes part leaves unchecked when it stops at its first call
 UNCHECKED = "KServe, CRDs, Secrets, nodes and permissions unchecked"
 
@@ -103,9 +107,10 @@ class _Kube:
     """Raw reads of the Kubernetes API through a kubernetes ``ApiClient``: every name checked and
     quoted before it goes into a path; a 401/403 raised as :class:`Refused`."""
 
-    def __init__(self, api: Any) -> None:
+    def __init__(self, api: Any, timeout_s: float = CHECK_API_TIMEOUT_S) -> None:
         self.api = api
         self.host = str(api.configuration.host)
+        self.timeout_s = timeout_s
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """The status and the answer (JSON, or the text when it is not JSON); a connection that
@@ -113,10 +118,20 @@ class _Kube:
         import urllib3
         from kubernetes.client.rest import ApiException
 
+        from shipyard.serving.kserve.apply import call_deadline_s
+
+        deadline = call_deadline_s(self.timeout_s)
+
+        def late() -> UnreachableError:
+            return UnreachableError("kubeconfig", f"the Kubernetes API at {self.host} gave no whole answer to {method} "
+                                    f"{path} within {deadline:g} s", "check the API server's health (and a proxy "
+                                    f"before it); shipyard check gives each API call {deadline:g} s in all")
+
         try:
-            data = self.api.call_api(path, method, body=body, auth_settings=["BearerToken"], response_type="object",
-                                     header_params={"Content-Type": "application/json", "Accept": "application/json"},
-                                     _return_http_data_only=True)
+            data = call_within(deadline, self.api.call_api, path, method, body=body, auth_settings=["BearerToken"],
+                               response_type="object", header_params={"Content-Type": "application/json",
+                                                                      "Accept": "application/json"},
+                               _return_http_data_only=True, on_timeout=late, owner=self)
         except ApiException as err:
             return int(err.status or 0), _body(err.body)
         except UnicodeDecodeError:  # the client decodes a 200's body as UTF-8
@@ -284,7 +299,7 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
         checks.append(Check("kubernetes", cc.SKIP, "not checked: no kubeconfig (none given, KUBECONFIG unset, no "
                             f"~/.kube/config, not in a pod): {UNCHECKED}", "give --kubeconfig FILE or set KUBECONFIG"))
         return checks + outside_checks(chosen, **outside)
-    kube = _Kube(api_client(kubeconfig, context, timeout_s=15.0))
+    kube = _Kube(api_client(kubeconfig, context, timeout_s=CHECK_API_TIMEOUT_S))
     stop = probe(kube)
     if stop is not None:
         return [*checks, stop, *outside_checks(chosen, **outside)]

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from shipyard.core.errors import ShipyardError
-from shipyard.core.net import http_request
+from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.net import call_within, http_request
 from shipyard.core.redact import redact
-from shipyard.serving.kserve.config import EPP_CONFIG_APIS, epp_config_api
+from shipyard.serving.kserve.config import API_TIMEOUT_S, EPP_CONFIG_APIS, epp_config_api
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 KFP_MINIMUM = (2, 17, 0)  # artifact OneOf (dsl.OneOf over the eval backends) needs KFP 2.17.0
@@ -771,10 +771,16 @@ def self_review(api: Any, who: str) -> Callable[[str, str, str, str], Answer]:
     def review(verb: str, group: str, resource: str, ns: str) -> Answer:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "spec": {"resourceAttributes": {"namespace": ns, "verb": verb, "group": group, "resource": resource}}}
+        def late() -> UnreachableError:
+            return UnreachableError(field, f"{cannot}: the Kubernetes API at {host} gave no whole answer to a review "
+                                    f"within {API_TIMEOUT_S:g} s", "check that pods reach the API server "
+                                    "(kubernetes.default.svc) and that it answers, then rerun")
+
         try:
-            data = api.call_api("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "POST", body=body,
-                                auth_settings=["BearerToken"], response_type="object",
-                                header_params={"Content-Type": "application/json"}, _return_http_data_only=True)
+            data = call_within(API_TIMEOUT_S, api.call_api, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                               "POST", body=body, auth_settings=["BearerToken"], response_type="object",
+                               header_params={"Content-Type": "application/json"}, _return_http_data_only=True,
+                               on_timeout=late, owner=api)
         except ApiException as err:
             raise ShipyardError(field, *_review_refused(int(err.status or 0), err.body, host, who)) from None
         except urllib3.exceptions.HTTPError as err:

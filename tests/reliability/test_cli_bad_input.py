@@ -422,6 +422,22 @@ ROWS: list[Row] = [
     row("submit-deploy-config-vllm-args-abbreviated-tp", *submit("--param", 'deploy_config={"vllm_args": '
                                                                  '{"tensor-parallel": 2}}'),
         field="deploy_config.vllm_args: 'tensor-parallel' is vLLM's --tensor-parallel-size", params=True),
+    # vLLM's own parser's rules, from the table shipyard.serving.vllm_cli ships (issue 34, class 7)
+    row("run-deploy-config-vllm-args-unknown-flag", *run_local("--param", 'deploy_config={"vllm_args": {"frobnicate": 1}}'),
+        field="deploy_config.vllm_args: '--frobnicate' is not a flag of vLLM 0.32", params=True),
+    row("run-deploy-config-vllm-args-bad-choice", *run_local(
+        "--param", 'deploy_config={"vllm_args": {"kv-cache-dtype": "fp9"}}'),
+        field="deploy_config.vllm_args: --kv-cache-dtype 'fp9' is not one of vLLM 0.32", params=True),
+    row("deploy-decode-vllm-args-ambiguous", *deploy("--params-file", "vllm-decode-max-num.yaml"),
+        field="deploy_config.decode.vllm_args: '--max-num' is ambiguous in vLLM 0.32"),
+    row("run-bench-vllm-args-no-value", *run_local("--param", 'benchmark_config={"vllm_args": ["--max-model-len"]}'),
+        field="benchmark_config.vllm_args: --max-model-len needs a value in vLLM 0.32", params=True),
+    row("run-bench-vllm-args-value-to-a-switch", *run_local(
+        "--param", 'benchmark_config={"vllm_args": ["--enforce-eager", "true"]}'),
+        field="benchmark_config.vllm_args: 'true' is neither a flag of vLLM 0.32", params=True),
+    row("run-tuning-vllm-args-removed-flag", *run_local(
+        "--param", 'tuning={"space": {"vllm_args": {"old": ["--swap-space", "4"], "default": []}}}'),
+        field="tuning.space.vllm_args.old: '--swap-space' is not a flag of vLLM 0.32", params=True),
     row("run-bench-vllm-args-port", *run_local("--param", 'benchmark_config={"vllm_args": ["--port", "9000"]}'),
         field="benchmark_config.vllm_args: --port is set by shipyard's vLLM server itself", params=True),
     row("run-bench-vllm-args-served-name-equals", *run_local(
@@ -1097,6 +1113,7 @@ def _files() -> dict[str, str]:
         "max-pos-negative.json": json.dumps({**LLAMA, "max_position_embeddings": -1}),
         "llmisvc-token.yaml": "apiVersion: serving.kserve.io/v1alpha2\nkind: LLMInferenceService\n"
                               f"metadata: {{name: llm}}\nspec: {{model: {{uri: 'hf://{SECRET}@o/m'}}}}\n",
+        "vllm-decode-max-num.yaml": "decode: {vllm_args: {max-num: 8}}\n",
         "secret-env-token.yaml": f"secret_env: {{HF_TOKEN: {TOKEN_LIKE}}}\n",
         "pull-secret-token.yaml": f"image_pull_secrets: [{TOKEN_LIKE}]\n",
         "kubeconfig-creds": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -1366,3 +1383,32 @@ def test_a_uri_from_the_environment_that_carries_credentials_is_one_line(
     for secret in SECRETS:
         assert secret not in proc.stderr + proc.stdout
     assert not any(tmp_path.iterdir()), "the command left files behind"
+
+
+@pytest.mark.parametrize("value", ["abc", "0"])
+@pytest.mark.parametrize(("name", "argv"), [
+    ("SHIPYARD_KFP_TIMEOUT_S", ("runs", "--host", DEAD)),
+    ("SHIPYARD_S3_TIMEOUT_S", deploy("--template", "s3://bucket/llmisvc.yaml")),
+], ids=["kfp", "s3"])
+def test_a_bad_deadline_setting_is_one_line_before_any_call(name: str, argv: tuple[str, ...], value: str,
+                                                            tmp_path: Path) -> None:
+    """The settings that bound each call to a service (issue 34): a value that is not a number of
+    seconds is one line naming the variable (exit 2), before anything is contacted."""
+    env = {**cli_env(), name: value, "AWS_ENDPOINT_URL_S3": DEAD, "AWS_ACCESS_KEY_ID": AWS_KEY_ID,
+           "AWS_SECRET_ACCESS_KEY": SECRET}
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and proc.returncode == 2, proc.stderr
+    assert lines[0].startswith(f"shipyard: error: {name}: "), lines[0]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan"])
+def test_a_bad_registry_deadline_is_one_line(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.core.errors import ShipyardError
+    from shipyard.oci.client import RegistryClient
+
+    monkeypatch.setenv("SHIPYARD_REGISTRY_TIMEOUT_S", value)
+    with pytest.raises(ShipyardError) as err:
+        RegistryClient("127.0.0.1:9", "team/model")
+    assert err.value.field == "SHIPYARD_REGISTRY_TIMEOUT_S" and "\n" not in str(err.value)
