@@ -222,6 +222,55 @@ def test_a_record_without_per_request_lengths_is_not_compared() -> None:
     assert idle["input_distribution"]["note"] == "not compared: no finished requests in the window"
 
 
+#: a champion benchmarked on synthetic levels of 16-token prompts (concurrency 1, 2, 4; the knee at 2) that
+#: then replayed a recorded workload of ~128-token prompts: ``workload.replay_level`` as the judge step keeps it
+SYNTHETIC = [{"name": f"concurrent@{c}", "strategy": "concurrent", "nominal_load": c, "requests_per_s": c * 1.0,
+              "ttft_p99_ms": ttft, "itl_p99_ms": 20.0, "error_rate": 0.0, "prompt_tokens_mean": 16.0,
+              "output_tokens_mean": 16.0, "lengths": {"prompt_tokens": {"16": 100}, "output_tokens": {"16": 100}}}
+             for c, ttft in ((1, 80.0), (2, 120.0), (4, 900.0))]
+REPLAY_PROMPTS = [96] * 30 + [128] * 40 + [160] * 30
+
+
+def test_a_replayed_workloads_lengths_are_the_envelope_not_the_synthetic_levels() -> None:
+    """When the benchmark replayed the user's recorded workload, the lengths (means and distributions)
+    are held against the replay's (the user's traffic), not the knee's synthetic prompts: live traffic
+    like the replay is within the envelope, live traffic like the synthetic level drifts; the report
+    says which. A record without the replay (before it was kept, or a synthetic benchmark) is as before."""
+    from shipyard.serving.watch import replay_envelope_level
+
+    replay = {"name": "replay", "requests_per_s": 0.5, "prompt_tokens_mean": 128.0, "output_tokens_mean": 16.0,
+              "samples": {"prompt_tokens": REPLAY_PROMPTS, "output_tokens": [16] * 100, "ttft_ms": [100.0] * 100}}
+    kept = replay_envelope_level(replay)
+    assert kept == {"name": "replay", "requests_per_s": 0.5, "prompt_tokens_mean": 128.0, "output_tokens_mean": 16.0,
+                    "lengths": {"prompt_tokens": {"96": 30, "128": 40, "160": 30}, "output_tokens": {"16": 100}}}
+    old = {**RECORD, "levels": SYNTHETIC, "workload": {"digest": WORKLOAD}}
+    record = {**old, "workload": {**old["workload"], "replay_level": kept}}
+    env, tol = envelope_from_record(record), parse_tolerance(None)
+    assert env.prompt_tokens == 128.0 and env.prompt_lengths == tuple(REPLAY_PROMPTS)
+    assert env.knee_rps == 2.0  # the load and the curve stay the synthetic levels'
+    assert env.lengths_from == "the replay of workload sha256:bbbbbbbbbbbb"
+    like_replay = Live(128, 16, 3.0, 2, 110, None, 1800, prompt_buckets=_cumulative(REPLAY_PROMPTS * 40),
+                       output_buckets=_cumulative([16] * 4000))
+    like_synthetic = Live(**{**like_replay.__dict__, "prompt_tokens": 16, "prompt_buckets": _cumulative([16] * 4000)})
+    ok = compare(env, like_replay, tol)
+    assert ok["drifted"] == [] and ok["lengths_from"] == env.lengths_from
+    assert {r["dimension"]: r.get("qualified_on") for r in ok["rows"]}["input_distribution"] == env.lengths_from
+    assert format_report(ok).splitlines()[1] == "  lengths qualified on the replay of workload sha256:bbbbbbbbbbbb"
+    assert compare(env, like_synthetic, tol)["drifted"] == ["input_length", "input_distribution"]
+    # the record from before the replay's lengths were kept: the knee level's, as before
+    before = envelope_from_record(old)
+    assert before.prompt_tokens == 16.0 and before.prompt_lengths == (16,) * 100
+    assert before.lengths_from == "the synthetic level at concurrency 2 (the knee)"
+    assert compare(before, like_synthetic, tol)["drifted"] == []
+    assert compare(before, like_replay, tol)["drifted"] == ["input_length", "input_distribution"]
+    assert format_report(compare(before, like_replay, tol)).splitlines()[1] == \
+        "  lengths qualified on the synthetic level at concurrency 2 (the knee)"
+    # a replay that kept no lengths (or none at all) is no source: the knee level's
+    assert replay_envelope_level({"name": "replay", "samples": {"ttft_ms": [1.0]}}) is None
+    assert envelope_from_record({**old, "workload": {"digest": WORKLOAD, "replay_level": None}}).prompt_tokens == 16.0
+    assert envelope_from_record(RECORD).lengths_from == "the synthetic level at 2 req/s (the knee)"
+
+
 def test_the_judged_candidate_record_keeps_the_lengths_the_watch_compares(tmp_path: Path) -> None:
     """The real judge step writes each level's per-request lengths into ``candidate.json`` (a sparse
     histogram, ``lengths``): the envelope of that record holds the knee level's prompt and output
