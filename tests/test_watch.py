@@ -95,6 +95,10 @@ def _series(model: str, replicas: int, rps: float, prompt: float, output: float,
     return lines
 
 
+#: when ``gone``'s first scrape was (set by :func:`prometheus`)
+GONE_AT: list[float] = []
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Prometheus with 40 minutes of four served models, up to a minute ago: ``steady`` serves
@@ -102,11 +106,13 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ``attested`` what the signed champion of :func:`attested` was qualified on, ``bursty`` the
     champion's lengths at 0.5 req/s per replica but 2.5 req/s for six minutes (from 16 minutes ago),
     ``sparse`` ``steady``'s traffic scraped every 5 minutes, ``reshaped`` ``steady``'s mean prompt of
-    200 tokens as half 20-token and half 380-token prompts."""
+    200 tokens as half 20-token and half 380-token prompts, ``gone`` two scrapes 3 s apart about 30
+    minutes ago (:data:`GONE_AT`, 25 s past a 30-s boundary), then nothing."""
     require_tool(bool(shutil.which("prometheus")) and bool(shutil.which("promtool")), "apt-get install -y prometheus")
     root = tmp_path_factory.mktemp("prometheus")
     end = time.time() - 60
     start = end - 40 * 60
+    GONE_AT[:] = [(end - 30 * 60) // 30 * 30 + 25]
     # the 15 s scrape: the output is about the curve's 1.5 req/s point (80..120 ms: TTFT p99 just under 100 ms)
     lines = (_series("steady", 2, 1.5, 200, 100, 0.1, start, end)
              + _series("drifted", 2, 3.0, 500, 100, 0.3, start, end)
@@ -114,7 +120,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
              + _series("attested", 2, 0.5, 32, 16, 0.06, start, end)
              + _series("bursty", 2, 0.5, 200, 100, 0.1, start, end, burst=(end - 16 * 60, end - 10 * 60, 2.5))
              + _series("sparse", 2, 1.5, 200, 100, 0.1, start, end, step=300.0)
-             + _series("reshaped", 2, 1.5, 200, 100, 0.1, start, end, prompt_mix=((20, 0.5), (380, 0.5))))
+             + _series("reshaped", 2, 1.5, 200, 100, 0.1, start, end, prompt_mix=((20, 0.5), (380, 0.5)))
+             + _series("gone", 1, 1.0, 200, 100, 0.1, GONE_AT[0], GONE_AT[0] + 3, step=3.0))
     (root / "data.om").write_text("\n".join(sorted(lines, key=lambda line: float(line.rsplit(" ", 1)[1])))
                                   + "\n# EOF\n")
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(root / "tsdb")],
@@ -496,6 +503,21 @@ def test_a_window_or_peak_window_shorter_than_two_scrapes_is_one_line_naming_it(
     assert err.value.field == "prometheus_url"
     # the same traffic scraped every 15 s reads
     assert _watch(tmp_path, "--prometheus", prometheus, "--model-name", "steady", "--window", "4m").returncode == 0
+
+
+def test_scrapes_outside_the_windows_steps_are_named_not_no_series(prometheus: str) -> None:
+    """``gone``'s two scrapes lie inside the watch window but before its first 120-s peak window at a
+    30-s step (they ended at the window's start; a series that began after the last step reads
+    alike): one line saying so, not "no series", which reads as a model Prometheus does not know."""
+    from shipyard.serving.watch import read_live
+
+    window = math.ceil(time.time() - GONE_AT[0]) + 20  # its start 20 s before the first scrape: the first step
+    with pytest.raises(ShipyardError) as err:  # (aligned to 30 s) is then 5 s past the second, plus 120 s
+        read_live(PrometheusAPI(prometheus), "gone", window)
+    assert str(err.value).startswith("--prometheus: no scrapes of gone's vLLM pods at the window's 30-s steps, though "
+                                     "the window holds scrapes of the vLLM pods: no 120-s window ending at one of "
+                                     "those steps holds enough of them"), str(err.value)
+    assert "widen the window" in str(err.value)
 
 
 def test_every_vllm_series_the_watch_reads_is_one_the_pinned_vllm_serves(prometheus: str) -> None:

@@ -357,8 +357,8 @@ def check_scrapes(api: PrometheusAPI, sel: str, model_name: str, window_s: int, 
                             "than two scrape intervals of this Prometheus (rate() needs two samples)",
                             "widen the window to more than twice the scrape interval of the vLLM pods")
     over = f"[{max(window_s - peak_window_s, STEP_S)}s:{STEP_S}s]"
-    most = api.scalar(f"max_over_time(max(count_over_time({running}[{peak_window_s}s])){over})",
-                      f"scrapes of {model_name}'s vLLM pods") or 0
+    most = stepped(api, f"max_over_time(max(count_over_time({running}[{peak_window_s}s])){over})",
+                   f"scrapes of {model_name}'s vLLM pods", peak_window_s) or 0
     if most < 2:
         every = window_s / max(held - 1, 1)
         raise ShipyardError(api.field, f"{api.url} scrapes {model_name}'s vLLM pods about every {every:.0f} s: the "
@@ -366,6 +366,19 @@ def check_scrapes(api: PrometheusAPI, sel: str, model_name: str, window_s: int, 
                             "sample (rate() needs two)",
                             f"scrape the vLLM pods at least every {peak_window_s // 2} s (the PodMonitor's "
                             "interval, or Prometheus's scrape_interval)")
+
+
+def stepped(api: PrometheusAPI, query: str, what: str, peak_window_s: int) -> float | None:
+    """:meth:`PrometheusAPI.scalar` of a subquery at :data:`STEP_S`-second steps over the window; when it
+    has no series though the window holds the scrapes (:func:`check_scrapes` counted them), one line
+    saying why instead of "no series": no ``peak_window_s``-second window ending at a step holds enough
+    of them (a series that began in about the last step, or ended at the window's start)."""
+    if api.instant(query):
+        return api.scalar(query, what)
+    raise ShipyardError(api.field, f"no {what} at the window's {STEP_S}-s steps, though the window holds scrapes of "
+                        f"the vLLM pods: no {peak_window_s}-s window ending at one of those steps holds enough of them "
+                        f"(series that began in about the last {STEP_S} s, or ended at the window's start)",
+                        "watch again in a minute (new series), or widen the window (series that ended at its start)")
 
 
 def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str = "",
@@ -393,9 +406,9 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
     # the rates of the peak windows that end inside the watch window, every STEP_S seconds
     rate = f"sum(rate(vllm:request_success_total{{{sel}}}[{peak_window_s}s]))"
     over = f"[{max(window_s - peak_window_s, STEP_S)}s:{STEP_S}s]"
-    peak = api.scalar(f"max_over_time({rate}{over})", "the peak request rate")
-    peak_per = api.scalar(f"max_over_time(({rate} / count(vllm:num_requests_running{{{sel}}})){over})",
-                          "the peak request rate per replica")
+    peak = stepped(api, f"max_over_time({rate}{over})", "the peak request rate", peak_window_s)
+    peak_per = stepped(api, f"max_over_time(({rate} / count(vllm:num_requests_running{{{sel}}})){over})",
+                       "the peak request rate per replica", peak_window_s)
 
     def buckets(name: str) -> dict[float, float] | None:
         # the requests per edge over the window, at the edges the live server declares (its max_model_len caps them)
