@@ -169,6 +169,10 @@ def accuracy_predicate(champion: CandidateRecord, eval_summary: dict[str, Any] |
 #: ``lengths``: the per-request prompt and output lengths as sparse histograms (the length distributions)
 ENVELOPE_LEVEL_FIELDS = ("name", "nominal_load", "requests_per_s", "ttft_p99_ms", "itl_p99_ms", "error_rate",
                          "prompt_tokens_mean", "output_tokens_mean", "lengths")
+#: what the SLO evidence keeps of the recorded workload's replay (``workload.replay_level``): its rate and
+#: its lengths, the user's traffic, which :func:`shipyard.serving.watch.envelope_from_record` holds
+#: production's lengths against instead of the knee level's
+REPLAY_LEVEL_FIELDS = ("name", "requests_per_s", "prompt_tokens_mean", "output_tokens_mean", "lengths")
 
 
 def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = None,
@@ -177,7 +181,9 @@ def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = No
     goodput, TTFT and ITL p99 at the knee, every level's load, latency and lengths (the envelope
     ``shipyard watch`` reads back), the hardware, the vLLM arguments (the serving configuration
     the selection chose, else the benchmark's) and the engine; ``workload_digest`` (default: the
-    champion record's ``workload.digest``) when a workload fingerprint exists; ``capacity`` (goodput at
+    champion record's ``workload.digest``) when a workload fingerprint exists, with the replay's own
+    lengths (``workload.replay_level``, the lengths ``shipyard watch`` compares production's with instead
+    of the knee level's) and prefix-cache hit rate when the record keeps them; ``capacity`` (goodput at
     the SLO as N x the recorded peak, :func:`capacity_evidence`), or null and ``capacity_reason`` saying why;
     ``replay`` (the SLO measured on the replay itself, :func:`replay_evidence`), or null and ``replay_reason``."""
     from shipyard.serving.sizing import find_knee
@@ -205,6 +211,9 @@ def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = No
         hit = (champion.get("workload") or {}).get("prefix_hit_rate")
         if hit is not None:  # the server's prefix-cache hit rate during the replay (what shipyard watch compares)
             out["workload"]["prefix_hit_rate"] = hit
+        replay = (champion.get("workload") or {}).get("replay_level")
+        if isinstance(replay, dict):  # the replay's own lengths: what shipyard watch holds production's lengths against
+            out["workload"]["replay_level"] = {k: replay.get(k) for k in REPLAY_LEVEL_FIELDS}
     out["capacity"], out["capacity_reason"] = capacity_evidence(champion)
     out["replay"], out["replay_reason"] = replay_evidence(champion)
     return out
