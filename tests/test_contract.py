@@ -452,11 +452,18 @@ def test_a_gpu_steps_record_joins_the_run_that_applies_it() -> None:
 
 def test_every_step_that_reads_the_hub_gets_hf_token(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
     """The hf eval branch benchmarks with its own vLLM server, which reads a gated model's
-    tokenizer and config from the hub like measure-vllm does: it gets HF_TOKEN too."""
+    tokenizer and config from the hub like measure-vllm does: it gets HF_TOKEN too. The adapter
+    evaluation (lm-eval on hub datasets, like evaluate-hf) and the adapter fetch (hf:// adapters)
+    read the hub as well; each listed step is in some pipeline, so none is checked vacuously."""
+    readers = {"benchmark", "measure-vllm", "evaluate-hf", "evaluate-adapters-hf", "fetch-adapters", "compress",
+               "pin-model", "resolve-model"}
+    seen = set()
     for spec, platform in compiled.values():
         for step, k8s in _executors(spec, platform).values():
-            if step in ("benchmark", "measure-vllm", "evaluate-hf", "compress", "pin-model", "resolve-model"):
+            if step in readers:
+                seen.add(step)
                 assert "hf-token" in {s["secretName"] for s in k8s.get("secretAsEnv", [])}, step
+    assert seen == readers
 
 
 def test_promote_resolves_its_candidate_after_the_pre_flight(
