@@ -356,6 +356,14 @@ MLFLOW_IMAGE = "ghcr.io/mlflow/mlflow"
 MLFLOW_FULL_SUFFIX = "-full"
 
 
+def mlflow_image_lacks_boto3(image: str) -> bool:
+    """Whether ``image`` is the plain ``ghcr.io/mlflow/mlflow:vX`` (by tag, not the ``-full``
+    variant): mlflow's docker/Dockerfile, ``pip install mlflow`` without extras, so no boto3."""
+    repo = image.partition("@")[0]
+    tag = repo.rpartition(":")[2] if ":" in repo.rpartition("/")[2] else ""
+    return (repo.rpartition(":")[0] or repo) == MLFLOW_IMAGE and bool(tag) and not tag.endswith(MLFLOW_FULL_SUFFIX)
+
+
 def mlflow_image_check(deployment: dict[str, Any], ns: str, name: str) -> Check:
     """The MLflow server's image: the plain ``ghcr.io/mlflow/mlflow`` image with an S3 artifact store
     fails (no boto3: its first artifact upload is a 500 while /health says 200); an image by tag is a
@@ -368,8 +376,7 @@ def mlflow_image_check(deployment: dict[str, Any], ns: str, name: str) -> Check:
     tag = repo.rpartition(":")[2] if ":" in repo.rpartition("/")[2] else ""
     args = " ".join(str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])])
     where = f"Deployment {ns}/{name}"
-    if (repo.rpartition(":")[0] or repo) == MLFLOW_IMAGE and tag and not tag.endswith(MLFLOW_FULL_SUFFIX) \
-            and "--artifacts-destination=s3://" in args:
+    if mlflow_image_lacks_boto3(image) and "--artifacts-destination=s3://" in args:
         return Check("mlflow image", FAIL, f"{where} runs {image} with an s3:// artifact store: that image is a plain "
                      "pip install mlflow, without boto3, so every artifact upload fails",
                      f"run {MLFLOW_IMAGE}:{tag}{MLFLOW_FULL_SUFFIX} pinned by digest, as manifests/base/mlflow does")

@@ -800,6 +800,11 @@ ROWS: list[Row] = [
         "cluster-typo.yaml", field="cluster_config gpuu: is not a cluster setting"),
     row("compile-cluster-config-claims-string", "compile", "--out", "compiled", "--pipeline", "promote",
         "--cluster-config", "cluster-claims.yaml", field="cluster_config pvc.claims: must be a list"),
+    row("compile-cluster-config-security-root", "compile", "--out", "compiled", "--pipeline", "promote",
+        "--cluster-config", "cluster-secctx-root.yaml", field="cluster_config security_context.run_as_user: 0 is root"),
+    row("compile-cluster-config-security-non-root-text", "compile", "--out", "compiled", "--pipeline", "promote",
+        "--cluster-config", "cluster-secctx-text.yaml",
+        field="cluster_config security_context.run_as_non_root: must be true or false"),
     row("run-work-dir-root", "run", "--local", "--work-dir", "/", field="--work-dir"),
     row("run-work-dir-usr", "run", "--local", "--work-dir", "/usr", field="--work-dir"),
     # --- the README's own YAML example is accepted: the row fails on the next, deliberate, mistake --------
@@ -1103,6 +1108,8 @@ def _files() -> dict[str, str]:
         "apply-list.yaml": "apply: [1]\n",
         "cluster-typo.yaml": "gpuu: {accelerator_count: 1}\n",
         "cluster-claims.yaml": "pvc: {claims: models-claim, steps: [resolve-model]}\n",
+        "cluster-secctx-root.yaml": "security_context: {run_as_user: 0, run_as_non_root: true}\n",
+        "cluster-secctx-text.yaml": "security_context: {run_as_non_root: 'yes'}\n",
         "recipe-typo.yaml": "recipes:\n  - |\n    quant_stage:\n      quant_modifiers:\n        GPTQModifer: {scheme: W4A16}\n",
         "recipe-dup.yaml": "recipes:\n  - |\n    quant_stage:\n      quant_modifiers:\n        GPTQModifier: {scheme: W4A16}\n"
                            "        GPTQModifier: {scheme: W8A8}\n",
