@@ -313,7 +313,8 @@ def test_layout_attested_passes_and_both_twins_are_refused(model: Path, selectio
     capsys.readouterr()
     done = run_deploy(deploy_config={"attestation": {"require": False}}, manifest_path=str(tmp_path / "m.yaml"),
                       dry_run=True, name="llm", model_uri=twin["uri"])
-    assert done["attestation"] == {"checked": False, "why": "overridden: deploy_config.attestation.require is false"}
+    assert done["attestation"] == {"checked": False, "overridden": True,
+                                   "why": "overridden: deploy_config.attestation.require is false"}
     assert "attestation check overridden (deploy_config.attestation.require=false)" in capsys.readouterr().err
 
 
@@ -736,3 +737,133 @@ def test_an_expired_summary_is_refused_by_verify_model_and_the_deploy(model: Pat
     done = run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm",
                       model_uri=car["uri"])
     assert done["attestation"]["checked"] and done["attestation"]["vsa"]["time_verified"] == old
+
+
+# ------------------------------------------------------------------ production only for attested versions (item 4)
+
+
+@pytest.fixture(scope="module")
+def mlflow_url() -> str:
+    """The session's real ``mlflow server`` (:class:`shipyard.testing.services.MlflowServer`), shared by this module."""
+    from mlflow_server import shared_server
+
+    return shared_server().url
+
+
+def _alias(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["alias", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _versions(url: str, name: str, sources: list[str], tags: dict[str, str]) -> None:
+    from shipyard.tracking import pipeline_runs as track
+
+    for n, source in enumerate(sources, start=1):
+        assert track.register_model(url, name, source, "", json.dumps(tags if n == 1 else {}))["version"] == str(n)
+
+
+def _production(url: str, name: str) -> str | None:
+    from shipyard.tracking import pipeline_runs as track
+
+    return track.get_aliases(url, name).get("production")
+
+
+def test_production_moves_only_to_a_version_whose_summary_verifies(
+        model: Path, selection: Path, failed_candidate: Path, keys: dict[str, Path], tmp_path: Path,
+        mlflow_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``shipyard alias set MODEL production VERSION`` checks the version's model (its MLflow source: the
+    package step's uri) as the deploy step does: the attested champion moves, the unattested twin, a
+    FAILED summary and another key are refused in one line (nothing moves); ``--no-attestation-check``
+    moves it, logged on stderr and on the version."""
+    from mlflow import MlflowClient
+
+    from shipyard.steps.attest import attestation_tags
+
+    car = _package(model, tmp_path / "champion")
+    attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+    twin = _package(model, tmp_path / "twin")
+    failed = _package(model, tmp_path / "failed", annotations={"recipe": "w4a16"})
+    attest_package(str(tmp_path / "failed"), str(failed_candidate), key_file=str(keys["signer"]))
+    name = f"attested-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:8]}"
+    _versions(mlflow_url, name, [car["uri"], twin["uri"], failed["uri"]], attestation_tags(str(tmp_path / "champion")))
+    common = ("--tracking-uri", mlflow_url)
+    key = ("--key", str(keys["signer_pub"]))
+    capsys.readouterr()  # MLflow's own log lines while the versions were created
+
+    for version, said in (("2", f"{twin['uri'].split('@')[0]}@{twin['digest'][:19]} refused: carries no attestations"),
+                          ("3", "refused: gate decision: verificationResult FAILED (SLO gate")):
+        code, out, err = _alias(capsys, "set", name, "production", version, *common, *key)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert err.startswith("shipyard: error: production: ") and said in err, err
+        assert "--no-attestation-check to move it anyway (logged)" in err
+    code, _, err = _alias(capsys, "set", name, "production", "1", *common, "--key", str(keys["other_pub"]))
+    assert code == 2 and err.count("\n") == 1 and "refused: signatures: not signed by key" in err, err
+    for alias in ("production", "Production"):  # no key: refused before MLflow is asked
+        code, _, err = _alias(capsys, "set", name, alias, "1", "--tracking-uri", "http://127.0.0.1:9")
+        assert code == 2 and err.count("\n") == 1 and "--key: is required to check the attestations" in err, err
+    assert _production(mlflow_url, name) is None  # nothing moved
+
+    code, out, err = _alias(capsys, "set", name, "production", "1", *common, *key, "-o", "json")
+    assert code == 0 and json.loads(out)["production"] == "1", err
+    assert "production: attestations verified: 5 signed by key" in err
+    client = MlflowClient(mlflow_url)
+    note = client.get_model_version(name, "1").tags["shipyard.production_attestation"]
+    vsa = client.get_model_version(name, "1").tags["attestation.vsa_digest"]
+    assert note.startswith(f"verified: summary {vsa} PASSED of {car['uri']}, key "), note
+
+    code, out, err = _alias(capsys, "set", name, "production", "2", *common, "--no-attestation-check", "-o", "json")
+    assert code == 0 and json.loads(out)["production"] == "2" and _production(mlflow_url, name) == "2"
+    assert (f"production: WARNING: attestation check overridden (--no-attestation-check): {twin['uri'].split('@')[0]} "
+            f"({name} version 2) becomes production without a verified summary") in err
+    assert client.get_model_version(name, "2").tags["shipyard.production_attestation"] == \
+        "not checked: overridden: --no-attestation-check"
+
+
+def test_the_deploy_step_moves_production_only_to_the_image_it_verified(
+        model: Path, selection: Path, keys: dict[str, Path], tmp_path: Path, mlflow_url: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """After a deploy, ``production`` moves through the deploy's own check (promote_production's
+    ``attestation_json``: what run_deploy verified): only to the version whose model is the image
+    verified, or by the deploy's logged override; a deploy that checked nothing moves nothing. A
+    rollback checks the version it moves back to."""
+    from shipyard.tracking.promotion import promote_production
+
+    car = _package(model, tmp_path / "champion")
+    attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+    twin = _package(model, tmp_path / "twin")
+    name = f"deployed-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:8]}"
+    _versions(mlflow_url, name, [car["uri"], twin["uri"]], {})
+    deploy = {"manifest_path": str(tmp_path / "m.yaml"), "dry_run": True, "name": "llm"}
+    verified = run_deploy(deploy_config={"attestation": {"key": str(keys["signer_pub"])}}, model_uri=car["uri"],
+                          **deploy)["attestation"]
+    unkeyed = run_deploy(deploy_config={}, model_uri=car["uri"], **deploy)["attestation"]
+    overridden = run_deploy(deploy_config={"attestation": {"require": False}}, model_uri=twin["uri"], **deploy)["attestation"]
+    assert verified["checked"] and not unkeyed["checked"] and overridden["overridden"]
+    capsys.readouterr()
+
+    from shipyard.tracking import pipeline_runs as track
+
+    track.start_tracking(mlflow_url, "attested", "optimize-and-deploy", f"run-{name}", "", "")
+
+    def promote(version: str, record: dict[str, Any]) -> dict[str, Any]:
+        return promote_production(mlflow_url, "attested", f"run-{name}", name, version, "w8a8-int8",
+                                  attestation_json=json.dumps(record))
+
+    with pytest.raises(ShipyardError) as err:  # the same weights at another place, without its attestations
+        promote("2", verified)
+    assert str(err.value).startswith(f"production: {name} version 2 was not moved: its model {twin['uri']} is not the "
+                                     f"image whose attestations were verified ({car['uri']})")
+    with pytest.raises(ShipyardError, match=r"version 1 was not moved: its attestations were not checked \(no public "
+                                            r"key configured"):
+        promote("1", unkeyed)
+    assert _production(mlflow_url, name) is None
+
+    assert promote("2", overridden)["aliases"]["production"] == "2"  # the deploy's logged override
+    assert promote("1", verified)["aliases"] == {"candidate": "2", "production": "1", "previous": "2"}
+    # rolling back to the twin checks it: refused with the key, moved with the explicit override
+    code, _, err = _alias(capsys, "rollback", name, "--tracking-uri", mlflow_url, "--key", str(keys["signer_pub"]))
+    assert code == 2 and err.count("\n") == 1 and "production: " in err and "refused: carries no attestations" in err
+    assert _production(mlflow_url, name) == "1"
+    code, out, err = _alias(capsys, "rollback", name, "--tracking-uri", mlflow_url, "--no-attestation-check")
+    assert code == 0 and _production(mlflow_url, name) == "2" and "attestation check overridden" in err
