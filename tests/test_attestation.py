@@ -867,3 +867,14 @@ def test_the_deploy_step_moves_production_only_to_the_image_it_verified(
     assert _production(mlflow_url, name) == "1"
     code, out, err = _alias(capsys, "rollback", name, "--tracking-uri", mlflow_url, "--no-attestation-check")
     assert code == 0 and _production(mlflow_url, name) == "2" and "attestation check overridden" in err
+
+    # a promotion kept while MLflow was down (`shipyard track replay`) carries the deploy's check with it
+    from shipyard.tracking.pending import apply
+
+    kept = {"kind": "promote", "tracking_uri": mlflow_url, "resolved_uri": mlflow_url, "experiment": "attested",
+            "kfp_run_id": f"run-{name}", "model_name": name, "version": "1", "recipe": "w8a8-int8", "headline": {},
+            "dry_run": False}
+    with pytest.raises(ShipyardError, match=r"version 1 was not moved: its attestations were not checked \(no record"):
+        apply(kept, tmp_path)
+    assert apply({**kept, "attestation": verified}, tmp_path).startswith(f"{name} version 1 is production")
+    assert _production(mlflow_url, name) == "1"
