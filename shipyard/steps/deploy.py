@@ -974,7 +974,9 @@ def deploy_task(*, model_uri: str, name: str, namespace: str, deploy_config: str
 def promote_verified(result: dict[str, Any], champion: dict[str, Any], *, dry_run: bool, model_name: str,
                      tracking_uri: str, experiment: str, kfp_run_id: str) -> None:
     """After :func:`run_deploy` returned ``result``: the champion's model version gets ``production``
-    in MLflow (a dry run: ``dry-run``) when :func:`promotion_allowed` says so; when it does not, the
+    in MLflow (a dry run: ``dry-run``) when :func:`promotion_allowed` says so, and only to the image
+    whose attestations the deploy verified (``result["attestation"]``; its logged override
+    ``deploy_config.attestation.require=false`` too; one line otherwise); when it does not, the
     step ends (exit 1) saying why, and ``production`` stays where it was. Nothing happens without a
     champion (the decision's metadata) and a ``model_name``."""
     from shipyard.runtimes.runtime import call_step
@@ -986,7 +988,8 @@ def promote_verified(result: dict[str, Any], champion: dict[str, Any], *, dry_ru
         out = call_step("vllm", promote_production, tracking_uri=tracking_uri,
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                         version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
-                        headline_json=str(champion.get("headline", "{}")), dry_run=dry_run)
+                        headline_json=str(champion.get("headline", "{}")), dry_run=dry_run,
+                        attestation_json=json.dumps(result.get("attestation") or {}))
         print(f"{out.get('note') or 'production'}: aliases {json.dumps(out['aliases'])}", flush=True)
     elif champion and model_name:
         print(f"shipyard: verification: {why}; production unchanged", file=sys.stderr, flush=True)
