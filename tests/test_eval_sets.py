@@ -375,6 +375,7 @@ def test_each_form_runs_end_to_end_on_the_tiny_model(tiny_model: Path, tmp_path:
     assert [r["line"] for r in prepared["leaks"]][0] == "travel-desk-mcq: 0 of 3 rows overlap the calibration set"
     assert prepared["lm_eval_docs"] == {e["task"]: 3 for e in prepared["manifest"]["sets"].values()}
     assert (tmp_path / "prepared" / "rubric" / "homework-rubric.jsonl").is_file()
+    assert (tmp_path / "prepared" / "rag" / "travel-notes-rag.jsonl").is_file()
     summary = run_in_runtime("compress", evaluate_eval_sets, model_dir=str(tiny_model),
                              prepared_dir=str(tmp_path / "prepared"), eval_config='{"batch_size": 4}',
                              out_dir=str(tmp_path / "base"), backend="hf")
@@ -392,19 +393,42 @@ def test_each_form_runs_end_to_end_on_the_tiny_model(tiny_model: Path, tmp_path:
                                                       for i in range(3)], "unparsed": 0}},
               "labels": {"verdicts": [], "truth": []}}
     (tmp_path / "judged.json").write_text(json.dumps(judged))
+    unscored = decide_eval_sets(str(tmp_path / "prepared"), base, base, judged_path=str(tmp_path / "judged.json"))
+    assert not unscored["passed"] and "rag set(s) ['travel-notes-rag'] were not scored by Ragas" in unscored["reason"]
+    # what Ragas scores: the rag rows and each model's raw generations from lm-eval's logs (before the match filter)
+    from shipyard.steps.eval_sets import rag_inputs
+
+    rag = rag_inputs(str(tmp_path / "prepared"), base, base)["travel-notes-rag"]
+    assert [r["id"] for r in rag["rows"]] == ["rag-001", "rag-002", "rag-003"] and rag["base"] == rag["candidate"]
+    raw = [r for (doc, f), r in sorted(samples["shipyard_set_travel_notes_rag"].items()) if f == "match"]
+    assert rag["base"] == [r["resps"][0][0].strip() for r in raw]
+    # Ragas' scores written here (its run with a vLLM-served judge is the slow test below): one NaN each side
+    scores = {"base": [1.0, None, 0.5], "candidate": [1.0, 0.5, None]}
+    judged["ragas"] = {"ragas_version": "0.4.3", "judge_model": "shipyard-judge", "metrics": ["faithfulness"],
+                       "skipped": {"answer_relevancy": "needs an embedding model"},
+                       "sets": {"travel-notes-rag": {"ids": ["rag-001", "rag-002", "rag-003"],
+                                                     "scores": {"faithfulness": scores},
+                                                     "errors": {"faithfulness": ["InstructorRetryException: bad"]}}}}
+    (tmp_path / "judged.json").write_text(json.dumps(judged))
     out = decide_eval_sets(str(tmp_path / "prepared"), base, base, judged_path=str(tmp_path / "judged.json"),
                            report_path=str(tmp_path / "report.md"), records_path=str(tmp_path / "records.json"))
     records = json.loads((tmp_path / "records.json").read_text())
     assert records["columns"][:3] == ["set", "doc_id", "id"] and len(records["data"]) == 12
     mcq = [r for r in records["data"] if r[0] == "travel-desk-mcq"]
     assert {r[2] for r in mcq} == {"mcq-001", "mcq-002", "mcq-003"} and all(r[5] == r[6] for r in mcq)
-    lm_rows = [r for r in out["rows"] if r["metric"] != "judge_preference"]
+    ragas_row = next(r for r in out["rows"] if r["metric"] == "ragas_faithfulness")
+    assert ragas_row["task"] == "travel-notes-rag" and not ragas_row["gated"] and ragas_row["decision"] == "no samples"
+    assert "1 of 3 rows scored on both sides by Ragas" in ragas_row["note"] and "informs only" in ragas_row["note"]
+    lm_rows = [r for r in out["rows"] if r["metric"] not in ("judge_preference", "ragas_faithfulness")]
     assert [r["paired"]["n"] for r in lm_rows] == [3, 3, 3, 3]
     assert all(r["paired"]["loss"] == 0 and r["decision"] == "inconclusive" for r in lm_rows) and not out["passed"]
     rubric = next(r for r in out["rows"] if r["metric"] == "judge_preference")
     assert not rubric["gated"] and "informs only: no labelled slice" in rubric["note"]
     report = (tmp_path / "report.md").read_text()
     assert "travel-desk-mcq: 0 of 3 rows overlap the calibration set" in report and "Judge on homework-rubric" in report
+    assert "travel-notes-rag faithfulness: 1 of 3 rows scored on both sides; not scored (NaN): 1 base, 1 candidate" \
+        in report and "travel-notes-rag faithfulness: not scored because InstructorRetryException: bad" in report
+    assert "skipped answer_relevancy: needs an embedding model" in report
     import shutil
 
     other = tmp_path / "other"  # results of another eval config: refused, as by the accuracy gate
