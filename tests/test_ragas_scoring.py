@@ -74,7 +74,7 @@ def test_a_candidate_less_faithful_on_a_rag_set_is_refused_when_the_judge_is_cal
     assert metrics["eval_sets/notes/ragas_faithfulness/base"] == 1.0 and metrics["eval_sets_passed"] == 0.0
     # the same scores from an uncalibrated judge inform only
     informs = gate_eval_sets({"sets": {}}, {}, {}, thresholds, ragas={"notes": _ragas_set(base, cand, UNCALIBRATED)})
-    assert informs.passed and all(not r.gated and "informs only" in r.note for r in informs.rows)
+    assert informs.passed and all(not r.gated and r.note.count("informs only") == 1 for r in informs.rows)
     # equal scores: non-inferior, and the report names the Ragas lines
     same = gate_eval_sets({"sets": {}}, {}, {}, thresholds, ragas={"notes": _ragas_set([1.0] * 60, [1.0] * 60,
                                                                                        CALIBRATED)})
@@ -87,7 +87,7 @@ def test_a_rag_set_with_too_few_scored_rows_fails_closed_only_when_gated() -> No
     thresholds = parse_thresholds("")
     nan = _ragas_set([None, None, 1.0], [1.0, None, None], CALIBRATED)
     gate = gate_eval_sets({"sets": {}}, {}, {}, thresholds, ragas={"notes": nan})
-    assert not gate.passed and all(r.decision == "no samples" and "0 of 3 rows scored on both sides" in r.note
+    assert not gate.passed and all(r.decision == "too few scores" and "Ragas scored 0 of 3 rows on both sides" in r.note
                                    for r in gate.rows)
     informs = gate_eval_sets({"sets": {}}, {}, {}, thresholds,
                              ragas={"notes": _ragas_set([None] * 3, [None] * 3, UNCALIBRATED)})

@@ -177,10 +177,10 @@ def _ragas_rows(name: str, ragas: RagasSet, thresholds: Thresholds) -> tuple[lis
         lines.append(f"{name} {metric}: {len(b)} of {n} rows scored on both sides; not scored (NaN): "
                      f"{unscored(sides['base'])} base, {unscored(sides['candidate'])} candidate")
         if len(b) < 2:
-            row = _missing_row(name, key, thresholds, ragas.margin, [f"base and candidate ({len(b)} of {n} rows scored on "
-                                                                      "both sides by Ragas)"])
-            row.gated = gate
-            row.passed = not gate
+            row = _missing_row(name, key, thresholds, ragas.margin, ["base and candidate"])
+            row.gated, row.passed, row.decision = gate, not gate, "too few scores"
+            row.note = (f"Ragas scored {len(b)} of {n} rows on both sides, too few to pair (the NaNs' reasons are "
+                        "under 'Ragas on the rag sets')")
             rows.append(row)
             continue
         row = _scores_row(name, key, b, c, ragas.margin, gate, thresholds)
@@ -218,13 +218,13 @@ def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_sa
     add_mdl(rows, thresholds)
     apply_noninferiority(rows, thresholds, base_samples, candidate_samples)
     for row in rows:
-        if row.metric == JUDGE_METRIC and not row.gated:
-            row.note = f"{row.note}; informs only: {judged_out[row.task]['judge']['note']}"
+        if row.metric == JUDGE_METRIC and not row.gated:  # the calibration's note starts "informs only: ..."
+            row.note = f"{row.note}; {judged_out[row.task]['judge']['note']}"
         left_out, n = row.settings.get("left_out") or (0, 0)
         if left_out:  # decided on the rows scored on both sides: the rest is said, not dropped silently
             row.note = f"{row.note}; {left_out} of {n} rows not scored on both sides (NaN), left out of the pairing"
         if row.metric.startswith(RAGAS_PREFIX) and not row.gated:
-            row.note = f"{row.note}; informs only: {ragas_out[row.task]['judge']['note']}"
+            row.note = f"{row.note}; {ragas_out[row.task]['judge']['note']}"
     failed = [r for r in rows if not r.passed]
     if failed:
         reason = "; ".join(f"{r.task}{' ' + r.metric if r.metric.startswith(RAGAS_PREFIX) else ''}: {r.note}"

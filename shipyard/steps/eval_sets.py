@@ -216,18 +216,17 @@ def rag_inputs(prepared_dir: str | Path, base_results: str, candidate_results: s
     return out
 
 
-def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, judge_model_dir: str,
-                    out_path: str, judge_model: dict[str, str] | None = None) -> dict[str, Any]:
-    """The judge (a vLLM server of ``judge_model_dir``, the resolved pinned judge model) on every
-    rubric set, both orders, and on the labelled slice, and Ragas with that judge on every rag
-    set's answers (:func:`shipyard.evaluation.ragas_scoring.score_rag_sets`, in the garak runtime);
-    writes and returns ``judged.json``: ``{"sets": {name: {"judged": [...], "unparsed": k}},
-    "labels": {"verdicts", "truth"}, "ragas": Ragas' scores (only with rag sets)}``, plus
-    ``judge_model`` (``{"uri", "pinned_uri", "fingerprint"}``: which judge judged) when given."""
+def judge_on_server(base_url: str, model: str, prepared_dir: str, base_results: str,
+                    candidate_results: str) -> dict[str, Any]:
+    """The judge step's work with the judge already served at ``base_url`` (``http://host:port/v1``,
+    served as ``model``): every rubric set judged in both orders, the labelled slice once, and Ragas
+    with that judge on every rag set's answers (:func:`shipyard.evaluation.ragas_scoring.score_rag_sets`,
+    in the garak runtime). Returns ``judged.json``'s content without ``judge_model``: ``{"sets":
+    {name: {"judged": [...], "unparsed": k}}, "labels": {"verdicts", "truth"}, "ragas": Ragas'
+    scores (only with rag sets)}``."""
     from shipyard.evaluation.judge import judge_labels, judge_set
     from shipyard.evaluation.ragas_scoring import score_rag_sets
     from shipyard.runtimes.runtime import run_in_runtime
-    from shipyard.serving.vllm_server import VLLMServer
 
     rubric = sorted((Path(prepared_dir) / RUBRIC).glob("*.jsonl")) if (Path(prepared_dir) / RUBRIC).is_dir() else []
     base = json.loads((Path(base_results) / ANSWERS).read_text()) if rubric else {}
@@ -235,18 +234,28 @@ def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str
     rag = rag_inputs(prepared_dir, base_results, candidate_results)
     labels = _read_jsonl(Path(prepared_dir) / LABELS) if (Path(prepared_dir) / LABELS).is_file() else []
     out: dict[str, Any] = {"sets": {}, "labels": {"verdicts": [], "truth": [r["label"] for r in labels]}}
+    for path in rubric:
+        judged, unparsed = judge_set(base_url, model, _read_jsonl(path), base[path.stem], cand[path.stem])
+        out["sets"][path.stem] = {"judged": judged, "unparsed": unparsed}
+    if labels:
+        out["labels"]["verdicts"] = judge_labels(base_url, model, labels)
+    if rag:
+        out["ragas"] = run_in_runtime("garak", score_rag_sets, base_url=base_url, model=model, sets=rag)
+    return out
+
+
+def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, judge_model_dir: str,
+                    out_path: str, judge_model: dict[str, str] | None = None) -> dict[str, Any]:
+    """The judge (a vLLM server of ``judge_model_dir``, the resolved pinned judge model) on the
+    prepared sets (:func:`judge_on_server`: rubric sets in both orders, the labelled slice, Ragas
+    on the rag sets); writes and returns ``judged.json``, plus ``judge_model`` (``{"uri",
+    "pinned_uri", "fingerprint"}``: which judge judged) when given."""
+    from shipyard.serving.vllm_server import VLLMServer
+
+    with VLLMServer(Path(judge_model_dir), served_model_name="shipyard-judge") as server:
+        out = judge_on_server(server.base_url, server.served_model_name, prepared_dir, base_results, candidate_results)
     if judge_model:
         out["judge_model"] = dict(judge_model)
-    with VLLMServer(Path(judge_model_dir), served_model_name="shipyard-judge") as server:
-        for path in rubric:
-            judged, unparsed = judge_set(server.base_url, server.served_model_name, _read_jsonl(path),
-                                         base[path.stem], cand[path.stem])
-            out["sets"][path.stem] = {"judged": judged, "unparsed": unparsed}
-        if labels:
-            out["labels"]["verdicts"] = judge_labels(server.base_url, server.served_model_name, labels)
-        if rag:
-            out["ragas"] = run_in_runtime("garak", score_rag_sets, base_url=server.base_url,
-                                          model=server.served_model_name, sets=rag)
     atomic_write_text(out_path, json.dumps(out, indent=2))
     return out
 
