@@ -421,7 +421,13 @@ def test_each_form_runs_end_to_end_on_the_tiny_model(tiny_model: Path, tmp_path:
     out = decide_eval_sets(str(tmp_path / "prepared"), base, base, judged_path=str(tmp_path / "judged.json"),
                            report_path=str(tmp_path / "report.md"), records_path=str(tmp_path / "records.json"))
     records = json.loads((tmp_path / "records.json").read_text())
-    assert records["columns"][:3] == ["set", "doc_id", "id"] and len(records["data"]) == 12
+    assert records["columns"][:3] == ["set", "doc_id", "id"] and records["columns"][-1] == "metric"
+    assert len(records["data"]) == 15  # 3 rows of each compiled set, and the rag set's 3 Ragas faithfulness scores
+    scored = [r for r in records["data"] if r[-1] == "ragas_faithfulness"]
+    assert [(r[2], r[7], r[8], r[9]) for r in scored] == [("rag-001", 1.0, 1.0, "both right"),
+                                                          ("rag-002", None, 0.5, "not scored"),
+                                                          ("rag-003", 0.5, None, "not scored")]
+    assert [r[5] for r in scored] == rag["base"]
     mcq = [r for r in records["data"] if r[0] == "travel-desk-mcq"]
     assert {r[2] for r in mcq} == {"mcq-001", "mcq-002", "mcq-003"} and all(r[5] == r[6] for r in mcq)
     ragas_row = next(r for r in out["rows"] if r["metric"] == "ragas_faithfulness")

@@ -57,7 +57,7 @@ ERROR_TEXT = 200
 RAG_FILTER = "match"
 
 
-def _generation(row: dict[str, Any]) -> str:
+def generated_text(row: dict[str, Any]) -> str:
     """The raw generated text of one logged lm-eval sample (``resps``: one list per request)."""
     resps = row.get("resps") or []
     first: Any = resps[0] if resps else ""
@@ -75,7 +75,7 @@ def rag_answers(rows: dict[tuple[Any, str], dict[str, Any]], n: int, field: str)
     if missing:
         raise ShipyardError(field, f"no logged answer for row(s) {[i + 1 for i in missing[:5]]} of {n}",
                             "evaluate the prepared sets with log_samples (the default) before Ragas scores them")
-    return [_generation(by_doc[i]) for i in range(n)]
+    return [generated_text(by_doc[i]) for i in range(n)]
 
 
 def finite(value: Any) -> float | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.report import Doc
+from shipyard.evaluation.ragas_scoring import generated_text
 from shipyard.gates.judging import Calibration, Judged, PairwiseResult, pairwise, scores
 from shipyard.gates.paired import Paired, Samples, compare_samples, paired_bootstrap
 from shipyard.gates.recovery import (
@@ -274,7 +275,7 @@ def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None,
 
 
 RECORD_COLUMNS = ("set", "doc_id", "id", "prompt", "reference", "base_answer", "candidate_answer", "base_score",
-                  "candidate_score", "outcome")
+                  "candidate_score", "outcome", "metric")
 #: characters of a prompt or answer a record keeps
 RECORD_TEXT = 500
 
@@ -295,11 +296,30 @@ def _outcome(b: float, c: float) -> str:
     return "base only" if b > c else "candidate only"
 
 
-def paired_records(manifest: dict[str, Any], base: Samples, candidate: Samples) -> dict[str, Any]:
+def _ragas_records(name: str, b_rows: dict[Any, Any], c_rows: dict[Any, Any],
+                   ragas: RagasSet) -> list[list[Any]]:
+    """A rag set's Ragas scores as records, one per row and metric (None and ``not scored`` where
+    Ragas produced no score on either side)."""
+    docs = {doc: row for (doc, filt), row in b_rows.items() if filt == "match"}
+    cands = {doc: row for (doc, filt), row in c_rows.items() if filt == "match"}
+    out = []
+    for metric, sides in ragas.scores.items():
+        for i, (bs, cs) in enumerate(zip(sides["base"], sides["candidate"], strict=True)):
+            b, c = docs.get(i) or {}, cands.get(i) or {}
+            doc = b.get("doc") or {}
+            outcome = _outcome(bs, cs) if bs is not None and cs is not None else "not scored"
+            out.append([name, i, doc.get("id"), str(doc.get("text", ""))[:RECORD_TEXT], b.get("target"),
+                        generated_text(b)[:RECORD_TEXT], generated_text(c)[:RECORD_TEXT], bs, cs, outcome, RAGAS_PREFIX + metric])
+    return out
+
+
+def paired_records(manifest: dict[str, Any], base: Samples, candidate: Samples,
+                   ragas: dict[str, RagasSet] | None = None) -> dict[str, Any]:
     """Per-sample records of every compiled set, base and candidate side by side, as MLflow's table
     format (``{"columns": [...], "data": [[...]]}``: what ``mlflow.log_table`` writes and the run's
-    artifact view shows as a table): set, row, prompt, reference, both answers, both scores and
-    whether the row changed ("base only": the candidate lost it)."""
+    artifact view shows as a table): set, row, prompt, reference, both answers, both scores,
+    whether the row changed ("base only": the candidate lost it) and the metric; a rag set's Ragas
+    scores (``ragas``) are records too, one per row and metric."""
     data: list[list[Any]] = []
     for name, entry in sorted((manifest.get("sets") or {}).items()):
         task, metric = entry["task"], entry["metric"]
@@ -313,5 +333,7 @@ def paired_records(manifest: dict[str, Any], base: Samples, candidate: Samples) 
             reference = doc["choices"][doc["label"]] if doc.get("choices") else b.get("target")
             bs, cs = float(b.get(key, 0.0)), float(c.get(key, 0.0))
             data.append([name, doc_key[0], doc.get("id"), str(doc.get("text", ""))[:RECORD_TEXT], reference,
-                         _answer(b), _answer(c), bs, cs, _outcome(bs, cs)])
+                         _answer(b), _answer(c), bs, cs, _outcome(bs, cs), metric])
+        if ragas and name in ragas:
+            data.extend(_ragas_records(name, b_rows, c_rows, ragas[name]))
     return {"columns": list(RECORD_COLUMNS), "data": data}

@@ -386,7 +386,7 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
         gate = gate_eval_sets(manifest, base, cand, thresholds, judged, [r["line"] for r in prepared.get("leaks") or []],
                               ragas, ragas_notes)
         if records_path:
-            atomic_write_text(records_path, json.dumps(paired_records(manifest, base, cand), ensure_ascii=False))
+            atomic_write_text(records_path, json.dumps(paired_records(manifest, base, cand, ragas), ensure_ascii=False))
     except ShipyardError as err:
         gate = EvalSetsGate(False, f"failed closed: {err}", [])
     except Exception as err:  # noqa: BLE001 - any surprise still means "do not promote"
