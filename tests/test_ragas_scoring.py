@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,10 +149,19 @@ class ScriptedJudge(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def test_real_ragas_scores_each_answer_and_counts_what_it_could_not_score() -> None:
+def test_real_ragas_scores_each_answer_and_counts_what_it_could_not_score(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Real Ragas 0.4.3 in the garak runtime against the scripted judge: faithfulness and the factual
     part of answer correctness per answer, None for an unparseable judge answer and an empty answer
-    (counted, with the first error of each kind), every request at temperature 0."""
+    (counted, with the first error of each kind), every request at temperature 0. Offline: every
+    address but the judge's goes to a closed port and tiktoken's cache is empty, so a download
+    (tiktoken's BPE files, a hub file) would turn the scores into NaNs."""
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     rows = [{"id": f"r{i}", "user_input": f"Where does the government of country {i} sit?",
              "retrieved_contexts": [f"The government of country {i} sits in zq-ref city {i}."],
              "reference": f"zq-ref city {i}"} for i in range(4)]
