@@ -600,7 +600,12 @@ def test_judge_and_ragas_served_by_vllm_on_lm_evals_answers(tiny_model: Path, tm
             assert notes["errors"][metric], metric
     (tmp_path / "judged.json").write_text(json.dumps(judged))
     out = decide_eval_sets(prepared_dir, str(base), str(cand), judged_path=str(tmp_path / "judged.json"),
-                           report_path=str(tmp_path / "report.md"))
+                           report_path=str(tmp_path / "report.md"), records_path=str(tmp_path / "records.json"))
+    records = json.loads((tmp_path / "records.json").read_text())["data"]
+    for metric in ("faithfulness", "answer_correctness"):  # every Ragas score is a record, NaN as None
+        mine = [r for r in records if r[-1] == f"ragas_{metric}"]
+        assert [(r[7], r[8]) for r in mine] == list(zip(notes["scores"][metric]["base"],
+                                                        notes["scores"][metric]["candidate"], strict=True))
     gates = calibrate(labels["verdicts"], labels["truth"], 0.6).gates
     rows = {r["metric"]: r for r in out["rows"] if r["task"] == "travel-notes-rag"}
     assert set(rows) == {"exact_match,match", "ragas_faithfulness", "ragas_answer_correctness"}
