@@ -135,10 +135,10 @@ JUDGE_FIELD = "eval_sets.judge.model_uri"
 
 
 def judge_model(prepared: Any) -> tuple[Any, Any]:
-    """The judge of the rubric sets, pinned (never cached) and fetched once per run, before the
-    candidates' loop, like the base model (:func:`resolved`): the fetch is cached by the pinned URI
-    and content fingerprint, and every candidate's judge step serves that one artifact. Only when a
-    rubric set exists (the prepare step returned the judge model's URI); else one CPU step hands an
+    """The judge of the rubric sets (and Ragas' on the rag sets), pinned (never cached) and fetched
+    once per run, before the candidates' loop, like the base model (:func:`resolved`): the fetch is
+    cached by the pinned URI and content fingerprint, and every candidate's judge step serves that
+    one artifact. Only when a rubric set, or a rag set and a judge, exists (the prepare step returned the judge model's URI); else one CPU step hands an
     empty folder on (KFP cannot hand the output of a task under dsl.If to a task outside it: one
     task on each branch, as :func:`judge_sets` does). Returns (model channel, fingerprint channel)."""
     with dsl.If(prepared.outputs["Output"] != "", name="judge-model"):
@@ -153,8 +153,9 @@ def judge_model(prepared: Any) -> tuple[Any, Any]:
 
 
 def judge_sets(prepared: Any, base_sets: Any, cand_sets: Any, judge: tuple[Any, Any]) -> Any:
-    """The judge of the rubric sets for one candidate: on a GPU node when a rubric set exists (the
-    prepare step returned the judge model's URI), serving ``judge`` (:func:`judge_model`'s model
+    """The judge of the rubric sets, and Ragas on the rag sets with that judge, for one candidate:
+    on a GPU node when a rubric set, or a rag set and a judge, exists (the prepare step returned
+    the judge model's URI), serving ``judge`` (:func:`judge_model`'s model
     and fingerprint, fetched once for the run; the fingerprint keys KFP's cache), else the same
     step on a CPU node that writes nothing (KFP needs a task on both branches for the gates to read
     one output; no GPU is claimed for nothing). Returns the judged channel."""
@@ -165,9 +166,9 @@ def judge_sets(prepared: Any, base_sets: Any, cand_sets: Any, judge: tuple[Any, 
                                candidate_results=cand_sets, judge_model=model, judge_fingerprint=fingerprint)
 
     with dsl.If(prepared.outputs["Output"] != "", name="rubric-sets"):
-        on_gpu_task = on_gpu(step()).set_display_name("judge rubric sets (vLLM judge)")
+        on_gpu_task = on_gpu(step()).set_display_name("judge rubric and rag sets (vLLM judge, Ragas)")
     with dsl.Else(name="no-rubric-sets"):
-        on_cpu_task = on_cpu(step()).set_display_name("no rubric set to judge")
+        on_cpu_task = on_cpu(step()).set_display_name("no rubric or rag set to judge")
     return dsl.OneOf(on_gpu_task.outputs["judged"], on_cpu_task.outputs["judged"])
 
 

@@ -357,24 +357,33 @@ def test_lm_eval_loads_the_compiled_tasks(tmp_path: Path) -> None:
     assert docs == {task_name(s.name): len(s.rows) for s in sets if s.form != "rubric"}
 
 
+def prepare_three(tmp_path: Path) -> dict[str, object]:
+    """The shipped sets (their judge and labelled slice too) cut to their first 3 rows, as local
+    files, prepared into ``tmp_path/prepared``; returns ``prepared.json``."""
+    from shipyard.core.files import package_dir
+    from shipyard.steps.eval_sets import prepare_eval_sets
+
+    shipped = json.loads(shipped_eval_sets())
+    for spec in shipped["sets"]:
+        rows = (package_dir("shipyard.evaluation.user_sets") / spec["uri"].removeprefix("builtin://")).read_text()
+        spec["uri"] = write_set(tmp_path, spec["name"], rows.splitlines()[:3])
+    return prepare_eval_sets(json.dumps(shipped), str(tmp_path / "prepared"))
+
+
 def test_each_form_runs_end_to_end_on_the_tiny_model(tiny_model: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The steps on 3 rows of each shipped form: prepare (read, leak check, compile, lm-eval's loader),
     real lm-eval (hf backend) on the tiny model with per-sample logs, then the per-set gate (the model
     against itself: no loss, but 3 rows cannot show a 0.02 margin: inconclusive, fails closed)."""
-    from shipyard.core.files import package_dir
-    from shipyard.steps.eval_sets import decide_eval_sets, evaluate_eval_sets, prepare_eval_sets
+    from shipyard.steps.eval_sets import decide_eval_sets, evaluate_eval_sets
 
     monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
-    shipped = json.loads(shipped_eval_sets())
-    for spec in shipped["sets"]:  # the first 3 rows of each shipped set, as local files
-        rows = (package_dir("shipyard.evaluation.user_sets") / spec["uri"].removeprefix("builtin://")).read_text()
-        spec["uri"] = write_set(tmp_path, spec["name"], rows.splitlines()[:3])
-    prepared = prepare_eval_sets(json.dumps(shipped), str(tmp_path / "prepared"))
+    prepared = prepare_three(tmp_path)
     assert [s["rows"] for s in prepared["sets"]] == [3] * 5 and prepared["warnings"] == []
     assert [r["line"] for r in prepared["leaks"]][0] == "travel-desk-mcq: 0 of 3 rows overlap the calibration set"
     assert prepared["lm_eval_docs"] == {e["task"]: 3 for e in prepared["manifest"]["sets"].values()}
     assert (tmp_path / "prepared" / "rubric" / "homework-rubric.jsonl").is_file()
+    assert (tmp_path / "prepared" / "rag" / "travel-notes-rag.jsonl").is_file()
     summary = run_in_runtime("compress", evaluate_eval_sets, model_dir=str(tiny_model),
                              prepared_dir=str(tmp_path / "prepared"), eval_config='{"batch_size": 4}',
                              out_dir=str(tmp_path / "base"), backend="hf")
@@ -392,19 +401,49 @@ def test_each_form_runs_end_to_end_on_the_tiny_model(tiny_model: Path, tmp_path:
                                                       for i in range(3)], "unparsed": 0}},
               "labels": {"verdicts": [], "truth": []}}
     (tmp_path / "judged.json").write_text(json.dumps(judged))
+    unscored = decide_eval_sets(str(tmp_path / "prepared"), base, base, judged_path=str(tmp_path / "judged.json"))
+    assert not unscored["passed"] and "rag set(s) ['travel-notes-rag'] were not scored by Ragas" in unscored["reason"]
+    # what Ragas scores: the rag rows and each model's raw generations from lm-eval's logs (before the match filter)
+    from shipyard.steps.eval_sets import rag_inputs
+
+    rag = rag_inputs(str(tmp_path / "prepared"), base, base)["travel-notes-rag"]
+    assert [r["id"] for r in rag["rows"]] == ["rag-001", "rag-002", "rag-003"] and rag["base"] == rag["candidate"]
+    raw = [r for (doc, f), r in sorted(samples["shipyard_set_travel_notes_rag"].items()) if f == "match"]
+    assert rag["base"] == [r["resps"][0][0].strip() for r in raw]
+    # Ragas' scores written here (its run with a vLLM-served judge is the slow test below): one NaN each side
+    scores = {"base": [1.0, None, 0.5], "candidate": [1.0, 0.5, None]}
+    judged["ragas"] = {"ragas_version": "0.4.3", "judge_model": "shipyard-judge", "metrics": ["faithfulness"],
+                       "skipped": {"answer_relevancy": "needs an embedding model"},
+                       "sets": {"travel-notes-rag": {"ids": ["rag-001", "rag-002", "rag-003"],
+                                                     "scores": {"faithfulness": scores},
+                                                     "errors": {"faithfulness": ["InstructorRetryException: bad"]}}}}
+    (tmp_path / "judged.json").write_text(json.dumps(judged))
     out = decide_eval_sets(str(tmp_path / "prepared"), base, base, judged_path=str(tmp_path / "judged.json"),
                            report_path=str(tmp_path / "report.md"), records_path=str(tmp_path / "records.json"))
     records = json.loads((tmp_path / "records.json").read_text())
-    assert records["columns"][:3] == ["set", "doc_id", "id"] and len(records["data"]) == 12
+    assert records["columns"][:3] == ["set", "doc_id", "id"] and records["columns"][-1] == "metric"
+    assert len(records["data"]) == 15  # 3 rows of each compiled set, and the rag set's 3 Ragas faithfulness scores
+    scored = [r for r in records["data"] if r[-1] == "ragas_faithfulness"]
+    assert [(r[2], r[7], r[8], r[9]) for r in scored] == [("rag-001", 1.0, 1.0, "both right"),
+                                                          ("rag-002", None, 0.5, "not scored"),
+                                                          ("rag-003", 0.5, None, "not scored")]
+    assert [r[5] for r in scored] == rag["base"]
     mcq = [r for r in records["data"] if r[0] == "travel-desk-mcq"]
     assert {r[2] for r in mcq} == {"mcq-001", "mcq-002", "mcq-003"} and all(r[5] == r[6] for r in mcq)
-    lm_rows = [r for r in out["rows"] if r["metric"] != "judge_preference"]
+    ragas_row = next(r for r in out["rows"] if r["metric"] == "ragas_faithfulness")
+    assert ragas_row["task"] == "travel-notes-rag" and not ragas_row["gated"] and ragas_row["decision"] == "too few scores"
+    assert "Ragas scored 1 of 3 rows on both sides" in ragas_row["note"] and ragas_row["note"].count("informs only") == 1
+    lm_rows = [r for r in out["rows"] if r["metric"] not in ("judge_preference", "ragas_faithfulness")]
     assert [r["paired"]["n"] for r in lm_rows] == [3, 3, 3, 3]
     assert all(r["paired"]["loss"] == 0 and r["decision"] == "inconclusive" for r in lm_rows) and not out["passed"]
     rubric = next(r for r in out["rows"] if r["metric"] == "judge_preference")
     assert not rubric["gated"] and "informs only: no labelled slice" in rubric["note"]
+    assert rubric["note"].count("informs only") == 1
     report = (tmp_path / "report.md").read_text()
     assert "travel-desk-mcq: 0 of 3 rows overlap the calibration set" in report and "Judge on homework-rubric" in report
+    assert "travel-notes-rag faithfulness: 1 of 3 rows scored on both sides; not scored (NaN): 1 base, 1 candidate" \
+        in report and "travel-notes-rag faithfulness: not scored because InstructorRetryException: bad" in report
+    assert "skipped answer_relevancy: needs an embedding model" in report
     import shutil
 
     other = tmp_path / "other"  # results of another eval config: refused, as by the accuracy gate
@@ -520,18 +559,67 @@ def test_a_rubric_set_gates_only_with_a_calibrated_judge() -> None:
 
 
 @pytest.mark.slow
-def test_judge_served_by_vllm_judges_rubric_answers_in_both_orders(tiny_model: Path) -> None:
-    """The whole judge path against a real vLLM server on the tiny model (base, candidate and judge are
-    the same model here: the path is tested, not the judge's quality). Starts vLLM: slow."""
-    from shipyard.testing.judge_path import judge_shipped_rubric
+def test_judge_and_ragas_served_by_vllm_on_lm_evals_answers(tiny_model: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge path end to end on one real vLLM server of the tiny model (base, candidate and judge
+    at once: the path is tested, not the judge's quality): 3 rows of each shipped form prepared, real
+    lm-eval answers (hf backend), the rubric answers judged in both orders and the labelled slice
+    once, and real Ragas (garak runtime) scoring the rag set's lm-eval answers with that server;
+    then the per-set gate: one row per Ragas metric, the report's Ragas lines, the verdict. Starts
+    vLLM: slow."""
+    import shutil
 
-    result = run_in_runtime("vllm", judge_shipped_rubric, model_dir=str(tiny_model), rows=3)
-    assert len(result["judged"]) == 3 and len(result["label_verdicts"]) == result["labels"]
-    for j in result["judged"]:
-        assert j["base_first"] in ("A", "B", "tie") and j["candidate_first"] in ("A", "B", "tie")
-    judged = [Judged(**j) for j in result["judged"]]
-    assert pairwise(judged, iters=100).n == 3
-    assert calibrate(result["label_verdicts"], result["label_truth"], 0.6).n == result["labels"]
+    from shipyard.steps.eval_sets import decide_eval_sets, evaluate_eval_sets
+    from shipyard.testing.judge_path import judge_prepared_sets
+
+    monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
+    prepare_three(tmp_path)
+    prepared_dir, base, cand = str(tmp_path / "prepared"), tmp_path / "base", tmp_path / "candidate"
+    run_in_runtime("compress", evaluate_eval_sets, model_dir=str(tiny_model), prepared_dir=prepared_dir,
+                   eval_config='{"batch_size": 4}', out_dir=str(base), backend="hf")
+    shutil.copytree(base, cand)
+    judged = run_in_runtime("vllm", judge_prepared_sets, model_dir=str(tiny_model), prepared_dir=prepared_dir,
+                            base_results=str(base), candidate_results=str(cand))
+    rubric = judged["sets"]["homework-rubric"]["judged"]
+    assert len(rubric) == 3 and all(j["base_first"] in ("A", "B", "tie") and j["candidate_first"] in ("A", "B", "tie")
+                                    for j in rubric)
+    labels = judged["labels"]
+    assert len(labels["verdicts"]) == len(labels["truth"]) == 24
+    assert pairwise([Judged(**j) for j in rubric], iters=100).n == 3
+    ragas = judged["ragas"]
+    assert ragas["ragas_version"] == "0.4.3" and ragas["judge_model"] == "judge"
+    assert "answer_relevancy" in ragas["skipped"]
+    notes = ragas["sets"]["travel-notes-rag"]
+    assert notes["ids"] == ["rag-001", "rag-002", "rag-003"]
+    for metric in ("faithfulness", "answer_correctness"):
+        for side in ("base", "candidate"):  # a score per answer, or a NaN counted with its reason
+            scores = notes["scores"][metric][side]
+            assert len(scores) == 3 and all(s is None or 0.0 <= s <= 1.0 for s in scores)
+            assert notes["unscored"][metric][side] == sum(s is None for s in scores)
+        if any(notes["unscored"][metric].values()):
+            assert notes["errors"][metric], metric
+    (tmp_path / "judged.json").write_text(json.dumps(judged))
+    out = decide_eval_sets(prepared_dir, str(base), str(cand), judged_path=str(tmp_path / "judged.json"),
+                           report_path=str(tmp_path / "report.md"), records_path=str(tmp_path / "records.json"))
+    records = json.loads((tmp_path / "records.json").read_text())["data"]
+    for metric in ("faithfulness", "answer_correctness"):  # every Ragas score is a record, NaN as None
+        mine = [r for r in records if r[-1] == f"ragas_{metric}"]
+        assert [(r[7], r[8]) for r in mine] == list(zip(notes["scores"][metric]["base"],
+                                                        notes["scores"][metric]["candidate"], strict=True))
+    gates = calibrate(labels["verdicts"], labels["truth"], 0.6).gates
+    rows = {r["metric"]: r for r in out["rows"] if r["task"] == "travel-notes-rag"}
+    assert set(rows) == {"exact_match,match", "ragas_faithfulness", "ragas_answer_correctness"}
+    for metric in ("faithfulness", "answer_correctness"):
+        row = rows[f"ragas_{metric}"]
+        both = sum(b is not None and c is not None for b, c in zip(notes["scores"][metric]["base"],
+                                                                   notes["scores"][metric]["candidate"], strict=True))
+        assert row["gated"] == gates and (row["paired"] or {}).get("n", both) == both
+    report = (tmp_path / "report.md").read_text()
+    assert "Ragas on the rag sets" in report and "Ragas 0.4.3 with the judge judge at temperature 0" in report
+    assert re.search(r"travel-notes-rag faithfulness: \d of 3 rows scored on both sides; not scored \(NaN\): "
+                     r"\d base, \d candidate", report)
+    # 3 rows cannot show a 0.02 margin on the exact-match rows: inconclusive, the verdict fails closed
+    assert not out["passed"] and "travel-notes-rag" in out["reason"]
 
 
 def test_readme_rows_are_valid_rows_of_their_form() -> None:

@@ -39,15 +39,22 @@ def test_each_step_not_run_says_which_branch_and_why() -> None:
 
 
 def test_the_judge_of_eval_sets_not_run_says_whether_a_rubric_set_was_given() -> None:
-    """The judge step runs on a GPU node with a rubric set, else on a CPU node: the other branch says why."""
-    rubric = {"eval_sets": json.dumps({"sets": [{"name": "h", "form": "rubric", "uri": "h.jsonl"}],
-                                       "judge": {"model_uri": "embedded://smollm2-135m-instruct"}})}
+    """The judge step runs on a GPU node with a rubric set, or a rag set and a judge (Ragas scores it
+    with the judge), else on a CPU node: the other branch says why."""
+    judge = {"model_uri": "embedded://smollm2-135m-instruct"}
+    rubric = {"eval_sets": json.dumps({"sets": [{"name": "h", "form": "rubric", "uri": "h.jsonl"}], "judge": judge})}
+    rag = {"eval_sets": json.dumps({"sets": [{"name": "n", "form": "rag", "uri": "n.jsonl"}], "judge": judge})}
+    rag_alone = {"eval_sets": json.dumps([{"name": "n", "form": "rag", "uri": "n.jsonl"}])}
     qa = {"eval_sets": json.dumps([{"name": "rubric-like-name", "form": "qa", "uri": "q.jsonl"}])}
-    assert not_run_reason("judge-eval-sets", rubric, {}, failed=False).startswith("rubric sets in eval_sets")
-    for params in (qa, {"eval_sets": ""}, {}):
-        assert not_run_reason("judge-eval-sets", params, {}, failed=False).startswith("no rubric set in eval_sets")
-    # the judge model, pinned and fetched once per run only with a rubric set, else the no-op step
-    assert not_run_reason("no-judge-model", rubric, {}, failed=False).startswith("rubric sets in eval_sets")
+    for params in (rubric, rag):
+        assert not_run_reason("judge-eval-sets", params, {}, failed=False).startswith(
+            "rubric sets, or rag sets and a judge, in eval_sets: the judge ran")
+    for params in (qa, rag_alone, {"eval_sets": ""}, {}):
+        assert not_run_reason("judge-eval-sets", params, {}, failed=False).startswith(
+            "no rubric set, nor a rag set with a judge, in eval_sets")
+    # the judge model, pinned and fetched once per run only when judged, else the no-op step
+    assert not_run_reason("no-judge-model", rubric, {}, failed=False).startswith("rubric sets, or rag sets and a judge")
     for step in ("pin-model", "resolve-model"):
-        assert not_run_reason(step, qa, {}, failed=False) == "no rubric set in eval_sets: no judge model to pin or fetch"
+        assert not_run_reason(step, qa, {}, failed=False) == ("no rubric set, nor a rag set with a judge, in eval_sets: "
+                                                              "no judge model to pin or fetch")
         assert not_run_reason(step, qa, {}, failed=True) == "an upstream step failed"

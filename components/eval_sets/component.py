@@ -105,17 +105,20 @@ def judge_eval_sets(
     """The judge of your rubric sets for one candidate: the judge model, pinned and fetched once for
     the run (pin-model, resolve-model), served by vLLM from that artifact (nothing is downloaded
     here), reads base's and candidate's answers to every rubric prompt in both orders (greedy), and
-    judges your labelled slice once (its Cohen's kappa decides whether the judge may gate).
+    judges your labelled slice once (its Cohen's kappa decides whether the judge may gate). With a
+    rag set, Ragas (faithfulness, answer correctness) scores both models' generated answers with
+    the same judge at temperature 0; metrics that need an embedding model are skipped.
 
     Args:
         prepared: The prepared eval sets (prepare-eval-sets).
-        base_results: The base's eval-set results (its answers to the rubric prompts).
+        base_results: The base's eval-set results (its answers to the rubric prompts, its lm-eval samples).
         candidate_results: The candidate's.
         judge_model: The judge model (resolve-model's folder; metadata: its pinned uri and fingerprint).
             Empty without rubric sets.
-        judged: judged.json: per rubric set the verdicts in both orders, the labelled slice's verdicts and the
-            judge model (pinned uri, content fingerprint). Without rubric sets (this step then runs on a CPU
-            node) nothing is written.
+        judged: judged.json: per rubric set the verdicts in both orders, the labelled slice's verdicts,
+            Ragas' per-answer scores per rag set (None where Ragas could not score) and the judge model
+            (pinned uri, content fingerprint). Without rubric sets, and without rag sets scored by a
+            judge (this step then runs on a CPU node), nothing is written.
         judge_fingerprint: pin-model's content fingerprint of the judge: part of KFP's cache key, so a cached
             judgement is reused only while the judge is the same content.
     """
@@ -124,11 +127,12 @@ def judge_eval_sets(
     from shipyard.runtimes.runtime import call_step
     from shipyard.steps.eval_sets import judge_model_uri, judge_step, load_prepared
 
-    if not judge_model_uri(load_prepared(prepared.path)):  # no rubric set: nothing to judge, no runtime started
+    if not judge_model_uri(load_prepared(prepared.path)):  # nothing to judge: no runtime started
         os.makedirs(judged.path, exist_ok=True)
         return
     out = call_step("vllm", judge_step, prepared_dir=prepared.path, base_results=base_results.path,
                     candidate_results=candidate_results.path, out_dir=judged.path, model_dir=judge_model.path,
                     pinned_uri=str(judge_model.metadata.get("uri") or ""),
                     fingerprint=judge_fingerprint or str(judge_model.metadata.get("fingerprint") or ""))
-    judged.metadata.update({"sets": sorted((out.get("sets") or {}).keys()), "judge_model": out.get("judge_model") or {}})
+    judged.metadata.update({"sets": sorted((out.get("sets") or {}).keys()), "judge_model": out.get("judge_model") or {},
+                            "ragas_sets": sorted(((out.get("ragas") or {}).get("sets") or {}).keys())})

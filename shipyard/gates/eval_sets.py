@@ -13,6 +13,14 @@ candidate 1 / 0.5 / 0 for win / tie / loss, base the complement) is the paired m
 ``judge_preference``. It is gated (and counted in Holm) only when the judge is calibrated
 (kappa >= ``min_kappa``); otherwise the row informs and the report says so.
 
+A ``rag`` set also gets one row per Ragas metric (``ragas_faithfulness``, ``ragas_answer_correctness``:
+:mod:`shipyard.evaluation.ragas_scoring`), the per-answer scores of base and candidate paired row by
+row (only rows scored on both sides: a score Ragas could not produce is counted and reported, never
+dropped silently) with the paired bootstrap, under the same margin. Ragas' scores come from the
+same judge model as the rubric sets, so they too gate only when that judge is calibrated; without a
+judge in ``eval_sets`` Ragas does not run and the report says so (the set is still gated on its
+exact/contains match).
+
 ``gate_eval_sets`` never raises on a comparison problem: it fails closed with the reason, as the
 accuracy gate does. Pure Python (base runtime).
 """
@@ -22,7 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from shipyard.core.errors import ShipyardError
 from shipyard.core.report import Doc
+from shipyard.evaluation.ragas_scoring import generated_text
 from shipyard.gates.judging import Calibration, Judged, PairwiseResult, pairwise, scores
 from shipyard.gates.paired import Paired, Samples, compare_samples, paired_bootstrap
 from shipyard.gates.recovery import (
@@ -36,6 +46,11 @@ from shipyard.gates.recovery import (
 )
 
 JUDGE_METRIC = "judge_preference"
+#: the prefix of the gate's Ragas metrics (``ragas_faithfulness``, ``ragas_answer_correctness``)
+RAGAS_PREFIX = "ragas_"
+#: why Ragas did not score the rag sets when eval_sets names no judge
+RAGAS_NO_JUDGE = ("Ragas not run: eval_sets names no judge (add \"judge\": {\"model_uri\": ...} to score the rag "
+                  "sets' faithfulness and answer correctness; they are gated on exact/contains match alone)")
 METHOD = ("per eval set, the paired non-inferiority rule of the accuracy gate: loss = base - candidate on the same "
           "rows against the set's margin (declared in eval_sets before the run), one-sided at alpha, Holm across the "
           "gated sets; a rubric set counts only when its judge is calibrated (Cohen's kappa >= min_kappa)")
@@ -51,6 +66,16 @@ class JudgedSet:
 
 
 @dataclass
+class RagasSet:
+    """A rag set's Ragas scores per metric (``{metric: {"base": [...], "candidate": [...]}}``, None
+    where Ragas produced no score), the judge's calibration and the set's margin."""
+
+    scores: dict[str, dict[str, list[float | None]]]
+    calibration: Calibration
+    margin: float | None = None
+
+
+@dataclass
 class EvalSetsGate:
     """The decision over every eval set."""
 
@@ -59,20 +84,23 @@ class EvalSetsGate:
     rows: list[Row]
     judged: dict[str, dict[str, Any]] = field(default_factory=dict)
     leaks: list[str] = field(default_factory=list)
+    #: Ragas on the rag sets: ``{"sets": {name: {"lines", "judge"}}, "notes": [...]}`` (empty: no rag set)
+    ragas: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "reason": self.reason, "method": METHOD, "judged": self.judged,
-                "leaks": self.leaks, "rows": [r.to_dict() for r in self.rows]}
+                "leaks": self.leaks, "ragas": self.ragas, "rows": [r.to_dict() for r in self.rows]}
 
     def metrics(self) -> dict[str, float]:
         """Flat numbers for a KFP Metrics artifact and MLflow: per set base, candidate, loss and the decision."""
         out = {"eval_sets_passed": 1.0 if self.passed else 0.0}
         for r in self.rows:
+            prefix = f"eval_sets/{r.task}/{r.metric}" if r.metric.startswith(RAGAS_PREFIX) else f"eval_sets/{r.task}"
             for key, value in (("base", r.base), ("candidate", r.candidate)):
                 if value is not None:
-                    out[f"eval_sets/{r.task}/{key}"] = float(value)
+                    out[f"{prefix}/{key}"] = float(value)
             if r.paired:
-                out[f"eval_sets/{r.task}/loss"] = float(r.paired["loss"])
+                out[f"{prefix}/loss"] = float(r.paired["loss"])
         return out
 
 
@@ -104,49 +132,109 @@ def _set_row(name: str, entry: dict[str, Any], base: Samples, cand: Samples, thr
                           {"value": paired.candidate_mean}, _rule(margin, thresholds, True), paired)
 
 
-def _judged_row(name: str, judged: JudgedSet, thresholds: Thresholds) -> tuple[Row, PairwiseResult]:
-    result = pairwise(judged.judgements, confidence=1 - 2 * thresholds.alpha)
-    b, c = scores(judged.judgements)
+def _scores_row(name: str, metric: str, b: list[float], c: list[float], margin: float | None, gate: bool,
+                thresholds: Thresholds) -> Row:
+    """A row of per-row scores in [0, 1] (judge outcomes, Ragas scores) paired with the bootstrap."""
     (l_lo, l_hi), (r_lo, r_hi) = paired_bootstrap(b, c, confidence=1 - 2 * thresholds.alpha)
     mb, mc = sum(b) / len(b), sum(c) / len(c)
     diffs = [x - y for x, y in zip(b, c, strict=True)]
     mean = sum(diffs) / len(diffs)
     sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5 if len(diffs) > 1 else 0.0
-    paired = Paired(name, JUDGE_METRIC, len(b), mb, mc, mb - mc, l_lo, l_hi, r_lo, r_hi,
-                    1 - 2 * thresholds.alpha, None, sd)
-    row = compare_metric(name, JUDGE_METRIC, {"value": mb, "higher_is_better": True}, {"value": mc},
-                         _rule(judged.margin, thresholds, judged.calibration.gates), paired)
-    return row, result
+    paired = Paired(name, metric, len(b), mb, mc, mb - mc, l_lo, l_hi, r_lo, r_hi, 1 - 2 * thresholds.alpha, None, sd)
+    return compare_metric(name, metric, {"value": mb, "higher_is_better": True}, {"value": mc},
+                          _rule(margin, thresholds, gate), paired)
+
+
+def _judged_row(name: str, judged: JudgedSet, thresholds: Thresholds) -> tuple[Row, PairwiseResult]:
+    result = pairwise(judged.judgements, confidence=1 - 2 * thresholds.alpha)
+    b, c = scores(judged.judgements)
+    return _scores_row(name, JUDGE_METRIC, b, c, judged.margin, judged.calibration.gates, thresholds), result
+
+
+def unscored(scores: list[float | None]) -> int:
+    """How many scores of one side are None (NaN: Ragas could not produce them)."""
+    return sum(s is None for s in scores)
+
+
+def pair_scores(base: list[float | None], candidate: list[float | None]) -> tuple[list[float], list[float], int]:
+    """The rows scored on both sides, paired (base, candidate), and how many rows were left out
+    because either side has no score (None: NaN)."""
+    if len(base) != len(candidate):
+        raise ShipyardError("eval_sets", f"Ragas scored {len(base)} base and {len(candidate)} candidate rows",
+                            "score both models' answers to the same rows")
+    pairs = [(b, c) for b, c in zip(base, candidate, strict=True) if b is not None and c is not None]
+    return [b for b, _ in pairs], [c for _, c in pairs], len(base) - len(pairs)
+
+
+def _ragas_rows(name: str, ragas: RagasSet, thresholds: Thresholds) -> tuple[list[Row], list[str]]:
+    """One row per Ragas metric of a rag set, paired on the rows scored on both sides, and the lines
+    the report prints on the rows left out."""
+    rows, lines = [], []
+    gate = ragas.calibration.gates
+    for metric, sides in ragas.scores.items():
+        key = RAGAS_PREFIX + metric
+        b, c, left_out = pair_scores(sides["base"], sides["candidate"])
+        n = len(sides["base"])
+        lines.append(f"{name} {metric}: {len(b)} of {n} rows scored on both sides; not scored (NaN): "
+                     f"{unscored(sides['base'])} base, {unscored(sides['candidate'])} candidate")
+        if len(b) < 2:
+            row = _missing_row(name, key, thresholds, ragas.margin, ["base and candidate"])
+            row.gated, row.passed, row.decision = gate, not gate, "too few scores"
+            row.note = (f"Ragas scored {len(b)} of {n} rows on both sides, too few to pair (the NaNs' reasons are "
+                        "under 'Ragas on the rag sets')")
+            rows.append(row)
+            continue
+        row = _scores_row(name, key, b, c, ragas.margin, gate, thresholds)
+        row.settings["left_out"] = left_out, n
+        rows.append(row)
+    return rows, lines
 
 
 def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_samples: Samples,
                    thresholds: Thresholds, judged: dict[str, JudgedSet] | None = None,
-                   leaks: list[str] | None = None) -> EvalSetsGate:
+                   leaks: list[str] | None = None, ragas: dict[str, RagasSet] | None = None,
+                   ragas_notes: list[str] | None = None) -> EvalSetsGate:
     """Decide every set of ``manifest`` (:func:`shipyard.evaluation.eval_set_tasks.compile_eval_sets`)
-    from per-sample records, and every judged rubric set; Holm across the gated rows."""
+    from per-sample records, every judged rubric set and every rag set's Ragas scores (``ragas``);
+    Holm across the gated rows. ``ragas_notes``: lines the report prints under Ragas (why it did
+    not run, the metrics it skipped)."""
     rows: list[Row] = []
     judged_out: dict[str, dict[str, Any]] = {}
-    for name, entry in sorted((manifest.get("sets") or {}).items()):
-        rows.append(_set_row(name, entry, base_samples, candidate_samples, thresholds))
+    ragas_out: dict[str, dict[str, Any]] = {}
+    compiled = manifest.get("sets") or {}
+    for name in sorted(set(compiled) | set(ragas or {})):  # a rag set's Ragas rows right after its match row
+        if name in compiled:
+            rows.append(_set_row(name, compiled[name], base_samples, candidate_samples, thresholds))
+        if ragas and name in ragas:
+            ragas_rows, lines = _ragas_rows(name, ragas[name], thresholds)
+            rows.extend(ragas_rows)
+            ragas_out[name] = {"lines": lines, "judge": ragas[name].calibration.to_dict()}
     for name, js in sorted((judged or {}).items()):
         row, result = _judged_row(name, js, thresholds)
         rows.append(row)
         judged_out[name] = {"pairwise": result.to_dict(), "line": result.line(), "judge": js.calibration.to_dict()}
+    ragas_info = {"sets": ragas_out, "notes": list(ragas_notes or [])} if ragas_out or ragas_notes else {}
     if not rows:
-        return EvalSetsGate(False, "failed closed: no eval set to decide", [], judged_out, leaks or [])
+        return EvalSetsGate(False, "failed closed: no eval set to decide", [], judged_out, leaks or [], ragas_info)
     add_mdl(rows, thresholds)
     apply_noninferiority(rows, thresholds, base_samples, candidate_samples)
     for row in rows:
-        if row.metric == JUDGE_METRIC and not row.gated:
-            row.note = f"{row.note}; informs only: {judged_out[row.task]['judge']['note']}"
+        if row.metric == JUDGE_METRIC and not row.gated:  # the calibration's note starts "informs only: ..."
+            row.note = f"{row.note}; {judged_out[row.task]['judge']['note']}"
+        left_out, n = row.settings.get("left_out") or (0, 0)
+        if left_out:  # decided on the rows scored on both sides: the rest is said, not dropped silently
+            row.note = f"{row.note}; {left_out} of {n} rows not scored on both sides (NaN), left out of the pairing"
+        if row.metric.startswith(RAGAS_PREFIX) and not row.gated:
+            row.note = f"{row.note}; {ragas_out[row.task]['judge']['note']}"
     failed = [r for r in rows if not r.passed]
     if failed:
-        reason = "; ".join(f"{r.task}: {r.note}" for r in failed)
+        reason = "; ".join(f"{r.task}{' ' + r.metric if r.metric.startswith(RAGAS_PREFIX) else ''}: {r.note}"
+                           for r in failed)
     else:
         gated = sum(r.gated for r in rows)
         reason = f"all {gated} gated eval set(s) non-inferior" + (
             f" ({len(rows) - gated} informing only)" if gated < len(rows) else "")
-    return EvalSetsGate(not failed, reason, rows, judged_out, list(leaks or []))
+    return EvalSetsGate(not failed, reason, rows, judged_out, list(leaks or []), ragas_info)
 
 
 def _interval(r: Row) -> str:
@@ -157,7 +245,9 @@ def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None,
                judge_model: dict[str, Any] | None = None) -> Doc:
     """The eval-sets report: decision, rule, the sets (pinned digests, duplicates), leak lines, one
     row per set, and the judge's win/tie/loss, position bias and calibration per rubric set (with
-    ``judge_model``, which judge: its pinned URI and content fingerprint)."""
+    ``judge_model``, which judge: its pinned URI and content fingerprint), and Ragas on the rag
+    sets: the rows it scored on both sides, the answers it could not score, the metrics it skipped
+    and why, or why it did not run."""
     verdict = "PASS" if gate.passed else "FAIL"
     doc = Doc(f"Your eval sets: {verdict}").h(1, f"Your eval sets: {verdict}", "pass" if gate.passed else "fail")
     doc.p(gate.reason, "Decision:")
@@ -177,11 +267,15 @@ def report_doc(gate: EvalSetsGate, sets: list[dict[str, Any]] | None = None,
                                         f"(content {judge_model.get('fingerprint') or 'not recorded'})"]
     for name, info in gate.judged.items():
         doc.h(3, f"Judge on {name}").items([info["line"], info["judge"]["note"], *judge])
+    if gate.ragas:
+        lines = [line for info in gate.ragas["sets"].values() for line in info["lines"]]
+        notes = [info["judge"]["note"] for info in list(gate.ragas["sets"].values())[:1]]
+        doc.h(3, "Ragas on the rag sets").items([*lines, *notes, *gate.ragas["notes"], *(judge if lines else [])])
     return doc
 
 
 RECORD_COLUMNS = ("set", "doc_id", "id", "prompt", "reference", "base_answer", "candidate_answer", "base_score",
-                  "candidate_score", "outcome")
+                  "candidate_score", "outcome", "metric")
 #: characters of a prompt or answer a record keeps
 RECORD_TEXT = 500
 
@@ -202,11 +296,30 @@ def _outcome(b: float, c: float) -> str:
     return "base only" if b > c else "candidate only"
 
 
-def paired_records(manifest: dict[str, Any], base: Samples, candidate: Samples) -> dict[str, Any]:
+def _ragas_records(name: str, b_rows: dict[Any, Any], c_rows: dict[Any, Any],
+                   ragas: RagasSet) -> list[list[Any]]:
+    """A rag set's Ragas scores as records, one per row and metric (None and ``not scored`` where
+    Ragas produced no score on either side)."""
+    docs = {doc: row for (doc, filt), row in b_rows.items() if filt == "match"}
+    cands = {doc: row for (doc, filt), row in c_rows.items() if filt == "match"}
+    out = []
+    for metric, sides in ragas.scores.items():
+        for i, (bs, cs) in enumerate(zip(sides["base"], sides["candidate"], strict=True)):
+            b, c = docs.get(i) or {}, cands.get(i) or {}
+            doc = b.get("doc") or {}
+            outcome = _outcome(bs, cs) if bs is not None and cs is not None else "not scored"
+            out.append([name, i, doc.get("id"), str(doc.get("text", ""))[:RECORD_TEXT], b.get("target"),
+                        generated_text(b)[:RECORD_TEXT], generated_text(c)[:RECORD_TEXT], bs, cs, outcome, RAGAS_PREFIX + metric])
+    return out
+
+
+def paired_records(manifest: dict[str, Any], base: Samples, candidate: Samples,
+                   ragas: dict[str, RagasSet] | None = None) -> dict[str, Any]:
     """Per-sample records of every compiled set, base and candidate side by side, as MLflow's table
     format (``{"columns": [...], "data": [[...]]}``: what ``mlflow.log_table`` writes and the run's
-    artifact view shows as a table): set, row, prompt, reference, both answers, both scores and
-    whether the row changed ("base only": the candidate lost it)."""
+    artifact view shows as a table): set, row, prompt, reference, both answers, both scores,
+    whether the row changed ("base only": the candidate lost it) and the metric; a rag set's Ragas
+    scores (``ragas``) are records too, one per row and metric."""
     data: list[list[Any]] = []
     for name, entry in sorted((manifest.get("sets") or {}).items()):
         task, metric = entry["task"], entry["metric"]
@@ -220,5 +333,7 @@ def paired_records(manifest: dict[str, Any], base: Samples, candidate: Samples) 
             reference = doc["choices"][doc["label"]] if doc.get("choices") else b.get("target")
             bs, cs = float(b.get(key, 0.0)), float(c.get(key, 0.0))
             data.append([name, doc_key[0], doc.get("id"), str(doc.get("text", ""))[:RECORD_TEXT], reference,
-                         _answer(b), _answer(c), bs, cs, _outcome(bs, cs)])
+                         _answer(b), _answer(c), bs, cs, _outcome(bs, cs), metric])
+        if ragas and name in ragas:
+            data.extend(_ragas_records(name, b_rows, c_rows, ragas[name]))
     return {"columns": list(RECORD_COLUMNS), "data": data}

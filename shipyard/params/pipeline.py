@@ -325,8 +325,9 @@ _ALL: list[Param] = [
       'min_kappa}, "max_leak_share": 0.05}. Each set is pinned by the sha256 of its bytes before it is read (a '
       "sha256 given must match). Rows are checked against the form's schema, deduplicated and checked for overlap "
       "with the calibration data; each set is gated by the paired non-inferiority rule (Holm across sets); rubric "
-      "sets are judged pairwise and gate only with a calibrated judge. Empty = none (see the README's 'Your own "
-      "eval sets').", json=True, check=_check_eval_sets,
+      "sets are judged pairwise, and with a judge rag sets are also scored by Ragas (faithfulness, answer "
+      "correctness); both gate only with a calibrated judge. Empty = none (see the README's 'Your own eval "
+      "sets').", json=True, check=_check_eval_sets,
       credential_fix="drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"),
     P("benchmark_config", str, CLUSTER_BENCHMARK,
       "guidellm load as JSON: profile (synchronous, concurrent, constant, poisson, sweep), loads, prompt_tokens, "

@@ -55,8 +55,14 @@ def _pinned_sets(value: Any) -> str:
         return _short(value)
 
 
-def _has_rubric(eval_sets: Any) -> bool:
-    """Whether the ``eval_sets`` value (JSON text, a list or an object with ``sets``) names a rubric set."""
+#: why the judge of eval_sets ran, or did not
+JUDGED = "rubric sets, or rag sets and a judge, in eval_sets"
+NOT_JUDGED = "no rubric set, nor a rag set with a judge, in eval_sets"
+
+
+def _needs_judge(eval_sets: Any) -> bool:
+    """Whether the ``eval_sets`` value (JSON text, a list or an object with ``sets``) needs the judge:
+    a rubric set, or a rag set with a judge named (Ragas scores it with that judge)."""
     import json
 
     try:
@@ -64,7 +70,10 @@ def _has_rubric(eval_sets: Any) -> bool:
     except ValueError:
         return False
     sets = value.get("sets") if isinstance(value, dict) else value
-    return isinstance(sets, list) and any(isinstance(s, dict) and s.get("form") == "rubric" for s in sets)
+    if not isinstance(sets, list):
+        return False
+    forms = {s.get("form") for s in sets if isinstance(s, dict)}
+    return "rubric" in forms or ("rag" in forms and isinstance(value, dict) and bool(value.get("judge")))
 
 
 def not_run_reason(component: str, params: dict[str, Any], answer: dict[str, Any], failed: bool) -> str:
@@ -78,14 +87,14 @@ def not_run_reason(component: str, params: dict[str, Any], answer: dict[str, Any
         return ("no LoRA adapters: the empty record was written on a CPU node" if not params.get("lora_adapters")
                 else "LoRA adapters set: they were evaluated on a GPU node")
     if component == "judge-eval-sets":
-        return ("rubric sets in eval_sets: the judge ran on a GPU node" if _has_rubric(params.get("eval_sets"))
-                else "no rubric set in eval_sets: nothing to judge, the empty record was written on a CPU node")
+        return (f"{JUDGED}: the judge ran on a GPU node" if _needs_judge(params.get("eval_sets"))
+                else f"{NOT_JUDGED}: nothing to judge, the empty record was written on a CPU node")
     if component == "no-judge-model":
-        return "rubric sets in eval_sets: the judge model was pinned and fetched once for the run"
+        return f"{JUDGED}: the judge model was pinned and fetched once for the run"
     if failed:
         return "an upstream step failed"
     if component in ("pin-model", "resolve-model") and "eval_sets" in params:  # the base's always runs
-        return "no rubric set in eval_sets: no judge model to pin or fetch"
+        return f"{NOT_JUDGED}: no judge model to pin or fetch"
     if component in ("importer", "package-champion", "register-champion") and not answer.get("champion"):
         return "no champion: nothing passed its gates, the base included"
     if component == "deploy" and answer.get("champion"):

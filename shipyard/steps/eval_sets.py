@@ -44,6 +44,8 @@ from shipyard.core.files import atomic_dir, atomic_write_text
 PREPARED = "prepared.json"
 TASKS = "tasks"
 RUBRIC = "rubric"
+#: the rag sets' rows (user_input, retrieved_contexts, reference) that Ragas scores the answers of
+RAG = "rag"
 LABELS = "labels.jsonl"
 ANSWERS = "rubric_answers.json"
 JUDGED = "judged.json"
@@ -111,11 +113,12 @@ def prepare_eval_sets(eval_sets: str, out_dir: str, calibration_dataset: str = "
         if any(s.form in LMEVAL_FORMS for s in sets):
             prepared["manifest"] = compile_eval_sets(sets, tmp / TASKS)
             prepared["lm_eval_docs"] = run_in_runtime(validate_runtime, validate_task_folder, task_dir=str(tmp / TASKS))
-        rubric = [s for s in sets if s.form == "rubric"]
-        if rubric:
-            (tmp / RUBRIC).mkdir()
-            for s in rubric:
-                _jsonl(tmp / RUBRIC / f"{s.name}.jsonl", s.rows)
+        for folder, form in ((RUBRIC, "rubric"), (RAG, "rag")):
+            chosen = [s for s in sets if s.form == form]
+            if chosen:
+                (tmp / folder).mkdir()
+                for s in chosen:
+                    _jsonl(tmp / folder / f"{s.name}.jsonl", s.rows)
         if labels:
             _jsonl(tmp / LABELS, labels)
         (tmp / PREPARED).write_text(json.dumps(prepared, indent=2, sort_keys=True), encoding="utf-8")
@@ -139,8 +142,9 @@ def prepare_step(eval_sets: str, out_dir: str, calibration_dataset: str = "", te
 
 
 def judge_model_uri(prepared: dict[str, Any]) -> str:
-    """The judge's model URI when a rubric set needs judging, else ""."""
-    if not any(s["form"] == "rubric" for s in prepared.get("sets") or []):
+    """The judge's model URI when a rubric set needs judging or a rag set is scored by Ragas (a rag
+    set is scored only when ``eval_sets`` names a judge), else ""."""
+    if not any(s["form"] in ("rubric", "rag") for s in prepared.get("sets") or []):
         return ""
     return str((prepared.get("judge") or {}).get("model_uri") or "")
 
@@ -188,28 +192,70 @@ def evaluate_eval_sets(model_dir: str, prepared_dir: str, eval_config: str, out_
     return summary
 
 
-def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, judge_model_dir: str,
-                    out_path: str, judge_model: dict[str, str] | None = None) -> dict[str, Any]:
-    """The judge (a vLLM server of ``judge_model_dir``, the resolved pinned judge model) on every
-    rubric set, both orders, and on the labelled slice; writes and returns ``judged.json``:
-    ``{"sets": {name: {"judged": [...], "unparsed": k}}, "labels": {"verdicts", "truth"}}``, plus
-    ``judge_model`` (``{"uri", "pinned_uri", "fingerprint"}``: which judge judged) when given."""
-    from shipyard.evaluation.judge import judge_labels, judge_set
-    from shipyard.serving.vllm_server import VLLMServer
+def rag_inputs(prepared_dir: str | Path, base_results: str, candidate_results: str) -> dict[str, dict[str, Any]]:
+    """What Ragas scores per rag set: its rows and both models' generated answers, read from each
+    model's logged lm-eval samples of the set's task (:func:`shipyard.evaluation.ragas_scoring.rag_answers`)."""
+    from shipyard.evaluation.ragas_scoring import rag_answers
+    from shipyard.gates.paired import load_samples
 
-    base = json.loads((Path(base_results) / ANSWERS).read_text())
-    cand = json.loads((Path(candidate_results) / ANSWERS).read_text())
+    folder = Path(prepared_dir) / RAG
+    paths = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    if not paths:
+        return {}
+    manifest = load_prepared(prepared_dir).get("manifest") or {"sets": {}}
+    base, cand = load_samples(base_results), load_samples(candidate_results)
+    out: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        rows = _read_jsonl(path)
+        task = manifest["sets"][path.stem]["task"]
+        field = f"eval_sets.{path.stem}"
+        out[path.stem] = {"rows": [{k: r[k] for k in ("user_input", "retrieved_contexts", "reference", "id") if k in r}
+                                   for r in rows],
+                          "base": rag_answers(base.get(task) or {}, len(rows), f"{field} (base)"),
+                          "candidate": rag_answers(cand.get(task) or {}, len(rows), f"{field} (candidate)")}
+    return out
+
+
+def judge_on_server(base_url: str, model: str, prepared_dir: str, base_results: str,
+                    candidate_results: str) -> dict[str, Any]:
+    """The judge step's work with the judge already served at ``base_url`` (``http://host:port/v1``,
+    served as ``model``): every rubric set judged in both orders, the labelled slice once, and Ragas
+    with that judge on every rag set's answers (:func:`shipyard.evaluation.ragas_scoring.score_rag_sets`,
+    in the garak runtime). Returns ``judged.json``'s content without ``judge_model``: ``{"sets":
+    {name: {"judged": [...], "unparsed": k}}, "labels": {"verdicts", "truth"}, "ragas": Ragas'
+    scores (only with rag sets)}``."""
+    from shipyard.evaluation.judge import judge_labels, judge_set
+    from shipyard.evaluation.ragas_scoring import score_rag_sets
+    from shipyard.runtimes.runtime import run_in_runtime
+
+    rubric = sorted((Path(prepared_dir) / RUBRIC).glob("*.jsonl")) if (Path(prepared_dir) / RUBRIC).is_dir() else []
+    base = json.loads((Path(base_results) / ANSWERS).read_text()) if rubric else {}
+    cand = json.loads((Path(candidate_results) / ANSWERS).read_text()) if rubric else {}
+    rag = rag_inputs(prepared_dir, base_results, candidate_results)
     labels = _read_jsonl(Path(prepared_dir) / LABELS) if (Path(prepared_dir) / LABELS).is_file() else []
     out: dict[str, Any] = {"sets": {}, "labels": {"verdicts": [], "truth": [r["label"] for r in labels]}}
+    for path in rubric:
+        judged, unparsed = judge_set(base_url, model, _read_jsonl(path), base[path.stem], cand[path.stem])
+        out["sets"][path.stem] = {"judged": judged, "unparsed": unparsed}
+    if labels:
+        out["labels"]["verdicts"] = judge_labels(base_url, model, labels)
+    if rag:
+        out["ragas"] = run_in_runtime("garak", score_rag_sets, base_url=base_url, model=model, sets=rag)
+    return out
+
+
+def judge_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, judge_model_dir: str,
+                    out_path: str, judge_model: dict[str, str] | None = None) -> dict[str, Any]:
+    """The judge (a vLLM server of ``judge_model_dir``, the resolved pinned judge model) on the
+    prepared sets (:func:`judge_on_server`: rubric sets in both orders, the labelled slice, Ragas
+    on the rag sets); writes and returns ``judged.json``, plus ``judge_model`` (``{"uri",
+    "pinned_uri", "fingerprint"}``: which judge judged) when given."""
+    from shipyard.serving.vllm_server import VLLMServer
+
+    with VLLMServer(Path(judge_model_dir), served_model_name="shipyard-judge") as server:
+        out = judge_on_server(server.base_url, server.served_model_name, prepared_dir, base_results, candidate_results)
     if judge_model:
         out["judge_model"] = dict(judge_model)
-    with VLLMServer(Path(judge_model_dir), served_model_name="shipyard-judge") as server:
-        for path in sorted((Path(prepared_dir) / RUBRIC).glob("*.jsonl")):
-            judged, unparsed = judge_set(server.base_url, server.served_model_name, _read_jsonl(path),
-                                         base[path.stem], cand[path.stem])
-            out["sets"][path.stem] = {"judged": judged, "unparsed": unparsed}
-        if labels:
-            out["labels"]["verdicts"] = judge_labels(server.base_url, server.served_model_name, labels)
     atomic_write_text(out_path, json.dumps(out, indent=2))
     return out
 
@@ -240,7 +286,7 @@ def judge_step(prepared_dir: str, base_results: str, candidate_results: str, out
     with the judge served from ``model_dir``, the judge model pinned (``pinned_uri``,
     ``fingerprint``) and fetched once for the run by pin-model and resolve-model: nothing is
     fetched here (:func:`judged_model` checks the folder is the judge ``prepared.json`` names).
-    Without a rubric set it writes nothing and returns ``{}``."""
+    Without a rubric set, and without a rag set scored by a judge, it writes nothing and returns ``{}``."""
     uri = judge_model_uri(load_prepared(prepared_dir))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     if not uri:
@@ -250,16 +296,72 @@ def judge_step(prepared_dir: str, base_results: str, candidate_results: str, out
                            judge_model=model)
 
 
+def ragas_lines(scored: dict[str, Any]) -> list[str]:
+    """The report's lines on a Ragas run (``judged.json``'s ``ragas``): the release and judge, the
+    first error of each kind per set and metric, and each skipped metric with its reason."""
+    lines = [f"Ragas {scored.get('ragas_version', '?')} with the judge {scored.get('judge_model', '?')} at temperature 0: "
+             f"{', '.join(scored.get('metrics') or [])}"]
+    for name, result in sorted((scored.get("sets") or {}).items()):
+        for metric, errors in sorted((result.get("errors") or {}).items()):
+            if errors:
+                lines.append(f"{name} {metric}: not scored because " + "; ".join(errors[:3]))
+    lines.extend(f"skipped {metric}: {why}" for metric, why in sorted((scored.get("skipped") or {}).items()))
+    return lines
+
+
+def read_judged(prepared: dict[str, Any], judged_path: str) -> tuple[dict[str, Any], dict[str, Any], list[str],
+                                                                     dict[str, Any] | None]:
+    """What the judge step wrote (``judged.json``) as the gate reads it: the rubric sets' judgements,
+    the rag sets' Ragas scores (both with the judge's calibration), the report's Ragas lines and
+    which judge judged. A rag set without a judge in ``eval_sets`` is not scored (a Ragas line says
+    so); a set that needed the judge step and has no result is one line."""
+    from shipyard.gates.eval_sets import RAGAS_NO_JUDGE, JudgedSet, RagasSet
+    from shipyard.gates.judging import Judged, calibrate
+
+    judged: dict[str, Any] = {}
+    ragas: dict[str, Any] = {}
+    rubric = [s for s in prepared["sets"] if s["form"] == "rubric"]
+    rag = [s for s in prepared["sets"] if s["form"] == "rag"]
+    judge = prepared.get("judge") or {}
+    notes = [RAGAS_NO_JUDGE] if rag and not judge else []
+    if not (rubric or (rag and judge)):
+        return judged, ragas, notes, None
+    if not judged_path or not Path(judged_path).is_file():
+        what = [s["name"] for s in rubric] or [s["name"] for s in rag]
+        raise ShipyardError("eval_sets", f"{'rubric' if rubric else 'rag'} set(s) {what} were not judged",
+                            "run the judge step (judge_eval_sets) before deciding")
+    data = json.loads(Path(judged_path).read_text())
+    labels = data.get("labels") or {}
+    calibration = calibrate(labels.get("verdicts") or None, labels.get("truth") or None,
+                            float(judge.get("min_kappa", 0.6)))
+    for s in rubric:
+        judged[s["name"]] = JudgedSet([Judged(**j) for j in data["sets"][s["name"]]["judged"]], calibration,
+                                      s.get("margin"))
+    if rag:
+        scored = data.get("ragas")
+        if not scored:
+            raise ShipyardError("eval_sets", f"rag set(s) {[s['name'] for s in rag]} were not scored by Ragas",
+                                "run the judge step (judge_eval_sets), which scores them with the judge")
+        missing = [s["name"] for s in rag if s["name"] not in scored["sets"]]
+        if missing:
+            raise ShipyardError("eval_sets", f"Ragas scored no answers of rag set(s) {missing}",
+                                "run the judge step again on these prepared sets")
+        for s in rag:
+            ragas[s["name"]] = RagasSet(scored["sets"][s["name"]]["scores"], calibration, s.get("margin"))
+        notes.extend(ragas_lines(scored))
+    return judged, ragas, notes, data.get("judge_model")
+
+
 def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: str, accuracy_thresholds: str = "",
                      judged_path: str = "", report_path: str = "", records_path: str = "") -> dict[str, Any]:
     """The per-set gate of one candidate (:func:`shipyard.gates.eval_sets.gate_eval_sets`), its
     Markdown report (``report_path``) and the per-sample records, base and candidate side by side,
     in MLflow's table format (``records_path``: log it as the step run's artifact). Returns
-    ``{"passed", "reason", "metrics", "rows", "judged", "leaks", "sets"}`` and, when rubric sets
-    were judged, ``judge_model`` (the judge's URI, pinned URI and content fingerprint); fails closed
+    ``{"passed", "reason", "metrics", "rows", "judged", "leaks", "ragas", "sets"}`` (a rag set also
+    has one row per Ragas metric when ``eval_sets`` names a judge; without one the report says Ragas
+    did not run) and, when rubric or rag sets were judged, ``judge_model`` (the judge's URI, pinned URI and content fingerprint); fails closed
     (``passed`` false with the reason) instead of raising."""
-    from shipyard.gates.eval_sets import EvalSetsGate, JudgedSet, gate_eval_sets, paired_records, report_doc
-    from shipyard.gates.judging import Judged, calibrate
+    from shipyard.gates.eval_sets import EvalSetsGate, gate_eval_sets, paired_records, report_doc
     from shipyard.gates.paired import load_samples
     from shipyard.gates.parity import check_parity
     from shipyard.gates.recovery import load_summary, parse_thresholds
@@ -269,21 +371,7 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
     try:
         prepared = load_prepared(prepared_dir)
         thresholds = parse_thresholds(accuracy_thresholds, "accuracy_thresholds")
-        judged: dict[str, JudgedSet] = {}
-        rubric = [s for s in prepared["sets"] if s["form"] == "rubric"]
-        if rubric:
-            if not judged_path or not Path(judged_path).is_file():
-                raise ShipyardError("eval_sets", f"rubric set(s) {[s['name'] for s in rubric]} were not judged",
-                                    "run the judge step (judge_eval_sets) before deciding")
-            data = json.loads(Path(judged_path).read_text())
-            judge_model = data.get("judge_model")
-            judge = prepared.get("judge") or {}
-            labels = data.get("labels") or {}
-            calibration = calibrate(labels.get("verdicts") or None, labels.get("truth") or None,
-                                    float(judge.get("min_kappa", 0.6)))
-            for s in rubric:
-                rows = [Judged(**j) for j in data["sets"][s["name"]]["judged"]]
-                judged[s["name"]] = JudgedSet(rows, calibration, s.get("margin"))
+        judged, ragas, ragas_notes, judge_model = read_judged(prepared, judged_path)
         manifest = prepared.get("manifest") or {"sets": {}}
         base = load_samples(base_results) if manifest["sets"] else {}
         cand = load_samples(candidate_results) if manifest["sets"] else {}
@@ -295,9 +383,10 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
                 raise ShipyardError("eval_sets", "base and candidate ran the sets with different eval configs (hash "
                                     f"{base_summary['config_hash'][:12]} vs {cand_summary['config_hash'][:12]})",
                                     "evaluate both from the same prepared sets with the same eval_config and backend")
-        gate = gate_eval_sets(manifest, base, cand, thresholds, judged, [r["line"] for r in prepared.get("leaks") or []])
+        gate = gate_eval_sets(manifest, base, cand, thresholds, judged, [r["line"] for r in prepared.get("leaks") or []],
+                              ragas, ragas_notes)
         if records_path:
-            atomic_write_text(records_path, json.dumps(paired_records(manifest, base, cand), ensure_ascii=False))
+            atomic_write_text(records_path, json.dumps(paired_records(manifest, base, cand, ragas), ensure_ascii=False))
     except ShipyardError as err:
         gate = EvalSetsGate(False, f"failed closed: {err}", [])
     except Exception as err:  # noqa: BLE001 - any surprise still means "do not promote"
