@@ -13,6 +13,7 @@ import base64
 import copy
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -401,6 +402,88 @@ def test_registry_fallback_tag_holds_the_referrers(model: Path, selection: Path,
     for bad in (twin["uri"], other["uri"]):
         with pytest.raises(ShipyardError, match=r"^attestation: oci://127\.0\.0\.1:\d+/team/\w+@sha256:\w+ refused: "):
             run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm", model_uri=bad)
+
+
+def test_the_rehearsals_twins_of_a_registry_champion_are_refused_and_it_passes(
+        model: Path, selection: Path, keys: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the container rehearsal runs on its champion (shipyard.testing.twins), on a registry that
+    asks for a login as the rehearsal's does: both twins refused by verify-model's check and the deploy's."""
+    from shipyard.oci.client import RegistryClient
+    from shipyard.testing.twins import TWIN_ANNOTATION, attestation_refusals, registry_login
+
+    login = ("shipyard", "rehearsal")
+    with LocalRegistry(users=dict([login])) as reg:
+        monkeypatch.setenv("SHIPYARD_REGISTRY_USERNAME", login[0])
+        monkeypatch.setenv("SHIPYARD_REGISTRY_PASSWORD", login[1])
+        car = _package(model, tmp_path / "champion", registry=reg.address, repository="team/champion")
+        attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+        monkeypatch.delenv("SHIPYARD_REGISTRY_USERNAME")
+        monkeypatch.delenv("SHIPYARD_REGISTRY_PASSWORD")
+        with pytest.raises(ShipyardError, match="HTTP 401"):  # without the login the registry refuses: it is used
+            attestation_refusals(car["uri"], str(keys["signer_pub"]), tmp_path / "anon")
+        out = attestation_refusals(car["uri"], str(keys["signer_pub"]), tmp_path / "twins", credentials=login)
+        assert "SHIPYARD_REGISTRY_USERNAME" not in os.environ  # the login is put back
+        assert out["problems"] == [], out
+        assert out["champion"]["passed"] and out["champion"]["verify_model"].startswith(f"PASSED: {car['uri']}: ")
+        assert out["champion"]["deploy"] == f"passed: {car['uri']} verified"
+        twin, tampered = out["unattested"]["uri"], out["tampered"]["uri"]
+        assert twin == f"oci://{reg.address}/team/champion-unattested-twin@{car['digest']}"  # the same image
+        assert tampered.startswith(f"oci://{reg.address}/team/champion-tampered-twin@") and car["digest"] not in tampered
+        assert out["unattested"] == {
+            "uri": twin, "refused": True, "passed": False, "verify_model": f"FAILED: {twin}: carries no attestations",
+            "deploy": f"attestation: {twin.split('@')[0]}@{car['digest'][:19]} refused: carries no attestations "
+                      f"(fix: {evidence.REFUSE_FIX})"}
+        assert out["tampered"]["refused"] and not out["tampered"]["passed"]
+        digest = tampered.split("@")[1]
+        said = f"subjects: 5 statements are about {car['digest'][:19]}, not {digest[:19]}"
+        assert out["tampered"]["verify_model"].startswith(f"FAILED: {tampered}: {said}"), out["tampered"]
+        assert out["tampered"]["deploy"].startswith(f"attestation: {tampered.split('@')[0]}@{digest[:19]} refused: {said}")
+        # the tampered twin is the champion's image with one more annotation, carrying its signed envelopes
+        with registry_login(login):
+            found = att.find_attestations(tampered)
+            champion = att.find_attestations(car["uri"])
+            client = RegistryClient(reg.address, "team/champion-tampered-twin")
+            manifest = json.loads(client.get_manifest(digest)[0])
+        assert sorted(s.envelope for s in found["stored"]) == sorted(s.envelope for s in champion["stored"])
+        assert manifest["annotations"][TWIN_ANNOTATION] == "tampered"
+        original = json.loads(RegistryClient(reg.address, "team/champion", credentials=login).get_manifest(car["digest"])[0])
+        assert manifest["layers"] == original["layers"] and manifest["config"] == original["config"]
+
+
+def test_the_rehearsals_twin_check_with_its_key_and_login(model: Path, selection: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container rehearsal's wiring (shipyard.run.container.twin_refusals) as it runs there: the
+    local ECDSA pair in $SHIPYARD_CACHE (the Secrets' keys), the model files signed too, the registry's
+    login; the slow rehearsal test's assertions (check_twins) hold, and a twin check that fails is a problem."""
+    from test_container_rehearsal import check_twins
+
+    from shipyard.core.files import cache_dir
+    from shipyard.run.container import REGISTRY_PASSWORD, REGISTRY_USER, twin_refusals
+    from shipyard.testing.twins import registry_login
+
+    monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "cache"))
+    private, _ = att.generate_key_pair(cache_dir() / "attestation")
+    with LocalRegistry(users={REGISTRY_USER: REGISTRY_PASSWORD}) as reg:
+        monkeypatch.setenv("SHIPYARD_REGISTRY_USERNAME", REGISTRY_USER)
+        monkeypatch.setenv("SHIPYARD_REGISTRY_PASSWORD", REGISTRY_PASSWORD)
+        car = _package(model, tmp_path / "champion", registry=reg.address, repository="team/champion")
+        attest_package(str(tmp_path / "champion"), str(selection), key_file=str(private), model_dir=str(model))
+        monkeypatch.delenv("SHIPYARD_REGISTRY_USERNAME")
+        monkeypatch.delenv("SHIPYARD_REGISTRY_PASSWORD")
+        checks: dict[str, Any] = {"registry_reference": car["uri"], "attestations": {"manifests": [{}]}, "problems": []}
+        twins = twin_refusals(checks, tmp_path / "twins")
+        assert checks["problems"] == []
+        check_twins(twins, car["uri"])
+        with registry_login((REGISTRY_USER, REGISTRY_PASSWORD)):  # all 6 copied: the 5 and the model files' signature
+            assert len(att.find_attestations(twins["tampered"]["uri"])["stored"]) == 6
+        # another trust key: the champion no longer passes, and the rehearsal has a problem
+        monkeypatch.setenv("SHIPYARD_CACHE", str(tmp_path / "other-cache"))
+        twins = twin_refusals(checks, tmp_path / "twins-again")
+        assert checks["problems"] == twins["problems"] and len(twins["problems"]) == 1, twins["problems"]
+        assert twins["problems"][0].startswith(f"the attested champion did not pass: FAILED: {car['uri']}: signatures: ")
+    # no attestations found: nothing pushed
+    assert twin_refusals({"attestations": {"manifests": []}, "problems": []}, tmp_path / "none") == {
+        "skipped": "the registry holds no attestations of the champion (see problems)"}
 
 
 def _cosign_reads(client: Any, image_digest: str, public_key: Any) -> list[str]:

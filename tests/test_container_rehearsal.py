@@ -410,6 +410,19 @@ def rehearsals(tiny_model: Path) -> Iterator[dict[str, tuple[int, str, Path]]]:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def check_twins(twins: dict, ref: str) -> None:
+    """The rehearsal's ``twins`` (:func:`shipyard.run.container.twin_refusals`) for the champion ``ref``:
+    both twins refused by verify-model's check and the deploy's, the champion passed."""
+    assert twins["problems"] == [] and twins["champion"]["passed"] is True, twins
+    unattested, tampered = twins["unattested"], twins["tampered"]  # [:-52]: the uri with the digest's 12 first hex
+    assert unattested["uri"] == ref.replace("@", "-unattested-twin@", 1) and unattested["refused"] is True, unattested
+    assert unattested["verify_model"] == f"FAILED: {unattested['uri']}: carries no attestations", unattested
+    assert unattested["deploy"].startswith(f"attestation: {unattested['uri'][:-52]} refused: carries no attestations")
+    assert tampered["uri"].split("@")[0] == ref.split("@")[0] + "-tampered-twin" and tampered["refused"] is True, tampered
+    assert tampered["verify_model"].startswith(f"FAILED: {tampered['uri']}: subjects: "), tampered
+    assert tampered["deploy"].startswith(f"attestation: {tampered['uri'][:-52]} refused: subjects: "), tampered
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_rehearsal_runs_the_whole_pipeline_in_containers(
@@ -449,6 +462,11 @@ def test_rehearsal_runs_the_whole_pipeline_in_containers(
     assert len({m["predicateType"] for m in stored}) == 5 + files_signed, stored
     assert (MODEL_SIGNATURE_TYPE in {m["predicateType"] for m in stored}) == files_signed, stored
     assert rehearsal["deploy_attestation"]["checked"] is True and rehearsal["deploy_attestation"]["passed"] is True
+    # and it refuses what was not attested (issue 37), in the same registry while it was up: an unattested
+    # twin (the champion's manifest and blobs in another repository: the same digest, no referrers) and a
+    # tampered one (another image carrying the champion's signed envelopes), each through verify-model's check
+    # and the deploy step's with the same trust key; the champion passes both
+    check_twins(rehearsal["twins"], ref)
     assert rehearsal["mlflow_runs"]
     # the layout: its identity, its namespaces, the services by their cluster names
     pods, serving = chosen["pipeline_namespace"], chosen["serving_namespace"]

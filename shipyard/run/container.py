@@ -563,6 +563,27 @@ def registry_attestations(address: str, uri: str) -> dict[str, Any]:
                                       for m in resp.json().get("manifests") or []]}
 
 
+def twin_refusals(checks: dict[str, Any], work: Path) -> dict[str, Any]:
+    """Issue 37's enforcement in the rehearsal's registry (:func:`shipyard.testing.twins.attestation_refusals`):
+    an unattested twin and a tampered one of the champion ``checks`` found attested, through
+    verify-model's check and the deploy step's with the key the deploy step trusted; each twin not
+    refused (and a champion not passed) joins ``checks["problems"]``."""
+    from shipyard.core.files import cache_dir
+    from shipyard.oci.attestation import generate_key_pair
+    from shipyard.testing.twins import attestation_refusals
+
+    if not (checks.get("attestations") or {}).get("manifests"):
+        return {"skipped": "the registry holds no attestations of the champion (see problems)"}
+    _, public = generate_key_pair(cache_dir() / "attestation")  # the Secret's public-key.pem (attestation_secret_values)
+    try:
+        out = attestation_refusals(checks["registry_reference"], str(public), work,
+                                   credentials=(REGISTRY_USER, REGISTRY_PASSWORD))
+    except ShipyardError as err:
+        out = {"error": str(err), "problems": [f"the attestation twins could not be checked: {err}"]}
+    checks["problems"] += out["problems"]
+    return out
+
+
 def mlflow_runs(url: str, experiment: str) -> list[dict[str, str]]:
     """The runs of ``experiment`` on the server, with their UI URLs."""
     from mlflow.tracking import MlflowClient
@@ -752,6 +773,7 @@ def run_container(
         os.environ["DOCKER_HOST"] = podman.docker_host
         summary = _run_steps(pipeline, compiled, params, work, root, step_log, wired, secrets)
         checks = verify(summary, {**defaults, **params}, services)
+        checks["twins"] = twin_refusals(checks, work / "twins")  # while the registry is up
         checks["serving"] = serving.timings()
     checks.update(services={"registry": registry.address, "mlflow": mlflow.url, "s3": s3.endpoint,
                             "kubernetes": kube.double.url},
@@ -854,6 +876,12 @@ def format_rehearsal(summary: RunSummary, work_dir: str) -> str:
     for server in checks.get("serving") or []:
         lines.append(f"  {server['service']} served by a vLLM container from {server['ref']}: {server['phase']}"
                      f" (pull {server['pull_seconds']} s, start {server['start_seconds']} s)")
+    twins = checks.get("twins") or {}
+    for name in ("champion", "unattested", "tampered"):
+        if twins.get(name):
+            said = "passed" if twins[name]["passed"] else "refused" if twins[name]["refused"] else "NOT refused"
+            lines.append(f"  attestation check, {name}{'' if name == 'champion' else ' twin'}: {said}"
+                         f" ({twins[name]['verify_model']})")
     for run in checks.get("mlflow_runs", [])[:5]:
         lines.append(f"  mlflow run {run['name'] or '-'} [{run['status']}]: {run['url']}")
     for problem in checks.get("problems", []):
