@@ -838,6 +838,33 @@ def test_the_slo_gates_report_shows_each_replay_with_its_fingerprint_fidelity_an
     assert "Workload replayed" not in html_none.read_text()
 
 
+def test_the_consoles_benchmark_row_names_the_replay_its_fidelity_and_the_served_hit_rate() -> None:
+    """The console's end line of a benchmark (or measure) task that replayed a recorded workload: the
+    fingerprint's digest, the fidelity verdict and the prefix-cache hit rate the server measured, from
+    what the step records (its metrics and its results artifact's metadata); unchanged without one."""
+    import copy
+
+    from report_fixtures import BASE_BENCH
+
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.guidellm import flat_metrics, workload_metadata
+    from shipyard.run.console import key_figure
+
+    fp = load_fingerprint(local_trace.fingerprint_path()).data
+    sent = [{"t": r.t, "input": r.input_len, "output": r.output_len} for r in read_mooncake(local_trace.trace_path())]
+    plain = key_figure("measure-vllm", {}, flat_metrics(BASE_BENCH), {"results": workload_metadata(BASE_BENCH)})
+    assert plain.startswith("max out tok/s ") and "replay" not in plain and workload_metadata(BASE_BENCH) == {}
+    for hit, verdict in ((0.64, "VALID"), (0.05, "INVALID")):
+        results = copy.deepcopy(BASE_BENCH)
+        results["workload"] = {"digest": fp["digest"], "fingerprint": fp,
+                               "fidelity": check_fidelity(fp, sent, server_hit=hit)}
+        meta = workload_metadata(results)
+        assert meta["workload"] == fp["digest"] and meta["workload_fidelity"].startswith(f"workload fidelity: {verdict}")
+        row = key_figure("for-loop-2-iteration-0/measure-vllm-2", {}, flat_metrics(results), {"results": meta})
+        assert row == (f"{plain}; replay of {fp['digest'][7:19]}: fidelity {verdict}, prefix-cache hit "
+                       f"{hit:.1%} on the server (67.9% in theory)"), row
+
+
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "shipyard.cli.main", *args], cwd=cwd, capture_output=True, text=True,
                           check=False)
