@@ -26,6 +26,8 @@ import pytest
 import yaml
 from mlflow_server import shared_server
 
+from shipyard.benchmarking import local_trace
+from shipyard.benchmarking.workload import load_fingerprint
 from shipyard.core.report import has_wide_table
 from shipyard.run.local import RunSummary, StepSummary, format_summary, run_local
 from shipyard.tracking.tracker import default_store, resolve_tracking_uri
@@ -35,7 +37,11 @@ pytestmark = pytest.mark.slow
 EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_arithmetic_mc"], "limit": 8, "batch_size": 4})
 # A second W8A8 recipe: GPTQ without SmoothQuant (inline recipe YAML, as the KFP UI takes it).
 GPTQ_ONLY = "quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      targets: [Linear]\n      scheme: W8A8\n      ignore: [lm_head]\n"
-BENCH = json.dumps({"profile": "concurrent", "loads": [1, 2], "prompt_tokens": 16, "output_tokens": 8, "max_requests": 4})
+#: the README run's replay of the shipped trace (pipelines/local-params.yaml's benchmark_config.workload)
+LOCAL_WORKLOAD = json.loads(yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines" / "local-params.yaml")
+                                           .read_text())["benchmark_config"])["workload"]
+BENCH = json.dumps({"profile": "concurrent", "loads": [1, 2], "prompt_tokens": 16, "output_tokens": 8, "max_requests": 4,
+                    "workload": LOCAL_WORKLOAD})
 #: what each run printed (task lines + the summary the CLI prints), by work dir
 CONSOLE: dict[Path, str] = {}
 
@@ -172,6 +178,21 @@ def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> N
     compress_step = next(s for s in on_disk["steps"] if s["task"].endswith("/compress"))
     assert compress_step["runtime"] == "compress" and compress_step["seconds"] > 0
     assert compress_step["metrics"]["compression_ratio"] > 1
+    # every model's benchmark replayed the shipped trace as the README run does (local-params' workload):
+    # the fingerprint's digest, a faithful replay and the prefix-cache hit rate the vLLM server measured,
+    # in each benchmark's results and in each candidate's SLO report
+    digest = load_fingerprint(local_trace.fingerprint_path()).digest
+    for name in ("measure-vllm", "measure-vllm-2"):
+        for step in [s for s in steps_named(summary, name) if s.status == "SUCCESS"]:
+            replayed = json.loads((Path(step.artifacts["results"]) / "results.json").read_text())["workload"]
+            fidelity = replayed["fidelity"]
+            assert replayed["digest"] == digest and replayed["time_scale"] == LOCAL_WORKLOAD["time_scale"]
+            assert fidelity["valid"] and fidelity["line"].startswith("workload fidelity: VALID"), fidelity["line"]
+            assert fidelity["checks"]["hit_rate"]["server"] > 0, fidelity["checks"]["hit_rate"]
+    for gates in steps_named(summary, "candidate-gates"):
+        slo_report = Path(gates.artifacts["slo_report"]).read_text()
+        assert f"fingerprint digest {digest}" in slo_report and "workload fidelity: VALID" in slo_report
+        assert "prefix-cache hit rate measured on the vLLM server: " in slo_report
     # the candidates report ranks both, one champion, with its plot
     report = Path(one(summary, "select-champion").artifacts["report"]).read_text()
     assert all(label in report for label in labels())
