@@ -196,6 +196,8 @@ def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> N
         slo_report = Path(gates.artifacts["slo_report"]).read_text()
         assert f"fingerprint digest {digest}" in slo_report and "workload fidelity: VALID" in slo_report
         assert "prefix-cache hit rate measured on the vLLM server: " in slo_report
+    # and the console's end line of each model's measure step says so (base and both candidates)
+    assert CONSOLE[work].count(f"replay of {digest[7:19]}: fidelity VALID, prefix-cache hit ") == 3, CONSOLE[work]
     # the candidates report ranks both, one champion, with its plot
     report = Path(one(summary, "select-champion").artifacts["report"]).read_text()
     assert all(label in report for label in labels())
