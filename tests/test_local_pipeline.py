@@ -26,6 +26,8 @@ import pytest
 import yaml
 from mlflow_server import shared_server
 
+from shipyard.benchmarking import local_trace
+from shipyard.benchmarking.workload import load_fingerprint
 from shipyard.core.report import has_wide_table
 from shipyard.run.local import RunSummary, StepSummary, format_summary, run_local
 from shipyard.tracking.tracker import default_store, resolve_tracking_uri
@@ -35,7 +37,12 @@ pytestmark = pytest.mark.slow
 EVAL = json.dumps({"tasks": ["shipyard_capitals_mc", "shipyard_arithmetic_mc"], "limit": 8, "batch_size": 4})
 # A second W8A8 recipe: GPTQ without SmoothQuant (inline recipe YAML, as the KFP UI takes it).
 GPTQ_ONLY = "quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      targets: [Linear]\n      scheme: W8A8\n      ignore: [lm_head]\n"
+#: the README run's replay of the shipped trace (pipelines/local-params.yaml's benchmark_config.workload)
+LOCAL_WORKLOAD = json.loads(yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines" / "local-params.yaml")
+                                           .read_text())["benchmark_config"])["workload"]
 BENCH = json.dumps({"profile": "concurrent", "loads": [1, 2], "prompt_tokens": 16, "output_tokens": 8, "max_requests": 4})
+#: the passing run's: the same levels, then the shipped trace replayed as the README run replays it
+BENCH_REPLAY = json.dumps({**json.loads(BENCH), "workload": LOCAL_WORKLOAD})
 #: what each run printed (task lines + the summary the CLI prints), by work dir
 CONSOLE: dict[Path, str] = {}
 
@@ -45,9 +52,10 @@ def cwd_of(work: Path) -> Path:
     return work.with_name(work.name + "-cwd")
 
 
-def run_tiny(work: Path, tiny_model: Path, tracking_uri: str, *extra: str, pipeline: str = "optimize-and-deploy") -> RunSummary:
-    """One local run on the tiny model with small eval and benchmark configs, from an empty current
-    folder, its console kept in :data:`CONSOLE`."""
+def run_tiny(work: Path, tiny_model: Path, tracking_uri: str, *extra: str, pipeline: str = "optimize-and-deploy",
+             bench: str = BENCH) -> RunSummary:
+    """One local run on the tiny model with small eval and benchmark configs (``bench``), from an
+    empty current folder, its console kept in :data:`CONSOLE`."""
     cwd = cwd_of(work)
     cwd.mkdir()
     console = io.StringIO()
@@ -59,7 +67,7 @@ def run_tiny(work: Path, tiny_model: Path, tracking_uri: str, *extra: str, pipel
                 f"model_uri={tiny_model}",
                 *(["num_calibration_samples=8", "max_seq_length=64"] if pipeline != "promote" else []),
                 f"eval_config={EVAL}",
-                f"benchmark_config={BENCH}",
+                f"benchmark_config={bench}",
                 f"tracking_uri={tracking_uri}",
                 *extra,
             ],
@@ -118,7 +126,8 @@ def passing_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, mlfl
     # model's base and candidates meet, so the run goes all the way with the eval-sets gate in every verdict.
     return work, run_tiny(work, tiny_model, mlflow_url, 'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}',
                           f"recipes={json.dumps(['w8a8-int8', GPTQ_ONLY])}", "selection=size",
-                          "registered_model_name=tiny-llama", f"eval_sets={mcq_set(tmp_path_factory.mktemp('sets'))}")
+                          "registered_model_name=tiny-llama", f"eval_sets={mcq_set(tmp_path_factory.mktemp('sets'))}",
+                          bench=BENCH_REPLAY)
 
 
 #: rows of the passing run's eval set
@@ -172,6 +181,23 @@ def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> N
     compress_step = next(s for s in on_disk["steps"] if s["task"].endswith("/compress"))
     assert compress_step["runtime"] == "compress" and compress_step["seconds"] > 0
     assert compress_step["metrics"]["compression_ratio"] > 1
+    # every model's benchmark replayed the shipped trace as the README run does (local-params' workload):
+    # the fingerprint's digest, a faithful replay and the prefix-cache hit rate the vLLM server measured,
+    # in each benchmark's results and in each candidate's SLO report
+    digest = load_fingerprint(local_trace.fingerprint_path()).digest
+    for name in ("measure-vllm", "measure-vllm-2"):
+        for step in [s for s in steps_named(summary, name) if s.status == "SUCCESS"]:
+            replayed = json.loads((Path(step.artifacts["results"]) / "results.json").read_text())["workload"]
+            fidelity = replayed["fidelity"]
+            assert replayed["digest"] == digest and replayed["time_scale"] == LOCAL_WORKLOAD["time_scale"]
+            assert fidelity["valid"] and fidelity["line"].startswith("workload fidelity: VALID"), fidelity["line"]
+            assert fidelity["checks"]["hit_rate"]["server"] > 0, fidelity["checks"]["hit_rate"]
+    for gates in steps_named(summary, "candidate-gates"):
+        slo_report = Path(gates.artifacts["slo_report"]).read_text()
+        assert f"fingerprint digest {digest}" in slo_report and "workload fidelity: VALID" in slo_report
+        assert "prefix-cache hit rate measured on the vLLM server: " in slo_report
+    # and the console's end line of each model's measure step says so (base and both candidates)
+    assert CONSOLE[work].count(f"replay of {digest[7:19]}: fidelity VALID, prefix-cache hit ") == 3, CONSOLE[work]
     # the candidates report ranks both, one champion, with its plot
     report = Path(one(summary, "select-champion").artifacts["report"]).read_text()
     assert all(label in report for label in labels())

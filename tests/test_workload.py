@@ -743,6 +743,30 @@ def test_prepare_workload_gives_the_trace_and_fingerprint_a_benchmark_replays(tm
     assert sampled["digest"] == shipped.digest
 
 
+def test_the_local_run_replays_the_shipped_trace_by_default(tmp_path: Path) -> None:
+    """``shipyard run --local`` (pipelines/local-params.yaml) benchmarks on the shipped trace: its
+    benchmark_config names it (``{"local": true}``, the trace inside the installed package, so a step in
+    a container finds it too), replayed as recorded at the trace's block size, its time scale keeping the
+    replay within 15-30 s of arrivals."""
+    import yaml
+
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.guidellm import parse_benchmark_config
+    from shipyard.benchmarking.workload_prepare import prepare_workload
+    from shipyard.run.local import LOCAL_PARAMS
+
+    local = yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines" / "local-params.yaml").read_text())
+    assert yaml.safe_load(LOCAL_PARAMS.read_text()) == local  # the packaged copy is the one the run reads
+    cfg = parse_benchmark_config(local["benchmark_config"])
+    assert parse_workload_config(cfg["workload"])["local"] is True
+    prepared = prepare_workload(cfg["workload"], str(tmp_path), max_model_len=8192)
+    assert prepared["digest"] == load_fingerprint(local_trace.fingerprint_path()).digest
+    assert prepared["replayed"] == "recorded" and prepared["requests"] == 45
+    arrivals_s = prepared["fingerprint"]["arrivals"]["duration_s"] / prepared["time_scale"]
+    assert 15 <= arrivals_s <= 30, arrivals_s
+    assert prepared["block_size"] == 32  # the server's --block-size (shipyard.steps.workload.workload_replay)
+
+
 def test_a_few_tokens_of_retokenization_jitter_pass_a_shape_change_does_not() -> None:
     """The shipped trace has few distinct lengths, kept exactly: a harness that sends each prompt 1-2
     tokens off (decode/encode at block joins, a BOS) moves the KS distance past 0.1 but the mean
@@ -771,6 +795,76 @@ def test_the_slo_reports_workload_section_names_the_digest_and_the_verdict() -> 
     bad = fidelity_markdown(fp, check_fidelity(fp, sent, server_hit=0.0))
     assert "workload fidelity: INVALID (hit_rate out of tolerance)" in bad and "SLO verdict of this benchmark is invalid" in bad
     assert "not checked" in fidelity_markdown(fp, None)
+
+
+def test_the_slo_gates_report_shows_each_replay_with_its_fingerprint_fidelity_and_served_hit_rate(
+        tmp_path: Path) -> None:
+    """The SLO gate's own report (slo.html and its Markdown summary, what the candidate-gates step
+    writes) names the shipped trace's fingerprint and digest, the fidelity line and the prefix-cache
+    hit rate the server measured, for the candidate and the base; an unfaithful replay says the
+    verdict is invalid; a benchmark that replayed nothing has no such section."""
+    import copy
+
+    from report_fixtures import BASE_BENCH, CAND_BENCH, SLO, write_json
+
+    from shipyard.benchmarking import local_trace
+    from shipyard.gates.slo import run_slo_gate
+
+    fp = load_fingerprint(local_trace.fingerprint_path()).data
+    sent = [{"t": r.t, "input": r.input_len, "output": r.output_len} for r in read_mooncake(local_trace.trace_path())]
+
+    def report(cand_hit: float, base_hit: float | None, name: str) -> tuple[str, str]:
+        base, cand = copy.deepcopy(BASE_BENCH), copy.deepcopy(CAND_BENCH)
+        cand["workload"] = {"digest": fp["digest"], "fingerprint": fp, "time_scale": 1.0, "requests": 45,
+                            "fidelity": check_fidelity(fp, sent, server_hit=cand_hit)}
+        if base_hit is not None:
+            base["workload"] = {**cand["workload"], "fidelity": check_fidelity(fp, sent, server_hit=base_hit)}
+        html_path, md_path = tmp_path / f"{name}.html", tmp_path / f"{name}.md"
+        run_slo_gate(write_json(tmp_path / f"{name}-base", "results.json", base),
+                     write_json(tmp_path / f"{name}-cand", "results.json", cand), SLO, str(html_path), str(md_path))
+        return html_path.read_text(), md_path.read_text()
+
+    html_text, md = report(0.64, 0.66, "both")
+    for text in (html_text, md):
+        assert "Workload replayed (fingerprint and fidelity)" in text
+        assert text.count(f"fingerprint digest {fp['digest']}") == 2  # candidate and base
+        assert text.count("workload fidelity: VALID") == 2
+        assert "prefix-cache hit rate measured on the vLLM server: 64.0% (theoretical at block size 32: 67.9%)" in text
+        assert "measured on the vLLM server: 66.0%" in text and "SLO verdict of this benchmark is invalid" not in text
+    _, cold = report(0.05, None, "cold")
+    assert "workload fidelity: INVALID (hit_rate out of tolerance)" in cold and "measured on the vLLM server: 5.0%" in cold
+    assert "SLO verdict of this benchmark is invalid" in cold and cold.count("fingerprint digest") == 1
+    html_none = tmp_path / "none.html"
+    run_slo_gate(write_json(tmp_path / "none-base", "results.json", BASE_BENCH),
+                 write_json(tmp_path / "none-cand", "results.json", CAND_BENCH), SLO, str(html_none))
+    assert "Workload replayed" not in html_none.read_text()
+
+
+def test_the_consoles_benchmark_row_names_the_replay_its_fidelity_and_the_served_hit_rate() -> None:
+    """The console's end line of a benchmark (or measure) task that replayed a recorded workload: the
+    fingerprint's digest, the fidelity verdict and the prefix-cache hit rate the server measured, from
+    what the step records (its metrics and its results artifact's metadata); unchanged without one."""
+    import copy
+
+    from report_fixtures import BASE_BENCH
+
+    from shipyard.benchmarking import local_trace
+    from shipyard.benchmarking.guidellm import flat_metrics, workload_metadata
+    from shipyard.run.console import key_figure
+
+    fp = load_fingerprint(local_trace.fingerprint_path()).data
+    sent = [{"t": r.t, "input": r.input_len, "output": r.output_len} for r in read_mooncake(local_trace.trace_path())]
+    plain = key_figure("measure-vllm", {}, flat_metrics(BASE_BENCH), {"results": workload_metadata(BASE_BENCH)})
+    assert plain.startswith("max out tok/s ") and "replay" not in plain and workload_metadata(BASE_BENCH) == {}
+    for hit, verdict in ((0.64, "VALID"), (0.05, "INVALID")):
+        results = copy.deepcopy(BASE_BENCH)
+        results["workload"] = {"digest": fp["digest"], "fingerprint": fp,
+                               "fidelity": check_fidelity(fp, sent, server_hit=hit)}
+        meta = workload_metadata(results)
+        assert meta["workload"] == fp["digest"] and meta["workload_fidelity"].startswith(f"workload fidelity: {verdict}")
+        row = key_figure("for-loop-2-iteration-0/measure-vllm-2", {}, flat_metrics(results), {"results": meta})
+        assert row == (f"{plain}; replay of {fp['digest'][7:19]}: fidelity {verdict}, prefix-cache hit "
+                       f"{hit:.1%} on the server (67.9% in theory)"), row
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -993,8 +993,20 @@ def benchmark_step(
     return {
         "metrics": flat_metrics(results) | scan_metrics(measured["scanned"]),
         "summary": summary,
-        "metadata": {"model_name": name, "profile": cfg["profile"], "levels": [lv["name"] for lv in levels]},
+        "metadata": {"model_name": name, "profile": cfg["profile"], "levels": [lv["name"] for lv in levels],
+                     **workload_metadata(results)},
     }
+
+
+def workload_metadata(results: dict[str, Any]) -> dict[str, Any]:
+    """The results artifact's metadata on a recorded workload's replay: the fingerprint's digest
+    (``workload``) and the fidelity line (``workload_fidelity``), which the console's benchmark row
+    names (:func:`shipyard.run.console.key_figure`); nothing when the benchmark replayed none."""
+    replayed = results.get("workload") or {}
+    if not isinstance(replayed, dict) or not replayed.get("digest"):
+        return {}
+    line = (replayed.get("fidelity") or {}).get("line")
+    return {"workload": str(replayed["digest"]), **({"workload_fidelity": str(line)} if line else {})}
 
 
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:

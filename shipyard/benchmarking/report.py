@@ -348,6 +348,23 @@ def _replay_section(doc: Doc, decision: dict[str, Any]) -> None:
         doc.p(str(rep["text"]), f"{who.capitalize()}:")
 
 
+def _workload_section(doc: Doc, base: dict[str, Any] | None, cand: dict[str, Any] | None) -> None:
+    """The recorded workload each model's benchmark replayed (its ``results.json`` ``workload``): the
+    fingerprint and its digest, the fidelity line and the prefix-cache hit rate the vLLM server
+    measured against the theoretical one; nothing when neither replayed one."""
+    from shipyard.benchmarking.workload_fidelity import INVALID_NOTE, fidelity_lines
+
+    shown = [(who, res["workload"]) for who, res in (("candidate", cand), ("base", base if base != cand else None))
+             if res and isinstance(res.get("workload"), dict) and res["workload"].get("fingerprint")]
+    if not shown:
+        return
+    doc.h(2, "Workload replayed (fingerprint and fidelity)")
+    for who, replayed in shown:
+        doc.h(3, who).items(fidelity_lines(replayed["fingerprint"], replayed.get("fidelity")))
+        if replayed.get("fidelity") and not replayed["fidelity"].get("valid"):
+            doc.warn(INVALID_NOTE)
+
+
 def _decision_section(doc: Doc, decision: dict[str, Any], base: dict[str, Any] | None,
                       cand: dict[str, Any] | None) -> None:
     """The decision and its rule, the sample warnings, the worst regression and best gain, the SLO and
@@ -425,6 +442,7 @@ def report_doc(decision: dict[str, Any], base: dict[str, Any] | None, cand: dict
     _decision_section(doc, decision, base, cand)
     _capacity_section(doc, decision)
     _replay_section(doc, decision)
+    _workload_section(doc, base, cand)
     if with_plots:
         for alt, png in plots(decision, base, cand):
             doc.image(alt, png)

@@ -230,23 +230,33 @@ def fidelity_metrics(record: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
-def fidelity_markdown(fingerprint: dict[str, Any], record: dict[str, Any] | None) -> str:
-    """The SLO report's workload section: the fingerprint's line and digest, the fidelity line, the
-    prefix-cache hit rate measured on the vLLM server against the theoretical one, and the verdict's
-    consequence (an invalid workload makes the SLO verdict untrustworthy)."""
+#: what a report adds when the replay was not faithful
+INVALID_NOTE = ("the SLO verdict of this benchmark is invalid: the traffic sent or served is outside the workload "
+                "tolerance, so it does not describe your workload")
+
+
+def fidelity_lines(fingerprint: dict[str, Any], record: dict[str, Any] | None) -> list[str]:
+    """What a report says of a recorded workload's replay, one plain-text line each: the fingerprint's
+    line, its digest, the fidelity line and the prefix-cache hit rate measured on the vLLM server
+    against the theoretical one (a report adds :data:`INVALID_NOTE` when ``record`` is not valid)."""
     from shipyard.benchmarking.workload import summary_line
 
-    lines = ["## Workload", "", f"- {summary_line(fingerprint)}", f"- fingerprint digest `{fingerprint.get('digest')}`"]
+    lines = [summary_line(fingerprint), f"fingerprint digest {fingerprint.get('digest')}"]
     if record is None:
-        lines.append("- workload fidelity: not checked (the benchmark recorded no fidelity)")
-        return "\n".join(lines) + "\n"
-    lines.append(f"- {record['line']}")
-    hit = record["checks"]["hit_rate"]
-    if "server" in hit:
-        lines.append(f"- prefix-cache hit rate measured on the vLLM server: {hit['server']:.1%} "
+        return [*lines, "workload fidelity: not checked (the benchmark recorded no fidelity)"]
+    lines.append(str(record.get("line") or "workload fidelity: no line recorded"))
+    hit = (record.get("checks") or {}).get("hit_rate") or {}
+    if isinstance(hit.get("server"), int | float) and isinstance(hit.get("theoretical"), int | float):
+        lines.append(f"prefix-cache hit rate measured on the vLLM server: {hit['server']:.1%} "
                      f"(theoretical at block size {(fingerprint.get('prefix') or {}).get('block_size')}: "
                      f"{hit['theoretical']:.1%})")
-    if not record["valid"]:
-        lines.append("- **the SLO verdict of this benchmark is invalid**: the traffic sent or served is outside "
-                     "the workload tolerance, so it does not describe your workload")
+    return lines
+
+
+def fidelity_markdown(fingerprint: dict[str, Any], record: dict[str, Any] | None) -> str:
+    """The benchmark summary's workload section: :func:`fidelity_lines` under a ``## Workload``
+    heading, and the verdict's consequence in bold when the replay was not faithful."""
+    lines = ["## Workload", "", *(f"- {line}" for line in fidelity_lines(fingerprint, record))]
+    if record is not None and not record.get("valid"):
+        lines.append(f"- **{INVALID_NOTE}**")
     return "\n".join(lines) + "\n"

@@ -331,7 +331,9 @@ _ALL: list[Param] = [
       credential_fix="drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"),
     P("benchmark_config", str, CLUSTER_BENCHMARK,
       "guidellm load as JSON: profile (synchronous, concurrent, constant, poisson, sweep), loads, prompt_tokens, "
-      "output_tokens, max_requests, max_seconds, warmup_requests, vllm_args.", json=True,
+      "output_tokens, max_requests, max_seconds, warmup_requests, vllm_args, workload (your recorded traffic, "
+      "replayed after the load levels with its fidelity checked: a trace, a fingerprint, or {\"local\": true}, "
+      "the trace shipped with shipyard; time_scale: N x its rate; see the README's 'Your traffic').", json=True,
       check=_check_benchmark_config),
     P("slo", str, CLUSTER_SLO,
       "SLO gate as JSON: ttft_p99_ms, itl_p99_ms, min_output_tokens_per_s, max_error_rate, min_goodput, require "

@@ -99,6 +99,23 @@ def _num(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def replay_figure(metrics: dict[str, Any], results: dict[str, Any]) -> str:
+    """A benchmark's replay of a recorded workload in a few words (its ``workload.*`` metrics and the
+    results artifact's ``workload`` digest: :func:`shipyard.benchmarking.guidellm.workload_metadata`),
+    e.g. ``; replay of f231528db18b: fidelity VALID, prefix-cache hit 64.0% on the server (67.9% in
+    theory)``; empty without a replay."""
+    if "workload.fidelity_valid" not in metrics:
+        return ""
+    digest = str(results.get("workload") or "")
+    text = (f"; replay of {digest.removeprefix('sha256:')[:12] or 'a recorded workload'}: fidelity "
+            + ("VALID" if metrics["workload.fidelity_valid"] else "INVALID"))
+    hit, theory = metrics.get("workload.prefix_hit_server"), metrics.get("workload.prefix_hit_theoretical")
+    if isinstance(hit, int | float):
+        text += f", prefix-cache hit {hit:.1%} on the server" + (
+            f" ({theory:.1%} in theory)" if isinstance(theory, int | float) else "")
+    return text
+
+
 def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artifacts: dict[str, dict[str, Any]]) -> str:
     """The one figure that says how a task went (a step's headline metric or output)."""
     component = component_of(task)
@@ -107,7 +124,8 @@ def key_figure(task: str, params: dict[str, Any], metrics: dict[str, Any], artif
         return f"compression x{metrics['compression_ratio']:.3g}"
     if component in ("benchmark", "measure-vllm") and "max_output_tokens_per_s" in metrics:
         cached = " (cached base result)" if metrics.get("cached_result") else ""
-        return f"max out tok/s {metrics['max_output_tokens_per_s']:.4g}{cached}"
+        return f"max out tok/s {metrics['max_output_tokens_per_s']:.4g}{cached}" + replay_figure(
+            metrics, artifacts.get("results") or {})
     if component == "candidate-gates" and "passed" in metrics:
         caveats = {"accuracy_passed": str((artifacts.get("candidate") or {}).get("accuracy_caveat") or "")}
         # the safety gate's verdict as the step said it ("pass (4 attempts < min_attempts 30)", "FAIL (inconclusive)")

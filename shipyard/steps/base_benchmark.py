@@ -34,6 +34,7 @@ from shipyard.benchmarking.guidellm import (
     load_results,
     parse_benchmark_config,
     summary_markdown,
+    workload_metadata,
 )
 from shipyard.core.files import atomic_write_text
 from shipyard.evaluation.cache import model_identity
@@ -80,7 +81,7 @@ def _restored(entry: Path, out_dir: str, summary_path: str | None, cfg: dict[str
         "summary": summary,
         "metadata": {"model_name": results.get("model_name"), "profile": cfg["profile"],
                      "levels": [lv["name"] for lv in results["levels"]], "cached": True,
-                     "cached_from": results["cached"]},
+                     "cached_from": results["cached"], **workload_metadata(results)},
     }
 
 
