@@ -1415,7 +1415,8 @@ def test_a_uri_from_the_environment_that_carries_credentials_is_one_line(
 @pytest.mark.parametrize(("name", "argv"), [
     ("SHIPYARD_KFP_TIMEOUT_S", ("runs", "--host", DEAD)),
     ("SHIPYARD_S3_TIMEOUT_S", deploy("--template", "s3://bucket/llmisvc.yaml")),
-], ids=["kfp", "s3"])
+    ("SHIPYARD_CHECK_API_TIMEOUT_S", ("check", "--no-s3")),
+], ids=["kfp", "s3", "check"])
 def test_a_bad_deadline_setting_is_one_line_before_any_call(name: str, argv: tuple[str, ...], value: str,
                                                             tmp_path: Path) -> None:
     """The settings that bound each call to a service (issue 34): a value that is not a number of

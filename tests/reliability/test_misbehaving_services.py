@@ -947,6 +947,20 @@ def test_kubernetes_calls_end_at_their_deadline(tmp_path: Path) -> None:
         _late_line(_ends_within(lambda: checking.call("GET", "/api"), 3.0, 5.0), "shipyard check gives each API call")
 
 
+def test_shipyard_check_ends_at_shipyard_check_api_timeout_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SHIPYARD_CHECK_API_TIMEOUT_S`` sets ``shipyard check``'s read timeout (default 15 s, 31 s per
+    call): against an API server that drips, 0.5 s gives 3 s in all, and the line names the setting."""
+    from shipyard.run.check import cluster_checks
+
+    monkeypatch.setenv("SHIPYARD_CHECK_API_TIMEOUT_S", "0.5")
+    with _drip_except({}, every_s=0.1) as url:
+        config = str(_kubeconfig(tmp_path / "kubeconfig", url))
+        checks = _ends_within(lambda: cluster_checks(kubeconfig=config, check_s3=False), 3.0, 8.0)
+    assert isinstance(checks, list), checks
+    (kube,) = [check for check in checks if check.name == "kubernetes"]
+    assert kube.status == "fail" and "within 3 s" in kube.line() and "SHIPYARD_CHECK_API_TIMEOUT_S=0.5" in kube.line()
+
+
 #: the Python of the compress runtime, which has huggingface_hub (the base venv does not)
 HUB_PYTHON = Path(__file__).resolve().parents[2] / ".venvs" / "compress" / "bin" / "python"
 HUB_COMMIT = "c0ffee" * 6 + "beef"
