@@ -152,18 +152,21 @@ def pvc_root() -> Path:
 
 
 def _download_hf(uri: ModelURI, dest: Path) -> None:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from shipyard.models.hub import download
 
     try:
-        snapshot_download(repo_id=uri.location, revision=uri.revision, local_dir=dest)
-    except LocalEntryNotFoundError:
-        raise ShipyardError(
-            "model_uri",
-            f"hf://{uri.location} is not in the local Hugging Face cache and the hub is unreachable (offline mode)",
-            "pre-download it, or use a local folder, s3://, oci:// or embedded:// model",
-        ) from None
+        download(uri.location, uri.revision, dest)
+    except ShipyardError:  # a bad SHIPYARD_HF_TIMEOUT_S, or past it: one line naming the setting
+        raise
     except Exception as err:  # network errors, 401/404 from the hub
+        from huggingface_hub.errors import LocalEntryNotFoundError
+
+        if isinstance(err, LocalEntryNotFoundError):
+            raise ShipyardError(
+                "model_uri",
+                f"hf://{uri.location} is not in the local Hugging Face cache and the hub is unreachable (offline mode)",
+                "pre-download it, or use a local folder, s3://, oci:// or embedded:// model",
+            ) from None
         raise ShipyardError("model_uri", f"cannot download hf://{uri.location}: {type(err).__name__}: {err}".splitlines()[0],
                             "check the name, HF_TOKEN and network") from None
 

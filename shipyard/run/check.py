@@ -20,8 +20,8 @@ allowed``) or something that is not an API server at all (a login page, another 
 forbids (403) is the ``not allowed`` line of the check that needed it (naming the user, verb and
 resource), never "missing". Every name that goes into an API path is checked against Kubernetes'
 rules first (:func:`check_names`) and each path segment is URL-quoted (:func:`api_path`). Each
-Kubernetes API call ends within 31 s in all (:data:`CHECK_API_TIMEOUT_S`, 15 s, per read, and the
-connect attempts), however slowly the API server (or a proxy before it) answers; each HTTP check (KFP, MLflow, the registry) within its own.
+Kubernetes API call ends within 31 s in all (``SHIPYARD_CHECK_API_TIMEOUT_S``, default 15 s, per read,
+and the connect attempts), however slowly the API server (or a proxy before it) answers; each HTTP check (KFP, MLflow, the registry) within its own.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from shipyard.core.env import env_float
 from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.net import call_within, http_request
 from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
@@ -42,8 +43,19 @@ from shipyard.pipelines.platform import cluster_layout, ephemeral_storage, load_
 from shipyard.serving import cluster_check as cc
 from shipyard.serving.cluster_check import Check
 
-#: the most one Kubernetes API call of ``shipyard check`` may take, in seconds in all
+#: the read timeout of each Kubernetes API call of ``shipyard check`` (its deadline: this and the connect attempts)
 CHECK_API_TIMEOUT_S = 15.0
+#: the setting that changes it (seconds per read)
+ENV_CHECK_API_TIMEOUT = "SHIPYARD_CHECK_API_TIMEOUT_S"
+
+
+def check_api_timeout_s() -> float:
+    """``SHIPYARD_CHECK_API_TIMEOUT_S`` (default :data:`CHECK_API_TIMEOUT_S`), a number of seconds."""
+    seconds = env_float(ENV_CHECK_API_TIMEOUT, CHECK_API_TIMEOUT_S)
+    if not 0 < seconds < 3600:
+        raise ShipyardError(ENV_CHECK_API_TIMEOUT, f"{seconds:g} is not a number of seconds in (0, 3600)",
+                            f"set {ENV_CHECK_API_TIMEOUT} to e.g. 15 or unset it")
+    return seconds
 #: what the Kubernetes part leaves unchecked when it stops at its first call
 UNCHECKED = "KServe, CRDs, Secrets, nodes and permissions unchecked"
 
@@ -125,7 +137,8 @@ class _Kube:
         def late() -> UnreachableError:
             return UnreachableError("kubeconfig", f"the Kubernetes API at {self.host} gave no whole answer to {method} "
                                     f"{path} within {deadline:g} s", "check the API server's health (and a proxy "
-                                    f"before it); shipyard check gives each API call {deadline:g} s in all")
+                                    f"before it); shipyard check gives each API call {deadline:g} s in all "
+                                    f"({ENV_CHECK_API_TIMEOUT}={self.timeout_s:g} s per read and the connect attempts)")
 
         try:
             data = call_within(deadline, self.api.call_api, path, method, body=body, auth_settings=["BearerToken"],
@@ -282,6 +295,7 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
     from shipyard.serving.kserve.apply import api_client, has_cluster_credentials
 
     _refuse_credentials(kfp_host, mlflow_url, registry)
+    timeout_s = check_api_timeout_s()
     cfg = load_cluster_config(cluster_config)
     chosen = cluster_layout(layout, cluster_config)
     if namespace:
@@ -299,7 +313,7 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
         checks.append(Check("kubernetes", cc.SKIP, "not checked: no kubeconfig (none given, KUBECONFIG unset, no "
                             f"~/.kube/config, not in a pod): {UNCHECKED}", "give --kubeconfig FILE or set KUBECONFIG"))
         return checks + outside_checks(chosen, **outside)
-    kube = _Kube(api_client(kubeconfig, context, timeout_s=CHECK_API_TIMEOUT_S))
+    kube = _Kube(api_client(kubeconfig, context, timeout_s=timeout_s), timeout_s)
     stop = probe(kube)
     if stop is not None:
         return [*checks, stop, *outside_checks(chosen, **outside)]

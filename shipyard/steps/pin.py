@@ -17,7 +17,6 @@ an uncached task before it and returns:
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -48,10 +47,12 @@ def _folder_fingerprint(folder: Path, field: str = "model_uri") -> str:
 
 
 def _hf_commit(parsed: ModelURI, field: str = "model_uri") -> str:
-    from huggingface_hub import HfApi
+    from shipyard.models.hub import model_info
 
     try:
-        info = HfApi(token=os.environ.get("HF_TOKEN") or None).model_info(parsed.location, revision=parsed.revision)
+        info = model_info(parsed.location, parsed.revision)
+    except ShipyardError:  # a bad SHIPYARD_HF_TIMEOUT_S, or past it: one line naming the setting
+        raise
     except Exception as err:  # network errors, 401/404 from the hub
         raise ShipyardError(field, f"cannot read the current revision of hf://{parsed.location}: "
                             f"{type(err).__name__}: {err}".splitlines()[0],

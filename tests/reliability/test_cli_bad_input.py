@@ -1415,7 +1415,8 @@ def test_a_uri_from_the_environment_that_carries_credentials_is_one_line(
 @pytest.mark.parametrize(("name", "argv"), [
     ("SHIPYARD_KFP_TIMEOUT_S", ("runs", "--host", DEAD)),
     ("SHIPYARD_S3_TIMEOUT_S", deploy("--template", "s3://bucket/llmisvc.yaml")),
-], ids=["kfp", "s3"])
+    ("SHIPYARD_CHECK_API_TIMEOUT_S", ("check", "--no-s3")),
+], ids=["kfp", "s3", "check"])
 def test_a_bad_deadline_setting_is_one_line_before_any_call(name: str, argv: tuple[str, ...], value: str,
                                                             tmp_path: Path) -> None:
     """The settings that bound each call to a service (issue 34): a value that is not a number of
@@ -1438,3 +1439,23 @@ def test_a_bad_registry_deadline_is_one_line(value: str, monkeypatch: pytest.Mon
     with pytest.raises(ShipyardError) as err:
         RegistryClient("127.0.0.1:9", "team/model")
     assert err.value.field == "SHIPYARD_REGISTRY_TIMEOUT_S" and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan"])
+@pytest.mark.parametrize("call", ["pin", "resolve"])
+def test_a_bad_hub_deadline_is_one_line_before_any_call(value: str, call: str, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """``SHIPYARD_HF_TIMEOUT_S`` (each call to the Hugging Face Hub, issue 34): a value that is not
+    a number of seconds is one line naming it, before huggingface_hub is imported or the hub contacted."""
+    from shipyard.core.errors import ShipyardError
+    from shipyard.models.hub import ENV_TIMEOUT
+    from shipyard.models.resolve import resolve_model
+    from shipyard.steps.pin import pin_model
+
+    monkeypatch.setenv(ENV_TIMEOUT, value)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", DEAD)
+    with pytest.raises(ShipyardError) as err:
+        pin_model("hf://org/name") if call == "pin" else resolve_model("hf://org/name", str(tmp_path / "m"))
+    assert err.value.field == ENV_TIMEOUT == "SHIPYARD_HF_TIMEOUT_S" and "\n" not in str(err.value)
+    assert not (tmp_path / "m").exists()

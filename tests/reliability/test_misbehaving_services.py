@@ -948,3 +948,112 @@ def test_kubernetes_calls_end_at_their_deadline(tmp_path: Path) -> None:
         assert "timed out after 3s" in line  # "may have reached the server": the deploy restores the previous state
         checking = _Kube(api_client(config, timeout_s=0.5), timeout_s=0.5)
         _late_line(_ends_within(lambda: checking.call("GET", "/api"), 3.0, 5.0), "shipyard check gives each API call")
+
+
+def test_shipyard_check_ends_at_shipyard_check_api_timeout_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SHIPYARD_CHECK_API_TIMEOUT_S`` sets ``shipyard check``'s read timeout (default 15 s, 31 s per
+    call): against an API server that drips, 0.5 s gives 3 s in all, and the line names the setting."""
+    from shipyard.run.check import cluster_checks
+
+    monkeypatch.setenv("SHIPYARD_CHECK_API_TIMEOUT_S", "0.5")
+    with _drip_except({}, every_s=0.1) as url:
+        config = str(_kubeconfig(tmp_path / "kubeconfig", url))
+        checks = _ends_within(lambda: cluster_checks(kubeconfig=config, check_s3=False), 3.0, 8.0)
+    assert isinstance(checks, list), checks
+    (kube,) = [check for check in checks if check.name == "kubernetes"]
+    assert kube.status == "fail" and "within 3 s" in kube.line() and "SHIPYARD_CHECK_API_TIMEOUT_S=0.5" in kube.line()
+
+
+#: the Python of the compress runtime, which has huggingface_hub (the base venv does not)
+HUB_PYTHON = Path(__file__).resolve().parents[2] / ".venvs" / "compress" / "bin" / "python"
+HUB_COMMIT = "c0ffee" * 6 + "beef"
+HUB_CALL = ("import sys\nfrom shipyard.core.errors import ShipyardError\n"
+            "from shipyard.models.resolve import resolve_model\nfrom shipyard.steps.pin import pin_model\n"
+            "try:\n    pin_model(sys.argv[2]) if sys.argv[1] == 'pin' else resolve_model(sys.argv[2], sys.argv[3])\n"
+            "except ShipyardError as err:\n    print(err)\n    sys.exit(3)\n")
+
+
+@contextlib.contextmanager
+def _dripping_hub(drip: str, every_s: float = 0.5) -> Iterator[str]:
+    """A Hugging Face Hub on loopback with one model, ``tiny-org/tiny`` (one file, config.json):
+    its model info drips (``drip="info"``) or the file's bytes do (``drip="file"``), one byte every
+    ``every_s`` after whole headers; the rest answers at once, as the hub does (any other path: 404)."""
+    stop = threading.Event()
+    body = b'{"model_type": "llama"}' + b" " * 4000
+    info = json.dumps({"id": "tiny-org/tiny", "sha": HUB_COMMIT,
+                       "siblings": [{"rfilename": "config.json", "size": len(body)}]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _drip(self, length: int) -> None:
+            self.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n".encode())
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    stop.wait(every_s)
+            self.close_connection = True
+
+        def _answer(self, payload: bytes, head: bool = False) -> None:
+            self.send_response(200)
+            for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
+                                ("X-Repo-Commit", HUB_COMMIT), ("ETag", '"config-etag"')):
+                self.send_header(name, value)
+            self.end_headers()
+            if not head:
+                self.wfile.write(payload)
+
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
+            self._answer(body, head=True)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path.startswith("/api/models/"):
+                self._drip(len(info) + 100000) if drip == "info" else self._answer(info)
+            elif self.path.startswith("/tiny-org/tiny/resolve/"):
+                self._drip(len(body)) if drip == "file" else self._answer(body)
+            else:  # huggingface_hub's other asks (/api/agent-harnesses): not on this hub
+                self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        with LoopbackServer(Handler) as server:
+            yield server.url
+    finally:
+        stop.set()
+
+
+@pytest.mark.skipif(not HUB_PYTHON.exists(), reason="needs the compress venv (huggingface_hub)")
+@pytest.mark.parametrize("drip", ["info", "file", "none"])
+def test_hub_pins_and_downloads_end_at_shipyard_hf_timeout_s(drip: str, tmp_path: Path) -> None:
+    """huggingface_hub's timeouts are per read: pinning ``hf://`` (the model info drips) and
+    resolving it (the file's bytes drip) end within ``SHIPYARD_HF_TIMEOUT_S`` (a file's bytes at
+    256 KiB/s on top) with one line naming it, with the real library (the compress venv's: the
+    calls run there) against a hub on loopback; a hub that answers at once gives the model folder
+    as ``snapshot_download`` laid it out."""
+    from shipyard.models.hub import ENV_TIMEOUT
+
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("HF_") and name not in ("TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+           and name.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    with _dripping_hub(drip) as url:
+        env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"),
+                   **{ENV_TIMEOUT: "1"}, NO_PROXY="127.0.0.1")
+        argv = ["pin", "hf://tiny-org/tiny"] if drip == "info" else ["resolve", "hf://tiny-org/tiny", str(tmp_path / "m")]
+        started = time.monotonic()
+        try:
+            proc = subprocess.run([str(HUB_PYTHON), "-c", HUB_CALL, *argv], env=env, capture_output=True, text=True,
+                                  timeout=40, check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{argv[0]} still waiting 40 s into a 1 s SHIPYARD_HF_TIMEOUT_S")
+        took = time.monotonic() - started
+    if drip == "none":
+        assert proc.returncode == 0 and json.loads((tmp_path / "m" / "config.json").read_text()) == \
+            {"model_type": "llama"}, proc.stdout + proc.stderr[-2000:]
+        return
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-2000:]
+    _late_line(ShipyardError.from_line(proc.stdout.strip()), ENV_TIMEOUT)
+    assert took < 20, f"{argv[0]} took {took:.1f} s"  # the imports (seconds) and 1 s
+    assert not (tmp_path / "m").exists()

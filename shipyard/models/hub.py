@@ -1,0 +1,87 @@
+"""Calls to the Hugging Face Hub (``hf://`` models and adapters) within a deadline in all.
+
+huggingface_hub's own timeouts bound each read only: a hub (or a proxy before it) that sends a
+byte every few seconds would hold a pin or a download forever. Every call here ends within
+``SHIPYARD_HF_TIMEOUT_S`` seconds in all (default 120), a file's download getting its bytes at
+256 KiB/s on top (the size the hub lists for it); past it one line naming the setting (exit 3,
+:func:`shipyard.core.net.call_within`). ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE``
+are read as huggingface_hub reads them.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from shipyard.core.env import env_float, hub_offline
+from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.net import call_within, transfer_deadline
+
+#: the setting that bounds each call to the hub (seconds in all; a file's bytes at 256 KiB/s on top)
+ENV_TIMEOUT = "SHIPYARD_HF_TIMEOUT_S"
+#: how many files of a model download at once (each within its own deadline)
+PARALLEL_FILES = 4
+
+
+def hf_timeout_s() -> float:
+    """The most one call to the hub may take before its bytes (``SHIPYARD_HF_TIMEOUT_S``, default 120)."""
+    seconds = env_float(ENV_TIMEOUT, 120.0)
+    if not 0 < seconds < 86400:
+        raise ShipyardError(ENV_TIMEOUT, f"{seconds:g} is not a number of seconds in (0, 86400)",
+                            f"set {ENV_TIMEOUT} to e.g. 120 or unset it")
+    return seconds
+
+
+class _Hub:
+    """The owner of the hub calls' sockets: huggingface_hub's one shared HTTP client reuses them."""
+
+
+_OWNER = _Hub()
+
+
+def within(what: str, fn: Any, *args: Any, size: int | None = None, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` (a huggingface_hub call) within ``SHIPYARD_HF_TIMEOUT_S``, plus
+    ``size`` bytes at 256 KiB/s; past it one line naming the setting."""
+    deadline = transfer_deadline(hf_timeout_s(), size)
+
+    def late() -> UnreachableError:
+        from huggingface_hub import constants
+
+        return UnreachableError(ENV_TIMEOUT, f"the Hugging Face Hub at {constants.ENDPOINT} gave no whole answer to "
+                                f"{what} within {round(deadline, 1):g} s", f"check the network (and HF_ENDPOINT), or "
+                                f"raise {ENV_TIMEOUT} (seconds per call; a file gets 256 KiB/s on top)")
+
+    return call_within(deadline, fn, *args, on_timeout=late, owner=_OWNER, **kwargs)
+
+
+def model_info(repo: str, revision: str | None, *, files_metadata: bool = False) -> Any:
+    """The hub's ``ModelInfo`` of ``repo`` at ``revision`` (with each file's size when ``files_metadata``)."""
+    hf_timeout_s()  # a bad setting is one line before anything is imported or contacted
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=os.environ.get("HF_TOKEN") or None)
+    return within(f"the model info of hf://{repo}", api.model_info, repo, revision=revision,
+                  files_metadata=files_metadata)
+
+
+def download(repo: str, revision: str | None, dest: Path) -> None:
+    """The files of ``repo`` at ``revision`` into ``dest``: the commit and each file's size from
+    the hub first, then each file within its own deadline (its bytes at 256 KiB/s on top).
+    Offline (``HF_HUB_OFFLINE``): from the local cache, no network."""
+    hf_timeout_s()
+    from huggingface_hub import hf_hub_download, snapshot_download
+
+    token = os.environ.get("HF_TOKEN") or None
+    if hub_offline():
+        within(f"hf://{repo} from the local cache", snapshot_download, repo_id=repo, revision=revision, local_dir=dest)
+        return
+    info = model_info(repo, revision, files_metadata=True)
+
+    def fetch(sibling: Any) -> None:
+        within(f"the download of hf://{repo}/{sibling.rfilename}", hf_hub_download, repo, sibling.rfilename,
+               revision=info.sha, local_dir=dest, token=token, size=sibling.size)
+
+    with ThreadPoolExecutor(max_workers=PARALLEL_FILES, thread_name_prefix="shipyard-hf") as pool:
+        list(pool.map(fetch, info.siblings or []))
