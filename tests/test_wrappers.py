@@ -53,3 +53,31 @@ def test_the_wrapper_helpers_set_kfp_outputs_and_read_optional_inputs(tmp_path: 
     record_metadata({"decision": {"passed": True}, "report": {"recipe": "fp8"}}, decision=decision, report=report)
     assert decision.metadata == {"champion": "fp8", "passed": True} and report.metadata == {"champion": "fp8",
                                                                                           "recipe": "fp8"}
+
+
+def test_the_adapters_step_keys_its_record_apart_from_adapter_names(tmp_path: Path) -> None:
+    """An adapter may be called ``log`` or ``metadata``: the step's result keeps the adapters under
+    ``adapters``, so neither collides with the MLflow record or the results' metadata."""
+    from shipyard.evaluation.lora import adapters_record
+
+    def summary(digest: str, value: float) -> dict:
+        return {"adapter": {"digest": digest}, "cached": False, "wall_time_s": 2.0,
+                "scores": {"shipyard_capitals_mc": {"acc,none": {"value": value}}}}
+
+    summaries = {"log": summary("sha256:aa", 0.5), "metadata": summary("sha256:bb", 0.75)}
+    out = adapters_record(summaries, str(tmp_path))
+    json.dumps(out)  # what call_step hands back from the compress runtime's process
+    assert out["adapters"] == summaries
+    assert out["metadata"] == {"adapters": {"log": {"digest": "sha256:aa", "cached": False},
+                                            "metadata": {"digest": "sha256:bb", "cached": False}}}
+    assert out["log"] == {
+        "metrics": {"lora/log/shipyard_capitals_mc/acc": 0.5, "lora/log/eval_wall_time_s": 2.0,
+                    "lora/metadata/shipyard_capitals_mc/acc": 0.75, "lora/metadata/eval_wall_time_s": 2.0},
+        "tags": {"shipyard.lora.log.digest": "sha256:aa", "shipyard.lora.metadata.digest": "sha256:bb"},
+        "artifacts": {"lora-log-summary.json": f"{tmp_path}/log/summary.json",
+                      "lora-metadata-summary.json": f"{tmp_path}/metadata/summary.json"}}
+    artifact = Artifact(uri=str(tmp_path / "results"))
+    record_outputs(out, artifact=artifact)
+    assert artifact.metadata == out["metadata"]
+    assert adapters_record({}, str(tmp_path)) == {"adapters": {}, "metadata": {"adapters": {}},
+                                                 "log": {"metrics": {}, "tags": {}, "artifacts": {}}}
