@@ -12,7 +12,7 @@ from kfp.dsl import Artifact, Markdown
 
 from shipyard.core.records import DECISION_RECORD, SELECTION_FILE
 from shipyard.evaluation.garak_scan import SAFETY_DIR, SAFETY_FILE
-from shipyard.runtimes.runtime import metadata_of, path_of, record_metadata, record_outputs
+from shipyard.runtimes.runtime import metadata_of, path_of, record_metadata, record_outputs, uri_of
 from shipyard.steps.benchmark import benchmark_record
 from shipyard.steps.select import select_champion
 
@@ -45,8 +45,8 @@ def test_a_benchmark_record_names_its_summary_results_and_the_safety_scans_files
 
 def test_the_wrapper_helpers_set_kfp_outputs_and_read_optional_inputs(tmp_path: Path) -> None:
     given = Artifact(uri=str(tmp_path / "in"), metadata={"uri": "hf://org/m"})
-    assert (path_of(None), metadata_of(None)) == ("", {})
-    assert (path_of(given), metadata_of(given)) == (given.path, {"uri": "hf://org/m"})
+    assert (path_of(None), metadata_of(None), uri_of(None)) == ("", {}, "")
+    assert (path_of(given), metadata_of(given), uri_of(given)) == (given.path, {"uri": "hf://org/m"}, given.uri)
     decision, report = Artifact(uri=str(tmp_path / "d")), Markdown(uri=str(tmp_path / "r"))
     record_outputs({"metadata": {"champion": "fp8"}}, artifact=(decision, report))
     assert decision.metadata == report.metadata == {"champion": "fp8"}

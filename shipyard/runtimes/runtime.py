@@ -360,6 +360,11 @@ def path_of(artifact: Any) -> str:
     return "" if artifact is None else artifact.path
 
 
+def uri_of(artifact: Any) -> str:
+    """In a KFP wrapper: an optional input artifact's URI ("" when the pipeline passed none)."""
+    return "" if artifact is None else artifact.uri
+
+
 def name_output(artifact: Any, suffix: str) -> str:
     """Give a KFP output artifact a file name ending in ``suffix`` (``.html``, ``.md``: every
     ``Output[Markdown]`` of a step wrapper) before it is written; returns the new path.
