@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from shipyard.benchmarking.workload import summary_line
 from shipyard.benchmarking.workload_config import CHECKS, DEFAULT_TOLERANCE
 
 
@@ -234,8 +235,6 @@ def fidelity_markdown(fingerprint: dict[str, Any], record: dict[str, Any] | None
     """The SLO report's workload section: the fingerprint's line and digest, the fidelity line, the
     prefix-cache hit rate measured on the vLLM server against the theoretical one, and the verdict's
     consequence (an invalid workload makes the SLO verdict untrustworthy)."""
-    from shipyard.benchmarking.workload import summary_line
-
     lines = ["## Workload", "", f"- {summary_line(fingerprint)}", f"- fingerprint digest `{fingerprint.get('digest')}`"]
     if record is None:
         lines.append("- workload fidelity: not checked (the benchmark recorded no fidelity)")

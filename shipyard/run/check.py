@@ -33,12 +33,16 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.errors import ShipyardError, UnreachableError, refuse_credentials
+from shipyard.core.k8s_names import check_namespace, check_object_name
 from shipyard.core.net import http_request
+from shipyard.oci.client import check_registry
+from shipyard.params.deploy import parse_deploy_config
 from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
 from shipyard.pipelines.platform import cluster_layout, ephemeral_storage, load_cluster_config
 from shipyard.serving import cluster_check as cc
 from shipyard.serving.cluster_check import Check
+from shipyard.serving.kserve.apply import api_client, connection_problem, has_cluster_credentials
 
 #: what the Kubernetes part leaves unchecked when it stops at its first call
 UNCHECKED = "KServe, CRDs, Secrets, nodes and permissions unchecked"
@@ -122,8 +126,6 @@ class _Kube:
         except UnicodeDecodeError:  # the client decodes a 200's body as UTF-8
             return 200, "(a body that is not text)"
         except urllib3.exceptions.HTTPError as err:
-            from shipyard.serving.kserve.apply import connection_problem
-
             raise UnreachableError("kubeconfig", f"cannot reach the Kubernetes API at {self.host}: "
                                    f"{connection_problem(err)}", "check the kubeconfig's server and the network") from None
         return 200, data
@@ -137,8 +139,6 @@ class _Kube:
              field: str = "kubernetes API path", query: dict[str, str] | None = None) -> dict[str, Any] | None:
         """GET one object (``name``) or a list: the object, None when absent (404) or not an object;
         ``namespace`` and ``name`` are checked as Kubernetes names first (one line naming ``field``)."""
-        from shipyard.core.k8s_names import check_namespace, check_object_name
-
         if namespace:
             check_namespace(namespace, field, "kubeflow")
         if name:
@@ -190,8 +190,6 @@ def _answer(code: int, data: Any) -> str:
 
 
 def _deploy_config(raw: str | None, namespace: str) -> Any:
-    from shipyard.params.deploy import parse_deploy_config
-
     text = raw if raw else BY_NAME["deploy_config"].default
     return parse_deploy_config(text, name="shipyard-llm", namespace=namespace, model_uri=PLACEHOLDER_OCI)
 
@@ -264,8 +262,6 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
     deploy target (default: the layout's ``serving_namespace``); ``kserve_namespace``: where KServe's
     controller runs (default: ``kserve``, then ``kubeflow``, where Kubeflow installs it). Every name
     that goes into an API path is checked before the first request (one line naming its field)."""
-    from shipyard.serving.kserve.apply import api_client, has_cluster_credentials
-
     _refuse_credentials(kfp_host, mlflow_url, registry)
     cfg = load_cluster_config(cluster_config)
     chosen = cluster_layout(layout, cluster_config)
@@ -293,13 +289,9 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
 
 def _refuse_credentials(kfp_host: str, mlflow_url: str, registry: str) -> None:
     """Credentials in the URL options are refused before anything is contacted."""
-    from shipyard.core.errors import refuse_credentials
-
     refuse_credentials(kfp_host, "--kfp-host", "drop them; pass the token with --kfp-token")
     refuse_credentials(mlflow_url, "--mlflow-url", BY_NAME["tracking_uri"].credential_fix + " (check reads it from there)")
     if registry:
-        from shipyard.oci.client import check_registry
-
         check_registry(registry, "--registry")
 
 
@@ -307,8 +299,6 @@ def check_names(chosen: dict[str, str], cfg: dict[str, Any], places: list[str], 
     """Every namespace and object name ``check`` puts into an API path, checked against Kubernetes'
     own rules (a DNS-1123 label for a namespace, a DNS-1123 subdomain for a Secret or
     ServiceAccount) before any request: a bad one is one line naming its flag or cluster-config key."""
-    from shipyard.core.k8s_names import check_namespace, check_object_name
-
     lay = f"cluster_config layouts.{chosen['name']}"
     check_namespace(chosen["serving_namespace"], "-n/--namespace" if namespace_flag else f"{lay}.serving_namespace",
                     "shipyard")

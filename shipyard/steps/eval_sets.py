@@ -40,6 +40,26 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
+from shipyard.core.records import read_record
+from shipyard.evaluation.eval_set_tasks import compile_eval_sets, eval_config_for, validate_task_folder
+from shipyard.evaluation.eval_sets import (
+    LMEVAL_FORMS,
+    config_text,
+    load_all,
+    load_labels,
+    parse_eval_sets,
+    pin_eval_sets,
+)
+from shipyard.evaluation.judge import answer_rubric
+from shipyard.evaluation.leakage import leak_check
+from shipyard.evaluation.lmeval import evaluate_model
+from shipyard.gates.eval_sets import EvalSetsGate, JudgedSet, gate_eval_sets, paired_records, report_doc
+from shipyard.gates.judging import Judged, calibrate
+from shipyard.gates.paired import load_samples
+from shipyard.gates.parity import check_parity
+from shipyard.gates.recovery import load_summary, parse_thresholds
+from shipyard.models.resolve import parse_model_uri
+from shipyard.runtimes.runtime import run_in_runtime
 
 PREPARED = "prepared.json"
 TASKS = "tasks"
@@ -63,8 +83,6 @@ def pin_step(eval_sets: str) -> dict[str, Any]:
     Returns ``{"eval_sets": the pinned value ("" for an empty one), "sets": [{name, uri, sha256}],
     "labels_sha256": the labelled slice's digest or ""}``. A digest given in ``eval_sets`` that the
     content does not match is one line naming the set."""
-    from shipyard.evaluation.eval_sets import config_text, pin_eval_sets
-
     if not eval_sets.strip():
         return {"eval_sets": "", "sets": [], "labels_sha256": ""}
     config = pin_eval_sets(eval_sets)
@@ -81,11 +99,6 @@ def prepare_eval_sets(eval_sets: str, out_dir: str, calibration_dataset: str = "
     margin, match; a set whose bytes are not its pinned sha256 raises one line), ``manifest`` (the compiled tasks, or None), ``leaks`` (one report per set), ``warnings``
     (duplicates, overlaps), ``judge`` (the judge spec, or None) and ``lm_eval_docs`` (documents
     lm-eval loaded per task). A bad set or a leak over ``max_leak_share`` raises one line."""
-    from shipyard.evaluation.eval_set_tasks import compile_eval_sets, validate_task_folder
-    from shipyard.evaluation.eval_sets import LMEVAL_FORMS, load_all, load_labels, parse_eval_sets
-    from shipyard.evaluation.leakage import leak_check
-    from shipyard.runtimes.runtime import run_in_runtime
-
     config = parse_eval_sets(eval_sets)
     if not config.sets:
         raise ShipyardError("eval_sets", "names no set", "leave eval_sets empty to skip, or list at least one set")
@@ -152,8 +165,6 @@ def has_sets(prepared_dir: str | Path) -> bool:
 
 def load_prepared(prepared_dir: str | Path) -> dict[str, Any]:
     """``prepared.json`` of a prepared folder, or one line naming it."""
-    from shipyard.core.records import read_record
-
     return read_record(prepared_dir, PREPARED, field="eval_sets", what="prepared eval sets",
                        fix="run the prepare step of eval_sets again")
 
@@ -168,9 +179,6 @@ def evaluate_eval_sets(model_dir: str, prepared_dir: str, eval_config: str, out_
     """One model on the prepared sets: lm-eval on the compiled tasks (``out_dir`` is an evaluate
     results folder with ``samples/``), and with ``server`` (a running vLLM server of this model)
     the answers to the rubric prompts in ``out_dir/rubric_answers.json``. Returns the evaluate summary."""
-    from shipyard.evaluation.eval_set_tasks import eval_config_for
-    from shipyard.evaluation.lmeval import evaluate_model
-
     prepared = load_prepared(prepared_dir)
     summary: dict[str, Any] = {}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -179,8 +187,6 @@ def evaluate_eval_sets(model_dir: str, prepared_dir: str, eval_config: str, out_
         summary = evaluate_model(model_dir, config, out_dir, backend=backend, server=server)
     rubric = sorted((Path(prepared_dir) / RUBRIC).glob("*.jsonl")) if (Path(prepared_dir) / RUBRIC).is_dir() else []
     if rubric and server is not None:
-        from shipyard.evaluation.judge import answer_rubric
-
         answers = {path.stem: answer_rubric(server.base_url, server.served_model_name, _read_jsonl(path))
                    for path in rubric}
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -219,8 +225,6 @@ def judged_model(uri: str, model_dir: str, pinned_uri: str = "", fingerprint: st
     (the judge model resolve-model fetched once for the run) holds a model, and ``pinned_uri``
     (its metadata) is the judge ``uri`` of ``prepared.json``. Returns ``{"uri", "pinned_uri",
     "fingerprint"}`` for ``judged.json``; one line otherwise."""
-    from shipyard.models.resolve import parse_model_uri
-
     field = "eval_sets.judge.model_uri"
     folder = Path(model_dir) if model_dir else None
     if folder is None or not (folder / "config.json").is_file():
@@ -258,12 +262,6 @@ def decide_eval_sets(prepared_dir: str, base_results: str, candidate_results: st
     ``{"passed", "reason", "metrics", "rows", "judged", "leaks", "sets"}`` and, when rubric sets
     were judged, ``judge_model`` (the judge's URI, pinned URI and content fingerprint); fails closed
     (``passed`` false with the reason) instead of raising."""
-    from shipyard.gates.eval_sets import EvalSetsGate, JudgedSet, gate_eval_sets, paired_records, report_doc
-    from shipyard.gates.judging import Judged, calibrate
-    from shipyard.gates.paired import load_samples
-    from shipyard.gates.parity import check_parity
-    from shipyard.gates.recovery import load_summary, parse_thresholds
-
     prepared: dict[str, Any] = {}
     judge_model: dict[str, Any] | None = None  # which judge judged the rubric sets (judged.json)
     try:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from shipyard.evaluation.eval_sets import check_eval_sets, load_labels, shipped_eval_sets
+
 
 def judge_shipped_rubric(model_dir: str, rows: int = 3) -> dict[str, Any]:
     """``{"judged": [...], "unparsed", "labels", "label_verdicts", "label_truth"}`` from one vLLM server."""
-    from shipyard.evaluation.eval_sets import check_eval_sets, load_labels, shipped_eval_sets
     from shipyard.evaluation.judge import answer_rubric, judge_labels, judge_set
     from shipyard.serving.vllm_server import VLLMServer
 

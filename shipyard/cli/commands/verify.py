@@ -22,9 +22,6 @@ from shipyard.cli.output import add_output_option, emit
 from shipyard.core.errors import ShipyardError
 from shipyard.core.numbers import number, positive_float
 from shipyard.core.redact import redact
-from shipyard.gates.verification import api_root, load_recorded, parse_verify_config
-from shipyard.models.resolve import check_model_folder
-from shipyard.steps.verify import verify_service
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -78,10 +75,15 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from shipyard.gates.verification import api_root, load_recorded, parse_verify_config
+    from shipyard.steps.verify import verify_service
+
     cfg = parse_verify_config(_config(args))  # bad settings: one line, before anything is asked
     api_root(args.url)
     record = load_recorded(args.candidate)  # an empty golden set: one line
     if args.model_dir:
+        from shipyard.models.resolve import check_model_folder
+
         check_model_folder(args.model_dir, "--model-dir")
     out = verify_service(args.url, args.served_model_name, record, model_dir=args.model_dir, lora_adapters=args.lora,
                          config=cfg, report_dir=args.report_dir, strict_input=True,
