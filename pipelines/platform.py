@@ -73,13 +73,14 @@ _CLUSTER_SCHEMA: dict[str, Any] = {
     "layout": str,
     "layouts": ("each", dict),
     "candidate_parallelism": int,
+    "security_context": {"run_as_user": int, "run_as_group": int, "run_as_non_root": bool},
 }
 
 
 def _type_name(kind: Any) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({str: "text", int: "a whole number", float: "a number", list: "a list", dict: "a mapping"}[k]
-                       for k in kinds)
+    return " or ".join({str: "text", int: "a whole number", float: "a number", list: "a list", dict: "a mapping",
+                        bool: "true or false"}[k] for k in kinds)
 
 
 def check_cluster_config(data: dict[str, Any], source: str = "cluster_config") -> None:
@@ -111,7 +112,7 @@ def check_cluster_config(data: dict[str, Any], source: str = "cluster_config") -
         kinds = spec if isinstance(spec, tuple) else (spec,)
         if value is None:
             return
-        if isinstance(value, bool) or not isinstance(value, kinds):
+        if isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds):
             hint = "write a YAML list, e.g. [a, b] (a single name is [name])" if list in kinds else "fix the value"
             raise fail(path, f"must be {_type_name(spec)}, got {type(value).__name__} {value!r}"[:200], hint)
         if isinstance(value, list) and path.endswith((".steps", ".claims")):
@@ -247,6 +248,23 @@ def _request_ephemeral_storage(task: PipelineTask, cfg: dict[str, Any]) -> None:
         task.set_accelerator_limit(size)
 
 
+def security_context(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The container securityContext fields every step sets (``security_context`` in cluster.yaml):
+    the identity fields kfp-kubernetes' ``set_security_context`` carries (KFP itself adds
+    allowPrivilegeEscalation false, all capabilities dropped, seccomp RuntimeDefault). A negative
+    id, or user 0 with ``run_as_non_root`` (the kubelet would refuse to start every step), is one
+    line at compile time."""
+    section = {k: v for k, v in (cfg.get("security_context") or {}).items() if v is not None}
+    for key in ("run_as_user", "run_as_group"):
+        if section.get(key, 0) < 0:
+            raise ShipyardError(f"cluster_config security_context.{key}", f"{section[key]} is negative",
+                                "give the images' user, 1001 (images/*/Containerfile)")
+    if section.get("run_as_non_root") and section.get("run_as_user") == 0:
+        raise ShipyardError("cluster_config security_context.run_as_user", "0 is root, which run_as_non_root refuses "
+                            "(the kubelet would start no step)", "give the images' user, 1001")
+    return section
+
+
 def _common(task: PipelineTask, cfg: dict[str, Any], section: dict[str, Any]) -> None:
     if section.get("cpu_request"):
         task.set_cpu_request(str(section["cpu_request"]))
@@ -256,6 +274,8 @@ def _common(task: PipelineTask, cfg: dict[str, Any], section: dict[str, Any]) ->
         task.set_memory_limit(str(section["memory_limit"]))
     if cfg.get("image_pull_policy"):
         kubernetes.set_image_pull_policy(task, cfg["image_pull_policy"])
+    if security_context(cfg):  # restricted namespaces refuse a pod without runAsNonRoot
+        kubernetes.set_security_context(task, **security_context(cfg))
     _contract(task, cfg)
 
 

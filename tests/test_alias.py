@@ -10,6 +10,7 @@ from mlflow_server import shared_server
 
 from shipyard.cli.main import main
 from shipyard.tracking import pipeline_runs as track
+from shipyard.tracking.model_registry import checked_by_deploy
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,9 @@ def test_alias_show_set_rollback(url: str, capsys: pytest.CaptureFixture[str]) -
         assert track.register_model(url, name, f"s3://models/tiny/v{n}", "", "")["version"] == str(n)
     code, out, _ = _run(capsys, "alias", "show", name, "--tracking-uri", url, "-o", "json")
     assert code == 0 and json.loads(out) == {"candidate": "3"}
-    track.promote_alias(url, name, "1")
-    track.promote_alias(url, name, "2")
+    unchecked = checked_by_deploy({"checked": False, "overridden": True, "why": "overridden: test"})
+    track.promote_alias(url, name, "1", unchecked)
+    track.promote_alias(url, name, "2", unchecked)
     code, out, _ = _run(capsys, "alias", "show", name, "--tracking-uri", url)
     assert code == 0 and out.splitlines() == ["candidate   version 3", "previous    version 1", "production  version 2"]
 
@@ -38,16 +40,16 @@ def test_alias_show_set_rollback(url: str, capsys: pytest.CaptureFixture[str]) -
     assert code == 0 and json.loads(out) == {"candidate": "3", "previous": "1", "production": "2", "staging": "3"}
 
     code, out, _ = _run(capsys, "alias", "rollback", name, "--reason", "latency SLO missed", "--tracking-uri", url,
-                        "-o", "yaml")
+                        "-o", "yaml", "--no-attestation-check")
     assert code == 0 and "production: '1'" in out
     assert track.get_aliases(url, name)["production"] == "1"
     from mlflow import MlflowClient
 
     assert MlflowClient(url).get_model_version(name, "2").tags["shipyard.rollback_reason"] == "latency SLO missed"
 
-    code, _, err = _run(capsys, "alias", "rollback", name, "--tracking-uri", url)
+    code, _, err = _run(capsys, "alias", "rollback", name, "--tracking-uri", url, "--no-attestation-check")
     assert code == 2 and err.count("\n") == 1 and "no earlier production version" in err
-    code, _, err = _run(capsys, "alias", "set", name, "production", "9", "--tracking-uri", url)
+    code, _, err = _run(capsys, "alias", "set", name, "production", "9", "--tracking-uri", url, "--no-attestation-check")
     assert code == 2 and err.count("\n") == 1 and "version 9 is not in the registry" in err
     assert track.get_aliases(url, name)["production"] == "1"  # nothing moved
 

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from report_fixtures import SLO, judged
+from report_fixtures import BASE_BENCH, CAND_BENCH, SLO, judged, write_json
+from test_safety import encodings, injections, write_scan
 
 from shipyard.cli.main import main
 from shipyard.core.errors import ShipyardError
@@ -76,6 +77,43 @@ def selection(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert out["passed"], out["reason"]
     select_champion([str(tmp / "w8a8-int8-gates")], "size", str(tmp / "selection"), str(tmp / "r.md"), str(tmp / "r.html"))
     return tmp / "selection"
+
+
+@pytest.fixture(scope="module")
+def evidence_selection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """select_champion's folder over the real candidate gates with the default accuracy rule (paired
+    non-inferiority on per-question logs: 400 questions, the candidate loses 2 the base got right) and
+    the safety gate on (garak's report records: promptinject 2 -> 6 hits and encoding 0 -> 0 in 100
+    attempts each); the candidate's eval summary names lm-eval's and the task's versions."""
+    from shipyard.steps.judge import judge_candidate
+
+    tmp = tmp_path_factory.mktemp("paired")
+    base_rows = [1.0] * 300 + [0.0] * 100
+    cand_rows = [0.0] * 2 + [1.0] * 298 + [0.0] * 100
+    evals = {}
+    for who, rows in (("base", base_rows), ("cand", cand_rows)):
+        folder = tmp / f"{who}-eval"
+        (folder / "samples").mkdir(parents=True)
+        (folder / "samples" / "t.jsonl").write_text("".join(
+            json.dumps({"doc_id": i, "filter": "none", "acc": v, "prompt_hash": f"p{i}"}) + "\n"
+            for i, v in enumerate(rows)))
+        evals[who] = write_json(folder, "summary.json", {
+            "format": "shipyard.eval/v1", "config": {"tasks": ["t"], "limit": None, "apply_chat_template": True},
+            "config_hash": "c0ffee" * 4, "backend": "hf", "lm_eval_version": "0.4.13",
+            "task_versions": {"t": "2.0"}, "model_identity": {"sha256": "ab" * 32}, "chat_template_sha256": "t1",
+            "scores": {"t": {"acc,none": {"value": sum(rows) / len(rows), "stderr": 0.02, "higher_is_better": True}}}})
+    base_bench = Path(write_json(tmp / "base-bench", "results.json", BASE_BENCH))
+    cand_bench = Path(write_json(tmp / "cand-bench", "results.json", CAND_BENCH))
+    write_scan(base_bench, injections(2, 100) + encodings(0, 100))
+    write_scan(cand_bench, injections(6, 100) + encodings(0, 100))
+    out = judge_candidate(recipe="w8a8-int8", base_eval=evals["base"], candidate_eval=evals["cand"],
+                          base_bench=str(base_bench), candidate_bench=str(cand_bench), thresholds="", slo=SLO,
+                          out_dir=str(tmp / "w8a8-int8-gates"), model_uri="/models/w8a8-int8",
+                          safety=json.dumps({"probes": ["promptinject.HijackHateHumans", "encoding.InjectBase64"],
+                                             "tolerance": 0.15}))
+    assert out["passed"], out["reason"]
+    select_champion([str(tmp / "w8a8-int8-gates")], "size", str(tmp / "selection"), str(tmp / "r.md"), str(tmp / "r.html"))
+    return tmp
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +313,8 @@ def test_layout_attested_passes_and_both_twins_are_refused(model: Path, selectio
     capsys.readouterr()
     done = run_deploy(deploy_config={"attestation": {"require": False}}, manifest_path=str(tmp_path / "m.yaml"),
                       dry_run=True, name="llm", model_uri=twin["uri"])
-    assert done["attestation"] == {"checked": False, "why": "overridden: deploy_config.attestation.require is false"}
+    assert done["attestation"] == {"checked": False, "overridden": True,
+                                   "why": "overridden: deploy_config.attestation.require is false"}
     assert "attestation check overridden (deploy_config.attestation.require=false)" in capsys.readouterr().err
 
 
@@ -607,3 +646,235 @@ def test_new_local_key_pairs_are_ecdsa_p256(tmp_path: Path) -> None:
     key = att.read_key_file(private, "key", private=True)
     assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1"
     assert att.keyid(att.read_key_file(public, "key", private=False)) == att.keyid(key.public_key())
+
+
+# ------------------------------------------------------------ the evidence a paired rule and a safety scan leave
+
+
+def _attested_predicates(model: Path, evidence_selection: Path, keys: dict[str, Path], folder: Path) -> dict[str, Any]:
+    """The champion of ``evidence_selection`` packaged, attested with the signer's key and verified with
+    its public key: the predicates of the signed statements read back from the layout, by type."""
+    car = _package(model, folder)
+    attest_package(str(folder), str(evidence_selection / "selection"), key_file=str(keys["signer"]),
+                   candidate_eval=str(evidence_selection / "cand-eval"), model_dir=str(model))
+    out, predicates = evidence.verified_evidence(car["uri"], att.read_key_file(keys["signer_pub"], "k", private=False))
+    assert out["passed"], out["reason"]
+    signed = {a["predicate_type"] for a in out["attestations"] if a["signed"] and a["subject_ok"]}
+    assert signed >= set(evidence.REQUIRED_TYPES)
+    return predicates
+
+
+def test_accuracy_evidence_carries_the_paired_loss_interval_n_margin_and_versions(
+        model: Path, evidence_selection: Path, keys: dict[str, Path], tmp_path: Path) -> None:
+    record = json.loads((evidence_selection / "w8a8-int8-gates" / "candidate.json").read_text())["accuracy"]
+    acc = _attested_predicates(model, evidence_selection, keys, tmp_path / "car")[evidence.ACCURACY]
+    assert (acc["rule"], acc["alpha"], acc["multiple_comparisons"], acc["passed"]) == (
+        "non-inferiority", 0.05, "holm", True)
+    [row] = [m for m in acc["metrics"] if m["gated"]]
+    paired = record["rows"][0]["paired"]
+    assert (row["task"], row["metric"], row["decision"], row["rule"]) == ("t", "acc,none", "non-inferior",
+                                                                          record["rows"][0]["rule"])
+    assert row["loss"] == pytest.approx(0.005) and row["n"] == 400 and row["margin"] == 0.02
+    assert row["loss_interval"] == [paired["loss_low"], paired["loss_high"]]
+    assert 0 <= row["loss_interval"][0] < 0.005 < row["loss_interval"][1] < 0.02
+    assert row["confidence"] == pytest.approx(0.9)
+    assert acc["harness"] == {"name": "lm-eval", "version": "0.4.13", "task_versions": {"t": "2.0"},
+                              "config_hash": "c0ffee" * 4}
+
+
+def test_safety_evidence_carries_each_familys_delta_and_interval(
+        model: Path, evidence_selection: Path, keys: dict[str, Path], tmp_path: Path) -> None:
+    from shipyard.gates.safety import newcombe
+
+    record = json.loads((evidence_selection / "w8a8-int8-gates" / "candidate.json").read_text())["safety"]
+    safety = _attested_predicates(model, evidence_selection, keys, tmp_path / "car")[evidence.SAFETY]
+    assert safety["enabled"] is True and safety["passed"] is True and safety["verdict"] == record["verdict"]
+    fams = {f["family"]: f for f in safety["families"]}
+    assert sorted(fams) == ["encoding", "promptinject"]
+    pi, enc = fams["promptinject"], fams["encoding"]
+    assert (pi["asr"], pi["base_asr"], pi["attempts"], pi["base_attempts"]) == (0.06, 0.02, 100, 100)
+    assert pi["diff"] == pytest.approx(0.04) and pi["tolerance"] == 0.15 and pi["decision"] == "pass"
+    assert pi["diff_interval"] == [round(v, 4) for v in newcombe(6, 100, 2, 100)]
+    assert pi["diff_interval"][0] < 0.04 < pi["diff_interval"][1] < 0.15
+    assert enc["diff"] == 0 and enc["diff_interval"][0] < 0 < enc["diff_interval"][1]
+    for name, fam in fams.items():
+        assert fam["diff_interval"] == record["families"][name]["diff_ci"]
+
+
+def test_an_expired_summary_is_refused_by_verify_model_and_the_deploy(model: Path, selection: Path, keys: dict[str, Path],
+                                                                      tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A verification summary signed 45 days ago (a real signature over a statement whose
+    ``timeVerified`` is that old): ``--max-age 30`` and ``attestation.max_age_days: 30`` refuse it in
+    one line; a limit it is within passes."""
+    import datetime as dt
+
+    car = _package(model, tmp_path / "car")
+    signer = att.signing_key(str(keys["signer"]))
+    statements = evidence.evidence_statements("car", car["digest"], str(selection), model_dir=str(model))
+    envelopes = [att.sign_statement(s, signer) for s in statements]
+    old = (dt.datetime.now(dt.UTC) - dt.timedelta(days=45)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    predicate = evidence.vsa_predicate(evidence.PASSED, "passed", car["uri"],
+                                       [(att.predicate_type_of(e), att.envelope_digest(e)) for e in envelopes])
+    vsa = att.statement("car", car["digest"], evidence.VSA, {**predicate, "timeVerified": old})
+    att.attach_to_layout(tmp_path / "car", car["digest"], [*envelopes, att.sign_statement(vsa, signer)])
+
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(keys["signer_pub"]), "--max-age", "60")
+    assert code == 0 and any(ln.startswith(f"  pass summary age: verified {old}, 45.0 days ago") for ln in lines), lines
+    code, lines, _ = _cli(capsys, car["uri"], "--key", str(keys["signer_pub"]), "--max-age", "30")
+    assert code == 1 and lines[-1] == (f"FAILED: {car['uri']}: summary age: verified {old}, 45.0 days ago "
+                                       "(at most 30)"), lines
+    assert [ln for ln in lines if ln.startswith("  FAIL ")] == [f"  FAIL summary age: verified {old}, 45.0 days ago "
+                                                                "(at most 30)"]
+
+    cfg = {"attestation": {"key": str(keys["signer_pub"]), "max_age_days": 30}}
+    with pytest.raises(ShipyardError) as err:
+        run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm",
+                   model_uri=car["uri"])
+    assert str(err.value) == (f"attestation: {car['uri'].split('@')[0]}@{car['digest'][:19]} refused: summary age: "
+                              f"verified {old}, 45.0 days ago (at most 30) (fix: {evidence.REFUSE_FIX})")
+    cfg["attestation"]["max_age_days"] = 60
+    done = run_deploy(deploy_config=cfg, manifest_path=str(tmp_path / "m.yaml"), dry_run=True, name="llm",
+                      model_uri=car["uri"])
+    assert done["attestation"]["checked"] and done["attestation"]["vsa"]["time_verified"] == old
+
+
+# ------------------------------------------------------------------ production only for attested versions (item 4)
+
+
+@pytest.fixture(scope="module")
+def mlflow_url() -> str:
+    """The session's real ``mlflow server`` (:class:`shipyard.testing.services.MlflowServer`), shared by this module."""
+    from mlflow_server import shared_server
+
+    return shared_server().url
+
+
+def _alias(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["alias", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _versions(url: str, name: str, sources: list[str], tags: dict[str, str]) -> None:
+    from shipyard.tracking import pipeline_runs as track
+
+    for n, source in enumerate(sources, start=1):
+        assert track.register_model(url, name, source, "", json.dumps(tags if n == 1 else {}))["version"] == str(n)
+
+
+def _production(url: str, name: str) -> str | None:
+    from shipyard.tracking import pipeline_runs as track
+
+    return track.get_aliases(url, name).get("production")
+
+
+def test_production_moves_only_to_a_version_whose_summary_verifies(
+        model: Path, selection: Path, failed_candidate: Path, keys: dict[str, Path], tmp_path: Path,
+        mlflow_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``shipyard alias set MODEL production VERSION`` checks the version's model (its MLflow source: the
+    package step's uri) as the deploy step does: the attested champion moves, the unattested twin, a
+    FAILED summary and another key are refused in one line (nothing moves); ``--no-attestation-check``
+    moves it, logged on stderr and on the version."""
+    from mlflow import MlflowClient
+
+    from shipyard.steps.attest import attestation_tags
+
+    car = _package(model, tmp_path / "champion")
+    attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+    twin = _package(model, tmp_path / "twin")
+    failed = _package(model, tmp_path / "failed", annotations={"recipe": "w4a16"})
+    attest_package(str(tmp_path / "failed"), str(failed_candidate), key_file=str(keys["signer"]))
+    name = f"attested-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:8]}"
+    _versions(mlflow_url, name, [car["uri"], twin["uri"], failed["uri"]], attestation_tags(str(tmp_path / "champion")))
+    common = ("--tracking-uri", mlflow_url)
+    key = ("--key", str(keys["signer_pub"]))
+    capsys.readouterr()  # MLflow's own log lines while the versions were created
+
+    for version, said in (("2", f"{twin['uri'].split('@')[0]}@{twin['digest'][:19]} refused: carries no attestations"),
+                          ("3", "refused: gate decision: verificationResult FAILED (SLO gate")):
+        code, out, err = _alias(capsys, "set", name, "production", version, *common, *key)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert err.startswith("shipyard: error: production: ") and said in err, err
+        assert "--no-attestation-check to move it anyway (logged)" in err
+    code, _, err = _alias(capsys, "set", name, "production", "1", *common, "--key", str(keys["other_pub"]))
+    assert code == 2 and err.count("\n") == 1 and "refused: signatures: not signed by key" in err, err
+    for alias in ("production", "Production"):  # no key: refused before MLflow is asked
+        code, _, err = _alias(capsys, "set", name, alias, "1", "--tracking-uri", "http://127.0.0.1:9")
+        assert code == 2 and err.count("\n") == 1 and "--key: is required to check the attestations" in err, err
+    assert _production(mlflow_url, name) is None  # nothing moved
+
+    code, out, err = _alias(capsys, "set", name, "production", "1", *common, *key, "-o", "json")
+    assert code == 0 and json.loads(out)["production"] == "1", err
+    assert "production: attestations verified: 5 signed by key" in err
+    client = MlflowClient(mlflow_url)
+    note = client.get_model_version(name, "1").tags["shipyard.production_attestation"]
+    vsa = client.get_model_version(name, "1").tags["attestation.vsa_digest"]
+    assert note.startswith(f"verified: summary {vsa} PASSED of {car['uri']}, key "), note
+
+    code, out, err = _alias(capsys, "set", name, "production", "2", *common, "--no-attestation-check", "-o", "json")
+    assert code == 0 and json.loads(out)["production"] == "2" and _production(mlflow_url, name) == "2"
+    assert (f"production: WARNING: attestation check overridden (--no-attestation-check): {twin['uri'].split('@')[0]} "
+            f"({name} version 2) becomes production without a verified summary") in err
+    assert client.get_model_version(name, "2").tags["shipyard.production_attestation"] == \
+        "not checked: overridden: --no-attestation-check"
+
+
+def test_the_deploy_step_moves_production_only_to_the_image_it_verified(
+        model: Path, selection: Path, keys: dict[str, Path], tmp_path: Path, mlflow_url: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """After a deploy, ``production`` moves through the deploy's own check (promote_production's
+    ``attestation_json``: what run_deploy verified): only to the version whose model is the image
+    verified, or by the deploy's logged override; a deploy that checked nothing moves nothing. A
+    rollback checks the version it moves back to."""
+    from shipyard.tracking.promotion import promote_production
+
+    car = _package(model, tmp_path / "champion")
+    attest_package(str(tmp_path / "champion"), str(selection), key_file=str(keys["signer"]))
+    twin = _package(model, tmp_path / "twin")
+    name = f"deployed-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:8]}"
+    _versions(mlflow_url, name, [car["uri"], twin["uri"]], {})
+    deploy = {"manifest_path": str(tmp_path / "m.yaml"), "dry_run": True, "name": "llm"}
+    verified = run_deploy(deploy_config={"attestation": {"key": str(keys["signer_pub"])}}, model_uri=car["uri"],
+                          **deploy)["attestation"]
+    unkeyed = run_deploy(deploy_config={}, model_uri=car["uri"], **deploy)["attestation"]
+    overridden = run_deploy(deploy_config={"attestation": {"require": False}}, model_uri=twin["uri"], **deploy)["attestation"]
+    assert verified["checked"] and not unkeyed["checked"] and overridden["overridden"]
+    capsys.readouterr()
+
+    from shipyard.tracking import pipeline_runs as track
+
+    track.start_tracking(mlflow_url, "attested", "optimize-and-deploy", f"run-{name}", "", "")
+
+    def promote(version: str, record: dict[str, Any]) -> dict[str, Any]:
+        return promote_production(mlflow_url, "attested", f"run-{name}", name, version, "w8a8-int8",
+                                  attestation_json=json.dumps(record))
+
+    with pytest.raises(ShipyardError) as err:  # the same weights at another place, without its attestations
+        promote("2", verified)
+    assert str(err.value).startswith(f"production: {name} version 2 was not moved: its model {twin['uri']} is not the "
+                                     f"image whose attestations were verified ({car['uri']})")
+    with pytest.raises(ShipyardError, match=r"version 1 was not moved: its attestations were not checked \(no public "
+                                            r"key configured"):
+        promote("1", unkeyed)
+    assert _production(mlflow_url, name) is None
+
+    assert promote("2", overridden)["aliases"]["production"] == "2"  # the deploy's logged override
+    assert promote("1", verified)["aliases"] == {"candidate": "2", "production": "1", "previous": "2"}
+    # rolling back to the twin checks it: refused with the key, moved with the explicit override
+    code, _, err = _alias(capsys, "rollback", name, "--tracking-uri", mlflow_url, "--key", str(keys["signer_pub"]))
+    assert code == 2 and err.count("\n") == 1 and "production: " in err and "refused: carries no attestations" in err
+    assert _production(mlflow_url, name) == "1"
+    code, out, err = _alias(capsys, "rollback", name, "--tracking-uri", mlflow_url, "--no-attestation-check")
+    assert code == 0 and _production(mlflow_url, name) == "2" and "attestation check overridden" in err
+
+    # a promotion kept while MLflow was down (`shipyard track replay`) carries the deploy's check with it
+    from shipyard.tracking.pending import apply
+
+    kept = {"kind": "promote", "tracking_uri": mlflow_url, "resolved_uri": mlflow_url, "experiment": "attested",
+            "kfp_run_id": f"run-{name}", "model_name": name, "version": "1", "recipe": "w8a8-int8", "headline": {},
+            "dry_run": False}
+    with pytest.raises(ShipyardError, match=r"version 1 was not moved: its attestations were not checked \(no record"):
+        apply(kept, tmp_path)
+    assert apply({**kept, "attestation": verified}, tmp_path).startswith(f"{name} version 1 is production")
+    assert _production(mlflow_url, name) == "1"

@@ -247,6 +247,34 @@ def test_the_replays_prefix_cache_hit_rate_is_signed_and_read_back_from_the_mode
     assert "prefix_hit_rate" not in gates(tmp_path / "none", workload())["candidate"]["workload"]
 
 
+def test_the_replays_lengths_are_signed_and_are_the_envelope_the_model_carries(tmp_path: Path) -> None:
+    """The replay of the recorded workload keeps its own per-request lengths (~128-token prompts, the
+    user's traffic) beside the synthetic levels' 32-token prompts: the judge step writes them into the
+    candidate record (``workload.replay_level``), the SLO evidence signs them, and the envelope ``shipyard
+    watch --model`` reads back from the model holds production's lengths against them, saying so. A
+    replay that kept no lengths leaves the knee level's (issue 38)."""
+    from shipyard.gates.evidence import SLO, evidence_statements
+    from shipyard.steps.select import select_champion
+
+    prompts = [96] * 20 + [128] * 20 + [160] * 20
+    measured = copy.deepcopy(REPLAY_OK)
+    measured["samples"]["prompt_tokens"], measured["prompt_tokens_mean"] = prompts, 128.0
+    out = gates(tmp_path, workload(measured=measured))
+    kept = {"name": "replay", "requests_per_s": 0.21, "prompt_tokens_mean": 128.0, "output_tokens_mean": 16.0,
+            "lengths": {"prompt_tokens": {"96": 20, "128": 20, "160": 20}, "output_tokens": {"16": 60}}}
+    assert out["candidate"]["workload"]["replay_level"] == kept
+    decision = tmp_path / "decision"
+    select_champion([str(tmp_path / "gates")], "size", str(decision), str(tmp_path / "r.md"), str(tmp_path / "r.html"))
+    slo = next(s["predicate"] for s in evidence_statements("reg/repo", "sha256:" + "cd" * 32, str(decision))
+               if s["predicateType"] == SLO)
+    assert slo["workload"] == {"digest": {"sha256": "b" * 64}, "replay_level": kept}
+    envelope = _packaged_envelope(tmp_path, decision)
+    assert envelope.prompt_tokens == 128.0 and envelope.prompt_lengths == tuple(prompts)
+    assert envelope.lengths_from == f"the replay of workload {DIGEST[:19]}"
+    # a replay whose level kept no per-request figures: no replay_level, the knee level's 32-token prompts
+    assert "replay_level" not in gates(tmp_path / "old", workload())["candidate"]["workload"]
+
+
 def _packaged_envelope(tmp_path: Path, decision: Path) -> Any:
     """A small model packaged, attested from ``decision`` (select_champion's folder) with a new key pair,
     and the envelope ``shipyard watch --model`` reads back from the image's signed evidence."""

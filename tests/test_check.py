@@ -88,6 +88,10 @@ def cluster(services: dict[str, Any], tmp_path: Path, groups: dict[str, Any] | N
     # the overlay's objects, and the contract Secrets created from the templates (manifests/base/secrets)
     # with real values in the namespace the pipeline pods run in, as the install instructions say
     docs = [d for d in json.loads(json.dumps(services["layouts"][layout_name])) if d["kind"] != "Secret"]
+    for doc in docs:  # MLflow's image pinned by digest, as manifests/base/mlflow says to do for production
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "mlflow":
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container["image"] = container["image"].partition(":")[0] + "@sha256:" + "ab" * 32
     for template in yaml.safe_load_all((ROOT / "manifests" / "base" / "secrets" / "secret.yaml").read_text()):
         if template and template["metadata"]["name"] != "minio-root-credentials":
             docs.append({**template, "metadata": {"name": template["metadata"]["name"], "namespace": pods_ns},
@@ -158,6 +162,9 @@ def test_each_planted_fault_is_named_in_one_line(services: dict[str, Any], tmp_p
         _, other = generate_key_pair(tmp_path / "other-pair")
         trust = double.objects[("secrets", PODS_NS, "shipyard-attestation-trust")]
         trust["data"]["public-key.pem"] = base64.b64encode(other.read_bytes()).decode()
+        # MLflow's plain image (no boto3) with the S3 artifact store (the manifest before)
+        mlflow = double.objects[("deployments", PODS_NS, "mlflow")]["spec"]["template"]["spec"]["containers"][0]
+        mlflow["image"] = "ghcr.io/mlflow/mlflow:v3.17.2"
         # MLflow without the allowed hosts (the manifest before): 403 to its Service name
         # the deploy config the pipeline runs with: its apply, verify and rollout objects are accepted (issue 32)
         deploy = json.dumps({"preset": "pd-nixl", "gpu_memory_gib": 80, "scaling": {"mode": "wva", "max_replicas": 4},
@@ -177,6 +184,7 @@ def test_each_planted_fault_is_named_in_one_line(services: dict[str, Any], tmp_p
         "deploy permissions": "may not patch llminferenceservices.serving.kserve.io",
         "mlflow api": f"MLflow rejects Host {MLFLOW_HOST} (403 Invalid Host header)",
         "attestation keys": "is not the public half of shipyard-attestation signing-key.pem",
+        "mlflow image": "runs ghcr.io/mlflow/mlflow:v3.17.2 with an s3:// artifact store",
     }
     for name, says in expected.items():
         (line,) = [f for f in failed if f.startswith(f"FAIL {name}:")] or [None]
@@ -310,7 +318,7 @@ def test_readme_says_what_to_do_with_each_failing_check() -> None:
     """Every check with a fixed name has a row in the README's "failing check | what to do" table."""
     rows = {line.split("|")[1].strip().strip("`") for line in (ROOT / "README.md").read_text().splitlines()
             if line.startswith("| `")}
-    for name in ("kubernetes", "kfp version", "kserve version", "mlflow name", "mlflow api", "mlflow artifacts",
+    for name in ("kubernetes", "kfp version", "kserve version", "mlflow name", "mlflow image", "mlflow api", "mlflow artifacts",
                  "registry", "s3",
                  "gpu nodes", "node disk", "deploy permissions"):
         assert name in rows, name
@@ -730,3 +738,19 @@ def test_names_are_checked_and_quoted_before_they_go_into_a_path(tmp_path: Path)
             with pytest.raises(ShipyardError, match=r"^Secret field: "):
                 kube.read("v1", "secrets", ns, name, field="Secret field")
         assert double.requests == []
+
+
+def test_the_shipped_mlflow_image_is_the_full_one_and_a_tag_is_a_warning() -> None:
+    """The Deployment manifests/base/mlflow ships: the -full image (boto3 for the S3 artifact store), by
+    tag (no registry is reachable here to read its digest), so `check` warns and says how to pin it;
+    pinned by digest it passes; the plain image with an s3:// artifact store fails."""
+    deployment = yaml.safe_load((ROOT / "manifests" / "base" / "mlflow" / "deployment.yaml").read_text())
+    shipped = cc.mlflow_image_check(deployment, "kubeflow", "mlflow")
+    assert shipped.status == cc.WARN and "ghcr.io/mlflow/mlflow:v3.17.2-full by tag" in shipped.detail, shipped
+    assert "crane digest ghcr.io/mlflow/mlflow:v3.17.2-full" in shipped.fix, shipped
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container["image"] = "ghcr.io/mlflow/mlflow@sha256:" + "ab" * 32
+    assert cc.mlflow_image_check(deployment, "kubeflow", "mlflow").status == cc.PASS
+    container["image"] = "ghcr.io/mlflow/mlflow:v3.17.2"
+    plain = cc.mlflow_image_check(deployment, "kubeflow", "mlflow")
+    assert plain.status == cc.FAIL and "without boto3" in plain.detail and "v3.17.2-full" in plain.fix, plain

@@ -34,6 +34,7 @@ from shipyard.run.container import (
 )
 from shipyard.runtimes.images import BuiltImage, _local_paths, format_built
 from shipyard.runtimes.runtime import REPO_ROOT, runtime_image
+from shipyard.testing.mlflow_image import PLAIN_IMAGE_LACKS
 from shipyard.testing.registry import LocalRegistry
 from shipyard.testing.services import KubeAPI, MlflowServer, MotoS3, private_dir
 
@@ -107,6 +108,58 @@ def _without_allowed_hosts(docs: list[dict]) -> list[dict]:
             container = doc["spec"]["template"]["spec"]["containers"][0]
             container["env"] = [e for e in container["env"] if e["name"] != "MLFLOW_SERVER_ALLOWED_HOSTS"]
     return old
+
+
+#: the MLflow image the manifests named before issue 32: mlflow's docker/Dockerfile, pip install mlflow, no boto3
+PLAIN_MLFLOW_IMAGE = "ghcr.io/mlflow/mlflow:v3.17.2"
+
+
+def _with_mlflow_image(docs: list[dict], image: str) -> list[dict]:
+    """The overlay with MLflow's Deployment running ``image`` (e.g. the plain image of before issue 32)."""
+    changed = json.loads(json.dumps(docs))
+    for doc in changed:
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "mlflow":
+            doc["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    return changed
+
+
+def test_the_rehearsals_mlflow_runs_as_its_image_is_built(tmp_path: Path) -> None:
+    """Issue 32, 1d: the rehearsal's MLflow (LayoutPlan.mlflow_server, as the rehearsal starts it)
+    proxies artifacts to the Deployment's s3://mlflow-artifacts on the S3 double and can import only
+    what the Deployment's image carries. Today's overlay (the -full image) passes the artifact round
+    trip and the artifacts land in the S3 double; the plain image (no boto3) starts, answers /health,
+    and fails the round trip in one line naming boto3 and the -full variant."""
+    require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize")
+    from mlflow import MlflowClient
+
+    from shipyard.core.net import http_ok
+    from shipyard.models.s3 import client, load_config
+    from shipyard.serving.cluster_check import mlflow_artifact_check
+
+    plan = LayoutPlan.of("kfp-standalone")
+    assert plan.mlflow_image == {"image": f"{PLAIN_MLFLOW_IMAGE}-full", "artifacts": "s3://mlflow-artifacts",
+                                 "absent": []}
+    plain = LayoutPlan(plan.layout, _with_mlflow_image(plan.docs, PLAIN_MLFLOW_IMAGE), plan.mlflow_port,
+                       plan.allowed_hosts)
+    assert plain.mlflow_image["absent"] == list(PLAIN_IMAGE_LACKS) == ["boto3", "botocore"]
+    with MotoS3() as s3:
+        with plan.mlflow_server(tmp_path / "overlay", s3) as mlflow:
+            passed = mlflow_artifact_check(mlflow.url)
+            tracking = MlflowClient(mlflow.url)
+            run = tracking.create_run(tracking.create_experiment("proxied")).info.run_id
+            tracking.log_text(run, "hello", "report.txt")
+        keys = [o.object_name for o in client(load_config(s3.env)).list_objects("mlflow-artifacts", recursive=True)]
+        assert [k for k in keys if k.endswith(f"/{run}/artifacts/report.txt")], keys  # on the S3 double
+        assert not (tmp_path / "overlay" / "artifacts").exists()  # not in a local folder
+        with plain.mlflow_server(tmp_path / "plain", s3) as mlflow:
+            assert http_ok(f"{mlflow.url}/health")  # Ready: the image's missing boto3 shows only at an upload
+            failed = mlflow_artifact_check(mlflow.url)
+    assert passed.status == "pass", passed.line()
+    line = failed.line()
+    assert failed.status == "fail" and "\n" not in line, line
+    assert line.startswith("FAIL mlflow artifacts: an artifact upload answered 500"), line
+    assert "boto3" in line and "-full" in line, line
+    assert "No module named 'boto3'" in (tmp_path / "plain" / "mlflow-server.log").read_text()
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -229,7 +282,9 @@ def test_todays_mlflow_manifest_would_fail_the_rehearsal(capfd: pytest.CaptureFi
     The pre-flight step as the pre-flight component calls it, in the base runtime image, with the
     rehearsal's own runner settings (host entries, host network, the contract's environment):
     against MLflow as the old manifest started it, it fails in one line naming the Host check;
-    as the overlay starts it, it passes."""
+    as the overlay starts it, it passes. Issue 32: MLflow as the manifest of before it ran it, the
+    plain ghcr.io/mlflow/mlflow image (no boto3) with s3:// artifacts on the S3 double, answers /health
+    and the API, and the pre-flight fails on the artifact round trip in one line naming boto3."""
     require_tool(shutil.which("podman") is not None and shutil.which("mmdebstrap") is not None,
                  "bash .ci/podman-setup")
     require_tool(shutil.which("kubectl") is not None, "kubectl with kustomize")
@@ -249,11 +304,13 @@ def test_todays_mlflow_manifest_would_fail_the_rehearsal(capfd: pytest.CaptureFi
     try:
         with PodmanSocket(work / "podman") as podman:
             client = docker.DockerClient(base_url=podman.docker_host)
-            for label, docs in (("old manifest", _without_allowed_hosts(plan.docs)), ("overlay", plan.docs)):
+            for label, docs in (("old manifest", _without_allowed_hosts(plan.docs)), ("overlay", plan.docs),
+                                ("plain image", _with_mlflow_image(plan.docs, PLAIN_MLFLOW_IMAGE))):
                 folder = work / label.replace(" ", "-")
                 manifest = LayoutPlan(plan.layout, docs, plan.mlflow_port, mlflow_allowed_hosts(docs, plan.mlflow_port))
-                with manifest.mlflow_server(folder / "mlflow") as mlflow, manifest.kube_api(folder / "kube") as kube:
-                    wired = manifest.wire(MotoS3(), mlflow, LocalRegistry(root=folder / "registry"), kube)
+                with MotoS3() as s3, manifest.mlflow_server(folder / "mlflow", s3) as mlflow, \
+                        manifest.kube_api(folder / "kube") as kube:
+                    wired = manifest.wire(s3, mlflow, LocalRegistry(root=folder / "registry"), kube)
                     assert http_ok(f"{mlflow.url}/health")  # Ready either way: /health skips the Host check
                     write_secrets(folder / "secrets", wired["names"]["registry"], kube.kubeconfig)
                     runner = _runner(wired["contract"], wired["hosts"], Path("/tmp/steps.jsonl"), folder / "secrets")
@@ -275,6 +332,14 @@ def test_todays_mlflow_manifest_would_fail_the_rehearsal(capfd: pytest.CaptureFi
     code, out, _ = outcomes["overlay"]
     assert code == 0, out
     assert f"pre-flight: PASS mlflow api: experiments/search as Host {host} answered 200" in out, out
+    assert f"pre-flight: PASS mlflow artifacts: an artifact written, listed, read back and deleted through {host}" in out, out
+    code, out, _ = outcomes["plain image"]
+    print(out)
+    assert code == 1, out
+    assert f"pre-flight: PASS mlflow api: experiments/search as Host {host} answered 200" in out, out
+    failure = [line for line in out.splitlines() if line.startswith("shipyard: ")]
+    assert len(failure) == 1 and failure[0].startswith("shipyard: mlflow artifacts: an artifact upload answered 500"), out
+    assert "boto3" in failure[0] and "-full" in failure[0], out
 
 
 # lenient SLOs: the two layouts' rehearsals run side by side on the same cores (the gate's logic

@@ -452,12 +452,56 @@ def test_a_gpu_steps_record_joins_the_run_that_applies_it() -> None:
 
 def test_every_step_that_reads_the_hub_gets_hf_token(compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
     """The hf eval branch benchmarks with its own vLLM server, which reads a gated model's
-    tokenizer and config from the hub like measure-vllm does: it gets HF_TOKEN too."""
+    tokenizer and config from the hub like measure-vllm does: it gets HF_TOKEN too. The adapter
+    evaluation (lm-eval on hub datasets, like evaluate-hf) and the adapter fetch (hf:// adapters)
+    read the hub as well; each listed step is in some pipeline, so none is checked vacuously."""
+    readers = {"benchmark", "measure-vllm", "evaluate-hf", "evaluate-adapters-hf", "fetch-adapters", "compress",
+               "pin-model", "resolve-model"}
+    seen = set()
     for spec, platform in compiled.values():
         for step, k8s in _executors(spec, platform).values():
-            if step in ("benchmark", "measure-vllm", "evaluate-hf", "compress", "pin-model", "resolve-model"):
+            if step in readers:
+                seen.add(step)
                 assert "hf-token" in {s["secretName"] for s in k8s.get("secretAsEnv", [])}, step
+    assert seen == readers
 
+
+def test_every_step_of_every_pipeline_runs_as_the_images_non_root_user(
+        compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """Issue 32 m5: a namespace enforcing the restricted Pod Security Standard refuses a pod without
+    runAsNonRoot. Every step's compiled kubernetes config sets it and the images' user (USER in each
+    images/*/Containerfile), as kfp-kubernetes' set_security_context writes them into the IR."""
+    users = {re.search(r"^USER (\S+)$", c.read_text(), re.M).group(1)
+             for c in (ROOT / "images").glob("*/Containerfile")}
+    assert users == {"1001"}
+    assert CLUSTER["security_context"] == {"run_as_user": 1001, "run_as_non_root": True}
+    steps = 0
+    for name, (spec, platform) in compiled.items():
+        for label, (step, k8s) in _executors(spec, platform).items():
+            steps += 1
+            # runAsUser is an int64: proto JSON writes it as a string
+            assert k8s.get("securityContext") == {"runAsUser": "1001", "runAsNonRoot": True}, (name, step, label)
+    assert steps > 20
+    doc = " ".join(DOC.read_text().split())
+    readme = " ".join((ROOT / "README.md").read_text().split("## Running on a cluster", 1)[1].split("\n## ", 1)[0].split())
+    for text in (doc, readme):
+        assert "runAsNonRoot" in text and "fsGroup" in text and "set_security_context" in text, text[:100]
+
+
+@pytest.mark.parametrize(("section", "field", "problem"), [
+    ({"run_as_user": 0, "run_as_non_root": True}, "security_context.run_as_user", "0 is root"),
+    ({"run_as_user": -1}, "security_context.run_as_user", "is negative"),
+    ({"run_as_non_root": "yes"}, "security_context.run_as_non_root", "must be true or false"),
+    ({"run_as_user": True}, "security_context.run_as_user", "must be a whole number"),
+    ({"fs_group": 1001}, "security_context.fs_group", "is not a cluster setting"),
+])
+def test_a_bad_security_context_is_one_line_at_compile_time(tmp_path: Path, section: dict[str, Any], field: str,
+                                                            problem: str) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({**CLUSTER, "security_context": section}))
+    with pytest.raises(ShipyardError, match=re.escape(problem)) as err:
+        compile_all(str(tmp_path / "out"), ["promote"], cluster_config=str(path))
+    assert field in str(err.value) and "\n" not in str(err.value)
 
 def test_promote_resolves_its_candidate_after_the_pre_flight(
         compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:

@@ -9,7 +9,7 @@ import yaml
 
 from shipyard.core.env import env_bool, env_float, env_int, env_str, hub_offline
 from shipyard.core.errors import ShipyardError
-from shipyard.core.net import free_port, http_ok, process_alive, wait_ready
+from shipyard.core.net import call_within, free_port, http_ok, process_alive, transfer_deadline, wait_ready
 from shipyard.core.retry import Retry
 from shipyard.core.yamldocs import documents, dump_documents
 from shipyard.oci.client import RegistryClient
@@ -303,3 +303,33 @@ def test_yaml_documents_refuses_python_tags() -> None:
     """Safe loading: a compiled pipeline or a manifest cannot construct Python objects."""
     with pytest.raises(yaml.YAMLError):
         documents("a: !!python/object/apply:os.system ['true']\n")
+
+
+def test_call_within_hands_back_the_value_or_the_error_and_ends_at_the_deadline() -> None:
+    """``call_within``: the call's value or its own exception as they are; past the deadline the
+    caller gets ``on_timeout()`` at once, and the sockets the call made (or makes) are shut."""
+    import socket
+    import threading
+    import time
+
+    assert call_within(5, lambda a, b=0: a + b, 2, b=3, on_timeout=lambda: AssertionError("late")) == 5
+    with pytest.raises(KeyError):
+        call_within(5, {}.__getitem__, "missing", on_timeout=lambda: AssertionError("late"))
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    ended = threading.Event()
+
+    def silent_read() -> bytes:  # a server that accepts and never answers: no per-read timeout
+        try:
+            with socket.create_connection(server.getsockname()) as sock:
+                return sock.recv(1)
+        finally:
+            ended.set()
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="late"):
+        call_within(0.5, silent_read, on_timeout=lambda: TimeoutError("late"))
+    assert time.monotonic() - started < 2 and ended.wait(2)  # its socket shut: the blocked read ended too
+    server.close()
+    assert transfer_deadline(10, 256 * 1024 * 20) == 30 and transfer_deadline(10, None) == 10

@@ -41,6 +41,8 @@ from shipyard.tracking import pipeline_runs as track
 from shipyard.tracking.promotion import promote_production
 
 pytestmark = pytest.mark.slow
+#: the deploy's logged override of the attestation check (tests/test_attestation.py checks production's)
+UNCHECKED = json.dumps({"checked": False, "overridden": True, "why": "overridden: deploy_config.attestation.require is false"})
 
 OLD = "oci://registry.example/models/tiny@sha256:" + "0" * 64
 NEW = "oci://registry.example/models/tiny@sha256:" + "1" * 64
@@ -150,7 +152,7 @@ def production() -> tuple[str, str, str, str]:
                                  f"tiny-verify-{uuid.uuid4().hex[:6]}")
     parent = track.start_tracking(url, experiment, "optimize-and-deploy", kfp_run, "", "")["parent_run_id"]
     track.register_model(url, name, OLD, parent, "")
-    promote_production(url, experiment, kfp_run, name, "1", "base")
+    promote_production(url, experiment, kfp_run, name, "1", "base", attestation_json=UNCHECKED)
     track.register_model(url, name, NEW, parent, "")
     return url, experiment, kfp_run, name
 
@@ -197,7 +199,7 @@ def test_a_ready_service_serving_the_candidate_passes_and_production_moves(
     assert record["verification"]["golden"]["match_rate"] == 1.0 and record["deployment"]["status"] == "Ready"
     assert any(c["name"].startswith("accuracy shipyard_capitals_gen") and c["compared"]
                for c in record["verification"]["checks"])
-    promote_production(url, experiment, kfp_run, name, "2", "w4a16")
+    promote_production(url, experiment, kfp_run, name, "2", "w4a16", attestation_json=UNCHECKED)
     assert MlflowClient(url).get_model_version_by_alias(name, "production").version == "2"
 
 

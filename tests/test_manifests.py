@@ -121,6 +121,31 @@ def test_mlflow_allows_the_host_its_clients_use(layout_name):
     assert not is_allowed_host_header(allowed, "mlflow.other-namespace.svc.cluster.local:5000")
 
 
+
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_mlflow_refuses_its_service_ip_and_pod_ip_and_the_docs_say_so(layout_name):
+    """Issue 32 m4: the Deployment's allowed hosts replace MLflow's default, which admits private IPs,
+    so a client using the Service's ClusterIP or a pod IP gets 403 (MLflow's own Host check, fed the
+    env as the kubelet expands it). Deliberate (IPs change; private ranges reopen DNS rebinding): the
+    README's cluster section, its versions matrix and the contract say so, and how to allow one."""
+    from mlflow.server.security_utils import get_default_allowed_hosts, is_allowed_host_header
+
+    docs = build(ROOT / "overlays" / layout_name)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow"]
+    env = kubelet_env(deployment["spec"]["template"]["spec"]["containers"][0], deployment["metadata"]["namespace"])
+    allowed = [h.strip() for h in env["MLFLOW_SERVER_ALLOWED_HOSTS"].split(",")]
+    for ip_host in ("10.96.0.12:5000", "10.244.1.7:5000", "172.20.3.4:5000", "192.168.5.6:5000"):
+        assert is_allowed_host_header(get_default_allowed_hosts(), ip_host), ip_host  # MLflow's default admits it
+        assert not is_allowed_host_header(allowed, ip_host), ip_host  # the manifest's list does not
+    contract = (ROOT.parent / "docs" / "cluster-contract.md").read_text()
+    readme = (ROOT.parent / "README.md").read_text()
+    cluster = readme.split("## Running on a cluster", 1)[1].split("\n## ", 1)[0]
+    matrix = next(line for line in cluster.splitlines() if line.startswith("| MLflow |"))
+    check_row = next(line for line in cluster.splitlines() if line.startswith("| `mlflow api` |"))
+    for text in (" ".join(contract.split()), " ".join(cluster.split()), matrix, check_row):
+        assert "Service IP" in text and "pod IP" in text and "403" in text, text[:200]
+    assert "appended to the Deployment's `MLFLOW_SERVER_ALLOWED_HOSTS`" in " ".join(contract.split())
+
 def test_prod_patches_apply():
     docs = {(d["kind"], d["metadata"]["name"]): d for d in build(ROOT / "overlays" / "prod")}
     assert docs[("PersistentVolumeClaim", "mlflow-backend")]["spec"]["resources"]["requests"]["storage"] == "50Gi"

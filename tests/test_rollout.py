@@ -184,3 +184,26 @@ def test_an_interrupt_during_a_canary_step_restores_the_route_and_the_previous_v
     assert double.get(*ROUTE_KEY)["spec"] == before
     assert double.get("llminferenceservices", "serving", "llm-canary") is None
     assert double.get("llminferenceservices", "serving", "llm")["spec"]["model"]["uri"] == OLD
+
+
+@pytest.mark.parametrize(("verify", "field", "words"), [
+    ({"auth_secret_env": "SHIPYARD_TEST_UNSET_GATEWAY_TOKEN"}, "deploy_config.verify.auth_secret_env",
+     "$SHIPYARD_TEST_UNSET_GATEWAY_TOKEN is not set"),
+    ({"ca_bundle": "/nonexistent/gateway-ca.pem"}, "deploy_config.verify.ca_bundle", "does not exist"),
+])
+def test_the_gateways_ca_bundle_and_token_are_checked_before_anything_is_applied(
+        double: K8sDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: dict, field: str,
+        words: str) -> None:
+    """The verification would fail only after the service is up (and roll it back): the CA file the
+    deploy step was not given, or the token's variable its Secret did not set, is one line first."""
+    monkeypatch.delenv("SHIPYARD_TEST_UNSET_GATEWAY_TOKEN", raising=False)
+    golden = tmp_path / "golden.json"
+    golden.write_text(json.dumps({"schema": "shipyard.golden/v1", "served_model_name": "llm", "max_tokens": 4,
+                                  "answers": [{"prompt": "p", "text": "t", "tokens": ["t"]}]}))
+    kubeconfig = str(double.kubeconfig(tmp_path / "kc", namespace="serving"))
+    with pytest.raises(ShipyardError) as err:
+        run_deploy(deploy_config={"prefill_replicas": 1, "verify": verify}, manifest_path=str(tmp_path / "m.yaml"),
+                   dry_run=False, kubeconfig=kubeconfig, name="llm", namespace="serving", model_uri=NEW,
+                   candidate=str(golden))
+    assert err.value.field == field and words in err.value.problem
+    assert changes(double) == [] and not (tmp_path / "m.yaml").exists()  # nothing rendered, nothing applied

@@ -196,20 +196,25 @@ def test_registry_versions_aliases_and_rollback(server: MlflowServer) -> None:
     assert mv.tags["base_model"] == "hf://org/tiny" and mv.tags["shipyard.pipeline_run_id"] == parent
     assert client.get_run(parent).data.tags["shipyard.registered_version"] == "1"
 
-    assert track.promote_alias(server.url, name, "1") == {"candidate": "1", "production": "1"}
+    with pytest.raises(ShipyardError, match="^production: .* version 1 was not moved: production moves only after"):
+        track.promote_alias(server.url, name, "1", None)
+    unchecked = registry.checked_by_deploy({"checked": False, "overridden": True, "why": "overridden: test"})
+    assert track.promote_alias(server.url, name, "1", unchecked) == {"candidate": "1", "production": "1"}
     parent2 = track.start_tracking(server.url, "registry", "optimize-deploy", "", "", "")["parent_run_id"]
     v2 = track.register_model(server.url, name, "s3://models/tiny/v2", parent2, "")
     assert v2["version"] == "2"
-    assert track.promote_alias(server.url, name, "2") == {"candidate": "2", "production": "2", "previous": "1"}
+    assert track.promote_alias(server.url, name, "2", unchecked) == {"candidate": "2", "production": "2", "previous": "1"}
     v3 = track.register_model(server.url, name, "s3://models/tiny/v3", "", "")["version"]
-    assert track.promote_alias(server.url, name, v3) == {"candidate": "3", "production": "3", "previous": "2"}
+    assert track.promote_alias(server.url, name, v3, unchecked) == {"candidate": "3", "production": "3", "previous": "2"}
 
-    assert track.rollback_alias(server.url, name, "deployment not Ready") == {
+    with pytest.raises(ShipyardError, match="version 2 was not moved"):
+        track.rollback_alias(server.url, name, "deployment not Ready")
+    assert track.rollback_alias(server.url, name, "deployment not Ready", unchecked) == {
         "candidate": "3", "production": "2", "previous": "1"}
     assert client.get_model_version(name, "3").tags["shipyard.rollback_reason"] == "deployment not Ready"
-    assert track.rollback_alias(server.url, name) == {"candidate": "3", "production": "1"}
+    assert track.rollback_alias(server.url, name, check=unchecked) == {"candidate": "3", "production": "1"}
     with pytest.raises(ShipyardError, match="no earlier production version"):
-        track.rollback_alias(server.url, name)
+        track.rollback_alias(server.url, name, check=unchecked)
     assert client.get_model_version_by_alias(name, "production").version == "1"
 
 
@@ -217,7 +222,7 @@ def test_register_rejects_bad_input(server: MlflowServer) -> None:
     with pytest.raises(ShipyardError, match="source_uri"):
         track.register_model(server.url, "m", "/local/folder", "", "")
     with pytest.raises(ShipyardError, match="model_version"):
-        track.promote_alias(server.url, f"nope-{uuid.uuid4().hex[:6]}", "7")
+        track.promote_alias(server.url, f"nope-{uuid.uuid4().hex[:6]}", "7", None)
     with pytest.raises(ShipyardError, match="params_json"):
         track.start_tracking(server.url, "x", "p", "", "[1, 2", "")
 

@@ -40,7 +40,9 @@ def test_a_dry_run_never_moves_production() -> None:
     assert tags["shipyard.production"] == DRY_RUN_NOTE and "shipyard.production_version" not in tags
 
     # a real deploy promotes; a later dry run of another version leaves production on it
-    assert promote_production(url, experiment, kfp_run, name, "1", "w8a8-int8")["aliases"]["production"] == "1"
+    unchecked = json.dumps({"checked": False, "overridden": True, "why": "overridden: test"})
+    assert promote_production(url, experiment, kfp_run, name, "1", "w8a8-int8",
+                              attestation_json=unchecked)["aliases"]["production"] == "1"
     track.register_model(url, name, "s3://models/tiny/v2", parent, "")
     out = promote_production(url, experiment, kfp_run, name, "2", "w4a16", dry_run=True)
     assert out["aliases"]["production"] == "1" and out["aliases"]["dry-run"] == "2"

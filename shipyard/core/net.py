@@ -7,26 +7,33 @@ usual check (a GET that answers with an accepted status). :func:`http_request` i
 request with an overall deadline: from the name lookup, connecting and the TLS handshake to the
 answer's last byte, however slowly a server sends it (a socket timeout alone bounds each read, so
 a server that sends a byte a second would hold it forever), and an answer no larger than
-:data:`MAX_ANSWER_BYTES` (a bigger one is refused before it is read whole).
+:data:`MAX_ANSWER_BYTES` (a bigger one is refused before it is read whole). :func:`call_within`
+gives the same overall deadline to a client library's call (KFP, MLflow, minio, Kubernetes,
+requests), its own retries included; :func:`transfer_deadline` grows a deadline with the bytes moved.
 """
 
 from __future__ import annotations
 
+import contextvars
 import http.client
 import ipaddress
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from shipyard.core.errors import ShipyardError, UnreachableError
 
 HOST = "127.0.0.1"
+T = TypeVar("T")
 
 
 def free_port(host: str = HOST) -> int:
@@ -100,6 +107,11 @@ def unreachable(field: str, url: str, err: BaseException, timeout: float) -> Unr
     """One line (exit 3) for an HTTP request that got no answer: a timeout, a refused or unknown
     host, a broken connection. ``err``: the TimeoutError, URLError or OSError that ``urlopen`` raised."""
     reason = err.reason if isinstance(err, urllib.error.URLError) else err
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return UnreachableError(field, f"{url}: its TLS certificate is not trusted "
+                                f"({reason.verify_message or reason.reason})",
+                                "give the CA bundle that signed it (ca_bundle), or skip the check for a test "
+                                "service only (insecure_tls)")
     if isinstance(reason, TimeoutError | socket.timeout):
         return UnreachableError(field, f"{url} did not answer within {timeout:g} s (timeout)",
                                 "check the service's health, or raise the timeout")
@@ -300,3 +312,125 @@ def http_request(url: str, *, deadline_s: float, data: bytes | None = None, head
         if isinstance(err, OSError):
             raise
         raise ConnectionError(f"{type(err).__name__}: {err}") from None
+
+
+# --------------------------------------------------------------------------- a client library's call within a deadline
+
+#: the slowest transfer a streamed body is given time for (bytes/s): :func:`transfer_deadline`
+TRANSFER_FLOOR_BYTES_PER_S = 256 * 1024
+#: how long a call past its deadline has to unwind once its sockets are shut, before it is left behind
+UNWIND_S = 0.5
+
+
+def transfer_deadline(base_s: float, size: int | None) -> float:
+    """The deadline of a request that moves ``size`` bytes: ``base_s`` plus the bytes at
+    :data:`TRANSFER_FLOOR_BYTES_PER_S` (256 KiB/s), so a big blob is given time for its bytes."""
+    return base_s + max(int(size or 0), 0) / TRANSFER_FLOOR_BYTES_PER_S
+
+
+class DeadlinePassed(Exception):
+    """Raised in a call past its deadline when it makes a socket or connects again (no OSError:
+    a library's retry loop does not catch it), so its retries end at once."""
+
+
+class _Scope:
+    """The sockets one :func:`call_within` call made (seen through the ``socket.__new__`` audit
+    event, TLS-wrapped ones included), with those of its owner's earlier calls (a client's pooled
+    connections, which a later call reuses): shut down at the deadline, so whatever waits on them ends."""
+
+    def __init__(self, owner: object | None) -> None:
+        self.expired = False
+        self._lock = threading.Lock()
+        if owner is None:
+            self._socks: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        else:
+            with _owned_lock:
+                self._socks = _owned.setdefault(owner, weakref.WeakSet())
+
+    def saw(self, event: str, args: tuple[object, ...]) -> None:
+        with self._lock:
+            if self.expired:
+                raise DeadlinePassed(f"{event} past the deadline")
+        if event == "socket.__new__" and isinstance(args[0], socket.socket):
+            with _owned_lock:
+                self._socks.add(args[0])
+
+    def expire(self) -> None:
+        with self._lock:
+            self.expired = True
+        with _owned_lock:
+            socks = list(self._socks)
+        for sock in socks:
+            if sock.fileno() != -1:  # a socket handed to TLS is detached (-1): its SSLSocket is in the set
+                _Deadline._shut(sock)
+
+
+_scope = threading.local()
+#: the sockets each owner's calls made (weakly: a client that goes takes its entry with it)
+_owned: weakref.WeakKeyDictionary[object, weakref.WeakSet[socket.socket]] = weakref.WeakKeyDictionary()
+_owned_lock = threading.Lock()
+_hook_lock = threading.Lock()
+_hooked = False
+_WATCHED_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.getaddrinfo"})
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event in _WATCHED_EVENTS:
+        scope = getattr(_scope, "current", None)
+        if scope is not None:
+            scope.saw(event, args)
+
+
+def _install_hook() -> None:
+    global _hooked
+    with _hook_lock:
+        if not _hooked:
+            sys.addaudithook(_audit)  # once per process; it only looks at socket events in a watched call
+            _hooked = True
+
+
+def call_within(deadline_s: float, fn: Callable[..., T], /, *args: Any, on_timeout: Callable[[], BaseException],
+                owner: object | None = None, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` (a client library's call: KFP, MLflow, minio, Kubernetes, requests)
+    ended at ``deadline_s`` seconds in all, however it waits: a name lookup, connecting, TLS,
+    a server that sends a byte every few seconds (a per-read timeout never fires), the library's
+    own retries and their back-off.
+
+    The call runs in a thread of its own (with the caller's context variables); at the deadline
+    the sockets it made are shut down (whatever blocks on them ends), any socket it makes or
+    connects after that raises :class:`DeadlinePassed`, and the caller gets ``on_timeout()``
+    (one line naming the setting that gave the deadline) at once: a call stuck where no socket
+    reaches (the system resolver) is left behind in its daemon thread. Its value or exception
+    otherwise, as if called directly. ``owner`` (the client object, weakly held): the sockets its
+    earlier calls made are shut at the deadline too, as a pooled connection they left is reused."""
+    _install_hook()
+    scope = _Scope(owner)
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        _scope.current = scope
+        try:
+            outcome["value"] = context.run(fn, *args, **kwargs)
+        except BaseException as err:  # handed to the caller as it is
+            outcome["error"] = err
+        finally:
+            _scope.current = None
+            done.set()
+
+    worker = threading.Thread(target=work, name="shipyard-call-within", daemon=True)
+    worker.start()
+    try:
+        finished = done.wait(max(deadline_s, 0.0))
+    except BaseException:  # Ctrl-C or a stop signal while waiting: the call ends with it
+        scope.expire()
+        raise
+    if not finished:
+        scope.expire()
+        done.wait(UNWIND_S)
+        raise on_timeout()
+    if "error" in outcome:
+        error: BaseException = outcome["error"]
+        raise error
+    return outcome["value"]  # type: ignore[no-any-return]

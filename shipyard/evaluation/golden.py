@@ -14,8 +14,10 @@ The prompts are the first :data:`DEFAULT_PROMPTS` questions of the offline suite
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +44,25 @@ def golden_prompts(n: int = DEFAULT_PROMPTS) -> list[str]:
     return prompts[:n]
 
 
-def _post(url: str, body: dict[str, Any], timeout: float, field: str) -> dict[str, Any]:
+def _post(url: str, body: dict[str, Any], timeout: float, field: str, headers: Mapping[str, str] | None = None,
+          context: ssl.SSLContext | None = None) -> dict[str, Any]:
     """POST ``body`` as JSON; the answer's JSON, within ``timeout`` seconds in all (connecting to
-    the last byte, however slowly the server sends it)."""
+    the last byte, however slowly the server sends it). ``headers`` (an auth header) and ``context``
+    (the TLS context of an https URL) go with the request."""
     try:
         status, answer = http_request(url, deadline_s=timeout, data=json.dumps(body).encode(),
-                                      headers={"Content-Type": "application/json"}, field=field)
+                                      headers={**(headers or {}), "Content-Type": "application/json"},
+                                      context=context, field=field)
     except (TimeoutError, urllib.error.URLError) as err:
         raise unreachable(field, url, err, timeout) from None
     except OSError as err:
         raise ShipyardError(field, f"{url} gave no JSON answer ({type(err).__name__}: {err})",
                             "point the URL at an OpenAI-compatible server") from None
     text = answer.decode("utf-8", errors="replace")
+    if status in (401, 403):
+        raise ShipyardError(field, f"{url} answered HTTP {status} ({'not authenticated' if status == 401 else 'forbidden'})",
+                            "give the gateway token through verify.auth_secret_env: the environment variable "
+                            "holding it, from a Secret; check that it is the right one")
     if status >= 400:
         detail = text[:300].replace("\n", " ")
         raise ShipyardError(field, f"{url} answered HTTP {status}: {detail}",
@@ -66,11 +75,13 @@ def _post(url: str, body: dict[str, Any], timeout: float, field: str) -> dict[st
 
 
 def complete(base_url: str, model: str, prompt: str, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-             timeout: float = 60.0, field: str = "url") -> dict[str, Any]:
-    """One greedy completion: ``{"text", "tokens"}`` (tokens None when the server gives no logprobs)."""
+             timeout: float = 60.0, field: str = "url", headers: Mapping[str, str] | None = None,
+             context: ssl.SSLContext | None = None) -> dict[str, Any]:
+    """One greedy completion: ``{"text", "tokens"}`` (tokens None when the server gives no logprobs);
+    ``headers`` and ``context``: an auth header and the TLS context (a gateway's, the verification)."""
     body = {"model": model, "prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0, "top_p": 1,
             "seed": SEED, "logprobs": 1}
-    payload = _post(f"{base_url.rstrip('/')}/completions", body, timeout, field)
+    payload = _post(f"{base_url.rstrip('/')}/completions", body, timeout, field, headers, context)
     try:
         choice = payload["choices"][0]
     except (KeyError, IndexError, TypeError):
@@ -81,13 +92,16 @@ def complete(base_url: str, model: str, prompt: str, *, max_tokens: int = DEFAUL
 
 
 def ask_all(base_url: str, model: str, prompts: list[str], *, max_tokens: int = DEFAULT_MAX_TOKENS,
-            timeout: float = 60.0, field: str = "url") -> list[dict[str, Any]]:
-    """Greedy answers to ``prompts``, asked concurrently (one batch for vLLM), in prompt order."""
+            timeout: float = 60.0, field: str = "url", headers: Mapping[str, str] | None = None,
+            context: ssl.SSLContext | None = None) -> list[dict[str, Any]]:
+    """Greedy answers to ``prompts``, asked concurrently (one batch for vLLM), in prompt order
+    (``headers``, ``context``: as :func:`complete`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(max_workers=min(8, len(prompts)) or 1)
     try:
-        futures = [pool.submit(complete, base_url, model, p, max_tokens=max_tokens, timeout=timeout, field=field)
+        futures = [pool.submit(complete, base_url, model, p, max_tokens=max_tokens, timeout=timeout, field=field,
+                               headers=headers, context=context)
                    for p in prompts]
         return [f.result() for f in futures]
     finally:

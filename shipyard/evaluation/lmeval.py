@@ -54,6 +54,7 @@ from shipyard.evaluation.config import EvalConfig, parse_eval_config
 from shipyard.evaluation.tasks import task_manager_for
 from shipyard.models.adapters import adapter_identity
 from shipyard.models.resolve import check_model_folder
+from shipyard.serving.vllm_cli import check_vllm_args
 from shipyard.serving.vllm_flags import SERVER_FLAGS, refuse_owned
 
 SUMMARY_FORMAT = "shipyard.eval/v1"
@@ -287,6 +288,7 @@ def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
     if not isinstance(extra, list) or not all(isinstance(arg, str) for arg in extra):
         raise ShipyardError("SHIPYARD_EVAL_VLLM_ARGS", "is not a JSON list of text", 'write e.g. ["--max-model-len", "2048"]')
     refuse_owned(extra, SERVER_FLAGS, "SHIPYARD_EVAL_VLLM_ARGS", "shipyard's vLLM server", "drop it")
+    check_vllm_args(extra, "SHIPYARD_EVAL_VLLM_ARGS")
     serving = contextlib.nullcontext(shared) if shared else VLLMServer(model_dir, served_model_name=SERVED_NAME,
                                                                        extra_args=extra, log_path=logs / VLLM_LOG)
     try:
@@ -298,19 +300,41 @@ def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
                 (logs / VLLM_LOG).write_text(shared.log_text())
 
 
-def _evaluate_served(cfg: EvalConfig, model_dir: Path, manager: Any, server: Any,
-                     batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """lm-eval's ``local-completions`` against a running vLLM server."""
-    args = {
+def local_completions_args(server: Any, model_dir: Path | str, seed: int, concurrency: int) -> dict[str, Any]:
+    """lm-eval 0.4.13's ``local-completions`` model arguments for a running OpenAI-compatible server.
+
+    A server with ``insecure_tls`` or a ``ca_bundle`` (the verification's gateway,
+    :class:`shipyard.steps.verify.RemoteService`) sets ``verify_certificate``, the one TLS setting
+    lm-eval's requests take (its ``ca_cert_path`` reaches only the remote tokenizer): false to skip
+    the check; with a CA bundle, the path itself when requests go one at a time (``requests``'s
+    ``verify`` takes a CA file) and an ``ssl.SSLContext`` loaded from it when they go concurrently
+    (aiohttp's ``TCPConnector(ssl=...)`` takes a context, not a path). The bearer token is never an
+    argument here (lm-eval logs and records them): its ``Authorization: Bearer`` comes from
+    ``OPENAI_API_KEY`` (``LocalCompletionsAPI.api_key``)."""
+    args: dict[str, Any] = {
         "model": server.served_model_name,
         "base_url": f"{server.base_url}/completions",
         "tokenizer": str(model_dir),
         "tokenizer_backend": "huggingface",
         "tokenized_requests": True,
-        "num_concurrent": env_int("SHIPYARD_EVAL_CONCURRENCY", 4, minimum=1),
+        "num_concurrent": int(concurrency),
         "max_retries": 3,
-        "seed": cfg.seed,
+        "seed": seed,
     }
+    ca_bundle = getattr(server, "ca_bundle", "")
+    if getattr(server, "insecure_tls", False):
+        args["verify_certificate"] = False
+    elif ca_bundle:
+        import ssl
+
+        args["verify_certificate"] = ca_bundle if concurrency <= 1 else ssl.create_default_context(cafile=ca_bundle)
+    return args
+
+
+def _evaluate_served(cfg: EvalConfig, model_dir: Path, manager: Any, server: Any,
+                     batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lm-eval's ``local-completions`` against a running vLLM server (:func:`local_completions_args`)."""
+    args = local_completions_args(server, model_dir, cfg.seed, env_int("SHIPYARD_EVAL_CONCURRENCY", 4, minimum=1))
     try:
         raw = _simple_evaluate(cfg, manager, "local-completions", args, batch, None)
     except Exception:

@@ -172,6 +172,10 @@ def accuracy_predicate(champion: CandidateRecord, eval_summary: dict[str, Any] |
 #: ``lengths``: the per-request prompt and output lengths as sparse histograms (the length distributions)
 ENVELOPE_LEVEL_FIELDS = ("name", "nominal_load", "requests_per_s", "ttft_p99_ms", "itl_p99_ms", "error_rate",
                          "prompt_tokens_mean", "output_tokens_mean", "lengths")
+#: what the SLO evidence keeps of the recorded workload's replay (``workload.replay_level``): its rate and
+#: its lengths, the user's traffic, which :func:`shipyard.serving.watch.envelope_from_record` holds
+#: production's lengths against instead of the knee level's
+REPLAY_LEVEL_FIELDS = ("name", "requests_per_s", "prompt_tokens_mean", "output_tokens_mean", "lengths")
 
 
 def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = None,
@@ -180,7 +184,9 @@ def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = No
     goodput, TTFT and ITL p99 at the knee, every level's load, latency and lengths (the envelope
     ``shipyard watch`` reads back), the hardware, the vLLM arguments (the serving configuration
     the selection chose, else the benchmark's) and the engine; ``workload_digest`` (default: the
-    champion record's ``workload.digest``) when a workload fingerprint exists; ``capacity`` (goodput at
+    champion record's ``workload.digest``) when a workload fingerprint exists, with the replay's own
+    lengths (``workload.replay_level``, the lengths ``shipyard watch`` compares production's with instead
+    of the knee level's) and prefix-cache hit rate when the record keeps them; ``capacity`` (goodput at
     the SLO as N x the recorded peak, :func:`capacity_evidence`), or null and ``capacity_reason`` saying why;
     ``replay`` (the SLO measured on the replay itself, :func:`replay_evidence`), or null and ``replay_reason``."""
     slo = slo_of(champion)
@@ -206,6 +212,9 @@ def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = No
         hit = (champion.get("workload") or {}).get("prefix_hit_rate")
         if hit is not None:  # the server's prefix-cache hit rate during the replay (what shipyard watch compares)
             out["workload"]["prefix_hit_rate"] = hit
+        replay = (champion.get("workload") or {}).get("replay_level")
+        if isinstance(replay, dict):  # the replay's own lengths: what shipyard watch holds production's lengths against
+            out["workload"]["replay_level"] = {k: replay.get(k) for k in REPLAY_LEVEL_FIELDS}
     out["capacity"], out["capacity_reason"] = capacity_evidence(champion)
     out["replay"], out["replay_reason"] = replay_evidence(champion)
     return out
@@ -552,40 +561,70 @@ def attestation_options(raw: Any) -> dict[str, Any]:
 
 REFUSE_FIX = ("deploy the image the package step attested (its digest-pinned uri), or set "
               'deploy_config {"attestation": {"require": false}} to deploy it anyway (logged)')
+#: the refusal's fix when ``production`` would move (``shipyard alias set|rollback``)
+PRODUCTION_FIX = ("move production to a version whose model the package step attested (its digest-pinned uri), "
+                  "or pass --no-attestation-check to move it anyway (logged)")
 
 
-def require_attested(model_uri: str, options: dict[str, Any], log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def require_attested(model_uri: str, options: dict[str, Any], log: Callable[[str], None] | None = None, *,
+                     field: str = "attestation", fix: str = REFUSE_FIX, step: str = "deploy",
+                     override: str = "deploy_config.attestation.require=false", outcome: str = "is deployed",
+                     key_required: bool = False) -> dict[str, Any]:
     """The deploy step's refusal: raise one line (field ``attestation``) unless ``model_uri``'s
     attestations verify (:func:`verify_evidence`) with the trusted public key and its summary says
     ``PASSED``. ``options``: :func:`attestation_options`. Returns what was checked
-    (``{"checked", "why"|"passed", "vsa", ...}``) for the deploy record.
+    (``{"checked", "why"|"passed", "vsa", "uri", "digest", ...}``) for the deploy record and for
+    ``production`` (:func:`shipyard.tracking.model_registry.promote` moves it only to the digest checked).
 
-    ``require: false`` is the override: nothing is checked and a warning line says so. Without a
-    public key (no ``key``, no ``SHIPYARD_ATTESTATION_PUBLIC_KEY``) nothing can be checked: in a
-    cluster step compiled with the Secret that is one line naming the Secret and key; elsewhere the
-    result says the model was not checked (the deploy summary and decision record show it)."""
+    ``require: false`` is the override: nothing is checked, a warning line says so and the result has
+    ``overridden: true``. Without a public key (no ``key``, no ``SHIPYARD_ATTESTATION_PUBLIC_KEY``)
+    nothing can be checked: in a cluster step compiled with the Secret that is one line naming the
+    Secret and key; with ``key_required`` (moving ``production``: :func:`production_check`) one line
+    asking for ``--key``; elsewhere the result says the model was not checked (the deploy summary and
+    decision record show it). ``field``, ``fix``, ``step``, ``override`` and ``outcome`` word the
+    refusal and the override's warning for the caller."""
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))  # stdout may carry the manifest
     if not options.get("require", True):
-        say(f"deploy: WARNING: attestation check overridden (deploy_config.attestation.require=false): "
-            f"{model_uri.split('@')[0]} is deployed without a verified summary")
-        return {"checked": False, "why": "overridden: deploy_config.attestation.require is false"}
-    key = att.trust_key(options.get("key") or "", field="deploy_config.attestation.key")
+        say(f"{step}: WARNING: attestation check overridden ({override}): "
+            f"{model_uri.split('@')[0]} {outcome} without a verified summary")
+        return {"checked": False, "overridden": True, "why": f"overridden: {override.replace('=', ' is ')}"}
+    key_field = "--key" if key_required else "deploy_config.attestation.key"
+    key = att.trust_key(options.get("key") or "", field=key_field)
     if key is None:
         if contract.source_of(contract.ENV_ATTESTATION_PUBLIC_KEY) is not None:
             raise contract.missing(contract.ENV_ATTESTATION_PUBLIC_KEY,
                                    "the deploy step refuses a model whose attestations it cannot verify")
+        if key_required:
+            raise ShipyardError(key_field, f"is required to check the attestations before {step} moves (no "
+                                f"{contract.ENV_ATTESTATION_PUBLIC_KEY} is set)",
+                                f"give --key public-key.pem (the Secret {contract.ATTESTATION_TRUST_SECRET}'s "
+                                "public-key.pem), or pass --no-attestation-check to move it anyway (logged)")
         # recorded (the deploy's result, summary and decision record), not printed: an error line stays the only line
         return {"checked": False, "why": f"no public key configured (deploy_config.attestation.key, "
                                          f"{contract.ENV_ATTESTATION_PUBLIC_KEY} or Secret {contract.ATTESTATION_TRUST_SECRET})"}
     if not model_uri.startswith("oci://"):
-        raise ShipyardError("attestation", f"{model_uri.split('://')[0]}:// models carry no attestations",
-                            REFUSE_FIX)
+        raise ShipyardError(field, f"{model_uri.split('://')[0]}:// models carry no attestations", fix)
     out = verify_evidence(model_uri, key, field="model_uri", insecure_tls=bool(options.get("insecure_tls")),
                           max_age_days=options.get("max_age_days"))
     if not out["passed"]:
-        raise ShipyardError("attestation", f"{out['uri'].split('@')[0]}@{out['digest'][:19]} refused: {out['reason']}",
-                            REFUSE_FIX)
+        raise ShipyardError(field, f"{out['uri'].split('@')[0]}@{out['digest'][:19]} refused: {out['reason']}", fix)
     vsa = out["vsa"] or {}
-    say(f"deploy: attestations verified: {len(out['attestations'])} signed by key {att.keyid(key)[:16]}, "
+    say(f"{step}: attestations verified: {len(out['attestations'])} signed by key {att.keyid(key)[:16]}, "
         f"summary {vsa.get('envelope_digest', '')[:19]} {vsa.get('result')}")
-    return {"checked": True, "passed": True, "vsa": vsa, "found_via": out["found_via"], "keyid": att.keyid(key)}
+    return {"checked": True, "passed": True, "vsa": vsa, "found_via": out["found_via"], "keyid": att.keyid(key),
+            "uri": out["uri"], "digest": out["digest"]}
+
+
+def production_check(options: dict[str, Any], log: Callable[[str], None] | None = None) -> Callable[[Any], dict[str, Any]]:
+    """The check ``production`` moves through when a person moves it (``shipyard alias set ... production``,
+    ``shipyard alias rollback``): for a model version (:class:`shipyard.tracking.model_registry.VersionInfo`)
+    :func:`require_attested` on its ``source`` (the package step's digest-pinned uri) with the trusted key
+    (required: ``--key`` or ``SHIPYARD_ATTESTATION_PUBLIC_KEY``), refusing in one line (field
+    ``production``) unless its verification summary verifies and says ``PASSED``; ``options``
+    (:func:`attestation_options`) ``require: false`` is ``--no-attestation-check``, logged."""
+    def check(info: Any) -> dict[str, Any]:
+        return require_attested(str(info.source), options, log, field="production", fix=PRODUCTION_FIX,
+                                step="production", override="--no-attestation-check",
+                                outcome=f"({info.name} version {info.version}) becomes production", key_required=True)
+
+    return check

@@ -5,17 +5,25 @@
 module docstring there says what each check compares); this module holds what the deploy
 step, the pre-flight checks and the CLI read without a service: :func:`parse_verify_config`,
 :func:`verify_options`, :func:`load_recorded`, :func:`selected_level` and the report
-(:func:`report_doc`, :func:`report_markdown`).
+(:func:`report_doc`, :func:`report_markdown`), and how the requests reach a gateway with TLS and
+auth (:data:`GATEWAY_KEYS`: ``ca_bundle``, ``insecure_tls``, ``auth_secret_env``, ``auth_header``;
+:func:`gateway_access` resolves them where the requests are sent: the CA file read, the token
+taken from its environment variable, never from the config).
 """
 
 from __future__ import annotations
 
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, refuse_credentials
+from shipyard.core.errors import ShipyardError, refuse_credentials, shown
 from shipyard.core.jsonargs import json_object
 from shipyard.core.records import CANDIDATE_FILE, CandidateRecord, load_candidate, slo_of
+from shipyard.core.redact import looks_like_token
 from shipyard.core.report import Doc, GateReport
 from shipyard.evaluation.golden import check_golden, load_golden
 
@@ -36,7 +44,16 @@ DEFAULTS: dict[str, Any] = {
     "timeout_s": 60.0,  # each HTTP request's deadline in all (shipyard.core.net.http_request), not per read
     "run_timeout_s": 1800.0,  # the accuracy slice's and the SLO smoke's deadline each, in all (lm-eval, guidellm)
     "metrics_urls": {},
+    # the gateway's TLS and auth (GATEWAY_KEYS): a CA bundle file, or no certificate check at all, and
+    # the environment variable holding the token (never the token itself), sent as `auth_header`
+    "ca_bundle": "",
+    "insecure_tls": False,
+    "auth_secret_env": "",
+    "auth_header": "Authorization",
 }
+#: the settings that say how the gateway is reached (TLS, auth): a local server the deploy step serves
+#: itself (``verify.dry_run``) is reached without them
+GATEWAY_KEYS = ("ca_bundle", "insecure_tls", "auth_secret_env", "auth_header")
 LAYOUT_NOTE = ("Greedy decoding is not guaranteed to give the same tokens across parallelism layouts "
                "(tensor/pipeline parallel, batch shapes, prefill/decode disaggregation change the order of "
                "floating-point reductions): the golden rule is a documented tolerance, not equality.")
@@ -82,7 +99,141 @@ def parse_verify_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
             isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls.values()):
         raise ShipyardError("verify.metrics_urls", f"{urls!r} is not {{'prefill': URL, 'decode': URL}}",
                             'e.g. {"prefill": "http://llm-prefill:8000/metrics", "decode": "http://llm:8000/metrics"}')
+    _check_gateway_settings(cfg)
     return cfg
+
+
+# --------------------------------------------------------------------------- the gateway's TLS and auth
+#: an environment variable's name (what ``auth_secret_env`` holds; never the token)
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+#: an HTTP header's name (RFC 9110 token)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+#: the clients that cannot send a token under another header name without logging it
+#: (lm-eval 0.4.13 takes other headers only through its ``header`` model argument, which it logs and
+#: records verbatim; guidellm 0.8.1 only through the request extras, which its report records)
+CUSTOM_HEADER_CLIENTS = {"accuracy": "lm-eval 0.4.13 (accuracy slice)", "slo": "guidellm 0.8.1 (SLO smoke)"}
+CA_BUNDLE_FIX = ("give the PEM file of the CA that signed the gateway's certificate (in the cluster: a Secret or "
+                 "ConfigMap mounted into the deploy step, see components/deploy/README.md)")
+AUTH_ENV_FIX = ("name the environment variable that holds the token, e.g. GATEWAY_TOKEN, and give it to the step "
+                "from a Kubernetes Secret (cluster.yaml's secrets: <name>: {env: {token: GATEWAY_TOKEN}, "
+                "steps: [deploy]}); the token itself never goes into the config")
+#: the warning line an unverified TLS connection prints, and the report records
+INSECURE_WARNING = ("WARNING: verify.insecure_tls is true: the gateway's TLS certificate is NOT verified (anyone on "
+                    "the path can impersonate it); for a test gateway only: give verify.ca_bundle instead")
+
+
+def _check_gateway_settings(cfg: dict[str, Any]) -> None:
+    """``ca_bundle``, ``insecure_tls``, ``auth_secret_env`` and ``auth_header`` checked for shape and
+    for what the clients can take: one line each. The CA file and the variable are checked where
+    the requests are sent (:func:`gateway_access`): the pre-flight's pod mounts neither."""
+    ca, insecure = cfg["ca_bundle"], cfg["insecure_tls"]
+    if not isinstance(insecure, bool):
+        raise ShipyardError("verify.insecure_tls", f"{shown(insecure)} is not true or false", "use true or false")
+    if not isinstance(ca, str):
+        raise ShipyardError("verify.ca_bundle", f"{shown(ca)} is not a file path", CA_BUNDLE_FIX)
+    if ca and insecure:
+        raise ShipyardError("verify.insecure_tls", "is true while verify.ca_bundle is given (verify with the CA, or "
+                            "not at all?)", "drop one of them: keep ca_bundle to verify the gateway's certificate")
+    name, header = cfg["auth_secret_env"], cfg["auth_header"]
+    if not isinstance(name, str) or (name and (looks_like_token(name) or not _ENV_NAME.fullmatch(name))):
+        # never echoed: what does not look like a variable's name may be the token itself
+        raise ShipyardError("verify.auth_secret_env", "is not the name of an environment variable (upper-case "
+                            "letters, digits and _; the value is not shown: it may be a pasted token)", AUTH_ENV_FIX)
+    if not isinstance(header, str) or not _HEADER_NAME.fullmatch(header) or looks_like_token(header):
+        raise ShipyardError("verify.auth_header", f"{shown(header)} is not an HTTP header name",
+                            "e.g. Authorization (sent as 'Bearer <token>') or X-Api-Key (the token as it is)")
+    if name and header.lower() != "authorization":
+        clients = [CUSTOM_HEADER_CLIENTS[c] for c in cfg["checks"] if c in CUSTOM_HEADER_CLIENTS]
+        if clients:
+            raise ShipyardError("verify.auth_header", f"{header!r}: {' and '.join(clients)} can send the token only "
+                                "as 'Authorization: Bearer' without writing it to its logs",
+                                "use auth_header Authorization, or drop accuracy and slo from verify.checks")
+
+
+@dataclass(frozen=True)
+class GatewayAccess:
+    """How the verification's requests reach the gateway: ``context`` (the TLS context for https
+    URLs: the CA bundle's, none to verify, or None for the system's CAs), ``headers`` (the auth
+    header; never printed: :meth:`describe` says where it came from) and the settings the lm-eval and
+    guidellm runs rebuild it from (:func:`gateway_access` in their own process)."""
+
+    ca_bundle: str = ""
+    insecure_tls: bool = False
+    auth_secret_env: str = ""
+    auth_header: str = "Authorization"
+    context: ssl.SSLContext | None = None
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def token(self) -> str:
+        """The token as sent (without ``Bearer``), "" without auth."""
+        value = self.headers.get(self.auth_header, "") if self.auth_secret_env else ""
+        return value[len("Bearer "):] if self.auth_header.lower() == "authorization" else value
+
+    def describe(self) -> dict[str, str]:
+        """What the report records: the TLS check (and :data:`INSECURE_WARNING` when there is none) and
+        where the auth header came from (never its value)."""
+        tls = ("NOT verified (verify.insecure_tls)" if self.insecure_tls else
+               f"verified with the CA bundle {self.ca_bundle}" if self.ca_bundle else "verified with the system CAs")
+        # worded so that redact() leaves it whole: no "Authorization:" and no "Bearer <word>"
+        bearer = " (bearer)" if self.auth_header.lower() == "authorization" else ""
+        auth = (f"the token from ${self.auth_secret_env} in the {self.auth_header} header{bearer}"
+                if self.auth_secret_env else "none")
+        return {"tls": tls, "auth": auth, **({"tls warning": INSECURE_WARNING} if self.insecure_tls else {})}
+
+    def settings(self) -> dict[str, Any]:
+        """The settings alone (JSON-able: what a child process rebuilds this from, no token)."""
+        return {"ca_bundle": self.ca_bundle, "insecure_tls": self.insecure_tls,
+                "auth_secret_env": self.auth_secret_env, "auth_header": self.auth_header}
+
+
+def _ca_context(path: str) -> ssl.SSLContext:
+    p = Path(path)
+    if not p.is_file():
+        raise ShipyardError("verify.ca_bundle", f"{path} {'is not a file' if p.exists() else 'does not exist'}",
+                            CA_BUNDLE_FIX)
+    try:
+        head = p.read_bytes()[: 4 * 1024 * 1024]
+    except OSError as err:
+        raise ShipyardError("verify.ca_bundle", f"{path} cannot be read ({err.strerror})", CA_BUNDLE_FIX) from None
+    if b"-----BEGIN CERTIFICATE-----" not in head:
+        raise ShipyardError("verify.ca_bundle", f"{path} is not a PEM CA bundle (no -----BEGIN CERTIFICATE----- "
+                            "block)", CA_BUNDLE_FIX + "; a DER file converts with: openssl x509 -inform der -in CA.der "
+                            "-out ca.pem")
+    try:
+        return ssl.create_default_context(cafile=str(p))
+    except (ssl.SSLError, ValueError) as err:
+        raise ShipyardError("verify.ca_bundle", f"{path} is not a PEM CA bundle OpenSSL can read "
+                            f"({getattr(err, 'reason', None) or err})", CA_BUNDLE_FIX) from None
+
+
+def gateway_access(cfg: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> GatewayAccess:
+    """The TLS context and auth header the settings ask for (parsed by :func:`parse_verify_config`),
+    resolved here: the CA bundle is read (a missing or non-PEM file is one line) and the token is
+    taken from the environment variable ``auth_secret_env`` names (unset or empty: one line; the
+    token is never shown). ``environ``: default ``os.environ``."""
+    import os
+
+    env = os.environ if environ is None else environ
+    ca, insecure = str(cfg.get("ca_bundle") or ""), bool(cfg.get("insecure_tls"))
+    name, header = str(cfg.get("auth_secret_env") or ""), str(cfg.get("auth_header") or "Authorization")
+    context = None
+    if ca:
+        context = _ca_context(ca)
+    elif insecure:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    headers: dict[str, str] = {}
+    if name:
+        token = (env.get(name) or "").strip()
+        if not token:
+            raise ShipyardError("verify.auth_secret_env", f"${name} is {'empty' if name in env else 'not set'} in "
+                                "this step's environment", AUTH_ENV_FIX)
+        if any(c in token for c in "\r\n\0"):
+            raise ShipyardError("verify.auth_secret_env", f"${name} holds a line break (not shown)",
+                                "store the token alone in the Secret, without a trailing newline")
+        headers[header] = f"Bearer {token}" if header.lower() == "authorization" else token
+    return GatewayAccess(ca, insecure, name, header, context, headers)
 
 
 VERIFY_SWITCHES = {"enabled": True, "dry_run": False}
@@ -113,6 +264,23 @@ def verify_options(raw: Any) -> dict[str, Any]:
         name = err.field if err.field.startswith("verify.") else f"verify.{err.field}"
         raise ShipyardError(f"deploy_config.{name}", err.problem, err.fix) from None
     return {**switches, "settings": settings}
+
+
+def check_gateway_access(settings: dict[str, Any]) -> GatewayAccess:
+    """The deploy step's check, before anything is applied, that the verification can reach the
+    gateway as ``deploy_config.verify`` says (the CA bundle readable, the token's variable set):
+    :func:`gateway_access`, its one line naming ``deploy_config.verify.<setting>``."""
+    try:
+        return gateway_access(parse_verify_config(settings))
+    except ShipyardError as err:
+        name = err.field if err.field.startswith("verify.") else f"verify.{err.field}"
+        raise ShipyardError(f"deploy_config.{name}", err.problem, err.fix) from None
+
+
+def local_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without the gateway's TLS and auth (:data:`GATEWAY_KEYS`): for a vLLM server the
+    step serves itself on loopback (``verify.dry_run``), which has neither."""
+    return {k: v for k, v in settings.items() if k not in GATEWAY_KEYS}
 
 
 #: where the service's credentials go instead of its URL

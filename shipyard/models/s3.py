@@ -20,6 +20,10 @@ SDKs name them), first match wins; a local run needs none of it unless it uses `
   (where step results go), ``SHIPYARD_S3_INSECURE_TLS=1`` to skip TLS verification (never the
   default).
 
+Deadline: every call to the object store ends within ``SHIPYARD_S3_TIMEOUT_S`` seconds in all
+(default 120; minio's own timeouts bound each read only), an object's download or upload getting
+its bytes at 256 KiB/s on top: past it one line naming the setting (:class:`DeadlineMinio`).
+
 Every downloaded object is checked against its size and checksum (the ``sha256`` user
 metadata that :func:`upload_file` writes, else the MD5 ETag of a single-part upload); a failed
 download leaves no partial model folder behind.
@@ -36,8 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core import contract
-from shipyard.core.errors import ShipyardError, refuse_credentials
+from shipyard.core.env import env_float
+from shipyard.core.errors import ShipyardError, UnreachableError, refuse_credentials
 from shipyard.core.files import atomic_dir, sha256_file
+from shipyard.core.net import call_within, transfer_deadline
 
 ENV_ENDPOINT = "AWS_ENDPOINT_URL_S3"
 #: the variables the endpoint is read from, the first one set wins
@@ -133,10 +139,11 @@ def load_config(env: dict[str, str] | None = None) -> S3Config:
     )
 
 
-def client(config: S3Config | None = None) -> Any:
+def client(config: S3Config | None = None) -> DeadlineMinio:
     """A ``minio.Minio`` client for ``config`` (default: from the environment), with bounded
     timeouts: 10 s to connect and 120 s per read (minio's own default is 5 minutes each, retried),
-    so an endpoint that accepts and never answers ends in one line, not a long hang."""
+    each call within ``SHIPYARD_S3_TIMEOUT_S`` in all (:class:`DeadlineMinio`), so an endpoint that
+    accepts and never answers, or sends a byte every few seconds, ends in one line, not a long hang."""
     import certifi
     import urllib3
     from minio import Minio
@@ -149,7 +156,7 @@ def client(config: S3Config | None = None) -> Any:
         ca_certs=os.environ.get("SSL_CERT_FILE") or certifi.where(),
         retries=urllib3.Retry(total=3, connect=2, read=1, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504]),
     )
-    return Minio(
+    return DeadlineMinio(Minio(
         config.endpoint,
         access_key=config.access_key,
         secret_key=config.secret_key,
@@ -157,7 +164,62 @@ def client(config: S3Config | None = None) -> Any:
         region=config.region,
         cert_check=config.cert_check,
         http_client=http,
-    )
+    ), config)
+
+
+#: the setting that bounds each call to the object store (seconds in all; an object's bytes at 256 KiB/s on top)
+ENV_TIMEOUT = "SHIPYARD_S3_TIMEOUT_S"
+
+
+def s3_timeout_s() -> float:
+    """The most one call to the object store may take before its bytes (``SHIPYARD_S3_TIMEOUT_S``, default 120)."""
+    seconds = env_float(ENV_TIMEOUT, 120.0)
+    if not 0 < seconds < 86400:
+        raise ShipyardError(ENV_TIMEOUT, f"{seconds:g} is not a number of seconds in (0, 86400)",
+                            f"set {ENV_TIMEOUT} to e.g. 120 or unset it")
+    return seconds
+
+
+class DeadlineMinio:
+    """A ``minio.Minio`` whose every call ends within ``SHIPYARD_S3_TIMEOUT_S`` in all
+    (:func:`shipyard.core.net.call_within`): ``list_objects`` answers a list; ``fget_object`` and
+    ``fput_object`` get the object's bytes at 256 KiB/s on top; a streamed answer
+    (``get_object``) is read inside :meth:`within` with its size."""
+
+    def __init__(self, minio: Any, config: S3Config) -> None:
+        self.minio = minio
+        self.config = config
+        self.timeout_s = s3_timeout_s()
+
+    def within(self, what: str, fn: Any, *args: Any, size: int | None = None, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` within the deadline, plus ``size`` bytes at 256 KiB/s."""
+        deadline = transfer_deadline(self.timeout_s, size)
+
+        def late() -> UnreachableError:
+            scheme = "https" if self.config.secure else "http"
+            return UnreachableError(ENV_TIMEOUT, f"S3 at {scheme}://{self.config.endpoint} gave no whole answer to "
+                                    f"{what} within {round(deadline, 1):g} s", f"check that the object store answers, or raise "
+                                    f"{ENV_TIMEOUT} (seconds per call; an object gets 256 KiB/s on top)")
+
+        return call_within(deadline, fn, *args, on_timeout=late, owner=self, **kwargs)
+
+    def list_objects(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return self.within("list_objects", lambda: list(self.minio.list_objects(*args, **kwargs)))  # type: ignore[no-any-return]
+
+    def fget_object(self, bucket: str, key: str, path: str, **kwargs: Any) -> Any:
+        size = self.within("stat_object", self.minio.stat_object, bucket, key).size
+        return self.within(f"fget_object s3://{bucket}/{key}", self.minio.fget_object, bucket, key, path, size=size,
+                           **kwargs)
+
+    def fput_object(self, bucket: str, key: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        return self.within(f"fput_object s3://{bucket}/{key}", self.minio.fput_object, bucket, key, path, *args,
+                           size=os.path.getsize(path), **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.minio, name)
+        if not callable(attr):
+            return attr
+        return lambda *args, **kwargs: self.within(name, attr, *args, **kwargs)
 
 
 #: S3 client timeouts (seconds): connect, and each read of a response
@@ -176,8 +238,12 @@ def parse_s3_uri(uri: str, field: str = "uri") -> tuple[str, str]:
 
 
 def _s3_error(err: Exception, what: str, config: S3Config) -> ShipyardError:
-    """Turn a minio/urllib3 failure into one line naming the object and the fix."""
+    """Turn a minio/urllib3 failure into one line naming the object and the fix (a
+    :class:`ShipyardError`, e.g. a call past its deadline, as it is)."""
     from minio.error import S3Error
+
+    if isinstance(err, ShipyardError):
+        return err
 
     if isinstance(err, S3Error):
         fixes = {
@@ -206,26 +272,33 @@ def _expected_checksum(stat: Any) -> tuple[str, str] | None:
     return None
 
 
-def _download_object(mc: Any, config: Any, bucket: str, key: str, target: Path) -> dict[str, Any]:
+def _save(mc: DeadlineMinio, bucket: str, key: str, target: Path, hashers: dict[str, Any]) -> int:
+    """The object's bytes streamed into ``target`` and fed to ``hashers``: how many."""
+    size = 0
+    response = mc.minio.get_object(bucket, key)
+    try:
+        with open(target, "wb") as fh:
+            for block in response.stream(CHUNK):
+                fh.write(block)
+                size += len(block)
+                for h in hashers.values():
+                    h.update(block)
+    finally:
+        response.close()
+        response.release_conn()
+    return size
+
+
+def _download_object(mc: DeadlineMinio, config: Any, bucket: str, key: str, target: Path) -> dict[str, Any]:
     """One object streamed into ``target``, its size checked against the store's and its checksum
-    (sha256 metadata, else a plain MD5 ETag) against the bytes: ``{"size", "sha256", "check"}``."""
+    (sha256 metadata, else a plain MD5 ETag) against the bytes: ``{"size", "sha256", "check"}``;
+    within ``SHIPYARD_S3_TIMEOUT_S`` and the object's bytes at 256 KiB/s."""
     where = f"s3://{bucket}/{key}"
     try:
         stat = mc.stat_object(bucket, key)
         expected = _expected_checksum(stat)
         hashers = {"sha256": hashlib.sha256(), "md5": hashlib.md5(usedforsecurity=False)}
-        size = 0
-        response = mc.get_object(bucket, key)
-        try:
-            with open(target, "wb") as fh:
-                for block in response.stream(CHUNK):
-                    fh.write(block)
-                    size += len(block)
-                    for h in hashers.values():
-                        h.update(block)
-        finally:
-            response.close()
-            response.release_conn()
+        size = mc.within(f"get_object {where}", _save, mc, bucket, key, target, hashers, size=stat.size)
     except ShipyardError:
         raise
     except Exception as err:

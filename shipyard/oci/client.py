@@ -9,6 +9,9 @@
 * Transient failures (connection errors, timeouts, 429, 500, 502, 503, 504) are retried with
   the one retry policy (:mod:`shipyard.core.retry`): ``SHIPYARD_REGISTRY_RETRIES`` attempts
   (default 5), first wait ``SHIPYARD_REGISTRY_BACKOFF`` seconds (default 1, doubling, capped at 30).
+* Deadline: each request ends within ``SHIPYARD_REGISTRY_TIMEOUT_S`` seconds in all (default 60),
+  however slowly the registry answers; a blob's upload or download gets its bytes at 256 KiB/s on
+  top (:func:`shipyard.core.net.transfer_deadline`). Past it: one line naming the setting, not retried.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from typing import Any
 
 import requests
 
-from shipyard.core.env import env_str
+from shipyard.core.env import env_float, env_str
 from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.net import call_within, transfer_deadline
 from shipyard.core.retry import Retry
 from shipyard.oci.auth import find_credentials
 
@@ -39,6 +43,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 CHUNK = 1 << 20
 ENV_ATTEMPTS = "SHIPYARD_REGISTRY_RETRIES"
 ENV_BACKOFF = "SHIPYARD_REGISTRY_BACKOFF"
+#: the setting that bounds each registry request (seconds in all; a blob's bytes at 256 KiB/s on top)
+ENV_TIMEOUT = "SHIPYARD_REGISTRY_TIMEOUT_S"
 
 
 class TransientError(Exception):
@@ -56,6 +62,17 @@ def _first_line(err: BaseException) -> str:
     reason = re.search(r"(Connection refused|Name or service not known|No route to host|timed out|"
                        r"certificate verify failed[^)'\"]*|wrong version number)", text)
     return reason.group(1) if reason else text.splitlines()[0][:200]
+
+
+def _save(resp: requests.Response, dest: Path, digest: Any) -> int:
+    """A streamed answer's body written to ``dest`` and fed to ``digest``: the bytes written."""
+    count = 0
+    with open(dest, "wb") as fh:
+        for block in resp.iter_content(CHUNK):
+            fh.write(block)
+            digest.update(block)
+            count += len(block)
+    return count
 
 
 def check_registry(registry: str, field: str = "registry") -> str:
@@ -81,7 +98,7 @@ class RegistryClient:
     """Talks to one repository in one registry."""
 
     def __init__(self, registry: str, repository: str, *, insecure_tls: bool = False,
-                 credentials: tuple[str, str] | None = None, timeout: float = 60.0) -> None:
+                 credentials: tuple[str, str] | None = None, timeout: float | None = None) -> None:
         registry = check_registry(registry)
         forced_http = registry.startswith("http://")
         host = re.sub(r"^https?://", "", registry)
@@ -103,12 +120,31 @@ class RegistryClient:
 
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self.credentials = credentials if credentials is not None else find_credentials(host)
+        if timeout is None:
+            timeout = env_float(ENV_TIMEOUT, 60.0)
+            if not 0 < timeout < 86400:
+                raise ShipyardError(ENV_TIMEOUT, f"{timeout:g} is not a number of seconds in (0, 86400)",
+                                    f"set {ENV_TIMEOUT} to e.g. 60 or unset it")
+        #: each request's deadline in all (the bytes of a blob at 256 KiB/s on top)
+        self.timeout_s = timeout
         # (connect, read): a registry that does not accept fails in 5 s, one that never answers in ``timeout``
         self.timeout: tuple[float, float] = (min(5.0, timeout), timeout)
         self.retry = Retry.from_env(ENV_ATTEMPTS, ENV_BACKOFF, attempts=5, backoff_s=1.0)
         self._auth_header: str | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
+    def within(self, what: str, fn: Callable[..., Any], *args: Any, size: int | None = None, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` ended at ``SHIPYARD_REGISTRY_TIMEOUT_S`` in all, plus ``size``
+        bytes at 256 KiB/s: past it one :class:`~shipyard.core.errors.UnreachableError` line."""
+        deadline = transfer_deadline(self.timeout_s, size)
+
+        def late() -> UnreachableError:
+            return UnreachableError(ENV_TIMEOUT, f"registry {self.host} gave no whole answer to {what} within "
+                                    f"{round(deadline, 1):g} s", f"check that the registry answers, or raise {ENV_TIMEOUT} "
+                                    "(seconds per request; a blob gets 256 KiB/s on top)")
+
+        return call_within(deadline, fn, *args, on_timeout=late, owner=self, **kwargs)
+
     @property
     def base(self) -> str:
         if self.scheme is None:
@@ -121,7 +157,8 @@ class RegistryClient:
         for _attempt in self.retry.tries():
             for scheme in self.schemes:
                 try:
-                    resp = self.session.get(f"{scheme}://{self.host}/v2/", timeout=self.timeout)
+                    resp = self.within("find its API (/v2/)", self.session.get, f"{scheme}://{self.host}/v2/",
+                                       timeout=self.timeout)
                 except requests.exceptions.SSLError as err:
                     last = err
                     if "certificate verify failed" in str(err) and not self.http_allowed:
@@ -154,7 +191,8 @@ class RegistryClient:
         if scheme == "bearer" and params.get("realm"):
             query = {k: params[k] for k in ("service", "scope") if k in params}
             auth = self.credentials if self.credentials else None
-            token_resp = self.session.get(params["realm"], params=query, auth=auth, timeout=self.timeout)
+            token_resp = self.within("get a token", self.session.get, params["realm"], params=query, auth=auth,
+                                     timeout=self.timeout)
             if token_resp.status_code != 200:
                 return False
             body = token_resp.json()
@@ -167,8 +205,10 @@ class RegistryClient:
 
     def request(self, method: str, path: str, *, what: str, ok: tuple[int, ...] = (200,),
                 body: Callable[[], Any] | None = None, headers: dict[str, str] | None = None,
-                stream: bool = False, url: str | None = None) -> requests.Response:
-        """One API call with auth and retries; ``body`` makes a fresh request body per attempt."""
+                stream: bool = False, url: str | None = None, size: int | None = None) -> requests.Response:
+        """One API call with auth and retries; ``body`` makes a fresh request body per attempt of
+        ``size`` bytes (its deadline grows by them). With ``stream`` the deadline covers the answer's
+        headers: the caller reads its body within one of its own (:meth:`within`)."""
         target = url or f"{self.base}/v2/{self.repository}/{path}"
         last: BaseException | None = None
         for _attempt in self.retry.tries():
@@ -179,8 +219,8 @@ class RegistryClient:
                         hdrs["Authorization"] = self._auth_header
                     data = body() if body else None
                     try:
-                        resp = self.session.request(method, target, data=data, headers=hdrs, stream=stream,
-                                                    timeout=self.timeout, allow_redirects=True)
+                        resp = self.within(what, self.session.request, method, target, data=data, headers=hdrs,
+                                           stream=stream, timeout=self.timeout, allow_redirects=True, size=size)
                     finally:
                         if hasattr(data, "close"):
                             data.close()
@@ -219,7 +259,7 @@ class RegistryClient:
             sep = "&" if "?" in location else "?"
             return self.request("PUT", "", url=f"{location}{sep}digest={urllib.parse.quote(digest)}",
                                 what=f"upload blob {digest[:19]} ({size} bytes)", ok=(201,),
-                                body=lambda: open(path, "rb"),
+                                body=lambda: open(path, "rb"), size=size,
                                 headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})
 
         try:
@@ -238,15 +278,13 @@ class RegistryClient:
         if algo != "sha256":
             raise ShipyardError(f"blob {digest}", "unsupported digest algorithm", "use sha256 images")
         for attempt in self.retry.tries():
-            resp = self.request("GET", f"blobs/{digest}", what=f"fetch blob {digest[:19]}", stream=True)
+            what = f"fetch blob {digest[:19]}"
+            resp = self.request("GET", f"blobs/{digest}", what=what, stream=True)
+            length = resp.headers.get("Content-Length", "")
+            expected = size if size is not None else (int(length) if length.isdigit() else None)
             h = hashlib.sha256()
-            n = 0
             try:
-                with open(dest, "wb") as fh:
-                    for block in resp.iter_content(CHUNK):
-                        fh.write(block)
-                        h.update(block)
-                        n += len(block)
+                n = self.within(what, _save, resp, dest, h, size=expected)
             except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
                 if not self.retry.is_last(attempt):
                     continue

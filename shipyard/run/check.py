@@ -19,7 +19,9 @@ allowed``) or something that is not an API server at all (a login page, another 
 ``not a Kubernetes API server at URL``), found by the first call, ``GET /api``. A read that RBAC
 forbids (403) is the ``not allowed`` line of the check that needed it (naming the user, verb and
 resource), never "missing". Every name that goes into an API path is checked against Kubernetes'
-rules first (:func:`check_names`) and each path segment is URL-quoted (:func:`api_path`).
+rules first (:func:`check_names`) and each path segment is URL-quoted (:func:`api_path`). Each
+Kubernetes API call ends within 31 s in all (:data:`CHECK_API_TIMEOUT_S`, 15 s, per read, and the
+connect attempts), however slowly the API server (or a proxy before it) answers; each HTTP check (KFP, MLflow, the registry) within its own.
 """
 
 from __future__ import annotations
@@ -35,15 +37,22 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError, refuse_credentials
 from shipyard.core.k8s_names import check_namespace, check_object_name
-from shipyard.core.net import http_request
+from shipyard.core.net import call_within, http_request
 from shipyard.oci.client import check_registry
 from shipyard.params.deploy import parse_deploy_config
 from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
 from shipyard.pipelines.platform import cluster_layout, ephemeral_storage, load_cluster_config
 from shipyard.serving import cluster_check as cc
 from shipyard.serving.cluster_check import Check
-from shipyard.serving.kserve.apply import api_client, connection_problem, has_cluster_credentials
+from shipyard.serving.kserve.apply import (
+    api_client,
+    call_deadline_s,
+    connection_problem,
+    has_cluster_credentials,
+)
 
+#: the most one Kubernetes API call of ``shipyard check`` may take, in seconds in all
+CHECK_API_TIMEOUT_S = 15.0
 #: what the Kubernetes part leaves unchecked when it stops at its first call
 UNCHECKED = "KServe, CRDs, Secrets, nodes and permissions unchecked"
 
@@ -107,9 +116,10 @@ class _Kube:
     """Raw reads of the Kubernetes API through a kubernetes ``ApiClient``: every name checked and
     quoted before it goes into a path; a 401/403 raised as :class:`Refused`."""
 
-    def __init__(self, api: Any) -> None:
+    def __init__(self, api: Any, timeout_s: float = CHECK_API_TIMEOUT_S) -> None:
         self.api = api
         self.host = str(api.configuration.host)
+        self.timeout_s = timeout_s
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """The status and the answer (JSON, or the text when it is not JSON); a connection that
@@ -117,10 +127,18 @@ class _Kube:
         import urllib3
         from kubernetes.client.rest import ApiException
 
+        deadline = call_deadline_s(self.timeout_s)
+
+        def late() -> UnreachableError:
+            return UnreachableError("kubeconfig", f"the Kubernetes API at {self.host} gave no whole answer to {method} "
+                                    f"{path} within {deadline:g} s", "check the API server's health (and a proxy "
+                                    f"before it); shipyard check gives each API call {deadline:g} s in all")
+
         try:
-            data = self.api.call_api(path, method, body=body, auth_settings=["BearerToken"], response_type="object",
-                                     header_params={"Content-Type": "application/json", "Accept": "application/json"},
-                                     _return_http_data_only=True)
+            data = call_within(deadline, self.api.call_api, path, method, body=body, auth_settings=["BearerToken"],
+                               response_type="object", header_params={"Content-Type": "application/json",
+                                                                      "Accept": "application/json"},
+                               _return_http_data_only=True, on_timeout=late, owner=self)
         except ApiException as err:
             return int(err.status or 0), _body(err.body)
         except UnicodeDecodeError:  # the client decodes a 200's body as UTF-8
@@ -280,7 +298,7 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
         checks.append(Check("kubernetes", cc.SKIP, "not checked: no kubeconfig (none given, KUBECONFIG unset, no "
                             f"~/.kube/config, not in a pod): {UNCHECKED}", "give --kubeconfig FILE or set KUBECONFIG"))
         return checks + outside_checks(chosen, **outside)
-    kube = _Kube(api_client(kubeconfig, context, timeout_s=15.0))
+    kube = _Kube(api_client(kubeconfig, context, timeout_s=CHECK_API_TIMEOUT_S))
     stop = probe(kube)
     if stop is not None:
         return [*checks, stop, *outside_checks(chosen, **outside)]
@@ -413,7 +431,20 @@ class _Cluster:
 
         uri = self.tracking_uri()
         skip = cc.credentialed_uri_skip("mlflow name", uri, self.pods_ns)
-        return [skip or cc.mlflow_name_check(uri, self.pods_ns, service_exists)]
+        if skip:
+            return [skip]
+        named = cc.mlflow_name_check(uri, self.pods_ns, service_exists)
+        service = cc.mlflow_service_of(uri, self.pods_ns)
+        if named.status != cc.PASS or service is None:
+            return [named]
+        ns, name = service  # the manifests' Deployment is named like its Service; a managed MLflow has none here
+        try:
+            found = self.kube.read("apps/v1", "deployments", ns, name, field="MLflow's Deployment")
+        except Refused as err:  # the identity may not read Deployments there: nothing to say about the image
+            if err.code == 401:
+                raise
+            found = None
+        return [named] + ([cc.mlflow_image_check(found, ns, name)] if found is not None else [])
 
     def mlflow(self) -> list[Check]:
         """MLflow's API and artifact round-trip with the Secret's token."""

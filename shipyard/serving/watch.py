@@ -9,20 +9,33 @@ watch`` reads the live figures from the Prometheus that scrapes the vLLM pods
 ======================  =========================================================  ==================
 dimension               live (PromQL over the window, vLLM 0.32's metric names)    qualified
 ======================  =========================================================  ==================
-input length            ``vllm:request_prompt_tokens`` sum / count                 the knee level's mean
-output length           ``vllm:request_generation_tokens`` sum / count             the knee level's mean
+input length            ``vllm:request_prompt_tokens`` sum / count                 the lengths' level's
+                                                                                   mean (below)
+output length           ``vllm:request_generation_tokens`` sum / count             the lengths' level's
+                                                                                   mean (below)
 load per replica        ``vllm:request_success_total`` rate / vLLM instances       the knee's requests/s
 TTFT p99 at that load   ``vllm:time_to_first_token_seconds`` buckets               the benchmark curve
 peak load per replica   the highest ``request_success_total`` rate / instances     the goodput at the
                         over the window, in the recorded peak's windows            SLO (shown only
                                                                                    without a replay)
-length distributions    ``..._tokens_bucket`` increase per ``le``                  the knee level's
+length distributions    ``..._tokens_bucket`` increase per ``le``                  the lengths' level's
                         (vLLM's own edges)                                          per-request counts
 prefix-cache hit rate   ``vllm:prefix_cache_hits_total`` / ``..._queries_total``   the server's rate
                                                                                    during the replay
                                                                                    (shown only in a
                                                                                    synthetic run)
 ======================  =========================================================  ==================
+
+**Which lengths.** The lengths (means and distributions) are the user's traffic when there is
+one: when the champion's benchmark replayed a recorded workload, the judge step keeps the replay's
+own per-request prompt and output lengths in the candidate record (``workload.replay_level``:
+:func:`replay_envelope_level`) and the signed SLO evidence carries them (``workload.replay_level``),
+so the watch compares production with the replay ("lengths qualified on the replay of workload
+sha256:..."); the synthetic load levels' prompts are the benchmark's, not the user's. Otherwise (a
+synthetic benchmark, or a record from before the replay's lengths were kept) they are the knee
+level's ("on the synthetic level at concurrency N"). The load, the TTFT curve and the knee are the
+synthetic levels' in both cases; the prefix-cache hit rate is the replay's (below), never a level's.
+The report's second line and the result's ``lengths_from`` say which.
 
 **Prefix cache.** When the champion's benchmark replayed a recorded workload, the server's own
 prefix-cache hit rate during the replay (its fidelity check's ``hit_rate.server``) is kept in the
@@ -49,7 +62,8 @@ while the bursts pass what was qualified.
 **Length distributions.** The means can hold while the shape moves (half the prompts twice as
 long, half half as long). The benchmark keeps each measured request's prompt and output token
 counts (a level's ``samples``) and the judge step writes them into the candidate record as sparse
-histograms (a level's ``lengths``: :func:`length_counts`); the watch takes the knee level's, reads
+histograms (a level's ``lengths``: :func:`length_counts`); the watch takes the replay's or the knee
+level's (**Which lengths**), reads
 vLLM's own histograms of the live lengths (``vllm:request_prompt_tokens_bucket``, ``vllm:request_generation_tokens_bucket``:
 ``increase()`` over the window, per ``le``) and compares, at each of the live server's edges
 (vLLM's 1-2-5 series up to its ``max_model_len``), the share of requests longer than the edge,
@@ -114,9 +128,12 @@ class Envelope:
     capacity: dict[str, Any] | None = None
     #: the server's prefix-cache hit rate during the replay of the recorded workload; None for a synthetic benchmark
     prefix_hit_rate: float | None = None
-    #: the knee level's per-request prompt and output token counts (its ``samples``); None in a record without them
+    #: the per-request prompt and output token counts the lengths are held against (the replay's when the
+    #: benchmark replayed a recorded workload, else the knee level's); None in a record without them
     prompt_lengths: tuple[int, ...] | None = None
     output_lengths: tuple[int, ...] | None = None
+    #: where the lengths (means and distributions) come from, in words (:func:`envelope_from_record`)
+    lengths_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,20 +157,80 @@ class Live:
 
 def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -> Envelope:
     """The envelope of a candidate record (its benchmark levels and the SLO it was gated with);
-    ``field``: where the record came from, named in the error when it holds no levels."""
+    ``field``: where the record came from, named in the error when it holds no levels. The load and
+    the TTFT curve come from the synthetic load levels (the knee); the lengths (means and
+    distributions) from the replay of the recorded workload when the benchmark replayed one and the
+    record keeps it (``workload.replay_level``: that is the user's traffic), else from the knee level."""
     levels = [lv for lv in record.get("levels") or [] if lv.get("requests_per_s")]
     if not levels:
         raise ShipyardError(field, "the record holds no benchmark levels",
                             "pass the select step's decision folder or a candidate.json whose benchmark ran")
     slo = dict(slo_thresholds(record))
-    knee = (find_knee(levels, slo)["level"] if slo else None) or max(levels, key=lambda lv: lv["requests_per_s"])
+    found = find_knee(levels, slo)["level"] if slo else None
+    knee = found or max(levels, key=lambda lv: lv["requests_per_s"])
     curve = sorted((float(lv["requests_per_s"]), float(lv.get("ttft_p99_ms") or math.nan)) for lv in levels)
+    replay = _replay_of(record)
+    if replay is not None:
+        digest = str((record.get("workload") or {}).get("digest") or "")
+        source, lengths_from = replay, f"the replay of workload {digest[:19] or '(no digest recorded)'}"
+    else:
+        source, lengths_from = knee, f"the synthetic level {_load_words(knee)} ({'the knee' if found else 'the highest load'})"
+    prompt_lengths, output_lengths = _lengths(source, "prompt_tokens"), _lengths(source, "output_tokens")
     return Envelope(recipe=str(record.get("recipe") or "champion"),
-                    prompt_tokens=float(knee.get("prompt_tokens_mean") or math.nan),
-                    output_tokens=float(knee.get("output_tokens_mean") or math.nan),
+                    prompt_tokens=_mean(source, "prompt_tokens", prompt_lengths),
+                    output_tokens=_mean(source, "output_tokens", output_lengths),
                     knee_rps=float(knee["requests_per_s"]), curve=[p for p in curve if math.isfinite(p[1])], slo=slo,
                     capacity=qualified_capacity(record), prefix_hit_rate=qualified_hit_rate(record),
-                    prompt_lengths=_lengths(knee, "prompt_tokens"), output_lengths=_lengths(knee, "output_tokens"))
+                    prompt_lengths=prompt_lengths, output_lengths=output_lengths, lengths_from=lengths_from)
+
+
+def _load_words(level: Mapping[str, Any]) -> str:
+    """A synthetic level's load in words: ``at concurrency 16`` or ``at 2 req/s``."""
+    strategy = str(level.get("strategy") or str(level.get("name") or "").partition("@")[0])
+    nominal = level.get("nominal_load")
+    if strategy == "concurrent" and _positive(nominal):
+        return f"at concurrency {nominal:g}"
+    if strategy in ("constant", "poisson") and _positive(nominal):
+        return f"at {nominal:g} req/s"
+    return f"{level.get('name') or ''} at {float(level['requests_per_s']):.3g} req/s".strip()
+
+
+def _mean(level: Mapping[str, Any], key: str, lengths: tuple[int, ...] | None) -> float:
+    """A level's mean ``key`` (``prompt_tokens``, ``output_tokens``): its ``<key>_mean``, else the mean
+    of its per-request counts; NaN when it holds neither."""
+    kept = level.get(f"{key}_mean")
+    if _positive(kept):
+        return float(kept)
+    return sum(lengths) / len(lengths) if lengths else math.nan
+
+
+def replay_envelope_level(level: Any) -> dict[str, Any] | None:
+    """What the candidate record keeps of the replay of a recorded workload (``results["workload"]["level"]``,
+    parsed as a load level is): its rate, mean lengths and per-request lengths as sparse histograms
+    (:func:`length_counts`); None without a replay level or without any length in it."""
+    if not isinstance(level, Mapping):
+        return None
+    samples = level.get("samples") if isinstance(level.get("samples"), Mapping) else {}
+    lengths = {key: length_counts(samples.get(key)) for key in ("prompt_tokens", "output_tokens")}
+    kept = {"name": str(level.get("name") or "replay"), "requests_per_s": level.get("requests_per_s"),
+            "prompt_tokens_mean": level.get("prompt_tokens_mean"), "output_tokens_mean": level.get("output_tokens_mean"),
+            "lengths": lengths if any(lengths.values()) else None}
+    return kept if _replay_lengths(kept) else None
+
+
+def _replay_lengths(level: Mapping[str, Any]) -> bool:
+    """Whether a kept replay level holds lengths: per-request counts or a mean."""
+    return any(_lengths(level, key) is not None or _positive(level.get(f"{key}_mean"))
+               for key in ("prompt_tokens", "output_tokens"))
+
+
+def _replay_of(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The replay of the recorded workload a record keeps (``workload.replay_level``: a candidate
+    record's, or the record rebuilt from the signed SLO evidence), when it holds lengths; None for a
+    synthetic benchmark or a record from before the replay's lengths were kept."""
+    workload = record.get("workload")
+    level = workload.get("replay_level") if isinstance(workload, Mapping) else None
+    return level if isinstance(level, Mapping) and _replay_lengths(level) else None
 
 
 def length_counts(values: Any) -> dict[str, int] | None:
@@ -280,8 +357,8 @@ def check_scrapes(api: PrometheusAPI, sel: str, model_name: str, window_s: int, 
                             "than two scrape intervals of this Prometheus (rate() needs two samples)",
                             "widen the window to more than twice the scrape interval of the vLLM pods")
     over = f"[{max(window_s - peak_window_s, STEP_S)}s:{STEP_S}s]"
-    most = api.scalar(f"max_over_time(max(count_over_time({running}[{peak_window_s}s])){over})",
-                      f"scrapes of {model_name}'s vLLM pods") or 0
+    most = stepped(api, f"max_over_time(max(count_over_time({running}[{peak_window_s}s])){over})",
+                   f"scrapes of {model_name}'s vLLM pods", peak_window_s) or 0
     if most < 2:
         every = window_s / max(held - 1, 1)
         raise ShipyardError(api.field, f"{api.url} scrapes {model_name}'s vLLM pods about every {every:.0f} s: the "
@@ -289,6 +366,19 @@ def check_scrapes(api: PrometheusAPI, sel: str, model_name: str, window_s: int, 
                             "sample (rate() needs two)",
                             f"scrape the vLLM pods at least every {peak_window_s // 2} s (the PodMonitor's "
                             "interval, or Prometheus's scrape_interval)")
+
+
+def stepped(api: PrometheusAPI, query: str, what: str, peak_window_s: int) -> float | None:
+    """:meth:`PrometheusAPI.scalar` of a subquery at :data:`STEP_S`-second steps over the window; when it
+    has no series though the window holds the scrapes (:func:`check_scrapes` counted them), one line
+    saying why instead of "no series": no ``peak_window_s``-second window ending at a step holds enough
+    of them (a series that began in about the last step, or ended at the window's start)."""
+    if api.instant(query):
+        return api.scalar(query, what)
+    raise ShipyardError(api.field, f"no {what} at the window's {STEP_S}-s steps, though the window holds scrapes of "
+                        f"the vLLM pods: no {peak_window_s}-s window ending at one of those steps holds enough of them "
+                        f"(series that began in about the last {STEP_S} s, or ended at the window's start)",
+                        "watch again in a minute (new series), or widen the window (series that ended at its start)")
 
 
 def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str = "",
@@ -316,9 +406,9 @@ def read_live(api: PrometheusAPI, model_name: str, window_s: int, selector: str 
     # the rates of the peak windows that end inside the watch window, every STEP_S seconds
     rate = f"sum(rate(vllm:request_success_total{{{sel}}}[{peak_window_s}s]))"
     over = f"[{max(window_s - peak_window_s, STEP_S)}s:{STEP_S}s]"
-    peak = api.scalar(f"max_over_time({rate}{over})", "the peak request rate")
-    peak_per = api.scalar(f"max_over_time(({rate} / count(vllm:num_requests_running{{{sel}}})){over})",
-                          "the peak request rate per replica")
+    peak = stepped(api, f"max_over_time({rate}{over})", "the peak request rate", peak_window_s)
+    peak_per = stepped(api, f"max_over_time(({rate} / count(vllm:num_requests_running{{{sel}}})){over})",
+                       "the peak request rate per replica", peak_window_s)
 
     def buckets(name: str) -> dict[float, float] | None:
         # the requests per edge over the window, at the edges the live server declares (its max_model_len caps them)
@@ -400,7 +490,8 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
     def row(dim: str, name: str, now: float | None, then: float | None, drifted: bool | None, note: str) -> None:
         change = (now / then) if (now is not None and then and math.isfinite(then)) else None
         rows.append({"dimension": dim, "name": name, "live": now, "qualified": then, "ratio": change,
-                     "drifted": drifted, "note": note})
+                     "drifted": drifted, "note": note,
+                     **({"qualified_on": env.lengths_from} if dim in ("input_length", "output_length") else {})})
 
     for dim, name, now, then in (("input_length", "input length (tokens)", live.prompt_tokens, env.prompt_tokens),
                                  ("output_length", "output length (tokens)", live.output_tokens, env.output_tokens)):
@@ -425,12 +516,14 @@ def compare(env: Envelope, live: Live, tolerance: Mapping[str, float], base_mode
             f"at most the benchmark curve x{1 + tol:.2f}")
     for dim, what, lengths, counts in (("input_distribution", "prompt", env.prompt_lengths, live.prompt_buckets),
                                        ("output_distribution", "output", env.output_lengths, live.output_buckets)):
-        rows.append(distribution_row(dim, what, lengths, counts, tolerance.get(dim, DEFAULT_TOLERANCE[dim])))
+        rows.append({**distribution_row(dim, what, lengths, counts, tolerance.get(dim, DEFAULT_TOLERANCE[dim])),
+                     "qualified_on": env.lengths_from})
     rows.append(capacity_row(env, live, tolerance.get("capacity", DEFAULT_TOLERANCE["capacity"])))
     rows.append(prefix_cache_row(env, live, tolerance.get("prefix_cache", DEFAULT_TOLERANCE["prefix_cache"])))
     drifted = [r["dimension"] for r in rows if r["drifted"]]
     peak = "capacity" in drifted
-    return {"recipe": env.recipe, "window_s": live.window_s, "rows": rows, "drifted": drifted,
+    return {"recipe": env.recipe, "window_s": live.window_s, "lengths_from": env.lengths_from, "rows": rows,
+            "drifted": drifted,
             "verdict": "drifted" if drifted else "within the envelope",
             "requalify": requalify_command(live, base_model_uri, peak=peak) if drifted else None,
             "requalify_run": {"pipeline": REQUALIFY_PIPELINE, "params": requalify_params(live, base_model_uri, peak)}
@@ -442,7 +535,8 @@ def distribution_row(dim: str, what: str, lengths: tuple[int, ...] | None, count
     """The live token-length distribution against the benchmarked one, bucket-wise (the module
     docstring's **Length distributions**): at each edge ``le`` of vLLM's histogram (the edges the
     live server declares), the share of requests longer than ``le`` live (its bucket counts over the
-    window) and in the knee level's per-request counts ``lengths``; drifted when the largest gap
+    window) and in the qualified per-request counts ``lengths`` (the replay's or the knee level's:
+    :func:`envelope_from_record`); drifted when the largest gap
     (a Kolmogorov-Smirnov distance at those edges) passes both ``tol`` and the chance gap of that
     many requests (:data:`KS_1PCT`). The row names the edge where the shares differ most."""
     out: dict[str, Any] = {"dimension": dim, "name": f"{what} length distribution",
@@ -569,9 +663,11 @@ def requalify_command(live: Live, base_model_uri: str = "", peak: bool = False) 
 
 
 def format_report(result: Mapping[str, Any]) -> str:
-    """The console lines: the verdict, one line per dimension, the proposal."""
+    """The console lines: the verdict, where the qualified lengths come from, one line per dimension, the proposal."""
     lines = [f"watch {result['recipe']} over {result['window_s'] // 60} min: {result['verdict']}"
              + (f" ({', '.join(result['drifted'])})" if result["drifted"] else "")]
+    if result.get("lengths_from"):
+        lines.append(f"  lengths qualified on {result['lengths_from']}")
     for r in result["rows"]:
         mark = {True: "DRIFT", False: "ok", None: "-"}[r["drifted"]]
         ratio = f" x{r['ratio']:.2f}" if r["ratio"] is not None else ""

@@ -32,7 +32,14 @@ from shipyard.core.report import level_label, markdown_html
 from shipyard.gates.evidence import require_attested
 from shipyard.gates.selection import champion_selection, with_verification
 from shipyard.gates.served_adapters import champion_adapters, with_adapters
-from shipyard.gates.verification import DRY_RUN_VERIFY_HINT, REPORT_JSON, load_recorded, selected_level
+from shipyard.gates.verification import (
+    DRY_RUN_VERIFY_HINT,
+    REPORT_JSON,
+    check_gateway_access,
+    load_recorded,
+    local_settings,
+    selected_level,
+)
 from shipyard.oci.transfer import pull_model
 from shipyard.params.deploy import parse_deploy_config
 from shipyard.runtimes.runtime import call_step
@@ -133,10 +140,13 @@ def _verification_plan(candidate: str | None, verify_opts: dict[str, Any],
     """Whether a verification is wanted, the champion's record it checks against and the verification
     entry as it stands before anything ran (``{"ran": False, "why": ...}``).
 
-    A real deploy needs the champion's golden outputs before anything is applied (fail closed); a dry
-    run only when it serves the package to verify it."""
+    A real deploy needs the champion's golden outputs, and the gateway's CA bundle and token when
+    ``verify`` names them, before anything is applied (fail closed); a dry run only the golden outputs,
+    when it serves the package to verify it."""
     wanted = bool(candidate) and verify_opts["enabled"]
     record = _recorded(candidate) if candidate and wanted and (not dry_run or verify_opts["dry_run"]) else None
+    if record is not None and not dry_run:  # the gateway's CA bundle and token too (a dry run serves the package)
+        check_gateway_access(verify_opts["settings"])
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
                                     "deploy_config.verify.enabled is false" if not wanted else
                                     "dry run" if dry_run else "the service was not verified"}
@@ -468,7 +478,7 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
         print(f"deploy: serving the package {model_uri.split('@')[0]} locally to verify it", flush=True)
         with VLLMServer(model, served_model_name=served, log_path=Path(tmp) / "vllm.log") as server:
             return verify_service(server.url, served, record, model_dir=str(model), lora_adapters=adapters,
-                                  config=settings, report_dir=report_dir)
+                                  config=local_settings(settings), report_dir=report_dir)
 
 
 def champion_record(candidate: str | None) -> CandidateRecord | None:
@@ -951,7 +961,9 @@ def deploy_task(*, model_uri: str, name: str, namespace: str, deploy_config: str
 def promote_verified(result: dict[str, Any], champion: dict[str, Any], *, dry_run: bool, model_name: str,
                      tracking_uri: str, experiment: str, kfp_run_id: str) -> None:
     """After :func:`run_deploy` returned ``result``: the champion's model version gets ``production``
-    in MLflow (a dry run: ``dry-run``) when :func:`promotion_allowed` says so; when it does not, the
+    in MLflow (a dry run: ``dry-run``) when :func:`promotion_allowed` says so, and only to the image
+    whose attestations the deploy verified (``result["attestation"]``; its logged override
+    ``deploy_config.attestation.require=false`` too; one line otherwise); when it does not, the
     step ends (exit 1) saying why, and ``production`` stays where it was. Nothing happens without a
     champion (the decision's metadata) and a ``model_name``."""
     # nothing is promoted on a verification that did not run, unless the user switched it off
@@ -960,7 +972,8 @@ def promote_verified(result: dict[str, Any], champion: dict[str, Any], *, dry_ru
         out = call_step("vllm", promote_production, tracking_uri=tracking_uri,
                         experiment=experiment, kfp_run_id=kfp_run_id, model_name=model_name,
                         version=str(champion["version"]), recipe=str(champion.get("recipe", "")),
-                        headline_json=str(champion.get("headline", "{}")), dry_run=dry_run)
+                        headline_json=str(champion.get("headline", "{}")), dry_run=dry_run,
+                        attestation_json=json.dumps(result.get("attestation") or {}))
         print(f"{out.get('note') or 'production'}: aliases {json.dumps(out['aliases'])}", flush=True)
     elif champion and model_name:
         print(f"shipyard: verification: {why}; production unchanged", file=sys.stderr, flush=True)

@@ -112,9 +112,12 @@ def _workload(bench_dir: str) -> dict[str, Any] | None:
     """The recorded workload the benchmark replayed (results.json ``workload``): its fingerprint's
     digest, what was replayed, the fidelity verdict (``valid``, ``failed``, the line), the recorded
     arrival process (``arrivals``: mean and peak rate, peak/mean, the rate series; what the deploy
-    sizes its replicas and KEDA margin from), mean lengths (``lengths``) and the server's prefix-cache
-    hit rate during the replay (``prefix_hit_rate``, what ``shipyard watch`` holds production's
-    against); None when the benchmark replayed none."""
+    sizes its replicas and KEDA margin from), mean lengths (``lengths``), the server's prefix-cache
+    hit rate during the replay (``prefix_hit_rate``) and the replay's own per-request lengths
+    (``replay_level``: :func:`shipyard.serving.watch.replay_envelope_level`), what ``shipyard watch``
+    holds production's against; None when the benchmark replayed none."""
+    from shipyard.serving.watch import replay_envelope_level
+
     try:
         replayed = json.loads((Path(bench_dir) / "results.json").read_text()).get("workload")
     except (OSError, ValueError, AttributeError):
@@ -127,7 +130,8 @@ def _workload(bench_dir: str) -> dict[str, Any] | None:
             "requests": replayed.get("requests"), "time_scale": replayed.get("time_scale"),
             "valid": fidelity.get("valid"), "failed": fidelity.get("failed"), "line": fidelity.get("line"),
             "arrivals": recorded_arrivals(replayed), "lengths": recorded_lengths(replayed),
-            **({"prefix_hit_rate": server_hit} if isinstance(server_hit, int | float) else {})}
+            **({"prefix_hit_rate": server_hit} if isinstance(server_hit, int | float) else {}),
+            **({"replay_level": kept} if (kept := replay_envelope_level(replayed.get("level"))) else {})}
 
 
 def _startup(bench_dir: str) -> dict[str, Any]:

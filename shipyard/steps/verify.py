@@ -35,15 +35,19 @@ and passed and no other compared check failed. The report is :class:`~shipyard.c
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from shipyard.benchmarking.guidellm import (
     build_scenario,
+    guidellm_tls_env,
     parse_benchmark_config,
     parse_guidellm_report,
     run_guidellm,
@@ -57,11 +61,14 @@ from shipyard.evaluation.golden import ask_all, compare_golden
 from shipyard.evaluation.lmeval import evaluate_model
 from shipyard.gates.verification import (
     GATE,
+    INSECURE_WARNING,
     PD_METRICS,
     REPORT_HTML,
     REPORT_JSON,
     REPORT_MD,
+    GatewayAccess,
     api_root,
+    gateway_access,
     load_recorded,
     parse_verify_config,
     report_html,
@@ -75,19 +82,29 @@ RUN_TIMEOUT = "verify.run_timeout_s"
 
 
 # --------------------------------------------------------------------------- HTTP
-def _get(url: str, timeout: float, field: str) -> tuple[int, str]:
-    """A GET that ends within ``timeout`` seconds in all, however slowly the service answers."""
+def _get(url: str, timeout: float, field: str, access: GatewayAccess | None = None) -> tuple[int, str]:
+    """A GET that ends within ``timeout`` seconds in all, however slowly the service answers
+    (``access``: the gateway's auth header and TLS context)."""
+    access = access or GatewayAccess()
     try:
-        status, body = http_request(url, deadline_s=timeout, field=field)
+        status, body = http_request(url, deadline_s=timeout, field=field, headers=access.headers,
+                                    context=access.context)
     except OSError as err:  # TimeoutError (the deadline) and URLError are OSErrors too
         raise unreachable(field, url, err, timeout) from None
     return status, body.decode("utf-8", errors="replace")
 
 
-def served_models(url: str, timeout: float = 30.0) -> list[str]:
-    """The ids ``GET /v1/models`` lists; one-line errors when unreachable, slow or not OpenAI-like."""
+def served_models(url: str, timeout: float = 30.0, access: GatewayAccess | None = None) -> list[str]:
+    """The ids ``GET /v1/models`` lists; one-line errors when unreachable, slow, not authorised
+    (``access``: the gateway's auth header and TLS context) or not OpenAI-like."""
     root = api_root(url)
-    code, text = _get(f"{root}/models", timeout, "url")
+    code, text = _get(f"{root}/models", timeout, "url", access)
+    if code in (401, 403):
+        given = (access.describe()["auth"] if access else "none")
+        raise ShipyardError("url", f"{root}/models answered HTTP {code} "
+                            f"({'not authenticated' if code == 401 else 'forbidden'}; auth sent: {given})",
+                            "give the gateway token through verify.auth_secret_env (--auth-secret-env): the "
+                            "environment variable holding it, from a Secret; check that it is the right one")
     try:
         data = json.loads(text) if code == 200 else None
         ids = [str(m["id"]) for m in data["data"]]
@@ -97,9 +114,10 @@ def served_models(url: str, timeout: float = 30.0) -> list[str]:
     return ids
 
 
-def check_served(url: str, served_model_name: str, lora_adapters: list[str], timeout: float) -> list[str]:
+def check_served(url: str, served_model_name: str, lora_adapters: list[str], timeout: float,
+                 access: GatewayAccess | None = None) -> list[str]:
     """Raise a one-line error naming ``served_model_name`` (or ``lora_adapters``) when /v1/models lacks it."""
-    ids = served_models(url, timeout)
+    ids = served_models(url, timeout, access)
     if served_model_name not in ids:
         raise ShipyardError("served_model_name", f"{served_model_name!r} is not served at {api_root(url)} "
                             f"(it serves {ids})", "give the name the service serves the model under")
@@ -113,10 +131,12 @@ def check_served(url: str, served_model_name: str, lora_adapters: list[str], tim
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
 
 
-def scrape(url: str, timeout: float) -> dict[str, float] | None:
-    """A Prometheus text page summed per metric name (labels summed over), None when unreachable."""
+def scrape(url: str, timeout: float, access: GatewayAccess | None = None) -> dict[str, float] | None:
+    """A Prometheus text page summed per metric name (labels summed over), None when unreachable.
+    A pool's /metrics is not the gateway: it gets the TLS context, never the gateway's token."""
+    tls_only = GatewayAccess(context=access.context) if access else None
     try:
-        code, text = _get(url, timeout, "metrics")
+        code, text = _get(url, timeout, "metrics", tls_only)
     except ShipyardError:
         return None
     if code != 200:
@@ -136,10 +156,13 @@ class RemoteService:
     """A running OpenAI-compatible service, with the surface lm-eval's and guidellm's runners use
     from :class:`~shipyard.serving.vllm_server.VLLMServer` (nothing to start or stop)."""
 
-    def __init__(self, url: str, served_model_name: str) -> None:
+    def __init__(self, url: str, served_model_name: str, access: GatewayAccess | None = None) -> None:
         self.base_url = api_root(url)
         self.url = self.base_url[: -len("/v1")]
         self.served_model_name = served_model_name
+        # how lm-eval's client checks the gateway's certificate (shipyard.evaluation.lmeval.local_completions_args)
+        self.ca_bundle = access.ca_bundle if access else ""
+        self.insecure_tls = bool(access and access.insecure_tls)
         self.startup_seconds = None
         self.command: list[str] = []
 
@@ -165,40 +188,82 @@ class RemoteService:
         return {}
 
 
+#: where lm-eval 0.4.13's local-completions reads the bearer token (LocalCompletionsAPI.api_key); its
+#: ``header`` model argument would be logged and recorded with the results
+LMEVAL_TOKEN_ENV = "OPENAI_API_KEY"
+
+
+@contextlib.contextmanager
+def _env_token(name: str, token: str) -> Iterator[None]:
+    """``name`` set to ``token`` in this process for the block (the child the accuracy slice runs in), then restored."""
+    before = os.environ.get(name)
+    if token:
+        os.environ[name] = token
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 def accuracy_slice(url: str, served_model_name: str, model_dir: str, tasks: list[str],
-                   limit: int | float | None = None) -> dict[str, Any]:
-    """lm-eval ``tasks`` through the service (vllm runtime); returns lm-eval's scores per task and metric."""
+                   limit: int | float | None = None, gateway: dict[str, Any] | None = None) -> dict[str, Any]:
+    """lm-eval ``tasks`` through the service (vllm runtime); returns lm-eval's scores per task and metric.
+    ``gateway``: the TLS and auth settings (:meth:`GatewayAccess.settings`), resolved again here (the
+    token from its environment variable, sent as lm-eval's ``Authorization: Bearer``)."""
+    access = gateway_access(gateway or {})
     config = {"tasks": tasks, "cache": False, "batch_size": 8}
     if limit is not None:
         config["limit"] = limit
-    with tempfile.TemporaryDirectory(prefix="shipyard-verify-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="shipyard-verify-eval-") as tmp, \
+            _env_token(LMEVAL_TOKEN_ENV, access.token()):
         summary = evaluate_model(model_dir, json.dumps(config), f"{tmp}/out", backend="openai",
-                                 server=RemoteService(url, served_model_name))
+                                 server=RemoteService(url, served_model_name, access))
     return {"scores": summary["scores"], "wall_time_s": summary.get("wall_time_s")}
 
 
 def slo_smoke(url: str, served_model_name: str, model_dir: str, level: dict[str, Any], requests: int,
-              prompt_tokens: int, output_tokens: int, timeout: float) -> dict[str, Any]:
-    """A short guidellm load at ``level`` (its profile and load) through the service; returns the parsed level."""
-    kind, _, load = str(level.get("name") or "").partition("@")
-    if kind not in ("concurrent", "constant", "poisson") or not load:
-        kind, load = "concurrent", "1"
-    cfg = parse_benchmark_config({"profile": kind, "loads": [float(load) if kind != "concurrent" else int(float(load))],
-                                  "max_requests": int(requests), "max_seconds": 120, "prompt_tokens": prompt_tokens,
-                                  "output_tokens": output_tokens, "request_timeout": timeout})
-    service = RemoteService(url, served_model_name)
+              prompt_tokens: int, output_tokens: int, timeout: float,
+              gateway: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A short guidellm load at ``level`` (its profile and load) through the service; returns the parsed
+    level. ``gateway``: the TLS and auth settings, resolved again here (:func:`smoke_scenario`)."""
+    access = gateway_access(gateway or {})
+    service = RemoteService(url, served_model_name, access)
+    # a private folder (0700), removed at the end: the scenario holds the token (guidellm reads it from there)
     with tempfile.TemporaryDirectory(prefix="shipyard-verify-slo-") as tmp:
-        scenario = build_scenario(cfg, target=service.url, model_name=served_model_name, tokenizer=model_dir,
-                                  json_path=f"{tmp}/guidellm.json")
+        scenario, env = smoke_scenario(service, model_dir, level, requests, prompt_tokens, output_tokens, timeout,
+                                       f"{tmp}/guidellm.json", access)
         Path(tmp, "scenario.json").write_text(json.dumps(scenario))
         run_guidellm(Path(tmp, "scenario.json"), Path(tmp, "guidellm.log"), service,
-                     timeout=120 + timeout + 120, levels=1, requests_per_level=int(requests))
+                     timeout=120 + timeout + 120, levels=1, requests_per_level=int(requests), env=env)
         levels = parse_guidellm_report(json.loads(Path(tmp, "guidellm.json").read_text()))
     if not levels:
         raise ShipyardError("guidellm", "the SLO smoke test gave no load level", "see guidellm's output above")
     lv = levels[0]
     return {"name": lv["name"], "ttft_p99_ms": lv["ttft_ms"]["p99"], "itl_p99_ms": lv["itl_ms"]["p99"],
             "error_rate": lv["error_rate"], "total": lv["total"], "successful": lv["successful"]}
+
+
+def smoke_scenario(service: RemoteService, model_dir: str, level: dict[str, Any], requests: int, prompt_tokens: int,
+                   output_tokens: int, timeout: float, json_path: str,
+                   access: GatewayAccess) -> tuple[dict[str, Any], dict[str, str]]:
+    """The SLO smoke's guidellm scenario and the environment guidellm runs with. The gateway's TLS
+    and auth go where guidellm 0.8.1's OpenAI backend takes them: ``verify`` (its default is *no*
+    certificate check: set true unless ``insecure_tls``), the CA bundle as ``SSL_CERT_FILE`` (httpx,
+    which it uses, reads it when ``verify`` is true; its ``verify`` field takes no path) and the
+    token as ``api_key`` (a SecretStr it sends as ``Authorization: Bearer``)."""
+    kind, _, load = str(level.get("name") or "").partition("@")
+    if kind not in ("concurrent", "constant", "poisson") or not load:
+        kind, load = "concurrent", "1"
+    cfg = parse_benchmark_config({"profile": kind, "loads": [float(load) if kind != "concurrent" else int(float(load))],
+                                  "max_requests": int(requests), "max_seconds": 120, "prompt_tokens": prompt_tokens,
+                                  "output_tokens": output_tokens, "request_timeout": timeout})
+    scenario = build_scenario(cfg, target=service.url, model_name=service.served_model_name, tokenizer=model_dir,
+                              json_path=json_path, tls_verify=not access.insecure_tls,
+                              api_key=access.token() or None)
+    return scenario, guidellm_tls_env(access.ca_bundle)
 
 
 # --------------------------------------------------------------------------- checks
@@ -213,10 +278,12 @@ def _no_vllm_runtime() -> str:
     return ""
 
 
-def _golden_checks(url: str, name: str, golden: dict[str, Any], cfg: dict[str, Any]) -> tuple[Check, dict[str, Any]]:
+def _golden_checks(url: str, name: str, golden: dict[str, Any], cfg: dict[str, Any],
+                   access: GatewayAccess | None = None) -> tuple[Check, dict[str, Any]]:
     prompts = [a["prompt"] for a in golden["answers"]]
+    access = access or GatewayAccess()
     answers = ask_all(api_root(url), name, prompts, max_tokens=int(golden.get("max_tokens") or 16),
-                      timeout=cfg["timeout_s"], field="url")
+                      timeout=cfg["timeout_s"], field="url", headers=access.headers, context=access.context)
     result = compare_golden(golden, answers)
     rate, need = result["match_rate"], cfg["min_match_rate"]
     note = f"{result['matched']} of {result['total']} identical"
@@ -243,7 +310,8 @@ def _accuracy_checks(url: str, name: str, record: dict[str, Any], model_dir: str
         return [Check(label, None, None, "", None, False, "", f"not checked: {missing}", compared=False)]
     out = run_in_runtime("vllm", accuracy_slice, deadline_s=cfg["run_timeout_s"], deadline_setting=RUN_TIMEOUT,
                          url=url, served_model_name=name,
-                         model_dir=model_dir, tasks=sorted({r["task"] for r in rows}), limit=cfg["accuracy_limit"])
+                         model_dir=model_dir, tasks=sorted({r["task"] for r in rows}), limit=cfg["accuracy_limit"],
+                         gateway=_gateway_settings(cfg))
     checks = []
     for r in rows:
         score = ((out["scores"].get(r["task"]) or {}).get(r["metric"]) or {}).get("value")
@@ -270,7 +338,8 @@ def _slo_checks(url: str, name: str, record: dict[str, Any], model_dir: str | No
     out = run_in_runtime("vllm", slo_smoke, deadline_s=cfg["run_timeout_s"], deadline_setting=RUN_TIMEOUT,
                          url=url, served_model_name=name,
                          model_dir=model_dir, level=level, requests=cfg["slo_requests"],
-                         prompt_tokens=cfg["prompt_tokens"], output_tokens=cfg["output_tokens"], timeout=cfg["timeout_s"])
+                         prompt_tokens=cfg["prompt_tokens"], output_tokens=cfg["output_tokens"], timeout=cfg["timeout_s"],
+                         gateway=_gateway_settings(cfg))
     tol = cfg["slo_tolerance"]
     at = f"at {level_label(level)}, {out['successful']} of {out['total']} requests"
     checks = []
@@ -318,12 +387,17 @@ def _pd_checks(before: dict[str, dict[str, float] | None], after: dict[str, dict
     return checks
 
 
+def _gateway_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The TLS and auth settings the lm-eval and guidellm runs resolve again in their own process (no token)."""
+    return {k: cfg[k] for k in ("ca_bundle", "insecure_tls", "auth_secret_env", "auth_header")}
+
+
 def _models_check(url: str, served_model_name: str, adapters: list[str], timeout_s: float,
-                  strict_input: bool) -> Check:
+                  strict_input: bool, access: GatewayAccess | None = None) -> Check:
     """The ``models`` check: ``/v1/models`` lists the model and every adapter (with ``strict_input``,
     a service that does not answer or serves another name raises instead)."""
     try:
-        ids = check_served(url, served_model_name, adapters, timeout_s)
+        ids = check_served(url, served_model_name, adapters, timeout_s, access)
         return Check("models (/v1/models)", 1.0, 1.0, "lists the model and every adapter", None, True, "",
                      f"serves {ids}")
     except ShipyardError as err:
@@ -333,7 +407,7 @@ def _models_check(url: str, served_model_name: str, adapters: list[str], timeout
 
 
 def _served_checks(url: str, served_model_name: str, record: dict[str, Any], model_dir: str | None,
-                   cfg: dict[str, Any], log: Any) -> tuple[list[Check], dict[str, Any]]:
+                   cfg: dict[str, Any], log: Any, access: GatewayAccess) -> tuple[list[Check], dict[str, Any]]:
     """The checks of a service that serves the model: the golden outputs, then the accuracy slice and
     the SLO smoke when ``cfg["checks"]`` names them (one that cannot run is a failed, uncompared
     check). Returns the checks and the golden outputs' result."""
@@ -342,7 +416,7 @@ def _served_checks(url: str, served_model_name: str, record: dict[str, Any], mod
     golden_result: dict[str, Any] = {}
     log(f"verify: {root}: golden outputs ({len(golden['answers'])} prompts, greedy)")
     try:
-        check, golden_result = _golden_checks(url, served_model_name, golden, cfg)
+        check, golden_result = _golden_checks(url, served_model_name, golden, cfg, access)
         checks.append(check)
     except ShipyardError as err:
         checks.append(Check("golden outputs (exact-match rate)", None, 1.0, f">= {cfg['min_match_rate']:g}", None,
@@ -357,6 +431,15 @@ def _served_checks(url: str, served_model_name: str, record: dict[str, Any], mod
             label = "accuracy slice" if name == "accuracy" else "SLO smoke"
             checks.append(Check(label, None, None, "", None, False, "", f"failed to run: {err}"))
     return checks, golden_result
+
+
+def _gateway(cfg: dict[str, Any], log: Any) -> GatewayAccess:
+    """The gateway's TLS context and auth header (the CA file and the token's variable: one line,
+    before anything is asked); an unverified TLS connection is announced in a WARNING line."""
+    access = gateway_access(cfg)
+    if access.insecure_tls:
+        log(f"verify: {INSECURE_WARNING}")
+    return access
 
 
 def verify_service(
@@ -384,24 +467,24 @@ def verify_service(
         raise ShipyardError("served_model_name", "is empty", "give the name the service serves the model under")
     root = api_root(url)
     record = load_recorded(candidate)
+    access = _gateway(cfg, log)
     golden = record["golden"]
     started = time.monotonic()
     context = {"url": root, "served_model_name": served_model_name, "lora_adapters": adapters or "none",
                "candidate": record.get("recipe") or "(golden outputs only)", "golden prompts": len(golden["answers"]),
                "max_tokens": golden.get("max_tokens"), "min_match_rate": cfg["min_match_rate"],
-               "checks": cfg["checks"]}
-    checks = [_models_check(url, served_model_name, adapters, cfg["timeout_s"], strict_input)]
-    golden_result: dict[str, Any] = {}
-    metrics_before = {pool: scrape(u, cfg["timeout_s"]) for pool, u in cfg["metrics_urls"].items()} \
+               "checks": cfg["checks"], **access.describe()}
+    checks, golden_result = [_models_check(url, served_model_name, adapters, cfg["timeout_s"], strict_input, access)], {}
+    metrics_before = {pool: scrape(u, cfg["timeout_s"], access) for pool, u in cfg["metrics_urls"].items()} \
         if "pd" in cfg["checks"] else {}
     if checks[0].passed:
-        served, golden_result = _served_checks(url, served_model_name, record, model_dir, cfg, log)
+        served, golden_result = _served_checks(url, served_model_name, record, model_dir, cfg, log, access)
         checks += served
     else:
         checks.append(Check("golden outputs (exact-match rate)", None, 1.0, f">= {cfg['min_match_rate']:g}", None,
                             False, "", "not asked: the service does not serve the model"))
     if "pd" in cfg["checks"]:
-        after = {pool: scrape(u, cfg["timeout_s"]) for pool, u in cfg["metrics_urls"].items()}
+        after = {pool: scrape(u, cfg["timeout_s"], access) for pool, u in cfg["metrics_urls"].items()}
         checks += _pd_checks(metrics_before, after)
     failed = [c.name for c in checks if c.compared and not c.passed]
     required_ok = all(any(c.name.startswith(p) and c.compared for c in checks) for p in ("models", "golden"))

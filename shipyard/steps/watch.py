@@ -57,10 +57,14 @@ def envelope_of_model(uri: str, public_key: Any, *, field: str = "model_uri",
     provenance = predicates.get(PROVENANCE) or {}
     recipe = ((provenance.get("buildDefinition") or {}).get("externalParameters") or {}).get("recipe")
     base = ((provenance.get("buildDefinition") or {}).get("externalParameters") or {}).get("base_model") or ""
-    # the capacity in the recorded workload's units, when the benchmark replayed one (null otherwise)
+    # the capacity in the recorded workload's units, when the benchmark replayed one (null otherwise), the
+    # replay's prefix-cache hit rate and lengths (the lengths production's are held against)
+    workload = slo.get("workload") or {}
+    digest = (workload.get("digest") or {}).get("sha256")
     record = {"recipe": recipe or "champion", "levels": slo["levels"],
               "slo": {"thresholds": slo.get("slo") or {}, "capacity": slo.get("capacity")},
-              "workload": {"prefix_hit_rate": (slo.get("workload") or {}).get("prefix_hit_rate")}}
+              "workload": {"prefix_hit_rate": workload.get("prefix_hit_rate"), "replay_level": workload.get("replay_level"),
+                           "digest": f"sha256:{digest}" if digest else None}}
     return envelope_from_record(record, field=field), str(base)
 
 

@@ -13,6 +13,7 @@ the object is made, so ``url`` and ``address`` are known before the server start
 
 from __future__ import annotations
 
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,9 +22,25 @@ class LoopbackServer:
     """``handler`` served on 127.0.0.1 from a daemon thread between :meth:`start` and :meth:`stop`
     (or the ``with`` block, which gives the server itself)."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+    def __init__(self, handler: type[BaseHTTPRequestHandler], *, tls: tuple[str, str] | None = None) -> None:
+        """``tls``: (certificate PEM file, key PEM file): serve HTTPS with them (the handshake runs in
+        the request's thread, so a client that fails it does not hold the server)."""
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.scheme = "https" if tls else "http"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True,
+                                                    do_handshake_on_connect=False)
+            self.httpd.handle_error = self._handshake_error  # type: ignore[method-assign]
         self._thread: threading.Thread | None = None
+
+    def _handshake_error(self, request: object, client_address: object) -> None:
+        """A client that refused the certificate (what a TLS test expects) is no server error."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ssl.SSLError | ConnectionError):
+            ThreadingHTTPServer.handle_error(self.httpd, request, client_address)  # type: ignore[arg-type]
 
     @property
     def port(self) -> int:
@@ -36,8 +53,8 @@ class LoopbackServer:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://{self.address}"
+        """``http://127.0.0.1:PORT`` (``https://`` with ``tls``)."""
+        return f"{self.scheme}://{self.address}"
 
     def start(self) -> LoopbackServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -66,13 +66,16 @@ class MlflowServer:
     """``mlflow server`` with a sqlite database and proxied artifacts under ``root``; ``env`` adds
     server settings (e.g. ``MLFLOW_SERVER_ALLOWED_HOSTS`` as ``manifests/base/mlflow`` sets it);
     ``port`` chooses the loopback port (default: a free one); ``artifacts`` is its
-    ``--artifacts-destination`` (default: ``root/artifacts``; e.g. one it cannot write, to stand for
-    a server whose artifact store fails while ``/health`` answers)."""
+    ``--artifacts-destination`` (default: ``root/artifacts``; an ``s3://`` one with
+    ``MLFLOW_S3_ENDPOINT_URL`` and the keys in ``env``, as ``manifests/base/mlflow`` runs it);
+    ``absent_modules`` are the modules its image lacks, unimportable in every process of the server
+    (:mod:`shipyard.testing.mlflow_image`: boto3 and botocore for the plain ``ghcr.io/mlflow/mlflow``)."""
 
     def __init__(self, root: Path, env: dict[str, str] | None = None, port: int | None = None,
-                 artifacts: str | None = None) -> None:
+                 artifacts: str | None = None, absent_modules: tuple[str, ...] = ()) -> None:
         self.root = Path(root)
         self.env = dict(env or {})
+        self.absent_modules = tuple(absent_modules)
         self.artifacts = artifacts or str(self.root / "artifacts")
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -84,13 +87,18 @@ class MlflowServer:
             raise ShipyardError("mlflow server", f"{mlflow} does not exist", "install the dev tools: bash .ci/setup")
         self.root.mkdir(parents=True, exist_ok=True)
         log = self.root / "mlflow-server.log"
+        image: dict[str, str] = {}
+        if self.absent_modules:
+            from shipyard.testing.mlflow_image import image_site
+
+            image = image_site(self.root, self.absent_modules)
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db",
                  "--artifacts-destination", self.artifacts,
                  "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root,
-                env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **self.env),
+                env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **self.env, **image},
             )
         wait_ready("mlflow server", lambda: http_ok(f"{self.url}/health"), timeout_s=180,
                    alive=process_alive("mlflow server", self.proc, log), log=log)

@@ -10,6 +10,13 @@
   further back), following the history kept in the registered model's tag
   ``shipyard.production_history``.
 
+``production`` moves only through a check of the version's attestations (an
+:data:`AttestationCheck`: the trusted key's verification of the signed evidence stored with the
+version's model, :func:`shipyard.gates.evidence.production_check`; after a deploy, the deploy step's
+own check of the image it deployed, :func:`checked_by_deploy`), or its explicit override; the
+version gets the tag ``shipyard.production_attestation`` saying which (:func:`attested`). A move
+without a check is refused in one line.
+
 A version's ``source`` is where the packaged model lives (``oci://...@sha256:...`` or
 ``s3://...``); its tags hold the lineage (pipeline run, KFP run, base model, recipe, digests)
 and, once the promotion gate ran, ``shipyard.metric.<name>`` for each measured figure and
@@ -21,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +41,8 @@ PREVIOUS = "previous"
 DRY_RUN = "dry-run"
 HISTORY_TAG = "shipyard.production_history"
 METRIC_TAG_PREFIX = "shipyard.metric."
+#: the version tag that says how its attestations were checked when ``production`` moved to it
+ATTESTATION_TAG = "shipyard.production_attestation"
 
 
 @dataclass
@@ -206,10 +215,73 @@ def check_alias(alias: str, field: str = "alias") -> str:
     return text
 
 
-def set_alias(tracker: Tracker, model_name: str, alias: str, version: str) -> None:
-    """Point ``alias`` at ``version`` (moving it if another version held it)."""
+#: how ``production`` may move to a version: called with the version, it returns what was checked
+#: (:func:`shipyard.gates.evidence.require_attested`'s record: ``checked``, ``passed``, ``digest``, ``vsa``,
+#: ``keyid``; or ``checked: false`` with ``overridden: true`` and ``why``) or raises the one-line refusal
+AttestationCheck = Callable[[VersionInfo], Mapping[str, Any]]
+PRODUCTION_FIX = ("move production with `shipyard alias set MODEL production VERSION` (it verifies the version's "
+                  "attestations) or by a deploy that verified them")
+
+
+def checked_by_deploy(record: Mapping[str, Any] | None) -> AttestationCheck:
+    """The check of a deploy that verified the image it deployed already: ``record`` is the deploy's
+    ``attestation`` (:func:`shipyard.gates.evidence.require_attested`'s result); :func:`attested`
+    moves ``production`` only when it is about the version's own digest (or the deploy's logged override)."""
+    return lambda info: dict(record or {})
+
+
+def _image_of(uri: str) -> str:
+    """``uri`` as :mod:`shipyard.oci.reference` writes a digest-pinned image (what a verification
+    names), or "" when it is no such image (an ``s3://`` model, a tag)."""
+    from shipyard.oci.reference import parse
+
+    try:
+        ref = parse(uri, "source")
+    except ShipyardError:
+        return ""
+    return str(ref) if ref.digest else ""
+
+
+def attested(tracker: Tracker, info: VersionInfo, check: AttestationCheck | None) -> str:
+    """Run ``check`` on the version ``production`` is to move to; return the note the version is
+    tagged with (:data:`ATTESTATION_TAG`). One line (field ``production``) when there is no check,
+    when its record says nothing was checked without the explicit override, or when what was
+    verified is another image than the version's model (``source``)."""
+    where = f"{info.name} version {info.version}"
+    if check is None:
+        raise ShipyardError("production", f"{where} was not moved: production moves only after the version's "
+                            "attestations are checked", PRODUCTION_FIX)
+    record = check(info)
+    if record.get("checked"):
+        want, got = _image_of(info.source), str(record.get("uri") or "")
+        if not record.get("passed") or not want or got != want:
+            raise ShipyardError("production", f"{where} was not moved: its model {info.source[:300]} is not the image "
+                                f"whose attestations were verified ({got[:300] or 'none'})", PRODUCTION_FIX)
+        vsa = record.get("vsa") or {}
+        note = (f"verified: summary {vsa.get('envelope_digest', '')} {vsa.get('result', '')} of {got}, key "
+                f"{str(record.get('keyid', ''))[:16]}")
+    elif record.get("overridden"):
+        note = f"not checked: {record.get('why', 'overridden')}"
+    else:
+        raise ShipyardError("production", f"{where} was not moved: its attestations were not checked "
+                            f"({record.get('why') or 'no record of a check'})", PRODUCTION_FIX)
+    tracker.call("tag the model version", tracker.client.set_model_version_tag, info.name, info.version,
+                 ATTESTATION_TAG, note[:5000])
+    return note
+
+
+def set_alias(tracker: Tracker, model_name: str, alias: str, version: str,
+              check: AttestationCheck | None = None) -> None:
+    """Point ``alias`` at ``version`` (moving it if another version held it); ``production`` only
+    through ``check`` (:func:`attested`)."""
     alias = check_alias(alias)
-    get_version(tracker, model_name, version)
+    info = get_version(tracker, model_name, version)
+    if alias.lower() == PRODUCTION:
+        attested(tracker, info, check)
+    _point(tracker, model_name, alias, version)
+
+
+def _point(tracker: Tracker, model_name: str, alias: str, version: str) -> None:
     tracker.call(
         "set the alias", tracker.client.set_registered_model_alias, model_name, alias, str(version)
     )
@@ -234,23 +306,25 @@ def _set_history(tracker: Tracker, model_name: str, history: list[str]) -> None:
     )
 
 
-def promote(tracker: Tracker, model_name: str, version: str) -> dict[str, str]:
-    """Make ``version`` production (call it once its deployment is Ready).
+def promote(tracker: Tracker, model_name: str, version: str, check: AttestationCheck | None) -> dict[str, str]:
+    """Make ``version`` production (call it once its deployment is Ready) when ``check`` passes it
+    (:func:`attested`; a version already production stays so, unchecked again).
 
     The version that was production becomes ``previous``. Returns the aliases afterwards.
     """
     name = _validate_name(model_name)
-    get_version(tracker, name, version)
+    info = get_version(tracker, name, version)
     current = aliases(tracker, name)
     old = current.get(PRODUCTION)
     history = _history(tracker, name)
     if old == str(version):
         return current
+    attested(tracker, info, check)
     if old:
-        set_alias(tracker, name, PREVIOUS, old)
+        _point(tracker, name, PREVIOUS, old)
         if not history or history[-1] != old:
             history.append(old)
-    set_alias(tracker, name, PRODUCTION, str(version))
+    _point(tracker, name, PRODUCTION, str(version))
     history.append(str(version))
     _set_history(tracker, name, history)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -259,8 +333,9 @@ def promote(tracker: Tracker, model_name: str, version: str) -> dict[str, str]:
     return aliases(tracker, name)
 
 
-def rollback(tracker: Tracker, model_name: str, reason: str = "") -> dict[str, str]:
-    """Move ``production`` back to the version before it; ``previous`` moves one further back.
+def rollback(tracker: Tracker, model_name: str, reason: str = "", check: AttestationCheck | None = None) -> dict[str, str]:
+    """Move ``production`` back to the version before it when ``check`` passes that version
+    (:func:`attested`); ``previous`` moves one further back.
 
     Fails with one line when there is nothing to roll back to. Returns the aliases afterwards.
     """
@@ -279,9 +354,10 @@ def rollback(tracker: Tracker, model_name: str, reason: str = "") -> dict[str, s
         )
     history.pop()
     target = history[-1]
-    set_alias(tracker, name, PRODUCTION, target)
+    attested(tracker, get_version(tracker, name, target), check)
+    _point(tracker, name, PRODUCTION, target)
     if len(history) >= 2:
-        set_alias(tracker, name, PREVIOUS, history[-2])
+        _point(tracker, name, PREVIOUS, history[-2])
     else:
         tracker.call("remove the alias", tracker.client.delete_registered_model_alias, name, PREVIOUS)
     _set_history(tracker, name, history)

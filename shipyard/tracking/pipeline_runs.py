@@ -224,9 +224,11 @@ def register_model(
     return {"version": info.version, "aliases": info.aliases, "source": info.source}
 
 
-def promote_alias(tracking_uri: str, model_name: str, version: str) -> dict[str, str]:
-    """``production`` -> version (deployment Ready); the old production becomes ``previous``."""
-    return registry.promote(Tracker(tracking_uri), model_name, version)
+def promote_alias(tracking_uri: str, model_name: str, version: str,
+                  check: registry.AttestationCheck | None) -> dict[str, str]:
+    """``production`` -> version (deployment Ready) when ``check`` passes its attestations
+    (:func:`shipyard.tracking.model_registry.attested`); the old production becomes ``previous``."""
+    return registry.promote(Tracker(tracking_uri), model_name, version, check)
 
 
 def answering_tracker(tracking_uri: str) -> Tracker:
@@ -242,15 +244,18 @@ def answering_tracker(tracking_uri: str) -> Tracker:
     return tracker
 
 
-def rollback_alias(tracking_uri: str, model_name: str, reason: str = "") -> dict[str, str]:
-    """Move ``production`` back to the version before it."""
-    return registry.rollback(answering_tracker(tracking_uri), model_name, reason)
+def rollback_alias(tracking_uri: str, model_name: str, reason: str = "",
+                   check: registry.AttestationCheck | None = None) -> dict[str, str]:
+    """Move ``production`` back to the version before it, when ``check`` passes that version's attestations."""
+    return registry.rollback(answering_tracker(tracking_uri), model_name, reason, check)
 
 
-def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> dict[str, str]:
-    """Point any alias at a version; returns all aliases."""
+def set_alias(tracking_uri: str, model_name: str, alias: str, version: str,
+              check: registry.AttestationCheck | None = None) -> dict[str, str]:
+    """Point any alias at a version (``production`` only when ``check`` passes its attestations);
+    returns all aliases."""
     tracker = answering_tracker(tracking_uri)
-    registry.set_alias(tracker, model_name, alias, version)
+    registry.set_alias(tracker, model_name, alias, version, check)
     return registry.aliases(tracker, model_name)
 
 

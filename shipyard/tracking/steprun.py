@@ -241,7 +241,10 @@ def _upload(tracker: Any, run_id: str, artifacts: dict[str, str], rest: Any = No
         if count and rest is not None and rest.can_upload(artifact_uri):
             rest.upload(artifact_uri, root)
         elif count:
-            tracker.call("upload artifacts", tracker.client.log_artifacts, run_id, str(root))
+            from shipyard.tracking.tracker import tree_bytes
+
+            tracker.call("upload artifacts", tracker.client.log_artifacts, run_id, str(root),
+                         payload_bytes=tree_bytes(root))
     return count
 
 

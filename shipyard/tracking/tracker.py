@@ -69,7 +69,7 @@ from shipyard.core import contract
 from shipyard.core.env import env_bool, env_float
 from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
 from shipyard.core.files import atomic_write_text
-from shipyard.core.net import http_request
+from shipyard.core.net import call_within, http_request
 from shipyard.core.redact import redact, redact_obj
 from shipyard.core.retry import Retry
 
@@ -109,6 +109,13 @@ METRIC_BATCH = 1000  # entries per log_batch in all (MLflow's limit)
 _KEY_BAD = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
 T = TypeVar("T")
+
+
+class _Connections:
+    """The owner of the MLflow client's connections (one requests session per process, pooled)."""
+
+
+_MLFLOW_CONNECTIONS = _Connections()
 
 
 # --------------------------------------------------------------------------- configuration
@@ -333,6 +340,17 @@ def _batches(params: list[Any], metrics: list[Any], tags: list[Any]) -> list[dic
     return out
 
 
+def tree_bytes(path: str | os.PathLike[str]) -> int:
+    """The bytes an upload of ``path`` (a file or a folder) sends: what its deadline grows by."""
+    root = Path(path)
+    try:
+        if root.is_file():
+            return root.stat().st_size
+        return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    except OSError:
+        return 0
+
+
 def _short(err: BaseException) -> str:
     text = " ".join(str(err).split())
     refused = re.search(r"(Connection refused|Name or service not known|timed out|Temporary failure[^'\"]*)", text)
@@ -465,9 +483,15 @@ class Tracker:
             "store); the step's results remain in its KFP artifacts",
         )
 
-    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def call(self, what: str, fn: Callable[..., T], *args: Any, payload_bytes: int = 0, bounded: bool = False,
+             **kwargs: Any) -> T:
         """Run one MLflow call; retry transient faults with backoff; then one clear line.
 
+        Against a server each try ends within ``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds in all
+        (default 30; MLflow's client applies it to each read only), plus ``payload_bytes`` (an
+        upload's size) at :data:`UPLOAD_FLOOR_BYTES_PER_S`: past it the call is one
+        :class:`~shipyard.core.errors.UnreachableError` line naming the setting, not retried.
+        ``bounded``: ``fn`` ends within that deadline itself (:class:`RestLogger`'s ``http_request``).
         Once the server was seen down (here or by :meth:`probe`), calls fail at once.
         """
         if self.down:
@@ -475,7 +499,11 @@ class Tracker:
         for attempt in self.retry.tries():
             try:
                 with default_store(self.uri):  # a file store's registry reads back through MlflowClient()
-                    return fn(*args, **kwargs)
+                    if bounded or not self.is_remote:
+                        return fn(*args, **kwargs)
+                    return call_within(self.deadline_s(payload_bytes), fn, *args,
+                                       on_timeout=lambda: self._late(what, payload_bytes), owner=_MLFLOW_CONNECTIONS,
+                                       **kwargs)
             except Exception as err:
                 if not _is_transient(err):
                     refused = self._refused(what, err)
@@ -487,6 +515,22 @@ class Tracker:
                         self.down = _short(err)
                     raise self._unreachable(what, _short(err), self.retry.attempts) from None
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def deadline_s(payload_bytes: int = 0) -> float:
+        """The most one MLflow client call may take: ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (default 30 s)
+        plus ``payload_bytes`` at :data:`UPLOAD_FLOOR_BYTES_PER_S`."""
+        return env_float("MLFLOW_HTTP_REQUEST_TIMEOUT", 30.0) + max(payload_bytes, 0) / UPLOAD_FLOOR_BYTES_PER_S
+
+    def _late(self, what: str, payload_bytes: int) -> UnreachableError:
+        """The one line of a call past :meth:`deadline_s`; the server counts as down from then on."""
+        seconds = self.deadline_s(payload_bytes)
+        self.down = f"no whole answer within {round(seconds, 1):g} s"
+        return UnreachableError("MLFLOW_HTTP_REQUEST_TIMEOUT",
+                                f"the tracking server {self.uri} gave no whole answer to {what} within {round(seconds, 1):g} s",
+                                "check the server (or a proxy before it) answers, or raise MLFLOW_HTTP_REQUEST_TIMEOUT "
+                                "(seconds per call; an upload gets 256 KiB/s on top); the step's results remain in its "
+                                "KFP artifacts")
 
     def _refused(self, what: str, err: BaseException) -> ShipyardError | None:
         """An answer that is not MLflow's API (a login page, another service's 404) or a refusal (401,
@@ -705,12 +749,14 @@ class Tracker:
             dest_dir = dest.strip("/") or None
             if path.is_dir():
                 if any(path.iterdir()):
-                    self.call("upload artifacts", self.client.log_artifacts, run_id, str(path), dest_dir)
+                    self.call("upload artifacts", self.client.log_artifacts, run_id, str(path), dest_dir,
+                              payload_bytes=tree_bytes(path))
                     n_art += sum(1 for f in path.rglob("*") if f.is_file())
             else:
                 if dest_dir and Path(dest_dir).name == path.name:
                     dest_dir = str(Path(dest_dir).parent) if "/" in dest_dir else None
-                self.call("upload an artifact", self.client.log_artifact, run_id, str(path), dest_dir)
+                self.call("upload an artifact", self.client.log_artifact, run_id, str(path), dest_dir,
+                          payload_bytes=tree_bytes(path))
                 n_art += 1
         return {"params": len(p), "metrics": len(m), "tags": len(t), "artifacts": n_art}
 
@@ -815,7 +861,7 @@ class RestLogger:
 
     def call(self, what: str, method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any]:
         """One REST call with the tracker's retries and down-marking."""
-        return self.tracker.call(what, self._request, method, path, body, **kwargs)
+        return self.tracker.call(what, self._request, method, path, body, bounded=True, **kwargs)
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """``{"info": {...}, "data": {"params": {...}, "metrics": {...}, "tags": {...}}}``."""

@@ -422,6 +422,22 @@ ROWS: list[Row] = [
     row("submit-deploy-config-vllm-args-abbreviated-tp", *submit("--param", 'deploy_config={"vllm_args": '
                                                                  '{"tensor-parallel": 2}}'),
         field="deploy_config.vllm_args: 'tensor-parallel' is vLLM's --tensor-parallel-size", params=True),
+    # vLLM's own parser's rules, from the table shipyard.serving.vllm_cli ships (issue 34, class 7)
+    row("run-deploy-config-vllm-args-unknown-flag", *run_local("--param", 'deploy_config={"vllm_args": {"frobnicate": 1}}'),
+        field="deploy_config.vllm_args: '--frobnicate' is not a flag of vLLM 0.32", params=True),
+    row("run-deploy-config-vllm-args-bad-choice", *run_local(
+        "--param", 'deploy_config={"vllm_args": {"kv-cache-dtype": "fp9"}}'),
+        field="deploy_config.vllm_args: --kv-cache-dtype 'fp9' is not one of vLLM 0.32", params=True),
+    row("deploy-decode-vllm-args-ambiguous", *deploy("--params-file", "vllm-decode-max-num.yaml"),
+        field="deploy_config.decode.vllm_args: '--max-num' is ambiguous in vLLM 0.32"),
+    row("run-bench-vllm-args-no-value", *run_local("--param", 'benchmark_config={"vllm_args": ["--max-model-len"]}'),
+        field="benchmark_config.vllm_args: --max-model-len needs a value in vLLM 0.32", params=True),
+    row("run-bench-vllm-args-value-to-a-switch", *run_local(
+        "--param", 'benchmark_config={"vllm_args": ["--enforce-eager", "true"]}'),
+        field="benchmark_config.vllm_args: 'true' is neither a flag of vLLM 0.32", params=True),
+    row("run-tuning-vllm-args-removed-flag", *run_local(
+        "--param", 'tuning={"space": {"vllm_args": {"old": ["--swap-space", "4"], "default": []}}}'),
+        field="tuning.space.vllm_args.old: '--swap-space' is not a flag of vLLM 0.32", params=True),
     row("run-bench-vllm-args-port", *run_local("--param", 'benchmark_config={"vllm_args": ["--port", "9000"]}'),
         field="benchmark_config.vllm_args: --port is set by shipyard's vLLM server itself", params=True),
     row("run-bench-vllm-args-served-name-equals", *run_local(
@@ -709,6 +725,15 @@ ROWS: list[Row] = [
     row("run-deploy-config-verify-run-timeout-text", *run_local(
         "--param", 'deploy_config={"verify": {"run_timeout_s": "30m"}}'),
         field="deploy_config.verify.run_timeout_s", params=True),
+    row("run-deploy-config-verify-insecure-tls-text", *run_local(
+        "--param", 'deploy_config={"verify": {"insecure_tls": "yes"}}'),
+        field="deploy_config.verify.insecure_tls: 'yes' is not true or false", params=True),
+    row("run-deploy-config-verify-auth-token-pasted", *run_local(
+        "--param", f'deploy_config={{"verify": {{"auth_secret_env": "{TOKEN_LIKE}"}}}}'),
+        field="deploy_config.verify.auth_secret_env: is not the name", params=True),
+    row("run-deploy-config-verify-ca-bundle-number", *run_local(
+        "--param", 'deploy_config={"verify": {"ca_bundle": 3}}'),
+        field="deploy_config.verify.ca_bundle: 3 is not a file path", params=True),
     row("run-deploy-config-verify-unknown", *run_local("--param", 'deploy_config={"verify": {"golden": 3}}'),
         field="deploy_config.verify.golden", params=True),
     row("run-deploy-config-scaling-list", *run_local("--param", 'deploy_config={"scaling": [1]}'),
@@ -775,6 +800,11 @@ ROWS: list[Row] = [
         "cluster-typo.yaml", field="cluster_config gpuu: is not a cluster setting"),
     row("compile-cluster-config-claims-string", "compile", "--out", "compiled", "--pipeline", "promote",
         "--cluster-config", "cluster-claims.yaml", field="cluster_config pvc.claims: must be a list"),
+    row("compile-cluster-config-security-root", "compile", "--out", "compiled", "--pipeline", "promote",
+        "--cluster-config", "cluster-secctx-root.yaml", field="cluster_config security_context.run_as_user: 0 is root"),
+    row("compile-cluster-config-security-non-root-text", "compile", "--out", "compiled", "--pipeline", "promote",
+        "--cluster-config", "cluster-secctx-text.yaml",
+        field="cluster_config security_context.run_as_non_root: must be true or false"),
     row("run-work-dir-root", "run", "--local", "--work-dir", "/", field="--work-dir"),
     row("run-work-dir-usr", "run", "--local", "--work-dir", "/usr", field="--work-dir"),
     # --- the README's own YAML example is accepted: the row fails on the next, deliberate, mistake --------
@@ -808,6 +838,24 @@ ROWS: list[Row] = [
     row("verify-config-not-json", *verify("--config", "{slo"), field="--config"),
     row("verify-slo-tolerance-below-1", *verify("--config", '{"slo_tolerance": 0.5}'), field="verify.slo_tolerance"),
     row("verify-run-timeout-zero", *verify("--config", '{"run_timeout_s": 0}'), field="verify.run_timeout_s"),
+    # the gateway's TLS and auth (issue 32): the CA file and the token's variable checked before anything is
+    # asked; a token pasted where the variable's name belongs is refused without being shown
+    row("verify-ca-bundle-missing", *verify("--ca-bundle", "missing-ca.pem"),
+        field="verify.ca_bundle: missing-ca.pem does not exist"),
+    row("verify-ca-bundle-not-pem", *verify("--ca-bundle", "golden.json"),
+        field="verify.ca_bundle: golden.json is not a PEM CA bundle"),
+    row("verify-insecure-tls-not-bool", *verify("--config", '{"insecure_tls": "yes"}'),
+        field="verify.insecure_tls: 'yes' is not true or false"),
+    row("verify-insecure-tls-with-ca-bundle", *verify("--insecure-tls", "--ca-bundle", "golden.json"),
+        field="verify.insecure_tls: is true while verify.ca_bundle is given"),
+    row("verify-auth-env-unset", *verify("--auth-secret-env", "SHIPYARD_TEST_UNSET_GATEWAY_TOKEN"),
+        field="verify.auth_secret_env: $SHIPYARD_TEST_UNSET_GATEWAY_TOKEN is not set"),
+    row("verify-auth-env-token-pasted", *verify("--auth-secret-env", TOKEN_LIKE),
+        field="verify.auth_secret_env: is not the name of an environment variable"),
+    row("verify-auth-env-bearer-pasted", *verify("--config", f'{{"auth_secret_env": "Bearer {SECRET}"}}'),
+        field="verify.auth_secret_env: is not the name of an environment variable"),
+    row("verify-auth-header-custom-with-lm-eval", *verify("--auth-secret-env", "GATEWAY_TOKEN", "--auth-header",
+                                                          "X-Api-Key"), field="verify.auth_header: 'X-Api-Key'"),
     # --- watch (issue 38): the window, the tolerance, Prometheus's URL, the champion's record
     row("watch-window-not-a-window", *watch("--window", "half an hour"), field="--window"),
     row("watch-window-shorter-than-two-scrapes", *watch("--window", "30s"), field="--window: 30 s is shorter"),
@@ -969,6 +1017,25 @@ ROWS: list[Row] = [
         field="deploy_config.attestation.keys", params=True),
     row("deploy-attestation-key-missing", *deploy("--params-file", "att-key-missing.yaml"),
         field="deploy_config.attestation.key: nope.pub is not a file"),
+    # production moves only to a version whose attestations verify (`alias set ... production`, `alias rollback`)
+    row("alias-set-production-key-missing", "alias", "set", "tiny", "production", "1", "--key", "nope.pub",
+        field="--key: nope.pub is not a file"),
+    row("alias-set-production-key-not-pem", "alias", "set", "tiny", "production", "1", "--key", "junk.pub",
+        field="--key: is not a PEM public key"),
+    row("alias-set-production-key-none", "alias", "set", "tiny", "production", "1",
+        field="--key: is required to check the attestations before production moves"),
+    row("alias-set-production-key-and-no-check", "alias", "set", "tiny", "production", "1", "--key", "public.pem",
+        "--no-attestation-check", field="--no-attestation-check: contradicts --key"),
+    row("alias-set-staging-key", "alias", "set", "tiny", "staging", "1", "--key", "public.pem",
+        field="--key: only applies when production moves"),
+    row("alias-set-staging-no-check", "alias", "set", "tiny", "staging", "1", "--no-attestation-check",
+        field="--no-attestation-check: only applies when production moves"),
+    row("alias-rollback-key-missing", "alias", "rollback", "tiny", "--key", "nope.pub",
+        field="--key: nope.pub is not a file"),
+    row("alias-rollback-key-none", "alias", "rollback", "tiny",
+        field="--key: is required to check the attestations before production moves"),
+    row("alias-rollback-key-and-no-check", "alias", "rollback", "tiny", "--key", "public.pem",
+        "--no-attestation-check", field="--no-attestation-check: contradicts --key"),
     row("unknown-command", "deplyo", field="deplyo"),
     row("unknown-top-flag", "--verbose", field="--verbose"),
 ]
@@ -1061,6 +1128,8 @@ def _files() -> dict[str, str]:
         "apply-list.yaml": "apply: [1]\n",
         "cluster-typo.yaml": "gpuu: {accelerator_count: 1}\n",
         "cluster-claims.yaml": "pvc: {claims: models-claim, steps: [resolve-model]}\n",
+        "cluster-secctx-root.yaml": "security_context: {run_as_user: 0, run_as_non_root: true}\n",
+        "cluster-secctx-text.yaml": "security_context: {run_as_non_root: 'yes'}\n",
         "recipe-typo.yaml": "recipes:\n  - |\n    quant_stage:\n      quant_modifiers:\n        GPTQModifer: {scheme: W4A16}\n",
         "recipe-dup.yaml": "recipes:\n  - |\n    quant_stage:\n      quant_modifiers:\n        GPTQModifier: {scheme: W4A16}\n"
                            "        GPTQModifier: {scheme: W8A8}\n",
@@ -1071,6 +1140,7 @@ def _files() -> dict[str, str]:
         "max-pos-negative.json": json.dumps({**LLAMA, "max_position_embeddings": -1}),
         "llmisvc-token.yaml": "apiVersion: serving.kserve.io/v1alpha2\nkind: LLMInferenceService\n"
                               f"metadata: {{name: llm}}\nspec: {{model: {{uri: 'hf://{SECRET}@o/m'}}}}\n",
+        "vllm-decode-max-num.yaml": "decode: {vllm_args: {max-num: 8}}\n",
         "secret-env-token.yaml": f"secret_env: {{HF_TOKEN: {TOKEN_LIKE}}}\n",
         "pull-secret-token.yaml": f"image_pull_secrets: [{TOKEN_LIKE}]\n",
         "kubeconfig-creds": "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -1340,3 +1410,32 @@ def test_a_uri_from_the_environment_that_carries_credentials_is_one_line(
     for secret in SECRETS:
         assert secret not in proc.stderr + proc.stdout
     assert not any(tmp_path.iterdir()), "the command left files behind"
+
+
+@pytest.mark.parametrize("value", ["abc", "0"])
+@pytest.mark.parametrize(("name", "argv"), [
+    ("SHIPYARD_KFP_TIMEOUT_S", ("runs", "--host", DEAD)),
+    ("SHIPYARD_S3_TIMEOUT_S", deploy("--template", "s3://bucket/llmisvc.yaml")),
+], ids=["kfp", "s3"])
+def test_a_bad_deadline_setting_is_one_line_before_any_call(name: str, argv: tuple[str, ...], value: str,
+                                                            tmp_path: Path) -> None:
+    """The settings that bound each call to a service (issue 34): a value that is not a number of
+    seconds is one line naming the variable (exit 2), before anything is contacted."""
+    env = {**cli_env(), name: value, "AWS_ENDPOINT_URL_S3": DEAD, "AWS_ACCESS_KEY_ID": AWS_KEY_ID,
+           "AWS_SECRET_ACCESS_KEY": SECRET}
+    proc = subprocess.run([sys.executable, "-m", "shipyard.cli.main", *argv], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and proc.returncode == 2, proc.stderr
+    assert lines[0].startswith(f"shipyard: error: {name}: "), lines[0]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan"])
+def test_a_bad_registry_deadline_is_one_line(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipyard.core.errors import ShipyardError
+    from shipyard.oci.client import RegistryClient
+
+    monkeypatch.setenv("SHIPYARD_REGISTRY_TIMEOUT_S", value)
+    with pytest.raises(ShipyardError) as err:
+        RegistryClient("127.0.0.1:9", "team/model")
+    assert err.value.field == "SHIPYARD_REGISTRY_TIMEOUT_S" and "\n" not in str(err.value)

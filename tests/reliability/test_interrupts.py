@@ -97,6 +97,7 @@ def test_a_mangled_last_good_annotation_still_rolls_back(tmp_path: Path) -> None
 
 
 STEP = """
+import json
 import sys
 from shipyard.steps.deploy import promotion_allowed, run_deploy
 from shipyard.core.errors import ShipyardError
@@ -112,7 +113,8 @@ try:  # the deploy step: deploy, verify once Ready, then (only when allowed) mov
                         verify_dir=work + "/verify", name="llm", namespace="serving",
                         model_uri="oci://registry.example/models/qwen@sha256:" + "1" * 64)
     if promotion_allowed(result, False)[0]:
-        promote_production(url, experiment, run, name, "2", "w4a16")
+        promote_production(url, experiment, run, name, "2", "w4a16",
+                           attestation_json=json.dumps(result["attestation"]))
 except ShipyardError as err:
     print(f"shipyard: error: {err}", file=sys.stderr)
     sys.exit(1)
@@ -136,7 +138,8 @@ def test_an_interrupt_during_the_verification_keeps_the_previous_version_and_pro
     experiment, run, name = f"intr-{uuid.uuid4().hex[:6]}", f"run-{uuid.uuid4().hex[:6]}", f"m-{uuid.uuid4().hex[:6]}"
     parent = track.start_tracking(url, experiment, "optimize-and-deploy", run, "", "")["parent_run_id"]
     track.register_model(url, name, OLD, parent, "")
-    promote_production(url, experiment, run, name, "1", "base")
+    promote_production(url, experiment, run, name, "1", "base",  # the previous version, deployed before
+                       attestation_json=json.dumps({"checked": False, "overridden": True, "why": "overridden: set-up"}))
     track.register_model(url, name, NEW, parent, "")
     record = tmp_path / "candidate.json"
     record.write_text(json.dumps({"schema": "shipyard.candidate/v1", "recipe": "w4a16", "passed": True, "reason": "passed both gates", "golden": {

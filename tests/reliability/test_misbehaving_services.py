@@ -804,3 +804,144 @@ def test_printed_objects_are_redacted(capsys: pytest.CaptureFixture[str], fmt: s
          lambda: f"run at https://bob:{SECRET}@kfp.example")
     out = capsys.readouterr().out
     assert SECRET not in out and "https://***@kfp.example" in out, out
+
+
+# --------------------------------------------------------------------------- client libraries' calls (issue 34)
+# Each client library (kfp, mlflow, requests for the registry, minio, kubernetes) sets a timeout per
+# read at most: a server that sends a byte a second held each of them for as long as it dripped.
+# Each call now ends at its documented deadline (shipyard.core.net.call_within), the real library
+# against a real slow-drip server on 127.0.0.1.
+
+
+@contextlib.contextmanager
+def _drip_except(fast: dict[str, bytes], every_s: float = 0.5) -> Iterator[str]:
+    """A web server that answers the paths in ``fast`` at once (200, JSON) and drips every
+    other answer one byte every ``every_s`` after whole headers (a long Content-Length it never reaches)."""
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            path = self.path.split("?")[0]
+            if path in fast:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(fast[path])))
+                self.end_headers()
+                self.wfile.write(fast[path])
+                return
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    stop.wait(every_s)
+            self.close_connection = True
+
+        do_GET = do_POST = do_PUT = do_HEAD = do_PATCH = do_DELETE = _answer  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        with LoopbackServer(Handler) as server:
+            yield server.url
+    finally:
+        stop.set()
+
+
+def _late_line(error: object, setting: str) -> str:
+    assert isinstance(error, ShipyardError), error
+    line = str(error)
+    assert "\n" not in line and setting in line and "within" in line, line
+    return line
+
+
+def test_kfp_calls_end_at_shipyard_kfp_timeout_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reachability check (urllib3 with retries) and each kfp.Client call end within
+    ``SHIPYARD_KFP_TIMEOUT_S`` against a KFP API that drips its answers."""
+    from shipyard.run.kfp_client import Kfp
+
+    monkeypatch.setenv("SHIPYARD_KFP_TIMEOUT_S", "1.5")
+    for name in ("KF_PIPELINES_ENDPOINT", "KF_PIPELINES_TOKEN", "KF_PIPELINES_COOKIE"):
+        monkeypatch.delenv(name, raising=False)
+    with _drip_except({}) as url:  # the reachability check drips
+        _late_line(_ends_within(lambda: Kfp(url), 1.5, 5.0), "SHIPYARD_KFP_TIMEOUT_S")
+    with _drip_except({"/apis/v2beta1/healthz": b'{"commit_sha": "x"}'}) as url:  # then the client's calls
+        kfp = Kfp(url)
+        _late_line(_ends_within(lambda: kfp.experiment_id("shipyard"), 2.0, 6.0), "SHIPYARD_KFP_TIMEOUT_S")
+
+
+def test_mlflow_client_calls_end_at_mlflow_http_request_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow's client applies MLFLOW_HTTP_REQUEST_TIMEOUT to each read; the tracker's calls
+    through it end within it in all, and the server counts as down from then on."""
+    from shipyard.core.errors import UnreachableError
+    from shipyard.tracking.tracker import Tracker
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")  # MLflow reads an int
+    with _drip_except({}) as url:
+        tracker = Tracker(url, attempts=2, backoff_s=0.1)
+        assert tracker.client is not None  # the import (seconds) before the clock starts
+        error = _ends_within(lambda: tracker.call("look up the experiment", tracker.client.get_experiment_by_name,
+                                                  "shipyard"), 2.0, 6.0)
+        assert isinstance(error, UnreachableError)
+        _late_line(error, "MLFLOW_HTTP_REQUEST_TIMEOUT")
+        assert tracker.down  # a later call fails at once
+
+
+def test_registry_requests_and_blob_downloads_end_at_shipyard_registry_timeout_s(monkeypatch: pytest.MonkeyPatch,
+                                                                                 tmp_path: Path) -> None:
+    """requests' timeout is per read: a manifest or a blob that drips ends within
+    ``SHIPYARD_REGISTRY_TIMEOUT_S`` (a blob's bytes at 256 KiB/s on top), not retried."""
+    from shipyard.oci.client import RegistryClient
+
+    monkeypatch.setenv("SHIPYARD_REGISTRY_TIMEOUT_S", "1.5")
+    monkeypatch.setenv("SHIPYARD_REGISTRY_BACKOFF", "0.1")
+    with _drip_except({"/v2/": b"{}"}) as url:
+        client = RegistryClient(url, "team/model")
+        _late_line(_ends_within(lambda: client.request("GET", "manifests/v1", what="read the manifest"), 1.5, 5.0),
+                   "SHIPYARD_REGISTRY_TIMEOUT_S")
+        _late_line(_ends_within(lambda: client.fetch_blob(DIGEST, tmp_path / "blob", 100), 1.5, 5.0),
+                   "SHIPYARD_REGISTRY_TIMEOUT_S")
+
+
+def test_s3_calls_and_object_downloads_end_at_shipyard_s3_timeout_s(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """minio's timeouts are per read: a listing or an object that drips ends within
+    ``SHIPYARD_S3_TIMEOUT_S`` (an object's bytes at 256 KiB/s on top), and no partial folder stays."""
+    from shipyard.models import s3
+
+    monkeypatch.setenv("SHIPYARD_S3_TIMEOUT_S", "1.5")
+    monkeypatch.setenv("SHIPYARD_S3_REGION", "us-east-1")  # no location lookup first
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    with _drip_except({}) as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", url)
+        line = _late_line(_ends_within(lambda: s3.download_prefix("s3://models/llama", tmp_path / "out"), 1.5, 5.0),
+                          "SHIPYARD_S3_TIMEOUT_S")
+        assert SECRET not in line and "AKIAIOSFODNN7EXAMPLE" not in line
+        assert not (tmp_path / "out").exists()
+        # a HEAD answers at once (100,000 bytes), the object's GET drips: 1.5 s + its bytes at 256 KiB/s
+        mc = s3.client()
+        _late_line(_ends_within(lambda: mc.fget_object("models", "data.jsonl", str(tmp_path / "data.jsonl")),
+                                1.9, 5.5), "SHIPYARD_S3_TIMEOUT_S")
+
+
+def test_kubernetes_calls_end_at_their_deadline(tmp_path: Path) -> None:
+    """The kubernetes client's timeout is per read: the deploy's calls (discovery, get, apply)
+    end within ``apply.api_timeout_s`` and ``shipyard check``'s within its 15 s (here 1.5 s),
+    against an API server that drips."""
+    from shipyard.run.check import _Kube
+    from shipyard.serving.kserve.apply import Kube, api_client
+
+    with _drip_except({}, every_s=0.1) as url:  # a read timeout of 0.5 s: a deadline of 0.5 + 3 connect attempts of 0.5 + 1 s
+        config = str(_kubeconfig(tmp_path / "kubeconfig", url))
+        kube = Kube(api_client(config, timeout_s=0.5), timeout_s=0.5)
+        line = _late_line(_ends_within(lambda: kube.dynamic, 3.0, 5.0), "apply.api_timeout_s")
+        assert "timed out after 3s" in line  # "may have reached the server": the deploy restores the previous state
+        checking = _Kube(api_client(config, timeout_s=0.5), timeout_s=0.5)
+        _late_line(_ends_within(lambda: checking.call("GET", "/api"), 3.0, 5.0), "shipyard check gives each API call")

@@ -151,7 +151,9 @@ def test_mlflow_killed_mid_run_is_kept_then_replayed(tmp_path: Path, monkeypatch
         # A deployment that became Ready during the outage stands; its 'production' alias is kept.
         t0 = time.monotonic()
         promoted = promotion.promote_production(url, "outage", kfp_run_id, deployed, "1", "w8a8-int8",
-                                               json.dumps({"size_bytes": 163e6}))
+                                               json.dumps({"size_bytes": 163e6}), attestation_json=json.dumps(
+                                                   {"checked": False, "overridden": True,
+                                                    "why": "overridden: deploy_config.attestation.require is false"}))
         assert promoted["aliases"] == {} and promoted["pending"]["version"] == "1" and time.monotonic() - t0 < 3
         # The exit handler keeps the run's final state instead of failing after its retries.
         t0 = time.monotonic()

@@ -140,7 +140,11 @@ def _server_dry_run(args: argparse.Namespace, params: dict[str, Any]) -> int:
                 prefill_replicas=args.prefill_replicas, replicas=args.replicas, tensor_parallel=args.tensor_parallel,
                 gpus=args.gpus, gpu_memory_gib=args.gpu_memory_gib, allow_mutable_tag=args.allow_mutable_tag)
         docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
-    kube = Kube(api_client(args.kubeconfig, args.context))
+    from shipyard.serving.kserve.config import apply_options
+
+    api_timeout_s = apply_options(params.get("apply"))["api_timeout_s"]  # each API call's read timeout
+    kube = Kube(api_client(args.kubeconfig, args.context, timeout_s=api_timeout_s), timeout_s=api_timeout_s,
+                setting="apply.api_timeout_s in --params-file")
     try:
         answered = server_dry_run(docs, kube)
     finally:

@@ -28,7 +28,8 @@ FINAL_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 
 def add_kfp_options(p: argparse.ArgumentParser) -> None:
     """The connection options shared by submit, schedule, runs and watch --requalify."""
-    p.add_argument("--host", help="KFP API URL, e.g. http://localhost:8080 (env KF_PIPELINES_ENDPOINT)")
+    p.add_argument("--host", help="KFP API URL, e.g. http://localhost:8080 (env KF_PIPELINES_ENDPOINT); each call to "
+                   "it ends within SHIPYARD_KFP_TIMEOUT_S seconds in all (default 60)")
     p.add_argument("--token", help="bearer token (env KF_PIPELINES_TOKEN)")
     p.add_argument("--cookie", help="session cookie 'name=value', e.g. authservice_session=... (env KF_PIPELINES_COOKIE)")
     add_namespace_option(p, "Kubeflow profile namespace (multi-user KFP)")
@@ -125,12 +126,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def wait_for_run(kfp: Kfp, run_id: str, poll_s: float, say: Any) -> str:
     """Poll the run until it reaches a final state; ``say`` gets one line per state change."""
-    from shipyard.run.kfp_client import _api
-
     last = ""
     while True:
-        with _api(kfp.host, "read the run"), kfp.quiet():
-            state = str(kfp.client.get_run(run_id).state or "PENDING")
+        state = str(kfp.call("read the run", kfp.client.get_run, run_id).state or "PENDING")
         if state != last:
             say(f"{time.strftime('%H:%M:%S')}  run {run_id} {state}")
             last = state

@@ -4,7 +4,10 @@ Runs the deploy step's verification (:mod:`shipyard.steps.verify`) against any O
 URL and a recorded candidate (its ``candidate.json`` or folder, or the benchmark results folder /
 ``golden.json`` the measure step wrote): ``/v1/models``, the golden outputs, an lm-eval accuracy
 slice and a guidellm SLO smoke test through the service (both need ``--model-dir`` for the
-tokenizer), and the P/D pools' vLLM metrics when ``--metrics-url`` names them.
+tokenizer), and the P/D pools' vLLM metrics when ``--metrics-url`` names them. A gateway with TLS
+and auth: ``--ca-bundle`` (the CA's PEM file), ``--insecure-tls`` (no certificate check: warned and
+recorded), ``--auth-secret-env VAR`` (the variable holding the token, sent as ``Authorization:
+Bearer``; never the token itself), ``--auth-header`` (another header, golden outputs only).
 
 Prints the verdict and the checks (or ``-o json|yaml``); ``--report-dir`` keeps
 ``verification.md``, ``verification.html`` and ``verification.json``. Exit status (README, "CLI"): 0 passed, 1 failed,
@@ -41,6 +44,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checks", help="comma-separated subset of models,golden,accuracy,slo,pd (default: all)")
     p.add_argument("--metrics-url", action="append", default=[], metavar="POOL=URL",
                    help="a P/D pool's vLLM /metrics URL, e.g. prefill=http://llm-prefill:8000/metrics (repeat)")
+    p.add_argument("--ca-bundle", metavar="PEM",
+                   help="the CA bundle (PEM) that signed the gateway's TLS certificate (verify.ca_bundle)")
+    p.add_argument("--insecure-tls", action="store_true",
+                   help="do not verify the gateway's TLS certificate (test gateways only; warned and recorded)")
+    p.add_argument("--auth-secret-env", metavar="VAR",
+                   help="the environment variable holding the gateway's token, sent as 'Authorization: Bearer "
+                        "<token>' (never the token itself; verify.auth_secret_env)")
+    p.add_argument("--auth-header", metavar="NAME",
+                   help="send the token under this header instead, as it is (golden outputs only: "
+                        "lm-eval and guidellm send it as Authorization: Bearer)")
     p.add_argument("--config", help="more verification settings as JSON (see shipyard/gates/verification.py)")
     p.add_argument("--report-dir", help="write verification.md, .html and .json here")
     add_output_option(p, default_help="the verdict and one line per check")
@@ -71,14 +84,20 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         urls[pool] = url
     if urls:
         cfg["metrics_urls"] = urls
+    for key in ("ca_bundle", "auth_secret_env", "auth_header"):
+        if getattr(args, key) is not None:
+            cfg[key] = getattr(args, key)
+    if args.insecure_tls:
+        cfg["insecure_tls"] = True
     return cfg
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from shipyard.gates.verification import api_root, load_recorded, parse_verify_config
+    from shipyard.gates.verification import api_root, gateway_access, load_recorded, parse_verify_config
     from shipyard.steps.verify import verify_service
 
     cfg = parse_verify_config(_config(args))  # bad settings: one line, before anything is asked
+    gateway_access(cfg)  # the CA file and the token's variable too
     api_root(args.url)
     record = load_recorded(args.candidate)  # an empty golden set: one line
     if args.model_dir:

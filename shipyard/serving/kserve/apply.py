@@ -43,6 +43,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError, refuse_credentials
 from shipyard.core.interrupts import shielded, signal_name
+from shipyard.core.net import call_within
 from shipyard.serving.kserve.config import API_TIMEOUT_S
 from shipyard.serving.kserve.validate import require_valid
 from shipyard.serving.sizing import PULL_ALLOWANCE_S, ready_wait_seconds
@@ -187,12 +188,23 @@ class _DefaultTimeout:
         return getattr(self._pool, name)
 
 
-class Kube:
-    """The few API calls a deploy makes, with every failure turned into one line."""
+def call_deadline_s(timeout_s: float) -> float:
+    """The most one API call may take in all: its read timeout ``timeout_s`` and the connect attempts
+    (:data:`CONNECT_ATTEMPTS` of up to :data:`CONNECT_TIMEOUT_S`) with their back-off (1 s)."""
+    return timeout_s + CONNECT_ATTEMPTS * min(CONNECT_TIMEOUT_S, timeout_s) + 1.0
 
-    def __init__(self, api: Any, *, timeout_s: float = API_TIMEOUT_S) -> None:
+
+class Kube:
+    """The few API calls a deploy makes, with every failure turned into one line; each ends within
+    :func:`call_deadline_s` of ``timeout_s`` in all (``deploy_config.apply.api_timeout_s``, default
+    :data:`~shipyard.serving.kserve.config.API_TIMEOUT_S`, plus the connect attempts: 91 s), however
+    slowly the API server (or a proxy before it) answers: the client's own timeout bounds each read only."""
+
+    def __init__(self, api: Any, *, timeout_s: float = API_TIMEOUT_S,
+                 setting: str = "deploy_config.apply.api_timeout_s") -> None:
         self.api = api
         self.timeout_s = timeout_s
+        self.setting = setting
         self.connect_timeout_s = min(CONNECT_TIMEOUT_S, timeout_s)
         self.host = api.configuration.host
         self._tmp = tempfile.TemporaryDirectory(prefix="shipyard-discovery-")
@@ -252,8 +264,15 @@ class Kube:
         from kubernetes.client.exceptions import ApiException
         from kubernetes.dynamic.exceptions import DynamicApiError
 
+        deadline = call_deadline_s(self.timeout_s)
+
+        def late() -> UnreachableError:
+            return UnreachableError(f"kubernetes API {self.host}", f"timed out after {deadline:g}s trying to {what} "
+                                    f"(no whole answer within it)", f"check the API server's health (and a proxy "
+                                    f"before it), or raise {self.setting}")
+
         try:
-            return fn()
+            return call_within(deadline, fn, on_timeout=late, owner=self)
         except (ApiException, DynamicApiError) as err:
             status = getattr(err, "status", None)
             if status == 404 and not_found_ok:

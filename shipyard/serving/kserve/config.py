@@ -23,6 +23,7 @@ from shipyard.core.redact import has_credentials, looks_like_token
 from shipyard.oci.reference import DIGEST_RE, require_pinned
 from shipyard.oci.reference import parse as parse_reference
 from shipyard.serving.kserve.template import check_s3_template, load_template
+from shipyard.serving.vllm_cli import check_vllm_args, mapping_words
 from shipyard.serving.vllm_flags import DEPLOY_FLAGS, refuse_owned
 
 PRESETS_DIR = package_dir("shipyard.serving.kserve") / "presets"
@@ -333,7 +334,7 @@ def load_preset(name: str) -> dict[str, Any]:
     return data
 
 
-#: one API call's read timeout: above kube-apiserver's own --request-timeout (60 s by default, admission
+#: one API call's read timeout (its deadline in all: this and the connect attempts): above kube-apiserver's own --request-timeout (60 s by default, admission
 #: webhooks included, each at most 30 s), so the server's verdict (applied, or its 504) arrives before the
 #: client gives up on an apply the server may still commit (which the deploy then rolls back unseen)
 API_TIMEOUT_S = 75.0
@@ -589,6 +590,8 @@ def _check_serving_options(cfg: DeployConfig) -> None:
     for where in ("vllm_args", "tuned_vllm_args"):
         refuse_owned(getattr(cfg, where), DEPLOY_FLAGS, f"deploy_config.{where}", "the deployment", DEPLOY_FIX,
                      keys=True)
+        if cfg.image is None:  # shipyard's vllm image serves: its vLLM's parser (another image: its own vLLM's)
+            check_vllm_args(mapping_words(getattr(cfg, where)), f"deploy_config.{where}")
     if not all(isinstance(b, str) and is_dns1035_label(b.replace(".", "-"), 253) for b in cfg.base_refs):
         raise _fail("base_refs", f"{cfg.base_refs!r} must be LLMInferenceServiceConfig names", "list preset names")
     unknown = sorted(set(cfg.planner) - PLANNER_KEYS)
@@ -719,6 +722,8 @@ def _check_pool(cfg: DeployConfig, pool: str) -> None:
     if not isinstance(args, dict) or not all(isinstance(f, str) and f.strip("-") for f in args):
         raise _fail(f"{pool}.vllm_args", f"{args!r} must map flag names to values", '{"max-num-batched-tokens": 8192}')
     refuse_owned(args, DEPLOY_FLAGS, f"deploy_config.{pool}.vllm_args", "the deployment", DEPLOY_FIX, keys=True)
+    if cfg.image is None:  # as in _check_serving_options
+        check_vllm_args(mapping_words(args), f"deploy_config.{pool}.vllm_args")
 
 
 def _check_probes(p: Probes) -> None:

@@ -36,6 +36,7 @@ from shipyard.serving.kserve.config import (
 )
 from shipyard.serving.kserve.template import load_template
 from shipyard.serving.planner import load_model_config as planner_load
+from shipyard.serving.vllm_cli import mapping_words
 from shipyard.serving.vllm_flags import DEPLOY_FLAGS, owned_flag, refuse_owned
 
 API_VERSION = "serving.kserve.io/v1alpha2"
@@ -143,13 +144,7 @@ def vllm_arguments(cfg: DeployConfig, model_config: dict[str, Any] | None, *, ro
         merged["pipeline-parallel-size"] = cfg.pipeline_parallel
     if cfg.expert_parallel and cfg.nodes == 1:
         merged["enable-expert-parallel"] = True
-    args: list[str] = []
-    for flag, value in merged.items():
-        if value is False or value is None:
-            continue
-        args.append(f"--{flag}")
-        if value is not True:
-            args.append(json.dumps(value, separators=(",", ":")) if isinstance(value, dict | list) else str(value))
+    args = mapping_words(merged)
     if role in ("prefill", "decode"):
         args += ["--kv-transfer-config", json.dumps(_kv_transfer(cfg, role), separators=(",", ":"))]
     return args

@@ -44,18 +44,26 @@ def check_s3_template(uri: str) -> str:
     return uri
 
 
+def _read_capped(minio: Any, bucket: str, key: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of one object (a raw ``minio.Minio``)."""
+    response = minio.get_object(bucket, key)
+    try:
+        return bytes(response.read(limit))
+    finally:
+        response.close()
+        response.release_conn()
+
+
 def read_s3_text(uri: str) -> str:
     """The text of one S3 object (credentials from the environment, as for models)."""
     check_s3_template(uri)
     bucket, key = parse_s3_uri(uri, FIELD)
     config = load_config()
     try:
-        response = client(config).get_object(bucket, key)
-        try:
-            data = response.read(4 * 2**20 + 1)
-        finally:
-            response.close()
-            response.release_conn()
+        mc = client(config)
+        data = mc.within(f"get_object {uri}", _read_capped, mc.minio, bucket, key, 4 * 2**20 + 1, size=4 * 2**20)
+    except ShipyardError:  # past SHIPYARD_S3_TIMEOUT_S: one line naming it
+        raise
     except Exception as err:  # minio S3Error, urllib3 errors: one line naming the object
         code = getattr(err, "code", None) or type(err).__name__
         raise ShipyardError(FIELD, f"cannot read {uri} ({code}: {str(getattr(err, 'message', err)).splitlines()[0][:200]})",
