@@ -38,7 +38,7 @@ from shipyard.gates.recovery import load_summary
 from shipyard.gates.safety import run_safety_gate
 from shipyard.gates.slo import run_slo_gate
 from shipyard.runtimes.runtime import call_step
-from shipyard.serving.watch import length_counts
+from shipyard.serving.watch import length_counts, replay_envelope_level
 from shipyard.steps.eval_sets import JUDGED, decide_eval_sets, has_sets
 from shipyard.tracking.steprun import StepRun, apply_pending
 
@@ -116,8 +116,6 @@ def _workload(bench_dir: str) -> dict[str, Any] | None:
     hit rate during the replay (``prefix_hit_rate``) and the replay's own per-request lengths
     (``replay_level``: :func:`shipyard.serving.watch.replay_envelope_level`), what ``shipyard watch``
     holds production's against; None when the benchmark replayed none."""
-    from shipyard.serving.watch import replay_envelope_level
-
     try:
         replayed = json.loads((Path(bench_dir) / "results.json").read_text()).get("workload")
     except (OSError, ValueError, AttributeError):

@@ -21,6 +21,7 @@ from shipyard.core.net import free_port, http_ok, process_alive, wait_ready
 from shipyard.core.processes import stop_group
 from shipyard.models.s3 import client, load_config
 from shipyard.testing.k8s_double import K8sDouble, ready_after
+from shipyard.testing.mlflow_image import image_site
 
 
 class PodmanSocket:
@@ -89,8 +90,6 @@ class MlflowServer:
         log = self.root / "mlflow-server.log"
         image: dict[str, str] = {}
         if self.absent_modules:
-            from shipyard.testing.mlflow_image import image_site
-
             image = image_site(self.root, self.absent_modules)
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(

@@ -62,6 +62,7 @@ from shipyard.tracking.tracker import (
     to_metrics,
     to_params,
     to_tags,
+    tree_bytes,
 )
 
 TAG_CANDIDATE = "shipyard.candidate"
@@ -241,8 +242,6 @@ def _upload(tracker: Any, run_id: str, artifacts: dict[str, str], rest: Any = No
         if count and rest is not None and rest.can_upload(artifact_uri):
             rest.upload(artifact_uri, root)
         elif count:
-            from shipyard.tracking.tracker import tree_bytes
-
             tracker.call("upload artifacts", tracker.client.log_artifacts, run_id, str(root),
                          payload_bytes=tree_bytes(root))
     return count
