@@ -63,23 +63,17 @@ def deploy(
         url: status.url of the Ready service ('' on a dry run).
         status: Ready, or DryRun.
     """
-    from collections import namedtuple
-
-    from shipyard.runtimes.runtime import name_output, record_metadata
+    from shipyard.runtimes.runtime import metadata_of, name_output, path_of, record_metadata, uri_of
     from shipyard.steps.deploy import deploy_task
 
     # Markdown reports are stored and recorded with a .md name (KFP, the run folder)
     name_output(summary, ".md")
     name_output(verification, ".md")
-
     out = deploy_task(model_uri=model_uri, name=name, namespace=namespace, deploy_config=deploy_config,
-                      dry_run=dry_run, champion=dict(decision.metadata) if decision is not None else {},
-                      manifest_path=manifest.path, summary_path=summary.path, verification_path=verification.path,
-                      decision_record_path=decision_record.path,
-                      model_dir=model_files.path if model_files is not None else None,
-                      selection_path=selection.path if selection is not None else None,
-                      selection_uri=selection.uri if selection is not None else None, model_name=model_name,
-                      tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
+                      dry_run=dry_run, champion=dict(metadata_of(decision)), manifest_path=manifest.path,
+                      summary_path=summary.path, verification_path=verification.path,
+                      decision_record_path=decision_record.path, model_dir=path_of(model_files) or None,
+                      selection_path=path_of(selection) or None, selection_uri=uri_of(selection) or None,
+                      model_name=model_name, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id)
     record_metadata(out["metadata"], manifest=manifest, verification=verification, decision_record=decision_record)
-    outputs = namedtuple("Outputs", ["url", "status"])
-    return outputs(out["url"], out["status"])
+    return out["url"], out["status"]  # the Outputs NamedTuple's fields, in order

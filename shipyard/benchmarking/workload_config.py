@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.jsonargs import json_object
+from shipyard.core.jsonargs import json_object, validation_error
 
 #: the fidelity check's limits when the workload config sets none
 DEFAULT_TOLERANCE: dict[str, Any] = {"ks_input": 0.1, "ks_output": 0.1, "w1_relative": 0.05, "rate_ratio": 0.2,
@@ -49,8 +49,6 @@ def parse_workload_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
     from typing import Annotated, Literal
 
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-    from shipyard.core.jsonargs import validation_error
 
     share = Annotated[float | int, Field(ge=0, le=1)]
 

@@ -23,8 +23,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from shipyard.benchmarking import local_trace
 from shipyard.benchmarking.workload import TraceRequest, load_fingerprint
+from shipyard.benchmarking.workload_chat import read_chat
 from shipyard.benchmarking.workload_config import parse_workload_config
+from shipyard.benchmarking.workload_render import sample_trace, write_trace
+from shipyard.benchmarking.workload_sources import fingerprint_file, read_mooncake
 from shipyard.core.errors import ShipyardError
 
 
@@ -39,10 +43,6 @@ def dense_ids(requests: list[TraceRequest]) -> list[TraceRequest]:
 def prepare_workload(value: str | dict[str, Any] | None, out_dir: str, *, model_dir: str | None = None,
                      max_model_len: int | None = None) -> dict[str, Any]:
     """The fingerprint and the trace to replay for a ``workload`` config (see module doc)."""
-    from shipyard.benchmarking import local_trace
-    from shipyard.benchmarking.workload_render import sample_trace, write_trace
-    from shipyard.benchmarking.workload_sources import fingerprint_file, read_mooncake
-
     cfg = parse_workload_config(value)
     limit = cfg["max_model_len"] or max_model_len
     folder = Path(out_dir) / "workload"
@@ -61,8 +61,6 @@ def prepare_workload(value: str | dict[str, Any] | None, out_dir: str, *, model_
         if cfg["format"] == "mooncake":
             recorded = read_mooncake(cfg["trace"], privacy=cfg["privacy"], field="workload.trace")
         elif cfg["format"] == "chat":
-            from shipyard.benchmarking.workload_chat import read_chat
-
             recorded = read_chat(cfg["trace"], model_dir=str(model_dir), block_size=int(cfg["block_size"]),
                                  field="workload.trace")
     block = int(fp.block_size or cfg["block_size"] or 16)

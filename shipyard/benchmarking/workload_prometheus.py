@@ -31,6 +31,7 @@ from typing import Any
 
 from shipyard.benchmarking.workload import (
     PEAK_WINDOWS_S,
+    QUANTILES,
     SLO_CLASSES,
     WorkloadFingerprint,
     seal,
@@ -110,8 +111,6 @@ def _bins(buckets: list[tuple[float, float]]) -> tuple[list[int], list[float]]:
 
 
 def _quantiles(edges: list[int], counts: list[float]) -> dict[str, float] | None:
-    from shipyard.benchmarking.workload import QUANTILES
-
     total = sum(counts)
     if total <= 0:
         return None

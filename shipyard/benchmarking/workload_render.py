@@ -56,6 +56,7 @@ from shipyard.benchmarking.workload import (
     WorkloadFingerprint,
     build_fingerprint,
 )
+from shipyard.benchmarking.workload_sources import write_mooncake
 from shipyard.core.errors import ShipyardError
 from shipyard.core.rates import rate_points, rate_runs
 
@@ -188,8 +189,6 @@ def render_check(requests: list[TraceRequest], block_size: int, slo_class: str =
 
 def write_trace(requests: list[TraceRequest], path: str | Path, field: str = "workload.trace") -> None:
     """The trace as Mooncake JSONL (``timestamp`` in whole ms), the file guidellm and AIPerf replay."""
-    from shipyard.benchmarking.workload_sources import write_mooncake
-
     write_mooncake(requests, path, field=field)
 
 

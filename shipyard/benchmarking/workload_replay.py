@@ -19,6 +19,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shipyard.benchmarking.guidellm import (
+    build_scenario,
+    parse_benchmark_config,
+    parse_guidellm_report,
+    run_guidellm,
+)
 from shipyard.benchmarking.workload_fidelity import check_fidelity, sent_from_guidellm, server_hit_ratio
 from shipyard.benchmarking.workload_render import guidellm_parts
 from shipyard.core.errors import ShipyardError
@@ -28,8 +34,6 @@ from shipyard.core.net import http_request
 def replay_scenario(cfg: dict[str, Any], *, target: str, model_name: str, tokenizer: str, json_path: str,
                     trace_path: str, block_size: int, time_scale: float = 1.0, requests: int) -> dict[str, Any]:
     """The guidellm scenario replaying ``trace_path`` (``requests`` rows) under the benchmark config ``cfg``."""
-    from shipyard.benchmarking.guidellm import build_scenario
-
     scenario = build_scenario(cfg, target=target, model_name=model_name, tokenizer=tokenizer, json_path=json_path)
     parts = guidellm_parts(trace_path, block_size, time_scale=time_scale, requests=requests)
     spec = scenario["spec"]
@@ -44,8 +48,6 @@ def replay_level(report: dict[str, Any]) -> dict[str, Any] | None:
     """The replay's own figures from guidellm's report, parsed as the benchmark's load levels are
     (:func:`shipyard.benchmarking.guidellm.parse_guidellm_report`: TTFT/ITL/latency percentiles, error
     rate, requests/s and per-request samples), named ``replay``; None when the report holds no benchmark."""
-    from shipyard.benchmarking.guidellm import parse_guidellm_report
-
     levels = parse_guidellm_report(report)
     return {**levels[0], "name": "replay"} if levels else None
 
@@ -69,8 +71,6 @@ def replay_on_server(server: Any, fingerprint: dict[str, Any], trace_path: str, 
     """Replay ``trace_path`` on ``server`` with guidellm; write ``scenario.json``, ``guidellm.json``,
     ``guidellm.log`` and ``fidelity.json`` into ``out_dir``; return the fidelity record (``sent`` and
     ``level``, the replay's latency figures: :func:`replay_level`, added)."""
-    from shipyard.benchmarking.guidellm import parse_benchmark_config, run_guidellm
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = sum(1 for line in Path(trace_path).read_text(encoding="utf-8").splitlines() if line.strip())

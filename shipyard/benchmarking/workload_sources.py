@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.benchmarking.workload import TraceRequest, WorkloadFingerprint, build_fingerprint, seal
+from shipyard.benchmarking.workload_chat import read_chat
 from shipyard.core.errors import ShipyardError, file_error
+from shipyard.core.files import atomic_write_text
 
 FORMATS = ("mooncake", "azure", "burstgpt", "chat", "prometheus")
 PRIVACY = ("strict", "tokenize")
@@ -196,8 +198,6 @@ def fingerprint_file(path: str | Path, fmt: str, *, block_size: int | None = Non
         if not block_size:
             raise ShipyardError("block_size", "chat logs are hashed in blocks of vLLM's block size",
                                 "pass --block-size (16 for vLLM on GPUs)")
-        from shipyard.benchmarking.workload_chat import read_chat
-
         requests = read_chat(path, model_dir=model_dir, block_size=block_size, salt=salt, field=field)
         return build_fingerprint(requests, source="chat", block_size=block_size, slo_class=slo_class,
                                  max_model_len=max_model_len, field_name=field)
@@ -206,8 +206,6 @@ def fingerprint_file(path: str | Path, fmt: str, *, block_size: int | None = Non
 
 def write_mooncake(requests: list[TraceRequest], path: str | Path, *, field: str = "trace") -> None:
     """Requests as a Mooncake JSONL trace (``timestamp`` in ms, integers), atomically."""
-    from shipyard.core.files import atomic_write_text
-
     lines = []
     for r in requests:
         row: dict[str, Any] = {"timestamp": int(round(r.t * 1000)), "input_length": r.input_len,

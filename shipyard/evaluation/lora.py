@@ -21,6 +21,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir
+from shipyard.evaluation.lmeval import evaluate_model, metrics_for_logging
 from shipyard.models.adapters import RECORD, load_adapters
 
 #: what the results folder of every adapter holds next to the adapters' own folders
@@ -31,8 +32,6 @@ def evaluate_adapters(model_dir: str, eval_config: str, adapters_dir: str, out_d
     """Evaluate ``model_dir`` with each adapter in ``adapters_dir``; write ``out_dir/<name>/`` per
     adapter and ``out_dir/adapters.json`` (name, digest, scores per adapter), whole or not at all.
     No adapters: an empty ``adapters.json``. Returns ``{name: summary}``."""
-    from shipyard.evaluation.lmeval import evaluate_model
-
     records = load_adapters(adapters_dir) if adapters_dir else []
     summaries: dict[str, Any] = {}
     with atomic_dir(Path(out_dir)) as tmp:
@@ -49,3 +48,25 @@ def evaluate_adapters(model_dir: str, eval_config: str, adapters_dir: str, out_d
                  for n, r in ((rec["name"], rec) for rec in records)]
         (tmp / RECORD).write_text(json.dumps({"adapters": index}, indent=2))
     return summaries
+
+
+def adapters_record(summaries: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """The per-adapter evaluation's step result for :func:`evaluate_adapters`' ``summaries`` in ``out_dir``:
+    ``adapters`` (``{name: summary}``), the results' ``metadata`` (each adapter's digest and whether its
+    result was cached) and ``log`` (the step's MLflow record, :meth:`shipyard.tracking.steprun.StepRun.log`'s
+    arguments: ``lora/<name>/<metric>`` figures, each adapter's digest as a tag, its ``summary.json``).
+    Keyed apart, so an adapter may be called anything, ``log`` and ``metadata`` included."""
+    return {
+        "adapters": summaries,
+        "metadata": {"adapters": {name: {"digest": s["adapter"]["digest"], "cached": s["cached"]}
+                                  for name, s in summaries.items()}},
+        "log": {"metrics": {f"lora/{name}/{key}": value for name, s in summaries.items()
+                            for key, value in metrics_for_logging(s).items()},
+                "tags": {f"shipyard.lora.{name}.digest": s["adapter"]["digest"] for name, s in summaries.items()},
+                "artifacts": {f"lora-{name}-summary.json": f"{out_dir}/{name}/summary.json" for name in summaries}},
+    }
+
+
+def evaluate_adapters_step(model_dir: str, eval_config: str, adapters_dir: str, out_dir: str) -> dict[str, Any]:
+    """What the KFP wrapper calls: :func:`evaluate_adapters`, returned as :func:`adapters_record`."""
+    return adapters_record(evaluate_adapters(model_dir, eval_config, adapters_dir, out_dir), out_dir)

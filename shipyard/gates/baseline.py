@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from shipyard.core.records import CandidateRecord, slo_of
+from shipyard.core.report import level_label
+from shipyard.gates.noise import WITHIN_NOISE, find
 
 #: the recipe label of the keep-the-base candidate (never a recipe name: recipes are compressions)
 BASE = "base"
@@ -44,8 +46,6 @@ def slo_level(cand: CandidateRecord) -> dict[str, Any] | None:
 def throughput_noise(base: CandidateRecord, cand: CandidateRecord) -> dict[str, Any] | None:
     """The output tok/s ratio at the SLO with its interval (:mod:`shipyard.gates.noise`) when base and
     candidate meet the SLO highest at the same load level (matched load); None otherwise."""
-    from shipyard.gates.noise import find
-
     b, c = slo_level(base), slo_level(cand)
     if b is None or c is None or b.get("name") != c.get("name"):
         return None
@@ -61,14 +61,10 @@ def throughput_text(base: CandidateRecord, cand: CandidateRecord, value: Value) 
         return ""
     row = throughput_noise(base, cand)
     if row is not None:
-        from shipyard.gates.noise import WITHIN_NOISE
-
         interval = f"[{row['low']:.2f}, {row['high']:.2f}]"
         return text + (f" ({WITHIN_NOISE} {interval})" if row["words"] == WITHIN_NOISE else f" {interval}")
     b, c = slo_level(base), slo_level(cand)
     if b is not None and c is not None and b.get("name") != c.get("name"):
-        from shipyard.core.report import level_label
-
         return text + f" (at {level_label(c)} vs the base's {level_label(b)}: no matched-load interval)"
     return text
 

@@ -39,10 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from shipyard import __version__
+from shipyard.core import contract
 from shipyard.core.errors import ShipyardError, shown
 from shipyard.core.records import CandidateRecord, slo_of
+from shipyard.gates.selection import champion_selection
 from shipyard.oci import attestation as att
-from shipyard.oci.model_signature import MODEL_SIGNATURE_TYPE
+from shipyard.oci.model_signature import MODEL_SIGNATURE_TYPE, signed_files
+from shipyard.serving.sizing import find_knee
 
 PROVENANCE = "https://slsa.dev/provenance/v1"
 ACCURACY = "https://shipyard.io/evidence/accuracy/v1"
@@ -186,8 +189,6 @@ def slo_predicate(champion: CandidateRecord, serving: dict[str, Any] | None = No
     of the knee level's) and prefix-cache hit rate when the record keeps them; ``capacity`` (goodput at
     the SLO as N x the recorded peak, :func:`capacity_evidence`), or null and ``capacity_reason`` saying why;
     ``replay`` (the SLO measured on the replay itself, :func:`replay_evidence`), or null and ``replay_reason``."""
-    from shipyard.serving.sizing import find_knee
-
     slo = slo_of(champion)
     thresholds = slo.get("thresholds") or {}
     levels = list(champion.get("levels") or [])
@@ -322,8 +323,6 @@ def evidence_statements(subject_name: str, digest: str, selection: str, *, base_
     folder: the champion's record), the base's and the champion's eval folders (``summary.json``),
     the champion's benchmark folder (``results.json``) and the model folder
     (``shipyard-compress.json``); each optional record that is absent leaves its figures out."""
-    from shipyard.gates.selection import champion_selection
-
     doc = champion_selection(selection)
     champion = doc["champion"]
     return [
@@ -343,8 +342,6 @@ def sign_evidence(statements: list[dict[str, Any]], key: Any, resource_uri: str,
     """The evidence statements signed with ``key``, then ``signed`` (envelopes signed already: the model
     files' signature, :mod:`shipyard.oci.model_signature`), followed by the signed verification summary
     that names each of their envelopes by digest and states the champion's gate decision."""
-    from shipyard.gates.selection import champion_selection
-
     champion = champion_selection(selection)["champion"]
     envelopes = [*(att.sign_statement(s, key) for s in statements), *(signed or [])]
     evidence = [(att.predicate_type_of(e), att.envelope_digest(e)) for e in envelopes]
@@ -498,8 +495,6 @@ def _files_check(entries: list[dict[str, Any]], named: set[str]) -> tuple[dict[s
     stored, signed by the key and named by the summary, ``{"envelope_digest", "files", "envelope"}`` for
     ``verify-model --files``. None stored passes (an Ed25519 key signs the attestations only); one the
     summary does not name fails (a file list not bound to this image)."""
-    from shipyard.oci.model_signature import signed_files
-
     sigs = [e for e in entries if e["predicate_type"] == MODEL_SIGNATURE_TYPE and e["signed"]]
     if not sigs:
         return _check("model files signed", True, "none stored (the attestations are signed; the files are "
@@ -593,8 +588,6 @@ def require_attested(model_uri: str, options: dict[str, Any], log: Callable[[str
         say(f"{step}: WARNING: attestation check overridden ({override}): "
             f"{model_uri.split('@')[0]} {outcome} without a verified summary")
         return {"checked": False, "overridden": True, "why": f"overridden: {override.replace('=', ' is ')}"}
-    from shipyard.core import contract
-
     key_field = "--key" if key_required else "deploy_config.attestation.key"
     key = att.trust_key(options.get("key") or "", field=key_field)
     if key is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from shipyard.core.report import Doc
+from shipyard.core.report import Doc, fmt
 
 SCHEMA = "shipyard.frontier/v1"
 
@@ -165,8 +165,6 @@ def plot_png(doc: dict[str, Any]) -> bytes | None:
 
 def add_section(doc_out: Doc, doc: dict[str, Any], with_plot: bool = True) -> None:
     """The frontier as a report section: the picture, every point, the champion's configuration."""
-    from shipyard.core.report import fmt
-
     doc_out.h(2, "Frontier: accuracy and goodput on the same axes")
     champ = doc["champion"]
     if champ["candidate"]:

@@ -53,6 +53,7 @@ import random
 from statistics import NormalDist
 from typing import Any
 
+from shipyard.benchmarking.cache import age_text
 from shipyard.core.numbers import percentile
 from shipyard.core.report import MIN_SAMPLES, level_label
 
@@ -361,8 +362,6 @@ def provenance_text(source: dict[str, Any] | None) -> str:
     if not source or source.get("source") != "cache":
         return f"base measured in this run (the cached figure: {check['text']})" if check.get("text") \
             else "base measured in this run"
-    from shipyard.benchmarking.cache import age_text
-
     return (f"base figures from cache (measured {source.get('measured_at')} by {source.get('origin')}, "
             f"{age_text(source.get('age_seconds'))} ago; "
             f"{check.get('text') or 'not re-checked in this run'})")

@@ -35,8 +35,11 @@ from shipyard.core.records import (
 from shipyard.core.report import MIN_SAMPLES, Doc, change_text, fmt, sample_count, sample_warnings
 from shipyard.gates.accuracy import METHOD
 from shipyard.gates.baseline import dominance, headline, is_base, slo_level
+from shipyard.gates.candidate import accuracy_caveat, verdict
 from shipyard.gates.config import OBJECTIVES, SelectionConfig, selection_config
+from shipyard.gates.frontier import add_section, frontier
 from shipyard.gates.noise import METHOD as NOISE_METHOD
+from shipyard.gates.recovery import loss_text
 from shipyard.models.resolve import refuse_credentials
 
 LABELS = {
@@ -275,8 +278,6 @@ def _eval_sets_section(doc: Doc, candidates: list[dict[str, Any]]) -> None:
     """The gate per user eval set (``eval_sets``): each candidate's verdict and, per set, base and
     candidate on the same rows, the paired loss with its interval, the margin and the decision.
     Absent when the run had no eval sets."""
-    from shipyard.gates.recovery import loss_text
-
     judged = [c for c in candidates if c.get("eval_sets") is not None]
     if not judged:
         return
@@ -337,8 +338,6 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
     _workload_section(doc, candidates)
     _accuracy_section(doc, candidates)
     _eval_sets_section(doc, candidates)
-    from shipyard.gates.frontier import add_section, frontier
-
     add_section(doc, frontier(candidates, winner or "", _throughput), with_plot=with_plots)
     acc_cfg = _first(candidates, "accuracy", "thresholds")
     if acc_cfg:
@@ -353,8 +352,6 @@ def report_doc(result: dict[str, Any], candidates: list[dict[str, Any]], with_pl
 def _accuracy_verdict(acc: dict[str, Any]) -> str:
     """The accuracy gate's verdict with its caveat ("pass (5 metrics below 0.99 within noise;
     worst 0.81)" when it passed only through the stderr rule); older records get it from their rows."""
-    from shipyard.gates.candidate import accuracy_caveat, verdict
-
     if acc.get("verdict") == "reference":
         return "reference"
     passed = bool(acc.get("passed"))

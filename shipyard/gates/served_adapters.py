@@ -9,6 +9,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.records import CANDIDATE_FILE, SELECTION_FILE
+from shipyard.gates.selection import champion_selection
 
 
 def champion_adapters(record: str | dict[str, Any]) -> list[dict[str, Any]]:
@@ -16,8 +17,6 @@ def champion_adapters(record: str | dict[str, Any]) -> list[dict[str, Any]]:
     ``record``: the record, select_champion's selection folder, or a candidate.json (or its folder)."""
     champion = record
     if not isinstance(record, dict):
-        from shipyard.gates.selection import champion_selection
-
         path = Path(record)
         folder = path if path.is_dir() else path.parent
         if not ((folder / SELECTION_FILE).is_file() or (folder / CANDIDATE_FILE).is_file()):

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from shipyard.benchmarking.guidellm import load_results
+from shipyard.benchmarking.report import html_report, markdown_summary
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.records import SloThresholds
@@ -527,8 +528,6 @@ def run_slo_gate(
     measured in this run or restored from the base benchmark cache (when, by which run, on what
     hardware: :func:`shipyard.gates.noise.provenance`), and the reason says so for a cached base.
     """
-    from shipyard.benchmarking.report import html_report, markdown_summary
-
     base = cand = None
     parsed: dict[str, Any] | None = None
     try:

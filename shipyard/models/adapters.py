@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError, shown
-from shipyard.core.files import tree_digest, tree_files
+from shipyard.core.files import atomic_dir, tree_digest, tree_files
+from shipyard.models.resolve import parse_model_uri
 
 FIELD = "lora_adapters"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -75,8 +76,6 @@ def parse_adapters(raw: str | list[Any] | dict[str, Any] | None) -> list[Adapter
     :func:`shipyard.models.resolve.parse_model_uri` (credentials in a URI are refused, never echoed);
     ``oci://`` and ``embedded://`` refused; a local folder must hold ``adapter_config.json``.
     """
-    from shipyard.models.resolve import parse_model_uri
-
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return []
     if isinstance(raw, str):
@@ -169,8 +168,6 @@ def fetch_adapters(lora_adapters: str, out_dir: str) -> list[dict[str, Any]]:
     """Fetch every adapter of ``lora_adapters`` into ``out_dir/<name>/`` and write ``out_dir/adapters.json``
     (name, URI, content digest, rank per adapter); the folder appears whole or not at all. Returns the
     records (``[]`` and an empty record for no adapters)."""
-    from shipyard.core.files import atomic_dir
-
     adapters = parse_adapters(lora_adapters)
     records = []
     with atomic_dir(Path(out_dir)) as tmp:

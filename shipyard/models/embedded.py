@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import atomic_dir
+from shipyard.core.files import atomic_dir, cache_dir
 
 EMBEDDED = {
     "smollm2-135m-instruct": {
@@ -27,8 +27,6 @@ PROBE_PROMPT = "What is the capital of France?"
 
 
 def _cache() -> Path:
-    from shipyard.core.files import cache_dir
-
     return cache_dir()
 
 

@@ -15,10 +15,14 @@ from urllib.parse import urlparse
 
 from shipyard.core.env import env_bool
 from shipyard.core.errors import ShipyardError
+from shipyard.core.errors import refuse_credentials as refuse
 from shipyard.core.files import atomic_dir, copy_tree, dir_size
 from shipyard.core.k8s_names import is_object_name
+from shipyard.models.embedded import materialise_embedded
+from shipyard.models.s3 import download_prefix
 from shipyard.oci.reference import ALLOW_MUTABLE_TAG_ENV, require_pinned
 from shipyard.oci.reference import parse as parse_reference
+from shipyard.oci.transfer import pull_model
 
 EMBEDDED_DEFAULT = "embedded://smollm2-135m-instruct"
 SCHEMES = ("hf", "s3", "oci", "pvc", "embedded", "file")
@@ -33,8 +37,6 @@ def refuse_credentials(uri: str, field: str = "model_uri") -> None:
     """Refuse a model or adapter URI that carries credentials (``s3://KEY:SECRET@bucket/m``, a token
     as the user name ``hf://TOKEN@org/m``, a token or signature in the query): they never go in a
     URI, and the error never echoes them (:func:`shipyard.core.errors.refuse_credentials`, the one check)."""
-    from shipyard.core.errors import refuse_credentials as refuse
-
     refuse(uri or "", field, URI_CREDENTIALS_FIX)
 
 
@@ -182,8 +184,6 @@ def resolve_model(uri: str, out_dir: str, marker: str = "config.json", field: st
     parsed = parse_model_uri(uri, field=field)
     out = Path(out_dir)
     if parsed.scheme == "embedded":
-        from shipyard.models.embedded import materialise_embedded
-
         src = materialise_embedded(parsed.location)
         copy_tree(src, out)
     elif parsed.scheme == "file":
@@ -200,14 +200,10 @@ def resolve_model(uri: str, out_dir: str, marker: str = "config.json", field: st
             _download_hf(parsed, tmp)
             _check_folder(tmp, field, marker)
     elif parsed.scheme == "s3":
-        from shipyard.models.s3 import download_prefix
-
         with atomic_dir(out) as tmp:
             download_prefix(f"s3://{parsed.location}", tmp)
             _check_folder(tmp, field, marker)
     elif parsed.scheme == "oci":
-        from shipyard.oci.transfer import pull_model
-
         with atomic_dir(out) as tmp:
             pull_model(f"oci://{parsed.location}", tmp)
             _check_folder(tmp, field, marker)

@@ -51,6 +51,7 @@ from typing import Any
 from shipyard.core import contract
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.oci.client import RegistryClient
 from shipyard.oci.layout import (
     ATTESTATION_ARTIFACT_TYPE,
     EMPTY_JSON,
@@ -63,7 +64,7 @@ from shipyard.oci.layout import (
     canonical_json,
     descriptor,
 )
-from shipyard.oci.reference import DIGEST_RE
+from shipyard.oci.reference import DIGEST_RE, require_pinned
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -486,8 +487,6 @@ def layout_attestations(layout_dir: str | os.PathLike[str], subject_digest: str)
 
 
 def _client(registry: str, repository: str, insecure_tls: bool) -> Any:
-    from shipyard.oci.client import RegistryClient
-
     return RegistryClient(registry, repository, insecure_tls=insecure_tls)
 
 
@@ -613,8 +612,6 @@ def find_attestations(uri: str, *, field: str = "uri", insecure_tls: bool = Fals
     ``{"uri", "digest", "where", "found_via", "stored": [Stored, ...]}``; the image's own manifest
     is fetched and its digest checked first (a missing image is one line naming ``field``).
     """
-    from shipyard.oci.reference import require_pinned
-
     ref = require_pinned(uri, field)
     if ref.is_layout:
         layout = Layout(ref.repository)

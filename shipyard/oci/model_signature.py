@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.oci.attestation import PAYLOAD_TYPE, envelope_digest, public_pem
 
 MODEL_SIGNATURE_TYPE = "https://model_signing/signature/v1.0"
 SIGNATURE_FILE = "model.sig"
@@ -52,8 +53,6 @@ def file_signing_problem(key: Any) -> str:
 
 def _pem_file(folder: Path, name: str, key: Any, private: bool) -> Path:
     from cryptography.hazmat.primitives import serialization as s
-
-    from shipyard.oci.attestation import public_pem
 
     path = folder / name
     data = (key.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()) if private else
@@ -87,8 +86,6 @@ def sign_model_files(model_dir: str | os.PathLike[str], key: Any, out_path: str 
             paths=[SIGNATURE_FILE, *_hidden_paths(root)]).set_allow_symlinks(True)
         model_signing.signing.Config().use_elliptic_key_signer(private_key=pem).set_hashing_config(hashing).sign(
             root, Path(out_path))
-    from shipyard.oci.attestation import envelope_digest
-
     envelope = envelope_of(json.loads(Path(out_path).read_text()))
     return {"signature": str(out_path), "files": len(signed_files(envelope)), "envelope": envelope,
             "envelope_digest": envelope_digest(envelope)}
@@ -100,8 +97,6 @@ def envelope_of(bundle: dict[str, Any]) -> dict[str, Any]:
     env = bundle.get("dsseEnvelope") if isinstance(bundle, dict) else None
     if not isinstance(env, dict) or not env.get("payload") or not env.get("signatures"):
         raise ShipyardError("model signature", "is not a model-signing bundle (no DSSE envelope)", "sign the model again")
-    from shipyard.oci.attestation import PAYLOAD_TYPE
-
     return {"payloadType": env.get("payloadType", PAYLOAD_TYPE), "payload": env["payload"],
             "signatures": [{"keyid": s.get("keyid", ""), "sig": s.get("sig", "")} for s in env["signatures"]]}
 
@@ -109,8 +104,6 @@ def envelope_of(bundle: dict[str, Any]) -> dict[str, Any]:
 def bundle_of(envelope: dict[str, Any], public_key: Any) -> dict[str, Any]:
     """The sigstore bundle model-signing verifies, rebuilt from a stored envelope and the public key
     (its ``hint``: the sha256 of the key's PEM, as model-signing writes it)."""
-    from shipyard.oci.attestation import public_pem
-
     pem = public_pem(public_key).encode()
     signatures = [{"sig": e["sig"], **({"keyid": e["keyid"]} if e.get("keyid") else {})}
                   for e in envelope["signatures"]]

@@ -37,6 +37,7 @@ from shipyard import __version__
 from shipyard.core.env import env_str
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, tree_digest, tree_files
+from shipyard.oci.client import RegistryClient
 from shipyard.oci.layout import (
     ARTIFACT_TYPE,
     EMPTY_JSON,
@@ -220,8 +221,6 @@ def _base_from_layout(root: Path, ref: str | None, name: str) -> BaseImage:
 
 
 def _base_from_registry(ref: str, layout: Layout, insecure_tls: bool) -> BaseImage:
-    from shipyard.oci.client import RegistryClient
-
     parsed = parse_reference(ref, "base_image")
     client = RegistryClient(parsed.registry, parsed.repository, insecure_tls=insecure_tls)
     data, media = client.get_manifest(parsed.reference)

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, sha256_file
+from shipyard.oci.client import RegistryClient
 from shipyard.oci.layout import ARTIFACT_TYPE, MODELS_DIR, MT_EMPTY, MT_MANIFEST, TITLE, Layout, check_tag
 from shipyard.oci.reference import parse as parse_reference
 
@@ -35,8 +36,6 @@ def push_layout(layout_dir: str | os.PathLike[str], registry: str, repository: s
     an interrupted push leaves no tag pointing at partial content. Returns the digest-pinned
     ``uri`` (``oci://REGISTRY/REPO@sha256:...``), tag, digest, size, layers and bytes sent.
     """
-    from shipyard.oci.client import RegistryClient
-
     check_tag(tag)
     layout = Layout(layout_dir)
     desc = layout.resolve(ref)
@@ -180,8 +179,6 @@ def pull_model(uri: str, dest: str | os.PathLike[str], *, insecure_tls: bool = F
                 raise ShipyardError(uri, f"blob {layer['digest'][:19]} does not match its digest", "rebuild the layout")
             return target
     else:
-        from shipyard.oci.client import RegistryClient
-
         client = RegistryClient(registry, repo, insecure_tls=insecure_tls)
         data, _ = client.get_manifest(reference)
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError, refuse_credentials
 from shipyard.core.files import path_kind
+from shipyard.models.resolve import parse_model_uri
+from shipyard.oci.client import check_registry
 from shipyard.params.pipeline import BY_NAME, REQUIRED, param_specs_for, params_for
 from shipyard.params.specs import ParamSpec, coerce_params, param_specs
 
@@ -83,8 +85,6 @@ MODEL_URI_PARAMS = ("model_uri", "candidate_uri")
 
 def check_model_uris(specs: Mapping[str, ParamSpec], params: dict[str, Any]) -> None:
     """``model_uri``/``candidate_uri``: a known scheme, and ``oci://`` pinned by digest."""
-    from shipyard.models.resolve import parse_model_uri
-
     for name in MODEL_URI_PARAMS:
         value = params.get(name)
         if name in specs and isinstance(value, str):
@@ -98,8 +98,6 @@ def check_registry_param(specs: Mapping[str, ParamSpec], params: dict[str, Any])
     """``registry``: ``host[:port]`` with no credentials in it (they are never echoed)."""
     value = params.get("registry")
     if "registry" in specs and isinstance(value, str) and value.strip():
-        from shipyard.oci.client import check_registry
-
         check_registry(value, "registry")
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from shipyard.core.contract import HF_SECRET, S3_SECRET
 from shipyard.core.errors import ShipyardError
+from shipyard.models.s3 import endpoint_setting
 
 #: the judge model's URI inside ``eval_sets``: read by other steps than the sets themselves
 JUDGE = "eval_sets.judge.model_uri"
@@ -152,8 +153,6 @@ def check_s3_endpoint(params: Mapping[str, Any], env: Mapping[str, str] | None =
     variable, the value never shown, nothing contacted (:func:`shipyard.models.s3.endpoint_setting`,
     the check every S3 client makes)."""
     if any(S3_SECRET in secrets for secrets in needed_secrets(params).values()):
-        from shipyard.models.s3 import endpoint_setting
-
         endpoint_setting(os.environ if env is None else env)
 
 

@@ -28,11 +28,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shipyard.core.contract import ENV_IMAGE
 from shipyard.core.errors import FileError, ShipyardError, file_error
 from shipyard.core.files import atomic_write_text, ensure_writable_dir
 from shipyard.core.yamldocs import documents, dump_documents
 from shipyard.pipelines import PIPELINES, get_pipeline
-from shipyard.runtimes.runtime import DEFAULT_IMAGE_REGISTRY
+from shipyard.runtimes.runtime import DEFAULT_IMAGE_REGISTRY, code_digest, runtime_image
 
 
 @contextlib.contextmanager
@@ -53,9 +54,6 @@ def _env(name: str, value: str | None) -> Iterator[None]:
 def retarget_images(path: Path, registry: str | None = None, flavor: str | None = None) -> None:
     """Point every shipyard runtime image of a compiled pipeline at ``registry`` and/or the image
     ``flavor``'s tag (the tag the images of this checkout have now)."""
-    from shipyard.core.contract import ENV_IMAGE
-    from shipyard.runtimes.runtime import code_digest, runtime_image
-
     docs = documents(path.read_text())
     current = os.environ.get("SHIPYARD_IMAGE_REGISTRY", DEFAULT_IMAGE_REGISTRY).rstrip("/") + "/shipyard-"
     if flavor:

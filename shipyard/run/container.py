@@ -67,13 +67,19 @@ from typing import Any
 
 import yaml
 
+from shipyard.benchmarking.guidellm import parse_benchmark_config
+from shipyard.core.contract import ENV_CONTRACT
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import atomic_write_text, package_dir
-from shipyard.core.net import port_free
+from shipyard.core.files import atomic_write_text, cache_dir, package_dir
+from shipyard.core.net import free_port, port_free
 from shipyard.core.records import load_decision
 from shipyard.core.yamldocs import documents
+from shipyard.models.s3 import upload_dir, upload_file
+from shipyard.oci.attestation import PREDICATE_ANNOTATION, fallback_tag, generate_key_pair
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
+from shipyard.run.compile import compile_pipeline
 from shipyard.run.console import KFP_LOG, RunConsole, quiet_kfp
+from shipyard.run.kfp_local_compat import enable_oneof_artifacts
 from shipyard.run.local import (
     RunSummary,
     _component_runtimes,
@@ -88,6 +94,13 @@ from shipyard.run.local import (
     pipeline_parameters,
     resolve_params,
 )
+from shipyard.runtimes.images import build_image, image_exists
+from shipyard.runtimes.runtime import REPO_ROOT, run_in_runtime, runtime_image
+from shipyard.testing.mlflow_image import lacks
+from shipyard.testing.modelcar_server import ModelcarServers
+from shipyard.testing.registry import LocalRegistry
+from shipyard.testing.services import KubeAPI, MlflowServer, MotoS3, PodmanSocket
+from shipyard.tracking.tracker import ui_url
 
 BUCKET = "shipyard-rehearsal"
 #: Where the rehearsal's secrets are mounted in every step (read-only), as a cluster mounts them.
@@ -115,8 +128,6 @@ def overlay_objects(layout: str) -> list[dict[str, Any]]:
     """What ``kubectl apply -k manifests/overlays/<layout>`` would create (``kubectl kustomize``)."""
     import shutil
     import subprocess
-
-    from shipyard.runtimes.runtime import REPO_ROOT
 
     folder = REPO_ROOT / "manifests" / "overlays" / layout
     if not folder.is_dir():
@@ -179,8 +190,6 @@ def s3_cluster_host() -> str:
     """The object store's host as the ``shipyard-s3`` Secret template names it (``minio.minio.svc``)."""
     from urllib.parse import urlparse
 
-    from shipyard.runtimes.runtime import REPO_ROOT
-
     for doc in yaml.safe_load_all((REPO_ROOT / "manifests" / "base" / "secrets" / "secret.yaml").read_text()):
         if doc and doc["metadata"]["name"] == "shipyard-s3":
             return str(urlparse(doc["stringData"]["AWS_ENDPOINT_URL_S3"]).hostname)
@@ -206,8 +215,6 @@ def rehearsal_secrets(pods_ns: str, values: dict[str, str]) -> list[dict[str, An
     """The contract Secrets (templates of ``manifests/base/secrets``) created where the pipeline
     pods run, holding the rehearsal's ``values``; a key without a value is left out (an
     ``optional`` key the step does not get), a Secret without any is not created."""
-    from shipyard.runtimes.runtime import REPO_ROOT
-
     docs = []
     for template in yaml.safe_load_all((REPO_ROOT / "manifests" / "base" / "secrets" / "secret.yaml").read_text()):
         if not template or template["metadata"]["name"] == "minio-root-credentials":
@@ -223,9 +230,6 @@ def attestation_secret_values() -> dict[str, str]:
     """The attestation Secrets' keys as a cluster holds them (PEM text): this machine's local key
     pair (``$SHIPYARD_CACHE/attestation``, the one ``shipyard run --local`` signs with), so that the
     package step signs in its container and the deploy step refuses what does not verify."""
-    from shipyard.core.files import cache_dir
-    from shipyard.oci.attestation import generate_key_pair
-
     private, public = generate_key_pair(cache_dir() / "attestation")
     return {"signing-key.pem": private.read_text(), "public-key.pem": public.read_text()}
 
@@ -235,7 +239,6 @@ def contract_env(secrets: list[dict[str, Any]]) -> dict[str, str]:
     these Secrets, and ``SHIPYARD_CONTRACT`` as the downward API sets it (so each step knows it runs
     in a cluster: the pre-flight then checks MLflow's API by its in-cluster name and the deploy
     identity's permissions). kfp.local gives every step one environment: the union of the steps'."""
-    from shipyard.core.contract import ENV_CONTRACT
     from shipyard.pipelines.platform import load_cluster_config
 
     held = {d["metadata"]["name"]: d.get("stringData") or {} for d in secrets}
@@ -266,7 +269,6 @@ class LayoutPlan:
     def of(cls, layout: str = "") -> LayoutPlan:
         """``layout`` (default: the cluster config's); MLflow on the manifest's port when it is free
         here, so that the steps' tracking URI is the layout's own, else on a free one."""
-        from shipyard.core.net import free_port
         from shipyard.pipelines.platform import cluster_layout
 
         chosen = cluster_layout(layout)
@@ -289,8 +291,6 @@ class LayoutPlan:
         """How the overlay's MLflow Deployment runs the server: its ``image``, its
         ``--artifacts-destination`` (``artifacts``) and the modules that image lacks (``absent``:
         boto3 and botocore for the plain ``ghcr.io/mlflow/mlflow:vX``, :mod:`shipyard.testing.mlflow_image`)."""
-        from shipyard.testing.mlflow_image import lacks
-
         container, _ = _mlflow_container(self.docs)
         args = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
         artifacts = next((a.split("=", 1)[1] for a in args if a.startswith("--artifacts-destination=")), "")
@@ -303,8 +303,6 @@ class LayoutPlan:
         creates it; ``MLFLOW_S3_ENDPOINT_URL`` and the keys, as the Deployment takes them from
         ``shipyard-s3``), and only the modules its image carries (no boto3 in the plain image: the
         first artifact upload is then a 500, as in the cluster)."""
-        from shipyard.testing.services import MlflowServer
-
         env = {} if self.allowed_hosts is None else {"MLFLOW_SERVER_ALLOWED_HOSTS": self.allowed_hosts}
         how = self.mlflow_image
         artifacts = how["artifacts"] or None
@@ -318,8 +316,6 @@ class LayoutPlan:
     def kube_api(self, root: Path) -> Any:
         """The API double, RBAC enforced; its kubeconfig authenticates as :attr:`identity` and
         names the API server ``kubernetes.default.svc``."""
-        from shipyard.testing.services import KubeAPI
-
         return KubeAPI(root, users={SA_TOKEN: self.identity}, enforce_rbac=True, token=SA_TOKEN,
                        namespace=self.pods_namespace, server_host=KUBE_API_HOST)
 
@@ -352,8 +348,6 @@ class LayoutPlan:
 def compile_for_containers(pipeline: str, out_dir: Path) -> Path:
     """Compile ``pipeline`` with the cpu-flavor images of the checkout as it is now (the one
     compile path, :func:`shipyard.run.compile.compile_pipeline`)."""
-    from shipyard.run.compile import compile_pipeline
-
     return compile_pipeline(pipeline, out_dir, image_flavor="cpu")
 
 
@@ -375,8 +369,6 @@ class _TagDrift(Exception):
 
 def ensure_images(images: dict[str, str], build: bool) -> list[Any]:
     """Check (or build) every image the compiled pipeline names; returns the builds."""
-    from shipyard.runtimes.images import build_image, image_exists
-
     built = []
     for runtime, image in sorted(images.items()):
         if image_exists(image):
@@ -424,8 +416,6 @@ def stage_inputs(params: dict[str, Any], work: Path, explicit: set[str]) -> dict
     """Upload the base model and the calibration data to the rehearsal bucket; return the
     parameters that point the pipeline at them (``s3://``)."""
     from shipyard.models.resolve import parse_model_uri, resolve_model
-    from shipyard.models.s3 import upload_dir, upload_file
-    from shipyard.runtimes.runtime import run_in_runtime
 
     out: dict[str, Any] = {}
     model = parse_model_uri(str(params.get("model_uri", "")))
@@ -549,8 +539,6 @@ def registry_attestations(address: str, uri: str) -> dict[str, Any]:
     registry has no referrers API: distribution 2.x) and the artifact type of each manifest it lists."""
     import requests
 
-    from shipyard.oci.attestation import PREDICATE_ANNOTATION, fallback_tag
-
     repo, digest = uri.removeprefix(f"oci://{address}/").split("@", 1)
     tag = fallback_tag(digest)
     resp = requests.get(f"http://{address}/v2/{repo}/manifests/{tag}", timeout=10,
@@ -587,8 +575,6 @@ def twin_refusals(checks: dict[str, Any], work: Path) -> dict[str, Any]:
 def mlflow_runs(url: str, experiment: str) -> list[dict[str, str]]:
     """The runs of ``experiment`` on the server, with their UI URLs."""
     from mlflow.tracking import MlflowClient
-
-    from shipyard.tracking.tracker import ui_url
 
     client = MlflowClient(tracking_uri=url)
     exp = client.get_experiment_by_name(experiment)
@@ -669,10 +655,6 @@ def modelcar_servers(registry: str, params: dict[str, Any]) -> Any:
     with the vLLM flags and KV cache of the benchmark config (the measure step's, so greedy answers
     match its golden outputs); the double reports it Ready with ``http://NAME.NS.svc.cluster.local:PORT``
     once ``/v1/models`` answers, and the deploy step verifies through that URL."""
-    from shipyard.benchmarking.guidellm import parse_benchmark_config
-    from shipyard.runtimes.runtime import runtime_image
-    from shipyard.testing.modelcar_server import ModelcarServers
-
     bench = parse_benchmark_config(params.get("benchmark_config"))
     return ModelcarServers(registry, REGISTRY_USER, REGISTRY_PASSWORD, runtime_image("vllm", "cpu"),
                            url_for=lambda name, ns, port: f"http://{service_host(name, ns)}:{port}",
@@ -697,8 +679,6 @@ def _run_steps(pipeline: str, compiled: Path, params: dict[str, Any], work: Path
     """Run the compiled pipeline's step containers through kfp.local, one console line per task start
     and end; the run's summary."""
     from kfp import components, local
-
-    from shipyard.run.kfp_local_compat import enable_oneof_artifacts
 
     before = {p.name for p in root.iterdir()}
     enable_oneof_artifacts()
@@ -738,9 +718,6 @@ def run_container(
     """Run ``pipeline`` in its runtime images against loopback services reached by their cluster
     names, in the namespace ``layout`` of pipelines/cluster.yaml (default: its ``layout``); write
     the summary."""
-    from shipyard.testing.registry import LocalRegistry
-    from shipyard.testing.services import MotoS3, PodmanSocket
-
     overrides = overrides or []
     work = Path(work_dir).resolve()
     root = work / "pipeline-root"

@@ -38,6 +38,9 @@ from shipyard.core.env import env_float
 from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
 from shipyard.core.net import call_within
 from shipyard.core.yamldocs import documents
+from shipyard.params.specs import param_specs, split_params
+from shipyard.pipelines import PIPELINES
+from shipyard.run.compile import compile_pipeline
 
 CRON_FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
 CRON_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
@@ -226,13 +229,9 @@ def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str], *, cluster_co
             ) from None
         data = path.read_bytes()
         return PipelinePackage(path, name, hashlib.sha256(data).hexdigest())
-    from shipyard.pipelines import PIPELINES
-
     if pipeline not in PIPELINES:
         known = ", ".join(sorted(PIPELINES)) or "none registered yet"
         raise ShipyardError("PIPELINE", f"{pipeline!r} is neither a pipeline name nor a file", f"use one of: {known}")
-    from shipyard.run.compile import compile_pipeline
-
     out = compile_pipeline(pipeline, work_dir, cluster_config=cluster_config, image_registry=image_registry)
     name = documents(out.read_text())[0]["pipelineInfo"]["name"]
     return PipelinePackage(out, name, hashlib.sha256(out.read_bytes()).hexdigest())
@@ -241,8 +240,6 @@ def load_pipeline(pipeline: str, work_dir: str | os.PathLike[str], *, cluster_co
 def parse_params(items: list[str] | None) -> dict[str, str]:
     """``k=v`` pairs as text; :func:`shipyard.params.specs.coerce_params` types them by the pipeline's
     parameter types (so ``namespace=007`` stays text and ``recipes=w8a8-int8`` becomes a list)."""
-    from shipyard.params.specs import split_params
-
     return split_params(items)  # a key given twice is an error, never last-wins
 
 
@@ -250,7 +247,6 @@ def check_params(package: PipelinePackage, raw: dict[str, Any]) -> dict[str, Any
     """``--param`` values (from :func:`parse_params`) for a compiled pipeline, checked and typed
     before anything is sent."""
     from shipyard.params.checks import check_params
-    from shipyard.params.specs import param_specs
 
     return check_params(param_specs(package.path), raw, name=package.name)
 

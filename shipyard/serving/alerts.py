@@ -61,6 +61,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.serving.gateway_slis import epp_pod_monitor, gateway_rules
+from shipyard.serving.kserve.rollout import CANARY_SUFFIX
 from shipyard.serving.promql import number as _num
 
 #: the share of requests allowed to miss the SLO; 0.01 is what a p99 latency target means
@@ -385,8 +386,6 @@ def pod_monitor(*, name: str, namespace: str, labels: Mapping[str, str] | None =
     KServe's presets give vLLM (:data:`VLLM_PORTS`), kept to container ``main`` so the routing sidecar
     (port 8000 of a decode pod) is not scraped. Plain HTTP: KServe serves vLLM over TLS only when its
     ingress config sets ``enableLLMInferenceServiceTLS`` (off by default)."""
-    from shipyard.serving.kserve.rollout import CANARY_SUFFIX
-
     keep_main = [{"action": "keep", "sourceLabels": ["__meta_kubernetes_pod_container_name"],
                   "regex": VLLM_CONTAINER}]
     return {
@@ -412,8 +411,6 @@ def epp_monitor(*, name: str, namespace: str, labels: Mapping[str, str] | None =
     """The PodMonitor ``<name>-epp`` that scrapes the endpoint pickers of the service and of its canary
     for the gateway SLI (:mod:`shipyard.serving.gateway_slis`), the service's name copied as
     :data:`SERVICE_LABEL` as on the vLLM series."""
-    from shipyard.serving.kserve.rollout import CANARY_SUFFIX
-
     return epp_pod_monitor(name=name, namespace=namespace, labels=labels, service_pod_label=SERVICE_POD_LABEL,
                            canary_suffix=CANARY_SUFFIX)
 

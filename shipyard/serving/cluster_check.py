@@ -23,10 +23,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.contract import ATTESTATION_SECRET, ATTESTATION_TRUST_SECRET
+from shipyard.core.errors import ShipyardError, UnreachableError, refuse_credentials
 from shipyard.core.net import call_within, http_request
 from shipyard.core.redact import redact
-from shipyard.serving.kserve.config import API_TIMEOUT_S, EPP_CONFIG_APIS, epp_config_api
+from shipyard.models import s3 as s3store
+from shipyard.models.s3 import ENV_ENDPOINT, refuse_endpoint_credentials
+from shipyard.oci import attestation as att
+from shipyard.serving.kserve.access import deploy_kinds, needed_access
+from shipyard.serving.kserve.apply import connection_problem
+from shipyard.serving.kserve.config import API_TIMEOUT_S, EPP_CONFIG_APIS, epp_config_api, parse_quantity
+from shipyard.tracking.tracker import TRACKING_CREDENTIALS_FIX
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 KFP_MINIMUM = (2, 17, 0)  # artifact OneOf (dsl.OneOf over the eval backends) needs KFP 2.17.0
@@ -258,10 +265,6 @@ def uri_keys() -> dict[str, tuple[str, Callable[[str, str], None]]]:
     the URI keys every step refuses when they carry credentials: MLflow's tracking URI
     (:func:`shipyard.tracking.tracker.resolve_tracking_uri`) and the S3 endpoint
     (:func:`shipyard.models.s3.refuse_endpoint_credentials`)."""
-    from shipyard.core.errors import refuse_credentials
-    from shipyard.models.s3 import ENV_ENDPOINT, refuse_endpoint_credentials
-    from shipyard.tracking.tracker import TRACKING_CREDENTIALS_FIX
-
     def tracking(value: str, field: str) -> None:
         refuse_credentials(value, field, TRACKING_CREDENTIALS_FIX)
 
@@ -290,9 +293,6 @@ def attestation_keys_check(read_secret: Callable[[str, str], dict[str, Any] | No
     """The attestation key pair as the pods get it: the signing key (package-champion) and the trust
     root (deploy) must be the two halves of one pair, or the deploy step refuses every model the
     package step signs. ``None`` when neither Secret holds a key (the Secret rows say so already)."""
-    from shipyard.core.contract import ATTESTATION_SECRET, ATTESTATION_TRUST_SECRET
-    from shipyard.oci import attestation as att
-
     signing = _secret_value(read_secret, pods_ns, ATTESTATION_SECRET, "signing-key.pem")
     trust = _secret_value(read_secret, pods_ns, ATTESTATION_TRUST_SECRET, "public-key.pem")
     name, pair_fix = "attestation keys", ("make one pair: openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out signing-key.pem; "
@@ -621,8 +621,6 @@ def permission_checks(review: Callable[[str, str, str, str], bool | Answer], ns:
     SelfSubjectAccessReview: allowed, or (allowed, why not) (:func:`review_answer`); it raises
     :class:`ShipyardError` when it cannot ask. ``who`` names the identity in the line, ``overlay``
     the manifests/overlays folder the fix applies."""
-    from shipyard.serving.kserve.access import deploy_kinds, needed_access
-
     missing, notes = [], []
     for verb, group, resource, where in needed_access(deploy, rollout, ns):
         answer = review(verb, group, resource, where)
@@ -658,8 +656,6 @@ def gpu_node_check(nodes: list[dict[str, Any]] | None, gpu: dict[str, Any]) -> C
 def disk_node_check(nodes: list[dict[str, Any]] | None, requests: dict[str, int]) -> Check:
     """A node with the allocatable ephemeral storage that the steps holding a whole model request
     (``ephemeral_storage`` in the cluster config; :func:`shipyard.pipelines.platform.ephemeral_storage`)."""
-    from shipyard.serving.kserve.config import parse_quantity
-
     if not requests:
         return Check("node disk", SKIP, "no ephemeral_storage in the cluster config")
     if nodes is None:
@@ -710,9 +706,6 @@ def s3_check(env: dict[str, str], bucket: str = "mlflow-artifacts") -> Check:
     """The object store of the Secret shipyard-s3 answers, and the MLflow artifact bucket exists."""
     if not env.get("AWS_ENDPOINT_URL_S3"):
         return Check("s3", WARN, "no AWS_ENDPOINT_URL_S3 in shipyard-s3", "set it (https://s3.amazonaws.com on AWS)")
-    from shipyard.core.errors import ShipyardError
-    from shipyard.models import s3 as s3store
-
     try:
         config = s3store.load_config(env)
         found = s3store.client(config).bucket_exists(bucket)
@@ -769,8 +762,6 @@ def self_review(api: Any, who: str) -> Callable[[str, str, str, str], Answer]:
     raise one :class:`ShipyardError` line, never "allowed"."""
     import urllib3
     from kubernetes.client.rest import ApiException
-
-    from shipyard.serving.kserve.apply import connection_problem
 
     host = str(getattr(getattr(api, "configuration", None), "host", "") or "the Kubernetes API")
     cannot, field = "cannot check permissions", "deploy permissions"

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.jsonargs import read_text
 from shipyard.core.numbers import check_number
 
 GIB = 1024**3
@@ -171,8 +172,6 @@ def load_model_config(path_or_folder: str | os.PathLike[str]) -> dict[str, Any]:
         path = path / "config.json"
     if not path.is_file():
         raise ShipyardError("model", f"{path} does not exist", "pass a Hugging Face model folder or its config.json")
-    from shipyard.core.jsonargs import read_text
-
     try:
         config = json.loads(read_text(path, "model"))  # UTF-8 (BOM too) or UTF-16; binary is one line
     except (OSError, json.JSONDecodeError) as err:

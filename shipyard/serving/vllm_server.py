@@ -49,6 +49,7 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok, port_free, wait_ready
 from shipyard.core.processes import guard_group, own_session_with_parent_death, release_guard, stop_group
+from shipyard.runtimes.runtime import venv_python
 
 HOST = "127.0.0.1"
 DEFAULT_CPU_KVCACHE_GIB = "1"
@@ -133,8 +134,6 @@ def vllm_python() -> str:
     """The interpreter that has vLLM: this one if it can import vllm, else the vllm runtime venv."""
     if importlib.util.find_spec("vllm") is not None:
         return sys.executable
-    from shipyard.runtimes.runtime import venv_python
-
     return str(venv_python("vllm"))
 
 

@@ -92,9 +92,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.jsonargs import json_object
 from shipyard.core.numbers import check_number
 from shipyard.core.records import slo_of, slo_thresholds
 from shipyard.serving.prometheus import PrometheusAPI
+from shipyard.serving.sizing import find_knee
 
 #: relative change each dimension may show before it counts as drift (``--tolerance`` overrides)
 DEFAULT_TOLERANCE = {"input_length": 0.25, "output_length": 0.25, "load": 0.0, "ttft": 0.5, "capacity": 0.0,
@@ -159,8 +161,6 @@ def envelope_from_record(record: Mapping[str, Any], field: str = "--champion") -
     the TTFT curve come from the synthetic load levels (the knee); the lengths (means and
     distributions) from the replay of the recorded workload when the benchmark replayed one and the
     record keeps it (``workload.replay_level``: that is the user's traffic), else from the knee level."""
-    from shipyard.serving.sizing import find_knee
-
     levels = [lv for lv in record.get("levels") or [] if lv.get("requests_per_s")]
     if not levels:
         raise ShipyardError(field, "the record holds no benchmark levels",
@@ -464,8 +464,6 @@ def parse_watch_config(text: str, deploy_name: str = "") -> dict[str, Any]:
     """``watch_config`` (JSON: ``window``, ``tolerance``, ``selector``, ``model_name``) checked, with
     ``window_s`` and the full tolerance; ``model_name`` (vLLM's ``model_name`` label, the served
     model name) defaults to ``deploy_name``. One line naming the key when a value is wrong."""
-    from shipyard.core.jsonargs import json_object
-
     given = json_object(text, "watch_config", '{"window": "1h", "tolerance": {"input_length": 0.3}}')
     unknown = sorted(set(given) - set(WATCH_DEFAULTS))
     if unknown:

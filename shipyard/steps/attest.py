@@ -18,8 +18,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shipyard.core import contract
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
+from shipyard.gates.evidence import VSA, evidence_statements, sign_evidence, verify_evidence
+from shipyard.oci import attestation as att
+from shipyard.oci.layout import layout_reference
+from shipyard.oci.model_signature import SIGNATURE_FILE, file_signing_problem, sign_model_files
+from shipyard.oci.reference import parse
 
 SUMMARY_JSON = "shipyard-attestations.json"
 SUMMARY_MD = "shipyard-attestations.md"
@@ -56,8 +62,6 @@ def _markdown(out: dict[str, Any]) -> str:
 
 def _statement_rows(envelopes: list[dict[str, Any]], descs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per stored envelope: its predicate type, referrer manifest and envelope digest."""
-    from shipyard.oci import attestation as att
-
     return [{"predicate_type": att.predicate_type_of(env), "referrer": desc["digest"],
              "envelope_digest": att.envelope_digest(env)} for env, desc in zip(envelopes, descs, strict=True)]
 
@@ -67,8 +71,6 @@ def _sign_files(model_dir: str, key: Any, package_dir: str) -> dict[str, Any]:
     the bundle written as ``model.sig`` in ``package_dir``: ``{"signed", "note", "files",
     "envelope_digest", "signature", "envelope"}``; not signed (and why) without a model folder or with
     a key model-signing cannot use (Ed25519)."""
-    from shipyard.oci.model_signature import SIGNATURE_FILE, file_signing_problem, sign_model_files
-
     if not model_dir:
         return {"signed": False, "note": "not signed: no model folder was given"}
     problem = file_signing_problem(key)
@@ -90,11 +92,6 @@ def attest_package(package_dir: str, selection: str, *, key_file: str = "", base
     what was stored does not verify. Returns ``{"uri", "digest", "decision", "vsa_digest", "keyid",
     "statements", "stored", "referrers_api", "fallback_tag", "cosign_tag", "model_signature", "verification"}``
     (``model_signature``: the model files' signature, :func:`_sign_files`, without its envelope)."""
-
-    from shipyard.gates.evidence import VSA, evidence_statements, sign_evidence, verify_evidence
-    from shipyard.oci import attestation as att
-    from shipyard.oci.layout import layout_reference
-    from shipyard.oci.reference import parse
 
     pkg = _package(package_dir)
     key = att.signing_key(key_file)
@@ -174,8 +171,6 @@ def attest_if_keyed(package_dir: str, selection: str, **records: Any) -> dict[st
     says the model was not attested and why (the deploy then refuses it where attestations are
     required). ``{"attested": bool, "note": str, ...attest_package's result}``."""
     import os
-
-    from shipyard.core import contract
 
     names = (contract.ENV_ATTESTATION_KEY, contract.ENV_ATTESTATION_KEY_FILE)
     if not any(os.environ.get(name, "").strip() for name in names):

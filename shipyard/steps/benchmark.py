@@ -10,13 +10,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from shipyard.benchmarking.guidellm import benchmark_step, load_results, parse_benchmark_config
+from shipyard.benchmarking.guidellm import benchmark_step, gpu_inventory, load_results, parse_benchmark_config
 from shipyard.benchmarking.tuning import TUNING_FILE, parse_tuning, run_search
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir, atomic_write_text
 from shipyard.evaluation.garak_scan import SAFETY_DIR, safety_files
 from shipyard.gates.slo import check_level, highest_load, parse_slo
+from shipyard.serving.planner import load_model_config
 from shipyard.steps.base_benchmark import cached_benchmark
+from shipyard.steps.workload import workload_replay
 
 
 def score_point(results_dir: Path, slo: dict[str, Any], gpus: int) -> dict[str, Any]:
@@ -61,8 +63,6 @@ def tune_step(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_
 
 def _tune(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_dir: str, summary_path: str | None,
           cache: bool, origin: str, safety: str) -> dict[str, Any]:
-    from shipyard.steps.workload import workload_replay
-
     search = parse_tuning(tuning)
     cfg = parse_benchmark_config(benchmark_config)
     if search is None:
@@ -98,9 +98,6 @@ def _tune(model_dir: str, benchmark_config: str, tuning: str, slo: str, out_dir:
 def _gpus_and_heads(model_dir: str) -> tuple[int, int | None]:
     """(the GPUs here, the model's attention heads or None): what the search prunes tensor-parallel
     sizes by."""
-    from shipyard.benchmarking.guidellm import gpu_inventory
-    from shipyard.serving.planner import load_model_config
-
     gpu = gpu_inventory()
     gpus = int(gpu[1]) if gpu else 0
     try:

@@ -28,10 +28,34 @@ from shipyard.core.records import (
     slo_of,
     slo_thresholds,
 )
-from shipyard.core.report import markdown_html
-from shipyard.gates.verification import DRY_RUN_VERIFY_HINT
+from shipyard.core.report import level_label, markdown_html
+from shipyard.gates.evidence import require_attested
+from shipyard.gates.selection import champion_selection, with_verification
+from shipyard.gates.served_adapters import champion_adapters, with_adapters
+from shipyard.gates.verification import (
+    DRY_RUN_VERIFY_HINT,
+    REPORT_JSON,
+    check_gateway_access,
+    load_recorded,
+    local_settings,
+    selected_level,
+)
+from shipyard.oci.transfer import pull_model
 from shipyard.params.deploy import parse_deploy_config
-from shipyard.serving.alerts import CUSTOM_BUCKETS_FLAG, served_buckets
+from shipyard.runtimes.runtime import call_step
+from shipyard.serving.alerts import (
+    CUSTOM_BUCKETS_FLAG,
+    CUSTOM_BUCKETS_SINCE,
+    alerts_markdown,
+    custom_buckets,
+    epp_monitor,
+    pod_monitor,
+    served_buckets,
+    slo_rule,
+    takes_custom_buckets,
+)
+from shipyard.serving.dashboard import dashboard_configmap
+from shipyard.serving.kserve.apply import Kube, api_client, deploy
 from shipyard.serving.kserve.config import (
     CONNECTOR_MODULES,
     PRESET_IMAGE,
@@ -41,8 +65,21 @@ from shipyard.serving.kserve.config import (
     parse_config,
     wva_accelerator,
 )
-from shipyard.serving.kserve.render import load_model_config, render, to_yaml
-from shipyard.serving.kserve.validate import require_valid
+from shipyard.serving.kserve.render import link_metadata, load_model_config, render, to_yaml
+from shipyard.serving.kserve.rollout import canary_names, canary_rollout
+from shipyard.serving.kserve.validate import require_valid, upstream_dir
+from shipyard.serving.sizing import (
+    apply_sizing,
+    derive_sizing,
+    find_knee,
+    knee_occupancy,
+    scale_to_zero_warning,
+    sizing_markdown,
+)
+from shipyard.serving.watch import qualified_hit_rate
+from shipyard.steps.verify import verify_service
+from shipyard.tracking.promotion import promote_production
+from shipyard.tracking.steprun import StepRun
 
 
 def refuse_local_layout(model_uri: str) -> None:
@@ -109,8 +146,6 @@ def _verification_plan(candidate: str | None, verify_opts: dict[str, Any],
     wanted = bool(candidate) and verify_opts["enabled"]
     record = _recorded(candidate) if candidate and wanted and (not dry_run or verify_opts["dry_run"]) else None
     if record is not None and not dry_run:  # the gateway's CA bundle and token too (a dry run serves the package)
-        from shipyard.gates.verification import check_gateway_access
-
         check_gateway_access(verify_opts["settings"])
     verification: dict[str, Any] = {"ran": False, "why": "no champion record given" if not candidate else
                                     "deploy_config.verify.enabled is false" if not wanted else
@@ -163,8 +198,6 @@ def _service_check(record: dict[str, Any] | None, served: str, adapters: list[st
         return None
 
     def check(url: str) -> None:
-        from shipyard.steps.verify import verify_service
-
         out = verify_service(url, served, record, model_dir=model_dir, lora_adapters=adapters,
                              config=verify_opts["settings"], report_dir=verify_dir)
         verification.update(ran=True, passed=out["passed"], reason=out["reason"], where=url,
@@ -183,8 +216,6 @@ def _apply(serving: _Serving, docs: list[dict[str, Any]], rules: list[dict[str, 
     """Apply the service and wait for it (replaced in place, or a canary beside the current one:
     :func:`_canary`), each Ready service verified with ``check``. Updates ``result`` (url, status,
     generation, rollout) and returns the objects applied and the manifest text."""
-    from shipyard.serving.kserve.apply import Kube, api_client, deploy
-
     if rules:  # the deployer Role has no monitoring.coreos.com or ConfigMap rights: in the manifest only
         named = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in rules)
         print(f"deploy: {named} are written to the manifest, not applied: apply them with the rights "
@@ -289,8 +320,6 @@ def _from_champion(candidate: str, params: dict[str, Any], overrides: dict[str, 
         overrides = {**overrides, "tuned_vllm_args": tuned}
         print(f"deploy: from the champion's serving-configuration search: vLLM arguments {tuned}"
               + (f", tensor_parallel {tp}" if tp is not None else ""), flush=True)
-    from shipyard.gates.served_adapters import champion_adapters, with_adapters
-
     params, notes = with_adapters(params, champion_adapters(candidate), dry_run)  # served with it (spec.model.lora)
     for note in notes:
         print(f"deploy: {note}", flush=True)
@@ -309,8 +338,6 @@ def _canary(kube: Any, cfg: DeployConfig, docs: list[dict[str, Any]], rules: lis
     weights, each step verified with ``check(url)`` when given. ``cfg`` and ``docs``: the service as
     configured and rendered (its current name). Updates ``result`` (name, url, status, rollout) and
     returns the new service's objects and the manifest text written."""
-    from shipyard.serving.kserve.rollout import canary_names, canary_rollout
-
     svc_res = kube.resource(docs[0]["apiVersion"], docs[0]["kind"])
     current, new = canary_names(cfg.name, lambda n: kube.get(svc_res, n, cfg.namespace) is not None)
     new_cfg = parse_config(params, **{**overrides, "name": new})
@@ -347,8 +374,6 @@ def check_attestation(model_uri: str, options: dict[str, Any]) -> dict[str, Any]
     missing, unsigned, for another digest or not ``PASSED``
     (:func:`shipyard.gates.evidence.require_attested`; ``options``: ``deploy_config.attestation``).
     An ``oci:///`` layout on the pipeline's disk is checked like a registry image."""
-    from shipyard.gates.evidence import require_attested
-
     return require_attested(model_uri, options)
 
 
@@ -361,9 +386,6 @@ def write_decision_record(candidate: str | None, verify_dir: str | None, result:
     rolled back). Returns the path; None without a champion record or a report folder."""
     if not candidate or not verify_dir:
         return None
-    from shipyard.gates.selection import with_verification
-    from shipyard.gates.verification import REPORT_JSON
-
     path = Path(candidate)
     record: DecisionRecord | None = None
     champion = ""
@@ -430,9 +452,6 @@ def searched_args(candidate: str) -> dict[str, Any]:
 def _recorded(candidate: str) -> dict[str, Any]:
     """The champion's record from a selection folder (selection.json) or a candidate.json, with its
     golden outputs checked (one line, before anything is applied, when they are missing)."""
-    from shipyard.gates.selection import champion_selection
-    from shipyard.gates.verification import load_recorded
-
     path = Path(candidate)
     if path.is_dir() and (path / SELECTION_FILE).is_file():
         return load_recorded(champion_selection(str(path))["champion"])
@@ -451,10 +470,7 @@ def verify_package(model_uri: str, served: str, record: dict[str, Any], adapters
     champion's record: proves the package kept the model intact."""
     import tempfile
 
-    from shipyard.gates.verification import local_settings
-    from shipyard.oci.transfer import pull_model
     from shipyard.serving.vllm_server import VLLMServer
-    from shipyard.steps.verify import verify_service
 
     with tempfile.TemporaryDirectory(prefix="shipyard-verify-package-") as tmp:
         model = Path(tmp) / "model"
@@ -473,8 +489,6 @@ def champion_record(candidate: str | None) -> CandidateRecord | None:
     path = Path(candidate)
     try:
         if path.is_dir() and (path / SELECTION_FILE).is_file():
-            from shipyard.gates.selection import champion_selection
-
             found = champion_selection(str(path)).get("champion")
         else:
             found = load_candidate(path)
@@ -526,8 +540,6 @@ def _preset_images() -> list[str]:
     """The vLLM images KServe's presets (the vendored v0.20 ones) run the main container with."""
     import yaml
 
-    from shipyard.serving.kserve.validate import upstream_dir
-
     images: set[str] = set()
     for path in sorted((upstream_dir() / "kserve" / "llmisvcconfig").glob("config-llm-*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -573,8 +585,6 @@ def _pools(docs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
 
 def _measured_levels(record: dict[str, Any]) -> str:
     """The champion's benchmark levels in words, e.g. "3 load levels (concurrency 1, concurrency 4, ...)"."""
-    from shipyard.core.report import level_label
-
     levels = [lv for lv in record.get("levels") or [] if isinstance(lv, dict)]
     if not levels:
         return "load levels not recorded"
@@ -589,9 +599,6 @@ def served_shape(cfg: DeployConfig, docs: list[dict[str, Any]], record: dict[str
     a champion record (nothing was measured)."""
     if record is None:
         return None
-    from shipyard.core.report import level_label
-    from shipyard.gates.verification import selected_level
-
     bench = record.get("engine") if isinstance(record.get("engine"), dict) else {}
     tp = bench.get("tensor_parallel")
     image = f"image `{bench['image']}`" if bench.get("image") else "no container image recorded"
@@ -706,13 +713,9 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
                      "deployed shape is unchecked.")]
     alerts = result.get("alerts")
     if alerts:
-        from shipyard.serving.alerts import alerts_markdown
-
         lines += ["", alerts_markdown(alerts["rows"], alerts["name"]).rstrip(), "", alerts["note"]]
     sizing = result.get("sizing")
     if sizing:
-        from shipyard.serving.sizing import sizing_markdown
-
         lines += ["", sizing_markdown(sizing["rows"], sizing["derived"], sizing["warning"]).rstrip()]
     lines += ["", "| kind | name | namespace |", "| --- | --- | --- |"]
     lines += [f"| {d['kind']} | {d['metadata']['name']} | {d['metadata'].get('namespace', '')} |" for d in docs]
@@ -723,8 +726,6 @@ def deployment_markdown(result: dict[str, Any], docs: list[dict[str, Any]], text
 def _champion_slo(candidate: str, quiet: bool = False) -> tuple[CandidateRecord, SloThresholds | dict[str, Any]] | None:
     """The champion's record and the SLO thresholds it was gated with; None (said unless ``quiet``)
     when there are none."""
-    from shipyard.gates.selection import champion_selection
-
     try:
         record = champion_selection(candidate)["champion"]
     except ShipyardError as err:
@@ -745,8 +746,6 @@ def slo_buckets(candidate: str, benchmarked: dict[str, Any] | None,
     edges (:func:`shipyard.serving.alerts.custom_buckets`), and why none are passed when they are not:
     only when the deployment serves the image the SLO gate benchmarked (``image["pin"]``) and that
     build's vLLM takes the flag."""
-    from shipyard.serving.alerts import CUSTOM_BUCKETS_SINCE, custom_buckets, takes_custom_buckets
-
     found = _champion_slo(candidate, quiet=True) if image.get("pin") else None
     if not image.get("pin"):
         return {}, (f"shipyard passes --{CUSTOM_BUCKETS_FLAG} only to the vLLM build the SLO gate benchmarked; "
@@ -766,12 +765,6 @@ def slo_alerts(candidate: str, cfg: DeployConfig, report_url: str | None, bucket
     ``{"doc", "dashboard", "name", "rows", "note"}``; None when the record cannot be read
     (the deploy then says so and renders no rule). ``report_url``: the alerts' ``runbook_url``
     (default: the champion record's own location)."""
-    from shipyard.serving.alerts import epp_monitor, pod_monitor, slo_rule
-    from shipyard.serving.dashboard import dashboard_configmap
-    from shipyard.serving.kserve.render import link_metadata
-    from shipyard.serving.sizing import find_knee, knee_occupancy
-    from shipyard.serving.watch import qualified_hit_rate
-
     found = _champion_slo(candidate)
     if found is None:
         return None
@@ -812,9 +805,6 @@ def measured_sizing(candidate: str, params: dict[str, Any], overrides: dict[str,
     (:mod:`shipyard.serving.sizing`): ``{"params", "rows", "derived", "warning"}`` with ``params``
     the deploy_config carrying the derived values where the user gave none; None when the record
     cannot be read (the deploy then keeps its defaults and says so)."""
-    from shipyard.gates.selection import champion_selection
-    from shipyard.serving.sizing import apply_sizing, derive_sizing, scale_to_zero_warning
-
     try:
         record = champion_selection(candidate)["champion"]
     except ShipyardError as err:
@@ -944,9 +934,6 @@ def deploy_task(*, model_uri: str, name: str, namespace: str, deploy_config: str
     ``verification``, ``decision_record``)."""
     import tempfile
 
-    from shipyard.runtimes.runtime import call_step
-    from shipyard.tracking.steprun import StepRun
-
     model_uri = model_uri or str(champion.get("uri", ""))
     with StepRun("deploy", str(champion.get("recipe", "")), tracking_uri=tracking_uri, experiment=experiment,
                  kfp_run_id=kfp_run_id if champion else "",
@@ -979,9 +966,6 @@ def promote_verified(result: dict[str, Any], champion: dict[str, Any], *, dry_ru
     ``deploy_config.attestation.require=false`` too; one line otherwise); when it does not, the
     step ends (exit 1) saying why, and ``production`` stays where it was. Nothing happens without a
     champion (the decision's metadata) and a ``model_name``."""
-    from shipyard.runtimes.runtime import call_step
-    from shipyard.tracking.promotion import promote_production
-
     # nothing is promoted on a verification that did not run, unless the user switched it off
     verified, why = promotion_allowed(result, dry_run)
     if champion and model_name and verified:

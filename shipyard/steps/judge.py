@@ -21,17 +21,26 @@ from typing import Any
 
 from shipyard.benchmarking.guidellm import load_results
 from shipyard.benchmarking.server_metrics import KNEE_FIGURES
+from shipyard.benchmarking.tuning import load_tuning
+from shipyard.compression.recipes import recipe_label
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.records import CANDIDATE_FILE, CANDIDATE_SCHEMA, CandidateRecord, SloSection, slo_of
 from shipyard.core.report import sample_count
 from shipyard.evaluation.garak_scan import SAFETY_DIR
+from shipyard.evaluation.golden import GOLDEN_FILE, load_golden
 from shipyard.gates.accuracy import run_gate
 from shipyard.gates.adapter_gates import run_adapter_gates
+from shipyard.gates.baseline import BASE
 from shipyard.gates.candidate import accuracy_caveat, verdict
 from shipyard.gates.capacity import recorded_arrivals, recorded_lengths
+from shipyard.gates.recovery import load_summary
 from shipyard.gates.safety import run_safety_gate
 from shipyard.gates.slo import run_slo_gate
+from shipyard.runtimes.runtime import call_step
+from shipyard.serving.watch import length_counts, replay_envelope_level
+from shipyard.steps.eval_sets import JUDGED, decide_eval_sets, has_sets
+from shipyard.tracking.steprun import StepRun, apply_pending
 
 
 def _levels(bench_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -67,8 +76,6 @@ def _levels(bench_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def _length_counts(level: Mapping[str, Any]) -> dict[str, Any] | None:
     """A level's per-request prompt and output token counts as ``{"<tokens>": requests}`` each
     (:func:`shipyard.serving.watch.length_counts`); None when the benchmark kept none."""
-    from shipyard.serving.watch import length_counts
-
     samples = level.get("samples") if isinstance(level.get("samples"), Mapping) else {}
     got = {key: length_counts(samples.get(key)) for key in ("prompt_tokens", "output_tokens")}
     return got if any(got.values()) else None
@@ -76,8 +83,6 @@ def _length_counts(level: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def _golden(bench_dir: str) -> dict[str, Any] | None:
     """The candidate's golden outputs (``golden.json`` in its benchmark results), None when absent."""
-    from shipyard.evaluation.golden import GOLDEN_FILE, load_golden
-
     if not (Path(bench_dir) / GOLDEN_FILE).is_file():
         return None
     try:
@@ -88,8 +93,6 @@ def _golden(bench_dir: str) -> dict[str, Any] | None:
 
 def _tuning(bench_dir: str) -> dict[str, Any] | None:
     """The serving-configuration search of the candidate's benchmark (``tuning.json``), if it searched."""
-    from shipyard.benchmarking.tuning import load_tuning
-
     doc = load_tuning(bench_dir)
     if doc is None:
         return None
@@ -113,8 +116,6 @@ def _workload(bench_dir: str) -> dict[str, Any] | None:
     hit rate during the replay (``prefix_hit_rate``) and the replay's own per-request lengths
     (``replay_level``: :func:`shipyard.serving.watch.replay_envelope_level`), what ``shipyard watch``
     holds production's against; None when the benchmark replayed none."""
-    from shipyard.serving.watch import replay_envelope_level
-
     try:
         replayed = json.loads((Path(bench_dir) / "results.json").read_text()).get("workload")
     except (OSError, ValueError, AttributeError):
@@ -195,8 +196,6 @@ def judge_candidate(
     passed = bool(accuracy["passed"] and slo["passed"] and safe["passed"] and all(a["passed"] for a in lora.values())
                   and (own is None or own["passed"]))
     caveat = accuracy_caveat(accuracy["rows"]) if accuracy["passed"] else ""
-    from shipyard.compression.recipes import recipe_label
-
     record: CandidateRecord = {
         "schema": CANDIDATE_SCHEMA,
         "recipe": recipe_label(recipe),
@@ -251,8 +250,6 @@ def _eval_sets(prepared: str, base: str, candidate: str, judged: str, thresholds
                out: Path) -> dict[str, Any] | None:
     """The eval-sets gate's part of candidate.json (None when the run has no eval sets): its
     verdict, reason, rule, per-set rows, judge results, leak lines and the sets' pins."""
-    from shipyard.steps.eval_sets import decide_eval_sets, has_sets
-
     if not prepared or not has_sets(prepared):
         return None
     gate = decide_eval_sets(prepared, base, candidate, accuracy_thresholds=thresholds, judged_path=judged,
@@ -350,9 +347,6 @@ def judge_base(base_eval: str, base_bench: str, slo: str, out_dir: str, model_ur
     safety gate's reference is the base itself. ``size_bytes``: the base's size on disk (the compress
     step measured it; None when unknown).
     """
-    from shipyard.gates.baseline import BASE
-    from shipyard.gates.recovery import load_summary
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     slo_result = run_slo_gate(base_bench, base_bench, slo, report_path=str(out / "slo.html"),
@@ -459,10 +453,6 @@ def gates_task(recipe: str, *, base_eval: str, candidate_eval: str, base_bench: 
     ``compress_figures``/``compress_summary``: the compress step's metrics and summary metadata ({} for
     a packaged candidate); the optional inputs' folders are "" without them (``eval_sets_judged``:
     judge-eval-sets' folder). Returns ``passed``, ``reason``, ``metrics`` and ``metadata`` per output."""
-    from shipyard.runtimes.runtime import call_step
-    from shipyard.steps.eval_sets import JUDGED
-    from shipyard.tracking.steprun import StepRun, apply_pending
-
     with StepRun("gates", recipe, tracking_uri=tracking_uri, experiment=experiment, kfp_run_id=kfp_run_id,
                  params={"accuracy_thresholds": thresholds, "slo": slo, "safety": safety}) as run:
         out = call_step("base", judge_candidate, recipe=recipe,

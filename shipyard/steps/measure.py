@@ -19,7 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shipyard.benchmarking.guidellm import benchmark_server, benchmark_step, parse_benchmark_config
 from shipyard.core.errors import ShipyardError
+from shipyard.evaluation.lmeval import evaluate_step
+from shipyard.steps.benchmark import benchmark_record, tune_step
+from shipyard.steps.eval_sets import evaluate_eval_sets, has_sets
+from shipyard.steps.workload import workload_replay
 
 
 def measure_step(
@@ -42,12 +47,6 @@ def measure_step(
     "server", "eval_sets"}`` (the steps' results, the shared server's start-up seconds, the eval
     sets' summary or None without sets) and ``log``: the evaluate and benchmark runs' MLflow records
     (:meth:`shipyard.tracking.steprun.StepRun.log`'s arguments), both marked ``shared_server``."""
-    from shipyard.benchmarking.guidellm import benchmark_server, benchmark_step, parse_benchmark_config
-    from shipyard.evaluation.lmeval import evaluate_step
-    from shipyard.steps.benchmark import benchmark_record
-    from shipyard.steps.eval_sets import evaluate_eval_sets, has_sets
-    from shipyard.steps.workload import workload_replay
-
     cfg = parse_benchmark_config(benchmark_config)
     if tuning and cfg.get("workload"):
         raise ShipyardError("benchmark_config.workload", "is not replayed during a tuning search yet",
@@ -67,8 +66,6 @@ def measure_step(
                                          safety=safety, after_levels=replay)
             startup = server.startup_seconds
     if tuning:  # the search starts one server per point; the evaluation ran on the default one above
-        from shipyard.steps.benchmark import tune_step
-
         benched = tune_step(model_dir, benchmark_config, tuning, slo, bench_out, summary_path, safety=safety)
     print(f"one vLLM server for eval and benchmark: started in {startup} s", flush=True)
     shared = {"shared_server": True}

@@ -12,9 +12,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shipyard.compression.recipes import recipe_label
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_dir
 from shipyard.core.report import markdown_html
+from shipyard.gates.selection import champion_selection
+from shipyard.oci.layout import layout_reference
+from shipyard.oci.modelcar import build_modelcar, build_oras_artifact
+from shipyard.oci.transfer import push_layout
+from shipyard.runtimes.runtime import call_step
+from shipyard.serving.kserve.render import copy_model_files
+from shipyard.steps.attest import attest_if_keyed
+from shipyard.steps.register import register_champion
+from shipyard.tracking.steprun import StepRun
 
 MODES = ("modelcar", "oras")
 SUMMARY_JSON = "shipyard-package.json"
@@ -61,9 +71,6 @@ def package_model(model_dir: str, out_dir: str, registry: str = "", repository: 
     ``oci:///ABS/OUT_DIR@sha256:...``. ``out_dir`` (layout plus ``shipyard-package.{json,md,html}``)
     appears only when everything, the push included, succeeded.
     """
-    from shipyard.oci.layout import layout_reference
-    from shipyard.oci.modelcar import build_modelcar, build_oras_artifact
-    from shipyard.oci.transfer import push_layout
     if mode not in MODES:
         raise ShipyardError("mode", f"unknown mode {mode!r}", f"use one of {', '.join(MODES)}")
     registry = (registry or "").strip()
@@ -119,14 +126,6 @@ def package_champion_task(*, model_dir: str, selection_dir: str, modelcar_dir: s
     Returns ``passed`` (deploy the champion and give it 'production') and ``metadata`` per output
     (``modelcar``, ``model_files``, ``package_summary``, ``decision``)."""
     import shutil
-
-    from shipyard.compression.recipes import recipe_label
-    from shipyard.gates.selection import champion_selection
-    from shipyard.runtimes.runtime import call_step
-    from shipyard.serving.kserve.render import copy_model_files
-    from shipyard.steps.attest import attest_if_keyed
-    from shipyard.steps.register import register_champion
-    from shipyard.tracking.steprun import StepRun
 
     recipe = champion_selection(selection_dir)["champion"]["recipe"]
     annotations = json.dumps({"recipe": recipe_label(recipe), "source_model": base_model_uri,

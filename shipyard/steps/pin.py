@@ -23,6 +23,7 @@ from typing import Any
 
 from shipyard.core.env import hub_offline
 from shipyard.core.errors import ShipyardError
+from shipyard.models import s3
 from shipyard.models.resolve import ModelURI, parse_model_uri, pvc_root
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -64,8 +65,6 @@ def _hf_commit(parsed: ModelURI, field: str = "model_uri") -> str:
 
 
 def _s3_fingerprint(uri: str, field: str = "model_uri") -> str:
-    from shipyard.models import s3
-
     config = s3.load_config()
     bucket, prefix = s3.parse_s3_uri(uri, field)
     try:

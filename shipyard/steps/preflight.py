@@ -6,8 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shipyard.core.contract import ENV_CONTRACT, ENV_STEP_SECRETS
+from shipyard.core.errors import ShipyardError
+from shipyard.gates.config import accuracy_config
+from shipyard.gates.slo import parse_slo, rule_text
 from shipyard.params.checks import check_parameters, record_for_mlflow
+from shipyard.params.deploy import parse_deploy_config
+from shipyard.params.input_secrets import check_input_secrets, check_s3_endpoint, parse_step_secrets
 from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
+from shipyard.serving.cluster_check import FAIL, pod_checks
+from shipyard.serving.kserve.apply import api_client
 
 
 def preflight_step(pipeline: str, params: dict[str, Any], tracking_uri: str, experiment: str, kfp_run_id: str) -> dict[str, Any]:
@@ -33,9 +41,6 @@ def effective_params(typed: dict[str, Any]) -> dict[str, str]:
     parameters as given: ``effective.slo`` (the SLO rule in words, every threshold) and
     ``effective.accuracy_thresholds`` (the accuracy gate's config as JSON), so a run whose ``slo``
     was left empty still says which SLO judged it."""
-    from shipyard.gates.config import accuracy_config
-    from shipyard.gates.slo import parse_slo, rule_text
-
     out: dict[str, str] = {}
     if "slo" in typed:
         out["effective.slo"] = rule_text(parse_slo(typed["slo"]))
@@ -53,9 +58,6 @@ def _input_secrets(typed: dict[str, Any]) -> None:
     environment that carries credentials is refused when the run reads s3:// (``check_s3_endpoint``)."""
     import os
 
-    from shipyard.core.contract import ENV_CONTRACT, ENV_STEP_SECRETS
-    from shipyard.params.input_secrets import check_input_secrets, check_s3_endpoint, parse_step_secrets
-
     given = parse_step_secrets(os.environ.get(ENV_STEP_SECRETS, "")) if os.environ.get(ENV_CONTRACT) else None
     if given is not None:
         check_input_secrets(typed, given)
@@ -70,24 +72,16 @@ def _cluster_checks(tracking_uri: str, typed: dict[str, Any]) -> None:
     ends the run here, in seconds, as one line."""
     import os
 
-    from shipyard.core.contract import ENV_CONTRACT
-    from shipyard.core.errors import ShipyardError
-    from shipyard.serving.cluster_check import FAIL, pod_checks
-
     if not os.environ.get(ENV_CONTRACT):
         return
     api = None
     if typed.get("dry_run") is False and "namespace" in typed:
-        from shipyard.serving.kserve.apply import api_client
-
         try:
             api = api_client(timeout_s=10.0)
         except ShipyardError:
             api = None
     deploy, rollout = None, None
     if api is not None:  # what the deploy config makes the deploy step do decides the verbs reviewed
-        from shipyard.params.deploy import parse_deploy_config
-
         settings = parse_deploy_config(typed.get("deploy_config", BY_NAME["deploy_config"].default),
                                        name=typed.get("deploy_name") or "shipyard-llm",
                                        namespace=str(typed.get("namespace") or "") or None, model_uri=PLACEHOLDER_OCI)

@@ -26,7 +26,10 @@ from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
 from shipyard.gates.selection import champion_selection, objective_value
 from shipyard.steps.attest import attestation_tags
+from shipyard.steps.select import REPORT_HTML, REPORT_MD
 from shipyard.tracking import model_registry as registry
+from shipyard.tracking.outbox import keep, replay_hint
+from shipyard.tracking.tracker import Tracker
 
 
 def headline(champion: dict[str, Any]) -> dict[str, float]:
@@ -83,8 +86,6 @@ def _register(tracking_uri: str, experiment: str, kfp_run_id: str, model_name: s
               selection_dir: str, base_model_uri: str, champion_tolerance: float, report_path: str,
               attestation: str) -> dict[str, Any]:
     """:func:`register_champion`'s registration and gate, or the request kept while MLflow is down."""
-    from shipyard.tracking.tracker import Tracker
-
     doc = champion_selection(selection_dir)
     champion = doc["champion"]
     figures, declared = accuracy_figures(champion)
@@ -123,8 +124,6 @@ def _register(tracking_uri: str, experiment: str, kfp_run_id: str, model_name: s
 def decision_artifacts(selection_dir: str) -> dict[str, str]:
     """The files of the selection folder the MLflow parent run keeps under ``decision/``: the
     decision record, the selection and frontier, and the candidates report (Markdown and HTML)."""
-    from shipyard.steps.select import REPORT_HTML, REPORT_MD
-
     names = (DECISION_RECORD, SELECTION_FILE, "frontier.json", REPORT_MD, REPORT_HTML)
     return {f"decision/{name}": str(Path(selection_dir) / name) for name in names
             if (Path(selection_dir) / name).is_file()}
@@ -164,8 +163,6 @@ def _deferred(request: dict[str, Any], down: str, champion: dict[str, Any], head
               figures: dict[str, float], report_path: str) -> dict[str, Any]:
     """MLflow is down: keep the registration request (``tracking-pending/`` in a local run, and
     the returned ``pending``) and fail the gate closed: nothing is deployed unregistered."""
-    from shipyard.tracking.outbox import keep, replay_hint
-
     reason = (f"registration deferred: MLflow {request['resolved_uri']} is unreachable ({down}); the champion "
               "could not be registered or gated against production, so nothing is deployed")
     request["version_tags"] = {"shipyard.gate.passed": "false", "shipyard.gate.reason": reason[:5000],

@@ -45,12 +45,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shipyard.benchmarking.guidellm import (
+    build_scenario,
+    guidellm_tls_env,
+    parse_benchmark_config,
+    parse_guidellm_report,
+    run_guidellm,
+)
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.net import http_request, unreachable
 from shipyard.core.records import slo_thresholds
 from shipyard.core.report import Check, GateReport, level_label
 from shipyard.evaluation.golden import ask_all, compare_golden
+from shipyard.evaluation.lmeval import evaluate_model
 from shipyard.gates.verification import (
     GATE,
     INSECURE_WARNING,
@@ -67,6 +75,7 @@ from shipyard.gates.verification import (
     report_markdown,
     selected_level,
 )
+from shipyard.runtimes.runtime import current_runtime, run_in_runtime, venv_python
 
 #: the setting whose value bounds the accuracy slice and the SLO smoke, as their timeout error names it
 RUN_TIMEOUT = "verify.run_timeout_s"
@@ -204,8 +213,6 @@ def accuracy_slice(url: str, served_model_name: str, model_dir: str, tasks: list
     """lm-eval ``tasks`` through the service (vllm runtime); returns lm-eval's scores per task and metric.
     ``gateway``: the TLS and auth settings (:meth:`GatewayAccess.settings`), resolved again here (the
     token from its environment variable, sent as lm-eval's ``Authorization: Bearer``)."""
-    from shipyard.evaluation.lmeval import evaluate_model
-
     access = gateway_access(gateway or {})
     config = {"tasks": tasks, "cache": False, "batch_size": 8}
     if limit is not None:
@@ -222,8 +229,6 @@ def slo_smoke(url: str, served_model_name: str, model_dir: str, level: dict[str,
               gateway: dict[str, Any] | None = None) -> dict[str, Any]:
     """A short guidellm load at ``level`` (its profile and load) through the service; returns the parsed
     level. ``gateway``: the TLS and auth settings, resolved again here (:func:`smoke_scenario`)."""
-    from shipyard.benchmarking.guidellm import parse_guidellm_report, run_guidellm
-
     access = gateway_access(gateway or {})
     service = RemoteService(url, served_model_name, access)
     # a private folder (0700), removed at the end: the scenario holds the token (guidellm reads it from there)
@@ -249,8 +254,6 @@ def smoke_scenario(service: RemoteService, model_dir: str, level: dict[str, Any]
     certificate check: set true unless ``insecure_tls``), the CA bundle as ``SSL_CERT_FILE`` (httpx,
     which it uses, reads it when ``verify`` is true; its ``verify`` field takes no path) and the
     token as ``api_key`` (a SecretStr it sends as ``Authorization: Bearer``)."""
-    from shipyard.benchmarking.guidellm import build_scenario, guidellm_tls_env, parse_benchmark_config
-
     kind, _, load = str(level.get("name") or "").partition("@")
     if kind not in ("concurrent", "constant", "poisson") or not load:
         kind, load = "concurrent", "1"
@@ -266,8 +269,6 @@ def smoke_scenario(service: RemoteService, model_dir: str, level: dict[str, Any]
 # --------------------------------------------------------------------------- checks
 def _no_vllm_runtime() -> str:
     """Why the vllm runtime (lm-eval, guidellm) cannot run here, or "" when it can (in-process or its venv)."""
-    from shipyard.runtimes.runtime import current_runtime, venv_python
-
     if current_runtime() == "vllm":
         return ""
     try:
@@ -307,8 +308,6 @@ def _accuracy_checks(url: str, name: str, record: dict[str, Any], model_dir: str
                       f"not checked: the candidate record has no result for {cfg['accuracy_tasks']}", compared=False)]
     if missing := _no_vllm_runtime():
         return [Check(label, None, None, "", None, False, "", f"not checked: {missing}", compared=False)]
-    from shipyard.runtimes.runtime import run_in_runtime
-
     out = run_in_runtime("vllm", accuracy_slice, deadline_s=cfg["run_timeout_s"], deadline_setting=RUN_TIMEOUT,
                          url=url, served_model_name=name,
                          model_dir=model_dir, tasks=sorted({r["task"] for r in rows}), limit=cfg["accuracy_limit"],
@@ -336,8 +335,6 @@ def _slo_checks(url: str, name: str, record: dict[str, Any], model_dir: str | No
            "the SLO gate selected no load level" if level is None else _no_vllm_runtime())
     if why:
         return [Check("SLO smoke", None, None, "", None, False, "", f"not checked: {why}", compared=False)]
-    from shipyard.runtimes.runtime import run_in_runtime
-
     out = run_in_runtime("vllm", slo_smoke, deadline_s=cfg["run_timeout_s"], deadline_setting=RUN_TIMEOUT,
                          url=url, served_model_name=name,
                          model_dir=model_dir, level=level, requests=cfg["slo_requests"],

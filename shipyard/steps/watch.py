@@ -18,7 +18,23 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shipyard.core import contract
 from shipyard.core.errors import ShipyardError
+from shipyard.core.files import atomic_write_text
+from shipyard.gates.evidence import PROVENANCE, SLO, verified_evidence
+from shipyard.oci.attestation import trust_key
+from shipyard.oci.reference import require_pinned
+from shipyard.serving.prometheus import PrometheusAPI
+from shipyard.serving.watch import (
+    compare,
+    envelope_from_record,
+    format_report,
+    parse_watch_config,
+    peak_window,
+    read_live,
+)
+from shipyard.tracking.model_registry import PRODUCTION, version_for_alias
+from shipyard.tracking.tracker import Tracker
 
 
 def envelope_of_model(uri: str, public_key: Any, *, field: str = "model_uri",
@@ -30,9 +46,6 @@ def envelope_of_model(uri: str, public_key: Any, *, field: str = "model_uri",
     from a statement nobody can vouch for would make every later verdict unfounded. One line when
     it does not, or when the SLO statement holds no benchmark levels (a model packaged before the
     evidence carried them: re-package it, or pass its run's decision folder to ``--champion``)."""
-    from shipyard.gates.evidence import PROVENANCE, SLO, verified_evidence
-    from shipyard.serving.watch import envelope_from_record
-
     verdict, predicates = verified_evidence(uri, public_key, field=field, insecure_tls=insecure_tls)
     if not verdict["passed"]:
         raise ShipyardError(field, f"its evidence does not verify ({verdict['reason']})",
@@ -61,8 +74,6 @@ def watch_model(api: Any, model_name: str, window_s: int, envelope: Any, toleran
     """The comparison of :func:`shipyard.serving.watch.compare`, with the model it judged: ``model_uri``
     (its image) and the re-qualification command on the base model the provenance names;
     ``window_field``: the setting that gave ``window_s``, named when it is too short."""
-    from shipyard.serving.watch import compare, peak_window, read_live
-
     live = read_live(api, model_name, window_s, selector, peak_window_s=peak_window(envelope, window_s),
                      window_field=window_field)
     result = compare(envelope, live, tolerance, base_model_uri=base_model_uri)
@@ -71,9 +82,6 @@ def watch_model(api: Any, model_name: str, window_s: int, envelope: Any, toleran
 
 def production_model_uri(tracking_uri: str, model_name: str) -> str:
     """The modelcar URI of ``model_name``'s ``production`` version in MLflow's registry, or one line."""
-    from shipyard.tracking.model_registry import PRODUCTION, version_for_alias
-    from shipyard.tracking.tracker import Tracker
-
     version = version_for_alias(Tracker(tracking_uri), model_name, PRODUCTION)
     if version is None:
         raise ShipyardError("served_model_uri", f"is empty and {model_name} has no '{PRODUCTION}' version in MLflow",
@@ -94,13 +102,6 @@ def watch_step(served_model_uri: str, prometheus_url: str, watch_config: str, de
     comparison to ``result_path`` (JSON) and the report to ``report_path`` (Markdown) and returns the
     comparison with the report's ``metadata`` and ``log`` (:func:`watch_record`). Bad input, evidence that does not verify and an unreachable Prometheus raise one
     line; a drift does not (the run succeeds, and its report and MLflow run say what drifted)."""
-    from shipyard.core import contract
-    from shipyard.core.files import atomic_write_text
-    from shipyard.oci.attestation import trust_key
-    from shipyard.oci.reference import require_pinned
-    from shipyard.serving.prometheus import PrometheusAPI
-    from shipyard.serving.watch import format_report, parse_watch_config
-
     cfg = parse_watch_config(watch_config, deploy_name)
     api = PrometheusAPI(prometheus_url, field="prometheus_url")
     uri = served_model_uri or production_model_uri(tracking_uri, registered_model_name)

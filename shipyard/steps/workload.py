@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shipyard.benchmarking.workload_prepare import prepare_workload
+from shipyard.benchmarking.workload_replay import replay_on_server
 from shipyard.core.errors import ShipyardError
 
 #: what benchmark_step calls after its load levels: (server, results folder) -> results["workload"]
@@ -48,8 +50,6 @@ def workload_replay(cfg: dict[str, Any], model_dir: str) -> tuple[dict[str, Any]
     """``(cfg, replay)``: the parsed benchmark config with the vLLM flags the replay needs
     (``--enable-prefix-caching``, ``--block-size`` of the workload unless set), and the replay for
     ``benchmark_step(after_levels=...)``; ``(cfg, None)`` without a workload."""
-    from shipyard.benchmarking.workload_prepare import prepare_workload
-
     if not cfg.get("workload"):
         return cfg, None
     staging = Path(tempfile.mkdtemp(prefix="shipyard-workload-"))
@@ -66,8 +66,6 @@ def workload_replay(cfg: dict[str, Any], model_dir: str) -> tuple[dict[str, Any]
         args += ["--block-size", str(prepared["block_size"])]
 
     def replay(server: Any, results_dir: Path) -> dict[str, Any]:
-        from shipyard.benchmarking.workload_replay import replay_on_server
-
         folder = Path(results_dir) / "workload"
         shutil.copytree(staging / "workload", folder, dirs_exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)

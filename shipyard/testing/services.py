@@ -19,6 +19,9 @@ from typing import Any
 from shipyard.core.errors import ShipyardError
 from shipyard.core.net import free_port, http_ok, process_alive, wait_ready
 from shipyard.core.processes import stop_group
+from shipyard.models.s3 import client, load_config
+from shipyard.testing.k8s_double import K8sDouble, ready_after
+from shipyard.testing.mlflow_image import image_site
 
 
 class PodmanSocket:
@@ -87,8 +90,6 @@ class MlflowServer:
         log = self.root / "mlflow-server.log"
         image: dict[str, str] = {}
         if self.absent_modules:
-            from shipyard.testing.mlflow_image import image_site
-
             image = image_site(self.root, self.absent_modules)
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
@@ -155,8 +156,6 @@ class MotoS3:
 
     def make_bucket(self, name: str) -> None:
         """Create a bucket (idempotent)."""
-        from shipyard.models.s3 import client, load_config
-
         s3 = client(load_config(self.env))
         if not s3.bucket_exists(name):
             s3.make_bucket(name)
@@ -176,8 +175,6 @@ class KubeAPI:
     def __init__(self, root: Path, ready_after_polls: int = 2, *, users: dict[str, str] | None = None,
                  enforce_rbac: bool = False, token: str = "test-token", namespace: str = "default",
                  server_host: str = "") -> None:
-        from shipyard.testing.k8s_double import K8sDouble
-
         self.root = Path(root)
         self.double = K8sDouble(users=users, enforce_rbac=enforce_rbac)
         self.ready_after_polls = ready_after_polls
@@ -207,8 +204,6 @@ class KubeAPI:
 
     def expect(self, name: str, namespace: str) -> None:
         """Make ``name`` become Ready (with a gateway URL) after a few status reads."""
-        from shipyard.testing.k8s_double import ready_after
-
         self.double.script(name, ready_after(self.ready_after_polls, f"http://gateway.local/{namespace}/{name}"))
 
     def get(self, name: str, namespace: str) -> dict[str, Any] | None:

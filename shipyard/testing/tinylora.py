@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.files import atomic_dir
+from shipyard.evaluation.lora import evaluate_adapters
 
 
 def build_tiny_adapter(model_dir: str, out_dir: str, rank: int = 8, scale: float = 1.0, seed: int = 0) -> dict[str, Any]:
@@ -70,6 +71,4 @@ def build_lora_fixtures(model_dir: str, out_root: str) -> dict[str, Any]:
 def evaluate_adapters_each(runs: list[dict[str, str]], eval_config: str) -> list[dict[str, Any]]:
     """:func:`shipyard.evaluation.lora.evaluate_adapters` for each of ``runs`` (``model_dir``,
     ``adapters_dir``, ``out_dir``), in order, in one process."""
-    from shipyard.evaluation.lora import evaluate_adapters
-
     return [evaluate_adapters(run["model_dir"], eval_config, run["adapters_dir"], run["out_dir"]) for run in runs]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.core.errors import ShipyardError
+from shipyard.oci.reference import parse as parse_reference
 from shipyard.tracking.tracker import Tracker, to_metrics, to_tags
 
 CANDIDATE = "candidate"
@@ -233,10 +234,8 @@ def checked_by_deploy(record: Mapping[str, Any] | None) -> AttestationCheck:
 def _image_of(uri: str) -> str:
     """``uri`` as :mod:`shipyard.oci.reference` writes a digest-pinned image (what a verification
     names), or "" when it is no such image (an ``s3://`` model, a tag)."""
-    from shipyard.oci.reference import parse
-
     try:
-        ref = parse(uri, "source")
+        ref = parse_reference(uri, "source")
     except ShipyardError:
         return ""
     return str(ref) if ref.digest else ""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core.files import atomic_write_text
+from shipyard.tracking.tracker import local_work_dir
 
 PENDING_DIR = "tracking-pending"
 
@@ -37,8 +38,6 @@ def keep(payload: dict[str, Any], work_dir: str | Path | None = None, *, overwri
     ``overwrite=False`` keeps a file already there (the step's own copy beats one handed on
     through KFP metadata, whose numbers all came back as floats).
     """
-    from shipyard.tracking.tracker import local_work_dir
-
     work = Path(work_dir) if work_dir else local_work_dir()
     if work is None:
         return None

@@ -37,7 +37,11 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.files import atomic_write_text
-from shipyard.tracking.outbox import PENDING_DIR, describe, load, replay_command
+from shipyard.tracking import model_registry as registry
+from shipyard.tracking.outbox import PENDING_DIR, corrupt, describe, load, replay_command
+from shipyard.tracking.promotion import apply_promotion
+from shipyard.tracking.steprun import apply_payload
+from shipyard.tracking.tracker import Tracker, parent_caches
 
 SUMMARY = "run-summary.json"
 #: run-summary.json status -> MLflow run status
@@ -45,8 +49,6 @@ FINAL_STATUS = {"SUCCESS": "FINISHED", "FAILURE": "FAILED", "INTERRUPTED": "KILL
 
 
 def _tracker(payload: dict[str, Any], work: Path) -> Any:
-    from shipyard.tracking.tracker import Tracker
-
     return Tracker(payload.get("resolved_uri") or payload.get("tracking_uri", ""), work_dir=work)
 
 
@@ -62,7 +64,6 @@ def _apply_register(payload: dict[str, Any], work: Path) -> str:
 
 
 def _register(tracker: Any, payload: dict[str, Any]) -> str:
-    from shipyard.tracking import model_registry as registry
     parent = _parent(tracker, payload)
     name, source = payload["model_name"], payload["source_uri"]
     info = registry.register_candidate(tracker, name, source, run_id=parent, tags=payload.get("tags") or {},
@@ -102,8 +103,6 @@ def _apply_close(payload: dict[str, Any], work: Path) -> str:
 
 
 def _apply_promote(payload: dict[str, Any], work: Path) -> str:
-    from shipyard.tracking.promotion import apply_promotion
-
     aliases = apply_promotion(_tracker(payload, work), payload)
     alias = "dry-run (production unchanged)" if payload.get("dry_run") else "production"
     return f"{payload['model_name']} version {payload['version']} is {alias} (aliases {json.dumps(aliases)})"
@@ -118,8 +117,6 @@ def apply(payload: dict[str, Any], work: Path) -> str:
         return _apply_promote(payload, work)
     if kind == "close":
         return _apply_close(payload, work)
-    from shipyard.tracking.steprun import apply_payload
-
     run_id = apply_payload(payload, replay=True, work_dir=work)
     return f"logged {describe(payload)} {payload.get('status', '')} as run {run_id}"
 
@@ -136,8 +133,6 @@ def _final_states(work: Path) -> dict[str, str]:
 
 def close_parents(work: Path) -> list[str]:
     """Close the parent runs of ``work`` left RUNNING whose local run has ended; returns the lines."""
-    from shipyard.tracking.tracker import Tracker, parent_caches
-
     lines = []
     states = _final_states(work)
     for record in parent_caches(work):
@@ -159,8 +154,6 @@ def replay(work_dir: str | Path, echo: Callable[[str], None] = print) -> dict[st
     payload is echoed as one line. Raises :class:`~shipyard.core.errors.UnreachableError` when the
     server still does not answer (nothing is changed then).
     """
-    from shipyard.tracking.tracker import Tracker
-
     work = Path(work_dir).resolve()
     if not work.is_dir():
         raise ShipyardError("WORK_DIR", f"{work} is not a folder", "give the --work-dir of a local run")
@@ -192,8 +185,6 @@ def replay(work_dir: str | Path, echo: Callable[[str], None] = print) -> dict[st
     for line in close_parents(work):
         applied.append(line)
         echo(line)
-    from shipyard.tracking.outbox import corrupt
-
     for path, why in corrupt(work):  # kept: they may be repaired by hand; never "nothing pending"
         errors.append(f"corrupt payload ({path.name}): {why}; kept in {path.parent}")
         echo(f"not applied: corrupt payload ({path.name}): {why}; kept in {path.parent} (fix it or remove it)")
@@ -220,8 +211,6 @@ def after_local_run(work_dir: str | Path) -> dict[str, Any]:
 
 
 def _after_local_run(work_dir: str | Path) -> dict[str, Any]:
-    from shipyard.tracking.tracker import Tracker
-
     work = Path(work_dir).resolve()
     items = load(work)
     if not items:

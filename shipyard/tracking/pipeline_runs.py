@@ -23,7 +23,8 @@ from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.jsonargs import json_object
 from shipyard.tracking import model_registry as registry
-from shipyard.tracking.tracker import Tracker, to_metrics
+from shipyard.tracking.outbox import keep, replay_hint
+from shipyard.tracking.tracker import Tracker, resolve_tracking_uri, to_metrics
 
 PAYLOAD = "tracking_payload.json"
 
@@ -184,8 +185,6 @@ def close_pipeline_run(tracking_uri: str, experiment: str, kfp_run_id: str, stat
     tracker = Tracker(tracking_uri)
     down = tracker.probe()
     if down:
-        from shipyard.tracking.outbox import keep, replay_hint
-
         kept = keep({"kind": "close", "tracking_uri": tracking_uri, "resolved_uri": tracker.uri,
                      "experiment": experiment, "kfp_run_id": kfp_run_id, "state": state, "status": status,
                      "error": error[:5000]})
@@ -265,8 +264,6 @@ def get_aliases(tracking_uri: str, model_name: str) -> dict[str, str]:
     creates a store (a file store that is not there is an error naming it), and a model the store
     does not hold is an error, not "no aliases"."""
     from urllib.parse import unquote, urlparse
-
-    from shipyard.tracking.tracker import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith("file:") and not Path(unquote(urlparse(uri).path)).is_dir():

@@ -13,6 +13,9 @@ from typing import Any
 
 from shipyard.core.errors import UnreachableError
 from shipyard.tracking.model_registry import DRY_RUN, checked_by_deploy, promote, set_alias
+from shipyard.tracking.model_registry import aliases as read_aliases
+from shipyard.tracking.outbox import keep, replay_hint
+from shipyard.tracking.tracker import Tracker
 
 #: what the console, run-summary.json and the parent run say after a dry run
 DRY_RUN_NOTE = "dry run: production unchanged"
@@ -24,8 +27,6 @@ def apply_promotion(tracker: Any, request: dict[str, Any]) -> dict[str, str]:
     version already production stays so); returns the aliases. ``production`` moves only to the
     image whose attestations the deploy verified, ``request["attestation"]``
     (:func:`shipyard.tracking.model_registry.checked_by_deploy`), or by its logged override."""
-    from shipyard.tracking.model_registry import aliases as read_aliases
-
     dry_run = bool(request.get("dry_run"))
     if dry_run:
         set_alias(tracker, request["model_name"], DRY_RUN, request["version"])
@@ -58,8 +59,6 @@ def promote_production(tracking_uri: str, experiment: str, kfp_run_id: str, mode
     stands and the alias request is kept (a ``promote`` payload, ``tracking-pending/`` in a local
     run) for ``shipyard track replay``; the result then has ``pending`` and no aliases.
     """
-    from shipyard.tracking.tracker import Tracker
-
     tracker = Tracker(tracking_uri)
     request = {"kind": "promote", "tracking_uri": tracking_uri, "resolved_uri": tracker.uri, "experiment": experiment,
                "kfp_run_id": kfp_run_id, "model_name": model_name, "version": str(version), "recipe": recipe,
@@ -74,8 +73,6 @@ def promote_production(tracking_uri: str, experiment: str, kfp_run_id: str, mode
             return result
         except UnreachableError as err:
             down = str(err)
-    from shipyard.tracking.outbox import keep, replay_hint
-
     kept = keep(request)
     alias = DRY_RUN if dry_run else "production"
     print(f"shipyard: MLflow {tracker.uri} is unreachable ({down}): the deployment stands, but version {version} "

@@ -42,8 +42,28 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from shipyard.compression.recipes import recipe_label
 from shipyard.core.env import env_bool
 from shipyard.core.errors import ShipyardError
+from shipyard.core.report import has_wide_table, markdown_html
+from shipyard.tracking.outbox import keep, replay_hint
+from shipyard.tracking.tracker import (
+    CACHE_DIR,
+    TAG_KFP_RUN,
+    TAG_KIND,
+    TAG_PARENT,
+    TAG_PIPELINE,
+    TAG_STEP,
+    RestLogger,
+    Tracker,
+    local_work_dir,
+    read_parent_cache,
+    resolve_tracking_uri,
+    to_metrics,
+    to_params,
+    to_tags,
+    tree_bytes,
+)
 
 TAG_CANDIDATE = "shipyard.candidate"
 PENDING_KEY = "shipyard.tracking"
@@ -57,8 +77,6 @@ class StepRun:
 
     def __init__(self, step: str, candidate: str = "", *, tracking_uri: str = "", experiment: str = "",
                  kfp_run_id: str = "", params: dict[str, Any] | None = None) -> None:
-        from shipyard.compression.recipes import recipe_label
-
         self.data: dict[str, Any] = {
             "step": step, "candidate": recipe_label(candidate) if candidate else "", "tracking_uri": tracking_uri, "experiment": experiment,
             "kfp_run_id": kfp_run_id, "params": dict(params or {}), "metrics": {}, "tags": {}, "artifacts": {},
@@ -109,8 +127,6 @@ class StepRun:
         except Exception as err:  # noqa: BLE001 - tracking must not fail the step's work
             self.error = f"{type(err).__name__}: {err}".splitlines()[0]
         if self.error:
-            from shipyard.tracking.outbox import keep, replay_hint
-
             kept = keep(self.data) if not self.error.startswith("no MLflow client") else None
             where = f"kept in {kept}; {replay_hint(kept)}" if kept else "kept in the step's outputs"
             print(f"shipyard: tracking of {self.data['step']} deferred: {self.error}; {where}",
@@ -141,8 +157,6 @@ def at_end_of_run(data: dict[str, Any], *, handed_on: bool = False) -> bool:
     ``SHIPYARD_TRACK_FILE_STORE_AT_END=0``. ``handed_on``: the payload came through another
     step's metadata (the step's own kept copy, if any, wins).
     """
-    from shipyard.tracking.tracker import local_work_dir, resolve_tracking_uri
-
     kfp_run_id = data.get("kfp_run_id", "")
     if (not env_bool(ENV_AT_END, True) or os.environ.get("MLFLOW_RUN_ID") or not kfp_run_id
             or kfp_run_id.startswith("{{")):
@@ -156,8 +170,6 @@ def at_end_of_run(data: dict[str, Any], *, handed_on: bool = False) -> bool:
         return False
     if not uri.startswith("file:"):
         return False
-    from shipyard.tracking.outbox import keep
-
     data["resolved_uri"] = uri
     data["at_end_of_run"] = True
     return keep(_normalize(data), work, overwrite=not handed_on) is not None
@@ -209,8 +221,6 @@ def _add_html_renderings(reports: list[Path]) -> int:
     """Write ``<name>.html`` beside each staged Markdown report that holds a wide table
     (:func:`shipyard.core.report.has_wide_table`) and has no staged HTML of that name;
     returns how many were written."""
-    from shipyard.core.report import has_wide_table, markdown_html
-
     count = 0
     for report in reports:
         page = report.with_suffix(".html")
@@ -232,8 +242,6 @@ def _upload(tracker: Any, run_id: str, artifacts: dict[str, str], rest: Any = No
         if count and rest is not None and rest.can_upload(artifact_uri):
             rest.upload(artifact_uri, root)
         elif count:
-            from shipyard.tracking.tracker import tree_bytes
-
             tracker.call("upload artifacts", tracker.client.log_artifacts, run_id, str(root),
                          payload_bytes=tree_bytes(root))
     return count
@@ -243,8 +251,6 @@ def _marker(tracker: Any, kfp_run_id: str, step: str, candidate: str) -> Path | 
     """Where a local run remembers the step run it created (a retry or replay reuses it)."""
     if tracker.work_dir is None:
         return None
-    from shipyard.tracking.tracker import CACHE_DIR
-
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{kfp_run_id}--{step}--{candidate or '-'}")[:240]
     return tracker.work_dir / CACHE_DIR / "steps" / f"{name}.run"
 
@@ -252,8 +258,6 @@ def _marker(tracker: Any, kfp_run_id: str, step: str, candidate: str) -> Path | 
 def _tracker(data: dict[str, Any], uri: str, quick: bool, work_dir: str | Path | None = None) -> Any:
     """A tracker for ``uri`` (recorded in ``data`` as ``resolved_uri`` for a replay); ``quick``:
     probe once and fail at once when the server is down."""
-    from shipyard.tracking.tracker import Tracker
-
     tracker = Tracker(uri, work_dir=work_dir, attempts=2 if quick else None, backoff_s=0.5 if quick else None)
     data["resolved_uri"] = tracker.uri
     if quick:
@@ -266,8 +270,6 @@ def _tracker(data: dict[str, Any], uri: str, quick: bool, work_dir: str | Path |
 def _apply_to_kfp_run(data: dict[str, Any], kfp_run: str, *, quick: bool, replay: bool,
                       work_dir: str | Path | None) -> str:
     """Log the payload into KFP's own run for this task (``MLFLOW_RUN_ID``; KFP closes it)."""
-    from shipyard.tracking.tracker import TAG_STEP, RestLogger
-
     uri = data.get("resolved_uri") or os.environ.get("MLFLOW_TRACKING_URI", "") or data.get("tracking_uri", "")
     data["mlflow_run_id"] = kfp_run
     tracker = _tracker(data, uri, quick, work_dir)
@@ -284,8 +286,6 @@ def _create_step_run(tracker: Any, data: dict[str, Any], exp_id: str, keys: dict
                      parent: dict[str, Any], marker: Path | None) -> str:
     """A new step run under the parent, its id kept in the payload and the marker file (so a retry
     finds it), with the payload's params and metrics logged."""
-    from shipyard.tracking.tracker import TAG_KIND, to_tags
-
     tags = {**keys, TAG_KIND: "step", **parent.get("tags", {}), **to_tags(data["tags"])}
     run = tracker.call("create the step run", tracker.client.create_run, exp_id,
                        start_time=data["started_ms"], tags=tags,
@@ -302,8 +302,6 @@ def _create_step_run(tracker: Any, data: dict[str, Any], exp_id: str, keys: dict
 def _log_existing_run(tracker: Any, data: dict[str, Any], run_id: str, *, replay: bool) -> bool:
     """Log the payload into the step run found (on replay only what it lacks); False when a replay
     finds it already terminated (left alone)."""
-    from shipyard.tracking.tracker import to_metrics, to_params
-
     data["run_id"] = run_id
     if replay:
         run = tracker.call("read the step run", tracker.client.get_run, run_id)
@@ -326,8 +324,6 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
     replay``; idempotent: a step run already terminated is left alone, params and metrics already
     there are not logged again.
     """
-    from shipyard.tracking.tracker import TAG_PARENT, TAG_STEP, RestLogger
-
     _normalize(data)
     step, candidate = data["step"], data.get("candidate", "")
     kfp_run = data.get("mlflow_run_id", "") if replay else os.environ.get("MLFLOW_RUN_ID", "")
@@ -358,8 +354,6 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
 
 def _rest_parent(tracker: Any, rest: Any, kfp_run_id: str, experiment: str) -> dict[str, Any]:
     """The pipeline's parent run through the REST fast path (the local cache first)."""
-    from shipyard.tracking.tracker import TAG_KFP_RUN, TAG_KIND, TAG_PIPELINE, read_parent_cache
-
     cached = read_parent_cache(kfp_run_id, tracker.uri, tracker.work_dir)
     if cached is not None:
         return {**cached, "cached": True}
@@ -385,8 +379,6 @@ def _apply_rest(data: dict[str, Any], tracker: Any, rest: Any, kfp_run: str = ""
     """:func:`apply_payload` through MLflow's REST API (no MLflow import; see
     :class:`shipyard.tracking.tracker.RestLogger`): a local run's step makes 4 calls (create, log-batch,
     one PUT per report, update)."""
-    from shipyard.tracking.tracker import TAG_KIND, TAG_PARENT, TAG_STEP, to_tags
-
     step, candidate = data["step"], data.get("candidate", "")
     if kfp_run:
         rest.log(kfp_run, data["params"], data["metrics"], {**data["tags"], TAG_STEP: step, TAG_CANDIDATE: candidate},
@@ -421,8 +413,6 @@ def _apply_rest(data: dict[str, Any], tracker: Any, rest: Any, kfp_run: str = ""
 
 def _unlogged(tracker: Any, run_id: str, data: dict[str, Any]) -> tuple[dict[str, str], dict[str, float]]:
     """The params and metrics of ``data`` that run ``run_id`` does not hold yet."""
-    from shipyard.tracking.tracker import to_metrics, to_params
-
     run = tracker.call("read the run", tracker.client.get_run, run_id)
     return ({k: v for k, v in to_params(data["params"]).items() if k not in run.data.params},
             {k: v for k, v in to_metrics(data["metrics"]).items() if run.data.metrics.get(k) != v})
@@ -438,8 +428,6 @@ def apply_pending(*metadatas: dict[str, Any] | None, context: dict[str, str] | N
     run) and does not fail the calling step; once the server is seen down the rest are kept
     without another try.
     """
-    from shipyard.tracking.outbox import keep
-
     done: list[str] = []
     down = ""
     for meta in metadatas:

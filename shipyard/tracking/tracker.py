@@ -68,6 +68,7 @@ from typing import Any, TypeVar
 from shipyard.core import contract
 from shipyard.core.env import env_bool, env_float
 from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
+from shipyard.core.files import atomic_write_text
 from shipyard.core.net import call_within, http_request
 from shipyard.core.redact import redact, redact_obj
 from shipyard.core.retry import Retry
@@ -199,8 +200,6 @@ def write_parent_cache(kfp_run_id: str, record: Mapping[str, Any], work_dir: Pat
     work = work_dir or local_work_dir()
     if work is None or not kfp_run_id or kfp_run_id.startswith("{{"):
         return None
-    from shipyard.core.files import atomic_write_text
-
     path = work / CACHE_DIR / _cache_name(kfp_run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(dict(record), sort_keys=True))

@@ -826,6 +826,7 @@ ROWS: list[Row] = [
     row("verify-url-not-http", *verify(url="127.0.0.1:8000"), field="url"),
     row("verify-empty-golden-set", *verify(candidate="empty-golden.json"), field="golden: "),
     row("verify-candidate-missing", *verify(candidate="nope.json"), field="candidate"),
+    row("verify-model-dir-missing", *verify("--model-dir", "missing"), field="--model-dir: "),
     row("verify-candidate-not-golden", *verify(candidate="list.json"), field="golden"),
     row("verify-min-match-rate-above-1", *verify("--min-match-rate", "1.5"), field="min_match_rate"),
     row("verify-min-match-rate-negative", *verify("--min-match-rate", "-0.1"), field="min_match_rate"),

@@ -101,7 +101,7 @@ def _verify(args: argparse.Namespace) -> int:
     api_root(args.url)
     record = load_recorded(args.candidate)  # an empty golden set: one line
     if args.model_dir:
-        from shipyard.core.files import check_model_folder
+        from shipyard.models.resolve import check_model_folder
 
         check_model_folder(args.model_dir, "--model-dir")
     out = verify_service(args.url, args.served_model_name, record, model_dir=args.model_dir, lora_adapters=args.lora,

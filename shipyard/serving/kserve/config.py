@@ -19,9 +19,10 @@ from shipyard.core.files import package_dir
 from shipyard.core.jsonargs import json_object
 from shipyard.core.k8s_names import is_dns1035_label, is_label, is_object_name
 from shipyard.core.numbers import check_number
-from shipyard.core.redact import looks_like_token
+from shipyard.core.redact import has_credentials, looks_like_token
 from shipyard.oci.reference import DIGEST_RE, require_pinned
 from shipyard.oci.reference import parse as parse_reference
+from shipyard.serving.kserve.template import check_s3_template, load_template
 from shipyard.serving.vllm_cli import check_vllm_args, mapping_words
 from shipyard.serving.vllm_flags import DEPLOY_FLAGS, refuse_owned
 
@@ -263,8 +264,6 @@ def _refuse_credentials(value: Any, path: str) -> None:
     an annotation or an ``env`` value): it would be rendered into the manifest and its annotations.
     One line naming the key, never the value; credentials go through ``secret_env`` or the
     contract's Secrets (:func:`shipyard.core.redact.has_credentials`: the redaction's own rule)."""
-    from shipyard.core.redact import has_credentials
-
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         item, where = stack.pop()
@@ -407,8 +406,6 @@ def parse_config(raw: str | dict[str, Any] | None, **overrides: Any) -> DeployCo
 def _template_mode(merged: dict[str, Any]) -> None:
     """Template mode: load the template; name and namespace default to its own; anything the
     template itself says (replicas, router, pods...) may not also come from deploy_config."""
-    from shipyard.serving.kserve.template import check_s3_template, load_template
-
     extra = sorted(set(merged) - TEMPLATE_KEYS)
     if extra:
         raise _fail(extra[0], "is set by the template in template mode",

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from shipyard.core.errors import ShipyardError
+from shipyard.oci.modelcar import WEIGHT_SUFFIXES
 from shipyard.serving.kserve.config import (
     DEPLOY_FIX,
     MANAGED,
@@ -33,6 +34,8 @@ from shipyard.serving.kserve.config import (
     parse_quantity,
     wva_accelerator,
 )
+from shipyard.serving.kserve.template import load_template
+from shipyard.serving.planner import load_model_config as planner_load
 from shipyard.serving.vllm_cli import mapping_words
 from shipyard.serving.vllm_flags import DEPLOY_FLAGS, owned_flag, refuse_owned
 
@@ -647,8 +650,6 @@ def render(cfg: DeployConfig, model_config: dict[str, Any] | None = None) -> lis
     """Every object of the deployment: the LLMInferenceService, then any ScaledObjects and
     InferenceObjectives."""
     if isinstance(cfg.template, str):  # an s3:// template is read here, in the deploy step
-        from shipyard.serving.kserve.template import load_template
-
         cfg.template = load_template(cfg.template)
     if cfg.template is not None:
         return [render_template(cfg, model_config), *render_objectives(cfg)]
@@ -664,8 +665,6 @@ def load_model_config(path: str | Path | None) -> dict[str, Any] | None:
     """``config.json`` of a model folder (or the file itself); ``None`` when no path is given."""
     if not path:
         return None
-    from shipyard.serving.planner import load_model_config as planner_load
-
     return planner_load(path)
 
 
@@ -680,8 +679,6 @@ def copy_model_files(model_dir: str, out_dir: str) -> dict[str, Any]:
     The package step hands this on, so the deploy step never downloads the model. Returns the file
     names and their total size."""
     import shutil
-
-    from shipyard.oci.modelcar import WEIGHT_SUFFIXES
 
     src, out = Path(model_dir), Path(out_dir)
     if not (src / "config.json").is_file():

@@ -31,6 +31,7 @@ from typing import Any
 
 from shipyard.core.errors import ShipyardError
 from shipyard.core.interrupts import shielded, signal_name
+from shipyard.serving.kserve.apply import Outcome, deploy, url_of
 from shipyard.serving.kserve.validate import require_valid
 
 STRATEGIES = ("replace", "canary")
@@ -189,8 +190,6 @@ def canary_rollout(
     """Deploy ``docs`` (the new service, rendered under its canary name) next to ``current``, step
     the route's weights, ``check(url, weight)`` at each step, cut over or restore. Returns the new
     service's outcome dict with ``steps`` (the weights applied)."""
-    from shipyard.serving.kserve.apply import Outcome, deploy, url_of
-
     svc = docs[0]
     name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
     route_res = kube.resource(ROUTE_API, ROUTE_KIND)

@@ -25,6 +25,9 @@ from typing import Any
 import yaml
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.jsonargs import load_yaml
+from shipyard.models.s3 import client, load_config, parse_s3_uri
+from shipyard.serving.kserve.validate import validate_object
 
 GROUP = "serving.kserve.io"
 V1ALPHA1, V1ALPHA2 = f"{GROUP}/v1alpha1", f"{GROUP}/v1alpha2"
@@ -35,8 +38,6 @@ FIELD = "deploy_config.template"
 
 def check_s3_template(uri: str) -> str:
     """An ``s3://BUCKET/KEY`` template URI, checked for form only (read later by :func:`load_template`)."""
-    from shipyard.models.s3 import parse_s3_uri
-
     _, key = parse_s3_uri(uri, FIELD)
     if not key:
         raise ShipyardError(FIELD, f"{uri} names a bucket, not an object", "write s3://BUCKET/KEY.yaml")
@@ -55,8 +56,6 @@ def _read_capped(minio: Any, bucket: str, key: str, limit: int) -> bytes:
 
 def read_s3_text(uri: str) -> str:
     """The text of one S3 object (credentials from the environment, as for models)."""
-    from shipyard.models.s3 import client, load_config, parse_s3_uri
-
     check_s3_template(uri)
     bucket, key = parse_s3_uri(uri, FIELD)
     config = load_config()
@@ -86,8 +85,6 @@ def load_template(template: Any) -> dict[str, Any]:
         if template.strip().startswith("s3://"):
             source = template.strip()
             text = read_s3_text(source)
-        from shipyard.core.jsonargs import load_yaml
-
         try:  # strict: a key given twice (which Kubernetes would resolve to the last) is refused
             docs = [d for d in load_yaml(text, FIELD, all_documents=True) if d is not None]
         except yaml.YAMLError as err:
@@ -118,8 +115,6 @@ def load_template(template: Any) -> dict[str, Any]:
 
 
 def _check(doc: dict[str, Any], what: str) -> None:
-    from shipyard.serving.kserve.validate import validate_object
-
     probe = copy.deepcopy(doc)
     spec = probe.setdefault("spec", {})
     model = spec.setdefault("model", {})

@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from shipyard.core.errors import ShipyardError
+from shipyard.core.jsonargs import load_yaml, read_text
 from shipyard.core.k8s_names import is_label, is_object_name
 from shipyard.schemas import SCHEMAS_DIR
 
@@ -76,8 +77,6 @@ def upstream_dir() -> Path:
 def _load_yaml_all(text: str, source: str = "manifest") -> list[Any]:
     """Every document, strictly: a key given twice (which Kubernetes would silently resolve to the
     last), an alias bomb or too-deep nesting raises a one-line ShipyardError naming ``source``."""
-    from shipyard.core.jsonargs import load_yaml
-
     return [doc for doc in load_yaml(text, source, all_documents=True) if doc is not None]
 
 
@@ -423,8 +422,6 @@ def validate_file(path: str | os.PathLike[str]) -> list[Problem]:
     path = Path(path)
     if str(path) != "-" and not path.exists():
         raise ShipyardError(str(path), "does not exist", "give a YAML manifest file")
-    from shipyard.core.jsonargs import read_text
-
     try:
         docs = _load_yaml_all(sys.stdin.read() if str(path) == "-" else read_text(path, str(path)), str(path))
     except yaml.YAMLError as err:
