@@ -101,4 +101,5 @@ def test_a_change_misses(tiny_model: Path, tmp_path: Path, isolated_cache: Path)
 def test_parsed_config_parses_the_same() -> None:
     """The cache's miss path measures with the already parsed config."""
     cfg = parse_benchmark_config('{"loads": [1, 2], "vllm_args": {"max-model-len": 512}}')
+    assert cfg["vllm_args"] == ["--max-model-len", "512"]  # a mapping is spelled as the deployment spells it
     assert parse_benchmark_config(cfg) == cfg

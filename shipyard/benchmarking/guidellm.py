@@ -53,7 +53,7 @@ from shipyard.runtimes.runtime import venvs_dir
 from shipyard.serving.kserve.config import CONNECTOR_MODULES
 from shipyard.serving.planner import GIB, load_model_config, plan_memory, vllm_cli_args
 from shipyard.serving.startup import phases_from_log
-from shipyard.serving.vllm_cli import check_vllm_args
+from shipyard.serving.vllm_cli import check_vllm_args, mapping_words
 from shipyard.serving.vllm_flags import PLANNER_FLAGS, SERVER_FLAGS, refuse_owned, refuse_respelled
 from shipyard.serving.vllm_server import LogFollower, VLLMServer, _log_tail, cpu_info, has_gpu, vllm_python
 
@@ -267,8 +267,8 @@ def _check_profile_needs(cfg: dict[str, Any], profile: str) -> None:
 def _vllm_args(value: Any) -> list[str]:
     """``vllm_args`` as a command line's words; none may set a flag shipyard's server sets, nor
     spell a flag the planner fills in otherwise than ``--flag`` (:mod:`shipyard.serving.vllm_flags`)."""
-    if isinstance(value, dict):
-        value = vllm_cli_args(value)
+    if isinstance(value, dict):  # {"max-model-len": 512}: the deployment's spelling (--flag value)
+        value = mapping_words(value)
     if not isinstance(value, list):
         raise ShipyardError("benchmark_config.vllm_args", "must be a list or dict of vLLM flags", 'e.g. ["--max-model-len", "2048"]')
     args = [str(a) for a in value]
