@@ -30,6 +30,7 @@ from shipyard.core.contract import (
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import package_dir
 from shipyard.params.input_secrets import step_secrets
+from shipyard.runtimes.runtime import RUNTIMES
 
 DEFAULT_CLUSTER_CONFIG = package_dir("shipyard.pipelines") / "cluster.yaml"
 
@@ -74,6 +75,7 @@ _CLUSTER_SCHEMA: dict[str, Any] = {
     "layouts": ("each", dict),
     "candidate_parallelism": int,
     "security_context": {"run_as_user": int, "run_as_group": int, "run_as_non_root": bool},
+    "gpu_image_runtimes": list,
 }
 
 
@@ -299,9 +301,29 @@ def on_gpu(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
     return task
 
 
+def image_runtime(task: PipelineTask) -> str | None:
+    """The shipyard runtime whose image ``task`` runs in (``.../shipyard-<runtime>:<tag>``), if any."""
+    container = getattr(task.component_spec.implementation, "container", None)
+    repo = str(getattr(container, "image", "") or "").partition("@")[0].rpartition(":")[0].rpartition("/")[2]
+    return repo.removeprefix("shipyard-") if repo.startswith("shipyard-") else None
+
+
 def on_cpu(task: PipelineTask, config_path: str | None = None) -> PipelineTask:
-    """Run ``task`` on an ordinary node with the configured requests and secrets."""
+    """Run ``task`` on an ordinary node with the configured requests and secrets; a step in one of
+    ``gpu_image_runtimes`` (the vllm image: CUDA vLLM, several GB) goes to the GPU nodes instead
+    (their node selector and tolerations, no accelerator), where the measure steps pulled that image."""
     cfg = load_cluster_config(config_path)
     _common(task, cfg, cfg.get("cpu") or {})
     _request_ephemeral_storage(task, cfg)
+    placed = [str(r) for r in cfg.get("gpu_image_runtimes") or []]
+    unknown = sorted(set(placed) - set(RUNTIMES))
+    if unknown:
+        raise ShipyardError("cluster_config gpu_image_runtimes", f"{unknown[0]!r} is not a runtime",
+                            f"name runtimes among {sorted(RUNTIMES)}, e.g. [vllm]")
+    if image_runtime(task) in placed:
+        gpu = cfg.get("gpu") or {}
+        for key, value in (gpu.get("node_selector") or {}).items():
+            kubernetes.add_node_selector(task, label_key=key, label_value=str(value))
+        for tol in gpu.get("tolerations") or []:
+            kubernetes.add_toleration(task, **tol)
     return task

@@ -488,6 +488,38 @@ def test_every_step_of_every_pipeline_runs_as_the_images_non_root_user(
         assert "runAsNonRoot" in text and "fsGroup" in text and "set_security_context" in text, text[:100]
 
 
+def test_cpu_steps_in_the_vllm_image_run_on_the_gpu_nodes_without_a_gpu(
+        compiled: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """Issue 32 m13: the deploy step (and the eval-set steps) run in the vllm image, a CUDA build of
+    several GB. On a CPU node each run pulls it again; on the GPU nodes (their selector and
+    tolerations, no accelerator request) the measure steps pulled it already. Steps in the base
+    image stay off the GPU nodes."""
+    assert CLUSTER["gpu_image_runtimes"] == ["vllm"]
+    gpu = CLUSTER["gpu"]
+    placed = set()
+    for spec, platform in compiled.values():
+        executors = spec["deploymentSpec"]["executors"]
+        for label, (step, k8s) in _executors(spec, platform).items():
+            container = executors[label]["container"]
+            in_vllm = "/shipyard-vllm:" in container["image"]
+            on_gpu = container.get("resources", {}).get("accelerator", {}).get("resourceType") == gpu["accelerator_type"]
+            selector = k8s.get("nodeSelector", {}).get("labels", {})
+            if in_vllm and not on_gpu:
+                placed.add(step)
+                assert selector == gpu["node_selector"], (step, selector)
+                assert [t["key"] for t in k8s.get("tolerations", [])] == [t["key"] for t in gpu["tolerations"]], step
+            elif not in_vllm:
+                assert not selector, (step, selector)
+    assert "deploy" in placed, placed
+
+
+def test_an_unknown_gpu_image_runtime_is_one_line_at_compile_time(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({**CLUSTER, "gpu_image_runtimes": ["vllm-gpu"]}))
+    with pytest.raises(ShipyardError, match="cluster_config gpu_image_runtimes: 'vllm-gpu' is not a runtime"):
+        compile_all(str(tmp_path / "out"), ["promote"], cluster_config=str(path))
+
+
 @pytest.mark.parametrize(("section", "field", "problem"), [
     ({"run_as_user": 0, "run_as_non_root": True}, "security_context.run_as_user", "0 is root"),
     ({"run_as_user": -1}, "security_context.run_as_user", "is negative"),
