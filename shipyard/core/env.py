@@ -75,3 +75,14 @@ def env_float(name: str, default: float, *, minimum: float | None = None,
               environ: Mapping[str, str] | None = None) -> float:
     """``name`` read as a finite number (at least ``minimum`` when given), ``default`` when unset."""
     return float(_env_number(name, default, float, minimum, environ))
+
+
+def env_seconds(name: str, default: float, *, most: float = 86400.0,
+                environ: Mapping[str, str] | None = None) -> float:
+    """``name`` read as a deadline in seconds, more than 0 and less than ``most`` (``default`` when
+    unset): the one reader of the ``SHIPYARD_*_TIMEOUT_S`` settings, one line naming the setting."""
+    seconds = env_float(name, default, environ=environ)
+    if not 0 < seconds < most:
+        raise ShipyardError(name, f"{seconds:g} is not a number of seconds in (0, {most:g})",
+                            f"set {name} to e.g. {default:g} or unset it")
+    return seconds

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.env import env_float, hub_offline
-from shipyard.core.errors import ShipyardError, UnreachableError
+from shipyard.core.env import env_seconds, hub_offline
+from shipyard.core.errors import UnreachableError
 from shipyard.core.net import call_within, transfer_deadline
 
 #: the setting that bounds each call to the hub (seconds in all; a file's bytes at 256 KiB/s on top)
@@ -27,11 +27,7 @@ PARALLEL_FILES = 4
 
 def hf_timeout_s() -> float:
     """The most one call to the hub may take before its bytes (``SHIPYARD_HF_TIMEOUT_S``, default 120)."""
-    seconds = env_float(ENV_TIMEOUT, 120.0)
-    if not 0 < seconds < 86400:
-        raise ShipyardError(ENV_TIMEOUT, f"{seconds:g} is not a number of seconds in (0, 86400)",
-                            f"set {ENV_TIMEOUT} to e.g. 120 or unset it")
-    return seconds
+    return env_seconds(ENV_TIMEOUT, 120.0)
 
 
 class _Hub:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.core import contract
-from shipyard.core.env import env_float
+from shipyard.core.env import env_seconds
 from shipyard.core.errors import ShipyardError, UnreachableError, refuse_credentials
 from shipyard.core.files import atomic_dir, sha256_file
 from shipyard.core.net import call_within, transfer_deadline
@@ -173,11 +173,7 @@ ENV_TIMEOUT = "SHIPYARD_S3_TIMEOUT_S"
 
 def s3_timeout_s() -> float:
     """The most one call to the object store may take before its bytes (``SHIPYARD_S3_TIMEOUT_S``, default 120)."""
-    seconds = env_float(ENV_TIMEOUT, 120.0)
-    if not 0 < seconds < 86400:
-        raise ShipyardError(ENV_TIMEOUT, f"{seconds:g} is not a number of seconds in (0, 86400)",
-                            f"set {ENV_TIMEOUT} to e.g. 120 or unset it")
-    return seconds
+    return env_seconds(ENV_TIMEOUT, 120.0)
 
 
 class DeadlineMinio:

@@ -26,7 +26,7 @@ from typing import Any
 
 import requests
 
-from shipyard.core.env import env_float, env_str
+from shipyard.core.env import env_seconds, env_str
 from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.net import call_within, transfer_deadline
 from shipyard.core.retry import Retry
@@ -121,10 +121,7 @@ class RegistryClient:
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self.credentials = credentials if credentials is not None else find_credentials(host)
         if timeout is None:
-            timeout = env_float(ENV_TIMEOUT, 60.0)
-            if not 0 < timeout < 86400:
-                raise ShipyardError(ENV_TIMEOUT, f"{timeout:g} is not a number of seconds in (0, 86400)",
-                                    f"set {ENV_TIMEOUT} to e.g. 60 or unset it")
+            timeout = env_seconds(ENV_TIMEOUT, 60.0)
         #: each request's deadline in all (the bytes of a blob at 256 KiB/s on top)
         self.timeout_s = timeout
         # (connect, read): a registry that does not accept fails in 5 s, one that never answers in ``timeout``

@@ -35,7 +35,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from shipyard.core.env import env_float
+from shipyard.core.env import env_seconds
 from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.net import call_within, http_request
 from shipyard.params.pipeline import BY_NAME, PLACEHOLDER_OCI
@@ -51,11 +51,7 @@ ENV_CHECK_API_TIMEOUT = "SHIPYARD_CHECK_API_TIMEOUT_S"
 
 def check_api_timeout_s() -> float:
     """``SHIPYARD_CHECK_API_TIMEOUT_S`` (default :data:`CHECK_API_TIMEOUT_S`), a number of seconds."""
-    seconds = env_float(ENV_CHECK_API_TIMEOUT, CHECK_API_TIMEOUT_S)
-    if not 0 < seconds < 3600:
-        raise ShipyardError(ENV_CHECK_API_TIMEOUT, f"{seconds:g} is not a number of seconds in (0, 3600)",
-                            f"set {ENV_CHECK_API_TIMEOUT} to e.g. 15 or unset it")
-    return seconds
+    return env_seconds(ENV_CHECK_API_TIMEOUT, CHECK_API_TIMEOUT_S, most=3600.0)
 #: what the Kubernetes part leaves unchecked when it stops at its first call
 UNCHECKED = "KServe, CRDs, Secrets, nodes and permissions unchecked"
 

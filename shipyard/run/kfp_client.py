@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.env import env_float
+from shipyard.core.env import env_seconds
 from shipyard.core.errors import ShipyardError, UnreachableError, header_value, refuse_credentials
 from shipyard.core.net import call_within
 from shipyard.core.yamldocs import documents
@@ -63,11 +63,7 @@ KFP_TIMEOUT_S = 60.0
 
 def kfp_timeout_s() -> float:
     """The most one call to the KFP API may take, in seconds (``SHIPYARD_KFP_TIMEOUT_S``)."""
-    seconds = env_float(ENV_KFP_TIMEOUT, KFP_TIMEOUT_S)
-    if not 0 < seconds < 86400:
-        raise ShipyardError(ENV_KFP_TIMEOUT, f"{seconds:g} is not a number of seconds in (0, 86400)",
-                            f"set {ENV_KFP_TIMEOUT} to e.g. 60 or unset it")
-    return seconds
+    return env_seconds(ENV_KFP_TIMEOUT, KFP_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------- schedules
