@@ -478,7 +478,8 @@ from guidellm.backends.openai.http import OpenAIHTTPBackend
 from guidellm.schemas.backends import OpenAIHTTPBackendArgs
 from shipyard.evaluation.lmeval import local_completions_args
 from shipyard.gates.verification import gateway_access, parse_verify_config
-from shipyard.steps.verify import LMEVAL_TOKEN_ENV, RemoteService, _env_token, smoke_scenario
+from shipyard.core.env import environ_set
+from shipyard.steps.verify import LMEVAL_TOKEN_ENV, RemoteService, smoke_scenario
 
 
 async def guidellm(scenario):
@@ -505,7 +506,7 @@ def ask(url, token, settings):
         request = Instance(request_type="generate_until", doc={}, idx=0,
                            arguments=("hi", {"max_gen_toks": 2, "until": ["\\n"]}))
         try:
-            with _env_token(LMEVAL_TOKEN_ENV, access.token()):
+            with environ_set({LMEVAL_TOKEN_ENV: access.token()}):
                 out[f"lm-eval x{concurrency}"] = LocalCompletionsAPI(**args).generate_until([request])[0]
         except Exception as err:
             out[f"lm-eval x{concurrency}"] = f"failed: {type(err).__name__}"

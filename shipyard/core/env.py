@@ -9,9 +9,10 @@ Booleans accept ``1/true/yes/on`` and ``0/false/no/off`` (any case).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from shipyard.core.errors import ShipyardError
 
@@ -86,3 +87,20 @@ def env_seconds(name: str, default: float, *, most: float = 86400.0,
         raise ShipyardError(name, f"{seconds:g} is not a number of seconds in (0, {most:g})",
                             f"set {name} to e.g. {default:g} or unset it")
     return seconds
+
+
+@contextlib.contextmanager
+def environ_set(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Each non-empty value of ``values`` set in this process's environment for the block, then
+    every variable put back as it was (unset again when it was unset); empty values are left alone."""
+    chosen = {name: value for name, value in values.items() if value}
+    before = {name: os.environ.get(name) for name in chosen}
+    os.environ.update(chosen)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

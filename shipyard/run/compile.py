@@ -19,36 +19,20 @@ created is removed again when compiling fails.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from shipyard.core.contract import ENV_IMAGE
+from shipyard.core.env import environ_set
 from shipyard.core.errors import FileError, ShipyardError, file_error
 from shipyard.core.files import atomic_write_text, ensure_writable_dir
 from shipyard.core.yamldocs import documents, dump_documents
 from shipyard.pipelines import PIPELINES, get_pipeline
 from shipyard.runtimes.runtime import DEFAULT_IMAGE_REGISTRY, code_digest, runtime_image
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str | None) -> Iterator[None]:
-    old = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if value is not None:
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
 
 
 def retarget_images(path: Path, registry: str | None = None, flavor: str | None = None) -> None:
@@ -113,7 +97,7 @@ def compile_pipelines(out_dir: str | os.PathLike[str], names: list[str] | None =
     written: list[Path] = []
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with _env("SHIPYARD_CLUSTER_CONFIG", cluster_config), \
+        with environ_set({"SHIPYARD_CLUSTER_CONFIG": cluster_config}), \
                 tempfile.TemporaryDirectory(prefix=".shipyard-compile-", dir=out) as stage:
             for name in names or sorted(PIPELINES):
                 staged = Path(stage) / f"{name}.yaml"

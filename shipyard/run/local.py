@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from shipyard.compression.recipes import recipe_label
+from shipyard.core.env import environ_set
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text, cache_dir, package_dir
 from shipyard.core.interrupts import shielded, signal_name
@@ -390,17 +391,8 @@ def local_attestation_keys() -> Iterator[None]:
     made once and shared by every local run, so that a later run, e.g. the promote pipeline, can verify
     what an earlier one packaged), unless the user configured keys
     (:func:`shipyard.oci.attestation.local_keys_env`)."""
-    added = local_keys_env(cache_dir() / "attestation")
-    saved = {name: os.environ.get(name) for name in added}
-    os.environ.update(added)
-    try:
+    with environ_set(local_keys_env(cache_dir() / "attestation")):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _drive_pipeline(pipeline_func: Any, params: dict[str, Any], log_path: Path, console: Any, root: Path,

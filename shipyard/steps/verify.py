@@ -35,13 +35,10 @@ and passed and no other compared check failed. The report is :class:`~shipyard.c
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +49,7 @@ from shipyard.benchmarking.guidellm import (
     parse_guidellm_report,
     run_guidellm,
 )
+from shipyard.core.env import environ_set
 from shipyard.core.errors import ShipyardError
 from shipyard.core.files import atomic_write_text
 from shipyard.core.net import http_request, unreachable
@@ -193,21 +191,6 @@ class RemoteService:
 LMEVAL_TOKEN_ENV = "OPENAI_API_KEY"
 
 
-@contextlib.contextmanager
-def _env_token(name: str, token: str) -> Iterator[None]:
-    """``name`` set to ``token`` in this process for the block (the child the accuracy slice runs in), then restored."""
-    before = os.environ.get(name)
-    if token:
-        os.environ[name] = token
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-
-
 def accuracy_slice(url: str, served_model_name: str, model_dir: str, tasks: list[str],
                    limit: int | float | None = None, gateway: dict[str, Any] | None = None) -> dict[str, Any]:
     """lm-eval ``tasks`` through the service (vllm runtime); returns lm-eval's scores per task and metric.
@@ -218,7 +201,7 @@ def accuracy_slice(url: str, served_model_name: str, model_dir: str, tasks: list
     if limit is not None:
         config["limit"] = limit
     with tempfile.TemporaryDirectory(prefix="shipyard-verify-eval-") as tmp, \
-            _env_token(LMEVAL_TOKEN_ENV, access.token()):
+            environ_set({LMEVAL_TOKEN_ENV: access.token()}):
         summary = evaluate_model(model_dir, json.dumps(config), f"{tmp}/out", backend="openai",
                                  server=RemoteService(url, served_model_name, access))
     return {"scores": summary["scores"], "wall_time_s": summary.get("wall_time_s")}

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shipyard.core.env import environ_set
 from shipyard.core.errors import ShipyardError
 from shipyard.oci import attestation as att
 from shipyard.oci.layout import MT_MANIFEST, Layout, canonical_json
@@ -27,21 +26,10 @@ TWIN_ANNOTATION = "io.shipyard.twin"
 TWINS = ("unattested", "tampered")
 
 
-@contextlib.contextmanager
-def registry_login(credentials: tuple[str, str] | None) -> Iterator[None]:
+def registry_login(credentials: tuple[str, str] | None) -> contextlib.AbstractContextManager[None]:
     """``SHIPYARD_REGISTRY_USERNAME``/``PASSWORD`` set to ``credentials`` for the block (nothing when None)."""
     names = ("SHIPYARD_REGISTRY_USERNAME", "SHIPYARD_REGISTRY_PASSWORD")
-    before = {name: os.environ.get(name) for name in names}
-    if credentials:
-        os.environ.update(dict(zip(names, credentials, strict=True)))
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return environ_set(dict(zip(names, credentials, strict=True)) if credentials else {})
 
 
 def _image_layout(folder: Path, data: bytes, media: str, blobs: dict[str, Path]) -> dict[str, Any]:
