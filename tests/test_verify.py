@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 
 from shipyard.cli.main import main
 from shipyard.core.errors import ShipyardError, UnreachableError
@@ -534,7 +535,7 @@ def test_lm_eval_and_guidellm_themselves_reach_the_https_gateway(
     try:
         python = venv_python("vllm")
     except ShipyardError:
-        pytest.skip("no vllm runtime here")
+        require_tool(False, "the vllm runtime venv (.venvs/vllm: shipyard setup builds it)")
     ca, wrong = str(tls_files["cert"]), "Wr0ngTokenWr0ngTokenWr0ngTokenWr0ng"
     cases = [(TOKEN, {"ca_bundle": ca}), (TOKEN, {}), (TOKEN, {"insecure_tls": True}), (wrong, {"ca_bundle": ca})]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), HF_HUB_OFFLINE="1")
