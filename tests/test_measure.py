@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ def test_eval_and_benchmark_share_one_server(tiny_model: Path, tmp_path: Path, m
         benchmark_config=json.dumps({"loads": [1, 2], "max_requests": 16}),
         eval_out=str(tmp_path / "eval"), table_path=str(tmp_path / "table.md"), bench_out=str(bench),
         summary_path=str(tmp_path / "summary.md"),
+        safety=json.dumps({"probes": ["promptinject.HijackHateHumans"], "max_prompts": 2, "max_tokens": 8}),
     )
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     results = load_results(bench)
@@ -67,6 +69,14 @@ def test_eval_and_benchmark_share_one_server(tiny_model: Path, tmp_path: Path, m
     for name in ("guidellm.json", "scenario.json", "vllm.log", "guidellm.log", "summary.md", "golden.json"):
         assert (bench / name).is_file(), name
     assert out["bench"]["metrics"]["concurrent@1.output_tokens_per_s"] > 0
+    # the safety scan ran beside the evaluation on the same server and ended before the first timed
+    # load level began (its requests never share the server with guidellm's), kept with the results
+    scan = json.loads((bench / "safety" / "safety.json").read_text())
+    assert scan["families"]["promptinject"]["attempts"] > 0 and out["bench"]["metrics"]["safety_seconds"] > 0
+    garak = [json.loads(line) for line in (bench / "safety" / "garak.report.jsonl").read_text().splitlines()]
+    ended = datetime.fromisoformat(next(e["end_time"] for e in garak if e["entry_type"] == "completion")).timestamp()
+    first_level = min(b["start_time"] for b in json.loads((bench / "guidellm.json").read_text())["benchmarks"])
+    assert ended < first_level, (ended, first_level)
     assert "| concurrent@2 |" in (tmp_path / "summary.md").read_text()
     # what the wrapper logs into each MLflow run, as the step returns it
     log = out["log"]
@@ -74,7 +84,10 @@ def test_eval_and_benchmark_share_one_server(tiny_model: Path, tmp_path: Path, m
     assert log["eval"]["metrics"] == out["eval"]["metrics"] and log["bench"]["metrics"] == out["bench"]["metrics"]
     assert log["eval"]["artifacts"] == {"table.md": str(tmp_path / "table.md"), "summary.json": f"{tmp_path}/eval/summary.json",
                                         "samples": f"{tmp_path}/eval/samples"}
-    assert log["bench"]["artifacts"] == {"summary.md": str(tmp_path / "summary.md"), "results.json": f"{bench}/results.json"}
+    scanned = {name: f"{bench}/safety/{name}" for name in ("safety.json", "garak.report.jsonl", "garak.report.html",
+                                                             "garak.log")}
+    assert log["bench"]["artifacts"] == {"summary.md": str(tmp_path / "summary.md"), "results.json": f"{bench}/results.json",
+                                         **scanned}
     # the same figures as candidate: the gate passes with generous SLOs and draws the report
     shutil.copytree(bench, tmp_path / "cand")
     gate = run_slo_gate(str(bench), str(tmp_path / "cand"), '{"ttft_p99_ms": 60000, "itl_p99_ms": 10000}',

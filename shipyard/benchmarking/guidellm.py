@@ -28,11 +28,12 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from shipyard.benchmarking.report import benchmark_markdown
 from shipyard.benchmarking.server_metrics import MetricsSampler, level_server_stats
@@ -859,9 +860,18 @@ def benchmark_server(model_dir: str, cfg: dict[str, Any], log_path: Path, model_
                       port=cfg.get("port"), startup_timeout=float(cfg["startup_timeout"]), log_path=log_path, env=env)
 
 
+class ScannedSafety(NamedTuple):
+    """A safety scan already run against the benchmarked server (:func:`shipyard.steps.measure.scan_beside`):
+    its summary (:func:`shipyard.evaluation.garak_scan.run_scan`) and the folder of its files."""
+
+    result: dict[str, Any] | None
+    folder: Path
+
+
 def _measure_server(server: VLLMServer, cfg: dict[str, Any], tmp: Path, name: str, model_dir: str,
                     safety: str | dict[str, Any] | None,
-                    after_levels: Callable[[VLLMServer, Path], dict[str, Any]] | None) -> dict[str, Any]:
+                    after_levels: Callable[[VLLMServer, Path], dict[str, Any]] | None,
+                    scanned: ScannedSafety | None = None) -> dict[str, Any]:
     """Everything measured on the running ``server`` into ``tmp``: warm-up, the golden answers, the
     guidellm load levels (``guidellm.json``), the recorded workload's replay (``after_levels``), the
     safety scan, then the memory report and start-up phases. Returns the figures the results record
@@ -888,9 +898,14 @@ def _measure_server(server: VLLMServer, cfg: dict[str, Any], tmp: Path, name: st
     server.check_engine("the benchmark's last requests", probe=False, log_name="vllm.log")
     server.check_alive("vLLM server")
     replayed = after_levels(server, tmp) if after_levels else None
-    # the safety scan (garak) against this same server: no second model load
-    scanned = run_scan(server.base_url, name, safety, str(tmp / SAFETY_DIR)) if safety else None
-    return {"bench_seconds": bench_seconds, "replayed": replayed, "scanned": scanned, "server_reads": sampler.reads,
+    # the safety scan (garak) against this same server: no second model load; one run beside the
+    # evaluation (the measure step) is kept with the results as if run here
+    if scanned is not None:
+        shutil.copytree(scanned.folder, tmp / SAFETY_DIR)
+        scan = scanned.result
+    else:
+        scan = run_scan(server.base_url, name, safety, str(tmp / SAFETY_DIR)) if safety else None
+    return {"bench_seconds": bench_seconds, "replayed": replayed, "scanned": scan, "server_reads": sampler.reads,
             "server_metrics": {"reads": len(sampler.reads), "failed_reads": sampler.failed,
                                "interval_s": sampler.interval_s},
             "memory": server.memory_report(), "startup": server.startup_seconds,
@@ -938,6 +953,7 @@ def benchmark_step(
     shared: VLLMServer | None = None,
     safety: str | dict[str, Any] | None = None,
     after_levels: Callable[[VLLMServer, Path], dict[str, Any]] | None = None,
+    scanned: ScannedSafety | None = None,
 ) -> dict[str, Any]:
     """Serve ``model_dir`` with vLLM, benchmark it with guidellm, write ``out_dir`` (see module doc).
 
@@ -948,7 +964,8 @@ def benchmark_step(
     ``safety``: the safety parameter; when it names probes, garak scans the same server after
     the benchmark (``out_dir/safety/safety.json``, :mod:`shipyard.evaluation.garak_scan`); the
     base benchmark cache then keys its result by the safety settings too (the scan is cached
-    with it).
+    with it). ``scanned``: that scan, already run against ``shared`` (beside the evaluation: the
+    measure step), kept in the results instead of scanning again.
     ``shared``: a running server to benchmark instead of starting one (the measure step's, or the
     one a cached base was re-checked on: :mod:`shipyard.steps.base_benchmark`).
     Returns ``{"metrics": {...}, "summary": markdown, "metadata": {...}}``.
@@ -963,7 +980,7 @@ def benchmark_step(
         server = shared or benchmark_server(model_dir, cfg, tmp / "vllm.log", model_name, vllm_args=vllm_args)
         name = server.served_model_name
         with contextlib.nullcontext(server) if shared else server, _shared_log_copy(shared, tmp / "vllm.log"):
-            measured = _measure_server(server, cfg, tmp, name, model_dir, safety, after_levels)
+            measured = _measure_server(server, cfg, tmp, name, model_dir, safety, after_levels, scanned)
         report, levels = _read_levels(tmp / "guidellm.json", server)
         held = level_server_stats(report, measured["server_reads"], lambda strategy: _level_name(strategy)[0])
         for lv in levels:
