@@ -934,6 +934,34 @@ def test_s3_calls_and_object_downloads_end_at_shipyard_s3_timeout_s(monkeypatch:
                                 1.9, 5.5), "SHIPYARD_S3_TIMEOUT_S")
 
 
+def test_an_upload_in_s3transfers_pool_ends_at_the_deadline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """boto3's ``upload_file`` (MLflow's client with an ``s3://`` artifact store) sends the bytes
+    from s3transfer's own thread pool: against an endpoint that drips its answer, the call ends at
+    its deadline and the pool's threads end with it (before, they waited on, past the call)."""
+    import boto3
+
+    from shipyard.core.net import call_within
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    (tmp_path / "artifact").write_bytes(b"x" * 1000)
+    before = set(threading.enumerate())
+    with _drip_except({}) as url:
+        s3 = boto3.client("s3", endpoint_url=url)
+        error = _ends_within(lambda: call_within(1.5, s3.upload_file, str(tmp_path / "artifact"), "bucket", "key",
+                                                 on_timeout=lambda: TimeoutError("late")), 1.5, 5.0)
+        assert isinstance(error, TimeoutError), error
+
+        def left() -> list[str]:  # the call's thread and s3transfer's (not the server's, named Thread-N)
+            return [t.name for t in threading.enumerate() if t not in before and not t.name.startswith("Thread-")]
+
+        started = time.monotonic()
+        while left() and time.monotonic() - started < 5:
+            time.sleep(0.05)
+        assert not left(), f"still alive 5 s past the deadline: {left()}"
+
+
 def test_kubernetes_calls_end_at_their_deadline(tmp_path: Path) -> None:
     """The kubernetes client's timeout is per read: the deploy's calls (discovery, get, apply)
     end within ``apply.api_timeout_s`` and ``shipyard check``'s within its 15 s (here 1.5 s),
