@@ -333,3 +333,102 @@ def test_call_within_hands_back_the_value_or_the_error_and_ends_at_the_deadline(
     assert time.monotonic() - started < 2 and ended.wait(2)  # its socket shut: the blocked read ended too
     server.close()
     assert transfer_deadline(10, 256 * 1024 * 20) == 30 and transfer_deadline(10, None) == 10
+
+
+def test_call_within_ends_the_threads_its_call_started_at_the_deadline() -> None:
+    """A library that downloads in a pool of its own (``datasets``, s3transfer): the pool's worker,
+    blocked on a server that sends a byte every 0.1 s, is in the call's scope: its socket is shut
+    at the deadline, so the call ends then and the worker is gone soon after, not left reading
+    (holding the process's exit: a pool's workers are joined at exit). A thread started outside
+    any call is not touched."""
+    import contextlib
+    import socket
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    stop = threading.Event()
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def drip() -> None:  # accept, then one byte every 0.1 s until the test ends
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            serving.append(threading.Thread(target=send, args=(conn,), daemon=True))
+            serving[-1].start()
+
+    def send(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            while not stop.is_set():
+                conn.sendall(b" ")
+                stop.wait(0.1)
+
+    serving = [threading.Thread(target=drip, daemon=True)]
+    serving[0].start()
+
+    def read_all() -> int:
+        with socket.create_connection(server.getsockname()) as sock:
+            got = 0
+            while sock.recv(1):
+                got += 1
+            return got
+
+    def in_a_pool() -> int:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="drip-pool") as pool:
+            return pool.submit(read_all).result()
+
+    before = set(threading.enumerate())
+
+    def pool_threads() -> list[threading.Thread]:  # the call's thread and its pool's, not the server's
+        return [t for t in threading.enumerate() if t not in before and t not in serving]
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="late"):
+            call_within(0.5, in_a_pool, on_timeout=lambda: TimeoutError("late"))
+        assert time.monotonic() - started < 2
+        while pool_threads() and time.monotonic() - started < 5:
+            time.sleep(0.05)
+        assert not pool_threads(), f"still alive 5 s into a 0.5 s deadline: {pool_threads()}"
+        # a pool started outside any call reads on as before (its thread was never in a scope)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            outside = pool.submit(read_all)
+            assert call_within(5, lambda: 7, on_timeout=lambda: TimeoutError("late")) == 7
+            time.sleep(0.5)
+            assert not outside.done()
+            stop.set()
+            assert outside.result(timeout=5) > 0
+    finally:
+        stop.set()
+        server.close()
+
+
+def test_a_pool_kept_past_its_call_is_free_after_one_in_time_and_refuses_sockets_after_one_past_its_deadline() -> None:
+    """A pool whose worker a call started and that outlives the call (a library's module-level
+    pool): after a call that ended in time the worker opens sockets as if started outside; after
+    one past its deadline it refuses them at once (DeadlinePassed), never waits on a new one."""
+    import socket
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shipyard.core.net import DeadlinePassed
+
+    def connect() -> None:
+        with socket.socket():
+            pass
+
+    in_time = ThreadPoolExecutor(max_workers=1)
+    call_within(5, lambda: in_time.submit(connect).result(), on_timeout=lambda: TimeoutError("late"))
+    in_time.submit(connect).result(timeout=5)  # the same worker, after the call: not refused
+    in_time.shutdown()
+    late = ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    with pytest.raises(TimeoutError, match="late"):
+        call_within(0.2, lambda: late.submit(release.wait, 5).result(), on_timeout=lambda: TimeoutError("late"))
+    release.set()
+    with pytest.raises(DeadlinePassed):
+        late.submit(connect).result(timeout=5)
+    late.shutdown()
+

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from shipyard.core.errors import ShipyardError
+from shipyard.core.env import TRUE, hub_offline
+from shipyard.core.errors import ShipyardError, UnreachableError
 from shipyard.core.files import package_dir, sha256_file
+from shipyard.core.net import call_within, transfer_deadline
 from shipyard.models.s3 import client, download_prefix, load_config, parse_s3_uri
 
 DEFAULT_CALIBRATION = str(package_dir("shipyard.compression") / "calibration" / "default.jsonl")
@@ -125,12 +128,40 @@ def calibration_rows(source: str, text_column: str = "text",
     return texts, digest.hexdigest()
 
 
+def _hub_dataset_size(name: str) -> int:
+    """The bytes of the hub dataset ``name``'s files, as the hub lists them (every split's)."""
+    from huggingface_hub import HfApi
+
+    info = HfApi(token=os.environ.get("HF_TOKEN") or None).dataset_info(name, files_metadata=True)
+    return sum(int(sibling.size or 0) for sibling in info.siblings or [])
+
+
 def _load_hub_rows(name: str, field: str, num_samples: int, seed: int) -> list[dict[str, Any]]:
+    """The rows of hub dataset ``name`` (``org/name[:split]``), loaded by ``datasets`` within
+    ``SHIPYARD_HF_TIMEOUT_S`` plus its files' bytes at 256 KiB/s (the sizes the hub lists; the
+    listing has ``SHIPYARD_HF_TIMEOUT_S`` of its own), the download threads ``datasets`` starts
+    included; past it one line naming ``field`` and the setting (exit 3). Offline
+    (``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE``): from the local cache within the setting."""
+    from shipyard.models.hub import ENV_TIMEOUT, HUB_SOCKETS, hf_timeout_s
+
+    base = hf_timeout_s()  # a bad setting is one line before anything is imported or contacted
     from datasets import load_dataset
 
     dataset_name, _, split = name.partition(":")
+    deadline = base
+
+    def late() -> UnreachableError:
+        return UnreachableError(field, f"hub dataset {dataset_name!r} did not load within {round(deadline, 1):g} s",
+                                f"check the network (and HF_ENDPOINT), or raise {ENV_TIMEOUT} (seconds; the "
+                                "dataset's files get 256 KiB/s on top), or use a local JSONL/Parquet file")
+
     try:
-        ds = load_dataset(dataset_name, split=split or "train")
+        if not (hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").strip().lower() in TRUE):
+            deadline = transfer_deadline(base, call_within(base, _hub_dataset_size, dataset_name, on_timeout=late,
+                                                           owner=HUB_SOCKETS))
+        ds = call_within(deadline, load_dataset, dataset_name, split=split or "train", on_timeout=late, owner=HUB_SOCKETS)
+    except ShipyardError:
+        raise
     except Exception as err:
         raise ShipyardError(
             field,

@@ -10,6 +10,13 @@ a server that sends a byte a second would hold it forever), and an answer no lar
 :data:`MAX_ANSWER_BYTES` (a bigger one is refused before it is read whole). :func:`call_within`
 gives the same overall deadline to a client library's call (KFP, MLflow, minio, Kubernetes,
 requests), its own retries included; :func:`transfer_deadline` grows a deadline with the bytes moved.
+
+A call's scope covers the threads it starts too (a library that downloads in a pool of its own:
+``datasets.load_dataset``, s3transfer, huggingface_hub's parallel files): once any call has run,
+``threading.Thread.start`` is wrapped process-wide (with the audit hook, once), and a thread
+started while a scope is current runs with that scope, its sockets shut at the deadline like the
+call's own. A thread started outside any scope runs exactly as before (the wrapper only reads a
+thread-local). Python code only: a library's native threads (hf_xet's Rust runtime) stay unseen.
 """
 
 from __future__ import annotations
@@ -335,11 +342,20 @@ class DeadlinePassed(Exception):
 
 class _Scope:
     """The sockets one :func:`call_within` call made (seen through the ``socket.__new__`` audit
-    event, TLS-wrapped ones included), with those of its owner's earlier calls (a client's pooled
-    connections, which a later call reuses): shut down at the deadline, so whatever waits on them ends."""
+    event, TLS-wrapped ones included), in its own thread and in the threads it started (see
+    :func:`_start`), with those of its owner's earlier calls (a client's pooled connections, which
+    a later call reuses): shut down at the deadline, so whatever waits on them ends.
+
+    A call that ends in time closes its scope (:meth:`finish`): a pool worker it started and a
+    later call reuses is then unwatched again, as if started outside. A call past its deadline
+    leaves its scope expired for good: a worker it started goes on refusing sockets
+    (:class:`DeadlinePassed`), so a pool kept past such a call fails its later work at once
+    rather than wait (shipyard's own pools live for one call). A worker started before the call
+    (a pool made outside it) is not in the scope."""
 
     def __init__(self, owner: object | None) -> None:
         self.expired = False
+        self.finished = False
         self._lock = threading.Lock()
         if owner is None:
             self._socks: weakref.WeakSet[socket.socket] = weakref.WeakSet()
@@ -349,14 +365,24 @@ class _Scope:
 
     def saw(self, event: str, args: tuple[object, ...]) -> None:
         with self._lock:
+            if self.finished:  # a thread the call started, outliving a call that ended in time
+                return
             if self.expired:
                 raise DeadlinePassed(f"{event} past the deadline")
         if event == "socket.__new__" and isinstance(args[0], socket.socket):
             with _owned_lock:
                 self._socks.add(args[0])
 
+    def finish(self) -> None:
+        """The call ended: in time, its threads are free of the scope; past its deadline, not."""
+        with self._lock:
+            if not self.expired:
+                self.finished = True
+
     def expire(self) -> None:
         with self._lock:
+            if self.finished:
+                return
             self.expired = True
         with _owned_lock:
             socks = list(self._socks)
@@ -381,11 +407,33 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
             scope.saw(event, args)
 
 
+_thread_start = threading.Thread.start
+
+
+def _start(self: threading.Thread) -> None:
+    """``threading.Thread.start`` that hands the starting thread's scope, when it has one, to the
+    new thread (for its whole run: a pool worker keeps it across tasks, see :class:`_Scope`)."""
+    scope = getattr(_scope, "current", None)
+    if scope is not None:
+        run = self.run
+
+        def run_in_scope() -> None:
+            _scope.current = scope
+            try:
+                run()
+            finally:
+                _scope.current = None
+
+        self.run = run_in_scope  # type: ignore[method-assign]
+    _thread_start(self)
+
+
 def _install_hook() -> None:
     global _hooked
     with _hook_lock:
         if not _hooked:
             sys.addaudithook(_audit)  # once per process; it only looks at socket events in a watched call
+            threading.Thread.start = _start  # type: ignore[method-assign]  # threads started in a call join its scope
             _hooked = True
 
 
@@ -397,8 +445,9 @@ def call_within(deadline_s: float, fn: Callable[..., T], /, *args: Any, on_timeo
     own retries and their back-off.
 
     The call runs in a thread of its own (with the caller's context variables); at the deadline
-    the sockets it made are shut down (whatever blocks on them ends), any socket it makes or
-    connects after that raises :class:`DeadlinePassed`, and the caller gets ``on_timeout()``
+    the sockets it made, and those of the threads it started (a library's download pool), are
+    shut down (whatever blocks on them ends), any socket it or they make or connect after that
+    raises :class:`DeadlinePassed`, and the caller gets ``on_timeout()``
     (one line naming the setting that gave the deadline) at once: a call stuck where no socket
     reaches (the system resolver) is left behind in its daemon thread. Its value or exception
     otherwise, as if called directly. ``owner`` (the client object, weakly held): the sockets its
@@ -417,6 +466,7 @@ def call_within(deadline_s: float, fn: Callable[..., T], /, *args: Any, on_timeo
             outcome["error"] = err
         finally:
             _scope.current = None
+            scope.finish()
             done.set()
 
     worker = threading.Thread(target=work, name="shipyard-call-within", daemon=True)

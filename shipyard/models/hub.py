@@ -34,7 +34,9 @@ class _Hub:
     """The owner of the hub calls' sockets: huggingface_hub's one shared HTTP client reuses them."""
 
 
-_OWNER = _Hub()
+#: the ``owner`` of every call to the hub (:func:`~shipyard.core.net.call_within`): a pooled
+#: connection an earlier call left (huggingface_hub's one shared client) is shut at a later one's deadline
+HUB_SOCKETS = _Hub()
 
 
 def within(what: str, fn: Any, *args: Any, size: int | None = None, **kwargs: Any) -> Any:
@@ -49,7 +51,7 @@ def within(what: str, fn: Any, *args: Any, size: int | None = None, **kwargs: An
                                 f"{what} within {round(deadline, 1):g} s", f"check the network (and HF_ENDPOINT), or "
                                 f"raise {ENV_TIMEOUT} (seconds per call; a file gets 256 KiB/s on top)")
 
-    return call_within(deadline, fn, *args, on_timeout=late, owner=_OWNER, **kwargs)
+    return call_within(deadline, fn, *args, on_timeout=late, owner=HUB_SOCKETS, **kwargs)
 
 
 def model_info(repo: str, revision: str | None, *, files_metadata: bool = False) -> Any:

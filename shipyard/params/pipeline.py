@@ -287,7 +287,8 @@ _ALL: list[Param] = [
       'KV-cache tokens, memory planner); or JSON {"objective": ..., "then": [...]} for the tie-breakers.', json=True,
       check=_check_selection),
     P("calibration_dataset", str, "",
-      "Calibration data: hub dataset name[:split], s3://bucket/key.jsonl, or empty for shipyard's built-in text.",
+      "Calibration data: hub dataset name[:split] (loaded within `SHIPYARD_HF_TIMEOUT_S`), "
+      "s3://bucket/key.jsonl, or empty for shipyard's built-in text.",
       credential_fix="drop them; S3 credentials go in the Secret shipyard-s3 (AWS_ACCESS_KEY_ID, "
                      "AWS_SECRET_ACCESS_KEY), the Hub's in HF_TOKEN"),
     P("text_column", str, "text", "Column of the calibration data that holds the text.",

@@ -1443,11 +1443,13 @@ def test_a_bad_registry_deadline_is_one_line(value: str, monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "nan"])
-@pytest.mark.parametrize("call", ["pin", "resolve"])
+@pytest.mark.parametrize("call", ["pin", "resolve", "calibration"])
 def test_a_bad_hub_deadline_is_one_line_before_any_call(value: str, call: str, monkeypatch: pytest.MonkeyPatch,
                                                        tmp_path: Path) -> None:
     """``SHIPYARD_HF_TIMEOUT_S`` (each call to the Hugging Face Hub, issue 34): a value that is not
-    a number of seconds is one line naming it, before huggingface_hub is imported or the hub contacted."""
+    a number of seconds is one line naming it, before huggingface_hub (or datasets, for a hub
+    ``calibration_dataset``) is imported or the hub contacted."""
+    from shipyard.compression.calibration import load_calibration_texts
     from shipyard.core.errors import ShipyardError
     from shipyard.models.hub import ENV_TIMEOUT
     from shipyard.models.resolve import resolve_model
@@ -1457,6 +1459,9 @@ def test_a_bad_hub_deadline_is_one_line_before_any_call(value: str, call: str, m
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", DEAD)
     with pytest.raises(ShipyardError) as err:
-        pin_model("hf://org/name") if call == "pin" else resolve_model("hf://org/name", str(tmp_path / "m"))
+        if call == "calibration":
+            load_calibration_texts("org/name", text_column="text", num_samples=4, seed=0, tokenizer=None)
+        else:
+            pin_model("hf://org/name") if call == "pin" else resolve_model("hf://org/name", str(tmp_path / "m"))
     assert err.value.field == ENV_TIMEOUT == "SHIPYARD_HF_TIMEOUT_S" and "\n" not in str(err.value)
     assert not (tmp_path / "m").exists()

@@ -934,6 +934,34 @@ def test_s3_calls_and_object_downloads_end_at_shipyard_s3_timeout_s(monkeypatch:
                                 1.9, 5.5), "SHIPYARD_S3_TIMEOUT_S")
 
 
+def test_an_upload_in_s3transfers_pool_ends_at_the_deadline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """boto3's ``upload_file`` (MLflow's client with an ``s3://`` artifact store) sends the bytes
+    from s3transfer's own thread pool: against an endpoint that drips its answer, the call ends at
+    its deadline and the pool's threads end with it (before, they waited on, past the call)."""
+    import boto3
+
+    from shipyard.core.net import call_within
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    (tmp_path / "artifact").write_bytes(b"x" * 1000)
+    before = set(threading.enumerate())
+    with _drip_except({}) as url:
+        s3 = boto3.client("s3", endpoint_url=url)
+        error = _ends_within(lambda: call_within(1.5, s3.upload_file, str(tmp_path / "artifact"), "bucket", "key",
+                                                 on_timeout=lambda: TimeoutError("late")), 1.5, 5.0)
+        assert isinstance(error, TimeoutError), error
+
+        def left() -> list[str]:  # the call's thread and s3transfer's (not the server's, named Thread-N)
+            return [t.name for t in threading.enumerate() if t not in before and not t.name.startswith("Thread-")]
+
+        started = time.monotonic()
+        while left() and time.monotonic() - started < 5:
+            time.sleep(0.05)
+        assert not left(), f"still alive 5 s past the deadline: {left()}"
+
+
 def test_kubernetes_calls_end_at_their_deadline(tmp_path: Path) -> None:
     """The kubernetes client's timeout is per read: the deploy's calls (discovery, get, apply)
     end within ``apply.api_timeout_s`` and ``shipyard check``'s within its 15 s (here 1.5 s),
@@ -1057,3 +1085,126 @@ def test_hub_pins_and_downloads_end_at_shipyard_hf_timeout_s(drip: str, tmp_path
     _late_line(ShipyardError.from_line(proc.stdout.strip()), ENV_TIMEOUT)
     assert took < 20, f"{argv[0]} took {took:.1f} s"  # the imports (seconds) and 1 s
     assert not (tmp_path / "m").exists()
+
+
+DATASET_FILES = [f"data/train-{number:05d}-of-00016.jsonl" for number in range(16)]  # 16: datasets downloads in a pool
+DATASET_CALL = ("import sys, threading, time\nfrom shipyard.core.errors import ShipyardError\n"
+                "from shipyard.compression.calibration import load_calibration_texts\n"
+                "try:\n    texts = load_calibration_texts(sys.argv[1], text_column='text', num_samples=4, seed=0,"
+                " tokenizer=None)\n    print(len(texts))\n"
+                "except ShipyardError as err:\n    print(err)\n"
+                "    def held():  # what keeps the process from exiting: non-daemon and pool threads (joined at exit)\n"
+                "        return [t.name for t in threading.enumerate() if t is not threading.main_thread() and\n"
+                "                (not t.daemon or t.name.startswith(('ThreadPoolExecutor', 'shipyard-call-within')))]\n"
+                "    started = time.monotonic()\n"
+                "    while held() and time.monotonic() - started < 5:\n        time.sleep(0.1)\n"
+                "    print('alive:', held())\n    sys.exit(3)\n")
+
+
+@contextlib.contextmanager
+def _dripping_dataset_hub(drip: bool, every_s: float = 0.5) -> Iterator[str]:
+    """A Hugging Face Hub on loopback with one dataset, ``tiny-org/calib``: 16 JSONL files of a
+    train split (``datasets`` downloads 16 or more in a thread pool of its own), each file's bytes
+    dripping one byte every ``every_s`` after whole headers when ``drip``; the listing, the file
+    checks (HEAD) and the README answer at once (any other path: 404, as the hub says it)."""
+    stop = threading.Event()
+    body = b'{"text": "calibration text"}\n' * 4
+    repo = "tiny-org/calib"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, payload: bytes, head: bool = False) -> None:
+            self.send_response(200)
+            path = self.path.split("?")[0]
+            for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
+                                ("X-Repo-Commit", HUB_COMMIT), ("ETag", f'"{abs(hash(path.split("/")[-1]))}"')):
+                self.send_header(name, value)
+            self.end_headers()
+            if not head:
+                self.wfile.write(payload)
+
+        def _file(self, path: str) -> dict[str, object]:
+            kind = "directory" if path == "data" else "file"
+            return {"type": kind, "path": path, "size": len(body) if path.endswith(".jsonl") else 5, "oid": "ab" * 20}
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name; paths-info
+            import urllib.parse
+
+            form = urllib.parse.parse_qs(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode())
+            self._send(json.dumps([self._file(path) for path in form.get("paths", [])]).encode())
+
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
+            self.do_GET(head=True)
+
+        def do_GET(self, head: bool = False) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?")[0]
+            if path.startswith(f"/api/datasets/{repo}/tree/"):
+                listed = DATASET_FILES if path.endswith("/data") else ["data", "README.md"]
+                self._send(json.dumps([self._file(name) for name in listed]).encode(), head)
+            elif path.startswith(f"/api/datasets/{repo}"):
+                self._send(json.dumps({"id": repo, "sha": HUB_COMMIT, "siblings": [
+                    {"rfilename": name, "size": len(body)} for name in DATASET_FILES]}).encode(), head)
+            elif path.startswith(f"/datasets/{repo}/resolve/") and path.endswith(".jsonl"):
+                if not drip or head:
+                    self._send(body, head)
+                    return
+                self.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+                with contextlib.suppress(OSError):
+                    while not stop.is_set():
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        stop.wait(every_s)
+                self.close_connection = True
+            elif path.startswith(f"/datasets/{repo}/resolve/") and path.endswith("/README.md"):
+                self._send(b"# calib", head)
+            else:
+                self.send_response(404)
+                self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        with LoopbackServer(Handler) as server:
+            yield server.url
+    finally:
+        stop.set()
+
+
+@pytest.mark.skipif(not HUB_PYTHON.exists(), reason="needs the compress venv (datasets)")
+@pytest.mark.parametrize("drip", [True, False])
+def test_hub_calibration_dataset_ends_at_shipyard_hf_timeout_s(drip: bool, tmp_path: Path) -> None:
+    """``datasets.load_dataset`` downloads a split of 16 files or more in a thread pool of its own:
+    a hub whose files drip held those threads (and the process's exit) forever, past the call's
+    deadline. The real ``datasets`` (the compress venv's) against a hub on loopback: the
+    calibration load ends within ``SHIPYARD_HF_TIMEOUT_S`` (the files' bytes at 256 KiB/s on top)
+    with one line naming ``calibration_dataset`` and the setting, no thread left, and the process
+    exits; a hub that answers at once gives the texts."""
+    from shipyard.models.hub import ENV_TIMEOUT
+
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("HF_") and name not in ("TRANSFORMERS_OFFLINE",)
+           and name.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    with _dripping_dataset_hub(drip) as url:
+        env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"),
+                   HF_DATASETS_CACHE=str(tmp_path / "datasets"), HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0",
+                   **{ENV_TIMEOUT: "1"}, NO_PROXY="127.0.0.1")
+        started = time.monotonic()
+        try:
+            proc = subprocess.run([str(HUB_PYTHON), "-c", DATASET_CALL, "tiny-org/calib"], env=env,
+                                  capture_output=True, text=True, timeout=40, check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the calibration load (or the process's exit) still waiting 40 s into a 1 s SHIPYARD_HF_TIMEOUT_S")
+        took = time.monotonic() - started
+    if not drip:
+        assert proc.returncode == 0 and proc.stdout.strip() == "4", proc.stdout + proc.stderr[-2000:]
+        return
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-2000:]
+    line, alive = proc.stdout.strip().splitlines()
+    error = ShipyardError.from_line(line)
+    assert error.field == "calibration_dataset" and ENV_TIMEOUT in line and "within" in line, line
+    assert alive == "alive: []", alive  # the pool's threads ended with their shut sockets
+    assert took < 20, f"took {took:.1f} s"  # the imports (seconds), 1 s and the files' bytes at 256 KiB/s
