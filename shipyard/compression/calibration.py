@@ -140,12 +140,15 @@ def _load_hub_rows(name: str, field: str, num_samples: int, seed: int) -> list[d
     """The rows of hub dataset ``name`` (``org/name[:split]``), loaded by ``datasets`` within
     ``SHIPYARD_HF_TIMEOUT_S`` plus its files' bytes at 256 KiB/s (the sizes the hub lists; the
     listing has ``SHIPYARD_HF_TIMEOUT_S`` of its own), the download threads ``datasets`` starts
-    included; past it one line naming ``field`` and the setting (exit 3). Offline
+    included, over plain HTTP (:func:`shipyard.models.hub.plain_http`); past it one line naming
+    ``field`` and the setting (exit 3). Offline
     (``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE``): from the local cache within the setting."""
-    from shipyard.models.hub import ENV_TIMEOUT, HUB_SOCKETS, hf_timeout_s
+    from shipyard.models.hub import ENV_TIMEOUT, HUB_SOCKETS, hf_timeout_s, plain_http
 
     base = hf_timeout_s()  # a bad setting is one line before anything is imported or contacted
     from datasets import load_dataset
+
+    plain_http()  # the files over HTTP, in sockets the deadline shuts (not hf_xet's)
 
     dataset_name, _, split = name.partition(":")
     deadline = base

@@ -6,6 +6,10 @@ byte every few seconds would hold a pin or a download forever. Every call here e
 256 KiB/s on top (the size the hub lists for it); past it one line naming the setting (exit 3,
 :func:`shipyard.core.net.call_within`). ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE``
 are read as huggingface_hub reads them.
+
+The files come over plain HTTP, not hf_xet (:func:`plain_http`): hf_xet moves a Xet-stored file in
+Rust threads and sockets the deadline cannot see or shut (its own timeouts are per read, its retries
+last minutes), so a call past its deadline would give up while the transfer went on.
 """
 
 from __future__ import annotations
@@ -39,10 +43,34 @@ class _Hub:
 HUB_SOCKETS = _Hub()
 
 
+#: huggingface_hub's switch for hf_xet (read once, when huggingface_hub is first imported)
+ENV_DISABLE_XET = "HF_HUB_DISABLE_XET"
+
+
+def plain_http() -> None:
+    """Hub files over plain HTTP from here on in this process, not hf_xet, unless the user set
+    ``HF_HUB_DISABLE_XET`` (any value: their choice stands, ``0`` trading the deadline for Xet's speed).
+
+    huggingface_hub uses hf_xet for every Xet-stored file whenever it is installed and
+    ``HF_HUB_DISABLE_XET`` is not true; hf_xet then moves the bytes in Rust threads and sockets that
+    :func:`~shipyard.core.net.call_within` cannot shut, its own settings being per read
+    (``HF_XET_CLIENT_READ_TIMEOUT``) and retries of minutes, and huggingface_hub keeps the download
+    group that could abort it to itself. Over HTTP the same file comes from the same hub, in Python
+    sockets the deadline shuts. Process-wide (huggingface_hub reads the flag at each download, from
+    its ``constants``; a flag per call would race the parallel files): a step is a process of its
+    own, and the environment is left as it was, so the processes it starts (vLLM) choose for themselves."""
+    if os.environ.get(ENV_DISABLE_XET, "").strip():
+        return
+    from huggingface_hub import constants
+
+    constants.HF_HUB_DISABLE_XET = True
+
+
 def within(what: str, fn: Any, *args: Any, size: int | None = None, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` (a huggingface_hub call) within ``SHIPYARD_HF_TIMEOUT_S``, plus
-    ``size`` bytes at 256 KiB/s; past it one line naming the setting."""
+    ``size`` bytes at 256 KiB/s, over plain HTTP (:func:`plain_http`); past it one line naming the setting."""
     deadline = transfer_deadline(hf_timeout_s(), size)
+    plain_http()
 
     def late() -> UnreachableError:
         from huggingface_hub import constants

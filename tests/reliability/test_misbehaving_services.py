@@ -1087,6 +1087,111 @@ def test_hub_pins_and_downloads_end_at_shipyard_hf_timeout_s(drip: str, tmp_path
     assert not (tmp_path / "m").exists()
 
 
+@contextlib.contextmanager
+def _silent_xet_cas() -> Iterator[str]:
+    """A Xet CAS server on loopback that takes connections and never answers (the kernel completes
+    the handshakes; nothing reads): hf_xet's Rust sockets wait on it for their own read timeout and
+    retries, unseen by Python. Yields its URL."""
+    cas = socket.socket()
+    try:
+        cas.bind(("127.0.0.1", 0))
+        cas.listen(16)
+        yield f"http://127.0.0.1:{cas.getsockname()[1]}"
+    finally:
+        cas.close()
+
+
+XET_TOKEN_ROUTE = "/xet-read-token/"
+
+
+def _xet_headers(handler: http.server.BaseHTTPRequestHandler, cas: str) -> tuple[tuple[str, str], ...]:
+    """The headers a hub sends with a Xet-stored file (its hash and token route, what makes
+    huggingface_hub use hf_xet), or with the token route's answer (the CAS server and a token)."""
+    if XET_TOKEN_ROUTE in handler.path:
+        return (("X-Xet-Cas-Url", cas), ("X-Xet-Access-Token", "xet-read"),
+                ("X-Xet-Token-Expiration", str(int(time.time()) + 3600)))
+    host = f"http://127.0.0.1:{handler.server.server_address[1]}"
+    return (("X-Xet-Hash", "ab" * 32), ("X-Xet-Refresh-Route", f"{host}/api/models/tiny-org/tiny{XET_TOKEN_ROUTE}x"))
+
+
+@contextlib.contextmanager
+def _xet_hub() -> Iterator[tuple[str, list[str]]]:
+    """A Hugging Face Hub on loopback whose one model, ``tiny-org/tiny`` (config.json), is stored in
+    Xet, as most of the hub's are: the file check (HEAD) names its Xet hash and token route, the
+    token route names a Xet CAS server that takes connections and never answers (hf_xet's Rust
+    sockets wait on it for their own read timeout and retries, unseen by Python), and the file's
+    bytes also come at once over plain HTTP from ``/resolve/``. Yields the URL and the paths asked."""
+    body = b'{"model_type": "llama"}' + b" " * 4000
+    info = json.dumps({"id": "tiny-org/tiny", "sha": HUB_COMMIT,
+                       "siblings": [{"rfilename": "config.json", "size": len(body)}]}).encode()
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self, payload: bytes, head: bool = False, extra: tuple[tuple[str, str], ...] = ()) -> None:
+            self.send_response(200)
+            for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
+                                ("X-Repo-Commit", HUB_COMMIT), ("ETag", '"config-etag"'), *extra):
+                self.send_header(name, value)
+            self.end_headers()
+            if not head:
+                self.wfile.write(payload)
+
+        def _route(self, head: bool) -> None:
+            asked.append(f"{self.command} {self.path}")
+            if XET_TOKEN_ROUTE in self.path:
+                self._answer(b"{}", head, _xet_headers(self, cas))
+            elif self.path.startswith("/api/models/"):
+                self._answer(info, head)
+            elif self.path.startswith("/tiny-org/tiny/resolve/"):
+                self._answer(body, head, _xet_headers(self, cas))
+            else:
+                self.send_error(404)
+
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
+            self._route(head=True)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self._route(head=False)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with _silent_xet_cas() as cas, LoopbackServer(Handler) as server:
+        yield server.url, asked
+
+
+@pytest.mark.skipif(not HUB_PYTHON.exists(), reason="needs the compress venv (huggingface_hub, hf_xet)")
+def test_hub_download_of_a_xet_file_comes_over_http_within_shipyard_hf_timeout_s(tmp_path: Path) -> None:
+    """hf_xet (installed beside huggingface_hub) moves a Xet-stored file in Rust threads and sockets
+    that shipyard's deadline cannot see or shut: past ``SHIPYARD_HF_TIMEOUT_S`` the call gave up but
+    the transfer (and the process's exit) went on for hf_xet's own timeouts and retries (minutes).
+    Shipyard's hub calls go over plain HTTP instead: against a hub on loopback whose Xet CAS never
+    answers, resolving ``hf://`` gives the file from ``/resolve/`` within the deadline, and the
+    Xet token route is never asked."""
+    from shipyard.models.hub import ENV_TIMEOUT
+
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("HF_") and name not in ("TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+           and name.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    with _xet_hub() as (url, asked):
+        env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"),
+                   **{ENV_TIMEOUT: "10"}, NO_PROXY="127.0.0.1")
+        started = time.monotonic()
+        try:
+            proc = subprocess.run([str(HUB_PYTHON), "-c", HUB_CALL, "resolve", "hf://tiny-org/tiny",
+                                   str(tmp_path / "m")], env=env, capture_output=True, text=True, timeout=40,
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"resolve still waiting 40 s into a 10 s SHIPYARD_HF_TIMEOUT_S (asked: {asked})")
+        took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert json.loads((tmp_path / "m" / "config.json").read_text()) == {"model_type": "llama"}
+    assert not [ask for ask in asked if XET_TOKEN_ROUTE in ask], asked
+    assert took < 10, f"took {took:.1f} s"  # the imports (seconds); the file comes at once
+
+
 DATASET_FILES = [f"data/train-{number:05d}-of-00016.jsonl" for number in range(16)]  # 16: datasets downloads in a pool
 DATASET_CALL = ("import sys, threading, time\nfrom shipyard.core.errors import ShipyardError\n"
                 "from shipyard.compression.calibration import load_calibration_texts\n"
@@ -1102,11 +1207,13 @@ DATASET_CALL = ("import sys, threading, time\nfrom shipyard.core.errors import S
 
 
 @contextlib.contextmanager
-def _dripping_dataset_hub(drip: bool, every_s: float = 0.5) -> Iterator[str]:
+def _dripping_dataset_hub(drip: bool, every_s: float = 0.5, *, xet: list[str] | None = None) -> Iterator[str]:
     """A Hugging Face Hub on loopback with one dataset, ``tiny-org/calib``: 16 JSONL files of a
     train split (``datasets`` downloads 16 or more in a thread pool of its own), each file's bytes
     dripping one byte every ``every_s`` after whole headers when ``drip``; the listing, the file
-    checks (HEAD) and the README answer at once (any other path: 404, as the hub says it)."""
+    checks (HEAD) and the README answer at once (any other path: 404, as the hub says it). With
+    ``xet`` (a list: the Xet token asks are added to it), the files are Xet-stored, on a CAS server
+    that never answers (:func:`_silent_xet_cas`), their bytes also over plain HTTP."""
     stop = threading.Event()
     body = b'{"text": "calibration text"}\n' * 4
     repo = "tiny-org/calib"
@@ -1117,8 +1224,10 @@ def _dripping_dataset_hub(drip: bool, every_s: float = 0.5) -> Iterator[str]:
         def _send(self, payload: bytes, head: bool = False) -> None:
             self.send_response(200)
             path = self.path.split("?")[0]
+            stored = _xet_headers(self, cas) if xet is not None and (path.endswith(".jsonl") or XET_TOKEN_ROUTE in path) else ()
             for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
-                                ("X-Repo-Commit", HUB_COMMIT), ("ETag", f'"{abs(hash(path.split("/")[-1]))}"')):
+                                ("X-Repo-Commit", HUB_COMMIT), ("ETag", f'"{abs(hash(path.split("/")[-1]))}"'),
+                                *stored):
                 self.send_header(name, value)
             self.end_headers()
             if not head:
@@ -1139,6 +1248,10 @@ def _dripping_dataset_hub(drip: bool, every_s: float = 0.5) -> Iterator[str]:
 
         def do_GET(self, head: bool = False) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?")[0]
+            if XET_TOKEN_ROUTE in path and xet is not None:
+                xet.append(path)
+                self._send(b"{}", head)
+                return
             if path.startswith(f"/api/datasets/{repo}/tree/"):
                 listed = DATASET_FILES if path.endswith("/data") else ["data", "README.md"]
                 self._send(json.dumps([self._file(name) for name in listed]).encode(), head)
@@ -1168,39 +1281,43 @@ def _dripping_dataset_hub(drip: bool, every_s: float = 0.5) -> Iterator[str]:
             pass
 
     try:
-        with LoopbackServer(Handler) as server:
+        with _silent_xet_cas() as cas, LoopbackServer(Handler) as server:
             yield server.url
     finally:
         stop.set()
 
 
 @pytest.mark.skipif(not HUB_PYTHON.exists(), reason="needs the compress venv (datasets)")
-@pytest.mark.parametrize("drip", [True, False])
-def test_hub_calibration_dataset_ends_at_shipyard_hf_timeout_s(drip: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("drip", "xet"), [(True, False), (False, False), (False, True)])
+def test_hub_calibration_dataset_ends_at_shipyard_hf_timeout_s(drip: bool, xet: bool, tmp_path: Path) -> None:
     """``datasets.load_dataset`` downloads a split of 16 files or more in a thread pool of its own:
     a hub whose files drip held those threads (and the process's exit) forever, past the call's
     deadline. The real ``datasets`` (the compress venv's) against a hub on loopback: the
     calibration load ends within ``SHIPYARD_HF_TIMEOUT_S`` (the files' bytes at 256 KiB/s on top)
     with one line naming ``calibration_dataset`` and the setting, no thread left, and the process
-    exits; a hub that answers at once gives the texts."""
+    exits; a hub that answers at once gives the texts, its Xet-stored files too (over plain HTTP,
+    never through hf_xet, whose Rust sockets the deadline cannot shut: the Xet token is never asked)."""
     from shipyard.models.hub import ENV_TIMEOUT
 
     env = {name: value for name, value in os.environ.items()
            if not name.startswith("HF_") and name not in ("TRANSFORMERS_OFFLINE",)
            and name.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
-    with _dripping_dataset_hub(drip) as url:
+    xet_asks: list[str] = []
+    with _dripping_dataset_hub(drip, xet=xet_asks if xet else None) as url:
         env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"),
                    HF_DATASETS_CACHE=str(tmp_path / "datasets"), HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0",
-                   **{ENV_TIMEOUT: "1"}, NO_PROXY="127.0.0.1")
+                   **{ENV_TIMEOUT: "1" if drip else "10"}, NO_PROXY="127.0.0.1")  # 10: a load on a busy machine
         started = time.monotonic()
         try:
             proc = subprocess.run([str(HUB_PYTHON), "-c", DATASET_CALL, "tiny-org/calib"], env=env,
                                   capture_output=True, text=True, timeout=40, check=False)
         except subprocess.TimeoutExpired:
-            pytest.fail("the calibration load (or the process's exit) still waiting 40 s into a 1 s SHIPYARD_HF_TIMEOUT_S")
+            pytest.fail(f"the calibration load (or the process's exit) still waiting 40 s into a {env[ENV_TIMEOUT]} s "
+                        "SHIPYARD_HF_TIMEOUT_S")
         took = time.monotonic() - started
     if not drip:
         assert proc.returncode == 0 and proc.stdout.strip() == "4", proc.stdout + proc.stderr[-2000:]
+        assert xet_asks == [] and took < 20, (xet_asks, took)
         return
     assert proc.returncode == 3, proc.stdout + proc.stderr[-2000:]
     line, alive = proc.stdout.strip().splitlines()
