@@ -16,7 +16,8 @@ A call's scope covers the threads it starts too (a library that downloads in a p
 ``threading.Thread.start`` is wrapped process-wide (with the audit hook, once), and a thread
 started while a scope is current runs with that scope, its sockets shut at the deadline like the
 call's own. A thread started outside any scope runs exactly as before (the wrapper only reads a
-thread-local). Python code only: a library's native threads (hf_xet's Rust runtime) stay unseen.
+thread-local). Python code only: a library's native threads stay unseen (hf_xet's Rust runtime: shipyard's Hub
+calls go over plain HTTP instead, :func:`shipyard.models.hub.plain_http`).
 """
 
 from __future__ import annotations
