@@ -61,7 +61,7 @@ EXERCISED: dict[str, str] = {
     ("shipyard watch --prometheus http://prometheus-operated.monitoring:9090 --model-name qwen --champion decision/ "
      "--requalify --host https://kfp.example.com --param registry=quay.io --param repository=your-org/models"):
         "test:tests/test_watch.py::test_requalify_starts_from_the_base_the_champion_record_names",
-    "bash .ci/podman-setup": "ci:.ci/setup",
+    "bash .ci/podman-setup": "ci:.ci/test",
     ".venvs/base/bin/shipyard images build --flavor cpu": "ci:.ci/setup",
     ".venvs/base/bin/shipyard run --local --runner container --work-dir rehearsal":
         "test:tests/test_container_rehearsal.py::test_rehearsal_runs_the_whole_pipeline_in_containers",
@@ -112,6 +112,27 @@ def test_ci_and_test_references_hold(command: str) -> None:
                 calls = next((c for flag, c in _CALLS.items() if flag in part), ())
                 covered.append(any(call in source for call in calls))
         assert any(covered), f"{part!r} is run by none of {hows}"
+
+
+def _code(script: str) -> list[str]:
+    """The lines of a CI script that run something (no comments, no blank lines)."""
+    return [line.strip() for line in (REPO / script).read_text().splitlines() if line.strip()
+            and not line.strip().startswith("#")]
+
+
+def test_setup_installs_what_the_run_needs_and_the_test_command_what_the_tests_need() -> None:
+    """Issue 33: the first command installs no test-only packages (Chromium, prometheus; podman only
+    for CI's image builds) and ends with its time and the next command; the test command installs
+    them before its first pytest."""
+    setup, test = _code(".ci/setup"), _code(".ci/test")
+    assert not any("test-tools" in line for line in setup)
+    podman = [i for i, line in enumerate(setup) if "bash .ci/podman-setup" in line]
+    images = next(i for i, line in enumerate(setup) if 'SHIPYARD_BUILD_IMAGES:-}" = 1' in line)
+    assert podman and all(i > images for i in podman)  # inside the CI-only image block
+    assert "setup took" in setup[-2] and ".venvs/base/bin/shipyard run --local --work-dir shipyard-run" in setup[-2]
+    first_pytest = next(i for i, line in enumerate(test) if '"$PYTEST"' in line)
+    for tool in ("bash .ci/podman-setup", "bash .ci/test-tools"):
+        assert any(tool in line for line in test[:first_pytest]), tool
 
 
 @pytest.fixture()
