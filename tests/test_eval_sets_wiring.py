@@ -374,9 +374,9 @@ def test_the_judge_step_serves_the_handed_model_and_fetches_nothing(tmp_path: Pa
     monkeypatch.setattr(resolve_mod, "resolve_model", never)
     monkeypatch.setattr(pin_mod, "pin_model", never)
     monkeypatch.setattr(vllm_mod, "VLLMServer", _Server)
-    monkeypatch.setattr(judge_mod, "judge_set", lambda url, model, rows, b, c: (
+    monkeypatch.setattr(judge_mod, "judge_set", lambda url, model, rows, b, c, **caps: (
         [{"id": r["id"], "base_first": "tie", "candidate_first": "tie"} for r in rows], 0))
-    monkeypatch.setattr(judge_mod, "judge_labels", lambda url, model, labels: [r["label"] for r in labels])
+    monkeypatch.setattr(judge_mod, "judge_labels", lambda url, model, labels, **caps: [r["label"] for r in labels])
     rubric = json.dumps({"sets": [{"name": "homework", "form": "rubric", "uri": "builtin://homework_rubric.jsonl"}],
                          "judge": {"model_uri": uri, "labels_uri": "builtin://homework_judge_labels.jsonl"}})
     prepared = str(tmp_path / "prepared")

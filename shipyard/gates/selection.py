@@ -516,9 +516,11 @@ def decision_record(result: dict[str, Any], candidates: list[CandidateRecord], f
             # the recorded workload its benchmark replayed: a later run can say "same workload" by the digest
             "workload": c.get("workload"),
             # the gate per user eval set (only in a run with eval_sets): the sets' pins and every row, and
-            # with rubric sets the judge model that judged them (pinned URI, content fingerprint)
+            # with rubric sets the judge model that judged them (pinned URI, content fingerprint), Ragas on
+            # the rag sets and the sets the judge's max_rows cut short
             **({"eval_sets": {k: c["eval_sets"].get(k) for k in ("passed", "verdict", "reason", "method", "rows",
-                                                                  "judged", "leaks", "sets", "judge_model")
+                                                                  "judged", "ragas", "judge_capped", "leaks", "sets",
+                                                                  "judge_model")
                               if k != "judge_model" or c["eval_sets"].get(k)}}
                if c.get("eval_sets") is not None else {}),
         })
