@@ -205,6 +205,19 @@ def _ragas_rows(name: str, ragas: RagasSet, thresholds: Thresholds) -> tuple[lis
     return rows, lines
 
 
+def judge_capped(judged: dict[str, JudgedSet] | None, ragas: dict[str, RagasSet] | None) -> dict[str, dict[str, Any]]:
+    """The sets the judge's ``max_rows`` cut short: ``{set: {"judged": n, "rows": m, "by": ...}}``."""
+    capped: dict[str, dict[str, Any]] = {}
+    for name, rs in sorted((ragas or {}).items()):
+        done = len(next(iter(rs.scores.values()))["base"]) if rs.scores else 0
+        if rs.rows is not None and done < rs.rows:
+            capped[name] = {"judged": done, "rows": rs.rows, "by": "Ragas"}
+    for name, js in sorted((judged or {}).items()):
+        if js.rows is not None and len(js.judgements) < js.rows:
+            capped[name] = {"judged": len(js.judgements), "rows": js.rows, "by": "the pairwise judge"}
+    return capped
+
+
 def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_samples: Samples,
                    thresholds: Thresholds, judged: dict[str, JudgedSet] | None = None,
                    leaks: list[str] | None = None, ragas: dict[str, RagasSet] | None = None,
@@ -216,14 +229,7 @@ def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_sa
     rows: list[Row] = []
     judged_out: dict[str, dict[str, Any]] = {}
     ragas_out: dict[str, dict[str, Any]] = {}
-    capped: dict[str, dict[str, Any]] = {}
-    for name, rs in sorted((ragas or {}).items()):
-        done = len(next(iter(rs.scores.values()))["base"]) if rs.scores else 0
-        if rs.rows is not None and done < rs.rows:
-            capped[name] = {"judged": done, "rows": rs.rows, "by": "Ragas"}
-    for name, js in sorted((judged or {}).items()):
-        if js.rows is not None and len(js.judgements) < js.rows:
-            capped[name] = {"judged": len(js.judgements), "rows": js.rows, "by": "the pairwise judge"}
+    capped = judge_capped(judged, ragas)
     compiled = manifest.get("sets") or {}
     for name in sorted(set(compiled) | set(ragas or {})):  # a rag set's Ragas rows right after its match row
         if name in compiled:
