@@ -272,8 +272,8 @@ def test_an_empty_eval_sets_adds_nothing(tmp_path: Path) -> None:
 
 
 def test_the_readme_local_run_of_the_shipped_sets_is_valid() -> None:
-    """The README's ``shipyard run --local --param 'eval_sets=[...]'`` names the shipped sets of the four
-    lm-eval forms, each readable and valid; its rubric object too."""
+    """The README's ``shipyard run --local --param 'eval_sets=...'`` names the shipped set of each form,
+    each readable and valid, with the judge of the rubric and rag sets and its cap on the rows judged."""
     import re
 
     from shipyard.evaluation.eval_sets import check_eval_sets
@@ -282,12 +282,9 @@ def test_the_readme_local_run_of_the_shipped_sets_is_valid() -> None:
     section = readme.split("## Your own eval sets", 1)[1].split("\n## ", 1)[0]
     command = re.search(r"shipyard run --local --param 'eval_sets=(.*?)'", section, re.S)
     assert command is not None
-    _, sets = check_eval_sets(command.group(1))
-    assert sorted(s.form for s in sets) == ["chat", "mcq", "qa", "rag"] and all(len(s.rows) >= 20 for s in sets)
-    rubric = re.search(r"`(\{\"sets\": \[\.\.\., (.*?)\], (\"judge\".*?)\})`", section.replace("\n", " "))
-    assert rubric is not None
-    config, sets = check_eval_sets('{"sets": [' + rubric.group(2) + "], " + rubric.group(3) + "}")
-    assert [s.form for s in sets] == ["rubric"] and config.judge is not None
+    config, sets = check_eval_sets(command.group(1))
+    assert sorted(s.form for s in sets) == ["chat", "mcq", "qa", "rag", "rubric"] and all(len(s.rows) >= 20 for s in sets)
+    assert config.judge is not None and config.judge.labels_uri and config.judge.max_rows == 10
 
 
 def test_steps_that_read_eval_sets_get_their_secrets() -> None:
@@ -374,9 +371,9 @@ def test_the_judge_step_serves_the_handed_model_and_fetches_nothing(tmp_path: Pa
     monkeypatch.setattr(resolve_mod, "resolve_model", never)
     monkeypatch.setattr(pin_mod, "pin_model", never)
     monkeypatch.setattr(vllm_mod, "VLLMServer", _Server)
-    monkeypatch.setattr(judge_mod, "judge_set", lambda url, model, rows, b, c: (
+    monkeypatch.setattr(judge_mod, "judge_set", lambda url, model, rows, b, c, **caps: (
         [{"id": r["id"], "base_first": "tie", "candidate_first": "tie"} for r in rows], 0))
-    monkeypatch.setattr(judge_mod, "judge_labels", lambda url, model, labels: [r["label"] for r in labels])
+    monkeypatch.setattr(judge_mod, "judge_labels", lambda url, model, labels, **caps: [r["label"] for r in labels])
     rubric = json.dumps({"sets": [{"name": "homework", "form": "rubric", "uri": "builtin://homework_rubric.jsonl"}],
                          "judge": {"model_uri": uri, "labels_uri": "builtin://homework_judge_labels.jsonl"}})
     prepared = str(tmp_path / "prepared")

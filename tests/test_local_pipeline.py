@@ -122,25 +122,53 @@ def passing_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, mlfl
     # The tiny model is random: any recovery passes a 0.0 threshold (rule recovery), and a smaller model wins
     # by size (the base never dominates a candidate on size), so a compressed candidate is champion. Two
     # recipes (the second inline, as the KFP UI takes it): many candidates, one champion, one deploy.
-    # One user eval set (issue 36): the shipped mcq set's first rows, gated at a wide margin the random
-    # model's base and candidates meet, so the run goes all the way with the eval-sets gate in every verdict.
+    # The user's eval sets (issue 36), one of each form: the shipped sets' first rows, gated at a wide margin
+    # the random model's base and candidates meet, judged by the tiny model itself (rubric pairs, Ragas), so
+    # the run goes all the way with the eval-sets gate in every verdict and every path of it runs.
+    sets = user_sets(tmp_path_factory.mktemp("sets"), tiny_model)
     return work, run_tiny(work, tiny_model, mlflow_url, 'accuracy_thresholds={"rule": "recovery", "min_recovery": 0.0}',
                           f"recipes={json.dumps(['w8a8-int8', GPTQ_ONLY])}", "selection=size",
-                          "registered_model_name=tiny-llama", f"eval_sets={mcq_set(tmp_path_factory.mktemp('sets'))}",
-                          bench=BENCH_REPLAY)
+                          "registered_model_name=tiny-llama", f"eval_sets={sets}", bench=BENCH_REPLAY)
 
 
-#: rows of the passing run's eval set
+#: rows of the passing run's mcq set
 SET_ROWS = 20
+#: rows of the qa, chat and rag sets (8: the fewest whose minimum detectable loss, 3.08 / n when base and
+#: candidate answer alike, is under their margin 0.5), of the rubric set, and how many the judge's cap lets
+#: it judge (the rag set's by Ragas, the rubric set's pairwise)
+FORM_ROWS, RUBRIC_ROWS, JUDGE_ROWS = 8, 3, 2
+#: the passing run's sets other than the mcq one: name -> (form, shipped file)
+FORM_SETS = {"faq": ("qa", "travel_desk_qa.jsonl"), "help": ("chat", "writing_help_chat.jsonl"),
+             "notes": ("rag", "travel_notes_rag.jsonl"), "homework": ("rubric", "homework_rubric.jsonl")}
+#: the judge's labelled slice (A and B only: a judge that always says tie has kappa 0)
+LABELS = 4
 
 
-def mcq_set(folder: Path) -> str:
-    """``eval_sets`` of one mcq set: the first :data:`SET_ROWS` rows of the shipped one, a local file."""
+def user_sets(folder: Path, judge: Path) -> str:
+    """``eval_sets`` of one set of each form, local files: the first :data:`SET_ROWS` rows of the shipped
+    mcq set, the first :data:`FORM_ROWS` of the others, and the tiny model as their judge (calibrated
+    on the shipped labelled slice's first A/B rows; it may gate only at kappa 1, so the random judge
+    informs) with tight caps: a few tokens per call, :data:`JUDGE_ROWS` rows judged per set."""
     from shipyard.core.files import package_dir
 
-    rows = (package_dir("shipyard.evaluation.user_sets") / "travel_desk_mcq.jsonl").read_text().splitlines()
-    (folder / "desk.jsonl").write_text("\n".join(rows[:SET_ROWS]) + "\n")
-    return json.dumps([{"name": "desk", "form": "mcq", "uri": str(folder / "desk.jsonl"), "margin": 0.5}])
+    shipped = package_dir("shipyard.evaluation.user_sets")
+
+    def first(file: str, n: int, name: str) -> str:
+        rows = (shipped / file).read_text().splitlines()
+        (folder / f"{name}.jsonl").write_text("\n".join(rows[:n]) + "\n")
+        return str(folder / f"{name}.jsonl")
+
+    labels = [line for line in (shipped / "homework_judge_labels.jsonl").read_text().splitlines()
+              if json.loads(line)["label"] != "tie"][:LABELS]
+    (folder / "labels.jsonl").write_text("\n".join(labels) + "\n")
+    sets = [{"name": "desk", "form": "mcq", "uri": first("travel_desk_mcq.jsonl", SET_ROWS, "desk"), "margin": 0.5},
+            *({"name": name, "form": form, "uri": first(file, RUBRIC_ROWS if form == "rubric" else FORM_ROWS, name),
+               "margin": 0.5,
+               **({"match": "exact", "max_gen_toks": 8} if form != "rubric" else {})}
+              for name, (form, file) in FORM_SETS.items())]
+    return json.dumps({"sets": sets, "judge": {"model_uri": str(judge), "labels_uri": str(folder / "labels.jsonl"),
+                                               "min_kappa": 1.0, "max_tokens": 4, "ragas_max_tokens": 32,
+                                               "max_rows": JUDGE_ROWS}})
 
 
 def labels() -> set[str]:
@@ -205,34 +233,74 @@ def test_passing_run_goes_all_the_way(passing_run: tuple[Path, RunSummary]) -> N
     assert "data:image/png;base64," in Path(one(summary, "select-champion").artifacts["report_html"]).read_text()
 
 
-def test_passing_run_gates_the_user_eval_set(passing_run: tuple[Path, RunSummary]) -> None:
-    """Issue 36 wiring: the set is prepared once, run by every model's measure step on its vLLM server
-    (every row, per-sample logs), not judged (no rubric set: the CPU branch writes nothing), and decided in
-    each candidate's gates: candidate.json, the candidates report and the decision record carry it."""
+#: the passing run's eval-sets verdict: the four sets lm-eval scores gate, the judge's rows inform (kappa < 1),
+#: and the judge's cap is said
+EVAL_SETS_REASON = (f"all 4 gated eval set(s) non-inferior (3 informing only); judge cap: homework {JUDGE_ROWS} of "
+                    f"{RUBRIC_ROWS} rows judged, notes {JUDGE_ROWS} of {FORM_ROWS} rows judged")
+
+
+def test_passing_run_gates_the_user_eval_sets(passing_run: tuple[Path, RunSummary], tiny_model: Path) -> None:
+    """Issue 36 wiring, every form: the sets are prepared once, run by every model's measure step on its
+    vLLM server (every row, per-sample logs; the rubric prompts answered), judged per candidate on the GPU
+    branch by the tiny model served by vLLM (rubric pairs both orders, Ragas on the rag set; within the
+    judge's caps), and decided in each candidate's gates: candidate.json, the candidates report and the
+    decision record carry every set, the rubric verdicts and the Ragas scores (NaN counted: a random judge)."""
     from shipyard.evaluation.eval_set_tasks import task_name
+    from shipyard.evaluation.ragas_scoring import METRICS
 
     work, summary = passing_run
     assert one(summary, "pin-eval-sets").status == "SUCCESS"  # pinned by content before it is prepared
     prepare = one(summary, "prepare-eval-sets")
-    assert prepare.status == "SUCCESS" and prepare.parameters["Output"] == ""  # no rubric set: no judge
+    assert prepare.status == "SUCCESS" and prepare.parameters["Output"] == str(tiny_model)  # the judge to fetch
+    rows = {"desk": SET_ROWS, **dict.fromkeys(("faq", "help", "notes"), FORM_ROWS)}
     for name in ("measure-vllm", "measure-vllm-2"):
         for step in [s for s in steps_named(summary, name) if s.status == "SUCCESS"]:
-            logged = Path(step.artifacts["eval_sets_results"]) / "samples" / f"{task_name('desk')}.jsonl"
-            assert len({json.loads(line)["doc_id"] for line in logged.read_text().splitlines()}) == SET_ROWS
-    skipped = steps_named(summary, "judge-eval-sets")
-    assert skipped and all(s.status == "NOT RUN" for s in skipped)
-    assert [s.status for s in steps_named(summary, "judge-eval-sets-2")] == ["SUCCESS"] * 2
+            results = Path(step.artifacts["eval_sets_results"])
+            for set_name, n in rows.items():
+                logged = results / "samples" / f"{task_name(set_name)}.jsonl"
+                assert len({json.loads(line)["doc_id"] for line in logged.read_text().splitlines()}) == n, set_name
+            assert len(json.loads((results / "rubric_answers.json").read_text())["homework"]) == RUBRIC_ROWS
+    # the judge ran on the GPU branch for each candidate, the CPU branch not at all
+    assert [s.status for s in steps_named(summary, "judge-eval-sets")] == ["SUCCESS"] * 2
+    cpu_branch = [s.status for s in steps_named(summary, "judge-eval-sets-2")]
+    assert cpu_branch and set(cpu_branch) == {"NOT RUN"}, cpu_branch
+    # the judge model was pinned and fetched once for the run; each judge step records that content
+    fetched = one(summary, "resolve-model-2")
+    pinned = json.loads((Path(fetched.artifacts["model"]).parent / "executor_output.json").read_text())
+    fingerprint = pinned["artifacts"]["model"]["artifacts"][0]["metadata"]["fingerprint"]
+    assert fingerprint.startswith("sha256:"), fingerprint
+    for judge in steps_named(summary, "judge-eval-sets"):
+        judged = json.loads((Path(judge.artifacts["judged"]) / "judged.json").read_text())
+        assert judged["judge_model"]["fingerprint"] == fingerprint, judged["judge_model"]
+        assert len(judged["sets"]["homework"]["judged"]) == JUDGE_ROWS
+        assert judged["sets"]["homework"]["rows"] == RUBRIC_ROWS
+        assert len(judged["labels"]["verdicts"]) == LABELS
+        scored = judged["ragas"]["sets"]["notes"]
+        assert scored["rows"] == FORM_ROWS and set(scored["scores"]) == set(METRICS)
+        assert all(len(side) == JUDGE_ROWS for m in METRICS for side in scored["scores"][m].values())
     for gates in steps_named(summary, "candidate-gates"):
         record = json.loads((Path(gates.artifacts["candidate"]) / "candidate.json").read_text())
         own = record["eval_sets"]
-        assert own["verdict"] == "pass" and own["rows"][0]["task"] == "desk", own
-        assert [s["pinned"] for s in own["sets"]] == [True], own["sets"]
-        assert own["rows"][0]["paired"]["n"] == SET_ROWS and own["sets"][0]["rows"] == SET_ROWS
-        assert "eval sets gate all 1 gated eval set(s) non-inferior" in record["reason"]
+        assert own["verdict"] == "pass" and own["reason"] == EVAL_SETS_REASON, own["reason"]
+        assert [s["pinned"] for s in own["sets"]] == [True] * 5, own["sets"]
+        by_row = {(r["task"], r["metric"]): r for r in own["rows"]}
+        desk = next(r for r in own["rows"] if r["task"] == "desk")
+        assert desk["paired"]["n"] == SET_ROWS and own["sets"][0]["rows"] == SET_ROWS
+        assert {task for task, _ in by_row} == {"desk", *FORM_SETS}
+        assert {("notes", f"ragas_{m}") for m in METRICS} | {("homework", "judge_preference")} <= set(by_row)
+        assert own["judged"]["homework"]["pairwise"] and own["ragas"]["sets"]["notes"]["lines"]
+        assert own["judge_capped"]["notes"] == {"judged": JUDGE_ROWS, "rows": FORM_ROWS, "by": "Ragas"}
+        assert f"eval sets gate {EVAL_SETS_REASON}" in record["reason"]
+        report = (Path(gates.artifacts["candidate"]) / "eval_sets.md").read_text()
+        assert "### Judge on homework" in report and "### Ragas on the rag sets" in report
+        assert "notes faithfulness: " in report and "judge model " in report
     select = one(summary, "select-champion")
     assert "## Your eval sets" in Path(select.artifacts["report"]).read_text()
     decision = json.loads((Path(select.artifacts["decision"]) / "decision-record.json").read_text())
-    assert all(c["eval_sets"]["passed"] for c in decision["candidates"] if not c["is_base"])
+    for c in [c for c in decision["candidates"] if not c["is_base"]]:
+        own = c["eval_sets"]
+        assert own["passed"] and own["reason"] == EVAL_SETS_REASON and own["judged"]["homework"]
+        assert own["ragas"]["sets"]["notes"] and own["judge_model"]["pinned_uri"]
 
 
 def test_passing_run_console_is_short_and_the_log_keeps_the_rest(passing_run: tuple[Path, RunSummary]) -> None:
@@ -290,7 +358,8 @@ def test_passing_run_ends_with_a_validated_pd_manifest_for_the_digest(passing_ru
     assert f"## SLO alerts (PrometheusRule {after[0]['metadata']['name']})" in deployed
 
 
-def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary], mlflow_url: str) -> None:
+def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary], mlflow_url: str,
+                                           tiny_model: Path) -> None:
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=mlflow_url)
@@ -318,10 +387,17 @@ def test_passing_run_is_recorded_in_mlflow(passing_run: tuple[Path, RunSummary],
     assert gate_tags["shipyard.gate.accuracy"].startswith("pass") and gate_tags["shipyard.gate.slo"] == "pass"
     assert gate_tags["shipyard.gate.eval_sets"] == "pass"  # the user's eval set, logged as the accuracy gate is
     gate_run = by_name[f"gates [{champion}]"].data
-    assert gate_run.metrics["eval_sets_passed"] == 1.0 and "eval_sets/desk/loss" in gate_run.metrics
+    assert gate_run.metrics["eval_sets_passed"] == 1.0
+    assert {f"eval_sets/{name}/loss" for name in ("desk", *FORM_SETS)} <= set(gate_run.metrics)  # the judge's too
+    assert gate_run.metrics["eval_sets/notes/judged_rows"] == gate_run.metrics["eval_sets/homework/judged_rows"] == 2
     said = gate_run.params["eval_sets.desk"]  # the form, the rows, where it came from and the content it was pinned to
     where, _, digest = said.removeprefix("mcq 20 rows ").partition(" sha256:")
     assert said.startswith("mcq 20 rows ") and where.endswith("desk.jsonl") and len(digest) == 64, said
+    assert gate_run.params["eval_sets.judge"].startswith(str(tiny_model))  # which judge, pinned by content
+    gates_id = by_name[f"gates [{champion}]"].info.run_id
+    records = json.loads(Path(client.download_artifacts(gates_id, "eval_sets_records.json")).read_text())
+    metric = records["columns"].index("metric")  # the per-sample records: Ragas' scores too, NaN as None
+    assert sum(r[metric] == "ragas_faithfulness" for r in records["data"]) == JUDGE_ROWS
     names = {a.path for a in client.list_artifacts(by_name[f"gates [{champion}]"].info.run_id)}
     assert {"accuracy.md", "accuracy.html", "slo.html", "eval_sets.md", "eval_sets_records.json"} <= names
     package_run = by_name[f"package [{champion}]"].info.run_id

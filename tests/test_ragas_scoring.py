@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -180,3 +181,95 @@ def test_real_ragas_scores_each_answer_and_counts_what_it_could_not_score(tmp_pa
         assert len(result["errors"][metric]) == 2  # the empty answer and the judge's answer that did not parse
     assert ScriptedJudge.requests and {r.get("temperature") for r in ScriptedJudge.requests} == {0.0}
     assert {r["model"] for r in ScriptedJudge.requests} == {"judge"}
+
+
+class CappedJudge(ScriptedJudge):
+    """:class:`ScriptedJudge` that also gives pairwise verdicts (``/v1/completions``: always "A"),
+    keeps every request's ``max_tokens`` and counts the requests in flight at once."""
+
+    in_flight = 0
+    most_in_flight = 0
+
+    def do_POST(self) -> None:
+        with self.lock:
+            CappedJudge.in_flight += 1
+            CappedJudge.most_in_flight = max(CappedJudge.most_in_flight, CappedJudge.in_flight)
+        try:
+            time.sleep(0.05)  # long enough for requests sent together to overlap
+            if self.path.endswith("/chat/completions"):
+                super().do_POST()
+                return
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with self.lock:
+                self.requests.append(body)
+            data = json.dumps({"id": "x", "object": "text_completion", "created": 0, "model": body["model"],
+                               "choices": [{"index": 0, "text": " A", "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        finally:
+            with self.lock:
+                CappedJudge.in_flight -= 1
+
+
+def test_the_judge_step_keeps_to_the_judges_caps_and_says_how_many_rows_it_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``eval_sets.judge``'s caps hold in the judge step (real Ragas, the real pairwise judge's HTTP
+    calls): ``max_rows`` judges a rubric set's and a rag set's first rows only, ``max_tokens`` is every
+    verdict's, ``ragas_max_tokens`` every Ragas call's, ``concurrency`` the most requests in flight;
+    the verdict, the rows and the report say "2 of 5 rows judged" (never silently)."""
+    from shipyard.steps.eval_sets import JUDGED, judge_on_server, read_judged
+
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
+    n = 5
+    judge = {"model_uri": "embedded://smollm2-135m-instruct", "labels_uri": "builtin://homework_judge_labels.jsonl",
+             "min_kappa": 0.6, "max_tokens": 7, "ragas_max_tokens": 300, "concurrency": 2, "max_rows": 2}
+    prepared = tmp_path / "prepared"
+    for folder in ("rubric", "rag"):
+        (prepared / folder).mkdir(parents=True)
+    (prepared / "rubric" / "homework.jsonl").write_text("".join(
+        json.dumps({"id": f"h{i}", "prompt": f"What is {i} plus 1?", "guideline": "Right wins."}) + "\n"
+        for i in range(n)))
+    (prepared / "rag" / "notes.jsonl").write_text("".join(
+        json.dumps({"id": f"r{i}", "user_input": f"Where does country {i}'s government sit?",
+                    "retrieved_contexts": [f"It sits in zq-ref city {i}."], "reference": f"zq-ref city {i}"}) + "\n"
+        for i in range(n)))
+    (prepared / "labels.jsonl").write_text("".join(
+        json.dumps({"prompt": "p", "answer_a": "a", "answer_b": "b", "label": label}) + "\n" for label in ("A", "B")))
+    sets = [{"name": "homework", "form": "rubric"}, {"name": "notes", "form": "rag"}]
+    (prepared / "prepared.json").write_text(json.dumps({"sets": sets, "judge": judge,
+                                                        "manifest": {"sets": {"notes": {"task": "notes_task"}}}}))
+    for side in ("base", "cand"):
+        (tmp_path / side / "samples").mkdir(parents=True)
+        (tmp_path / side / "rubric_answers.json").write_text(json.dumps({"homework": [f"{i + 1}" for i in range(n)]}))
+        (tmp_path / side / "samples" / "notes_task.jsonl").write_text("".join(
+            json.dumps(sample(i, f"zq-good city {i}")[1]) + "\n" for i in range(n)))
+    CappedJudge.requests, CappedJudge.most_in_flight = [], 0
+    with LoopbackServer(CappedJudge) as server:
+        out = judge_on_server(server.url + "/v1", "judge", str(prepared), str(tmp_path / "base"), str(tmp_path / "cand"))
+    verdicts = [r for r in CappedJudge.requests if "prompt" in r]
+    ragas_calls = [r for r in CappedJudge.requests if "messages" in r]
+    assert len(out["sets"]["homework"]["judged"]) == 2 and out["sets"]["homework"]["rows"] == n
+    assert len(verdicts) == 2 * 2 + 2 and {r["max_tokens"] for r in verdicts} == {7}  # both orders, and the labels
+    scored = out["ragas"]["sets"]["notes"]
+    assert scored["rows"] == n and scored["ids"] == ["r0", "r1"]
+    assert all(len(side) == 2 for m in METRICS for side in scored["scores"][m].values())
+    assert ragas_calls and {r["max_tokens"] for r in ragas_calls} == {300}
+    assert 1 <= CappedJudge.most_in_flight <= 2, CappedJudge.most_in_flight
+    # the gate says how many rows the judge saw, in the verdict, the rows and the report
+    (tmp_path / JUDGED).write_text(json.dumps(out))
+    judged, ragas, notes, _ = read_judged(json.loads((prepared / "prepared.json").read_text()), str(tmp_path / JUDGED))
+    gate = gate_eval_sets({"sets": {}}, {}, {}, parse_thresholds(""), judged, None, ragas, notes)
+    assert "judge cap: homework 2 of 5 rows judged, notes 2 of 5 rows judged" in gate.reason, gate.reason
+    assert gate.judge_capped == {"homework": {"judged": 2, "rows": 5, "by": "the pairwise judge"},
+                                 "notes": {"judged": 2, "rows": 5, "by": "Ragas"}}
+    assert all("judged on 2 of 5 rows (eval_sets.judge.max_rows)" in r.note for r in gate.rows), gate.rows
+    assert gate.metrics()["eval_sets/notes/judged_rows"] == 2.0
+    report = report_doc(gate).to_markdown()
+    assert "homework: the pairwise judge judged 2 of 5 rows" in report and "notes: Ragas judged 2 of 5 rows" in report

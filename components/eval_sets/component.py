@@ -107,7 +107,9 @@ def judge_eval_sets(
     here), reads base's and candidate's answers to every rubric prompt in both orders (greedy), and
     judges your labelled slice once (its Cohen's kappa decides whether the judge may gate). With a
     rag set, Ragas (faithfulness, answer correctness) scores both models' generated answers with
-    the same judge at temperature 0; metrics that need an embedding model are skipped.
+    the same judge at temperature 0; metrics that need an embedding model are skipped. The judge's
+    calls keep to eval_sets.judge's caps: max_tokens per verdict, ragas_max_tokens per Ragas call,
+    concurrency (requests in flight) and max_rows (a set's first rows; the verdict says "N of M").
 
     Args:
         prepared: The prepared eval sets (prepare-eval-sets).
@@ -120,7 +122,9 @@ def judge_eval_sets(
             (pinned uri, content fingerprint). Without rubric sets, and without rag sets scored by a
             judge (this step then runs on a CPU node), nothing is written.
         judge_fingerprint: pin-model's content fingerprint of the judge: part of KFP's cache key, so a cached
-            judgement is reused only while the judge is the same content.
+            judgement is reused only while the judge is the same content. judged.json records the
+            fingerprint resolve-model wrote into the judge model's metadata (this value only without it:
+            kfp.local 2.17 hands a task inside the candidates' loop the loop item here instead).
     """
     import os
 
@@ -133,6 +137,6 @@ def judge_eval_sets(
     out = call_step("vllm", judge_step, prepared_dir=prepared.path, base_results=base_results.path,
                     candidate_results=candidate_results.path, out_dir=judged.path, model_dir=judge_model.path,
                     pinned_uri=str(judge_model.metadata.get("uri") or ""),
-                    fingerprint=judge_fingerprint or str(judge_model.metadata.get("fingerprint") or ""))
+                    fingerprint=str(judge_model.metadata.get("fingerprint") or "") or judge_fingerprint)
     judged.metadata.update({"sets": sorted((out.get("sets") or {}).keys()), "judge_model": out.get("judge_model") or {},
                             "ragas_sets": sorted(((out.get("ragas") or {}).get("sets") or {}).keys())})

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from shipyard.compression.calibration import download_s3
 from shipyard.core.errors import ShipyardError, refuse_credentials
@@ -148,8 +148,21 @@ def _check_sha(value: str | None) -> str | None:
     return text or None
 
 
+#: the caps on the judge's calls: field -> (lowest, highest, what it caps)
+JUDGE_CAPS: dict[str, tuple[int, int, str]] = {
+    "max_tokens": (1, 1024, "the tokens of one pairwise verdict"),
+    "ragas_max_tokens": (16, 8192, "the tokens of one Ragas call to the judge"),
+    "concurrency": (1, 64, "the requests in flight to the judge"),
+    "max_rows": (1, MAX_ROWS_LIMIT, "the rows the judge judges per set (its first rows)"),
+}
+
+
 class JudgeSpec(BaseModel):
-    """The judge of ``rubric`` sets: a model served by vLLM, pinned, and its calibration slice."""
+    """The judge of ``rubric`` sets (and of the rag sets' Ragas scores): a model served by vLLM,
+    pinned, its calibration slice, and the caps on its calls: ``max_tokens`` per pairwise verdict,
+    ``ragas_max_tokens`` per Ragas call, ``concurrency`` (requests in flight to the judge) and
+    ``max_rows`` (the rows judged per set: a rubric set's first N pairs, both orders; a rag set's
+    first N rows scored by Ragas on both sides; the report and the verdict say "N of M rows")."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -157,7 +170,23 @@ class JudgeSpec(BaseModel):
     labels_uri: str | None = None
     labels_sha256: str | None = None
     min_kappa: float = Field(default=0.6, ge=0, le=1)
-    max_tokens: int = Field(default=16, ge=1, le=1024)
+    max_tokens: int = 16
+    ragas_max_tokens: int = 512
+    concurrency: int = 4
+    max_rows: int | None = None
+
+    @field_validator(*JUDGE_CAPS, mode="before")
+    @classmethod
+    def _cap(cls, value: Any, info: ValidationInfo) -> Any:
+        low, high, what = JUDGE_CAPS[info.field_name or ""]
+        if value is None and info.field_name == "max_rows":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise ValueError(f"must be a whole number from {low} to {high}, got {shown}|{what}: give a whole number "
+                             f"from {low} to {high}" + (", or leave it out to judge every row"
+                                                         if info.field_name == "max_rows" else ""))
+        return value
 
     @field_validator("labels_sha256")
     @classmethod

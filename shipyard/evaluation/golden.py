@@ -93,12 +93,12 @@ def complete(base_url: str, model: str, prompt: str, *, max_tokens: int = DEFAUL
 
 def ask_all(base_url: str, model: str, prompts: list[str], *, max_tokens: int = DEFAULT_MAX_TOKENS,
             timeout: float = 60.0, field: str = "url", headers: Mapping[str, str] | None = None,
-            context: ssl.SSLContext | None = None) -> list[dict[str, Any]]:
-    """Greedy answers to ``prompts``, asked concurrently (one batch for vLLM), in prompt order
-    (``headers``, ``context``: as :func:`complete`)."""
+            context: ssl.SSLContext | None = None, concurrency: int = 8) -> list[dict[str, Any]]:
+    """Greedy answers to ``prompts``, asked concurrently (one batch for vLLM; at most
+    ``concurrency`` requests in flight), in prompt order (``headers``, ``context``: as :func:`complete`)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(max_workers=min(8, len(prompts)) or 1)
+    pool = ThreadPoolExecutor(max_workers=min(max(1, concurrency), len(prompts)) or 1)
     try:
         futures = [pool.submit(complete, base_url, model, p, max_tokens=max_tokens, timeout=timeout, field=field,
                                headers=headers, context=context)

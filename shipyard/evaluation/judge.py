@@ -46,6 +46,14 @@ class JudgeTemplate:
         return f"{head}{answer_a}{middle}{answer_b}{tail}"
 
 
+@dataclass(frozen=True)
+class JudgeCaps:
+    """The caps on the judge's pairwise calls (``eval_sets.judge``: ``max_tokens``, ``concurrency``)."""
+
+    max_tokens: int = 16
+    concurrency: int = 4
+
+
 def load_template() -> JudgeTemplate:
     """The shipped judge prompt (``shipyard/evaluation/user_sets/judge_pairwise.yaml``)."""
     data = yaml.safe_load((package_dir("shipyard.evaluation.user_sets") / TEMPLATE_FILE).read_text(encoding="utf-8"))
@@ -75,31 +83,37 @@ def answer_rubric(base_url: str, model: str, rows: list[dict[str, Any]], max_tok
     return [a["text"].strip() for a in ask_all(base_url, model, prompts, max_tokens=max_tokens, field="eval_sets")]
 
 
-def _verdicts(base_url: str, model: str, prompts: list[str], template: JudgeTemplate) -> tuple[list[str], int]:
-    answers = ask_all(base_url, model, prompts, max_tokens=template.max_tokens, field="eval_sets.judge")
+def _verdicts(base_url: str, model: str, prompts: list[str], template: JudgeTemplate,
+              caps: JudgeCaps | None = None) -> tuple[list[str], int]:
+    caps = caps or JudgeCaps(template.max_tokens)
+    answers = ask_all(base_url, model, prompts, max_tokens=caps.max_tokens, field="eval_sets.judge",
+                      concurrency=caps.concurrency)
     parsed = [parse_verdict(a["text"], template) for a in answers]
     return [v or "tie" for v in parsed], sum(v is None for v in parsed)
 
 
 def judge_set(base_url: str, model: str, rows: list[dict[str, Any]], base_answers: list[str],
-              candidate_answers: list[str], template: JudgeTemplate | None = None) -> tuple[list[dict[str, str]], int]:
+              candidate_answers: list[str], template: JudgeTemplate | None = None,
+              caps: JudgeCaps | None = None) -> tuple[list[dict[str, str]], int]:
     """Both orders of every rubric row judged: ``{"id", "base_first", "candidate_first"}`` per row
-    (:class:`shipyard.gates.judging.Judged` reads them), and how many verdicts were unparsed (scored tie)."""
+    (:class:`shipyard.gates.judging.Judged` reads them), and how many verdicts were unparsed (scored
+    tie). ``caps``: the judge's tokens per verdict and requests in flight (default: the template's
+    ``max_tokens``, 4 in flight)."""
     template = template or load_template()
     prompts: list[str] = []
     for row, b, c in zip(rows, base_answers, candidate_answers, strict=True):
         prompts.extend(judge_requests(template, row["prompt"], row["guideline"], b, c))
-    verdicts, unparsed = _verdicts(base_url, model, prompts, template)
+    verdicts, unparsed = _verdicts(base_url, model, prompts, template, caps)
     judged = [{"id": str(row.get("id", i + 1)), "base_first": verdicts[2 * i], "candidate_first": verdicts[2 * i + 1]}
               for i, row in enumerate(rows)]
     return judged, unparsed
 
 
 def judge_labels(base_url: str, model: str, labels: list[dict[str, Any]],
-                 template: JudgeTemplate | None = None) -> list[str]:
+                 template: JudgeTemplate | None = None, caps: JudgeCaps | None = None) -> list[str]:
     """The judge's verdict on every labelled pair, in the order the user labelled it (A, B as given)."""
     template = template or load_template()
     prompts = [template.render(r["prompt"], r.get("guideline", "Answer correctly and helpfully."), r["answer_a"],
                                r["answer_b"]) for r in labels]
-    verdicts, _ = _verdicts(base_url, model, prompts, template)
+    verdicts, _ = _verdicts(base_url, model, prompts, template, caps)
     return verdicts

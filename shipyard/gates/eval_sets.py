@@ -63,6 +63,8 @@ class JudgedSet:
     judgements: list[Judged]
     calibration: Calibration
     margin: float | None = None
+    #: the set's rows (None: as many as judged); fewer judged: ``eval_sets.judge.max_rows`` cut it short
+    rows: int | None = None
 
 
 @dataclass
@@ -73,6 +75,8 @@ class RagasSet:
     scores: dict[str, dict[str, list[float | None]]]
     calibration: Calibration
     margin: float | None = None
+    #: the set's rows (None: as many as scored); fewer scored: ``eval_sets.judge.max_rows`` cut it short
+    rows: int | None = None
 
 
 @dataclass
@@ -86,10 +90,13 @@ class EvalSetsGate:
     leaks: list[str] = field(default_factory=list)
     #: Ragas on the rag sets: ``{"sets": {name: {"lines", "judge"}}, "notes": [...]}`` (empty: no rag set)
     ragas: dict[str, Any] = field(default_factory=dict)
+    #: the sets the judge's ``max_rows`` cut short: ``{set: {"judged": n, "rows": m, "by": "pairwise judge" | "Ragas"}}``
+    judge_capped: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "reason": self.reason, "method": METHOD, "judged": self.judged,
-                "leaks": self.leaks, "ragas": self.ragas, "rows": [r.to_dict() for r in self.rows]}
+                "leaks": self.leaks, "ragas": self.ragas, "judge_capped": self.judge_capped,
+                "rows": [r.to_dict() for r in self.rows]}
 
     def metrics(self) -> dict[str, float]:
         """Flat numbers for a KFP Metrics artifact and MLflow: per set base, candidate, loss and the decision."""
@@ -101,7 +108,15 @@ class EvalSetsGate:
                     out[f"{prefix}/{key}"] = float(value)
             if r.paired:
                 out[f"{prefix}/loss"] = float(r.paired["loss"])
+        for name, cut in self.judge_capped.items():
+            out[f"eval_sets/{name}/judged_rows"] = float(cut["judged"])
         return out
+
+
+def capped_line(name: str, cut: dict[str, Any]) -> str:
+    """How many rows of a set the judge's cap let it judge: "homework: judged 2 of 4 rows (...)"."""
+    return (f"{name}: {cut['by']} judged {cut['judged']} of {cut['rows']} rows (the first {cut['judged']}: "
+            "eval_sets.judge.max_rows)")
 
 
 def _rule(margin: float | None, thresholds: Thresholds, gate: bool) -> dict[str, Any]:
@@ -190,6 +205,19 @@ def _ragas_rows(name: str, ragas: RagasSet, thresholds: Thresholds) -> tuple[lis
     return rows, lines
 
 
+def judge_capped(judged: dict[str, JudgedSet] | None, ragas: dict[str, RagasSet] | None) -> dict[str, dict[str, Any]]:
+    """The sets the judge's ``max_rows`` cut short: ``{set: {"judged": n, "rows": m, "by": ...}}``."""
+    capped: dict[str, dict[str, Any]] = {}
+    for name, rs in sorted((ragas or {}).items()):
+        done = len(next(iter(rs.scores.values()))["base"]) if rs.scores else 0
+        if rs.rows is not None and done < rs.rows:
+            capped[name] = {"judged": done, "rows": rs.rows, "by": "Ragas"}
+    for name, js in sorted((judged or {}).items()):
+        if js.rows is not None and len(js.judgements) < js.rows:
+            capped[name] = {"judged": len(js.judgements), "rows": js.rows, "by": "the pairwise judge"}
+    return capped
+
+
 def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_samples: Samples,
                    thresholds: Thresholds, judged: dict[str, JudgedSet] | None = None,
                    leaks: list[str] | None = None, ragas: dict[str, RagasSet] | None = None,
@@ -201,6 +229,7 @@ def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_sa
     rows: list[Row] = []
     judged_out: dict[str, dict[str, Any]] = {}
     ragas_out: dict[str, dict[str, Any]] = {}
+    capped = judge_capped(judged, ragas)
     compiled = manifest.get("sets") or {}
     for name in sorted(set(compiled) | set(ragas or {})):  # a rag set's Ragas rows right after its match row
         if name in compiled:
@@ -208,14 +237,19 @@ def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_sa
         if ragas and name in ragas:
             ragas_rows, lines = _ragas_rows(name, ragas[name], thresholds)
             rows.extend(ragas_rows)
+            if name in capped:
+                lines.append(capped_line(name, capped[name]))
             ragas_out[name] = {"lines": lines, "judge": ragas[name].calibration.to_dict()}
     for name, js in sorted((judged or {}).items()):
         row, result = _judged_row(name, js, thresholds)
         rows.append(row)
         judged_out[name] = {"pairwise": result.to_dict(), "line": result.line(), "judge": js.calibration.to_dict()}
+        if name in capped:
+            judged_out[name]["line"] += "; " + capped_line(name, capped[name])
     ragas_info = {"sets": ragas_out, "notes": list(ragas_notes or [])} if ragas_out or ragas_notes else {}
     if not rows:
-        return EvalSetsGate(False, "failed closed: no eval set to decide", [], judged_out, leaks or [], ragas_info)
+        return EvalSetsGate(False, "failed closed: no eval set to decide", [], judged_out, leaks or [], ragas_info,
+                            capped)
     add_mdl(rows, thresholds)
     apply_noninferiority(rows, thresholds, base_samples, candidate_samples)
     for row in rows:
@@ -226,6 +260,9 @@ def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_sa
             row.note = f"{row.note}; {left_out} of {n} rows not scored on both sides (NaN), left out of the pairing"
         if row.metric.startswith(RAGAS_PREFIX) and not row.gated:
             row.note = f"{row.note}; {ragas_out[row.task]['judge']['note']}"
+        if row.task in capped and (row.metric == JUDGE_METRIC or row.metric.startswith(RAGAS_PREFIX)):
+            cut = capped[row.task]  # a set is of one form: its judge's rows, not its match row
+            row.note = f"{row.note}; judged on {cut['judged']} of {cut['rows']} rows (eval_sets.judge.max_rows)"
     failed = [r for r in rows if not r.passed]
     if failed:
         reason = "; ".join(f"{r.task}{' ' + r.metric if r.metric.startswith(RAGAS_PREFIX) else ''}: {r.note}"
@@ -234,7 +271,10 @@ def gate_eval_sets(manifest: dict[str, Any], base_samples: Samples, candidate_sa
         gated = sum(r.gated for r in rows)
         reason = f"all {gated} gated eval set(s) non-inferior" + (
             f" ({len(rows) - gated} informing only)" if gated < len(rows) else "")
-    return EvalSetsGate(not failed, reason, rows, judged_out, list(leaks or []), ragas_info)
+    if capped:  # never silently: the verdict says how much of each set the judge saw
+        reason += "; judge cap: " + ", ".join(f"{name} {cut['judged']} of {cut['rows']} rows judged"
+                                             for name, cut in sorted(capped.items()))
+    return EvalSetsGate(not failed, reason, rows, judged_out, list(leaks or []), ragas_info, capped)
 
 
 def _interval(r: Row) -> str:

@@ -479,6 +479,18 @@ def report_html(result: dict[str, Any], candidates: list[dict[str, Any]], markdo
     return report_doc(result, candidates).to_html()
 
 
+#: what the decision record keeps of a candidate's eval-sets gate
+DECISION_EVAL_SETS_KEYS = ("passed", "verdict", "reason", "method", "rows", "judged", "ragas", "judge_capped", "leaks",
+                           "sets", "judge_model")
+
+
+def _decision_eval_sets(own: dict[str, Any]) -> dict[str, Any]:
+    """The gate per user eval set in the decision record (only in a run with eval_sets): the sets' pins
+    and every row, and with rubric or rag sets judged the judge model that judged them (pinned URI,
+    content fingerprint), Ragas on the rag sets and the sets the judge's max_rows cut short."""
+    return {k: own.get(k) for k in DECISION_EVAL_SETS_KEYS if k != "judge_model" or own.get(k)}
+
+
 def decision_record(result: dict[str, Any], candidates: list[CandidateRecord], front: dict[str, Any],
                     doc: dict[str, Any]) -> DecisionRecord:
     """One JSON per run: every candidate with every gate's inputs and outcome, the frontier, the
@@ -515,12 +527,7 @@ def decision_record(result: dict[str, Any], candidates: list[CandidateRecord], f
             "tuning": (c.get("tuning") or {}).get("best_vllm_args"),
             # the recorded workload its benchmark replayed: a later run can say "same workload" by the digest
             "workload": c.get("workload"),
-            # the gate per user eval set (only in a run with eval_sets): the sets' pins and every row, and
-            # with rubric sets the judge model that judged them (pinned URI, content fingerprint)
-            **({"eval_sets": {k: c["eval_sets"].get(k) for k in ("passed", "verdict", "reason", "method", "rows",
-                                                                  "judged", "leaks", "sets", "judge_model")
-                              if k != "judge_model" or c["eval_sets"].get(k)}}
-               if c.get("eval_sets") is not None else {}),
+            **({"eval_sets": _decision_eval_sets(c["eval_sets"])} if c.get("eval_sets") is not None else {}),
         })
     return {
         "schema": DECISION_SCHEMA,

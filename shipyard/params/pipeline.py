@@ -323,7 +323,8 @@ _ALL: list[Param] = [
       "Your own eval sets, judged base against candidate: JSON [{name, form (mcq, qa, chat, rag, rubric), uri (a "
       ".jsonl path, s3://bucket/key.jsonl, pvc://claim/path or builtin://<file>), margin, match (exact, contains, "
       'regex: qa/chat/rag), max_rows, sha256}] or {"sets": [...], "judge": {model_uri, labels_uri, labels_sha256, '
-      'min_kappa}, "max_leak_share": 0.05}. Each set is pinned by the sha256 of its bytes before it is read (a '
+      'min_kappa, and the caps on its calls: max_tokens (per verdict, 16), ragas_max_tokens (per Ragas call, 512), '
+      'concurrency (requests in flight, 4), max_rows (rows judged per set; default all)}, "max_leak_share": 0.05}. Each set is pinned by the sha256 of its bytes before it is read (a '
       "sha256 given must match). Rows are checked against the form's schema, deduplicated and checked for overlap "
       "with the calibration data; each set is gated by the paired non-inferiority rule (Holm across sets); rubric "
       "sets are judged pairwise, and with a judge rag sets are also scored by Ragas (faithfulness, answer "

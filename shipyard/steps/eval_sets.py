@@ -221,13 +221,18 @@ def judge_on_server(base_url: str, model: str, prepared_dir: str, base_results: 
     """The judge step's work with the judge already served at ``base_url`` (``http://host:port/v1``,
     served as ``model``): every rubric set judged in both orders, the labelled slice once, and Ragas
     with that judge on every rag set's answers (:func:`shipyard.evaluation.ragas_scoring.score_rag_sets`,
-    in the garak runtime). Returns ``judged.json``'s content without ``judge_model``: ``{"sets":
-    {name: {"judged": [...], "unparsed": k}}, "labels": {"verdicts", "truth"}, "ragas": Ragas'
-    scores (only with rag sets)}``."""
-    from shipyard.evaluation.judge import judge_labels, judge_set
+    in the garak runtime), within the caps of ``eval_sets.judge`` (``max_tokens`` per verdict,
+    ``ragas_max_tokens`` per Ragas call, ``concurrency`` requests in flight, ``max_rows``: a set's
+    first rows only). Returns ``judged.json``'s content without ``judge_model``: ``{"sets": {name:
+    {"judged": [...], "unparsed": k, "rows": the set's rows}}, "labels": {"verdicts", "truth"},
+    "ragas": Ragas' scores (only with rag sets; each set with its ``rows``)}``."""
+    from shipyard.evaluation.judge import JudgeCaps, judge_labels, judge_set
     from shipyard.evaluation.ragas_scoring import score_rag_sets
     from shipyard.runtimes.runtime import run_in_runtime
 
+    spec = load_prepared(prepared_dir).get("judge") or {}
+    caps = JudgeCaps(int(spec.get("max_tokens") or 16), int(spec.get("concurrency") or 4))
+    max_rows = spec.get("max_rows")
     rubric = sorted((Path(prepared_dir) / RUBRIC).glob("*.jsonl")) if (Path(prepared_dir) / RUBRIC).is_dir() else []
     base = json.loads((Path(base_results) / ANSWERS).read_text()) if rubric else {}
     cand = json.loads((Path(candidate_results) / ANSWERS).read_text()) if rubric else {}
@@ -235,12 +240,21 @@ def judge_on_server(base_url: str, model: str, prepared_dir: str, base_results: 
     labels = _read_jsonl(Path(prepared_dir) / LABELS) if (Path(prepared_dir) / LABELS).is_file() else []
     out: dict[str, Any] = {"sets": {}, "labels": {"verdicts": [], "truth": [r["label"] for r in labels]}}
     for path in rubric:
-        judged, unparsed = judge_set(base_url, model, _read_jsonl(path), base[path.stem], cand[path.stem])
-        out["sets"][path.stem] = {"judged": judged, "unparsed": unparsed}
+        rows = _read_jsonl(path)
+        n = min(len(rows), max_rows or len(rows))
+        judged, unparsed = judge_set(base_url, model, rows[:n], base[path.stem][:n], cand[path.stem][:n], caps=caps)
+        out["sets"][path.stem] = {"judged": judged, "unparsed": unparsed, "rows": len(rows)}
     if labels:
-        out["labels"]["verdicts"] = judge_labels(base_url, model, labels)
+        out["labels"]["verdicts"] = judge_labels(base_url, model, labels, caps=caps)
     if rag:
-        out["ragas"] = run_in_runtime("garak", score_rag_sets, base_url=base_url, model=model, sets=rag)
+        totals = {name: len(data["rows"]) for name, data in rag.items()}
+        if max_rows:
+            rag = {name: {key: value[:max_rows] for key, value in data.items()} for name, data in rag.items()}
+        out["ragas"] = run_in_runtime("garak", score_rag_sets, base_url=base_url, model=model, sets=rag,
+                                      max_tokens=int(spec.get("ragas_max_tokens") or 512),
+                                      concurrency=caps.concurrency)
+        for name, total in totals.items():
+            out["ragas"]["sets"][name]["rows"] = total
     return out
 
 
@@ -335,8 +349,9 @@ def read_judged(prepared: dict[str, Any], judged_path: str) -> tuple[dict[str, A
     calibration = calibrate(labels.get("verdicts") or None, labels.get("truth") or None,
                             float(judge.get("min_kappa", 0.6)))
     for s in rubric:
-        judged[s["name"]] = JudgedSet([Judged(**j) for j in data["sets"][s["name"]]["judged"]], calibration,
-                                      s.get("margin"))
+        done = data["sets"][s["name"]]
+        judged[s["name"]] = JudgedSet([Judged(**j) for j in done["judged"]], calibration, s.get("margin"),
+                                      rows=done.get("rows"))
     if rag:
         scored = data.get("ragas")
         if not scored:
@@ -347,7 +362,8 @@ def read_judged(prepared: dict[str, Any], judged_path: str) -> tuple[dict[str, A
             raise ShipyardError("eval_sets", f"Ragas scored no answers of rag set(s) {missing}",
                                 "run the judge step again on these prepared sets")
         for s in rag:
-            ragas[s["name"]] = RagasSet(scored["sets"][s["name"]]["scores"], calibration, s.get("margin"))
+            done = scored["sets"][s["name"]]
+            ragas[s["name"]] = RagasSet(done["scores"], calibration, s.get("margin"), rows=done.get("rows"))
         notes.extend(ragas_lines(scored))
     return judged, ragas, notes, data.get("judge_model")
 

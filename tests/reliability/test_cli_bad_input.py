@@ -84,6 +84,11 @@ def eval_sets(uri: str, form: str = "qa", **spec: object) -> str:
     return "eval_sets=" + json.dumps({"sets": sets, "max_leak_share": leak} if leak is not None else sets)
 
 
+def judge_cap(**cap: object) -> str:
+    """``eval_sets=...`` with no set and the shipped judge with one cap on its calls."""
+    return "eval_sets=" + json.dumps({"sets": [], "judge": {"model_uri": "embedded://smollm2-135m-instruct", **cap}})
+
+
 #: a registry, so that rows about other things pass the "registry empty while dry_run is false" check
 REGISTRY = ("--param", "registry=quay.io")
 
@@ -710,6 +715,15 @@ ROWS: list[Row] = [
         {"sets": [], "judge": {"model_uri": "embedded://smollm2-135m-instruct",
                                "labels_uri": "builtin://homework_judge_labels.jsonl", "labels_sha256": "1" * 64}})),
         field="eval_sets.judge.labels_uri: content sha256 ", params=True),
+    # the caps on the judge's calls (pairwise verdicts and Ragas): one line each, naming the cap
+    row("run-eval-sets-judge-max-rows", *run_local("--param", judge_cap(max_rows=0)),
+        field="eval_sets.judge.max_rows: must be a whole number from 1 to 1000000, got 0", params=True),
+    row("run-eval-sets-judge-max-tokens", *run_local("--param", judge_cap(max_tokens=4096)),
+        field="eval_sets.judge.max_tokens: must be a whole number from 1 to 1024, got 4096", params=True),
+    row("run-eval-sets-judge-ragas-max-tokens", *run_local("--param", judge_cap(ragas_max_tokens=8)),
+        field="eval_sets.judge.ragas_max_tokens: must be a whole number from 16 to 8192, got 8", params=True),
+    row("run-eval-sets-judge-concurrency", *run_local("--param", judge_cap(concurrency="4")),
+        field="eval_sets.judge.concurrency: must be a whole number from 1 to 64, got '4'", params=True),
     # --- deploy_config: wrong types inside, caught before any step --------------------------------------
     row("run-deploy-config-rollout-strategy", *run_local("--param", 'deploy_config={"rollout": {"strategy": "big-bang"}}'),
         field="deploy_config.rollout.strategy", params=True),
