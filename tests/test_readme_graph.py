@@ -42,3 +42,28 @@ def test_the_readme_states_the_prerequisites_and_the_license_matches_pyproject()
     for section in ("## Gates", "## Adding a recipe", "## Troubleshooting", "## Rollback",
                     "(components/gates/README.md)"):
         assert section in text, section
+
+
+def test_the_first_screen_is_what_shipyard_does_the_two_commands_then_the_picture() -> None:
+    """The README's first screen: one paragraph naming every gate (accuracy, your own eval sets,
+    SLO, safety, the serving-configuration search, the verification of what was deployed), then
+    "## Two commands" with the two commands, then the small hand-drawn picture; the compiled graph
+    ("As compiled") comes after them."""
+    text = README.read_text()
+    head, _, rest = text.partition("\n## Two commands\n")
+    assert rest, "the README has no '## Two commands' section"
+    paragraphs = [p for p in head.split("\n\n") if p.strip()]
+    assert paragraphs[0] == "# shipyard" and paragraphs[1].startswith("**"), paragraphs[:2]
+    assert len(paragraphs) == 3, f"the opening is one paragraph, not {len(paragraphs) - 2}"
+    opening = " ".join(paragraphs[2].split())
+    for gate in ("**accuracy** gate", "your own eval sets", "`eval_sets`", "**SLO** gate",
+                 "**safety** gate", "serving-configuration search", "**verified** once Ready",
+                 "**champion/challenger** gate"):
+        assert gate in opening, f"the opening paragraph does not name {gate!r}"
+    commands = rest.index("bash .ci/setup && .venvs/base/bin/shipyard run --local")
+    tests = rest.index("bash .ci/test\n")
+    picture = rest.index("```mermaid\nflowchart LR\n    PF[pre-flight")
+    compiled = rest.index("\n### As compiled\n")
+    assert commands < tests < picture < compiled
+    assert "\n## " not in rest[:picture], "another section comes between the two commands and the picture"
+    assert rest.index("```mermaid") == picture, "the first picture is the hand-drawn one, not the compiled graph"
