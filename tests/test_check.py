@@ -432,6 +432,37 @@ def test_without_a_kubeconfig_the_rest_is_still_checked(services: dict[str, Any]
     assert "403 Invalid Host header" in line
 
 
+def test_a_kubeconfig_env_naming_a_missing_file_skips_the_cluster_and_checks_the_rest(
+        services: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """KUBECONFIG naming a file that does not exist (a stale export): like no kubeconfig at all, the
+    Kubernetes part is one SKIP line, which names the path and the fix, and the deploy config,
+    MLflow and the registry are still checked (not one exit-2 error line and nothing checked).
+    ~/.kube/config is not read instead (kubectl does not either)."""
+    _no_kubeconfig(monkeypatch, tmp_path)
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").write_text("not: a kubeconfig\n")
+    gone = tmp_path / "gone" / "kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(gone))
+    argv = ["check", "--mlflow-url", services["mlflow"].url, "--registry", services["registry"].address,
+            "--insecure-registry", "--no-s3"]
+    code = main(argv)
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    assert code == 0 and out.err == "", out.out + out.err
+    kube = next(line for line in lines if line.startswith("SKIP kubernetes: "))
+    assert f"not checked: KUBECONFIG names {gone}, which does not exist" in kube, kube
+    assert "(fix: point KUBECONFIG at a kubeconfig file that exists, unset it, or give --kubeconfig FILE)" in kube
+    for name in ("deploy config", "mlflow api", "mlflow artifacts", "registry"):
+        assert any(line.startswith(f"PASS {name}: ") for line in lines), (name, lines)
+    assert main([*argv, "-o", "json"]) == 0
+    by_name = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert by_name["kubernetes"]["status"] == "skip" and str(gone) in by_name["kubernetes"]["detail"]
+    # an explicit --kubeconfig that does not exist stays an error naming the field
+    assert main([*argv, "--kubeconfig", str(gone)]) == 2
+    assert "kubeconfig" in capsys.readouterr().err
+
+
 def test_an_unreachable_api_server_is_one_line_and_the_rest_is_checked(services: dict[str, Any], tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture) -> None:
     """A kubeconfig whose server does not answer: one FAIL line in words (connection refused), never

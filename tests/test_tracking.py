@@ -291,6 +291,45 @@ def test_local_steps_find_the_parent_without_a_search(tmp_path: Path, monkeypatc
     assert run.run_id is None and "no MLflow pipeline run is tagged" in (run.error or "")
 
 
+@pytest.mark.parametrize("store", ["file", "server"])
+def test_a_run_without_a_champion_keeps_its_decision_on_the_parent_run(store: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing passed its gates: no register step runs, yet the pipeline's parent run shows why, the
+    decision record, the selection and the candidates report under ``decision/``, logged by the
+    select step as its wrapper does (``run.log(**out["log"])``), into a file store and through a
+    server's REST API."""
+    from shipyard.steps.select import select_champion
+
+    monkeypatch.setenv("SHIPYARD_WORK_DIR", str(tmp_path))
+    monkeypatch.setenv("SHIPYARD_TRACK_FILE_STORE_AT_END", "0")  # the step logs itself
+    uri = "" if store == "file" else shared_server().url
+    experiment, kfp_run = f"no-champion-{uuid.uuid4().hex[:6]}", f"kfp-{uuid.uuid4().hex[:8]}"
+    parent = track.start_tracking(uri, experiment, "optimize-deploy", kfp_run, "", "")["parent_run_id"]
+    level = {"name": "concurrent@1", "requests_per_s": 2.0, "output_tokens_per_s": 100.0, "ttft_p99_ms": 40.0,
+             "itl_p99_ms": 9.0}
+    gates = tmp_path / "w8a8-gates"
+    gates.mkdir()
+    (gates / "candidate.json").write_text(json.dumps({
+        "schema": "shipyard.candidate/v1", "recipe": "w8a8", "model_uri": "/models/w8a8", "passed": False,
+        "reason": "accuracy gate: acc,none below its margin", "size_bytes": 1000, "levels": [level],
+        "base_levels": [level], "planner": {}, "base_planner": {},
+        "accuracy": {"passed": False, "worst_recovery": 0.8, "rows": []}, "slo": {"passed": True, "metrics": {}}}))
+    out = select_champion([str(gates)], "throughput", str(tmp_path / "sel"), str(tmp_path / "c.md"),
+                          str(tmp_path / "c.html"))
+    assert out["winner"] == "" and out["headline"].startswith("no candidate passed its gates"), out["headline"]
+    with StepRun("select", "", tracking_uri=uri, experiment=experiment, kfp_run_id=kfp_run) as run:
+        run.log(**out["log"])
+    assert run.error is None and run.run_id
+    client = MlflowClient(uri or (tmp_path / "mlruns").as_uri())
+    kept = {a.path for a in client.list_artifacts(parent, "decision")}
+    assert kept == {f"decision/{n}" for n in ("decision-record.json", "selection.json", "frontier.json",
+                                              "candidates.md", "candidates.html")}, kept
+    record = json.loads(Path(client.download_artifacts(parent, "decision/decision-record.json", str(tmp_path / "dl")))
+                        .read_text())
+    assert record["headline"] == out["headline"]
+    assert {a.path for a in client.list_artifacts(run.run_id)} >= {"candidates.md", "selection.json"}
+
+
 def test_a_step_with_the_server_down_pays_one_probe_and_no_import(tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     code = (

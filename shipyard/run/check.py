@@ -10,8 +10,8 @@ name with a real API call and an artifact round-trip (a throwaway run, deleted a
 registry, S3, GPU nodes and the deploy identity's permissions.
 Nothing else is changed in the cluster.
 
-Without a kubeconfig (none given, no ``$KUBECONFIG``, no ``~/.kube/config``, not in a pod), or
-with an API server that does not answer, the Kubernetes part is one line (``SKIP kubernetes: not
+Without a kubeconfig (none given, no ``$KUBECONFIG``, no ``~/.kube/config``, not in a pod, or a
+``$KUBECONFIG`` naming only files that do not exist: the line names them), or with an API server that does not answer, the Kubernetes part is one line (``SKIP kubernetes: not
 checked: no kubeconfig`` or ``FAIL kubernetes: cannot reach ...``) and what needs no cluster is
 still checked: the deploy config, KFP, MLflow (through ``--mlflow-url``), the registry and S3 (from
 ``AWS_*`` in this environment). So is an API server that rejects the credentials (401: ``not
@@ -309,11 +309,29 @@ def cluster_checks(*, layout: str = "", cluster_config: str | None = None, kubec
         checks.append(Check("kubernetes", cc.SKIP, "not checked: no kubeconfig (none given, KUBECONFIG unset, no "
                             f"~/.kube/config, not in a pod): {UNCHECKED}", "give --kubeconfig FILE or set KUBECONFIG"))
         return checks + outside_checks(chosen, **outside)
+    missing = missing_kubeconfig_env(kubeconfig)
+    if missing:
+        checks.append(Check("kubernetes", cc.SKIP, f"not checked: {missing}: {UNCHECKED}",
+                            "point KUBECONFIG at a kubeconfig file that exists, unset it, or give --kubeconfig FILE"))
+        return checks + outside_checks(chosen, **outside)
     kube = _Kube(api_client(kubeconfig, context, timeout_s=timeout_s), timeout_s)
     stop = probe(kube)
     if stop is not None:
         return [*checks, stop, *outside_checks(chosen, **outside)]
     return checks + _Cluster(kube, chosen, cfg, deploy, rollout, places, outside).checks()
+
+
+def missing_kubeconfig_env(kubeconfig: str | None) -> str:
+    """Why there is no kubeconfig to load when ``KUBECONFIG`` (no ``--kubeconfig`` given) names
+    only files that do not exist (``KUBECONFIG names /x/config, which does not exist``), else "".
+    kubectl then reads nothing either, not ``~/.kube/config``; an explicit ``--kubeconfig`` that
+    does not exist stays an error."""
+    if kubeconfig:
+        return ""
+    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if not paths or any(os.path.exists(os.path.expanduser(p)) for p in paths):
+        return ""
+    return f"KUBECONFIG names {', '.join(paths)}, which {'does' if len(paths) == 1 else 'do'} not exist"
 
 
 def _refuse_credentials(kfp_host: str, mlflow_url: str, registry: str) -> None:

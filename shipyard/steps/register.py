@@ -15,18 +15,16 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from shipyard.core.errors import UnreachableError
 from shipyard.core.files import atomic_write_text
-from shipyard.core.records import DECISION_RECORD, SELECTION_FILE
 from shipyard.gates.baseline import is_base
 from shipyard.gates.champion import champion_gate
 from shipyard.gates.config import ChampionConfig
 from shipyard.gates.selection import champion_selection, objective_value
 from shipyard.steps.attest import attestation_tags
-from shipyard.steps.select import REPORT_HTML, REPORT_MD
+from shipyard.steps.select import decision_artifacts
 from shipyard.tracking import model_registry as registry
 from shipyard.tracking.outbox import keep, replay_hint
 from shipyard.tracking.tracker import Tracker
@@ -119,14 +117,6 @@ def _register(tracking_uri: str, experiment: str, kfp_run_id: str, model_name: s
         except UnreachableError as err:
             down = str(err)
     return _deferred(request, down, champion, head, figures, report_path)
-
-
-def decision_artifacts(selection_dir: str) -> dict[str, str]:
-    """The files of the selection folder the MLflow parent run keeps under ``decision/``: the
-    decision record, the selection and frontier, and the candidates report (Markdown and HTML)."""
-    names = (DECISION_RECORD, SELECTION_FILE, "frontier.json", REPORT_MD, REPORT_HTML)
-    return {f"decision/{name}": str(Path(selection_dir) / name) for name in names
-            if (Path(selection_dir) / name).is_file()}
 
 
 def _register_and_gate(tracker: Any, request: dict[str, Any], champion: dict[str, Any], figures: dict[str, float],

@@ -32,6 +32,16 @@ from shipyard.steps.judge import judge_base
 REPORT_MD, REPORT_HTML = "candidates.md", "candidates.html"
 
 
+def decision_artifacts(selection_dir: str) -> dict[str, str]:
+    """The files of the selection folder the MLflow parent run keeps under ``decision/``: the
+    decision record, the selection and frontier, and the candidates report (Markdown and HTML). The
+    select step logs them there whatever it decided (no champion included); the register step again
+    (the promote pipeline has no select step)."""
+    names = (DECISION_RECORD, SELECTION_FILE, "frontier.json", REPORT_MD, REPORT_HTML)
+    return {f"decision/{name}": str(Path(selection_dir) / name) for name in names
+            if (Path(selection_dir) / name).is_file()}
+
+
 def _base_size(candidates: list[dict[str, Any]]) -> int | None:
     """The base's size on disk as the compress step measured it (the same for every candidate)."""
     return next((int(c["base_size_bytes"]) for c in candidates if c.get("base_size_bytes")), None)
@@ -97,8 +107,11 @@ def select_champion(candidate_dirs: list[str], selection: str, out_dir: str, rep
 def select_record(winner: str, headline: str, metrics: dict[str, float], out_dir: str, report_md: str,
                   report_html_path: str) -> dict[str, Any]:
     """The select step's MLflow record (:meth:`shipyard.tracking.steprun.StepRun.log`'s arguments): its
-    figures, the champion and the headline as tags, both reports and the selection folder's records."""
+    figures, the champion and the headline as tags, both reports and the selection folder's records;
+    and for the pipeline's parent run the decision (:func:`decision_artifacts`), also when no
+    champion was found (then no register step runs to put it there)."""
     return {"metrics": metrics, "tags": {"shipyard.champion": winner or "none", "shipyard.headline": headline[:5000]},
+            "parent_artifacts": decision_artifacts(out_dir),
             "artifacts": {"candidates.md": report_md, "candidates.html": report_html_path,
                           SELECTION_FILE: os.path.join(out_dir, SELECTION_FILE),
                           "frontier.json": os.path.join(out_dir, "frontier.json"),

@@ -8,6 +8,9 @@
   keyed by step and candidate (``shipyard.step``, ``shipyard.candidate``), with the step's
   real start and end time and status.
 
+A step can also log files into the pipeline's parent run (``parent_artifacts``: the select step's
+decision record and candidates report under ``decision/``), on the same paths.
+
 Artifacts keep their file extensions (``report.md``, ``report.html``) so MLflow previews
 them; a Markdown report with a wide table, which MLflow's Markdown preview cuts off, is also
 logged as its HTML rendering (``report.html``, cells wrap). Only reports and small JSON files are
@@ -80,19 +83,23 @@ class StepRun:
         self.data: dict[str, Any] = {
             "step": step, "candidate": recipe_label(candidate) if candidate else "", "tracking_uri": tracking_uri, "experiment": experiment,
             "kfp_run_id": kfp_run_id, "params": dict(params or {}), "metrics": {}, "tags": {}, "artifacts": {},
+            "parent_artifacts": {},
             "started_ms": int(time.time() * 1000), "ended_ms": None, "status": "RUNNING",
         }
         self.run_id: str | None = None
         self.error: str | None = None
 
     def log(self, *, params: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-            tags: dict[str, Any] | None = None, artifacts: dict[str, str] | None = None) -> None:
+            tags: dict[str, Any] | None = None, artifacts: dict[str, str] | None = None,
+            parent_artifacts: dict[str, str] | None = None) -> None:
         """Add params, metrics, tags; ``artifacts`` maps a file name with extension (``report.md``)
-        or a folder name to a local path."""
+        or a folder name to a local path; ``parent_artifacts`` likewise, for the pipeline's parent
+        run (``decision/decision-record.json``): logged there with the step's own."""
         self.data["params"].update(params or {})
         self.data["metrics"].update({k: v for k, v in (metrics or {}).items() if isinstance(v, int | float)})
         self.data["tags"].update(tags or {})
         self.data["artifacts"].update({k: str(v) for k, v in (artifacts or {}).items() if v})
+        self.data["parent_artifacts"].update({k: str(v) for k, v in (parent_artifacts or {}).items() if v})
 
     def __enter__(self) -> StepRun:
         return self
@@ -279,6 +286,9 @@ def _apply_to_kfp_run(data: dict[str, Any], kfp_run: str, *, quick: bool, replay
     tracker.log(kfp_run, params=params, metrics=metrics, timestamp_ms=data.get("ended_ms"),
                 tags={**data["tags"], TAG_STEP: data["step"], TAG_CANDIDATE: data.get("candidate", "")})
     _upload(tracker, kfp_run, data["artifacts"])
+    if data.get("parent_artifacts") and data.get("kfp_run_id"):
+        _upload(tracker, tracker.resolve_parent("", data["kfp_run_id"], data.get("experiment", "")),
+                data["parent_artifacts"])
     return kfp_run
 
 
@@ -347,6 +357,8 @@ def apply_payload(data: dict[str, Any], *, quick: bool = False, replay: bool = F
     elif not _log_existing_run(tracker, data, run_id, replay=replay):
         return run_id  # already terminated: left alone
     _upload(tracker, run_id, data["artifacts"])
+    if data.get("parent_artifacts"):
+        _upload(tracker, parent_id, data["parent_artifacts"])
     tracker.call("close the step run", tracker.client.set_terminated, run_id, data.get("status") or "FINISHED",
                  data.get("ended_ms"))
     return run_id
@@ -385,6 +397,9 @@ def _apply_rest(data: dict[str, Any], tracker: Any, rest: Any, kfp_run: str = ""
                  data.get("ended_ms"))
         if data["artifacts"]:
             _upload(tracker, kfp_run, data["artifacts"], rest, rest.get_run(kfp_run)["info"].get("artifact_uri", ""))
+        if data.get("parent_artifacts") and data.get("kfp_run_id"):
+            parent = _rest_parent(tracker, rest, data["kfp_run_id"], data.get("experiment", ""))["run_id"]
+            _upload(tracker, parent, data["parent_artifacts"], rest, rest.get_run(parent)["info"].get("artifact_uri", ""))
         return kfp_run
     kfp_run_id = data["kfp_run_id"]
     parent = _rest_parent(tracker, rest, kfp_run_id, data.get("experiment", ""))
@@ -407,6 +422,8 @@ def _apply_rest(data: dict[str, Any], tracker: Any, rest: Any, kfp_run: str = ""
         info = rest.get_run(run_id)["info"]
         rest.log(run_id, data["params"], data["metrics"], data["tags"], data.get("ended_ms"))
     _upload(tracker, run_id, data["artifacts"], rest, info.get("artifact_uri", ""))
+    if data.get("parent_artifacts"):
+        _upload(tracker, parent_id, data["parent_artifacts"], rest, rest.get_run(parent_id)["info"].get("artifact_uri", ""))
     rest.terminate(run_id, data.get("status") or "FINISHED", data.get("ended_ms"))
     return run_id
 

@@ -6,7 +6,7 @@ served LLMInferenceService versions, the CRDs the deploy options need, the names
 Secrets of the layout, MLflow by its in-cluster name (a real API call with that Host header),
 the registry, S3, GPU nodes and the deploy identity's permissions. Without a kubeconfig the
 Kubernetes part is one ``SKIP kubernetes: not checked: no kubeconfig`` line and the rest is still
-checked; an API server that does not answer, rejects the credentials (401) or is not an API
+checked; so it is when ``KUBECONFIG`` names a file that does not exist (the line names it); an API server that does not answer, rejects the credentials (401) or is not an API
 server at all is one ``FAIL kubernetes`` line. A 403 is the ``not allowed`` line of the check that
 met it. A bad ``-n``/``--kserve-namespace`` or cluster-config name is exit 2 before any request.
 """
