@@ -747,7 +747,7 @@ def test_the_local_run_replays_the_shipped_trace_by_default(tmp_path: Path) -> N
     """``shipyard run --local`` (pipelines/local-params.yaml) benchmarks on the shipped trace: its
     benchmark_config names it (``{"local": true}``, the trace inside the installed package, so a step in
     a container finds it too), replayed as recorded at the trace's block size, its time scale keeping the
-    replay within 15-30 s of arrivals."""
+    replay within 10-30 s of arrivals (6x: 12.5 s, the README run's time, issue 33)."""
     import yaml
 
     from shipyard.benchmarking import local_trace
@@ -763,7 +763,7 @@ def test_the_local_run_replays_the_shipped_trace_by_default(tmp_path: Path) -> N
     assert prepared["digest"] == load_fingerprint(local_trace.fingerprint_path()).digest
     assert prepared["replayed"] == "recorded" and prepared["requests"] == 45
     arrivals_s = prepared["fingerprint"]["arrivals"]["duration_s"] / prepared["time_scale"]
-    assert 15 <= arrivals_s <= 30, arrivals_s
+    assert 10 <= arrivals_s <= 30, arrivals_s
     assert prepared["block_size"] == 32  # the server's --block-size (shipyard.steps.workload.workload_replay)
 
 
