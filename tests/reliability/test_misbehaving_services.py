@@ -1001,6 +1001,19 @@ HUB_CALL = ("import sys\nfrom shipyard.core.errors import ShipyardError\n"
             "except ShipyardError as err:\n    print(err)\n    sys.exit(3)\n")
 
 
+def _drip_body(handler: http.server.BaseHTTPRequestHandler, length: int, stop: threading.Event,
+               every_s: float) -> None:
+    """A fake hub's answer whose whole headers come at once and whose body of ``length`` bytes
+    drips one byte every ``every_s`` until ``stop`` (a per-read timeout never fires)."""
+    handler.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n".encode())
+    with contextlib.suppress(OSError):
+        while not stop.is_set():
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            stop.wait(every_s)
+    handler.close_connection = True
+
+
 @contextlib.contextmanager
 def _dripping_hub(drip: str, every_s: float = 0.5) -> Iterator[str]:
     """A Hugging Face Hub on loopback with one model, ``tiny-org/tiny`` (one file, config.json):
@@ -1015,13 +1028,7 @@ def _dripping_hub(drip: str, every_s: float = 0.5) -> Iterator[str]:
         protocol_version = "HTTP/1.1"
 
         def _drip(self, length: int) -> None:
-            self.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n".encode())
-            with contextlib.suppress(OSError):
-                while not stop.is_set():
-                    self.wfile.write(b" ")
-                    self.wfile.flush()
-                    stop.wait(every_s)
-            self.close_connection = True
+            _drip_body(self, length, stop, every_s)
 
         def _answer(self, payload: bytes, head: bool = False) -> None:
             self.send_response(200)
@@ -1262,13 +1269,7 @@ def _dripping_dataset_hub(drip: bool, every_s: float = 0.5, *, xet: list[str] | 
                 if not drip or head:
                     self._send(body, head)
                     return
-                self.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode())
-                with contextlib.suppress(OSError):
-                    while not stop.is_set():
-                        self.wfile.write(b" ")
-                        self.wfile.flush()
-                        stop.wait(every_s)
-                self.close_connection = True
+                _drip_body(self, len(body), stop, every_s)
             elif path.startswith(f"/datasets/{repo}/resolve/") and path.endswith("/README.md"):
                 self._send(b"# calib", head)
             else:
